@@ -1,0 +1,75 @@
+"""The narrow interfaces between the decision code and what runs processes.
+
+`Backend` runs engine processes on one node or across a Ray cluster; `InstanceControl`
+is what the gateway and the adjuster call to wake, sleep and inspect instances. The same
+decision code runs against the real backends live and against fakes in replay and tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from planner.schemas.plan import Instance
+
+Status = Literal["awake", "asleep", "stopped", "starting", "failed"]
+
+
+@dataclass
+class Handle:
+    """How a backend finds a process it started again: pid on a node, or a Ray actor."""
+
+    instance_id: str
+    node: str
+    host: str  # address the gateway reaches the server at (127.0.0.1 in tests)
+    port: int
+    pid: int | None = None
+    actor: str | None = None  # Ray actor name, for the ray backend
+    log_path: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    """Starts, stops, sleeps and wakes engine processes."""
+
+    name: str
+
+    def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
+        """Spawn the server; returns at once (readiness is `wait_ready`)."""
+        ...
+
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        """Block until `/v1/models` answers; raise LaunchError (classified from the log) if it dies."""
+        ...
+
+    def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
+        """Terminate the server and its children; no error if already gone."""
+        ...
+
+    def is_alive(self, handle: Handle) -> bool:
+        """Whether the process runs and `/health` answers."""
+        ...
+
+    def sleep(self, handle: Handle, level: int) -> None:
+        """vLLM sleep mode (level 1: weights to host RAM; 2: discard). CPU build: unsupported."""
+        ...
+
+    def wake(self, handle: Handle) -> None:
+        """vLLM `POST /wake_up`."""
+        ...
+
+
+class InstanceControl(Protocol):
+    """What the gateway and the adjuster need from the apply machinery."""
+
+    def status(self) -> dict[str, tuple[Status, Handle | None]]:
+        """Instance id -> (status, handle) for the applied point."""
+        ...
+
+    def wake(self, instance_id: str, timeout_s: float) -> Handle:
+        """Make the instance awake (wake from sleep, or start it); blocks until ready."""
+        ...
+
+    def sleep(self, instance_id: str) -> None:
+        """Put the instance to sleep at its tier's level (stop on the CPU build)."""
+        ...

@@ -1,0 +1,76 @@
+"""The `planner` command: the only place that reads argv, prints errors and picks exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+import typer
+
+from planner import __version__
+from planner.cli.common import err_console
+from planner.errors import PlannerError
+
+app = typer.Typer(
+    name="planner",
+    help="Plan, apply and adjust where a small team's LLMs live on a small mixed GPU cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module adds its commands with `register(app)`; heavy imports stay inside commands.
+_COMMAND_MODULES = [
+    "validate",
+    "catalog",
+    "estimate",
+    "workload",
+    "evaluate",
+    "optimize",
+    "explain",
+    "profile",
+    "init",
+    "example",
+    "apply",
+    "gateway",
+    "adjust",
+]
+
+
+@app.callback(invoke_without_command=True)
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(f"planner.cli.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the app, turn domain errors into a message and an exit code."""
+    try:
+        rv = app(args=argv, prog_name="planner", standalone_mode=False)
+    except PlannerError as e:
+        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

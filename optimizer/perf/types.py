@@ -1,0 +1,72 @@
+"""What the perf model hands to the simulator and the optimizer: plain frozen numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Time of one continuous-batching engine step on one instance (all TP ranks together).
+
+    A step reads the active weights once, reads the KV of every context token in the batch,
+    computes the linear layers for every new token (prefill chunk tokens + one per decoding
+    sequence) and attention for every (new token, context token) pair. Memory and compute
+    overlap, so the step takes the larger of the two, plus fixed overhead and TP all-reduce.
+    """
+
+    overhead_s: float  # scheduler + kernel launches per step, s
+    dense_weight_read_s: float  # non-expert weights read once per step, s
+    expert_read_s: float  # one routed expert of every MoE layer read once, s (0: dense)
+    num_experts: int  # routed experts per MoE layer (0: dense)
+    experts_per_tok: int  # routed experts each token activates
+    kv_read_s_per_token: float  # one context token's KV over all layers, s/token
+    compute_s_per_token: float  # linear layers for one new token, s/token
+    attn_s_per_pair: float  # attention for one (new token, context token) pair, s
+    comm_s_per_token: float  # TP all-reduce payload of one new token, s/token
+    comm_latency_s: float  # TP all-reduce latency per step (2 per layer), s
+
+    def experts_touched(self, new_tokens: float) -> float:
+        """Expected distinct routed experts a step of `new_tokens` tokens reads per layer."""
+        if self.num_experts == 0 or new_tokens <= 0:
+            return 0.0
+        miss = (1.0 - self.experts_per_tok / self.num_experts) ** new_tokens
+        return self.num_experts * (1.0 - miss)
+
+    def time_s(self, new_tokens: float, kv_tokens: float, attn_pairs: float) -> float:
+        """One step: `new_tokens` computed, `kv_tokens` of KV read, `attn_pairs` scored, s."""
+        if new_tokens <= 0:
+            return 0.0
+        mem_s = (
+            self.dense_weight_read_s
+            + self.expert_read_s * self.experts_touched(new_tokens)
+            + self.kv_read_s_per_token * kv_tokens
+        )
+        compute_s = self.compute_s_per_token * new_tokens + self.attn_s_per_pair * attn_pairs
+        comm_s = self.comm_latency_s + self.comm_s_per_token * new_tokens if self.comm_latency_s else 0.0
+        return self.overhead_s + max(mem_s, compute_s) + comm_s
+
+
+@dataclass(frozen=True)
+class InstancePerf:
+    """Everything the simulator and the MILP need about one (model, variant, GPU type, TP, engine)."""
+
+    weights_gib_per_gpu: float  # weights resident on each GPU, GiB
+    kv_gib_per_gpu: float  # KV cache on each GPU, GiB
+    overhead_gib_per_gpu: float  # activations + CUDA graphs + CUDA context, GiB
+    context_gib_per_gpu: float  # what a sleeping process still holds on each GPU, GiB
+    kv_bytes_per_token: float  # KV of one token over all layers and all GPUs, bytes
+    max_kv_tokens: int  # tokens the KV cache holds, all sequences together
+    max_num_seqs: int  # batch cap
+    chunk_tokens: int  # chunked-prefill token budget per step
+    step: StepModel  # step-time model
+    cold_start_s: float  # process spawn -> ready (engine init + weights from disk), s
+    wake_host_s: float  # sleep level 1 -> awake (weights back from host RAM), s
+    wake_disk_s: float  # level 2 / stopped -> awake, s
+    sleep_s: float  # awake -> asleep (level 1 offload), s
+    weights_host_gib: float  # host RAM a level-1 sleeper holds (all its GPUs' weights), GiB
+
+    @property
+    def awake_gib_per_gpu(self) -> float:
+        """Memory on each GPU while awake, GiB."""
+        return self.weights_gib_per_gpu + self.kv_gib_per_gpu + self.overhead_gib_per_gpu

@@ -1,0 +1,72 @@
+"""The one error hierarchy of planner.
+
+The core raises these; only `planner.cli` turns them into a message and an exit code.
+"""
+
+from __future__ import annotations
+
+
+class PlannerError(Exception):
+    """Base of every error planner raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return self.message if not self.fix else f"{self.message}\n  fix: {self.fix}"
+
+
+class InputError(PlannerError):
+    """Bad user input: a file, a field or a flag. Exit code 2, before any side effect."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        path: str | None = None,
+        fix: str | None = None,
+    ):
+        self.file = file
+        self.path = path
+        where = ": ".join(p for p in (file, path) if p)
+        super().__init__(f"{where}: {message}" if where else message, fix=fix)
+
+
+class InfeasibleError(PlannerError):
+    """No plan satisfies the hard constraints (memory, every model served)."""
+
+    exit_code = 2
+
+
+class SolverError(PlannerError):
+    """The MILP solver failed for a reason other than infeasibility."""
+
+
+class ProfileError(PlannerError):
+    """A measurement could not be taken."""
+
+
+class ApplyError(PlannerError):
+    """Reconciling the cluster with a plan point failed; state stays consistent."""
+
+
+class LaunchError(ApplyError):
+    """An engine process failed to start; `reason` is the classified cause."""
+
+    def __init__(self, message: str, *, reason: str, log_tail: str = "", fix: str | None = None):
+        super().__init__(message, fix=fix)
+        self.reason = reason
+        self.log_tail = log_tail
+
+
+class LockHeldError(ApplyError):
+    """Another apply/adjust holds the state-dir lease."""
+
+    exit_code = 3

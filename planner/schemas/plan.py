@@ -1,0 +1,130 @@
+"""plan.yaml: Pareto points, each a full placement of instances (DESIGN.md)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from planner.schemas.common import Strict
+from planner.schemas.models import Quantization
+
+Tier = Literal["gpu", "host", "disk"]
+
+
+class InputRef(Strict):
+    """Where an input came from and its content hash."""
+
+    path: str = Field(default="", description="path as given to optimize")
+    sha256: str = Field(default="", description="hex SHA-256 of the file")
+
+
+class MemoryGib(Strict):
+    """Per-GPU memory of an instance when awake, GiB."""
+
+    weights: float = Field(ge=0, description="weights on each GPU, GiB")
+    kv: float = Field(ge=0, description="KV cache on each GPU, GiB")
+    overhead: float = Field(ge=0, description="activations, CUDA graphs, context, GiB")
+
+    @property
+    def total(self) -> float:
+        """Sum of the three, GiB."""
+        return self.weights + self.kv + self.overhead
+
+
+class EngineArgs(Strict):
+    """vLLM engine arguments of an instance."""
+
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory vLLM may use")
+    max_model_len: int = Field(default=32768, ge=16, description="longest sequence, tokens")
+    max_num_seqs: int = Field(default=64, ge=1, le=4096, description="most sequences in a batch")
+    max_num_batched_tokens: int | None = Field(default=None, ge=16, description="chunked-prefill token budget per step")
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = Field(default="auto", description="KV cache precision")
+    quantization: str | None = Field(default=None, description="--quantization; None: from the checkpoint")
+    enforce_eager: bool = Field(default=False, description="skip CUDA graphs (faster start)")
+    extra_args: list[str] = Field(default_factory=list, description="more vLLM flags, verbatim")
+
+
+class Instance(Strict):
+    """One vLLM server."""
+
+    id: str = Field(min_length=1, description="unique within the point")
+    model: str = Field(description="model name from models.yaml")
+    variant: str = Field(description="variant name of that model")
+    node: str = Field(description="node name from cluster.yaml")
+    gpus: list[int] = Field(default_factory=list, description="device indices on that node")
+    tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree")
+    tier: Tier = Field(default="gpu", description="gpu: always awake; host/disk: sleeps when idle")
+    memory_gib: MemoryGib = Field(description="per GPU, when awake")
+    kv_cpu_offload_gib: float = Field(default=0, ge=0, description="KV cache in host RAM, GiB")
+    expert_cpu_offload_gib: float = Field(default=0, ge=0, description="weights/experts in host RAM, GiB")
+    engine: EngineArgs = Field(default_factory=EngineArgs, description="vLLM engine args")
+    port: int = Field(ge=1024, le=65535, description="HTTP port of the server")
+
+    @model_validator(mode="after")
+    def _tp_matches_gpus(self) -> Instance:
+        if self.gpus and len(self.gpus) != self.tp:
+            raise ValueError(f"tp is {self.tp} but {len(self.gpus)} GPUs are listed")
+        return self
+
+
+class Predicted(Strict):
+    """What the simulator predicts for a point on the workload it was optimized for."""
+
+    switch_p95_s: float = 0.0
+    ttft_p95_s: float = 0.0
+    tpot_p95_s: float = 0.0
+    slo_attainment: float = 1.0
+    warm_gpu_gib: float = 0.0
+    gpus_used: int = 0
+
+
+class Point(Strict):
+    """One Pareto point: a complete placement."""
+
+    name: str = Field(min_length=1, description="point name, e.g. balanced")
+    predicted: Predicted = Field(default_factory=Predicted, description="simulator's figures")
+    instances: list[Instance] = Field(default_factory=list, description="the vLLM servers")
+    notes: list[str] = Field(default_factory=list, description="binding constraints, warnings")
+
+    @model_validator(mode="after")
+    def _unique(self) -> Point:
+        ids = [i.id for i in self.instances]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"duplicate instance ids in point {self.name!r}: {dup}")
+        ports = [(i.node, i.port) for i in self.instances]
+        dupp = sorted({p for p in ports if ports.count(p) > 1})
+        if dupp:
+            raise ValueError(f"two instances share a node and port in point {self.name!r}: {dupp}")
+        return self
+
+
+class Plan(Strict):
+    """kind: plan."""
+
+    kind: Literal["plan"] = "plan"
+    version: Literal[1] = 1
+    inputs: dict[str, InputRef] = Field(default_factory=dict, description="provenance of inputs")
+    workload_summary: dict[str, Any] = Field(default_factory=dict, description="the drift reference")
+    search: dict[str, Any] = Field(default_factory=dict, description="seed, evaluations, solver")
+    selected: str = Field(description="the point `apply` uses by default")
+    points: list[Point] = Field(min_length=1, description="Pareto points")
+
+    @model_validator(mode="after")
+    def _selected_exists(self) -> Plan:
+        names = [p.name for p in self.points]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"duplicate point names: {dup}")
+        if self.selected not in names:
+            raise ValueError(f"selected point {self.selected!r} is not among the points {names}")
+        return self
+
+    def point(self, name: str | None = None) -> Point:
+        """The named point, or the selected one (KeyError if absent)."""
+        want = name or self.selected
+        for p in self.points:
+            if p.name == want:
+                return p
+        raise KeyError(want)
