@@ -1,9 +1,170 @@
-"""`planner estimate`."""
+"""`planner estimate`: memory, latency and switch costs of one model on one GPU type."""
 
 from __future__ import annotations
 
+import csv
+import math
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from planner.cli.common import JsonOpt, console, print_json
+from planner.errors import InputError
+
+_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
+_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+_COLUMNS = ("model", "gpu", "tp", "quantization", "kv_cache_dtype", "input_len", "output_len", "concurrency")
+_DEFAULTS: dict[str, Any] = dict(tp=1, quantization="bf16", kv_cache_dtype="auto", input_len=1024,
+                                 output_len=256, concurrency=1)
+
+
+@lru_cache(maxsize=1024)
+def _arch(spec: str):
+    from planner.catalog.models import resolve_arch
+
+    return resolve_arch(spec)
+
+
+def _calibs(profiles: Path | None) -> dict[str, Any]:
+    """GPU type -> Calib fitted in the profiles under `profiles` (later files win)."""
+    if profiles is None:
+        return {}
+    from planner.optimizer.perf import calib_from_profile
+    from planner.profiler.store import load_profiles
+
+    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
+
+
+def estimate_row(row: dict[str, Any], calibs: dict[str, Any], where: tuple[str | None, str]) -> dict[str, Any]:
+    """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf import instance_perf, steady_state
+    from planner.schemas import check_tp
+
+    file, pre = where
+    f = lambda name: f"{pre}{name}" if pre else f"--{name.replace('_', '-')}"  # noqa: E731
+    try:
+        arch = _arch(str(row["model"]))
+    except ValueError as e:
+        raise InputError(str(e), file=file, path=f("model"), fix="use a name from `planner catalog models` or a config.json path") from None
+    try:
+        gpu = resolve_gpu(str(row["gpu"]))
+    except ValueError as e:
+        raise InputError(str(e), file=file, path=f("gpu"), fix="use a name from `planner catalog gpus`") from None
+    q, kvd = str(row["quantization"]), str(row["kv_cache_dtype"])
+    if q not in _QUANTS:
+        raise InputError(f"unknown quantization {q!r}", file=file, path=f("quantization"), fix=f"use one of {list(_QUANTS)}")
+    if kvd not in _KV_DTYPES:
+        raise InputError(f"unknown KV cache dtype {kvd!r}", file=file, path=f("kv_cache_dtype"), fix=f"use one of {list(_KV_DTYPES)}")
+    nums = {}
+    for k, lo in (("tp", 1), ("input_len", 1), ("output_len", 1), ("concurrency", 1)):
+        try:
+            nums[k] = int(row[k])
+        except (TypeError, ValueError):
+            raise InputError(f"{row[k]!r} is not an integer", file=file, path=f(k), fix="give a whole number") from None
+        if nums[k] < lo:
+            raise InputError(f"{nums[k]} is below {lo}", file=file, path=f(k), fix=f"use a value >= {lo}")
+    check_tp(arch.num_attention_heads, arch.num_kv_heads, nums["tp"], file, f("tp"))
+    perf = instance_perf(arch, q, gpu, nums["tp"], kv_cache_dtype=kvd, calib=calibs.get(gpu.name))
+    ttft, tpot, tps = steady_state(perf, nums["input_len"], nums["output_len"], nums["concurrency"])
+    fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
+    return {
+        "model": arch.name,
+        "gpu": gpu.name,
+        "tp": nums["tp"],
+        "quantization": q,
+        "fits": perf.fits,
+        "weights_gib_per_gpu": round(perf.weights_gib_per_gpu, 4),
+        "kv_bytes_per_token": perf.kv_bytes_per_token,
+        "max_kv_tokens": perf.max_kv_tokens,
+        "ttft_s": fin(ttft),
+        "tpot_s": fin(tpot),
+        "output_tokens_per_s": round(tps, 3),
+        "cold_start_s": round(perf.cold_start_s, 3),
+        "wake_host_s": round(perf.wake_host_s, 3),
+        "wake_disk_s": round(perf.wake_disk_s, 3),
+    }
+
+
+def _read_batch(path: Path) -> list[dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"cannot read: {e.__class__.__name__}", file=str(path), fix="check the path") from None
+    reader = csv.DictReader(text.splitlines())
+    cols = reader.fieldnames or []
+    if not cols:
+        raise InputError("the file is empty", file=str(path), fix=f"write a header line with {list(_COLUMNS)}")
+    unknown = [c for c in cols if c not in _COLUMNS]
+    if unknown:
+        raise InputError(f"unknown column(s) {unknown}", file=str(path), path="header", fix=f"use columns from {list(_COLUMNS)}")
+    for need in ("model", "gpu"):
+        if need not in cols:
+            raise InputError(f"missing column {need!r}", file=str(path), path="header", fix=f"add a {need} column")
+    rows = []
+    for r in reader:
+        rows.append({k: (r.get(k) if r.get(k) not in (None, "") else _DEFAULTS.get(k)) for k in _COLUMNS})
+    return rows
+
+
+def _print_human(r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{r['model']} {r['quantization']} on {r['tp']} x {r['gpu']}", show_header=False)
+    t.add_column("quantity")
+    t.add_column("value", justify="right")
+    show = lambda x, fmt: "n/a (does not fit)" if x is None else format(x, fmt)  # noqa: E731
+    t.add_row("weights per GPU", f"{r['weights_gib_per_gpu']:.2f} GiB")
+    t.add_row("KV bytes per token", f"{r['kv_bytes_per_token']:,.0f}")
+    t.add_row("max KV tokens", f"{r['max_kv_tokens']:,}")
+    t.add_row("TTFT", show(r["ttft_s"], ".3f") + " s")
+    t.add_row("TPOT", show(r["tpot_s"], ".4f") + " s")
+    t.add_row("output tokens/s", f"{r['output_tokens_per_s']:.1f}")
+    t.add_row("cold start", f"{r['cold_start_s']:.1f} s")
+    t.add_row("wake from host RAM", f"{r['wake_host_s']:.2f} s")
+    t.add_row("wake from disk", f"{r['wake_disk_s']:.1f} s")
+    console.print(t)
+    if not r["fits"]:
+        console.print("[yellow]the weights and overheads leave no room for a KV cache: raise --tp or quantize[/]")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `planner estimate`."""
+
+    @app.command()
+    def estimate(
+        model: Annotated[str | None, typer.Option("--model", help="Catalog name, org/name, or a config.json path.")] = None,
+        gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type (`planner catalog gpus`).")] = None,
+        tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
+        quantization: Annotated[str, typer.Option("--quantization", help=f"One of {', '.join(_QUANTS)}.")] = "bf16",
+        kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
+        input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 1024,
+        output_len: Annotated[int, typer.Option("--output-len", help="Generated tokens.")] = 256,
+        concurrency: Annotated[int, typer.Option("--concurrency", help="Clients sending back to back.")] = 1,
+        profiles: Annotated[Path | None, typer.Option("--profiles", help="Profile dir/file: fitted factors replace the defaults.")] = None,
+        batch: Annotated[Path | None, typer.Option("--batch", help="CSV of scenarios (columns named like the flags).")] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
+        calibs = _calibs(profiles)
+        if batch is not None:
+            rows = _read_batch(batch)
+            out = [estimate_row(r, calibs, (str(batch), f"row {i + 1}.")) for i, r in enumerate(rows)]
+            if json_out:
+                print_json(out)
+            else:
+                for r in out:
+                    _print_human(r)
+            return
+        if model is None or gpu is None:
+            raise InputError("--model and --gpu are required (or --batch FILE)", path="--model" if model is None else "--gpu",
+                             fix="e.g. `planner estimate --model Llama-3.1-8B-Instruct --gpu L40S`")
+        row = dict(model=model, gpu=gpu, tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
+                   input_len=input_len, output_len=output_len, concurrency=concurrency)
+        r = estimate_row(row, calibs, (None, ""))
+        if json_out:
+            print_json(r)
+        else:
+            _print_human(r)

@@ -1,9 +1,336 @@
-"""`planner profile`."""
+"""`planner profile hardware|engine|merge|calibrate`: measure, store and fit profiles."""
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from planner.cli.common import JsonOpt, console, err_console, print_json
+
+from planner.errors import InputError
+
+profile_app = typer.Typer(
+    help="Measure GPUs and engines into profiles/, merge nodes' profiles, calibrate the perf model.",
+    no_args_is_help=True,
+)
+
+OutOpt = Annotated[
+    Path, typer.Option("-o", "--out", help="Profile directory (one YAML per node and GPU type).")
+]
+NodeOpt = Annotated[
+    str | None,
+    typer.Option("--node", help="Node name as in cluster.yaml; default: this host's name."),
+]
+
+
+def _progress():
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    )
+
+
+def _default_device() -> str:
+    from planner.profiler.devices import discover_gpus
+
+    gpus, _, _ = discover_gpus()
+    return "cuda" if gpus else "cpu"
+
+
+@profile_app.command("hardware")
+def hardware_cmd(
+    device: Annotated[
+        str | None, typer.Option("--device", help="cuda | cpu; default: cuda when NVML sees a GPU.")
+    ] = None,
+    out: OutOpt = Path("profiles"),
+    node: NodeOpt = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Small sizes and few repetitions.")
+    ] = False,
+    disk_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--disk-dir", help="Where to write the disk-read test file; default: the output dir."
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Torch microbenchmarks: GEMM TFLOP/s, memory copy, host<->device, disk and RAM GB/s."""
+    from planner.profiler import hardware as hwmod
+    from planner.profiler import store
+    from planner.profiler.devices import discover_gpus
+
+    dev = device or _default_device()
+    if dev not in ("cuda", "cpu"):
+        raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
+    import torch
+
+    node_name = node or platform.node()
+    _, driver, cuda = discover_gpus() if dev == "cuda" else ([], "", "")
+    written: list[str] = []
+    profiles = []
+    with _progress() as bar:
+        for i, target in enumerate(hwmod.targets(torch, dev)):
+            fp8 = False
+            if dev == "cuda":
+                with torch.cuda.device(target.index):
+                    fp8 = hwmod.fp8_supported(torch)
+            cfg = hwmod.plan_config(dev, quick=quick, fp8=fp8)
+            task = bar.add_task(f"{target.gpu_type}", total=None)
+
+            def on_plan(run, task=task):
+                bar.update(task, total=sum(s.weight for s in run.steps))
+
+            def on_step(step, task=task, name=target.gpu_type):
+                bar.update(task, advance=step.weight, description=f"{name}: {step.label}")
+
+            hw = hwmod.measure_target(
+                torch,
+                target,
+                cfg,
+                disk_dir=disk_dir or out,
+                node_steps=(i == 0),  # disk and RAM belong to the node: measure them once
+                on_plan=on_plan,
+                on_step=on_step,
+            )
+            prof = store.load_or_new(out, node_name, target.gpu_type)
+            prof.hardware = hw
+            prof.environment = store.environment(
+                target.name, driver=driver, cuda=cuda or (torch.version.cuda or "")
+            )
+            path = store.save(prof, store.profile_path(out, node_name, target.gpu_type))
+            written.append(str(path))
+            profiles.append(prof)
+    if json_out:
+        print_json(
+            {
+                "written": written,
+                "profiles": [p.model_dump(mode="json", exclude_none=True) for p in profiles],
+            }
+        )
+        return
+    for p, path in zip(profiles, written, strict=True):
+        _print_hardware(p)
+        console.print(f"wrote {path}")
+
+
+def _print_hardware(p) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{p.node} / {p.gpu_type} ({p.environment.device_name})")
+    t.add_column("measurement")
+    t.add_column("median", justify="right")
+    t.add_column("p90-p10", justify="right")
+    hw = p.hardware
+    for dtype, s in hw.gemm_tflops.items():
+        t.add_row(f"GEMM {dtype}, TFLOP/s", f"{s.median:.3g}", f"{s.spread:.2g}")
+    for name in (
+        "device_copy_gbps",
+        "h2d_pinned_gbps",
+        "h2d_pageable_gbps",
+        "d2h_pinned_gbps",
+        "disk_read_gbps",
+        "ram_gbps",
+    ):
+        s = getattr(hw, name)
+        if s is not None:
+            t.add_row(
+                name.removesuffix("_gbps").replace("_", " ") + ", GB/s",
+                f"{s.median:.3g}",
+                f"{s.spread:.2g}",
+            )
+    console.print(t)
+    for n in hw.notes:
+        console.print(f"[yellow]note:[/] {n}")
+
+
+@profile_app.command("merge")
+def merge_cmd(
+    sources: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    out: OutOpt = Path("profiles"),
+    json_out: JsonOpt = False,
+) -> None:
+    """Combine nodes' profiles into one directory (one file per node and GPU type)."""
+    from planner.profiler import store
+
+    merged = store.merge(store.load_profiles(list(sources)))
+    paths = [str(store.save(p, store.profile_path(out, p.node, p.gpu_type))) for p in merged]
+    if json_out:
+        print_json({"written": paths})
+        return
+    for p in paths:
+        console.print(f"wrote {p}")
+
+
+@profile_app.command("engine")
+def engine_cmd(
+    models_file: Annotated[Path, typer.Option("--models", help="models.yaml")],
+    model: Annotated[str | None, typer.Option("--model", help="Only this model.")] = None,
+    variant: Annotated[str | None, typer.Option("--variant", help="Only this variant.")] = None,
+    tp: Annotated[
+        list[int] | None,
+        typer.Option("--tp", help="TP degrees (repeatable); default: the smallest that fits."),
+    ] = None,
+    cluster_file: Annotated[
+        Path | None,
+        typer.Option("--cluster", help="cluster.yaml: names the node and its GPU type."),
+    ] = None,
+    out: OutOpt = Path("profiles"),
+    node: NodeOpt = None,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cuda | cpu; default: cuda when NVML sees a GPU.")
+    ] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer, shorter points.")] = False,
+    max_model_len: Annotated[
+        int | None, typer.Option("--max-model-len", help="Default: each model's max_context.")
+    ] = None,
+    kv_gib: Annotated[
+        float, typer.Option("--kv-gib", help="CPU build: KV cache GiB (VLLM_CPU_KVCACHE_SPACE).")
+    ] = 1.0,
+    enforce_eager: Annotated[
+        bool, typer.Option("--enforce-eager", help="No graph capture: faster start.")
+    ] = False,
+    port: Annotated[
+        int | None, typer.Option("--port", help="Server port; default: a free one per run.")
+    ] = None,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="Run again what failed before.")
+    ] = False,
+    timeout_s: Annotated[
+        float, typer.Option("--start-timeout", help="Spawn -> ready limit, s.")
+    ] = 900.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Start real vLLM servers: cold start, prefill latency, TPOT vs concurrency, KV capacity, sleep/wake."""
+    from planner.profiler import engine_bench as eb
+    from planner.profiler import store
+    from planner.profiler.devices import discover_node
+
+    from planner.schemas import load_cluster, load_models
+
+    models = load_models(models_file)
+    info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
+    dev = device or ("cuda" if info.gpus else "cpu")
+    node_name = node or platform.node()
+    if dev == "cuda":
+        if not info.gpus:
+            raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
+        gpu_type = info.gpus[0].gpu_type or "unknown-gpu"
+        same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
+        devices, mem = len(same), min(g.memory_gib for g in same)
+    else:
+        gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
+    if cluster_file is not None:
+        cl = load_cluster(cluster_file)
+        try:
+            n = cl.node(node_name) if node else cl.nodes[0]
+        except KeyError:
+            raise InputError(
+                f"node {node_name!r} is not in the cluster",
+                file=str(cluster_file),
+                path="nodes",
+                fix=f"use --node with one of {[x.name for x in cl.nodes]}",
+            ) from None
+        node_name = n.name
+        if n.gpus:
+            gpu_type = n.gpus[0].spec.name
+            devices = n.gpus[0].count if dev == "cuda" else 1
+    try:
+        runs, skipped = eb.plan_runs(
+            models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tp
+        )
+    except KeyError:
+        raise InputError(
+            f"model {model!r} is not in the models file",
+            file=str(models_file),
+            path="--model",
+            fix=f"use one of {models.names}",
+        ) from None
+    if variant is not None and not runs and not skipped:
+        raise InputError(f"no variant {variant!r}", file=str(models_file), path="--variant")
+    cfg = eb.BenchConfig.for_device(
+        dev,
+        quick=quick,
+        max_model_len=max_model_len,
+        kv_gib=kv_gib,
+        enforce_eager=enforce_eager,
+        start_timeout_s=timeout_s,
+    )
+    path = store.profile_path(out, node_name, gpu_type)
+    prof = store.load_or_new(out, node_name, gpu_type)
+    todo = [r for r in runs if not eb.is_done(prof, r.key, retry_failed=retry_failed)]
+    done_keys = [r.key for r in runs if r not in todo]
+    for key, why in skipped:
+        err_console.print(f"[yellow]skip[/] {key[0]}/{key[1]} tp={key[2]}: {why}")
+    for key in done_keys:
+        err_console.print(f"[dim]already profiled[/] {key[0]}/{key[1]} tp={key[2]}")
+    results = []
+    with _progress() as bar:
+        task = bar.add_task("engine", total=max(1, len(todo) * eb.steps_of(cfg)))
+        for spec in todo:
+            label = f"{spec.model.name}/{spec.variant.name} tp={spec.tp}"
+            bar.update(task, description=f"{label}: starting")
+
+            def tick(what: str, label=label) -> None:
+                bar.update(task, advance=1, description=f"{label}: {what}")
+
+            res = eb.profile_run(spec, cfg, log_dir=out / "logs", port=port, tick=tick)
+            if res.run.status == "failed":
+                bar.update(task, advance=max(0, eb.steps_of(cfg) - 1))  # skip its remaining ticks
+            prof = store.load_or_new(out, node_name, gpu_type)  # keep other writers' runs
+            store.upsert_run(prof, res.run)
+            if not prof.environment.created_at:
+                prof.environment = store.environment(
+                    info.gpus[0].name if info.gpus and dev == "cuda" else "cpu",
+                    driver=info.driver,
+                    cuda=info.cuda,
+                )
+            store.save(prof, path)  # after every run: an interrupted profile resumes from here
+            results.append(res.run)
+    if json_out:
+        print_json(
+            {
+                "profile": str(path),
+                "runs": [r.model_dump(mode="json", exclude_none=True) for r in results],
+                "skipped": [
+                    {"model": k[0], "variant": k[1], "tp": k[2], "why": w} for k, w in skipped
+                ],
+            }
+        )
+        return
+    for r in results:
+        if r.status == "ok":
+            console.print(
+                f"[green]ok[/] {r.model}/{r.variant} tp={r.tp}: cold start {r.cold_start_s:.1f} s "
+                f"(weights {_f(r.weight_load_s)} s, engine init {_f(r.engine_init_s)} s), "
+                f"KV {r.kv_capacity_tokens} tokens, {len(r.prefill)} prefill / {len(r.decode)} decode points"
+            )
+        else:
+            console.print(f"[red]failed[/] {r.model}/{r.variant} tp={r.tp}: {r.reason}")
+    console.print(f"wrote {path}")
+
+
+def _f(x: float | None) -> str:
+    return "?" if x is None else f"{x:.1f}"
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.add_typer(profile_app, name="profile")

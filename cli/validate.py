@@ -1,9 +1,110 @@
-"""`planner validate`."""
+"""`planner validate FILE...` and `planner schema KIND`."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from planner.cli.common import JsonOpt, console, print_json
+from planner.errors import InputError
+
+_TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
+_KINDS = ("cluster", "models", "slo", "plan", "profile", "trace")
+
+
+def _trace_schema() -> dict[str, Any]:
+    try:
+        from planner.trace import TRACE_JSON_SCHEMA
+    except ImportError:  # the trace module is optional at this layer
+        return {
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "planner trace row",
+            "type": "object",
+            "required": ["timestamp", "model", "input_tokens", "output_tokens"],
+            "properties": {
+                "timestamp": {"oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "format": "date-time"}]},
+                "model": {"type": "string", "minLength": 1},
+                "input_tokens": {"type": "integer", "minimum": 1},
+                "output_tokens": {"type": "integer", "minimum": 1},
+                "user": {"type": "string"},
+                "session": {"type": "string"},
+                "cached_tokens": {"type": "integer", "minimum": 0},
+            },
+        }
+    return TRACE_JSON_SCHEMA
+
+
+def validate_file(path: Path, kind: str | None, model_names: list[str] | None,
+                  cluster: Any = None, models: Any = None) -> dict[str, Any]:
+    """Validate one file; returns a summary, raises InputError on the first problem."""
+    from planner import schemas
+
+    if kind == "trace" or (kind is None and path.suffix.lower() in _TRACE_SUFFIXES):
+        if not path.exists():
+            raise InputError("file not found", file=str(path), fix="check the path")
+        from planner.trace import read_trace
+
+        df = read_trace(path, model_names)
+        return {"file": str(path), "kind": "trace", "ok": True, "rows": len(df)}
+    obj = schemas.load(path, kind)
+    found = getattr(obj, "kind", kind)
+    out: dict[str, Any] = {"file": str(path), "kind": found, "ok": True}
+    if found == "plan" and cluster is not None and models is not None:
+        schemas.check_plan(obj, cluster, models, file=str(path))
+        out["cross_checked"] = True
+    return out
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to the app."""
+    """Add `planner validate` and `planner schema`."""
+
+    @app.command()
+    def validate(
+        files: Annotated[list[Path], typer.Argument(help="Input files: YAML (cluster, models, slo, plan, profile) or traces.")],
+        kind: Annotated[str | None, typer.Option("--kind", help=f"Force the kind: {', '.join(_KINDS)}.")] = None,
+        models_file: Annotated[Path | None, typer.Option("--models", help="models.yaml: traces must name only its models; plans are cross-checked.")] = None,
+        cluster_file: Annotated[Path | None, typer.Option("--cluster", help="cluster.yaml: plans are cross-checked against it.")] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Check input files; the first problem exits with code 2 and names file, field and fix."""
+        from planner import schemas
+
+        if kind is not None and kind not in _KINDS:
+            raise InputError(f"unknown kind {kind!r}", path="--kind", fix=f"use one of {list(_KINDS)}")
+        models = schemas.load_models(models_file) if models_file else None
+        cluster = schemas.load_cluster(cluster_file) if cluster_file else None
+        # files given together can cross-check each other without the flags
+        if models is None or cluster is None:
+            for f in files:
+                if f.suffix.lower() in (".yaml", ".yml") and f.exists():
+                    try:
+                        data = schemas.read_yaml(f)
+                        k = schemas.detect_kind(data, str(f))
+                    except InputError:
+                        continue
+                    if k == "models" and models is None:
+                        models = schemas.load_models(f)
+                    elif k == "cluster" and cluster is None:
+                        cluster = schemas.load_cluster(f)
+        names = models.names if models is not None else None
+        results = [validate_file(f, kind, names, cluster, models) for f in files]
+        if json_out:
+            print_json(results)
+            return
+        for r in results:
+            extra = f", {r['rows']} rows" if "rows" in r else ""
+            console.print(f"[green]ok[/] {r['file']} ({r['kind']}{extra})", highlight=False)
+
+    @app.command()
+    def schema(
+        kind: Annotated[str, typer.Argument(help=f"One of {', '.join(_KINDS)}.")],
+    ) -> None:
+        """Print the JSON Schema of a file kind."""
+        from planner import schemas
+
+        if kind == "trace":
+            print_json(_trace_schema())
+            return
+        print_json(schemas.json_schema(kind))

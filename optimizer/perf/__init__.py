@@ -1,0 +1,132 @@
+"""Performance model of one vLLM instance: memory, step time, steady state, switch costs.
+
+Pure: architecture + quantization + GPU spec + engine args + efficiency factors in,
+`InstancePerf` out. `instance_perf` is cached per argument tuple (all arguments hashable).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from planner.catalog.gpus import GpuSpec
+from planner.catalog.models import ModelArch
+from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
+from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s, steady_state
+from planner.optimizer.perf.load import checkpoint_read_s, load_times
+from planner.optimizer.perf.memory import (
+    activation_bytes,
+    kv_bytes_per_token,
+    weight_parts_bytes,
+    weights_bytes,
+    weights_bytes_per_gpu,
+)
+from planner.optimizer.perf.types import InstancePerf, StepModel
+from planner.units import GIB
+
+__all__ = [
+    "Calib",
+    "InstancePerf",
+    "StepModel",
+    "activation_bytes",
+    "calib_from_profile",
+    "checkpoint_read_s",
+    "decode_step_s",
+    "default_calib",
+    "default_chunk_tokens",
+    "instance_perf",
+    "kv_bytes_per_token",
+    "prefill_s",
+    "steady_state",
+    "weight_parts_bytes",
+    "weights_bytes",
+    "weights_bytes_per_gpu",
+]
+
+# KV bytes per token of sliding-window models depend on the context; memory and step
+# coefficients use this context (tokens) when max_model_len is longer.
+REF_CONTEXT_TOKENS = 4096
+
+
+def default_chunk_tokens(gpu: GpuSpec) -> int:
+    """vLLM's default max_num_batched_tokens: 8192 on >= 70 GiB GPUs, else 2048."""
+    return 8192 if gpu.memory_gib >= 70 else 2048
+
+
+def instance_perf(
+    arch: ModelArch,
+    quantization: str,
+    gpu: GpuSpec,
+    tp: int = 1,
+    *,
+    kv_cache_dtype: str = "auto",
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,
+    max_num_seqs: int = 64,
+    max_num_batched_tokens: int | None = None,
+    kv_gib: float | None = None,
+    cpu_offload_gib: float = 0.0,
+    interconnect: str = "pcie",
+    disk_read_gbps: float | None = None,
+    calib: Calib | None = None,
+) -> InstancePerf:
+    """Memory, step-time model and switch costs of one instance on `tp` GPUs of type `gpu`.
+
+    KV cache per GPU is `kv_gib` when given, else what vLLM would allocate:
+    gpu_memory_utilization * memory - weights - (activation peak + CUDA graphs + context).
+    A negative remainder gives kv 0 and max_kv_tokens 0 (`InstancePerf.fits` is False).
+    """
+    return _instance_perf(
+        arch, quantization, gpu, int(tp), kv_cache_dtype, float(gpu_memory_utilization),
+        max_model_len, int(max_num_seqs), max_num_batched_tokens,
+        None if kv_gib is None else float(kv_gib), float(cpu_offload_gib), interconnect,
+        disk_read_gbps, calib,
+    )
+
+
+@lru_cache(maxsize=65536)
+def _instance_perf(
+    arch: ModelArch, quantization: str, gpu: GpuSpec, tp: int, kv_cache_dtype: str,
+    util: float, max_model_len: int | None, max_num_seqs: int, chunk: int | None,
+    kv_gib: float | None, cpu_offload_gib: float, interconnect: str,
+    disk_read_gbps: float | None, calib: Calib | None,
+) -> InstancePerf:
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    cal = calib or default_calib(gpu.arch)
+    mml = max_model_len or min(arch.max_position_embeddings, 32768)  # tokens
+    chunk_tokens = chunk or default_chunk_tokens(gpu)  # tokens per step
+    ref_ctx = min(mml, REF_CONTEXT_TOKENS)  # tokens
+    w_gpu = weights_bytes_per_gpu(arch, quantization, tp)  # bytes on each GPU before offload
+    offload = min(cpu_offload_gib * GIB, w_gpu)  # bytes kept in host RAM per GPU
+    w_res = w_gpu - offload  # bytes resident on each GPU
+    act = activation_bytes(arch, tp, chunk_tokens, max_num_seqs)  # bytes
+    overhead = act + (cal.cuda_graph_gib + cal.context_gib) * GIB  # bytes per GPU
+    if kv_gib is None:
+        kv = max(0.0, util * gpu.memory_gib * GIB - w_res - overhead)  # bytes per GPU
+    else:
+        kv = max(0.0, kv_gib * GIB)
+    kv_tok_gpu = kv_bytes_per_token(arch, kv_cache_dtype, ref_ctx, tp=tp)  # bytes/token/GPU
+    max_kv = int(kv // kv_tok_gpu)
+    step = build_step_model(
+        arch, quantization, gpu, tp, cal, kv_cache_dtype=kv_cache_dtype,
+        ref_context_tokens=ref_ctx, cpu_offload_gib=cpu_offload_gib, interconnect=interconnect,
+    )
+    loads = load_times(weights_bytes(arch, quantization), w_res, gpu, cal, disk_read_gbps)
+    return InstancePerf(
+        weights_gib_per_gpu=w_res / GIB,
+        kv_gib_per_gpu=kv / GIB,
+        overhead_gib_per_gpu=overhead / GIB,
+        context_gib_per_gpu=cal.context_gib,
+        kv_bytes_per_token=kv_bytes_per_token(arch, kv_cache_dtype, ref_ctx),
+        max_kv_tokens=max_kv,
+        max_num_seqs=max_num_seqs,
+        chunk_tokens=chunk_tokens,
+        step=step,
+        cold_start_s=loads["cold_start_s"],
+        wake_host_s=loads["wake_host_s"],
+        wake_disk_s=loads["wake_disk_s"],
+        sleep_s=loads["sleep_s"],
+        weights_host_gib=w_res * tp / GIB,
+        prefill_overhead_s=cal.prefill_overhead_s,
+        cpu_offload_gib=offload / GIB,
+    )

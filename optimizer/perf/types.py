@@ -65,6 +65,13 @@ class InstancePerf:
     wake_disk_s: float  # level 2 / stopped -> awake, s
     sleep_s: float  # awake -> asleep (level 1 offload), s
     weights_host_gib: float  # host RAM a level-1 sleeper holds (all its GPUs' weights), GiB
+    prefill_overhead_s: float = 0.0  # fixed per-request cost (tokenize, schedule, detokenize), s
+    cpu_offload_gib: float = 0.0  # weights kept in host RAM per GPU and streamed each step, GiB
+
+    @property
+    def fits(self) -> bool:
+        """Whether the KV cache holds at least one token after weights and overheads."""
+        return self.max_kv_tokens > 0
 
     @property
     def awake_gib_per_gpu(self) -> float:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from planner.catalog.models import ModelArch
 from planner.schemas.common import Strict
 
 
@@ -29,16 +30,28 @@ class Environment(Strict):
     created_at: str = ""
 
 
+class GemmPoint(Strict):
+    """Dense GEMM rate of one (dtype, shape): C[m,n] = A[m,k] @ B[k,n]."""
+
+    dtype: str = Field(description="bf16 | fp16 | fp8 | fp32")
+    m: int = Field(ge=1)
+    n: int = Field(ge=1)
+    k: int = Field(ge=1)
+    tflops: Stat = Field(description="2*m*n*k / time, TFLOP/s")
+
+
 class Hardware(Strict):
     """Microbenchmarks of one device type."""
 
-    gemm_tflops: dict[str, Stat] = Field(default_factory=dict, description="dtype -> dense GEMM rate, TFLOP/s")
-    device_copy_gbps: Stat | None = Field(default=None, description="device memory copy, GB/s")
+    gemm_tflops: dict[str, Stat] = Field(default_factory=dict, description="dtype -> dense GEMM rate, TFLOP/s (best shape)")
+    gemm_points: list[GemmPoint] = Field(default_factory=list, description="every (dtype, shape) measured")
+    device_copy_gbps: Stat | None = Field(default=None, description="device memory copy, read+write bytes, GB/s")
     h2d_pinned_gbps: Stat | None = Field(default=None, description="host->device pinned, GB/s")
     h2d_pageable_gbps: Stat | None = Field(default=None, description="host->device pageable, GB/s")
     d2h_pinned_gbps: Stat | None = Field(default=None, description="device->host pinned, GB/s")
     disk_read_gbps: Stat | None = Field(default=None, description="cold sequential file read, GB/s")
-    ram_gbps: Stat | None = Field(default=None, description="host RAM copy, GB/s")
+    ram_gbps: Stat | None = Field(default=None, description="host RAM copy, read+write bytes, GB/s")
+    notes: list[str] = Field(default_factory=list, description="caveats of these measurements")
 
 
 class PrefillPoint(Strict):
@@ -55,6 +68,7 @@ class DecodePoint(Strict):
     output_tokens: int = Field(default=64, ge=1)
     prompt_tokens: int = Field(default=16, ge=1)
     tpot_s: Stat
+    ttft_s: Stat | None = Field(default=None, description="time to first token of the same requests")
 
 
 class EngineRun(Strict):
@@ -63,6 +77,11 @@ class EngineRun(Strict):
     model: str
     variant: str
     tp: int = Field(default=1, ge=1)
+    quantization: str = Field(default="", description="the variant's quantization")
+    arch: ModelArch | None = Field(default=None, description="architecture numbers (calibration needs them)")
+    max_model_len: int | None = Field(default=None, ge=1, description="--max-model-len used")
+    max_num_seqs: int | None = Field(default=None, ge=1, description="--max-num-seqs used")
+    chunk_tokens: int | None = Field(default=None, ge=1, description="prefill chunk budget used")
     status: Literal["ok", "failed"] = "ok"
     reason: str = Field(default="", description="classified failure reason when status=failed")
     detail: str = Field(default="", description="last log lines of a failure")
@@ -76,6 +95,7 @@ class EngineRun(Strict):
     wake_l1_s: float | None = None
     sleep_l2_s: float | None = None
     wake_l2_s: float | None = None
+    notes: list[str] = Field(default_factory=list, description="caveats of this run")
 
 
 class Calibration(Strict):
@@ -88,6 +108,10 @@ class Calibration(Strict):
     engine_init_s: float | None = Field(default=None, ge=0, description="engine init on cold start, s")
     h2d_gbps: float | None = Field(default=None, gt=0, description="wake bandwidth host->GPU, GB/s")
     disk_read_gbps: float | None = Field(default=None, gt=0, description="weights read, GB/s")
+    attn_efficiency: float | None = Field(default=None, gt=0, le=2, description="achieved/peak attention FLOP/s")
+    d2h_gbps: float | None = Field(default=None, gt=0, description="sleep bandwidth GPU->host, GB/s")
+    points: int | None = Field(default=None, ge=0, description="engine points the fit used")
+    source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")
 
 

@@ -1,0 +1,137 @@
+"""Loading what several commands take: input files, workloads, profiles, provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+from planner.schemas import load_cluster, load_models, load_profile, load_slo
+from planner.schemas.cluster import Cluster
+from planner.schemas.models import Models
+from planner.schemas.slo import Slo
+
+
+def cluster(path: Path) -> Cluster:
+    """cluster.yaml, validated."""
+    return load_cluster(path)
+
+
+def models(path: Path) -> Models:
+    """models.yaml, validated."""
+    return load_models(path)
+
+
+def slo(path: Path) -> Slo:
+    """slo.yaml, validated."""
+    return load_slo(path)
+
+
+def workload(path: Path, ms: Models, seed: int):
+    """A trace file, or a synth spec (.yaml) generated on the fly for the catalog's models."""
+    from planner.trace import read_trace
+
+    if path.suffix in (".yaml", ".yml"):
+        from planner.io import read_yaml
+        from planner.optimizer.workload.synth import SynthSpec, bind_models, synth
+        from planner.schemas import validation_to_input_error
+        from pydantic import ValidationError
+
+        data = read_yaml(path)
+        data.pop("kind", None) if isinstance(data, dict) else None
+        try:
+            spec = SynthSpec.model_validate(data)
+        except ValidationError as e:
+            raise validation_to_input_error(e, str(path), "workload spec", SynthSpec) from None
+        spec, _ = bind_models(spec, ms.names)
+        return synth(spec, seed=seed)
+    return read_trace(path, ms.names)
+
+
+def calibration(profiles: Path | None) -> dict[str, Any] | None:
+    """Per GPU type calibration from every profile YAML in a folder."""
+    if profiles is None:
+        return None
+    if not profiles.is_dir():
+        raise InputError("not a folder of profiles", file=str(profiles), fix="pass the folder `planner profile` wrote")
+    from planner.optimizer.perf import calib_from_profile
+
+    out: dict[str, Any] = {}
+    for f in sorted(profiles.glob("*.yaml")):
+        prof = load_profile(f)
+        out[prof.gpu_type] = calib_from_profile(prof)
+    return out
+
+
+def provenance(**paths: Path | None) -> dict[str, Any]:
+    """{name: {path, sha256}} for each input given (a folder hashes its YAML files)."""
+    import hashlib
+
+    from planner.io import sha256_file
+    from planner.schemas.plan import InputRef
+
+    out: dict[str, Any] = {}
+    for name, p in paths.items():
+        if p is None:
+            continue
+        if p.is_dir():
+            h = hashlib.sha256()
+            for f in sorted(p.glob("*.yaml")):
+                h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
+            out[name] = InputRef(path=str(p), sha256=h.hexdigest())
+        else:
+            out[name] = InputRef(path=str(p), sha256=sha256_file(p))
+    return out
+
+
+def summary_dict(summary: Any) -> dict[str, Any]:
+    """A workload summary as plain data for plan.yaml."""
+    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
+
+
+def scorer(trace, sl: Slo):
+    """The simulator as the optimizer's scorer: (point, perfs) -> metrics dict."""
+    from planner.optimizer.sim.simulator import simulate
+
+    def score(point, perfs):
+        return simulate(point, perfs, trace, sl).to_metrics()
+
+    return score
+
+
+def baseline_metrics(cl: Cluster, ms: Models, sl: Slo, trace, calib) -> dict[str, dict[str, Any]]:
+    """static / lru / melange through the same simulator; a baseline that cannot be built says why."""
+    from planner.optimizer import baselines
+    from planner.errors import PlannerError
+
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("static", "lru", "melange"):
+        try:
+            out[name] = baselines.evaluate_baseline(name, cl, ms, sl, trace, calib)
+        except PlannerError as e:
+            out[name] = {"error": e.message}
+    return out
+
+
+def silence_solver_banner() -> None:
+    """HiGHS prints a banner on stdout at its first instance in a process; take it to /dev/null.
+
+    Without this the banner lands in the middle of `--json` output.
+    """
+    import os
+    import sys
+
+    try:
+        import highspy
+    except ImportError:
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(devnull)
+        os.close(saved)

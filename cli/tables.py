@@ -1,0 +1,38 @@
+"""Rich tables shared by optimize, evaluate and adjust."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+
+def metrics_table(
+    title: str,
+    points: dict[str, dict[str, Any]],
+    baselines: dict[str, dict[str, Any]] | None = None,
+    *,
+    selected: str | None = None,
+    attainment: float | None = None,
+) -> Table:
+    """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
+    t = Table(title=title)
+    for col in ("point", "attainment", "TTFT p95 s", "TPOT p95 ms", "switch p95 s", "switches",
+                "warm GiB", "GPUs"):
+        t.add_column(col, justify="left" if col == "point" else "right")
+
+    def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
+        if "error" in m:
+            t.add_row(name, f"[dim]{m['error']}[/]", *[""] * 6, style=style)
+            return
+        att = m["slo_attainment"]
+        att_s = f"{att:.3f}" if attainment is None or att >= attainment else f"[red]{att:.3f}[/]"
+        t.add_row(name, att_s, f"{m['ttft_p95_s']:.2f}", f"{1000 * m['tpot_p95_s']:.1f}",
+                  f"{m['switch_p95_s']:.2f}", str(m.get("switch_count", "")),
+                  f"{m['warm_gpu_gib']:.1f}", str(m.get("gpus_used", "")), style=style)
+
+    for name, m in points.items():
+        row(f"{name} *" if name == selected else name, m)
+    for name, m in (baselines or {}).items():
+        row(f"[dim]baseline[/] {name}", m, style="dim")
+    return t

@@ -1,0 +1,58 @@
+"""Turn MILP placements into a plan point: instance ids, ports, engine args, memory."""
+
+from __future__ import annotations
+
+import math
+
+from planner.optimizer.milp import Placement
+from planner.optimizer.perf.types import InstancePerf
+from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point
+
+BASE_PORT = 8100  # first engine port on each node; the gateway defaults to 8000
+
+# vLLM's --quantization for each variant precision; None lets vLLM read the checkpoint's config.
+_VLLM_QUANT = {"fp8": "fp8", "awq": "awq", "gptq": "gptq"}
+
+
+def build_point(name: str, placements: tuple[Placement, ...], model_order: list[str]) -> tuple[Point, dict[str, InstancePerf]]:
+    """A point with stable ids (`<model>-<k>`) and ports (per node, in instance order)."""
+    rank = {m: i for i, m in enumerate(model_order)}
+    ordered = sorted(placements, key=lambda p: (rank.get(p.cand.model, 1 << 30), p.gset.node, p.gset.gpus, p.tier, p.cand.key))
+    per_model: dict[str, int] = {}
+    per_node_port: dict[str, int] = {}
+    instances: list[Instance] = []
+    perfs: dict[str, InstancePerf] = {}
+    for p in ordered:
+        c = p.cand
+        k = per_model.get(c.model, 0)
+        per_model[c.model] = k + 1
+        port = per_node_port.get(p.gset.node, BASE_PORT)
+        per_node_port[p.gset.node] = port + 1
+        perf = c.perf
+        # vLLM budgets gpu_memory_utilization x device memory for this process; round up to 1%.
+        util = min(0.98, math.ceil(100 * perf.awake_gib_per_gpu / p.gset.memory_gib + 0.5) / 100)
+        inst = Instance(
+            id=f"{c.model}-{k}",
+            model=c.model,
+            variant=c.variant,
+            node=p.gset.node,
+            gpus=list(p.gset.gpus),
+            tp=c.tp,
+            tier=p.tier,
+            memory_gib=MemoryGib(
+                weights=round(perf.weights_gib_per_gpu, 3),
+                kv=round(perf.kv_gib_per_gpu, 3),
+                overhead=round(perf.overhead_gib_per_gpu, 3),
+            ),
+            engine=EngineArgs(
+                gpu_memory_utilization=util,
+                max_model_len=c.max_model_len,
+                max_num_seqs=c.max_num_seqs,
+                max_num_batched_tokens=perf.chunk_tokens,
+                quantization=_VLLM_QUANT.get(c.quantization),
+            ),
+            port=port,
+        )
+        instances.append(inst)
+        perfs[inst.id] = perf
+    return Point(name=name, instances=instances), perfs

@@ -1,0 +1,230 @@
+r"""Placement MILP: which candidates run on which GPU sets, in which tier.
+
+Sets
+    M                 models;  C_m  candidates of model m (variant, GPU type, TP, KV level)
+    S                 GPU sets (aligned TP groups of one type on one node);  J  GPUs;  N  nodes
+    T = {gpu, host, disk}  tiers;  T_s = {host, disk} sleeping tiers
+    P = {(c, s, t) : type(s) = type(c), |s| = tp(c), t allowed for model(c)}   placements
+    P_m, P_j, P_n     placements of model m / covering GPU j / on node n
+
+Parameters (per placement p = (c, s, t))
+    a_p   awake memory per GPU, GiB          k_p  memory a sleeping process keeps per GPU, GiB
+    h_p   host RAM while asleep, GiB (t = host: all weights; else 0)
+    cap_p requests/s at the TPOT target      q_p  quality penalty of the variant x model share
+    d_p   expected switch delay, s/h = switch-ins/h of model(c) x wake time of tier t (0 if gpu)
+    U_j   usable memory of GPU j, GiB        R_n  usable RAM of node n, GiB
+    D_m   peak-hour demand of m, requests/s; H headroom;  K max replicas of a model
+
+Variables
+    x_p in {0,1}   placement p is used
+    z_j >= 0       swap slot of GPU j: memory reserved for whichever sleeper is awake, GiB
+    y_j in {0,1}   GPU j holds anything
+
+Objective
+    min  w_s sum_p d_p x_p
+       + w_m ( sum_{p: t=gpu} tp_p a_p x_p + sum_{p: t in T_s} tp_p k_p x_p + sum_j z_j )
+       + w_q sum_p q_p x_p + w_g sum_j y_j
+
+Constraints
+    (1) every model served          sum_{p in P_m} x_p >= 1                       for m in M
+    (2) capacity                    sum_{p in P_m} cap_p x_p >= H D_m             for m in M
+    (3) at most K replicas          sum_{p in P_m} x_p <= K                       for m in M
+    (4) swap slot holds a sleeper   z_j >= a_p x_p                 for p in P_j with t in T_s
+    (5) GPU memory (DESIGN.md)      sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
+                                      + z_j <= U_j y_j                              for j in J
+    (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
+
+(5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
+sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulp
+
+from planner.errors import SolverError
+from planner.optimizer.candidates import Candidate, GpuSet
+from planner.optimizer.demand import ModelDemand
+
+TIERS = ("gpu", "host", "disk")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One chosen (candidate, GPU set, tier)."""
+
+    cand: Candidate
+    gset: GpuSet
+    tier: str
+
+
+@dataclass(frozen=True)
+class MilpResult:
+    """What a solve returns."""
+
+    status: str  # "optimal", "feasible" (time limit hit with an incumbent) or "infeasible"
+    objective: float
+    placements: tuple[Placement, ...]
+    solve_s: float  # solver wall time as reported by PuLP, s
+    n_vars: int
+    unserved: tuple[str, ...] = ()  # models with no placement option at all
+    slack: dict[str, float] = field(default_factory=dict)  # constraint name -> slack at the solution
+
+
+@dataclass(frozen=True)
+class MilpInput:
+    """Everything one solve needs, so that the same input gives the same model."""
+
+    candidates: tuple[Candidate, ...]
+    sets: tuple[GpuSet, ...]
+    demand: dict[str, ModelDemand]
+    models: tuple[str, ...]
+    gpu_usable_gib: dict[tuple[str, int], float]  # (node, device) -> usable GiB
+    node_ram_gib: dict[str, float]  # node -> usable RAM for sleepers, GiB
+    headroom: float
+    max_replicas: int
+    may_sleep: frozenset[str]
+    w_switch: float
+    w_memory: float
+    w_quality: float
+    w_gpus: float
+
+
+def placement_options(inp: MilpInput) -> list[Placement]:
+    """Every (candidate, set, tier) the MILP may choose, in a deterministic order."""
+    by_type: dict[tuple[str, int], list[GpuSet]] = {}
+    for s in inp.sets:
+        by_type.setdefault((s.gpu_type, len(s.gpus)), []).append(s)
+    out = []
+    for c in sorted(inp.candidates, key=lambda c: c.key):
+        for s in by_type.get((c.gpu_type, c.tp), []):
+            tiers = TIERS if c.model in inp.may_sleep else ("gpu",)
+            for t in tiers:
+                out.append(Placement(c, s, t))
+    return out
+
+
+def switch_delay_s_per_h(p: Placement, demand: dict[str, ModelDemand]) -> float:
+    """Expected switch delay a placement adds, s per hour of trace."""
+    if p.tier == "gpu":
+        return 0.0
+    d = demand.get(p.cand.model)
+    if d is None:
+        return 0.0
+    wake_s = p.cand.perf.wake_host_s if p.tier == "host" else p.cand.perf.wake_disk_s
+    return d.switch_ins_per_hour * wake_s
+
+
+def solve(
+    inp: MilpInput,
+    *,
+    time_limit_s: float = 10.0,
+    solver: str = "auto",
+    forbid: frozenset[tuple[str, str, str, str]] = frozenset(),
+) -> MilpResult:
+    """Build and solve the MILP of the module docstring.
+
+    `forbid` removes options by (model, variant, GPU type, tier): `explain` re-solves without
+    a model's chosen option to price the next-best one.
+    """
+    opts = [p for p in placement_options(inp)
+            if (p.cand.model, p.cand.variant, p.cand.gpu_type, p.tier) not in forbid]
+    served = {p.cand.model for p in opts}
+    unserved = tuple(m for m in inp.models if m not in served)
+    if unserved:
+        return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved)
+
+    prob = pulp.LpProblem("placement", pulp.LpMinimize)
+    x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(len(opts))]
+    gpus = sorted(inp.gpu_usable_gib)
+    gidx = {g: k for k, g in enumerate(gpus)}
+    z = [prob.add_variable(f"z{k}", lowBound=0) for k in range(len(gpus))]
+    y = [prob.add_variable(f"y{k}", cat="Binary") for k in range(len(gpus))]
+
+    by_model: dict[str, list[int]] = {m: [] for m in inp.models}
+    by_gpu: dict[int, list[int]] = {k: [] for k in range(len(gpus))}
+    by_node_host: dict[str, list[int]] = {}
+    for i, p in enumerate(opts):
+        by_model[p.cand.model].append(i)
+        for g in p.gset.gpus:
+            by_gpu[gidx[(p.gset.node, g)]].append(i)
+        if p.tier == "host":
+            by_node_host.setdefault(p.gset.node, []).append(i)
+
+    def warm_gib(p: Placement) -> float:
+        per_gpu = p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
+        return per_gpu * p.cand.tp
+
+    total_share = sum(d.share for d in inp.demand.values()) or 1.0
+    prob += (
+        inp.w_switch * pulp.lpSum(switch_delay_s_per_h(p, inp.demand) * x[i] for i, p in enumerate(opts))
+        + inp.w_memory * (pulp.lpSum(warm_gib(p) * x[i] for i, p in enumerate(opts)) + pulp.lpSum(z))
+        + inp.w_quality * pulp.lpSum(
+            p.cand.quality_penalty * (inp.demand[p.cand.model].share / total_share
+                                      if p.cand.model in inp.demand else 0.0) * x[i]
+            for i, p in enumerate(opts))
+        + inp.w_gpus * pulp.lpSum(y)
+    )
+    for m in inp.models:
+        ids = by_model[m]
+        # (1) every model served
+        prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{m}"
+        d = inp.demand.get(m)
+        if d is not None and d.peak_rps > 0:
+            # (2) capacity >= headroom x peak-hour demand
+            prob += (pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids)
+                     >= inp.headroom * d.peak_rps, f"c2_capacity_{m}")
+        # (3) at most K replicas
+        prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{m}"
+    for k, g in enumerate(gpus):
+        sleepers = [i for i in by_gpu[k] if opts[i].tier != "gpu"]
+        for i in sleepers:
+            # (4) the swap slot holds the largest sleeper
+            prob += z[k] >= opts[i].cand.perf.awake_gib_per_gpu * x[i], f"c4_slot_{k}_{i}"
+        # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
+        prob += (
+            pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in by_gpu[k] if opts[i].tier == "gpu")
+            + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
+            + z[k] <= inp.gpu_usable_gib[g] * y[k]
+        ), f"c5_memory_{k}"
+    for n, ids in sorted(by_node_host.items()):
+        # (6) host RAM holds the weights of every host-tier sleeper on the node
+        prob += (pulp.lpSum(opts[i].cand.perf.weights_host_gib * x[i] for i in ids)
+                 <= inp.node_ram_gib.get(n, 0.0)), f"c6_ram_{n}"
+
+    status, objective = _run(prob, time_limit_s, solver)
+    if status == "infeasible":
+        return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x))
+    chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
+    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
+    return MilpResult(status, objective, chosen, prob.solutionTime or 0.0, len(x), slack=slack)
+
+
+def _slack(c: pulp.LpConstraint) -> float:
+    """How far a constraint is from binding at the solution (>= 0 when satisfied)."""
+    v = c.value() or 0.0  # lhs - rhs, as PuLP stores constraints as expr <sense> 0
+    return -v if c.sense == pulp.LpConstraintLE else v
+
+
+def _run(prob: pulp.LpProblem, time_limit_s: float, solver: str) -> tuple[str, float]:
+    use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
+    if solver == "highs" and not use_highs:
+        raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")
+    s = (pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=1, random_seed=0) if use_highs
+         else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=1, options=["randomSeed 0"]))
+    try:
+        prob.solve(s)
+    except pulp.PulpSolverError as e:
+        raise SolverError(f"MILP solver failed: {e}") from None
+    st = pulp.LpStatus[prob.status]
+    if st == "Optimal":
+        # PuLP reports a time-limited solve with an incumbent as Optimal for some solvers;
+        # sol_status tells them apart.
+        feasible_only = getattr(prob, "sol_status", 1) == pulp.LpSolutionIntegerFeasible
+        return ("feasible" if feasible_only else "optimal"), float(pulp.value(prob.objective) or 0.0)
+    if st in ("Infeasible", "Undefined") or getattr(prob, "sol_status", 0) in (
+        pulp.LpSolutionInfeasible, pulp.LpSolutionNoSolutionFound):
+        return "infeasible", float("inf")
+    raise SolverError(f"MILP ended with status {st}")

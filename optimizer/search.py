@@ -1,0 +1,362 @@
+"""Bayesian outer search around the placement MILP (in the spirit of BOUTE, MLSys'26).
+
+The MILP sees memory, capacity and a linear estimate of switch delay. What it cannot see
+linearly — how much headroom to buy, the KV budget, the batch cap, how to weigh switch delay
+against warm memory, which models may sleep — is searched by a Gaussian-process optimizer
+(scikit-optimize). Every candidate plan is replayed through the simulator; all evaluated plans
+are kept, and the Pareto set (switch P95 vs warm GiB, among plans meeting the attainment
+target) becomes the plan's points.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.errors import InfeasibleError
+from planner.optimizer.build import build_point
+from planner.optimizer.candidates import (
+    Knobs,
+    enumerate_candidates,
+    gpu_sets,
+    smallest_footprint,
+)
+from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.demand import ModelDemand, model_demand
+from planner.optimizer.milp import MilpInput, MilpResult, solve
+from planner.optimizer.pareto import name_points, pareto_front
+from planner.optimizer.perf import Calib
+from planner.optimizer.perf.types import InstancePerf
+from planner.schemas.cluster import Cluster
+from planner.schemas.models import Models
+from planner.schemas.plan import Point, Predicted
+from planner.schemas.slo import Slo
+
+Scorer = Callable[[Point, dict[str, InstancePerf]], dict[str, Any]]
+Progress = Callable[[int, int, dict[str, Any] | None], None]
+
+
+@dataclass
+class Evaluation:
+    """One knob setting, its MILP outcome and the simulator's metrics."""
+
+    index: int
+    knobs: Knobs
+    milp: MilpResult | None
+    point: Point | None
+    perfs: dict[str, InstancePerf]
+    metrics: dict[str, Any] | None
+    milp_s: float = 0.0  # wall time of candidate generation + solve, s
+    sim_s: float = 0.0  # wall time of the simulator, s
+
+    @property
+    def feasible(self) -> bool:
+        """The MILP found a placement and the simulator scored it."""
+        return self.metrics is not None
+
+
+@dataclass
+class SearchResult:
+    """All evaluations, the chosen points and where time went."""
+
+    evaluations: list[Evaluation]
+    points: list[Point]
+    selected: str
+    notes: list[str] = field(default_factory=list)
+    milp_time_s: float = 0.0
+    sim_time_s: float = 0.0
+    milp_max_s: float = 0.0
+    knobs: dict[str, Knobs] = field(default_factory=dict)  # point name -> the knobs that made it
+
+
+def _sleep_order(models: Models, demand: dict[str, ModelDemand]) -> list[str]:
+    """Models in the order they are allowed to sleep: least requested first, then by priority."""
+    def key(m):
+        d = demand.get(m.name)
+        return (m.priority, d.share if d else 0.0, m.name)
+    return [m.name for m in sorted(models.models, key=key)]
+
+
+def knobs_from_vector(v: list[Any], sleep_order: list[str]) -> Knobs:
+    """Decode one search vector into knobs (see `_space`)."""
+    headroom, kv_factor, seqs, log_ws, log_wm, n_sleep = v
+    return Knobs(
+        headroom=float(headroom),
+        kv_factor=float(kv_factor),
+        max_num_seqs=int(seqs),
+        w_switch=10.0 ** float(log_ws),
+        w_memory=10.0 ** float(log_wm),
+        may_sleep=frozenset(sleep_order[: int(n_sleep)]),
+    )
+
+
+def _space(cfg: OptimizeConfig, n_models: int):
+    from skopt.space import Categorical, Integer, Real
+
+    return [
+        Real(*cfg.headroom_range, name="headroom"),
+        Real(*cfg.kv_factor_range, name="kv_factor"),
+        Categorical(list(cfg.max_num_seqs_choices), name="max_num_seqs"),
+        Real(-2.0, 2.0, name="log10_w_switch"),
+        Real(-2.0, 1.0, name="log10_w_memory"),
+        Integer(0, n_models, name="n_may_sleep"),
+    ]
+
+
+class Searcher:
+    """Holds the inputs of one optimize run; `run()` does the search."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        models: Models,
+        slo: Slo,
+        trace: pd.DataFrame,
+        cfg: OptimizeConfig,
+        scorer: Scorer,
+        calib: dict[str, Calib] | None = None,
+    ):
+        self.cluster, self.models, self.slo, self.trace, self.cfg = cluster, models, slo, trace, cfg
+        self.scorer = scorer
+        self.calib = calib
+        self.demand = model_demand(trace)
+        self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
+        self.gpu_usable = {
+            (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
+            for n in cluster.nodes for d, g in n.gpu_list()
+        }
+        self.node_ram = {n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes}
+        self.sleep_order = _sleep_order(models, self.demand)
+        self._cands: dict[tuple[float, int], tuple] = {}
+        self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
+
+    def candidates(self, knobs: Knobs):
+        """Candidates for the knobs that change them (cached)."""
+        key = (round(knobs.kv_factor, 3), knobs.max_num_seqs)
+        if key not in self._cands:
+            self._cands[key] = tuple(enumerate_candidates(
+                self.cluster, self.models, self.slo, self.demand, knobs,
+                max_tp=self.cfg.max_tp, max_model_len_cap=self.cfg.max_model_len,
+                gpu_margin=self.cfg.gpu_memory_margin, calib=self.calib,
+            ))
+        return self._cands[key]
+
+    def milp_input(self, knobs: Knobs) -> MilpInput:
+        """The MILP for one knob setting."""
+        return MilpInput(
+            candidates=self.candidates(knobs), sets=self.sets, demand=self.demand,
+            models=tuple(self.models.names), gpu_usable_gib=self.gpu_usable,
+            node_ram_gib=self.node_ram, headroom=knobs.headroom,
+            max_replicas=self.cfg.max_replicas, may_sleep=knobs.may_sleep,
+            w_switch=knobs.w_switch, w_memory=knobs.w_memory,
+            w_quality=knobs.w_quality, w_gpus=knobs.w_gpus,
+        )
+
+    def evaluate(self, index: int, knobs: Knobs) -> Evaluation:
+        """MILP -> point -> simulator."""
+        t0 = time.perf_counter()
+        res = solve(self.milp_input(knobs), time_limit_s=self.cfg.milp_time_limit_s, solver=self.cfg.solver)
+        t1 = time.perf_counter()
+        if res.status == "infeasible":
+            return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
+        point, perfs = build_point(f"eval-{index}", res.placements, self.models.names)
+        metrics = self.scorer(point, perfs)
+        t2 = time.perf_counter()
+        point.predicted = _predicted(metrics)
+        return Evaluation(index, knobs, res, point, perfs, metrics, milp_s=t1 - t0, sim_s=t2 - t1)
+
+    def scalar(self, ev: Evaluation, lam: float) -> float:
+        """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall."""
+        if not ev.feasible:
+            return 10.0
+        m = ev.metrics
+        switch_n = m["switch_p95_s"] / 30.0  # s, against a 30 s reference wake
+        warm_n = m["warm_gpu_gib"] / self.total_gpu_gib
+        short = max(0.0, self.slo.attainment - m["slo_attainment"])
+        return switch_n + lam * warm_n + 20.0 * short
+
+    def check_placeable(self) -> None:
+        """Raise InfeasibleError naming each model that fits nowhere, before any search."""
+        loosest = Knobs(kv_factor=self.cfg.kv_factor_range[0], max_num_seqs=min(self.cfg.max_num_seqs_choices))
+        cands = self.candidates(loosest)
+        have = {c.model for c in cands}
+        missing = [m for m in self.models.names if m not in have]
+        if missing:
+            lines = []
+            for m in missing:
+                lines.append(f"model {m!r} fits on no GPU of the cluster:")
+                lines += ["    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)]
+            raise InfeasibleError(
+                "\n".join(lines),
+                fix="add a quantized variant (fp8/awq), lower max_context in models.yaml, "
+                    "or add GPUs with more memory (or more of them for a larger TP)",
+            )
+
+    def explain_capacity(self) -> str:
+        """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
+        knobs = Knobs(headroom=0.0, kv_factor=self.cfg.kv_factor_range[1], max_num_seqs=max(self.cfg.max_num_seqs_choices))
+        cands = self.candidates(knobs)
+        parts = []
+        for m in self.models.names:
+            d = self.demand.get(m)
+            best = max((c.capacity_rps for c in cands if c.model == m), default=0.0)
+            if d and best * self.cfg.max_replicas < d.peak_rps:
+                parts.append(f"{m}: peak {d.peak_rps:.2f} req/s > {self.cfg.max_replicas} x {best:.2f} req/s per instance")
+        return "; ".join(parts) or "all models together need more GPU memory than the cluster has"
+
+    def run(self, progress: Progress | None = None) -> SearchResult:
+        """The whole search; deterministic for a seed."""
+        from skopt import Optimizer
+
+        self.check_placeable()
+        cfg = self.cfg
+        n_models = len(self.models.names)
+        evals: list[Evaluation] = []
+        # Two anchors: everything awake, and every model allowed to sleep with memory weighed high.
+        anchors = [
+            [1.2, 1.0, 32, 0.0, -2.0, 0],
+            [1.0, 0.5, 16, -2.0, 1.0, n_models],
+        ]
+        lams = (0.3, 1.0, 3.0)  # trade-offs the three phases favour
+        per_phase = max(1, math.ceil(max(0, cfg.evals - len(anchors)) / len(lams)))
+        best: dict[str, Any] | None = None
+        total = max(cfg.evals, len(anchors))
+        done = 0
+        for v in anchors[: total]:
+            ev = self.evaluate(done, knobs_from_vector(v, self.sleep_order))
+            evals.append(ev)
+            done += 1
+            best = _better(best, ev, self.slo.attainment)
+            if progress:
+                progress(done, total, best)
+        for phase, lam in enumerate(lams):
+            if done >= total:
+                break
+            opt = Optimizer(_space(cfg, n_models), base_estimator="GP", acq_func="EI",
+                            n_initial_points=max(2, per_phase // 2),
+                            random_state=cfg.seed * 7919 + phase)
+            for ev in evals:  # everything seen so far informs the new phase
+                opt.tell(_vector(ev.knobs, self.sleep_order), self.scalar(ev, lam))
+            for _ in range(per_phase):
+                if done >= total:
+                    break
+                v = opt.ask()
+                ev = self.evaluate(done, knobs_from_vector(v, self.sleep_order))
+                evals.append(ev)
+                opt.tell(v, self.scalar(ev, lam))
+                done += 1
+                best = _better(best, ev, self.slo.attainment)
+                if progress:
+                    progress(done, total, best)
+        return self.finish(evals)
+
+    def finish(self, evals: list[Evaluation]) -> SearchResult:
+        """Pareto set, names, selected point and notes."""
+        feasible = [e for e in evals if e.feasible]
+        notes: list[str] = []
+        if not feasible:
+            raise InfeasibleError(
+                "no placement satisfies memory and capacity for any setting tried: " + self.explain_capacity(),
+                fix="add GPUs, add quantized variants, or lower the demand (fewer users / lower headroom)",
+            )
+        target = self.slo.attainment
+        meeting = [e for e in feasible if e.metrics["slo_attainment"] >= target - 1e-9]
+        pool = meeting
+        if not meeting:
+            top = max(e.metrics["slo_attainment"] for e in feasible)
+            pool = [e for e in feasible if e.metrics["slo_attainment"] >= top - 0.02]
+            notes.append(
+                f"no plan meets the attainment target {target:.3f}; best reached {top:.3f}. "
+                f"Binding: {binding_slo(pool[0].metrics, self.slo)}"
+            )
+        front = pareto_front(pool, lambda e: (e.metrics["switch_p95_s"], e.metrics["warm_gpu_gib"], -e.metrics["slo_attainment"]))
+        named = name_points(front, lambda e: e.metrics["warm_gpu_gib"], lambda e: e.metrics["switch_p95_s"])
+        points: list[Point] = []
+        knobs: dict[str, Knobs] = {}
+        for name, ev in named:
+            knobs[name] = ev.knobs
+            p = ev.point.model_copy(deep=True)
+            p.name = name
+            p.notes = list(notes)
+            points.append(p)
+        selected = "balanced" if any(p.name == "balanced" for p in points) else points[0].name
+        return SearchResult(
+            evaluations=evals, points=points, selected=selected, notes=notes,
+            milp_time_s=sum(e.milp_s for e in evals), sim_time_s=sum(e.sim_s for e in evals),
+            milp_max_s=max((e.milp.solve_s for e in evals if e.milp), default=0.0),
+            knobs=knobs,
+        )
+
+
+def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
+    """Which SLO the worst model misses by the most (relative), in words."""
+    worst = ("none", 0.0)
+    for model, pm in sorted(metrics.get("per_model", {}).items()):
+        t = slo.for_model(model)
+        for key, target in (("ttft_p95_s", t.ttft_p95_s), ("tpot_p95_s", t.tpot_p95_s), ("switch_p95_s", t.switch_p95_s)):
+            if target and pm.get(key, 0.0) > target:
+                ratio = pm[key] / target
+                if ratio > worst[1]:
+                    worst = (f"{model} {key} {pm[key]:.2f} s > target {target:.2f} s", ratio)
+    return worst[0] if worst[1] else "attainment below target with every P95 within target (tail of the per-request distribution)"
+
+
+def knobs_to_dict(k: Knobs) -> dict[str, Any]:
+    """Knobs as plain data (plan.yaml `search.knobs`)."""
+    return {"headroom": round(k.headroom, 6), "kv_factor": round(k.kv_factor, 6),
+            "max_num_seqs": k.max_num_seqs, "w_switch": round(k.w_switch, 6),
+            "w_memory": round(k.w_memory, 6), "w_quality": k.w_quality, "w_gpus": k.w_gpus,
+            "may_sleep": sorted(k.may_sleep)}
+
+
+def knobs_from_dict(d: dict[str, Any]) -> Knobs:
+    """Inverse of knobs_to_dict."""
+    return Knobs(**{**d, "may_sleep": frozenset(d.get("may_sleep", ()))})
+
+
+def _vector(k: Knobs, sleep_order: list[str]) -> list[Any]:
+    return [k.headroom, k.kv_factor, k.max_num_seqs, math.log10(k.w_switch), math.log10(k.w_memory),
+            len(k.may_sleep)]
+
+
+def _better(best: dict[str, Any] | None, ev: Evaluation, target: float) -> dict[str, Any] | None:
+    if not ev.feasible:
+        return best
+    m = ev.metrics
+    cand = {"switch_p95_s": m["switch_p95_s"], "warm_gpu_gib": m["warm_gpu_gib"], "slo_attainment": m["slo_attainment"]}
+    if best is None:
+        return cand
+    key = lambda d: (d["slo_attainment"] < target, d["switch_p95_s"] + d["warm_gpu_gib"] / 100.0)  # noqa: E731
+    return cand if key(cand) < key(best) else best
+
+
+def _predicted(m: dict[str, Any]) -> Predicted:
+    return Predicted(
+        switch_p95_s=round(float(m["switch_p95_s"]), 4),
+        ttft_p95_s=round(float(m["ttft_p95_s"]), 4),
+        tpot_p95_s=round(float(m["tpot_p95_s"]), 5),
+        slo_attainment=round(float(m["slo_attainment"]), 5),
+        warm_gpu_gib=round(float(m["warm_gpu_gib"]), 3),
+        gpus_used=int(m["gpus_used"]),
+    )
+
+
+def optimize(
+    cluster: Cluster,
+    models: Models,
+    slo: Slo,
+    trace: pd.DataFrame,
+    cfg: OptimizeConfig,
+    scorer: Scorer,
+    calib: dict[str, Calib] | None = None,
+    progress: Progress | None = None,
+) -> SearchResult:
+    """Search the plans for these inputs; see the module docstring."""
+    np.random.seed(cfg.seed)  # skopt draws some initial points from numpy's global state
+    return Searcher(cluster, models, slo, trace, cfg, scorer, calib).run(progress)

@@ -1,0 +1,383 @@
+"""One vLLM engine: continuous batching with chunked prefill, KV admission and preemption.
+
+Scheduling follows vLLM V1: each step has a token budget (`chunk_tokens`); running
+sequences are served first (one token for a decoding sequence, the next prefill chunk for a
+prefilling one), then waiting sequences are admitted in FIFO order while the batch has room
+(`max_num_seqs`), the budget has tokens and the KV cache has room for the whole prompt
+(cached prefix included). When the decode tokens of the next step do not fit the KV cache,
+the most recently admitted sequence is preempted: its KV is freed and it goes back to the
+front of the queue to recompute its prompt and the tokens generated so far.
+
+Speed. The engine never steps token by token:
+- a request that finds the engine empty and leaves before the next request arrives is a
+  *lone* request: its times come from `lone_times`, precomputed with numpy for the whole
+  trace (the common case for a small team);
+- otherwise the engine runs its batch, one step per prefill chunk and, while the batch
+  only decodes, k steps at once with their summed time in closed form (`decode_time_s`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from planner.optimizer.perf.types import InstancePerf, StepModel
+
+# A sequence in the engine: [request id, context tokens computed, prefill tokens left,
+# decode tokens left, KV tokens held, first token already emitted (0/1)].
+RID, CTX, PF, DEC, KV, EMITTED = range(6)
+
+
+def _comm_s(step: StepModel, new_tokens: float) -> float:
+    """TP all-reduce time of a step, s (0 without TP)."""
+    return step.comm_latency_s + step.comm_s_per_token * new_tokens if step.comm_latency_s else 0.0
+
+
+def decode_coeffs(step: StepModel, n: int, kv0: float) -> tuple[float, float, float, float, float]:
+    """Decode step j of n sequences holding kv0 context tokens takes
+    fixed + max(m0 + m1 j, c0 + c1 j) seconds (memory side, compute side)."""
+    fixed = step.overhead_s + _comm_s(step, n)  # s per step
+    m0 = step.dense_weight_read_s + step.expert_read_s * step.experts_touched(n)
+    m0 += step.kv_read_s_per_token * kv0  # s: context KV read
+    m1 = step.kv_read_s_per_token * n  # s per step: context grows by n tokens
+    c0 = step.compute_s_per_token * n + step.attn_s_per_pair * (kv0 + n)  # s
+    c1 = step.attn_s_per_pair * n  # s per step
+    return fixed, m0, m1, c0, c1
+
+
+def _lin(a0: float, a1: float, k: float) -> float:
+    """sum_{j<k} (a0 + a1 j)."""
+    return k * a0 + a1 * k * (k - 1) / 2
+
+
+def decode_time_s(step: StepModel, n: int, kv0: float, k: int) -> float:
+    """Wall time of k decode steps of n sequences starting with kv0 context tokens, s."""
+    if k <= 0:
+        return 0.0
+    fixed, m0, m1, c0, c1 = decode_coeffs(step, n, kv0)
+    d0, d1 = m0 - c0, m1 - c1
+    if d1 == 0:
+        body = _lin(m0, m1, k) if d0 >= 0 else _lin(c0, c1, k)
+    else:
+        s = min(max(math.ceil(-d0 / d1), 0), k)  # first step on the other side of the crossing
+        if d1 > 0:  # compute-bound first, memory-bound after
+            body = _lin(c0, c1, s) + _lin(m0 + m1 * s, m1, k - s)
+        else:
+            body = _lin(m0, m1, s) + _lin(c0 + c1 * s, c1, k - s)
+    return k * fixed + body
+
+
+def _lin_v(a0: np.ndarray, a1: np.ndarray, k: np.ndarray) -> np.ndarray:
+    return k * a0 + a1 * k * (k - 1) / 2
+
+
+def decode_time_vec(step: StepModel, kv0: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """`decode_time_s` for one sequence (n=1), vectorized over kv0 and k."""
+    fixed, _, m1, _, c1 = decode_coeffs(step, 1, 0.0)
+    m0 = step.dense_weight_read_s + step.expert_read_s * step.experts_touched(1)
+    m0 = m0 + step.kv_read_s_per_token * kv0
+    c0 = step.compute_s_per_token + step.attn_s_per_pair * (kv0 + 1)
+    d0, d1 = m0 - c0, m1 - c1
+    k = k.astype(np.float64)
+    if d1 == 0:
+        body = np.where(d0 >= 0, _lin_v(m0, m1, k), _lin_v(c0, c1, k))
+    else:
+        s = np.clip(np.ceil(-d0 / d1), 0, k)
+        if d1 > 0:
+            body = _lin_v(c0, c1, s) + _lin_v(m0 + m1 * s, m1, k - s)
+        else:
+            body = _lin_v(m0, m1, s) + _lin_v(c0 + c1 * s, c1, k - s)
+    return np.where(k > 0, k * fixed + body, 0.0)
+
+
+def step_time_vec(step: StepModel, new: np.ndarray, kv: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """`StepModel.time_s` vectorized (new_tokens > 0 everywhere)."""
+    mem = step.dense_weight_read_s + step.kv_read_s_per_token * kv
+    if step.num_experts:
+        miss = (1.0 - step.experts_per_tok / step.num_experts) ** new
+        mem = mem + step.expert_read_s * step.num_experts * (1.0 - miss)
+    comp = step.compute_s_per_token * new + step.attn_s_per_pair * pairs
+    comm = step.comm_latency_s + step.comm_s_per_token * new if step.comm_latency_s else 0.0
+    return step.overhead_s + np.maximum(mem, comp) + comm
+
+
+def lone_times(
+    perf: InstancePerf, input_tokens: np.ndarray, cached_tokens: np.ndarray, output_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(time to first token, time to last token) of requests each alone on an empty engine, s.
+
+    The prompt runs in chunks of `chunk_tokens` (the cached prefix is skipped but read as
+    context), the first token comes with the last chunk, then output-1 decode steps.
+    """
+    step = perf.step
+    budget = float(max(perf.chunk_tokens, 1))
+    ctx = cached_tokens.astype(np.float64)
+    left = (input_tokens - cached_tokens).astype(np.float64)
+    pf = np.zeros(len(left))
+    while True:
+        live = left > 0
+        if not live.any():
+            break
+        new = np.minimum(left[live], budget)
+        c = ctx[live]
+        pf[live] += step_time_vec(step, new, c, new * (c + (new + 1) / 2))
+        ctx[live] = c + new
+        left[live] -= new
+    dec = decode_time_vec(step, input_tokens.astype(np.float64), output_tokens - 1)
+    return pf, pf + dec
+
+
+class Engine:
+    """The batch state of one instance; times are absolute seconds of the simulation.
+
+    `first_s`/`finish_s` are the simulation-wide result lists the engine writes into.
+    """
+
+    __slots__ = (
+        "busy_s",
+        "cap",
+        "first_s",
+        "finish_s",
+        "free_s",
+        "general",
+        "lone",
+        "lone_args",
+        "lone_dur",
+        "lone_start",
+        "lone_until",
+        "kv_used",
+        "max_seqs",
+        "budget",
+        "preemptions",
+        "running",
+        "step",
+        "t",
+        "waiting",
+    )
+
+    def __init__(self, perf: InstancePerf, first_s: list[float], finish_s: list[float]):
+        self.step = perf.step
+        self.cap = max(int(perf.max_kv_tokens), 1)  # KV tokens, all sequences
+        self.max_seqs = max(int(perf.max_num_seqs), 1)
+        self.budget = max(int(perf.chunk_tokens), 1)  # tokens per step
+        self.first_s = first_s
+        self.finish_s = finish_s
+        self.general = False  # a batch is being simulated step by step
+        self.lone = -1  # request id of the lone request in flight, -1: none
+        self.lone_args: tuple[int, int, int] = (0, 0, 0)
+        self.lone_start = 0.0
+        self.lone_until = -math.inf
+        self.lone_dur = 0.0
+        self.free_s = -math.inf  # earliest start of the next step
+        self.t = 0.0
+        self.running: list[list] = []
+        self.waiting: deque[list] = deque()
+        self.kv_used = 0
+        self.busy_s = 0.0  # time with a step running, s
+        self.preemptions = 0
+
+    # -- submission -------------------------------------------------------------------------
+    def submit(
+        self, rid: int, t_s: float, inp: int, cached: int, out: int, pf_s: float, total_s: float
+    ) -> None:
+        """Request `rid` reaches the engine at `t_s` (submissions come in time order).
+
+        `pf_s`/`total_s` are its lone times (from `lone_times`, same `cached`)."""
+        while True:
+            if self.general:
+                self.advance_to(t_s)
+                if self.general:
+                    self._enqueue(rid, inp, cached, out)
+                    return
+            if self.lone < 0 or self.lone_until <= t_s:
+                start = t_s if t_s > self.free_s else self.free_s
+                self.lone = rid
+                self.lone_args = (inp, cached, out)
+                self.lone_start = start
+                self.lone_dur = total_s
+                self.lone_until = self.free_s = start + total_s
+                self.first_s[rid] = start + pf_s
+                self.finish_s[rid] = start + total_s
+                self.busy_s += total_s
+                return
+            self._materialize()
+
+    def _materialize(self) -> None:
+        """Turn the lone request in flight into a batch simulated from its start."""
+        rid = self.lone
+        self.busy_s -= self.lone_dur
+        self.lone = -1
+        self.lone_until = -math.inf
+        self.general = True
+        self.t = self.lone_start
+        self._enqueue(rid, *self.lone_args)
+
+    def _enqueue(self, rid: int, inp: int, cached: int, out: int) -> None:
+        self.waiting.append([rid, cached, inp - cached, out - 1, 0, 0])
+
+    # -- state queries ------------------------------------------------------------------------
+    def outstanding(self, t_s: float) -> int:
+        """Requests submitted and not finished at `t_s`."""
+        if self.general:
+            self.advance_to(t_s)
+            if self.general:
+                return len(self.running) + len(self.waiting)
+        return 1 if self.lone >= 0 and self.lone_until > t_s else 0
+
+    def drain(self) -> float:
+        """Run everything submitted to completion; the time the engine is free again."""
+        if self.general:
+            self.advance_to(math.inf)
+        return self.free_s
+
+    # -- the batch ---------------------------------------------------------------------------
+    def advance_to(self, until_s: float) -> None:
+        """Run every step that starts before `until_s`."""
+        running, waiting = self.running, self.waiting
+        while (running or waiting) and self.t < until_s:
+            if waiting and not running:
+                self.t = max(self.t, self.free_s)
+                if self.t >= until_s:
+                    break
+            k = self._decode_run_length(until_s)
+            if k:
+                self._decode_steps(k)
+            else:
+                self._one_step()
+        if not running and not waiting:
+            self.general = False
+            self.free_s = self.t
+
+    def _admissible(self) -> bool:
+        """Could the head of the queue join the batch now?"""
+        if not self.waiting or len(self.running) >= self.max_seqs:
+            return False
+        head = self.waiting[0]
+        need = head[CTX] + head[PF]
+        return not self.running or self.kv_used + need <= self.cap
+
+    def _decode_run_length(self, until_s: float) -> int:
+        """Steps the batch can take as a pure decode batch before anything changes (0: none)."""
+        running = self.running
+        if not running or self._admissible():
+            return 0
+        dmin = math.inf
+        kv0 = 0
+        for s in running:
+            if s[PF]:
+                return 0
+            if s[DEC] < dmin:
+                dmin = s[DEC]
+            kv0 += s[CTX]
+        n = len(running)
+        k = int(dmin)
+        if n > 1:
+            k = min(k, (self.cap - self.kv_used) // n)  # steps before the KV cache is full
+        if k <= 1:
+            return 0
+        if until_s != math.inf:
+            dt = until_s - self.t
+            if decode_time_s(self.step, n, kv0, k) >= dt:
+                lo, hi = 1, k  # smallest j with time(j) >= dt: steps starting before until_s
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if decode_time_s(self.step, n, kv0, mid) >= dt:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                k = lo
+        return k
+
+    def _decode_steps(self, k: int) -> None:
+        """k decode steps of the whole (constant) batch at once."""
+        running = self.running
+        n = len(running)
+        kv0 = sum(s[CTX] for s in running)
+        dt = decode_time_s(self.step, n, kv0, k)
+        self.t += dt
+        self.busy_s += dt
+        self.kv_used += n * k
+        done = False
+        for s in running:
+            s[CTX] += k
+            s[KV] += k
+            s[DEC] -= k
+            done = done or s[DEC] == 0
+        if done:
+            self._retire()
+
+    def _retire(self) -> None:
+        keep = []
+        for s in self.running:
+            if s[DEC] == 0 and s[PF] == 0:
+                self.finish_s[s[RID]] = self.t
+                self.kv_used -= s[KV]
+            else:
+                keep.append(s)
+        self.running[:] = keep
+
+    def _one_step(self) -> None:
+        running, waiting = self.running, self.waiting
+        # Preempt (recompute) the newest sequences until this step's decode tokens fit.
+        n_dec = sum(1 for s in running if not s[PF])
+        while len(running) > 1 and self.kv_used + n_dec > self.cap:
+            v = running.pop()
+            self.kv_used -= v[KV]
+            if not v[PF]:
+                n_dec -= 1
+            v[PF] = v[CTX] + v[PF]  # recompute everything it had
+            v[CTX] = 0
+            v[KV] = 0
+            waiting.appendleft(v)
+            self.preemptions += 1
+        budget = self.budget
+        new = kv = pairs = 0.0
+        sched: list[tuple[list, int]] = []
+        for s in running:
+            if budget <= 0:
+                break
+            c = min(s[PF], budget) if s[PF] else 1
+            sched.append((s, c))
+            budget -= c
+            new += c
+            kv += s[CTX]
+            pairs += c * (s[CTX] + (c + 1) / 2)
+        while budget > 0 and self._admissible():
+            s = waiting.popleft()
+            need = s[CTX] + s[PF]
+            s[KV] = need
+            self.kv_used += need
+            running.append(s)
+            c = min(s[PF], budget)
+            sched.append((s, c))
+            budget -= c
+            new += c
+            kv += s[CTX]
+            pairs += c * (s[CTX] + (c + 1) / 2)
+        if not sched:
+            return
+        dt = self.step.time_s(new, kv, pairs)
+        self.t += dt
+        self.busy_s += dt
+        finished = False
+        for s, c in sched:
+            if s[PF]:
+                s[CTX] += c
+                s[PF] -= c
+                if not s[PF]:
+                    if s[EMITTED]:
+                        s[DEC] -= 1  # a recomputed prompt yields the next token
+                    else:
+                        s[EMITTED] = 1
+                        self.first_s[s[RID]] = self.t
+                    finished = finished or s[DEC] == 0
+            else:
+                s[CTX] += 1
+                s[KV] += 1
+                self.kv_used += 1
+                s[DEC] -= 1
+                finished = finished or s[DEC] == 0
+        if finished:
+            self._retire()

@@ -1,0 +1,160 @@
+"""What a simulation reports: per-request latencies, SLO attainment, percentiles, warm memory.
+
+Conventions:
+- TTFT = first token - arrival; TPOT = (last token - first token) / (output tokens - 1),
+  only for requests with more than one output token; E2E = last token - arrival.
+- switch wait: time a request spent waiting for a wake (0 if it found its model awake).
+  `switch_p95_s` is the P95 over the requests that did wait (a switch is the event the
+  SLO is about), 0 when none did. `switch_count` counts wakes.
+- A request meets its SLOs when each target that applies to its model holds for it:
+  ttft <= ttft_p95_s, tpot <= tpot_p95_s, switch wait <= switch_p95_s. A request for a
+  model that has no instance is failed: counted, never met.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.schemas.slo import Slo
+
+QUANTILES = (50, 95, 99)
+
+
+def percentiles(x: np.ndarray) -> dict[str, float]:
+    """P50/P95/P99 of the finite values (0 when there are none)."""
+    x = x[np.isfinite(x)]
+    if not len(x):
+        return {f"p{q}": 0.0 for q in QUANTILES}
+    vals = np.percentile(x, QUANTILES)
+    return {f"p{q}": float(v) for q, v in zip(QUANTILES, vals, strict=True)}
+
+
+def met_slo(
+    model: np.ndarray,
+    model_names: tuple[str, ...],
+    ttft_s: np.ndarray,
+    tpot_s: np.ndarray,
+    switch_wait_s: np.ndarray,
+    slo: Slo,
+) -> np.ndarray:
+    """Per request: served and within every target of its model."""
+    ok = np.isfinite(ttft_s)
+    for m, name in enumerate(model_names):
+        sel = model == m
+        if not sel.any():
+            continue
+        tg = slo.for_model(name)
+        good = np.ones(int(sel.sum()), dtype=bool)
+        if tg.ttft_p95_s is not None:
+            good &= ttft_s[sel] <= tg.ttft_p95_s
+        if tg.tpot_p95_s is not None:
+            tp = tpot_s[sel]
+            good &= ~(tp > tg.tpot_p95_s)  # NaN (single-token output): no TPOT to miss
+        if tg.switch_p95_s is not None:
+            good &= switch_wait_s[sel] <= tg.switch_p95_s
+        ok[sel] &= good
+    return ok
+
+
+@dataclass
+class SimResult:
+    """Everything one simulation of one point on one trace produced."""
+
+    model_names: tuple[str, ...]
+    arrival_s: np.ndarray
+    model: np.ndarray
+    instance: np.ndarray  # serving instance index, -1: failed
+    ttft_s: np.ndarray  # NaN: failed
+    tpot_s: np.ndarray  # NaN: failed or one output token
+    e2e_s: np.ndarray
+    switch_wait_s: np.ndarray
+    met_slo: np.ndarray
+    cache_hit: np.ndarray
+    instance_ids: tuple[str, ...]
+    start_s: float
+    end_s: float
+    warm_gpu_gib_hours: float  # GiB x hours of GPU memory held (awake + sleeping contexts)
+    warm_gpu_gib: float  # time-average of the same, GiB
+    wakes: int
+    sleeps: int
+    wakes_by_instance: tuple[int, ...]
+    gpu_busy_fraction: float  # share of (GPU x time) with a step running
+    gpus_used: int
+    preemptions: int
+    memory_curve: tuple[np.ndarray, np.ndarray]  # (times s, warm GiB from each time)
+    instance_models: tuple[int, ...]  # model index of every instance (-1: not in the trace)
+
+    @property
+    def requests(self) -> int:
+        """Requests in the trace (each counted exactly once)."""
+        return len(self.arrival_s)
+
+    @property
+    def failed(self) -> int:
+        """Requests no instance could serve."""
+        return int((self.instance < 0).sum())
+
+    @property
+    def slo_attainment(self) -> float:
+        """Share of all requests that met every SLO that applies to them."""
+        return float(self.met_slo.mean()) if self.requests else 1.0
+
+    @property
+    def switched(self) -> np.ndarray:
+        """Mask of requests that waited for a wake."""
+        return self.switch_wait_s > 0
+
+    def _summary(self, sel: np.ndarray) -> dict[str, Any]:
+        sw = self.switch_wait_s[sel & self.switched]
+        return {
+            "ttft_s": percentiles(self.ttft_s[sel]),
+            "tpot_s": percentiles(self.tpot_s[sel]),
+            "e2e_s": percentiles(self.e2e_s[sel]),
+            "switch_wait_s": percentiles(sw),
+        }
+
+    @property
+    def overall(self) -> dict[str, Any]:
+        """P50/P95/P99 of TTFT, TPOT, E2E and switch wait over all requests."""
+        return self._summary(np.ones(self.requests, dtype=bool))
+
+    @property
+    def per_model(self) -> dict[str, dict[str, Any]]:
+        """The same percentiles per model."""
+        return {n: self._summary(self.model == m) for m, n in enumerate(self.model_names)}
+
+    def to_metrics(self) -> dict[str, Any]:
+        """The per-point figures of `planner evaluate --json`."""
+        per: dict[str, Any] = {}
+        for m, name in enumerate(self.model_names):
+            sel = self.model == m
+            s = self._summary(sel)
+            n = int(sel.sum())
+            per[name] = {
+                "requests": n,
+                "failed": int((sel & (self.instance < 0)).sum()),
+                "slo_attainment": float(self.met_slo[sel].mean()) if n else 1.0,
+                "ttft_p95_s": s["ttft_s"]["p95"],
+                "tpot_p95_s": s["tpot_s"]["p95"],
+                "switch_p95_s": s["switch_wait_s"]["p95"],
+                "switch_count": sum(
+                    w
+                    for w, im in zip(self.wakes_by_instance, self.instance_models, strict=True)
+                    if im == m
+                ),
+            }
+        o = self.overall
+        return {
+            "slo_attainment": self.slo_attainment,
+            "ttft_p95_s": o["ttft_s"]["p95"],
+            "tpot_p95_s": o["tpot_s"]["p95"],
+            "switch_p95_s": o["switch_wait_s"]["p95"],
+            "switch_count": self.wakes,
+            "warm_gpu_gib": self.warm_gpu_gib,
+            "gpus_used": self.gpus_used,
+            "requests": self.requests,
+            "per_model": per,
+        }

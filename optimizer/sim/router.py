@@ -1,0 +1,176 @@
+"""Routing and tiering as the gateway does them.
+
+A request for model m goes to the awake instance of m with the fewest outstanding requests
+(ties: plan order). A waking instance counts as awake: requests that arrive during a wake
+queue behind that single wake. If no instance of m is awake, one is woken:
+
+- its co-tenants (host/disk instances on any of its GPUs, `policy="plan"`) stop taking
+  requests, finish what they hold, and sleep (`sleep_s`); the wake (`wake_host_s` for host
+  tier, `wake_disk_s` for disk tier) starts when the last of them has slept;
+- with `policy="lru"` only as many awake co-tenants are put to sleep as the GPU memory
+  needs, least recently used first (the reactive-swapping baseline);
+- among several sleeping instances of m, the one with the fewest awake co-tenants wakes
+  (ties: plan order).
+
+A sleeping instance is woken again by the next request for its model, after the instance
+that displaced it has drained in turn: the GPUs pass between models in arrival order.
+`gpu`-tier instances never sleep. With `idle_timeout_s`, an awake host/disk instance that
+has had nothing to do for that long goes to sleep by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.optimizer.sim.event import Timeline
+from planner.optimizer.sim.instance import Engine
+
+
+@dataclass
+class Slot:
+    """One instance of the point: static facts and its tier state."""
+
+    index: int
+    id: str
+    model: int  # model index, -1: a model absent from the trace
+    tier: str  # gpu | host | disk
+    gpus: tuple[tuple[str, int], ...]  # (node, device index)
+    awake_gib: float  # per GPU, awake
+    context_gib: float  # per GPU, asleep
+    wake_s: float
+    sleep_s: float
+    engine_delay_s: float  # per-request front-end cost before the engine sees it, s
+    engine: Engine
+    awake: bool = True  # holds its awake memory (possibly still waking)
+    ready_s: float = -math.inf  # when the current wake completes
+    asleep_done_s: float = -math.inf  # when its last sleep completed
+    epoch: int = 0  # wakes so far: prefix caches survive only within one epoch
+    last_used_s: float = -math.inf
+    cache: dict[int, int] = field(default_factory=dict)  # session -> epoch of its last call
+    wakes: int = 0
+
+
+class Router:
+    """Chooses the instance of each request and moves instances between tiers."""
+
+    def __init__(
+        self,
+        slots: list[Slot],
+        by_model: dict[int, list[int]],
+        timeline: Timeline,
+        *,
+        policy: str = "plan",
+        gpu_memory_gib: dict[tuple[str, int], float] | None = None,
+        idle_timeout_s: float | None = None,
+    ):
+        self.slots = slots
+        self.by_model = by_model
+        self.timeline = timeline
+        self.policy = policy
+        self.capacity = gpu_memory_gib or {}
+        self.idle_timeout_s = idle_timeout_s
+        self.on_gpu: dict[tuple[str, int], list[int]] = {}
+        for s in slots:
+            for g in s.gpus:
+                self.on_gpu.setdefault(g, []).append(s.index)
+        # Co-tenants a wake may displace: host/disk instances sharing a GPU.
+        self.overlaps: dict[int, list[int]] = {}
+        for s in slots:
+            near = {j for g in s.gpus for j in self.on_gpu[g]} - {s.index}
+            self.overlaps[s.index] = sorted(j for j in near if slots[j].tier != "gpu")
+
+    # -- start state --------------------------------------------------------------------------
+    def start(self, t0: float) -> None:
+        """Who is awake at the start: every gpu-tier instance, and host/disk instances in
+        plan order as long as they displace nobody already awake."""
+        for s in self.slots:
+            s.awake = s.tier == "gpu"
+        for s in self.slots:
+            if s.tier != "gpu":
+                s.awake = not self._conflicts(s)
+            s.ready_s = t0
+            s.engine.free_s = t0
+            if s.awake:
+                self.timeline.awake_from(s.index, t0, counted=False)
+
+    # -- routing ------------------------------------------------------------------------------
+    def route(self, model: int, t: float) -> tuple[int, float]:
+        """(slot index, time the request can enter its engine); slot -1: no instance."""
+        cands = self.by_model.get(model)
+        if not cands:
+            return -1, t
+        best, best_load = -1, 0
+        for i in cands:
+            s = self.slots[i]
+            if s.awake and s.tier != "gpu" and self.idle_timeout_s is not None:
+                self._maybe_idle_sleep(s, t)
+            if s.awake:
+                if len(cands) == 1:
+                    best = i
+                    break
+                load = s.engine.outstanding(t)
+                if best < 0 or load < best_load:
+                    best, best_load = i, load
+        if best < 0:
+            best = min(
+                cands,
+                key=lambda i: (sum(1 for j in self.overlaps[i] if self.slots[j].awake), i),
+            )
+            self._wake(self.slots[best], t)
+        s = self.slots[best]
+        s.last_used_s = t
+        return best, (s.ready_s if s.ready_s > t else t)
+
+    def _maybe_idle_sleep(self, s: Slot, t: float) -> None:
+        assert self.idle_timeout_s is not None
+        if s.engine.outstanding(t):
+            return
+        idle_since = max(s.engine.free_s, s.ready_s)
+        if idle_since + self.idle_timeout_s < t:
+            self._sleep(s, idle_since + self.idle_timeout_s)
+
+    # -- tier changes -------------------------------------------------------------------------
+    def _sleep(self, s: Slot, at_s: float) -> None:
+        s.awake = False
+        s.asleep_done_s = at_s + s.sleep_s
+        self.timeline.asleep_from(s.index, s.asleep_done_s)
+
+    def _wake(self, s: Slot, t: float) -> None:
+        start = max(t, s.asleep_done_s)
+        for j in self._conflicts(s):
+            c = self.slots[j]
+            drained = max(c.engine.drain(), c.ready_s, t)  # finishes what it holds
+            self._sleep(c, drained)
+            start = max(start, c.asleep_done_s)
+        s.awake = True
+        s.epoch += 1
+        s.wakes += 1
+        s.ready_s = start + s.wake_s
+        s.engine.free_s = max(s.engine.free_s, s.ready_s)
+        self.timeline.awake_from(s.index, start)
+
+    def _conflicts(self, s: Slot) -> list[int]:
+        """Awake co-tenants that must sleep before `s` can be awake."""
+        awake = [j for j in self.overlaps[s.index] if self.slots[j].awake]
+        if self.policy != "lru" or not awake:
+            return awake
+        out: set[int] = set()
+        for g in s.gpus:
+            cap = self.capacity.get(g, math.inf)
+            used = s.awake_gib
+            for j in self.on_gpu[g]:
+                if j == s.index:
+                    continue
+                o = self.slots[j]
+                used += o.awake_gib if (o.awake and j not in out) else o.context_gib
+            victims = sorted(
+                (j for j in self.on_gpu[g] if j in awake and j not in out),
+                key=lambda j: (self.slots[j].last_used_s, j),
+            )
+            for j in victims:
+                if used <= cap + 1e-9:
+                    break
+                out.add(j)
+                used -= self.slots[j].awake_gib - self.slots[j].context_gib
+        return sorted(out)

@@ -1,0 +1,275 @@
+"""Workload characterization (pure): a trace frame in, a compact summary out.
+
+The summary is a plain JSON/YAML-able dict (`WorkloadSummary`). A plan stores it as
+`workload_summary`: it is what the plan was optimized for and the drift reference.
+Conventions:
+
+- Hour of day is `(timestamp mod 86400) // 3600`: timestamps count seconds from 00:00 UTC
+  of the trace's first day (synth and ISO imports both do).
+- A "session stream" is the session column; rows without a session fall back to their user,
+  and rows with neither form one stream. Switches and gaps are measured between
+  consecutive calls of one stream.
+- Rates are requests per hour; `rate_per_hour_of_day[m][h]` is the mean over the clock
+  hours at hour-of-day h that the trace spans (from its first to its last request).
+- Concurrency counts distinct models / sessions with at least one request in each
+  `window_s` window, over the windows that have any request (nights would swamp it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+WorkloadSummary = dict[str, Any]
+
+SUMMARY_VERSION = 1
+IDLE_GRID_S = (10, 30, 60, 120, 300, 600, 1800, 3600)
+CONCURRENCY_WINDOW_S = 60.0
+_MIN_SLOT_REQUESTS = 20  # hourly slots with fewer requests say nothing about noise
+
+
+def _r(x: float, digits: int = 6) -> float:
+    """Round to `digits` significant digits (compact, stable YAML)."""
+    x = float(x)
+    if x == 0 or not np.isfinite(x):
+        return 0.0 if not np.isfinite(x) else x
+    return float(f"{x:.{digits}g}")
+
+
+def _q(a: np.ndarray, qs: tuple[float, ...] = (0.5, 0.95)) -> list[float]:
+    return [_r(v) for v in np.quantile(a, qs)] if len(a) else [0.0 for _ in qs]
+
+
+def _stream_ids(df: pd.DataFrame) -> np.ndarray:
+    """Integer id of each row's session stream (session, else user, else one stream)."""
+    sess = df["session"].astype("string").fillna("").to_numpy(dtype=object)
+    user = df["user"].astype("string").fillna("").to_numpy(dtype=object)
+    key = np.where(sess != "", "s:" + sess.astype(str), "u:" + user.astype(str))
+    codes, _ = pd.factorize(key)
+    return codes.astype(np.int64)
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen-Shannon divergence of two distributions, nats (0..ln 2)."""
+    p = np.asarray(p, float)
+    q = np.asarray(q, float)
+    p = p / p.sum() if p.sum() > 0 else p
+    q = q / q.sum() if q.sum() > 0 else q
+    m = 0.5 * (p + q)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kp = np.where(p > 0, p * np.log(p / m), 0.0).sum()
+        kq = np.where(q > 0, q * np.log(q / m), 0.0).sum()
+    return float(max(0.0, 0.5 * (kp + kq)))
+
+
+def hour_slots(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Clock-hour slot of each timestamp and how often each hour of day is spanned."""
+    slot = np.floor(ts / 3600.0).astype(np.int64)
+    first, last = int(slot.min()), int(slot.max())
+    spanned = np.bincount(np.arange(first, last + 1) % 24, minlength=24)
+    return slot, spanned
+
+
+def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
+    """Characterize a canonical trace (planner.trace). `full` adds per-user switch matrices."""
+    n = len(df)
+    if n == 0:
+        return {"version": SUMMARY_VERSION, "requests": 0, "models": []}
+    ts = df["timestamp"].to_numpy(dtype=float)
+    codes, names = pd.factorize(df["model"].astype(str), sort=True)
+    models = [str(m) for m in names]
+    k = len(models)
+    inp = df["input_tokens"].to_numpy(dtype=np.int64)
+    out = df["output_tokens"].to_numpy(dtype=np.int64)
+    cached = df["cached_tokens"].to_numpy(dtype=np.int64)
+    stream = _stream_ids(df)
+    duration_s = max(float(ts.max() - ts.min()), 1.0)
+    counts = np.bincount(codes, minlength=k)
+
+    # Rates by hour of day and the busiest clock hour of each model.
+    slot, spanned = hour_slots(ts)
+    hod = slot % 24
+    per_hod = np.zeros((k, 24))
+    np.add.at(per_hod, (codes, hod), 1)
+    rate_hod = per_hod / np.maximum(spanned, 1)[None, :]
+    slot0 = slot - slot.min()
+    n_slots = int(slot0.max()) + 1
+    slot_counts = np.zeros((k, n_slots))
+    np.add.at(slot_counts, (codes, slot0), 1)
+    slot_in = np.zeros((k, n_slots))
+    np.add.at(slot_in, (codes, slot0), inp)
+    slot_out = np.zeros((k, n_slots))
+    np.add.at(slot_out, (codes, slot0), out)
+    peak = {}
+    for i, m in enumerate(models):
+        j = int(slot_counts[i].argmax())
+        peak[m] = {
+            "hour_of_day": int((j + slot.min()) % 24),
+            "requests_per_s": _r(slot_counts[i, j] / 3600.0),
+            "input_tokens_per_s": _r(slot_in[i, j] / 3600.0),
+            "output_tokens_per_s": _r(slot_out[i, j] / 3600.0),
+        }
+    total_slot = slot_counts.sum(axis=0)
+
+    # Lengths.
+    lengths = {}
+    for i, m in enumerate(models):
+        sel = codes == i
+        li, lo = np.log(inp[sel]), np.log(out[sel])
+        lengths[m] = {
+            "input_mean": _r(inp[sel].mean()),
+            "input_p50_p95": _q(inp[sel]),
+            "output_mean": _r(out[sel].mean()),
+            "output_p50_p95": _q(out[sel]),
+            "cached_mean": _r(cached[sel].mean()),
+            "log_input_mean_sd": [_r(li.mean()), _r(li.std())],
+            "log_output_mean_sd": [_r(lo.mean()), _r(lo.std())],
+        }
+
+    # Consecutive calls of a stream: switches and gaps.
+    order = np.lexsort((ts, stream))
+    s_sorted, m_sorted, t_sorted = stream[order], codes[order], ts[order]
+    same = s_sorted[1:] == s_sorted[:-1]
+    prev_m, cur_m = m_sorted[:-1][same], m_sorted[1:][same]
+    gaps = (t_sorted[1:] - t_sorted[:-1])[same]
+    switch = np.zeros((k, k), dtype=np.int64)
+    np.add.at(switch, (prev_m, cur_m), 1)
+    switch_rate = float((prev_m != cur_m).mean()) if len(prev_m) else 0.0
+
+    # Prefix reuse: time since the same stream's previous call to the same model.
+    order2 = np.lexsort((ts, codes, stream))
+    s2, m2, t2 = stream[order2], codes[order2], ts[order2]
+    same2 = (s2[1:] == s2[:-1]) & (m2[1:] == m2[:-1])
+    reuse_t = np.full(n, np.nan)
+    reuse_t[order2[1:][same2]] = (t2[1:] - t2[:-1])[same2]
+    prefix = {}
+    for i, m in enumerate(models):
+        sel = codes == i
+        d = reuse_t[sel & (cached > 0)]
+        prefix[m] = {
+            "reuse_ratio": _r(cached[sel].sum() / max(inp[sel].sum(), 1)),
+            "reuse_distance_s_p50_p95": _q(d[np.isfinite(d)]),
+        }
+
+    # Arrivals that find their model idle longer than T (the optimizer's switch rates).
+    idle: dict[str, list[float]] = {}
+    hours = duration_s / 3600.0
+    for i, m in enumerate(models):
+        t = np.sort(ts[codes == i])
+        gap = np.diff(t)
+        # The first request of a model always finds it idle.
+        idle[m] = [_r((1 + int((gap > T).sum())) / hours) for T in IDLE_GRID_S]
+
+    # Concurrency over busy windows.
+    w = np.floor(ts / CONCURRENCY_WINDOW_S).astype(np.int64)
+    w0 = w - w.min()
+    busy = np.unique(w0)
+    models_active = np.bincount(np.unique(w0 * k + codes) // k, minlength=int(w0.max()) + 1)[busy]
+    n_streams = int(stream.max()) + 1
+    sess_active = np.bincount(
+        np.unique(w0 * n_streams + stream) // n_streams, minlength=int(w0.max()) + 1
+    )[busy]
+
+    summary: WorkloadSummary = {
+        "version": SUMMARY_VERSION,
+        "requests": int(n),
+        "start_s": _r(ts.min(), 12),
+        "duration_s": _r(duration_s),
+        "models": models,
+        "users": int(df["user"].nunique()),
+        "sessions": n_streams,
+        "mix": {m: _r(c / n) for m, c in zip(models, counts, strict=True)},
+        "hours_spanned": [int(x) for x in spanned],
+        "rate_per_hour_of_day": {m: [_r(x) for x in rate_hod[i]] for i, m in enumerate(models)},
+        "peak": peak,
+        "peak_hour_requests_per_s": _r(total_slot.max() / 3600.0),
+        "lengths": lengths,
+        "switch": {
+            "models": models,
+            "counts": switch.tolist(),
+            "rate": _r(switch_rate),
+        },
+        "gap_s_p10_p50_p90_p99": _q(gaps, (0.1, 0.5, 0.9, 0.99)),
+        "prefix": prefix,
+        "idle_arrivals_per_hour": {"idle_s": list(IDLE_GRID_S), **idle},
+        "concurrency": {
+            "window_s": CONCURRENCY_WINDOW_S,
+            "models_active_cdf": _cdf(models_active),
+            "sessions_active_cdf": _cdf(sess_active),
+        },
+        "noise": _noise(models, slot, spanned, per_hod, slot_counts, total_slot),
+    }
+    if full:
+        summary["switch_per_user"] = _per_user_switch(df, stream, codes, ts, k)
+    return summary
+
+
+def _cdf(x: np.ndarray) -> list[float]:
+    """P(X <= j) for j = 0..max(x)."""
+    if len(x) == 0:
+        return [1.0]
+    c = np.cumsum(np.bincount(x)) / len(x)
+    return [_r(v, 4) for v in c]
+
+
+def _noise(
+    models: list[str],
+    slot: np.ndarray,
+    spanned: np.ndarray,
+    per_hod: np.ndarray,
+    slot_counts: np.ndarray,
+    total_slot: np.ndarray,
+) -> dict[str, Any]:
+    """How much hourly windows of this trace scatter around its own hour-of-day profile.
+
+    Requests come in bursts (sessions), so counts scatter more than Poisson. `rate[model]`:
+    mean of (count - expected)^2 / expected over that model's clock hours with expected
+    >= 5; `mix`: mean of
+    8 n JS / (models - 1) over clock hours (1 for multinomial noise). Both are inflated by
+    D/(D-1) since each hour's expectation includes that hour (D hours at that hour of day).
+    Drift divides its test statistics by these. Floors at 1; `hours` counts the windows used.
+    """
+    k = len(models)
+    first = int(slot.min())
+    hods = (np.arange(slot_counts.shape[1]) + first) % 24
+    d = spanned[hods].astype(float)
+    usable = (d >= 2) & (total_slot >= _MIN_SLOT_REQUESTS)
+    if usable.sum() < 3:
+        return {"rate": {}, "mix": None, "hours": int(usable.sum())}
+    exp = per_hod[:, hods] / np.maximum(d, 1)[None, :]  # expected count per slot
+    infl = d / np.maximum(d - 1, 1)
+    cells = (exp >= 5) & usable[None, :]
+    disp = ((slot_counts - exp) ** 2 / np.where(exp > 0, exp, 1)) * infl[None, :]
+    rate_phi = {
+        models[i]: _r(max(float(disp[i][cells[i]].mean()), 1.0)) if cells[i].any() else None
+        for i in range(k)
+    }
+    mix_stats = []
+    for j in np.flatnonzero(usable):
+        e = exp[:, j]
+        kk = int((e > 0).sum())
+        if kk < 2:
+            continue
+        ntot = total_slot[j]
+        mix_stats.append(8 * ntot * js_divergence(slot_counts[:, j], e) / (kk - 1) * infl[j])
+    mix_phi = float(np.mean(mix_stats)) if mix_stats else None
+    return {
+        "rate": rate_phi,
+        "mix": _r(max(mix_phi, 1.0)) if mix_phi is not None else None,
+        "hours": int(usable.sum()),
+    }
+
+
+def _per_user_switch(
+    df: pd.DataFrame, stream: np.ndarray, codes: np.ndarray, ts: np.ndarray, k: int
+) -> dict[str, list[list[int]]]:
+    """Switch-count matrix of each user (full characterization only)."""
+    ucodes, users = pd.factorize(df["user"].astype(str), sort=True)
+    order = np.lexsort((ts, stream))
+    s, m, u = stream[order], codes[order], ucodes[order]
+    same = s[1:] == s[:-1]
+    mats = np.zeros((len(users), k, k), dtype=np.int64)
+    np.add.at(mats, (u[1:][same], m[:-1][same], m[1:][same]), 1)
+    return {str(name): mats[i].tolist() for i, name in enumerate(users)}

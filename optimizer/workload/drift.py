@@ -1,0 +1,269 @@
+"""Drift of a window of traffic against a plan's reference summary (pure).
+
+Four dimensions, each a test statistic divided by its critical value (`score`; >= 1
+fires) plus an effect-size floor so that a large window cannot fire on a tiny change:
+
+- `mix`: model mix vs the reference's mix at the same hours of day. Statistic
+  8 n JS / phi_mix, about chi-square with (models - 1) degrees of freedom under no change
+  (JS in nats; phi_mix: the reference's own hour-to-hour scatter, `noise.mix`).
+  Fires when it passes the chi-square quantile at ALPHA and JS >= MIX_JS_MIN.
+- `new_models`: a model the reference never saw, with >= NEW_MODEL_MIN_REQUESTS requests
+  and >= NEW_MODEL_MIN_SHARE of the window.
+- `rate:<model>`: window count c vs the reference's expected count lam at the same hours;
+  z = (c - lam) / sqrt(phi * max(lam, phi)) (phi: the model's `noise.rate`; bursts of
+  sessions make counts over-dispersed, and a single burst of about phi requests at an
+  hour the reference never saw is no evidence). Fires when |z| >= Z_CRIT and c/lam is outside
+  [1/RATE_RATIO_MAX, RATE_RATIO_MAX].
+- `switch`: per source model with >= SWITCH_ROW_MIN hand-offs, the JS of its next-model
+  distribution vs the reference's; 8 sum(n_i JS_i) / phi_mix against chi-square with
+  sum(k_i - 1) degrees of freedom, and a weighted mean JS >= SWITCH_JS_MIN.
+- `length:<model>`: shift of the mean log input and output length, in reference standard
+  deviations; fires at >= LENGTH_SHIFT_MIN with >= LENGTH_MIN_REQUESTS requests (lengths
+  within a session are correlated, so only an effect size is used).
+
+Windows with fewer than MIN_REQUESTS requests give verdict `too_few_requests` (no alarm).
+Thresholds were calibrated on stationary synthetic traces (10 users, hourly windows,
+seeds 0-19: no alarm) against share-doubling and new-model changes (fire in the first
+window); see tests/unit/test_drift.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, Field
+
+from planner.optimizer.workload.characterize import WorkloadSummary, js_divergence, summarize
+
+MIN_REQUESTS = 30
+MIN_SESSIONS = 3  # fewer sessions: the mix is one person's workflow, not the team's
+ALPHA_Z = 3.719  # one-sided standard-normal quantile of ALPHA = 1e-4
+Z_CRIT = 4.0
+MIX_JS_MIN = 0.005  # nats
+NEW_MODEL_MIN_REQUESTS = 5
+NEW_MODEL_MIN_SHARE = 0.02
+RATE_RATIO_MAX = 2.0
+SHARE_Z_CRIT = 4.0
+SHARE_RATIO_MAX = 1.5
+SWITCH_ROW_MIN = 10
+SWITCH_JS_MIN = 0.01  # nats
+LENGTH_SHIFT_MIN = 0.75  # reference standard deviations of log length
+LENGTH_MIN_REQUESTS = 50
+DEFAULT_PHI_RATE = 10.0  # when the reference is too short to measure its own scatter
+DEFAULT_PHI_MIX = 2.0
+
+
+class DimensionScore(BaseModel):
+    """One drift dimension."""
+
+    name: str = Field(description="mix, new_models, rate:<model>, switch, length:<model>")
+    value: float = Field(description="effect size: JS nats, rate ratio, or shift in sd")
+    score: float = Field(description="test statistic / critical value; >= 1 with the effect floor fires")
+    fired: bool
+    detail: str = ""
+
+
+class DriftReport(BaseModel):
+    """Verdict of one window against the reference."""
+
+    verdict: Literal["drift", "stable", "too_few_requests"]
+    requests: int = Field(description="requests in the window")
+    reasons: list[str] = Field(default_factory=list, description="the dimensions that fired")
+    scores: list[DimensionScore] = Field(default_factory=list)
+    thresholds: dict[str, float] = Field(default_factory=dict)
+
+
+def chi2_quantile(df: float, z: float = ALPHA_Z) -> float:
+    """Upper chi-square quantile (Wilson-Hilferty), df degrees of freedom, normal quantile z."""
+    if df <= 0:
+        return math.inf
+    a = 2.0 / (9.0 * df)
+    return df * (1.0 - a + z * math.sqrt(a)) ** 3
+
+
+def _thresholds() -> dict[str, float]:
+    return {
+        "min_requests": MIN_REQUESTS,
+        "alpha_z": ALPHA_Z,
+        "z_crit": Z_CRIT,
+        "mix_js_min": MIX_JS_MIN,
+        "new_model_min_requests": NEW_MODEL_MIN_REQUESTS,
+        "new_model_min_share": NEW_MODEL_MIN_SHARE,
+        "rate_ratio_max": RATE_RATIO_MAX,
+        "share_z_crit": SHARE_Z_CRIT,
+        "share_ratio_max": SHARE_RATIO_MAX,
+        "switch_js_min": SWITCH_JS_MIN,
+        "length_shift_min": LENGTH_SHIFT_MIN,
+    }
+
+
+def _expected_counts(ref: WorkloadSummary, spanned: list[int]) -> dict[str, float]:
+    """Requests the reference predicts per model over the window's clock hours."""
+    w = np.asarray(spanned, float)
+    return {m: float(np.dot(np.asarray(r, float), w)) for m, r in ref["rate_per_hour_of_day"].items()}
+
+
+def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) -> DriftReport:
+    """Compare a window (trace frame or its summary) with a reference summary."""
+    win = summarize(window) if isinstance(window, pd.DataFrame) else window
+    n = int(win.get("requests", 0))
+    if n < MIN_REQUESTS or not reference.get("requests"):
+        return DriftReport(verdict="too_few_requests", requests=n, thresholds=_thresholds())
+    noise = reference.get("noise") or {}
+    phi_mix = float(noise.get("mix") or DEFAULT_PHI_MIX)
+    phi_rates = noise.get("rate") if isinstance(noise.get("rate"), dict) else {}
+    ref_models = list(reference["models"])
+    win_models = list(win["models"])
+    allm = ref_models + [m for m in win_models if m not in ref_models]
+    c = np.array([win["mix"].get(m, 0.0) * n for m in allm])
+    lam_by = _expected_counts(reference, win["hours_spanned"])
+    lam = np.array([lam_by.get(m, 0.0) for m in allm])
+    scores: list[DimensionScore] = []
+
+    # Mix vs the reference at the same hours (global mix if it never saw these hours).
+    expect = lam if lam.sum() > 0 else np.array([reference["mix"].get(m, 0.0) for m in allm])
+    js = js_divergence(c, expect)
+    k = int(((c > 0) | (expect > 0)).sum())
+    crit = chi2_quantile(k - 1)
+    stat = 8.0 * n * js / phi_mix
+    scores.append(
+        DimensionScore(
+            name="mix",
+            value=round(js, 6),
+            score=round(stat / crit, 4) if math.isfinite(crit) else 0.0,
+            fired=bool(stat >= crit and js >= MIX_JS_MIN),
+            detail=f"JS {js:.4f} nats over {k} models, phi {phi_mix:.2f}",
+        )
+    )
+
+    new = [
+        (m, int(round(win["mix"][m] * n)))
+        for m in win_models
+        if m not in ref_models
+    ]
+    big = [(m, x) for m, x in new if x >= NEW_MODEL_MIN_REQUESTS and x >= NEW_MODEL_MIN_SHARE * n]
+    share = sum(x for _, x in big) / n
+    scores.append(
+        DimensionScore(
+            name="new_models",
+            value=round(share, 6),
+            score=round(max((x / max(NEW_MODEL_MIN_REQUESTS, NEW_MODEL_MIN_SHARE * n) for _, x in new), default=0.0), 4),
+            fired=bool(big),
+            detail=", ".join(f"{m}: {x} requests" for m, x in new) or "none",
+        )
+    )
+
+    share_e = expect / expect.sum() if expect.sum() > 0 else expect
+    for m, cm, em in zip(allm, c, share_e, strict=True):
+        if m not in ref_models or em <= 0:
+            continue  # a new model is covered by new_models
+        sd = math.sqrt(phi_mix * n * em * (1.0 - em)) or 1.0
+        z = (cm - n * em) / sd
+        ratio = cm / (n * em)
+        off = ratio > SHARE_RATIO_MAX or ratio < 1.0 / SHARE_RATIO_MAX
+        scores.append(
+            DimensionScore(
+                name=f"share:{m}",
+                value=round(ratio, 4),
+                score=round(abs(z) / SHARE_Z_CRIT, 4),
+                fired=bool(abs(z) >= SHARE_Z_CRIT and off),
+                detail=f"{cm / n:.1%} of requests vs {em:.1%} expected",
+            )
+        )
+
+    for m, cm, lm in zip(allm, c, lam, strict=True):
+        if m not in ref_models:
+            continue  # covered by new_models
+        phi = float(phi_rates.get(m) or DEFAULT_PHI_RATE)
+        # One burst (about phi requests) is no evidence: floor the expectation at phi.
+        z = (cm - lm) / math.sqrt(phi * max(lm, phi))
+        ratio = cm / lm if lm > 0 else math.inf if cm > 0 else 1.0
+        off = ratio > RATE_RATIO_MAX or ratio < 1.0 / RATE_RATIO_MAX
+        scores.append(
+            DimensionScore(
+                name=f"rate:{m}",
+                value=round(ratio, 4) if math.isfinite(ratio) else 1e9,
+                score=round(abs(z) / Z_CRIT, 4),
+                fired=bool(abs(z) >= Z_CRIT and off),
+                detail=f"{int(round(cm))} requests vs {lm:.1f} expected",
+            )
+        )
+
+    scores.append(_switch_score(reference, win, phi_mix))
+
+    for m in win_models:
+        if m not in ref_models:
+            continue
+        nm = int(round(win["mix"][m] * n))
+        r, w = reference["lengths"][m], win["lengths"][m]
+        shifts = []
+        for key in ("log_input_mean_sd", "log_output_mean_sd"):
+            sd = max(float(r[key][1]), 0.1)  # floor: a constant length has sd 0
+            shifts.append((float(w[key][0]) - float(r[key][0])) / sd)
+        shift = max(shifts, key=abs)
+        scores.append(
+            DimensionScore(
+                name=f"length:{m}",
+                value=round(shift, 4),
+                score=round(abs(shift) / LENGTH_SHIFT_MIN, 4),
+                fired=bool(abs(shift) >= LENGTH_SHIFT_MIN and nm >= LENGTH_MIN_REQUESTS),
+                detail=f"input {shifts[0]:+.2f} sd, output {shifts[1]:+.2f} sd over {nm} requests",
+            )
+        )
+
+    reasons = [f"{s.name}: {s.detail}" for s in scores if s.fired]
+    return DriftReport(
+        verdict="drift" if reasons else "stable",
+        requests=n,
+        reasons=reasons,
+        scores=scores,
+        thresholds=_thresholds(),
+    )
+
+
+def _switch_score(ref: WorkloadSummary, win: WorkloadSummary, phi: float) -> DimensionScore:
+    """Row-wise divergence of the next-model distributions."""
+    rm, wm = ref["switch"]["models"], win["switch"]["models"]
+    rc = np.asarray(ref["switch"]["counts"], float)
+    wc = np.asarray(win["switch"]["counts"], float)
+    allm = rm + [m for m in wm if m not in rm]
+    ri = {m: i for i, m in enumerate(rm)}
+    stat = 0.0
+    dof = 0
+    weighted = 0.0
+    rows = 0
+    for i, src in enumerate(wm):
+        row_w = np.zeros(len(allm))
+        for j, dst in enumerate(wm):
+            row_w[allm.index(dst)] = wc[i, j]
+        nw = row_w.sum()
+        if nw < SWITCH_ROW_MIN or src not in ri:
+            continue  # a new source model is the new_models dimension's business
+        row_r = np.zeros(len(allm))
+        row_r[: len(rm)] = rc[ri[src]]
+        if row_r.sum() == 0:
+            continue
+        js = js_divergence(row_w, row_r)
+        stat += 8.0 * nw * js / phi
+        weighted += nw * js
+        rows += int(nw)
+        dof += int(((row_w > 0) | (row_r > 0)).sum()) - 1
+    if rows == 0 or dof <= 0:
+        return DimensionScore(name="switch", value=0.0, score=0.0, fired=False, detail="too few hand-offs")
+    crit = chi2_quantile(dof)
+    mean_js = weighted / rows
+    return DimensionScore(
+        name="switch",
+        value=round(mean_js, 6),
+        score=round(stat / crit, 4),
+        fired=bool(stat >= crit and mean_js >= SWITCH_JS_MIN),
+        detail=f"mean JS {mean_js:.4f} nats over {rows} hand-offs",
+    )
+
+
+def report_dict(report: DriftReport) -> dict[str, Any]:
+    """JSON-able form of a report."""
+    return report.model_dump(mode="json")

@@ -1,0 +1,449 @@
+"""Synthetic agent traffic of a small developer team (pure: spec + seed -> trace frame).
+
+Model of the traffic, every number a `SynthSpec` field:
+
+- Each user has habits: working hours (start/end with per-user jitter), a lunch dip, a time
+  zone, an activity level (heavy and light users). Weekdays are working days; weekends get
+  a small share of the sessions; a user is off some working days.
+- A user opens sessions (Poisson per day, start times drawn from the day's activity curve).
+  A session is a series of turns (a person's prompt); between turns the person thinks.
+- A turn is an agent workflow: a chain of model calls that follows a Markov chain over
+  roles (planner -> coder -> coder -> reviewer -> summarizer -> end), each call's output
+  decoded at `decode_s_per_token`, then a tool-call gap before the next call.
+- Each role maps to a model; a call adds `new` tokens (lognormal by role) to the session's
+  context on that model; the prompt is the carried context plus the new tokens, and
+  `cached_tokens` is the carried part (the prefix the same session's previous call to the
+  same model computed). When the carried context passes `compact_at_tokens` it is compacted
+  (the agent summarizes and restarts): the next prompt starts fresh with no cache.
+- Drift (off when `stationary`): mornings favour coding, afternoons review and
+  summaries; one role's model is adopted mid-week (absent before `adoption_day`); one
+  group of users switches one role onto another role's model from `switch_day`.
+  `stationary` also treats every day as a working day, so the daily pattern repeats.
+
+Vectorised with numpy over sessions, turns and calls; the only Python loops run over users
+and over steps of the Markov chains. Same spec and seed, same frame.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+from pydantic import Field, model_validator
+
+from planner.schemas.common import Strict
+from planner.trace import COLUMNS, DTYPES, empty_trace
+
+END = "end"
+DEFAULT_ROLE_MODELS = {
+    "planner": "planner-7b",
+    "coder": "coder-32b",
+    "reasoner": "reasoner-30b",
+    "reviewer": "reviewer-14b",
+    "summarizer": "summarizer-8b",
+    "embed": "embed-small",
+}
+
+
+class RoleSpec(Strict):
+    """One agent role: the model it calls and its token-length laws."""
+
+    model: str = Field(min_length=1, description="model name the role calls (models.yaml name)")
+    new_input_median_tokens: float = Field(
+        ge=1, le=1e6, description="median tokens a call adds to the prompt (lognormal)"
+    )
+    new_input_sigma: float = Field(ge=0, le=3, description="lognormal sigma of the added tokens")
+    output_median_tokens: float = Field(ge=1, le=1e6, description="median generated tokens")
+    output_sigma: float = Field(ge=0, le=3, description="lognormal sigma of generated tokens")
+    keeps_context: bool = Field(
+        default=True, description="prompt carries the session's context (false: embeddings)"
+    )
+
+
+def _default_roles() -> dict[str, RoleSpec]:
+    laws = {  # new input median, sigma, output median, sigma, keeps context
+        "planner": (1200, 0.7, 300, 0.7, True),
+        "coder": (1500, 0.9, 400, 0.8, True),
+        "reasoner": (2000, 0.8, 900, 0.7, True),
+        "reviewer": (2500, 0.8, 250, 0.7, True),
+        "summarizer": (3000, 0.7, 150, 0.6, True),
+        "embed": (400, 0.6, 1, 0.0, False),
+    }
+    return {
+        r: RoleSpec(
+            model=DEFAULT_ROLE_MODELS[r],
+            new_input_median_tokens=a,
+            new_input_sigma=b,
+            output_median_tokens=c,
+            output_sigma=d,
+            keeps_context=e,
+        )
+        for r, (a, b, c, d, e) in laws.items()
+    }
+
+
+def _default_transitions() -> dict[str, dict[str, float]]:
+    return {
+        "planner": {"coder": 0.55, "reasoner": 0.12, "embed": 0.1, "planner": 0.05, "summarizer": 0.05, END: 0.13},
+        "coder": {"coder": 0.6, "reviewer": 0.12, "planner": 0.04, "reasoner": 0.04, "embed": 0.04, "summarizer": 0.06, END: 0.10},
+        "reasoner": {"coder": 0.5, "planner": 0.15, "reasoner": 0.1, "reviewer": 0.05, "summarizer": 0.05, END: 0.15},
+        "reviewer": {"coder": 0.35, "summarizer": 0.3, "planner": 0.05, END: 0.3},
+        "summarizer": {"planner": 0.1, "coder": 0.1, END: 0.8},
+        "embed": {"planner": 0.3, "coder": 0.4, "reasoner": 0.1, END: 0.2},
+    }
+
+
+class SynthSpec(Strict):
+    """Every parameter of the agent-traffic generator."""
+
+    users: int = Field(default=10, ge=1, le=10000, description="developers served")
+    days: int = Field(default=7, ge=1, le=366, description="length of the trace, days")
+    start: dt.date = Field(
+        default=dt.date(2026, 1, 5),
+        description="date of day 0 (sets weekdays); timestamps are seconds since its 00:00 UTC",
+    )
+    stationary: bool = Field(
+        default=False,
+        description="no drift and every day a working day: the same daily pattern each day",
+    )
+    roles: dict[str, RoleSpec] = Field(
+        default_factory=_default_roles, description="agent roles: model and length laws"
+    )
+    start_role: dict[str, float] = Field(
+        default_factory=lambda: {"planner": 0.55, "coder": 0.2, "reasoner": 0.1, "embed": 0.1, "reviewer": 0.05},
+        description="probability a turn starts with each role",
+    )
+    transitions: dict[str, dict[str, float]] = Field(
+        default_factory=_default_transitions,
+        description="hand-off probabilities role -> next role or 'end' (rows normalized)",
+    )
+    max_calls_per_turn: int = Field(default=40, ge=1, le=1000, description="longest chain of calls in a turn")
+    sessions_per_day: float = Field(default=8.0, ge=0, le=1000, description="mean sessions a user opens on a working day")
+    turns_per_session: float = Field(default=10.0, ge=1, le=1000, description="mean turns in a session (geometric)")
+    think_median_s: float = Field(default=40.0, ge=0, le=86400, description="median gap between a turn's end and the next turn, s")
+    think_sigma: float = Field(default=1.0, ge=0, le=3, description="lognormal sigma of the think gap")
+    tool_gap_median_s: float = Field(default=3.0, ge=0, le=3600, description="median tool-call gap between a call's end and the next call, s")
+    tool_gap_sigma: float = Field(default=1.2, ge=0, le=3, description="lognormal sigma of the tool-call gap")
+    decode_s_per_token: float = Field(default=0.02, ge=0, le=10, description="time a call spends per output token (spaces the next call), s")
+    compact_at_tokens: int = Field(default=24576, ge=1, le=10_000_000, description="carried context past this is compacted (next prompt uncached)")
+    max_input_tokens: int = Field(default=32768, ge=1, le=10_000_000, description="longest prompt; longer ones are truncated")
+    work_start_hour: float = Field(default=9.0, ge=0, le=24, description="mean local start of the working day, h")
+    work_end_hour: float = Field(default=18.0, ge=0, le=24, description="mean local end of the working day, h")
+    hours_jitter_h: float = Field(default=0.75, ge=0, le=6, description="per-user sd of start and end hours, h")
+    lunch_hour: float = Field(default=12.5, ge=0, le=24, description="local middle of the lunch break, h")
+    lunch_width_h: float = Field(default=1.0, ge=0, le=6, description="width of the lunch dip, h")
+    lunch_dip: float = Field(default=0.2, ge=0, le=1, description="activity left at the middle of lunch (1: no dip)")
+    weekend_activity: float = Field(default=0.08, ge=0, le=1, description="weekend sessions as a share of a working day's")
+    absence_prob: float = Field(default=0.05, ge=0, le=1, description="chance a user is off on a working day")
+    user_activity_sigma: float = Field(default=0.4, ge=0, le=3, description="lognormal sigma of per-user activity (heavy vs light users)")
+    timezones_h: list[float] = Field(default_factory=lambda: [0.0], description="UTC offsets of the users' time zones (round-robin), h")
+    morning_coding_boost: float = Field(default=1.6, ge=0, le=100, description="before lunch, hand-offs to 'coder' are this much likelier")
+    afternoon_review_boost: float = Field(default=1.8, ge=0, le=100, description="after lunch, hand-offs to 'reviewer'/'summarizer' are this much likelier")
+    adopted_role: str | None = Field(default="reasoner", description="role whose model is adopted mid-trace (absent before); null: none")
+    adoption_day: int = Field(default=2, ge=0, le=366, description="day index the adopted role appears")
+    switch_role: str | None = Field(default="coder", description="role a user group moves to another model; null: none")
+    switch_to_role: str = Field(default="reasoner", description="the group then calls this role's model for switch_role")
+    switch_user_fraction: float = Field(default=0.3, ge=0, le=1, description="share of users in the switching group")
+    switch_day: int = Field(default=4, ge=0, le=366, description="day index the group switches")
+
+    @model_validator(mode="after")
+    def _check(self) -> SynthSpec:
+        roles = set(self.roles)
+        if not roles:
+            raise ValueError("roles: at least one role")
+        for r in self.roles:
+            if r == END:
+                raise ValueError(f"roles: {END!r} is reserved (the end of a turn)")
+        bad = sorted(set(self.start_role) - roles)
+        if bad:
+            raise ValueError(f"start_role names unknown roles {bad}; roles are {sorted(roles)}")
+        if sum(self.start_role.values()) <= 0 or min(self.start_role.values(), default=0) < 0:
+            raise ValueError("start_role: probabilities must be >= 0 with a positive sum")
+        for r, row in self.transitions.items():
+            if r not in roles:
+                raise ValueError(f"transitions: {r!r} is not a role; roles are {sorted(roles)}")
+            unknown = sorted(set(row) - roles - {END})
+            if unknown:
+                raise ValueError(f"transitions[{r}] names unknown roles {unknown}")
+            if min(row.values(), default=0) < 0 or sum(row.values()) <= 0:
+                raise ValueError(f"transitions[{r}]: probabilities must be >= 0 with a positive sum")
+        for name in ("adopted_role", "switch_role", "switch_to_role"):
+            v = getattr(self, name)
+            if v is not None and v not in roles:
+                raise ValueError(f"{name}: {v!r} is not a role; roles are {sorted(roles)}")
+        if self.work_end_hour <= self.work_start_hour:
+            raise ValueError("work_end_hour must be after work_start_hour")
+        return self
+
+
+def default_spec() -> SynthSpec:
+    """The default spec (10 users, 7 days, the lab16 model names)."""
+    return SynthSpec()
+
+
+def default_spec_yaml() -> str:
+    """The default spec as YAML, each field preceded by its one-line doc."""
+    spec = default_spec()
+    data = spec.model_dump(mode="json")
+    lines = [
+        "# planner workload synth spec (all fields optional; these are the defaults).",
+        "# Timestamps are seconds since 00:00 UTC of `start`.",
+    ]
+    for name, field in SynthSpec.model_fields.items():
+        lines.append("")
+        lines.append(f"# {field.description}")
+        if name == "roles":
+            lines.append("#   per role: " + "; ".join(
+                f"{k}: {f.description}" for k, f in RoleSpec.model_fields.items()
+            ))
+        text = yaml.safe_dump({name: data[name]}, sort_keys=False, default_flow_style=None, width=100)
+        lines.append(text.rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def bind_models(spec: SynthSpec, names: list[str]) -> tuple[SynthSpec, list[str]]:
+    """Point the roles at a catalog's model names; returns the spec and notes to show.
+
+    When every role's model is in `names`, nothing changes. Otherwise roles are mapped onto
+    `names` in order (role i -> names[i mod len]), and the notes say so.
+    """
+    if not names:
+        return spec, []
+    wanted = {r.model for r in spec.roles.values()}
+    if wanted <= set(names):
+        unused = [n for n in names if n not in wanted]
+        return spec, ([f"models with no role (no traffic): {unused}"] if unused else [])
+    roles = {}
+    notes = []
+    for i, (role, rs) in enumerate(spec.roles.items()):
+        new = names[i % len(names)]
+        roles[role] = rs.model_copy(update={"model": new})
+        notes.append(f"role {role}: {rs.model} -> {new}")
+    unused = names[len(spec.roles) :]
+    head = "models file names differ from the spec's; roles mapped onto its models in order"
+    out = [head, *notes]
+    if unused:
+        out.append(f"models with no role (no traffic): {unused}")
+    return spec.model_copy(update={"roles": roles}), out
+
+
+def _cum_rows(mat: np.ndarray) -> np.ndarray:
+    """Row-normalized cumulative probabilities (last column exactly 1)."""
+    mat = mat / mat.sum(axis=-1, keepdims=True)
+    cum = np.cumsum(mat, axis=-1)
+    cum[..., -1] = 1.0
+    return cum
+
+
+def _group_cumsum_exclusive(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per contiguous group, the sum of the earlier elements (0 for each group's first)."""
+    cs = np.cumsum(x) - x
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))
+    return cs - cs[first]
+
+
+def _activity_curve(spec: SynthSpec, start_h: float, end_h: float) -> np.ndarray:
+    """Relative activity per local minute of a day for one user (0..1)."""
+    h = (np.arange(1440) + 0.5) / 60.0
+    edge = 0.25  # h: ramp width of arriving in the morning / leaving in the evening
+    on = 1.0 / (1.0 + np.exp(-(h - start_h) / edge)) / (1.0 + np.exp(-(end_h - h) / edge))
+    half = max(spec.lunch_width_h / 2.0, 1e-6)
+    dip = 1.0 - (1.0 - spec.lunch_dip) * np.exp(-0.5 * ((h - spec.lunch_hour) / half) ** 2)
+    return on * dip
+
+
+def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
+    """Generate a canonical trace (planner.trace columns and dtypes, sorted by time)."""
+    rng = np.random.default_rng(seed)
+    role_names = list(spec.roles)
+    n_roles = len(role_names)
+    ridx = {r: i for i, r in enumerate(role_names)}
+    model_names = list(dict.fromkeys(rs.model for rs in spec.roles.values()))
+    role_model = np.array([model_names.index(spec.roles[r].model) for r in role_names])
+    n_users, n_days = spec.users, spec.days
+
+    # --- sessions: users x days -> start times --------------------------------------
+    start_h = spec.work_start_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
+    end_h = spec.work_end_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
+    end_h = np.maximum(end_h, start_h + 1.0)
+    activity = rng.lognormal(-0.5 * spec.user_activity_sigma**2, spec.user_activity_sigma, n_users)
+    tz_h = np.array([spec.timezones_h[u % len(spec.timezones_h)] for u in range(n_users)]) if spec.timezones_h else np.zeros(n_users)
+    weekday0 = spec.start.weekday()
+    weekend = ((weekday0 + np.arange(n_days)) % 7 >= 5) & (not spec.stationary)
+    day_mult = np.where(weekend, spec.weekend_activity, 1.0)
+    absent = rng.random((n_users, n_days)) < spec.absence_prob
+    lam = spec.sessions_per_day * activity[:, None] * day_mult[None, :] * ~absent
+    n_sess_ud = rng.poisson(lam)  # (users, days)
+    s_user = np.repeat(np.repeat(np.arange(n_users), n_days), n_sess_ud.ravel())
+    s_day = np.repeat(np.tile(np.arange(n_days), n_users), n_sess_ud.ravel())
+    n_sess = len(s_user)
+    if n_sess == 0:
+        return empty_trace()
+    s_local_s = np.empty(n_sess)
+    u_draw = rng.random(n_sess)
+    jitter = rng.random(n_sess)
+    for u in range(n_users):  # one activity curve per user; sample minutes by inverse CDF
+        m = s_user == u
+        if not m.any():
+            continue
+        cdf = np.cumsum(_activity_curve(spec, start_h[u], end_h[u]))
+        cdf /= cdf[-1]
+        minute = np.searchsorted(cdf, u_draw[m], side="right")
+        s_local_s[m] = (np.minimum(minute, 1439) + jitter[m]) * 60.0
+    s_start = s_day * 86400.0 + s_local_s - tz_h[s_user] * 3600.0
+    s_local_h = s_local_s / 3600.0
+
+    # Matrix variant per session: phase (0 neutral, 1 morning, 2 afternoon) x adopted (0/1).
+    if spec.stationary:
+        phase = np.zeros(n_sess, dtype=int)
+        adopted = np.ones(n_sess, dtype=int)
+    else:
+        phase = np.where(s_local_h < spec.lunch_hour, 1, 2)
+        adopted = (
+            (s_day >= spec.adoption_day).astype(int) if spec.adopted_role else np.ones(n_sess, int)
+        )
+    base = np.zeros((n_roles, n_roles + 1))
+    for r, row in spec.transitions.items():
+        for to, p in row.items():
+            base[ridx[r], n_roles if to == END else ridx[to]] = p
+    for r in role_names:  # a role without a row ends the turn
+        if r not in spec.transitions:
+            base[ridx[r], n_roles] = 1.0
+    start_p = np.array([spec.start_role.get(r, 0.0) for r in role_names])
+    mats = np.empty((6, n_roles, n_roles + 1))
+    starts = np.empty((6, n_roles))
+    for ph in range(3):
+        col_mult = np.ones(n_roles + 1)
+        if ph == 1 and "coder" in ridx:
+            col_mult[ridx["coder"]] = spec.morning_coding_boost
+        if ph == 2:
+            for r in ("reviewer", "summarizer"):
+                if r in ridx:
+                    col_mult[ridx[r]] = spec.afternoon_review_boost
+        for ad in range(2):
+            m = base * col_mult
+            sp = start_p * col_mult[:n_roles]
+            if ad == 0 and spec.adopted_role:
+                m[:, ridx[spec.adopted_role]] = 0.0
+                sp = sp.copy()
+                sp[ridx[spec.adopted_role]] = 0.0
+                m[ridx[spec.adopted_role]] = 0.0
+                m[ridx[spec.adopted_role], n_roles] = 1.0
+            m[m.sum(axis=1) == 0, n_roles] = 1.0
+            mats[ph * 2 + ad] = m
+            starts[ph * 2 + ad] = sp if sp.sum() > 0 else np.ones(n_roles)
+    cum_mats, cum_starts = _cum_rows(mats), _cum_rows(starts)
+    s_variant = phase * 2 + adopted
+
+    # --- turns ----------------------------------------------------------------------
+    n_turns_s = rng.geometric(1.0 / spec.turns_per_session, n_sess)
+    t_sess = np.repeat(np.arange(n_sess), n_turns_s)
+    n_turns = len(t_sess)
+    t_var = s_variant[t_sess]
+
+    # --- calls: Markov chains over roles, all turns at once -------------------------
+    state = (rng.random(n_turns)[:, None] > cum_starts[t_var]).sum(axis=1)
+    call_turn, call_step, call_role = [np.arange(n_turns)], [np.zeros(n_turns, int)], [state]
+    active = np.arange(n_turns)
+    for step in range(1, spec.max_calls_per_turn):
+        u = rng.random(len(active))
+        nxt = (u[:, None] > cum_mats[t_var[active], state]).sum(axis=1)
+        keep = nxt < n_roles
+        active, state = active[keep], nxt[keep]
+        if len(active) == 0:
+            break
+        call_turn.append(active)
+        call_step.append(np.full(len(active), step))
+        call_role.append(state)
+    c_turn = np.concatenate(call_turn)
+    c_step = np.concatenate(call_step)
+    c_role = np.concatenate(call_role)
+    order = np.lexsort((c_step, c_turn))  # turn-major, then step: the session's call order
+    c_turn, c_role = c_turn[order], c_role[order]
+    n_calls = len(c_turn)
+    c_sess = t_sess[c_turn]
+
+    # --- lengths --------------------------------------------------------------------
+    mu_in = np.log([spec.roles[r].new_input_median_tokens for r in role_names])
+    sd_in = np.array([spec.roles[r].new_input_sigma for r in role_names])
+    mu_out = np.log([spec.roles[r].output_median_tokens for r in role_names])
+    sd_out = np.array([spec.roles[r].output_sigma for r in role_names])
+    keeps = np.array([spec.roles[r].keeps_context for r in role_names])
+    z = rng.standard_normal((2, n_calls))
+    new_in = np.maximum(1, np.rint(np.exp(mu_in[c_role] + sd_in[c_role] * z[0]))).astype(np.int64)
+    out = np.maximum(1, np.rint(np.exp(mu_out[c_role] + sd_out[c_role] * z[1]))).astype(np.int64)
+
+    # --- models (group switch) --------------------------------------------------------
+    c_model = role_model[c_role]
+    if spec.switch_role and not spec.stationary and spec.switch_user_fraction > 0:
+        n_group = int(round(spec.switch_user_fraction * n_users))
+        group = np.zeros(n_users, bool)
+        group[rng.permutation(n_users)[:n_group]] = True
+        sw = (
+            group[s_user[c_sess]]
+            & (s_day[c_sess] >= spec.switch_day)
+            & (c_role == ridx[spec.switch_role])
+        )
+        c_model = np.where(sw, role_model[ridx[spec.switch_to_role]], c_model)
+
+    # --- timing -----------------------------------------------------------------------
+    decode_s = out * spec.decode_s_per_token  # s: time the call spends generating
+    gap_s = spec.tool_gap_median_s * np.exp(spec.tool_gap_sigma * rng.standard_normal(n_calls))
+    first_in_turn = np.ones(n_calls, bool)
+    first_in_turn[1:] = c_turn[1:] != c_turn[:-1]
+    step_s = np.where(first_in_turn, 0.0, np.roll(decode_s, 1) + gap_s)
+    offset_s = _group_cumsum_exclusive(step_s, first_in_turn) + step_s
+    last_in_turn = np.ones(n_calls, bool)
+    last_in_turn[:-1] = first_in_turn[1:]
+    turn_len_s = np.zeros(n_turns)
+    turn_len_s[c_turn[last_in_turn]] = offset_s[last_in_turn] + decode_s[last_in_turn]
+    think_s = spec.think_median_s * np.exp(spec.think_sigma * rng.standard_normal(n_turns))
+    first_turn = np.ones(n_turns, bool)
+    first_turn[1:] = t_sess[1:] != t_sess[:-1]
+    t_step = np.where(first_turn, 0.0, np.roll(turn_len_s, 1) + think_s)
+    t_start = s_start[t_sess] + _group_cumsum_exclusive(t_step, first_turn) + t_step
+    ts = t_start[c_turn] + offset_s
+
+    # --- context and prefix cache per (session, model) --------------------------------
+    n_models = len(model_names)
+    key = (c_sess * n_models + c_model) * 2 + keeps[c_role]
+    g = np.argsort(key, kind="stable")  # groups in call order
+    gk = key[g]
+    g_first = np.ones(n_calls, bool)
+    g_first[1:] = gk[1:] != gk[:-1]
+    flow = np.where(keeps[c_role[g]], new_in[g] + out[g], 0)
+    before = _group_cumsum_exclusive(flow, g_first)
+    seg = before // spec.compact_at_tokens
+    carried = before - seg * spec.compact_at_tokens
+    new_seg = g_first.copy()
+    new_seg[1:] |= seg[1:] != seg[:-1]
+    cached_g = np.where(new_seg, 0, carried)
+    input_g = np.minimum(new_in[g] + carried, spec.max_input_tokens)
+    inp = np.empty(n_calls, np.int64)
+    cached = np.empty(n_calls, np.int64)
+    inp[g] = input_g
+    cached[g] = np.minimum(cached_g, input_g)
+
+    # --- frame --------------------------------------------------------------------------
+    horizon_s = n_days * 86400.0
+    keep = (ts >= 0) & (ts < horizon_s)
+    idx = np.flatnonzero(keep)
+    idx = idx[np.argsort(ts[idx], kind="stable")]
+    width = max(2, len(str(n_users - 1)))
+    user_names = np.array([f"u{u:0{width}d}" for u in range(n_users)], dtype=object)
+    sess_names = np.array(
+        [f"{user_names[u]}-s{i:05d}" for i, u in enumerate(s_user)], dtype=object
+    )
+    cols: dict[str, Any] = {
+        "timestamp": ts[idx],
+        "model": np.array(model_names, dtype=object)[c_model[idx]],
+        "input_tokens": inp[idx],
+        "output_tokens": out[idx],
+        "user": user_names[s_user[c_sess[idx]]],
+        "session": sess_names[c_sess[idx]],
+        "cached_tokens": cached[idx],
+    }
+    return pd.DataFrame({c: pd.Series(cols[c], dtype=DTYPES[c]) for c in COLUMNS})

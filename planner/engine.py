@@ -1,0 +1,389 @@
+"""Starting, watching and stopping one vLLM OpenAI server.
+
+`build_argv` is pure: an Instance of a plan becomes the command line and the environment
+additions of its server (golden-tested). The rest is a thin runner: spawn in its own process
+group with output to a log file, poll `/v1/models` until ready, classify a failed launch from
+the log, stop the whole group, read start-up timings from the log (for the profiler).
+
+Flag semantics follow vLLM 0.32 (`vllm/engine/arg_utils.py`): `--cpu-offload-gb` is per GPU,
+`--kv-offloading-size` is the total over the TP ranks, both GiB. The CPU build has no GPU
+memory to budget and no sleep mode: its KV cache size comes from `VLLM_CPU_KVCACHE_SPACE`
+(whole GiB), and the GPU-only flags are left out. On the CPU build the server runs in float32:
+its bf16 GEMMs take the AMX path, which dies with SIGILL on VMs whose CPU advertises AMX
+without enabling it (seen on the development machines); the CPU path only serves tiny
+development models, and `extra_args` (applied last) can ask for `--dtype bfloat16` again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Literal
+
+from planner.errors import LaunchError
+from planner.schemas.plan import Instance
+
+Device = Literal["cuda", "cpu"]
+
+# Plan variants that are a dtype, not a quantization method.
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+def _num(x: float) -> str:
+    """A flag value without a trailing `.0` for whole numbers (stable golden files)."""
+    return str(int(x)) if float(x).is_integer() else repr(round(float(x), 6))
+
+
+def build_argv(
+    inst: Instance,
+    *,
+    model_path: str,
+    served_name: str,
+    python: str = sys.executable,
+    device: Device = "cuda",
+    host: str = "127.0.0.1",
+) -> tuple[list[str], dict[str, str]]:
+    """The server's argv and the environment variables to add; pure (no I/O)."""
+    e = inst.engine
+    argv = [
+        python, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model_path,
+        "--served-model-name", served_name,
+        "--host", host,
+        "--port", str(inst.port),
+        "--tensor-parallel-size", str(inst.tp),
+        "--max-model-len", str(e.max_model_len),
+        "--max-num-seqs", str(e.max_num_seqs),
+        "--kv-cache-dtype", e.kv_cache_dtype,
+    ]  # fmt: skip
+    q = (e.quantization or "").lower()
+    if device == "cpu":
+        argv += ["--dtype", "float32"]
+    elif q in _DTYPES:
+        argv += ["--dtype", _DTYPES[q]]
+    if q and q not in _DTYPES and q not in ("auto", "none"):
+        argv += ["--quantization", q]
+    if e.max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
+    env: dict[str, str] = {}
+    if device == "cuda":
+        argv += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
+        if inst.expert_cpu_offload_gib > 0:
+            # the plan gives the instance's total; vLLM takes GiB per GPU
+            argv += ["--cpu-offload-gb", _num(inst.expert_cpu_offload_gib / inst.tp)]
+        if inst.kv_cpu_offload_gib > 0:
+            argv += ["--kv-offloading-size", _num(inst.kv_cpu_offload_gib)]
+        if inst.tier in ("host", "disk"):
+            argv += ["--enable-sleep-mode"]
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
+        if inst.gpus:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
+    else:
+        # whole GiB (vLLM parses an int); at least 1 so the engine has room for one block
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(inst.memory_gib.kv - 1e-9)))
+    if e.enforce_eager:
+        argv += ["--enforce-eager"]
+    argv += list(e.extra_args)
+    return argv, env
+
+
+# ---------------------------------------------------------------- runner
+
+
+def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a TCP listener could bind `host:port` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
+    """Spawn the server in its own process group (so stop reaches the engine children)."""
+    log = Path(log_path)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = {**os.environ, **env}
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    with open(log, "ab") as f:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs on this host (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def pid_is_server(pid: int, port: int) -> bool:
+    """Whether `pid` is a live vLLM server on `port` (guards against reused pids)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    text = [a.decode(errors="replace") for a in args]
+    return any("vllm" in a for a in text) and str(port) in text
+
+
+def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0) -> bool:
+    """Whether GET http://host:port/path answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout_s) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def http_post(host: str, port: int, path: str, timeout_s: float = 600.0) -> int:
+    """POST with an empty body; returns the status (raises on connection failure)."""
+    req = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def read_tail(log_path: str | Path, max_bytes: int = 64_000) -> str:
+    """The end of a log file ('' if absent)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_ready(
+    host: str,
+    port: int,
+    proc: subprocess.Popen | int | None,
+    log_path: str | Path,
+    timeout_s: float,
+    *,
+    poll_s: float = 0.5,
+) -> float:
+    """Block until `/v1/models` answers; returns the seconds waited.
+
+    Raises LaunchError with the classified reason when the process exits first, or
+    reason `timeout` when `timeout_s` passes (the process is left to the caller to stop).
+    """
+    t0 = time.monotonic()
+    while True:
+        if http_ok(host, port, "/v1/models", timeout_s=2.0):
+            return time.monotonic() - t0
+        if not _running(proc):
+            tail = read_tail(log_path)
+            reason = classify_failure(tail)
+            raise LaunchError(
+                f"vLLM server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
+                reason=reason,
+                log_tail=_last_lines(tail, 30),
+                fix=_FIXES.get(reason),
+            )
+        if time.monotonic() - t0 > timeout_s:
+            tail = read_tail(log_path)
+            raise LaunchError(
+                f"vLLM server on {host}:{port} not ready after {timeout_s:.0f} s; log: {log_path}",
+                reason="timeout",
+                log_tail=_last_lines(tail, 30),
+                fix="raise --timeout, or read the log for a hang",
+            )
+        time.sleep(poll_s)
+
+
+def _running(proc: subprocess.Popen | int | None) -> bool:
+    if proc is None:
+        return True
+    if isinstance(proc, int):
+        return pid_alive(proc)
+    return proc.poll() is None
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def stop_server(proc_or_pid: subprocess.Popen | int, timeout_s: float = 30.0) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after `timeout_s`."""
+    pid = proc_or_pid if isinstance(proc_or_pid, int) else proc_or_pid.pid
+    proc = None if isinstance(proc_or_pid, int) else proc_or_pid
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not pid_alive(pid) and not _group_alive(pid):
+            break
+        time.sleep(0.1)
+    else:
+        _signal_group(pid, signal.SIGKILL)
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end and (pid_alive(pid) or _group_alive(pid)):
+            if proc is not None:
+                proc.poll()
+            time.sleep(0.05)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the group led by `pid` (servers start their own session); else the pid alone."""
+    try:
+        os.killpg(pid, sig)
+        return
+    except ProcessLookupError:
+        pass  # the leader's group is empty
+    except PermissionError:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- log reading
+
+FailureReason = Literal[
+    "out_of_memory", "port_in_use", "bad_model_path", "max_model_len_too_large", "timeout", "unknown"
+]
+
+# Patterns seen in vLLM 0.32 logs (CPU build, provoked on purpose) and the CUDA build's messages.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]", re.I)),
+    (
+        "max_model_len_too_large",
+        re.compile(
+            r"max_model_len.{0,80}(greater than|larger than|exceeds|too large)"
+            r"|larger than the maximum number of tokens that can be stored in KV cache"
+            r"|User-specified max_model_len",
+            re.I | re.S,
+        ),
+    ),
+    (
+        "out_of_memory",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|No available memory for the cache blocks"
+            r"|Insufficient memory|not enough memory|Cannot allocate memory|MemoryError"
+            r"|Free memory on device .* is less than desired",
+            re.I,
+        ),
+    ),
+    (
+        "bad_model_path",
+        re.compile(
+            r"Repo id must be in the form|Repository Not Found|is not a local folder and is not a valid model"
+            r"|Invalid repository ID|does not appear to have a file named config\.json"
+            r"|No such file or directory: .*config\.json|Can't load the configuration of"
+            r"|HFValidationError|LocalEntryNotFoundError|We couldn't connect to 'https://huggingface\.co'",
+            re.I,
+        ),
+    ),
+]
+
+_FIXES = {
+    "port_in_use": "another process listens on the port: stop it or change the instance's port",
+    "bad_model_path": "check the variant's path in models.yaml (a checkpoint dir with config.json)",
+    "max_model_len_too_large": "lower engine.max_model_len (the model or the KV cache cannot hold it)",
+    "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
+}
+
+
+def classify_failure(log_text: str) -> FailureReason:
+    """The cause of a failed launch from its log; `unknown` when no known line matches."""
+    for reason, pat in _PATTERNS:
+        if pat.search(log_text):
+            return reason  # type: ignore[return-value]
+    return "unknown"
+
+
+_TS = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_LOAD_S = re.compile(r"(?:Loading weights took|Model loading took [\d.]+ \w+ (?:memory )?and) ([\d.]+) ?s", re.I)
+_MODEL_LOAD_S = re.compile(r"Model loading took .*?([\d.]+) ?(?:s|seconds)\b", re.I)
+_INIT_S = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s", re.I)
+
+
+def parse_startup_log(log_text: str) -> dict[str, float | None]:
+    """Start-up timings from a vLLM server log, seconds (None where the line is missing).
+
+    `weight_load_s`: reading the checkpoint into the device; `engine_init_s`: memory
+    profiling, KV cache allocation and warm-up/compilation; `ready_s`: first log line to
+    the line announcing the server's routes (includes the Python imports after the first line).
+    """
+    weight = _first_float(_LOAD_S, log_text) or _first_float(_MODEL_LOAD_S, log_text)
+    init = _first_float(_INIT_S, log_text)
+    ready = None
+    stamps = [(m.start(), _secs(m)) for m in _TS.finditer(log_text)]
+    if stamps:
+        start = stamps[0][1]
+        pos = log_text.find("Starting vLLM API server")
+        if pos < 0:
+            pos = log_text.find("Application startup complete")
+        if pos >= 0:
+            before = [s for p, s in stamps if p <= pos]
+            if before:
+                ready = before[-1] - start
+    return {"weight_load_s": weight, "engine_init_s": init, "ready_s": ready}
+
+
+def _first_float(pat: re.Pattern[str], text: str) -> float | None:
+    m = pat.search(text)
+    return float(m.group(1)) if m else None
+
+
+def _secs(m: re.Match[str]) -> float:
+    _mo, day, hh, mm, ss = (int(g) for g in m.groups())
+    return day * 86400.0 + hh * 3600.0 + mm * 60.0 + ss

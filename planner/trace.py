@@ -1,0 +1,378 @@
+"""Request traces: the schema, reading (CSV, JSONL, Parquet, SQLite) and writing.
+
+One row a request. The canonical in-memory form is a pandas DataFrame sorted by
+`timestamp` with exactly the columns of `COLUMNS` and the dtypes of `DTYPES`:
+
+- `timestamp` float64, seconds from the start of the trace. ISO-8601 timestamps are
+  accepted on read and become seconds since 00:00 UTC of the first request's day, so
+  the hour of day survives the conversion (characterization and drift use it).
+- `model` string; `input_tokens` int64 >= 1; `output_tokens` int64 >= 1;
+- optional `user`, `session` string (missing: ""), `cached_tokens` int64 in
+  0..input_tokens (missing: 0), the prefix already computed for this session on this model.
+
+Every problem is an InputError that names the file, the row (1-based data row, and the
+line for text files) or the column, and the fix.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.errors import InputError
+from planner.io import atomic_write_bytes
+
+COLUMNS = [
+    "timestamp",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "user",
+    "session",
+    "cached_tokens",
+]
+REQUIRED = ["timestamp", "model", "input_tokens", "output_tokens"]
+DTYPES = {
+    "timestamp": "float64",
+    "model": "string",
+    "input_tokens": "int64",
+    "output_tokens": "int64",
+    "user": "string",
+    "session": "string",
+    "cached_tokens": "int64",
+}
+_STRINGS = ("model", "user", "session")
+_INTS = ("input_tokens", "output_tokens", "cached_tokens")
+SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
+
+TRACE_JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "planner trace row",
+    "description": (
+        "One request. Files: CSV with a header, JSONL (one object a line), Parquet, or a "
+        "SQLite database with a table `requests` holding these columns."
+    ),
+    "type": "object",
+    "required": REQUIRED,
+    "additionalProperties": True,
+    "properties": {
+        "timestamp": {
+            "description": "arrival, seconds from the start of the trace, or ISO-8601 "
+            "(converted to seconds since 00:00 UTC of the first request's day)",
+            "oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "format": "date-time"}],
+        },
+        "model": {"type": "string", "minLength": 1, "description": "model name from models.yaml"},
+        "input_tokens": {"type": "integer", "minimum": 1, "description": "prompt tokens"},
+        "output_tokens": {"type": "integer", "minimum": 1, "description": "generated tokens"},
+        "user": {"type": "string", "default": "", "description": "who sent it"},
+        "session": {"type": "string", "default": "", "description": "agent session id"},
+        "cached_tokens": {
+            "type": "integer",
+            "minimum": 0,
+            "default": 0,
+            "description": "prompt prefix already computed for this session on this model "
+            "(at most input_tokens)",
+        },
+    },
+}
+
+
+def empty_trace() -> pd.DataFrame:
+    """A canonical trace with no rows."""
+    return pd.DataFrame({c: pd.Series([], dtype=DTYPES[c]) for c in COLUMNS})
+
+
+def _where(i: int, line_offset: int | None) -> str:
+    """'row 5 (line 6)' for a 0-based position; rows count data rows from 1."""
+    row = f"row {i + 1}"
+    return f"{row} (line {i + 1 + line_offset})" if line_offset is not None else row
+
+
+def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
+    """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
+    if pd.api.types.is_bool_dtype(col):
+        raise InputError("column 'timestamp' holds booleans", file=file, fix="use seconds or ISO-8601")
+    if pd.api.types.is_numeric_dtype(col):
+        out = col.to_numpy(dtype="float64", na_value=np.nan)
+    elif pd.api.types.is_datetime64_any_dtype(col):
+        out = _from_datetimes(col)
+    else:
+        num = pd.to_numeric(col, errors="coerce")
+        if num.notna().all() or num.isna().sum() == col.isna().sum():
+            out = num.to_numpy(dtype="float64", na_value=np.nan)
+        else:
+            dt = pd.to_datetime(col.astype("string"), errors="coerce", utc=True, format="ISO8601")
+            bad = np.flatnonzero(dt.isna().to_numpy() & col.notna().to_numpy())
+            if len(bad):
+                i = int(bad[0])
+                raise InputError(
+                    f"{_where(i, line_offset)}, column 'timestamp': {col.iloc[i]!r} is neither "
+                    f"a number of seconds nor an ISO-8601 time",
+                    file=file,
+                    fix="write seconds from the start (e.g. 12.5) or ISO-8601 "
+                    "(e.g. 2026-01-05T09:00:00Z), one style for the whole file",
+                )
+            out = _from_datetimes(dt)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if len(bad):
+        i = int(bad[0])
+        raise InputError(
+            f"{_where(i, line_offset)}, column 'timestamp': missing or not a number",
+            file=file,
+            fix="every request needs an arrival time",
+        )
+    neg = np.flatnonzero(out < 0)
+    if len(neg):
+        i = int(neg[0])
+        raise InputError(
+            f"{_where(i, line_offset)}, column 'timestamp': {out[i]} is negative",
+            file=file,
+            fix="timestamps are seconds from the start of the trace (>= 0)",
+        )
+    return out
+
+
+def _from_datetimes(dt: pd.Series) -> np.ndarray:
+    """Seconds since 00:00 UTC of the first timestamp's day (keeps the hour of day)."""
+    dt = pd.to_datetime(dt, utc=True)
+    origin = dt.min().floor("D")
+    return ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(dtype="float64", na_value=np.nan)
+
+
+def _ints(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> np.ndarray:
+    """A token-count column as int64, with the first bad row located."""
+    num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_numeric_dtype(col) else col
+    if pd.api.types.is_bool_dtype(num):
+        raise InputError(f"column '{name}' holds booleans", file=file, fix="use whole token counts")
+    arr = num.to_numpy(dtype="float64", na_value=np.nan)
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
+    if len(bad):
+        i = int(bad[0])
+        raise InputError(
+            f"{_where(i, line_offset)}, column '{name}': {col.iloc[i]!r} is not a whole number",
+            file=file,
+            fix=f"'{name}' is a token count (an integer)",
+        )
+    return arr.astype("int64")
+
+
+def normalize(
+    df: pd.DataFrame,
+    *,
+    file: str | None = None,
+    model_names: Sequence[str] | None = None,
+    line_offset: int | None = None,
+) -> pd.DataFrame:
+    """Validate a frame and return the canonical trace (columns, dtypes, sorted by time).
+
+    `line_offset` maps a 0-based row to its file line (1 for a CSV header); None when the
+    source has no lines. Extra columns are dropped.
+    """
+    if len(df) == 0:
+        raise InputError(
+            "the trace has no requests", file=file, fix="write at least one row after the header"
+        )
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(
+            f"missing column(s) {missing}; found {[str(c) for c in df.columns]}",
+            file=file,
+            fix=f"a trace needs {REQUIRED}; optional {COLUMNS[4:]} (`planner schema trace`)",
+        )
+    out: dict[str, Any] = {"timestamp": _seconds(df["timestamp"], file, line_offset)}
+    for name in _STRINGS:
+        if name not in df.columns:
+            out[name] = np.full(len(df), "", dtype=object)
+            continue
+        col = df[name]
+        if name == "model":
+            na = col.isna().to_numpy() | (col.astype("string").str.strip() == "").to_numpy()
+            if na.any():
+                i = int(np.flatnonzero(na)[0])
+                raise InputError(
+                    f"{_where(i, line_offset)}, column 'model': empty",
+                    file=file,
+                    fix="every request names the model it calls",
+                )
+        # Whole-number floats (a session id read as 3.0) are written back as "3".
+        if pd.api.types.is_float_dtype(col):
+            col = col.map(lambda v: "" if pd.isna(v) else (str(int(v)) if v == int(v) else str(v)))
+        out[name] = col.astype("string").fillna("")
+    for name in _INTS:
+        if name not in df.columns:
+            out[name] = np.zeros(len(df), dtype="int64")
+            continue
+        out[name] = _ints(df[name], name, file, line_offset)
+    for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
+        bad = np.flatnonzero(out[name] < low)
+        if len(bad):
+            i = int(bad[0])
+            raise InputError(
+                f"{_where(i, line_offset)}, column '{name}': {int(out[name][i])} is below {low}",
+                file=file,
+                fix=f"'{name}' must be >= {low}; drop or fix the row",
+            )
+    over = np.flatnonzero(out["cached_tokens"] > out["input_tokens"])
+    if len(over):
+        i = int(over[0])
+        raise InputError(
+            f"{_where(i, line_offset)}, column 'cached_tokens': {int(out['cached_tokens'][i])} "
+            f"exceeds input_tokens {int(out['input_tokens'][i])}",
+            file=file,
+            fix="the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
+        )
+    res = pd.DataFrame({c: pd.Series(out[c], dtype=DTYPES[c]) for c in COLUMNS})
+    if model_names is not None:
+        known = set(model_names)
+        seen = res["model"].unique()
+        absent = sorted(str(m) for m in seen if m not in known)
+        if absent:
+            first = int(np.flatnonzero(res["model"].isin(absent).to_numpy())[0])
+            raise InputError(
+                f"model(s) {absent} are not in the models file (first at "
+                f"{_where(first, line_offset)}); the models file has {list(model_names)}",
+                file=file,
+                fix="rename them in the trace, add them to models.yaml, or import with "
+                "`planner workload import --assign` to map requests onto known models",
+            )
+    return sort_trace(res)
+
+
+def sort_trace(df: pd.DataFrame) -> pd.DataFrame:
+    """Stable sort by timestamp (ties keep file order), fresh 0..n-1 index."""
+    order = np.argsort(df["timestamp"].to_numpy(), kind="stable")
+    return df.iloc[order].reset_index(drop=True)
+
+
+def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
+    """The file as a raw frame and the row->line offset (None for binary formats)."""
+    suffix = p.suffix.lower()
+    name = str(p)
+    if suffix == ".csv":
+        try:
+            raw = pd.read_csv(
+                p, dtype={c: "string" for c in _STRINGS}, keep_default_na=True, low_memory=False
+            )
+        except pd.errors.EmptyDataError:
+            raise InputError(
+                "the file is empty", file=name, fix=f"write a header line {','.join(REQUIRED)}"
+            ) from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as e:
+            raise InputError(f"not valid CSV: {str(e).strip()}", file=name) from None
+        return raw, 1
+    if suffix == ".jsonl":
+        rows = []
+        with open(p, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(
+                        f"line {lineno}: not valid JSON ({e.msg})",
+                        file=name,
+                        fix="one JSON object a line",
+                    ) from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"line {lineno}: not a JSON object", file=name)
+                rows.append(obj)
+        # Blank lines would shift the row->line map; only an exact map gets a line number.
+        return pd.DataFrame(rows), None
+    if suffix == ".parquet":
+        try:
+            return pd.read_parquet(p), None
+        except Exception as e:  # pyarrow raises several unrelated types for bad files
+            raise InputError(f"not a readable Parquet file: {e}", file=name) from None
+    if suffix in (".sqlite", ".db"):
+        try:
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        except sqlite3.Error as e:
+            raise InputError(f"cannot open SQLite database: {e}", file=name) from None
+        try:
+            cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
+            if not cols:
+                raise InputError(
+                    "no table 'requests'",
+                    file=name,
+                    fix="point at the gateway's request log (table `requests`)",
+                )
+            want = [c for c in COLUMNS if c in cols]
+            query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
+            return pd.read_sql_query(query, con), None
+        except sqlite3.Error as e:
+            raise InputError(f"cannot read table 'requests': {e}", file=name) from None
+        finally:
+            con.close()
+    raise InputError(
+        f"unknown trace format {suffix!r}",
+        file=name,
+        fix=f"use one of {', '.join(SUFFIXES)}",
+    )
+
+
+def read_trace(path: str | Path, model_names: Sequence[str] | None = None) -> pd.DataFrame:
+    """Read a trace file (.csv, .jsonl, .parquet, .sqlite/.db) into the canonical frame.
+
+    `model_names`: when given, every request's model must be one of them.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError("file not found", file=str(p), fix="check the path")
+    if p.is_dir():
+        raise InputError("is a directory, not a trace file", file=str(p))
+    raw, line_offset = _read_raw(p)
+    return normalize(raw, file=str(p), model_names=model_names, line_offset=line_offset)
+
+
+def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
+    """The canonical trace serialized for a file suffix; same frame, same bytes."""
+    df = df[COLUMNS]
+    suffix = suffix.lower()
+    if suffix == ".csv":
+        return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+    if suffix == ".jsonl":
+        text = df.to_json(orient="records", lines=True, double_precision=15, force_ascii=False)
+        return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pa.schema(
+            [
+                pa.field(c, pa.float64() if c == "timestamp" else pa.int64() if c in _INTS else pa.string())
+                for c in COLUMNS
+            ]
+        )
+        arrays = [
+            pa.array(df[c].to_numpy(dtype=object if c in _STRINGS else DTYPES[c]), type=schema.field(c).type)
+            for c in COLUMNS
+        ]
+        # No pandas metadata, fixed codec and writer options: the bytes depend on the data only.
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        buf = io.BytesIO()
+        pq.write_table(
+            table,
+            buf,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=True,
+            write_statistics=True,
+            row_group_size=1 << 20,
+            data_page_version="1.0",
+        )
+        return buf.getvalue()
+    raise InputError(f"cannot write trace format {suffix!r}", fix="use .csv, .jsonl or .parquet")
+
+
+def write_trace(df: pd.DataFrame, path: str | Path) -> None:
+    """Write a canonical trace atomically; the format follows the suffix."""
+    p = Path(path)
+    atomic_write_bytes(p, trace_bytes(df, p.suffix))

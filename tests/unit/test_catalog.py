@@ -1,0 +1,161 @@
+"""GPU and model catalogs: required rows, resolution by name, config.json parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.catalog.gpus import GPUS, GpuSpec, resolve_gpu
+from planner.catalog.models import MODELS, from_hf_config, param_counts, resolve_arch, resolve_arch_name
+
+REQUIRED_GPUS = ["RTX-3090", "RTX-4090", "A10", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB-PCIe",
+                 "A100-80GB-SXM", "H100-PCIe", "H100-SXM", "H200-SXM", "H200-NVL", "cpu", "A40"]
+REQUIRED_MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.3-70B", "Qwen2.5-7B", "Qwen2.5-Coder-7B",
+                   "Qwen2.5-Coder-32B", "Qwen3-8B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B",
+                   "Mistral-7B-v0.3", "Mistral-Small-24B", "gemma-3-27b", "DeepSeek-V2-Lite",
+                   "gpt-oss-20b", "gpt-oss-120b", "Phi-4"]
+
+
+@pytest.mark.parametrize("name", REQUIRED_GPUS)
+def test_gpu_rows_present_with_source(name):
+    g = resolve_gpu(name)
+    assert g.source and g.source != "inline"
+    assert g.memory_gib > 0 and g.memory_bandwidth_gbps > 0
+
+
+def test_ampere_has_no_fp8_and_ada_hopper_do():
+    for g in GPUS.values():
+        if g.arch == "ampere":
+            assert g.fp8_tflops is None, g.name
+        if g.arch in ("ada", "hopper"):
+            assert g.fp8_tflops and g.fp8_tflops > g.bf16_tflops, g.name
+
+
+def test_geforce_rates_are_fp32_accumulate():
+    assert resolve_gpu("RTX-3090").bf16_tflops == 71.0
+    assert resolve_gpu("RTX-4090").bf16_tflops == 165.2
+
+
+def test_nvlink_on_sxm():
+    assert resolve_gpu("A100-80GB-SXM").nvlink_gbps == 300
+    assert resolve_gpu("H100-SXM").nvlink_gbps == 450
+    assert resolve_gpu("L40S").nvlink_gbps is None
+
+
+def test_gpu_lookup_case_and_hint():
+    assert resolve_gpu("l40s").name == "L40S"
+    with pytest.raises(ValueError, match="did you mean.*A100-80GB-PCIe"):
+        resolve_gpu("A100-90GB")
+
+
+def test_inline_gpu_spec_validates():
+    g = GpuSpec(name="X", arch="ada", memory_gib=32, memory_bandwidth_gbps=900, bf16_tflops=100, fp16_tflops=100)
+    assert g.pcie_gbps > 0
+
+
+@pytest.mark.parametrize("name", REQUIRED_MODELS)
+def test_model_names_resolve(name):
+    a = resolve_arch_name(name)
+    assert a.total_params_b >= a.active_params_b > 0
+
+
+def test_org_name_resolves():
+    assert resolve_arch_name("meta-llama/Llama-3.1-8B-Instruct").name == "Llama-3.1-8B-Instruct"
+    assert resolve_arch_name("Qwen/Qwen3-32B").name == "Qwen3-32B"
+
+
+def test_unknown_model_hint():
+    with pytest.raises(ValueError, match="did you mean"):
+        resolve_arch_name("Qwen3-33B")
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_param_arithmetic_matches_published_totals(name):
+    """The architecture arithmetic explains the published total to 2% (gemma adds a vision tower)."""
+    a = MODELS[name]
+    pc = param_counts(a)
+    known = sum(v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other"))
+    assert known / 1e9 == pytest.approx(a.total_params_b, rel=0.02)
+
+
+def test_catalog_numbers_spot_checks():
+    q = MODELS["Qwen3-30B-A3B"]
+    assert (q.num_experts, q.num_experts_per_tok, q.moe_intermediate_size) == (128, 8, 768)
+    d = MODELS["DeepSeek-V2-Lite"]
+    assert (d.kv_lora_rank, d.qk_rope_head_dim, d.num_layers) == (512, 64, 27)
+    g = MODELS["gemma-3-27b-it"]
+    assert (g.num_layers, g.num_sliding_layers, g.sliding_window) == (62, 52, 1024)
+    assert MODELS["gpt-oss-120b"].num_sliding_layers == 18
+
+
+# Numbers from openai/gpt-oss-20b config.json (abridged to what the parser reads).
+GPT_OSS_20B = {
+    "model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
+    "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12, "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+}
+LLAMA_8B = {
+    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+    "tie_word_embeddings": False, "max_position_embeddings": 131072,
+}
+GEMMA3 = {
+    "model_type": "gemma3",
+    "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
+                    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                    "intermediate_size": 21504, "vocab_size": 262208, "sliding_window": 1024,
+                    "sliding_window_pattern": 6},
+}
+DSV2_LITE = {
+    "model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
+    "num_key_value_heads": 16, "intermediate_size": 10944, "vocab_size": 102400, "n_routed_experts": 64,
+    "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "n_shared_experts": 2,
+    "first_k_dense_replace": 1, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+    "v_head_dim": 128, "q_lora_rank": None,
+}
+QWEN3_MOE = {
+    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
+    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": [],
+    "sliding_window": None, "use_sliding_window": False,
+}
+
+
+@pytest.mark.parametrize(
+    "cfg,catalog",
+    [(GPT_OSS_20B, "gpt-oss-20b"), (LLAMA_8B, "Llama-3.1-8B"), (GEMMA3, "gemma-3-27b-it"),
+     (DSV2_LITE, "DeepSeek-V2-Lite"), (QWEN3_MOE, "Qwen3-30B-A3B")],
+)
+def test_from_hf_config_matches_catalog(cfg, catalog):
+    a = from_hf_config(cfg, name="x")
+    c = MODELS[catalog]
+    for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "intermediate_size",
+              "vocab_size", "num_experts", "num_experts_per_tok", "kv_lora_rank", "num_sliding_layers",
+              "sliding_window", "tie_word_embeddings"):
+        assert getattr(a, f) == getattr(c, f), f
+    # totals from arithmetic: within 2% (gemma's vision tower is not in text_config)
+    assert a.total_params_b == pytest.approx(c.total_params_b, rel=0.02)
+
+
+def test_from_hf_config_missing_key_is_named():
+    bad = dict(LLAMA_8B)
+    del bad["vocab_size"]
+    with pytest.raises(ValueError, match="vocab_size"):
+        from_hf_config(bad)
+    with pytest.raises(ValueError, match="model_type"):
+        from_hf_config({"hidden_size": 1})
+    with pytest.raises(ValueError, match="not supported"):
+        from_hf_config({**LLAMA_8B, "model_type": "bert"})
+
+
+def test_resolve_arch_from_config_path(tmp_path):
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA_8B))
+    assert resolve_arch(str(d)).name == "my-llama"
+    assert resolve_arch(str(d / "config.json")).num_layers == 32
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_arch(str(tmp_path / "nope.json"))

@@ -1,0 +1,361 @@
+"""Gateway behaviour against fake engines and a fake InstanceControl (no vLLM, fast).
+
+The fake engine speaks the slice of the OpenAI API the gateway proxies (usage included, SSE
+with an optional usage chunk); the fake control starts/stops one fake engine per instance and
+records the order of its calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.adjuster.backends.base import Handle
+from planner.adjuster.gateway import (
+    Gateway,
+    GatewayConfig,
+    GatewayThread,
+    SseUsage,
+    identity,
+    overlaps,
+)
+from planner.schemas.plan import Instance, MemoryGib, Point
+from planner.trace import read_trace
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class FakeEngine:
+    """A tiny OpenAI-like server in a thread: usage in every answer, SSE streams."""
+
+    def __init__(self, name: str, port: int):
+        self.name, self.port = name, port
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _app(self):
+        from aiohttp import web
+
+        usage = {
+            "prompt_tokens": 7,
+            "completion_tokens": 3,
+            "total_tokens": 10,
+            "prompt_tokens_details": {"cached_tokens": 2},
+        }
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            body = await request.json()
+            await asyncio.sleep(float(body.get("delay_s", 0)))
+            if not body.get("stream"):
+                return web.json_response(
+                    {"id": "x", "served_by": self.name, "choices": [{"text": "abc"}], "usage": usage}
+                )
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for tok in "abc":
+                ev = json.dumps({"served_by": self.name, "choices": [{"text": tok}]})
+                await resp.write(f"data: {ev}\n\n".encode())
+            if (body.get("stream_options") or {}).get("include_usage"):
+                ev = json.dumps({"choices": [], "usage": usage})
+                await resp.write(f"data: {ev}\n\n".encode())
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
+
+        async def health(request: web.Request) -> web.Response:
+            return web.Response(text="")
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", completions)
+        app.router.add_post("/v1/chat/completions", completions)
+        app.router.add_get("/health", health)
+        return app
+
+    def _run(self) -> None:
+        from aiohttp import web
+
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stop = asyncio.Event()
+            runner = web.AppRunner(self._app())
+            await runner.setup()
+            await web.TCPSite(runner, "127.0.0.1", self.port).start()
+            self._ready.set()
+            await self._stop.wait()
+            await runner.cleanup()
+
+        asyncio.run(main())
+
+    def start(self) -> FakeEngine:
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+class FakeControl:
+    """InstanceControl over fake engines; `wake_delay_s` stands in for a slow start."""
+
+    def __init__(self, point: Point, awake: set[str], wake_delay_s: float = 0.0):
+        self.specs = {i.id: i for i in point.instances}
+        self.engines: dict[str, FakeEngine] = {}
+        self.calls: list[tuple[str, str]] = []
+        self.wake_delay_s = wake_delay_s
+        self._lock = threading.Lock()
+        for iid in awake:
+            self._start(iid)
+
+    def _start(self, iid: str) -> Handle:
+        spec = self.specs[iid]
+        self.engines[iid] = FakeEngine(iid, spec.port).start()
+        return self._handle(iid)
+
+    def _handle(self, iid: str) -> Handle:
+        spec = self.specs[iid]
+        return Handle(instance_id=iid, node=spec.node, host="127.0.0.1", port=spec.port)
+
+    def status(self):
+        return {
+            iid: ("awake", self._handle(iid)) if iid in self.engines else ("stopped", None)
+            for iid in self.specs
+        }
+
+    def wake(self, instance_id: str, timeout_s: float) -> Handle:
+        with self._lock:
+            self.calls.append(("wake", instance_id))
+        time.sleep(self.wake_delay_s)
+        old = self.engines.pop(instance_id, None)
+        if old is not None:
+            old.stop()
+        return self._start(instance_id)
+
+    def sleep(self, instance_id: str) -> None:
+        with self._lock:
+            self.calls.append(("sleep", instance_id))
+        eng = self.engines.pop(instance_id, None)
+        if eng is not None:
+            eng.stop()
+
+    def kill(self, instance_id: str) -> None:
+        """The process dies behind the controller's back."""
+        self.engines.pop(instance_id).stop()
+
+    def close(self) -> None:
+        for e in list(self.engines.values()):
+            e.stop()
+
+
+def inst(iid: str, model: str, gpus: list[int], tier: str = "host", node: str = "n1") -> Instance:
+    return Instance(
+        id=iid,
+        model=model,
+        variant="bf16",
+        node=node,
+        gpus=gpus,
+        tp=len(gpus) or 1,
+        tier=tier,
+        memory_gib=MemoryGib(weights=1, kv=1, overhead=0.5),
+        port=free_port(),
+    )
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """Start a gateway over fake engines: yields a factory (instances, awake ids, config)."""
+    made = []
+
+    def make(instances, awake, *, wake_delay_s=0.0, **cfg):
+        point = Point(name="p", instances=instances)
+        ctl = FakeControl(point, set(awake), wake_delay_s)
+        conf = GatewayConfig(log_flush_s=0.05, **cfg)
+        gw = Gateway(point, ctl, state_dir=tmp_path, config=conf)
+        th = GatewayThread(gw, port=free_port()).start()
+        made.append((th, ctl))
+        return th, ctl
+
+    yield make
+    for th, ctl in made:
+        th.stop()
+        ctl.close()
+
+
+def post(th, path="/v1/completions", **body):
+    headers = body.pop("headers", {})
+    return httpx.post(th.url + path, json=body, headers=headers, timeout=30)
+
+
+def rows(tmp_path, table="requests"):
+    con = sqlite3.connect(tmp_path / "requests.sqlite")
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute(f"SELECT * FROM {table}")]
+    finally:
+        con.close()
+
+
+def wait_rows(tmp_path, n, table="requests"):
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = rows(tmp_path, table)
+        if len(got) >= n:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"{table}: fewer than {n} rows")
+
+
+def test_completion_is_proxied_and_logged_as_a_trace(setup, tmp_path):
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
+    r = post(th, model="a", prompt="hi", headers={"X-User": "ann", "X-Session": "s1"})
+    assert r.status_code == 200
+    assert r.json()["served_by"] == "a0"
+    (row,) = wait_rows(tmp_path, 1)
+    assert (row["user"], row["session"], row["model"]) == ("ann", "s1", "a")
+    assert (row["input_tokens"], row["output_tokens"], row["cached_tokens"]) == (7, 3, 2)
+    assert row["status"] == 200 and row["instance"] == "a0"
+    assert row["latency_s"] >= row["ttft_s"] > 0 and abs(row["timestamp"] - time.time()) < 60
+    df = read_trace(tmp_path / "requests.sqlite", model_names=["a"])
+    assert list(df["model"]) == ["a"] and int(df["cached_tokens"][0]) == 2
+
+
+def test_stream_hides_the_usage_chunk_it_asked_for(setup, tmp_path):
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
+    r = post(th, path="/v1/chat/completions", model="a", messages=[], stream=True)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in r.text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert not any('"usage"' in e for e in events)
+    assert "".join(json.loads(e[6:])["choices"][0]["text"] for e in events[:-1]) == "abc"
+    # A client that asks for usage gets it.
+    r = post(th, model="a", prompt="x", stream=True, stream_options={"include_usage": True})
+    assert sum('"usage"' in e for e in r.text.split("\n\n")) == 1
+    got = wait_rows(tmp_path, 2)
+    assert all(g["output_tokens"] == 3 and g["input_tokens"] == 7 for g in got)
+
+
+def test_unknown_model_is_404_listing_models(setup, tmp_path):
+    th, _ = setup([inst("a0", "a", [0]), inst("b0", "b", [1])], {"a0"})
+    r = post(th, model="zzz", prompt="x")
+    assert r.status_code == 404
+    assert r.json()["error"]["models"] == ["a", "b"]
+    assert [m["id"] for m in httpx.get(th.url + "/v1/models").json()["data"]] == ["a", "b"]
+    assert post(th, prompt="no model").status_code == 400
+    assert wait_rows(tmp_path, 1, "failures")[0]["status"] == 404
+    assert rows(tmp_path) == []
+
+
+def test_wake_drains_and_sleeps_the_cotenant_first(setup, tmp_path):
+    a0, b0 = inst("a0", "a", [0, 1]), inst("b0", "b", [1, 2])
+    other = inst("c0", "c", [1], node="n2")  # same GPU index, other node: not a co-tenant
+    th, ctl = setup([a0, b0, other], {"a0", "c0"})
+    with ThreadPoolExecutor(2) as ex:
+        slow = ex.submit(post, th, model="a", prompt="x", delay_s=0.5)
+        time.sleep(0.2)  # the slow request is in flight on a0
+        r = post(th, model="b", prompt="x")
+        assert slow.result().status_code == 200  # drained, not cut off
+    assert r.status_code == 200 and r.json()["served_by"] == "b0"
+    assert ctl.calls == [("sleep", "a0"), ("wake", "b0")]
+    row = next(g for g in wait_rows(tmp_path, 2) if g["model"] == "b")
+    assert row["switch_wait_s"] > 0
+    # And back: a wakes, b goes to sleep.
+    assert post(th, model="a", prompt="x").json()["served_by"] == "a0"
+    assert ctl.calls[2:] == [("sleep", "b0"), ("wake", "a0")]
+    text = httpx.get(th.url + "/metrics").text
+    assert 'planner_gateway_wakes_total{model="b"} 1' in text
+    assert 'planner_gateway_awake_instances{model="a"} 1' in text
+    assert 'planner_gateway_requests_total{model="a",status="200"} 2' in text
+
+
+def test_one_wake_per_model_and_a_bounded_queue(setup, tmp_path):
+    th, ctl = setup([inst("a0", "a", [0])], set(), wake_delay_s=1.0, queue_limit=3)
+    with ThreadPoolExecutor(5) as ex:
+        futs = [ex.submit(post, th, model="a", prompt="x") for _ in range(3)]
+        time.sleep(0.4)
+        late = [ex.submit(post, th, model="a", prompt="x") for _ in range(2)]
+        codes = [f.result().status_code for f in futs]
+        rejected = [f.result() for f in late]
+    assert codes == [200, 200, 200]
+    assert [r.status_code for r in rejected] == [503, 503]
+    assert int(rejected[0].headers["Retry-After"]) >= 1
+    assert ctl.calls == [("wake", "a0")]
+
+
+def test_least_outstanding_routing(setup):
+    th, _ = setup([inst("a0", "a", [0], "gpu"), inst("a1", "a", [1], "gpu")], {"a0", "a1"})
+    with ThreadPoolExecutor(4) as ex:
+        futs = [ex.submit(post, th, model="a", prompt="x", delay_s=0.4) for _ in range(4)]
+        served = sorted(f.result().json()["served_by"] for f in futs)
+    assert served == ["a0", "a0", "a1", "a1"]
+
+
+def test_dead_instance_is_restarted(setup):
+    th, ctl = setup(
+        [inst("a0", "a", [0], "gpu")], {"a0"}, health_interval_s=0.1, backoff_base_s=0.1
+    )
+    ctl.kill("a0")
+    deadline = time.monotonic() + 10
+    while ("wake", "a0") not in ctl.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ("wake", "a0") in ctl.calls
+    deadline = time.monotonic() + 10
+    while post(th, model="a", prompt="x").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert 'planner_gateway_restarts_total{instance="a0"} 1' in httpx.get(th.url + "/metrics").text
+
+
+def test_refused_connection_restarts_on_the_request_path(setup):
+    # A long health period: the request itself finds the instance dead and wakes it.
+    th, ctl = setup([inst("a0", "a", [0])], {"a0"}, health_interval_s=60)
+    ctl.kill("a0")
+    r = post(th, model="a", prompt="x")
+    assert r.status_code == 200 and ctl.calls == [("wake", "a0")]
+
+
+def test_identity_and_overlap():
+    assert identity({"X-User": "u", "X-Session": "s"}) == ("u", "s")
+    user, session = identity({"Authorization": "Bearer sk-secret"})
+    assert user.startswith("key-") and "secret" not in user and session == ""
+    assert identity({}) == ("", "")
+    a, b = inst("a", "m", [0, 1]), inst("b", "m", [1])
+    assert overlaps(a, b) and not overlaps(a, inst("c", "m", [1], node="n2"))
+    assert not overlaps(inst("d", "m", []), inst("e", "m", []))
+
+
+_EVENTS = [
+    b'data: {"choices": [{"text": "a"}]}',
+    b'data: {"choices": [{"text": "b\\n\\nc"}]}',
+    b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2}}',
+    b"data: [DONE]",
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cuts=st.lists(st.integers(0, 200), max_size=8), strip=st.booleans())
+def test_sse_usage_passes_any_chunking_through(cuts, strip):
+    stream = b"".join(e + b"\n\n" for e in _EVENTS)
+    bounds = sorted({min(c, len(stream)) for c in cuts})
+    chunks = [stream[i:j] for i, j in zip([0, *bounds], [*bounds, len(stream)], strict=True)]
+    sse = SseUsage(strip)
+    out = b"".join(sse.feed(c) for c in chunks) + sse.close()
+    want = [e for e in _EVENTS if not (strip and b"usage" in e)]
+    assert out == b"".join(e + b"\n\n" for e in want)
+    assert sse.usage == {"prompt_tokens": 4, "completion_tokens": 2}

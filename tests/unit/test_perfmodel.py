@@ -1,0 +1,239 @@
+"""Perf model: exact KV arithmetic, weight sizes against real checkpoints, monotonicity."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog.gpus import GPUS, resolve_gpu
+from planner.catalog.models import MODELS, resolve_arch_name
+from planner.optimizer.perf import (
+    Calib,
+    calib_from_profile,
+    decode_step_s,
+    default_calib,
+    instance_perf,
+    kv_bytes_per_token,
+    prefill_s,
+    steady_state,
+    weights_bytes,
+)
+from planner.schemas.profile import Calibration, Profile
+from planner.units import GIB
+
+A = resolve_arch_name
+
+
+# ---- KV bytes per token: the architecture arithmetic, exactly ----------------------------
+
+def test_kv_llama31_8b_bf16():
+    assert kv_bytes_per_token(A("Llama-3.1-8B"), "auto") == 131072  # 2 * 8 heads * 128 * 32 layers * 2 B
+
+
+def test_kv_qwen3_32b_bf16():
+    assert kv_bytes_per_token(A("Qwen3-32B"), "auto") == 262144  # 2 * 8 * 128 * 64 * 2 B
+
+
+def test_kv_mla_deepseek_v2_lite():
+    assert kv_bytes_per_token(A("DeepSeek-V2-Lite"), "auto") == (512 + 64) * 27 * 2
+
+
+def test_kv_fp8_halves():
+    a = A("Qwen3-8B")
+    assert kv_bytes_per_token(a, "fp8") * 2 == kv_bytes_per_token(a, "auto")
+
+
+def test_kv_sliding_gemma_short_vs_long():
+    g = A("gemma-3-27b")
+    per_layer = 2 * 16 * 128 * 2  # K+V, 16 KV heads, head dim 128, bf16
+    assert kv_bytes_per_token(g, "auto", context_tokens=512) == 62 * per_layer
+    assert kv_bytes_per_token(g, "auto", context_tokens=1024) == 62 * per_layer
+    long = 131072
+    assert kv_bytes_per_token(g, "auto", context_tokens=long) == pytest.approx(
+        (10 + 52 * 1024 / long) * per_layer
+    )
+
+
+def test_kv_sliding_gpt_oss_short_vs_long():
+    g = A("gpt-oss-20b")
+    per_layer = 2 * 8 * 64 * 2
+    assert kv_bytes_per_token(g, "auto", context_tokens=128) == 24 * per_layer
+    assert kv_bytes_per_token(g, "auto", context_tokens=8192) == pytest.approx((12 + 12 * 128 / 8192) * per_layer)
+
+
+def test_kv_per_gpu_under_tp():
+    a = A("Llama-3.1-8B")
+    assert kv_bytes_per_token(a, "auto", tp=2) == 131072 / 2
+    assert kv_bytes_per_token(a, "auto", tp=16) == 131072 / 8  # 8 KV heads: replicated past TP 8
+    m = A("DeepSeek-V2-Lite")
+    assert kv_bytes_per_token(m, "auto", tp=2) == kv_bytes_per_token(m, "auto")  # latent replicated
+
+
+# ---- weights against real checkpoint sizes -------------------------------------------------
+# total_size from each repo's model.safetensors.index.json on Hugging Face (bytes).
+CHECKPOINTS = [
+    ("Llama-3.1-8B-Instruct", "bf16", 16_060_522_496),  # meta-llama/Llama-3.1-8B-Instruct
+    ("Llama-3.1-70B", "bf16", 141_107_412_992),  # meta-llama/Llama-3.1-70B
+    ("Qwen2.5-7B-Instruct", "bf16", 15_231_233_024),  # Qwen/Qwen2.5-7B-Instruct
+    ("Qwen3-32B", "bf16", 65_524_246_528),  # Qwen/Qwen3-32B
+    ("Mistral-7B-v0.3", "bf16", 14_496_047_104),  # mistralai/Mistral-7B-v0.3
+    ("gpt-oss-20b", "mxfp4", 13_761_264_768),  # openai/gpt-oss-20b (MXFP4 experts)
+]
+
+
+@pytest.mark.parametrize("name,quant,real", CHECKPOINTS)
+def test_weights_within_3pct_of_checkpoint(name, quant, real):
+    assert weights_bytes(A(name), quant) == pytest.approx(real, rel=0.03)
+
+
+def test_quantization_order_and_scale_overhead():
+    a = A("Qwen2.5-Coder-32B")
+    bf16, fp8, awq = (weights_bytes(a, q) for q in ("bf16", "fp8", "awq"))
+    assert awq < fp8 < bf16
+    # 4-bit + group-128 scales/zeros is more than a quarter of bf16 (plus 16-bit embeddings)
+    assert awq > 0.25 * bf16
+    assert fp8 > 0.5 * bf16
+
+
+def test_moe_experts_counted():
+    q = A("Qwen3-30B-A3B")
+    assert weights_bytes(q, "bf16") == pytest.approx(2 * q.total_params_b * 1e9, rel=0.01)
+
+
+# ---- instance_perf ---------------------------------------------------------------------------
+
+def test_instance_perf_memory_adds_up():
+    gpu = resolve_gpu("A100-80GB-SXM")
+    p = instance_perf(A("Llama-3.1-8B"), "bf16", gpu, 1, gpu_memory_utilization=0.9)
+    assert p.weights_gib_per_gpu + p.kv_gib_per_gpu + p.overhead_gib_per_gpu == pytest.approx(0.9 * 80)
+    assert p.max_kv_tokens == int(p.kv_gib_per_gpu * GIB // 131072)
+    assert p.context_gib_per_gpu == pytest.approx(0.5)
+    assert p.fits
+
+
+def test_instance_perf_kv_gib_given():
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"), kv_gib=4.0)
+    assert p.kv_gib_per_gpu == pytest.approx(4.0)
+
+
+def test_too_big_does_not_fit():
+    p = instance_perf(A("Llama-3.1-70B"), "bf16", resolve_gpu("RTX-4090"), 1)
+    assert not p.fits and p.max_kv_tokens == 0
+    assert steady_state(p, 100, 10, 1)[2] == 0.0
+
+
+def test_tp_shards_weights():
+    a, g = A("Qwen3-32B"), resolve_gpu("L40S")
+    p1, p2 = instance_perf(a, "bf16", g, 1), instance_perf(a, "bf16", g, 2)
+    assert p2.weights_gib_per_gpu == pytest.approx(p1.weights_gib_per_gpu / 2, rel=0.01)
+
+
+def test_nvlink_faster_than_pcie():
+    a, g = A("Llama-3.1-70B"), resolve_gpu("A100-80GB-SXM")
+    pc = instance_perf(a, "bf16", g, 4, interconnect="pcie")
+    nv = instance_perf(a, "bf16", g, 4, interconnect="nvlink")
+    assert nv.step.time_s(256, 0, 0) < pc.step.time_s(256, 0, 0)
+
+
+def test_cpu_offload_moves_weights_and_slows_steps():
+    a, g = A("Qwen3-8B"), resolve_gpu("RTX-4090")
+    p0 = instance_perf(a, "bf16", g)
+    p4 = instance_perf(a, "bf16", g, cpu_offload_gib=4.0)
+    assert p4.weights_gib_per_gpu == pytest.approx(p0.weights_gib_per_gpu - 4.0)
+    assert decode_step_s(p4, 1, 100) > decode_step_s(p0, 1, 100)
+
+
+def test_fp8_speeds_prefill_only_with_fp8_hardware():
+    a = A("Qwen3-8B")
+    ada, amp = resolve_gpu("L40S"), resolve_gpu("A100-80GB-SXM")
+    assert instance_perf(a, "fp8", ada).step.compute_s_per_token < instance_perf(a, "bf16", ada).step.compute_s_per_token
+    assert instance_perf(a, "fp8", amp).step.compute_s_per_token == instance_perf(a, "bf16", amp).step.compute_s_per_token
+
+
+def test_moe_decode_reads_fewer_bytes_than_dense_of_same_size():
+    g = resolve_gpu("H100-SXM")
+    moe = instance_perf(A("Qwen3-30B-A3B"), "bf16", g)
+    dense = instance_perf(A("Qwen3-32B"), "bf16", g)
+    assert decode_step_s(moe, 1, 1000) < decode_step_s(dense, 1, 1000) / 3
+
+
+def test_load_times_order():
+    p = instance_perf(A("Qwen3-32B"), "bf16", resolve_gpu("H100-SXM"), 2)
+    assert p.wake_host_s < p.wake_disk_s < p.cold_start_s
+    assert p.sleep_s > 0
+    assert p.weights_host_gib == pytest.approx(2 * p.weights_gib_per_gpu)
+
+
+def test_wake_host_uses_h2d_rate():
+    cal = Calib(h2d_gbps=21.0, wake_fixed_s=0.0)
+    p = instance_perf(A("Llama-3.1-8B"), "bf16", resolve_gpu("A100-80GB-SXM"), calib=cal)
+    assert p.wake_host_s == pytest.approx(16.06e9 / 21e9, rel=0.01)
+
+
+def test_calib_from_profile_overrides_only_set_fields():
+    prof = Profile(node="n", gpu_type="L40S", calibration=Calibration(compute_efficiency=0.5, h2d_gbps=12.0))
+    c = calib_from_profile(prof)
+    d = default_calib("ada")
+    assert c.compute_efficiency == 0.5 and c.h2d_gbps == 12.0
+    assert c.bandwidth_efficiency == d.bandwidth_efficiency
+
+
+def test_prefill_cached_prefix_is_cheaper():
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"))
+    assert prefill_s(p, 4000, cached_tokens=3000) < prefill_s(p, 4000)
+    assert prefill_s(p, 4000, cached_tokens=4000) == 0.0
+
+
+def test_queueing_when_kv_cannot_hold_all():
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"), kv_gib=1.0, max_num_seqs=256)
+    fit = p.max_kv_tokens // (2000 + 200)
+    ttft_fit, _, _ = steady_state(p, 2000, 200, max(1, fit))
+    ttft_over, _, tps_over = steady_state(p, 2000, 200, 4 * max(1, fit))
+    assert ttft_over > 3 * ttft_fit
+    assert tps_over > 0
+
+
+# ---- monotonicity (hypothesis) ---------------------------------------------------------------
+
+_ARCHS = st.sampled_from(sorted(MODELS))
+_GPUS = st.sampled_from([g for g in GPUS if g != "cpu"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ARCHS, _GPUS, st.integers(1, 8192), st.integers(0, 200_000), st.integers(1, 4096), st.integers(0, 200_000))
+def test_step_time_monotone(arch, gpu, n, kv, dn, dkv):
+    p = instance_perf(MODELS[arch], "bf16", GPUS[gpu], 8 if MODELS[arch].total_params_b > 60 else 1)
+    t = p.step.time_s(n, kv, kv)
+    assert t > 0
+    assert p.step.time_s(n + dn, kv + dkv, kv + dkv) >= t
+
+
+@settings(max_examples=40, deadline=None)
+@given(_ARCHS, st.integers(16, 8000), st.integers(1, 1000), st.integers(1, 128), st.integers(1, 128))
+def test_steady_state_monotone_in_concurrency_and_input(arch, inp, out, c, dc):
+    p = instance_perf(MODELS[arch], "fp8", GPUS["H200-SXM"], 8 if MODELS[arch].total_params_b > 100 else 1)
+    if not p.fits or p.max_kv_tokens < inp + out:
+        return
+    t1, o1, _ = steady_state(p, inp, out, c)
+    t2, o2, _ = steady_state(p, inp, out, c + dc)
+    assert t2 >= t1 - 1e-12 and o2 >= o1 - 1e-12
+    t3, _, _ = steady_state(p, inp + 100, out, c) if p.max_kv_tokens >= inp + 100 + out else (t1, 0, 0)
+    assert t3 >= t1 - 1e-12
+
+
+@settings(max_examples=40, deadline=None)
+@given(_ARCHS, _GPUS, st.floats(0.3, 0.95), st.floats(0.0, 0.05))
+def test_kv_capacity_monotone_in_utilization(arch, gpu, util, du):
+    a, g = MODELS[arch], GPUS[gpu]
+    lo = instance_perf(a, "awq", g, 1, gpu_memory_utilization=util)
+    hi = instance_perf(a, "awq", g, 1, gpu_memory_utilization=min(1.0, util + du))
+    assert hi.max_kv_tokens >= lo.max_kv_tokens
+
+
+@settings(max_examples=40, deadline=None)
+@given(_ARCHS, st.sampled_from(["bf16", "fp8", "awq", "gptq", "mxfp4"]))
+def test_weights_per_gpu_shrink_with_tp(arch, q):
+    a, g = MODELS[arch], GPUS["H100-SXM"]
+    ws = [instance_perf(a, q, g, tp).weights_gib_per_gpu for tp in (1, 2, 4, 8)]
+    assert all(x >= y for x, y in zip(ws, ws[1:], strict=False))
