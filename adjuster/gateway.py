@@ -120,7 +120,7 @@ class _Inst:
     outstanding: int = 0
     draining: bool = False
     want_awake: bool = False  # tier gpu, or woken by the gateway: the health loop keeps it up
-    failures: int = 0  # consecutive failed restarts/probes
+    failures: int = 0  # deaths and failed restarts since the last healthy probe
     timeouts: int = 0  # consecutive /health timeouts
     next_restart_at: float = 0.0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
@@ -488,7 +488,7 @@ class Gateway:
                     f"could not wake {target.spec.id}: {e}", self._retry_after(model)
                 ) from e
             target.status, target.handle, target.want_awake = "awake", handle, True
-            target.failures = target.timeouts = 0
+            target.timeouts = 0
         self._wake_s[model] = time.perf_counter() - t0
         self.metrics.wakes[model] += 1
 
@@ -556,10 +556,11 @@ class Gateway:
                 if inst.timeouts < 3:
                     return
             elif ok:
-                inst.timeouts = 0
+                inst.timeouts = inst.failures = 0
                 return
             log.warning("instance %s is dead", inst.spec.id)
             inst.status, inst.timeouts = "failed", 0
+            inst.failures += 1
             inst.next_restart_at = time.monotonic() + self._backoff(inst)
         if time.monotonic() < inst.next_restart_at:
             return
@@ -577,11 +578,12 @@ class Gateway:
                     "restart of %s failed (%d in a row): %s", inst.spec.id, inst.failures, e
                 )
                 return
-            inst.status, inst.handle, inst.failures = "awake", handle, 0
+            # `failures` stays until a probe finds it healthy: a crash loop keeps backing off.
+            inst.status, inst.handle = "awake", handle
             self.metrics.restarts[inst.spec.id] += 1
 
     def _backoff(self, inst: _Inst) -> float:
-        return min(self.cfg.backoff_cap_s, self.cfg.backoff_base_s * 2 ** max(0, inst.failures))
+        return min(self.cfg.backoff_cap_s, self.cfg.backoff_base_s * 2 ** max(0, inst.failures - 1))
 
     async def _flush_loop(self) -> None:
         while True:

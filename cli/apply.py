@@ -1,9 +1,268 @@
-"""`planner apply`."""
+"""`planner apply`, `planner status`, `planner down`."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from planner.cli.common import JsonOpt, console, err_console, print_json
+
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
+    ),
+]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", help="local: processes on this host; ray: node actors via Ray.")
+]
+
+
+def _input_path(plan_file: Path, recorded: str) -> Path | None:
+    """A path recorded in plan.inputs: as given, else relative to the plan's folder."""
+    if not recorded:
+        return None
+    p = Path(recorded).expanduser()
+    for cand in (p, plan_file.parent / p):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Path | None):
+    """Plan, cluster (or None), models and the models file: validated and cross-checked (exit 2)."""
+    from planner.errors import InputError
+    from planner.schemas import check_plan, load_cluster, load_models, load_plan
+
+    plan = load_plan(plan_path)
+    cp = cluster_path or _input_path(
+        plan_path, plan.inputs.get("cluster").path if "cluster" in plan.inputs else ""
+    )
+    mp = models_path or _input_path(
+        plan_path, plan.inputs.get("models").path if "models" in plan.inputs else ""
+    )
+    if mp is None:
+        raise InputError(
+            "the models file recorded in plan.inputs.models is not found", file=str(plan_path),
+            path="inputs.models.path", fix="pass --models MODELS.yaml",
+        )  # fmt: skip
+    models = load_models(mp)
+    cluster = load_cluster(cp) if cp is not None else None
+    if cluster is not None:
+        check_plan(plan, cluster, models, file=str(plan_path))
+    return plan, cluster, models, mp
+
+
+def _device(cluster: Any) -> str | None:
+    """`cpu` when every GPU of the cluster is the `cpu` type; else detect on this host."""
+    if cluster is None:
+        return None
+    types = {
+        str(g.type if isinstance(g.type, str) else g.type.name).lower()
+        for n in cluster.nodes
+        for g in n.gpus
+    }
+    return "cpu" if types == {"cpu"} else None
+
+
+def gpu_capacity(cluster: Any) -> dict[tuple[str, int], float] | None:
+    """(node, device) -> GiB usable by vLLM (the spec's memory less a 5% margin); None without a cluster."""
+    if cluster is None:
+        return None
+    return {(n.name, idx): g.spec.memory_gib * 0.95 for n in cluster.nodes for idx, g in n.gpu_list()}
+
+
+def make_backend(kind: str, cluster: Any = None, device: str | None = None):
+    """The backend named on the command line (Ray imported only when asked for)."""
+    from planner.errors import InputError
+
+    if kind == "local":
+        from planner.adjuster.backends.local import LocalBackend
+
+        return LocalBackend(device)  # type: ignore[arg-type]
+    if kind == "ray":
+        from planner.adjuster.backends.ray import RayBackend  # type: ignore[import-not-found]
+
+        return RayBackend()  # RAY_ADDRESS, else the local Ray cluster
+    raise InputError(f"unknown backend {kind!r}", path="--backend", fix="use local or ray")
+
+
+def _actions_table(result: Any, title: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for c in ("#", "action", "instance", "node", "result", "detail"):
+        t.add_column(c)
+    for k, a in enumerate(result.actions, 1):
+        t.add_row(str(k), a.action, a.instance, a.node, a.result, a.detail)
+    console.print(t)
+
+
+def apply_cmd(
+    plan_path: Annotated[
+        Path, typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`.")
+    ],
+    point: Annotated[
+        str | None,
+        typer.Option("--point", help="Point to apply; default: the plan's selected one."),
+    ] = None,
+    backend: BackendOpt = "local",
+    state_dir: StateDirOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the actions, change nothing.")
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1, help="Seconds to wait for each server to be ready.")
+    ] = 300.0,
+    cluster: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster.")
+    ] = None,
+    models: Annotated[
+        Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
+    ] = None,
+    wait_lock: Annotated[
+        float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
+    ] = 0.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
+    from planner.adjuster.apply import apply_point, model_path_resolver
+    from planner.adjuster.state import StateStore
+
+    from planner.io import sha256_file
+
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    if point is not None and point not in [p.name for p in plan.points]:
+        from planner.errors import InputError
+
+        raise InputError(
+            f"no point {point!r} in the plan",
+            file=str(plan_path),
+            path="--point",
+            fix=f"use one of {[p.name for p in plan.points]}",
+        )
+    be = make_backend(backend, cl, _device(cl))
+    with StateStore(state_dir) as state:
+        kw = dict(
+            backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
+            plan_sha=sha256_file(plan_path), lease_wait_s=wait_lock,
+            model_path_resolver=model_path_resolver(mods, models_file.parent),
+            gpu_capacity_gib=gpu_capacity(cl),
+        )  # fmt: skip
+        if json_out or dry_run:
+            result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
+        else:
+            with err_console.status(f"applying point {point or plan.selected} ..."):
+                result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
+        if not dry_run and result.ok:
+            state.set_meta(plan_path=str(plan_path.resolve()))
+    if json_out:
+        print_json(result.to_json())
+    elif dry_run:
+        _actions_table(result, f"planned actions for point {result.point}")
+    else:
+        for a in result.actions:
+            console.print(
+                f"{a.action:8} {a.instance:24} {a.node:12} {a.result:12} {a.detail}",
+                highlight=False,
+            )
+        if result.ok:
+            console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
+    if result.error is not None:
+        err_console.print(f"[bold red]error:[/] {result.error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(result.error.exit_code)
+
+
+def status_cmd(
+    state_dir: StateDirOpt = None,
+    backend: BackendOpt = "local",
+    json_out: JsonOpt = False,
+) -> None:
+    """Instances this state dir runs: tier, awake/asleep, health, port, uptime."""
+    from planner.adjuster.apply import handle_of
+    from planner.adjuster.state import StateStore
+
+    be = make_backend(backend)
+    now = time.time()
+    rows = []
+    with StateStore(state_dir) as state:
+        meta = state.meta()
+        for r in state.instances():
+            running = r.pid is not None or r.actor is not None
+            healthy = running and be.is_alive(handle_of(r))
+            up = now - r.started_at if r.started_at and healthy else None
+            rows.append({
+                "id": r.id, "model": r.model, "node": r.node, "tier": r.tier, "status": r.status,
+                "healthy": healthy, "host": r.host, "port": r.port, "pid": r.pid,
+                "uptime_s": round(up, 1) if up is not None else None, "restarts": r.restarts,
+            })  # fmt: skip
+    if json_out:
+        print_json(
+            {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
+        )
+        return
+    from rich.table import Table
+
+    t = Table(
+        title=f"point {meta.get('point') or '-'}  ({meta.get('plan_path', 'no plan applied')})"
+    )
+    for c in (
+        "instance",
+        "model",
+        "node",
+        "tier",
+        "status",
+        "health",
+        "port",
+        "pid",
+        "uptime",
+        "restarts",
+    ):
+        t.add_column(c)
+    for x in rows:
+        up = f"{x['uptime_s']:.0f} s" if x["uptime_s"] is not None else "-"
+        t.add_row(
+            x["id"],
+            x["model"],
+            x["node"],
+            x["tier"],
+            x["status"],
+            "ok" if x["healthy"] else "-",
+            str(x["port"]),
+            str(x["pid"] or "-"),
+            up,
+            str(x["restarts"]),
+        )
+    console.print(t)
+
+
+def down_cmd(
+    state_dir: StateDirOpt = None,
+    backend: BackendOpt = "local",
+    wait_lock: Annotated[
+        float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
+    ] = 0.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stop everything this state dir started."""
+    from planner.adjuster.apply import down
+    from planner.adjuster.state import StateStore
+
+    be = make_backend(backend)
+    with StateStore(state_dir) as state:
+        done = down(state, be, lease_wait_s=wait_lock)
+    if json_out:
+        print_json({"actions": [a.__dict__ for a in done]})
+    else:
+        for a in done:
+            console.print(f"stopped {a.instance} ({a.node})", highlight=False)
+        console.print(f"{len(done)} instance(s) stopped")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("apply")(apply_cmd)
+    app.command("status")(status_cmd)
+    app.command("down")(down_cmd)

@@ -9,15 +9,25 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
 from planner.cli.common import JsonOpt, console, print_json
+
 from planner.errors import InputError
 
 _QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
 _KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
-_COLUMNS = ("model", "gpu", "tp", "quantization", "kv_cache_dtype", "input_len", "output_len", "concurrency")
-_DEFAULTS: dict[str, Any] = dict(tp=1, quantization="bf16", kv_cache_dtype="auto", input_len=1024,
-                                 output_len=256, concurrency=1)
+_COLUMNS = (
+    "model",
+    "gpu",
+    "tp",
+    "quantization",
+    "kv_cache_dtype",
+    "input_len",
+    "output_len",
+    "concurrency",
+)
+_DEFAULTS: dict[str, Any] = dict(
+    tp=1, quantization="bf16", kv_cache_dtype="auto", input_len=1024, output_len=256, concurrency=1
+)
 
 
 @lru_cache(maxsize=1024)
@@ -37,10 +47,16 @@ def _calibs(profiles: Path | None) -> dict[str, Any]:
     return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
 
 
-def estimate_row(row: dict[str, Any], calibs: dict[str, Any], where: tuple[str | None, str]) -> dict[str, Any]:
+def estimate_row(
+    row: dict[str, Any],
+    calibs: dict[str, Any],
+    where: tuple[str | None, str],
+    engine: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
-    from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf import instance_perf, steady_state
+
+    from planner.catalog.gpus import resolve_gpu
     from planner.schemas import check_tp
 
     file, pre = where
@@ -48,26 +64,49 @@ def estimate_row(row: dict[str, Any], calibs: dict[str, Any], where: tuple[str |
     try:
         arch = _arch(str(row["model"]))
     except ValueError as e:
-        raise InputError(str(e), file=file, path=f("model"), fix="use a name from `planner catalog models` or a config.json path") from None
+        raise InputError(
+            str(e),
+            file=file,
+            path=f("model"),
+            fix="use a name from `planner catalog models` or a config.json path",
+        ) from None
     try:
         gpu = resolve_gpu(str(row["gpu"]))
     except ValueError as e:
-        raise InputError(str(e), file=file, path=f("gpu"), fix="use a name from `planner catalog gpus`") from None
+        raise InputError(
+            str(e), file=file, path=f("gpu"), fix="use a name from `planner catalog gpus`"
+        ) from None
     q, kvd = str(row["quantization"]), str(row["kv_cache_dtype"])
     if q not in _QUANTS:
-        raise InputError(f"unknown quantization {q!r}", file=file, path=f("quantization"), fix=f"use one of {list(_QUANTS)}")
+        raise InputError(
+            f"unknown quantization {q!r}",
+            file=file,
+            path=f("quantization"),
+            fix=f"use one of {list(_QUANTS)}",
+        )
     if kvd not in _KV_DTYPES:
-        raise InputError(f"unknown KV cache dtype {kvd!r}", file=file, path=f("kv_cache_dtype"), fix=f"use one of {list(_KV_DTYPES)}")
+        raise InputError(
+            f"unknown KV cache dtype {kvd!r}",
+            file=file,
+            path=f("kv_cache_dtype"),
+            fix=f"use one of {list(_KV_DTYPES)}",
+        )
     nums = {}
     for k, lo in (("tp", 1), ("input_len", 1), ("output_len", 1), ("concurrency", 1)):
         try:
             nums[k] = int(row[k])
         except (TypeError, ValueError):
-            raise InputError(f"{row[k]!r} is not an integer", file=file, path=f(k), fix="give a whole number") from None
+            raise InputError(
+                f"{row[k]!r} is not an integer", file=file, path=f(k), fix="give a whole number"
+            ) from None
         if nums[k] < lo:
-            raise InputError(f"{nums[k]} is below {lo}", file=file, path=f(k), fix=f"use a value >= {lo}")
+            raise InputError(
+                f"{nums[k]} is below {lo}", file=file, path=f(k), fix=f"use a value >= {lo}"
+            )
     check_tp(arch.num_attention_heads, arch.num_kv_heads, nums["tp"], file, f("tp"))
-    perf = instance_perf(arch, q, gpu, nums["tp"], kv_cache_dtype=kvd, calib=calibs.get(gpu.name))
+    perf = instance_perf(
+        arch, q, gpu, nums["tp"], kv_cache_dtype=kvd, calib=calibs.get(gpu.name), **(engine or {})
+    )
     ttft, tpot, tps = steady_state(perf, nums["input_len"], nums["output_len"], nums["concurrency"])
     fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
     return {
@@ -92,27 +131,45 @@ def _read_batch(path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise InputError(f"cannot read: {e.__class__.__name__}", file=str(path), fix="check the path") from None
+        raise InputError(
+            f"cannot read: {e.__class__.__name__}", file=str(path), fix="check the path"
+        ) from None
     reader = csv.DictReader(text.splitlines())
     cols = reader.fieldnames or []
     if not cols:
-        raise InputError("the file is empty", file=str(path), fix=f"write a header line with {list(_COLUMNS)}")
+        raise InputError(
+            "the file is empty", file=str(path), fix=f"write a header line with {list(_COLUMNS)}"
+        )
     unknown = [c for c in cols if c not in _COLUMNS]
     if unknown:
-        raise InputError(f"unknown column(s) {unknown}", file=str(path), path="header", fix=f"use columns from {list(_COLUMNS)}")
+        raise InputError(
+            f"unknown column(s) {unknown}",
+            file=str(path),
+            path="header",
+            fix=f"use columns from {list(_COLUMNS)}",
+        )
     for need in ("model", "gpu"):
         if need not in cols:
-            raise InputError(f"missing column {need!r}", file=str(path), path="header", fix=f"add a {need} column")
+            raise InputError(
+                f"missing column {need!r}",
+                file=str(path),
+                path="header",
+                fix=f"add a {need} column",
+            )
     rows = []
     for r in reader:
-        rows.append({k: (r.get(k) if r.get(k) not in (None, "") else _DEFAULTS.get(k)) for k in _COLUMNS})
+        rows.append(
+            {k: (r.get(k) if r.get(k) not in (None, "") else _DEFAULTS.get(k)) for k in _COLUMNS}
+        )
     return rows
 
 
 def _print_human(r: dict[str, Any]) -> None:
     from rich.table import Table
 
-    t = Table(title=f"{r['model']} {r['quantization']} on {r['tp']} x {r['gpu']}", show_header=False)
+    t = Table(
+        title=f"{r['model']} {r['quantization']} on {r['tp']} x {r['gpu']}", show_header=False
+    )
     t.add_column("quantity")
     t.add_column("value", justify="right")
     show = lambda x, fmt: "n/a (does not fit)" if x is None else format(x, fmt)  # noqa: E731
@@ -127,7 +184,10 @@ def _print_human(r: dict[str, Any]) -> None:
     t.add_row("wake from disk", f"{r['wake_disk_s']:.1f} s")
     console.print(t)
     if not r["fits"]:
-        console.print("[yellow]the weights and overheads leave no room for a KV cache: raise --tp or quantize[/]")
+        console.print(
+            "[yellow]the KV cache cannot hold one max-model-len sequence: raise --tp, quantize, "
+            "or lower --max-model-len[/]"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -135,23 +195,61 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def estimate(
-        model: Annotated[str | None, typer.Option("--model", help="Catalog name, org/name, or a config.json path.")] = None,
-        gpu: Annotated[str | None, typer.Option("--gpu", help="GPU type (`planner catalog gpus`).")] = None,
+        model: Annotated[
+            str | None,
+            typer.Option("--model", help="Catalog name, org/name, or a config.json path."),
+        ] = None,
+        gpu: Annotated[
+            str | None, typer.Option("--gpu", help="GPU type (`planner catalog gpus`).")
+        ] = None,
         tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
-        quantization: Annotated[str, typer.Option("--quantization", help=f"One of {', '.join(_QUANTS)}.")] = "bf16",
-        kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
+        quantization: Annotated[
+            str, typer.Option("--quantization", help=f"One of {', '.join(_QUANTS)}.")
+        ] = "bf16",
+        kv_cache_dtype: Annotated[
+            str, typer.Option("--kv-cache-dtype", help="auto or fp8.")
+        ] = "auto",
         input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 1024,
         output_len: Annotated[int, typer.Option("--output-len", help="Generated tokens.")] = 256,
-        concurrency: Annotated[int, typer.Option("--concurrency", help="Clients sending back to back.")] = 1,
-        profiles: Annotated[Path | None, typer.Option("--profiles", help="Profile dir/file: fitted factors replace the defaults.")] = None,
-        batch: Annotated[Path | None, typer.Option("--batch", help="CSV of scenarios (columns named like the flags).")] = None,
+        concurrency: Annotated[
+            int, typer.Option("--concurrency", help="Clients sending back to back.")
+        ] = 1,
+        max_model_len: Annotated[
+            int | None,
+            typer.Option(
+                "--max-model-len", min=16, help="Longest sequence; default min(model's, 32768)."
+            ),
+        ] = None,
+        gpu_memory_utilization: Annotated[
+            float,
+            typer.Option(
+                "--gpu-memory-utilization",
+                min=0.05,
+                max=1.0,
+                help="Share of GPU memory vLLM may use.",
+            ),
+        ] = 0.9,
+        profiles: Annotated[
+            Path | None,
+            typer.Option(
+                "--profiles", help="Profile dir/file: fitted factors replace the defaults."
+            ),
+        ] = None,
+        batch: Annotated[
+            Path | None,
+            typer.Option("--batch", help="CSV of scenarios (columns named like the flags)."),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
         calibs = _calibs(profiles)
+        engine = dict(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
         if batch is not None:
             rows = _read_batch(batch)
-            out = [estimate_row(r, calibs, (str(batch), f"row {i + 1}.")) for i, r in enumerate(rows)]
+            out = [
+                estimate_row(r, calibs, (str(batch), f"row {i + 1}."), engine)
+                for i, r in enumerate(rows)
+            ]
             if json_out:
                 print_json(out)
             else:
@@ -159,11 +257,22 @@ def register(app: typer.Typer) -> None:
                     _print_human(r)
             return
         if model is None or gpu is None:
-            raise InputError("--model and --gpu are required (or --batch FILE)", path="--model" if model is None else "--gpu",
-                             fix="e.g. `planner estimate --model Llama-3.1-8B-Instruct --gpu L40S`")
-        row = dict(model=model, gpu=gpu, tp=tp, quantization=quantization, kv_cache_dtype=kv_cache_dtype,
-                   input_len=input_len, output_len=output_len, concurrency=concurrency)
-        r = estimate_row(row, calibs, (None, ""))
+            raise InputError(
+                "--model and --gpu are required (or --batch FILE)",
+                path="--model" if model is None else "--gpu",
+                fix="e.g. `planner estimate --model Llama-3.1-8B-Instruct --gpu L40S`",
+            )
+        row = dict(
+            model=model,
+            gpu=gpu,
+            tp=tp,
+            quantization=quantization,
+            kv_cache_dtype=kv_cache_dtype,
+            input_len=input_len,
+            output_len=output_len,
+            concurrency=concurrency,
+        )
+        r = estimate_row(row, calibs, (None, ""), engine)
         if json_out:
             print_json(r)
         else:

@@ -1,9 +1,313 @@
-"""`planner evaluate`."""
+"""`planner evaluate`: replay a trace against plan points (and baselines) in the simulator."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from planner.cli.common import JsonOpt, console, print_json
+
+from planner.errors import InputError
+
+BASELINE_NAMES = ("static", "lru", "melange")
+
+
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Silence C-level writes to stdout (the HiGHS banner) so --json stays parseable."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured stdout (tests): nothing to guard
+        yield
+        return
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+def _input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:
+    """An input file: the flag, else the path recorded in the plan (as given, then next to it)."""
+    if given is not None:
+        return given
+    ref = plan.inputs.get(key) if plan is not None else None
+    if ref is None or not ref.path:
+        raise InputError(
+            f"no {key} file: the plan does not record one"
+            if plan is not None
+            else f"--{key} is required",
+            path=f"--{key}",
+            fix=f"pass --{key} FILE",
+        )
+    p = Path(ref.path)
+    if not p.exists() and plan_path is not None and (plan_path.parent / p).exists():
+        p = plan_path.parent / p
+    return p
+
+
+def _calibs(profiles: Path | None) -> dict[str, Any]:
+    """GPU type -> Calib fitted in the profiles under `profiles`."""
+    if profiles is None:
+        return {}
+    from planner.optimizer.perf import calib_from_profile
+    from planner.profiler.store import load_profiles
+
+    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
+
+
+def evaluate_points(
+    plan_path: Path | None,
+    workload: Path,
+    *,
+    point: str | None = None,
+    all_points: bool = False,
+    baseline: str | None = None,
+    cluster_path: Path | None = None,
+    models_path: Path | None = None,
+    slo_path: Path | None = None,
+    profiles: Path | None = None,
+) -> dict[str, Any]:
+    """name -> SimResult for the chosen plan points and baseline (in that order)."""
+    from planner.optimizer import baselines
+    from planner.optimizer.sim.perfs import perfs_for_point
+    from planner.optimizer.sim.simulator import simulate
+
+    from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
+    from planner.trace import read_trace
+
+    if plan_path is None and baseline is None:
+        raise InputError(
+            "give a PLAN, or --baseline with --cluster/--models/--slo",
+            path="PLAN",
+            fix="planner evaluate plan.yaml --workload trace.csv",
+        )
+    if baseline is not None and baseline not in BASELINE_NAMES:
+        raise InputError(
+            f"unknown baseline {baseline!r}",
+            path="--baseline",
+            fix=f"use one of {list(BASELINE_NAMES)}",
+        )
+    plan = load_plan(plan_path) if plan_path is not None else None
+    cluster = load_cluster(_input_path(cluster_path, plan, plan_path, "cluster"))
+    models = load_models(_input_path(models_path, plan, plan_path, "models"))
+    slo = load_slo(_input_path(slo_path, plan, plan_path, "slo"))
+    if (
+        profiles is None
+        and plan is not None
+        and plan.inputs.get("profiles")
+        and plan.inputs["profiles"].path
+    ):
+        cand = Path(plan.inputs["profiles"].path)
+        profiles = cand if cand.exists() else None
+    calib = _calibs(profiles)
+    trace = read_trace(workload, models.names)
+
+    todo: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = []
+    if plan is not None:
+        check_plan(plan, cluster, models, file=str(plan_path))
+        if all_points:
+            pts = plan.points
+        else:
+            try:
+                pts = [plan.point(point)]
+            except KeyError:
+                raise InputError(
+                    f"no point named {point!r}",
+                    file=str(plan_path),
+                    path="--point",
+                    fix=f"use one of {[p.name for p in plan.points]}",
+                ) from None
+        for p in pts:
+            todo.append((p.name, p, perfs_for_point(p, cluster, models, calib), {}))
+    if baseline is not None:
+        with _quiet_stdout():
+            b = baselines.build(baseline, cluster, models, slo, trace)
+        perfs = perfs_for_point(b.point, cluster, models, calib) if calib else b.perfs
+        name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
+        todo.append((name, b.point, perfs, b.simulate_kwargs()))
+    results: dict[str, Any] = {}
+    for name, p, perfs, kw in todo:
+        results[name] = simulate(p, perfs, trace, slo, model_names=models.names, **kw)
+    return results
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def _table(results: dict[str, Any]) -> None:
+    from rich import box
+    from rich.table import Table
+
+    first = next(iter(results.values()))
+    failed = ", ".join(f"{n}: {r.failed}" for n, r in results.items() if r.failed)
+    t = Table(
+        title="simulated on the workload (P95 latencies, s)",
+        caption=f"{first.requests} requests" + (f"; unserved {failed}" if failed else ""),
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    for col in ("point", "SLO met", "TTFT", "TPOT", "switch", "wakes", "warm GiB", "GPUs", "busy"):
+        t.add_column(col, justify="left" if col == "point" else "right")
+    for name, r in results.items():
+        m = r.to_metrics()
+        t.add_row(
+            name,
+            f"{m['slo_attainment']:.1%}",
+            _fmt(m["ttft_p95_s"]),
+            _fmt(m["tpot_p95_s"]),
+            _fmt(m["switch_p95_s"]),
+            str(m["switch_count"]),
+            f"{m['warm_gpu_gib']:.1f}",
+            str(m["gpus_used"]),
+            f"{r.gpu_busy_fraction:.1%}",
+        )
+    console.print(t)
+    for name, r in results.items():
+        pm = Table(
+            title=f"{name}: per model (P95 latencies, s)",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for col in ("model", "requests", "failed", "SLO met", "TTFT", "TPOT", "switch", "wakes"):
+            pm.add_column(col, justify="left" if col == "model" else "right")
+        for model, v in r.to_metrics()["per_model"].items():
+            pm.add_row(
+                model,
+                str(v["requests"]),
+                str(v["failed"]),
+                f"{v['slo_attainment']:.1%}",
+                _fmt(v["ttft_p95_s"]),
+                _fmt(v["tpot_p95_s"]),
+                _fmt(v["switch_p95_s"]),
+                str(v["switch_count"]),
+            )
+        console.print(pm)
+
+
+def plot(results: dict[str, Any], out: Path) -> None:
+    """Hourly P95 TTFT and warm GPU memory over time, one line per point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for name, r in results.items():
+        hours = (r.arrival_s - r.start_s) / 3600.0
+        if len(hours):
+            b = np.floor(hours).astype(int)
+            xs, ys = [], []
+            for h in np.unique(b):
+                v = r.ttft_s[b == h]
+                v = v[np.isfinite(v)]
+                if len(v):
+                    xs.append(h + 0.5)
+                    ys.append(np.percentile(v, 95))
+            ax1.plot(xs, ys, label=name, lw=1)
+        ts, gib = r.memory_curve
+        ax2.step((ts - r.start_s) / 3600.0, gib, where="post", label=name, lw=1)
+    ax1.set_ylabel("TTFT P95 per hour, s")
+    ax1.set_yscale("symlog", linthresh=1.0)
+    ax1.legend(loc="upper right", fontsize=8)
+    ax2.set_ylabel("warm GPU memory, GiB")
+    ax2.set_xlabel("hours from the start of the trace")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+
+    @app.command()
+    def evaluate(
+        plan: Annotated[
+            Path | None, typer.Argument(help="plan.yaml to evaluate (optional with --baseline).")
+        ] = None,
+        workload: Annotated[
+            Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")
+        ] = ...,  # type: ignore[assignment]
+        point: Annotated[
+            str | None,
+            typer.Option("--point", help="Point to evaluate (default: the selected one)."),
+        ] = None,
+        all_points: Annotated[
+            bool, typer.Option("--all-points", help="Evaluate every point of the plan.")
+        ] = False,
+        baseline: Annotated[
+            str | None,
+            typer.Option("--baseline", help="Also evaluate a baseline: static, lru or melange."),
+        ] = None,
+        cluster: Annotated[
+            Path | None, typer.Option("--cluster", help="cluster.yaml (default: the plan's).")
+        ] = None,
+        models: Annotated[
+            Path | None, typer.Option("--models", help="models.yaml (default: the plan's).")
+        ] = None,
+        slo: Annotated[
+            Path | None, typer.Option("--slo", help="slo.yaml (default: the plan's).")
+        ] = None,
+        profiles: Annotated[
+            Path | None, typer.Option("--profiles", help="Profile directory (calibration).")
+        ] = None,
+        json_out: JsonOpt = False,
+        plot_out: Annotated[
+            Path | None,
+            typer.Option("--plot", help="Write a PNG of latency and warm memory over time."),
+        ] = None,
+    ) -> None:
+        """Replay a trace against plan points (and a baseline) in the simulator."""
+        if point is not None and all_points:
+            raise InputError(
+                "--point and --all-points exclude each other",
+                path="--point",
+                fix="give one of them",
+            )
+        if json_out:
+            results = evaluate_points(
+                plan,
+                workload,
+                point=point,
+                all_points=all_points,
+                baseline=baseline,
+                cluster_path=cluster,
+                models_path=models,
+                slo_path=slo,
+                profiles=profiles,
+            )
+        else:
+            with console.status("simulating..."):
+                results = evaluate_points(
+                    plan,
+                    workload,
+                    point=point,
+                    all_points=all_points,
+                    baseline=baseline,
+                    cluster_path=cluster,
+                    models_path=models,
+                    slo_path=slo,
+                    profiles=profiles,
+                )
+        if plot_out is not None:
+            plot(results, plot_out)
+        if json_out:
+            print_json({"points": {n: r.to_metrics() for n, r in results.items()}})
+            return
+        _table(results)
+        if plot_out is not None:
+            console.print(f"plot: {plot_out}")

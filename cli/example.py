@@ -1,9 +1,133 @@
-"""`planner example`."""
+"""`planner example NAME -o DIR`: write a ready-to-use set of input files.
+
+`cpu` is the development path without a GPU: one node whose only "GPU" is the CPU, two tiny
+random-weight Llama models (built into DIR/models/ on the spot, nothing downloaded) that the
+CPU build of vLLM serves. Other names copy `plans/examples/NAME/` from the source tree.
+Variant paths in models.yaml are relative to the models file.
+"""
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from planner.cli.common import JsonOpt, console, err_console, print_json
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "plans" / "examples"
+
+CPU_CLUSTER = """\
+# One machine without a GPU: vLLM's CPU build serves tiny models (development and CI).
+kind: cluster
+version: 1
+name: cpu-dev
+nodes:
+  - name: local
+    address: 127.0.0.1
+    cpu_memory_gib: 16
+    gpus:
+      - {type: cpu, count: 1}
+"""
+
+# Inline architecture: the numbers of planner.tinymodel.build_tiny_model's defaults.
+_TINY_ARCH = (
+    "{name: tiny-llama, family: llama, num_layers: 2, hidden_size: 128, num_attention_heads: 4, "
+    "num_kv_heads: 2, head_dim: 32, intermediate_size: 256, vocab_size: 512, "
+    "total_params_b: 0.0004, active_params_b: 0.0004, max_position_embeddings: 2048}"
+)
+
+CPU_MODELS = f"""\
+# Two tiny random-weight Llamas (built by `planner example cpu`); paths are relative to this file.
+kind: models
+version: 1
+models:
+  - name: tiny-a
+    architecture: {_TINY_ARCH}
+    max_context: 2048
+    priority: 2
+    variants:
+      - {{name: bf16, quantization: bf16, path: models/tiny-a}}
+  - name: tiny-b
+    architecture: {_TINY_ARCH}
+    max_context: 2048
+    priority: 1
+    variants:
+      - {{name: bf16, quantization: bf16, path: models/tiny-b}}
+"""
+
+CPU_SLO = """\
+# Targets a CPU can meet with tiny models; a switch is a process start there (no sleep mode).
+kind: slo
+version: 1
+default:
+  ttft_p95_s: 1.0
+  tpot_p95_s: 0.1
+  switch_p95_s: 60.0
+attainment: 0.9
+"""
+
+CPU_FILES = {"cluster.yaml": CPU_CLUSTER, "models.yaml": CPU_MODELS, "slo.yaml": CPU_SLO}
+# model name -> seed of its random weights (different seeds: different models)
+CPU_MODEL_SEEDS = {"tiny-a": 0, "tiny-b": 1}
+
+
+def write_cpu_example(out_dir: Path, *, build_models: bool = True) -> list[Path]:
+    """Write the cpu example's YAML files and build its tiny models; returns the paths written."""
+    from planner.io import atomic_write_text
+
+    written = []
+    for name, text in CPU_FILES.items():
+        atomic_write_text(out_dir / name, text)
+        written.append(out_dir / name)
+    if build_models:
+        from planner.tinymodel import build_tiny_model
+
+        for model, seed in CPU_MODEL_SEEDS.items():
+            written.append(build_tiny_model(out_dir / "models" / model, seed=seed))
+    return written
+
+
+def example_cmd(
+    name: Annotated[str, typer.Argument(help="Example name: cpu, or a folder of plans/examples/.")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Directory to write into.")],
+    no_models: Annotated[
+        bool, typer.Option("--no-models", help="cpu: skip building the tiny models.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write an example cluster/models/slo set (cpu: with tiny models vLLM-CPU can serve)."""
+    from planner.errors import InputError
+
+    if name == "cpu":
+        if json_out or no_models:
+            written = write_cpu_example(out, build_models=not no_models)
+        else:
+            with err_console.status("building the tiny models ..."):
+                written = write_cpu_example(out)
+    else:
+        src = EXAMPLES_DIR / name
+        if not src.is_dir():
+            known = (
+                ["cpu", *sorted(p.name for p in EXAMPLES_DIR.iterdir() if p.is_dir())]
+                if EXAMPLES_DIR.is_dir()
+                else ["cpu"]
+            )
+            raise InputError(
+                f"no example named {name!r}", path="NAME", fix=f"use one of {sorted(set(known))}"
+            )
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        for f in sorted(src.glob("*.yaml")):
+            shutil.copyfile(f, out / f.name)
+            written.append(out / f.name)
+    if json_out:
+        print_json({"example": name, "dir": str(out), "files": [str(p) for p in written]})
+    else:
+        for p in written:
+            console.print(f"wrote {p}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("example")(example_cmd)

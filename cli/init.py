@@ -105,7 +105,7 @@ def models_doc(gpu: bool) -> dict[str, Any]:
             "models": [
                 {
                     "name": "assistant-7b",
-                    "architecture": "Qwen2.5-7B",
+                    "architecture": "Qwen2.5-7B-Instruct",
                     "variants": [
                         {
                             "name": "bf16",

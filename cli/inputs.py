@@ -32,20 +32,38 @@ def workload(path: Path, ms: Models, seed: int):
     from planner.trace import read_trace
 
     if path.suffix in (".yaml", ".yml"):
-        from planner.io import read_yaml
-        from planner.optimizer.workload.synth import SynthSpec, bind_models, synth
-        from planner.schemas import validation_to_input_error
-        from pydantic import ValidationError
+        from planner.optimizer.workload.synth import bind_models, synth
 
-        data = read_yaml(path)
-        data.pop("kind", None) if isinstance(data, dict) else None
-        try:
-            spec = SynthSpec.model_validate(data)
-        except ValidationError as e:
-            raise validation_to_input_error(e, str(path), "workload spec", SynthSpec) from None
-        spec, _ = bind_models(spec, ms.names)
+        spec, _ = bind_models(synth_spec(path), ms.names)
         return synth(spec, seed=seed)
     return read_trace(path, ms.names)
+
+
+def synth_spec(path: Path):
+    """A workload spec file: its keys overlaid on the default spec (roles merge field by field)."""
+    from pydantic import ValidationError
+
+    from planner.io import read_yaml
+    from planner.optimizer.workload.synth import SynthSpec, default_spec
+    from planner.schemas import validation_to_input_error
+
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise InputError("a workload spec is a mapping of fields", file=str(path),
+                         fix="see `planner workload synth --print-spec`")
+    data.pop("kind", None)
+    merged = _deep_merge(default_spec().model_dump(mode="json"), data)
+    try:
+        return SynthSpec.model_validate(merged)
+    except ValidationError as e:
+        raise validation_to_input_error(e, str(path), "workload", SynthSpec) from None
+
+
+def _deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    return out
 
 
 def calibration(profiles: Path | None) -> dict[str, Any] | None:

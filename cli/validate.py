@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-
 from planner.cli.common import JsonOpt, console, print_json
+
 from planner.errors import InputError
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
-_KINDS = ("cluster", "models", "slo", "plan", "profile", "trace")
+_KINDS = ("cluster", "models", "slo", "plan", "profile", "trace", "workload")
+_WORKLOAD_KEYS = ("roles", "users", "days")  # a `workload synth` spec has no `kind:`
 
 
 def _trace_schema() -> dict[str, Any]:
@@ -24,7 +25,12 @@ def _trace_schema() -> dict[str, Any]:
             "type": "object",
             "required": ["timestamp", "model", "input_tokens", "output_tokens"],
             "properties": {
-                "timestamp": {"oneOf": [{"type": "number", "minimum": 0}, {"type": "string", "format": "date-time"}]},
+                "timestamp": {
+                    "oneOf": [
+                        {"type": "number", "minimum": 0},
+                        {"type": "string", "format": "date-time"},
+                    ]
+                },
                 "model": {"type": "string", "minLength": 1},
                 "input_tokens": {"type": "integer", "minimum": 1},
                 "output_tokens": {"type": "integer", "minimum": 1},
@@ -36,8 +42,37 @@ def _trace_schema() -> dict[str, Any]:
     return TRACE_JSON_SCHEMA
 
 
-def validate_file(path: Path, kind: str | None, model_names: list[str] | None,
-                  cluster: Any = None, models: Any = None) -> dict[str, Any]:
+def _looks_like_workload(path: Path) -> bool:
+    from planner.io import read_yaml
+
+    if path.suffix.lower() not in (".yaml", ".yml") or not path.exists():
+        return False
+    try:
+        data = read_yaml(path)
+    except InputError:
+        return False
+    if not isinstance(data, dict):
+        return False
+    if "kind" in data:
+        return data["kind"] == "workload"
+    return any(k in data for k in _WORKLOAD_KEYS)
+
+
+def _validate_workload(path: Path) -> dict[str, Any]:
+    """A `planner workload synth` spec: its keys overlay the generator's defaults."""
+    from planner.cli.inputs import synth_spec
+
+    synth_spec(path)
+    return {"file": str(path), "kind": "workload", "ok": True}
+
+
+def validate_file(
+    path: Path,
+    kind: str | None,
+    model_names: list[str] | None,
+    cluster: Any = None,
+    models: Any = None,
+) -> dict[str, Any]:
     """Validate one file; returns a summary, raises InputError on the first problem."""
     from planner import schemas
 
@@ -48,6 +83,8 @@ def validate_file(path: Path, kind: str | None, model_names: list[str] | None,
 
         df = read_trace(path, model_names)
         return {"file": str(path), "kind": "trace", "ok": True, "rows": len(df)}
+    if kind == "workload" or (kind is None and _looks_like_workload(path)):
+        return _validate_workload(path)
     obj = schemas.load(path, kind)
     found = getattr(obj, "kind", kind)
     out: dict[str, Any] = {"file": str(path), "kind": found, "ok": True}
@@ -62,17 +99,36 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def validate(
-        files: Annotated[list[Path], typer.Argument(help="Input files: YAML (cluster, models, slo, plan, profile) or traces.")],
-        kind: Annotated[str | None, typer.Option("--kind", help=f"Force the kind: {', '.join(_KINDS)}.")] = None,
-        models_file: Annotated[Path | None, typer.Option("--models", help="models.yaml: traces must name only its models; plans are cross-checked.")] = None,
-        cluster_file: Annotated[Path | None, typer.Option("--cluster", help="cluster.yaml: plans are cross-checked against it.")] = None,
+        files: Annotated[
+            list[Path],
+            typer.Argument(
+                help="Input files: YAML (cluster, models, slo, plan, profile) or traces."
+            ),
+        ],
+        kind: Annotated[
+            str | None, typer.Option("--kind", help=f"Force the kind: {', '.join(_KINDS)}.")
+        ] = None,
+        models_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--models",
+                help="models.yaml: traces must name only its models; plans are cross-checked.",
+            ),
+        ] = None,
+        cluster_file: Annotated[
+            Path | None,
+            typer.Option("--cluster", help="cluster.yaml: plans are cross-checked against it."),
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Check input files; the first problem exits with code 2 and names file, field and fix."""
         from planner import schemas
+        from planner.io import read_yaml
 
         if kind is not None and kind not in _KINDS:
-            raise InputError(f"unknown kind {kind!r}", path="--kind", fix=f"use one of {list(_KINDS)}")
+            raise InputError(
+                f"unknown kind {kind!r}", path="--kind", fix=f"use one of {list(_KINDS)}"
+            )
         models = schemas.load_models(models_file) if models_file else None
         cluster = schemas.load_cluster(cluster_file) if cluster_file else None
         # files given together can cross-check each other without the flags
@@ -80,7 +136,7 @@ def register(app: typer.Typer) -> None:
             for f in files:
                 if f.suffix.lower() in (".yaml", ".yml") and f.exists():
                     try:
-                        data = schemas.read_yaml(f)
+                        data = read_yaml(f)
                         k = schemas.detect_kind(data, str(f))
                     except InputError:
                         continue
@@ -106,5 +162,10 @@ def register(app: typer.Typer) -> None:
 
         if kind == "trace":
             print_json(_trace_schema())
+            return
+        if kind == "workload":
+            from planner.optimizer.workload.synth import SynthSpec
+
+            print_json(SynthSpec.model_json_schema())
             return
         print_json(schemas.json_schema(kind))

@@ -89,6 +89,18 @@ def gpu_sets(cluster: Cluster, max_tp: int) -> list[GpuSet]:
     return out
 
 
+def gpu_groups(cluster: Cluster) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """(node, device) keys of each GPU group, in device order (for symmetry breaking)."""
+    out = []
+    for node in cluster.nodes:
+        ids = node.device_ids()
+        k = 0
+        for group in node.gpus:
+            out.append(tuple((node.name, d) for d in ids[k : k + group.count]))
+            k += group.count
+    return tuple(out)
+
+
 def gpu_specs(cluster: Cluster) -> dict[str, GpuSpec]:
     """Every GPU type in the cluster by name (inline specs included)."""
     return {g.spec.name: g.spec for n in cluster.nodes for g in n.gpus}
@@ -150,14 +162,23 @@ def enumerate_candidates(
                         break
                     if arch.num_attention_heads % tp or (arch.num_kv_heads % tp and tp % arch.num_kv_heads):
                         continue
+                    probe = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib)
+                    free_gib = spec.memory_gib * (1 - gpu_margin) - probe.weights_gib_per_gpu - probe.overhead_gib_per_gpu
+                    kv_per_tok_gib = probe.kv_bytes_per_token / tp / GIB  # per GPU, GiB/token
+                    fit_tokens = free_gib / kv_per_tok_gib if kv_per_tok_gib > 0 else math.inf
+                    if fit_tokens < mml:
+                        continue  # vLLM refuses to start without KV room for one max_model_len sequence
+                    seen: set[int] = set()
                     for level, frac in enumerate((0.5, 1.0)):
-                        # KV tokens: a share of max_num_seqs working sets, never below one full sequence
-                        kv_tokens = max(mml, knobs.kv_factor * frac * knobs.max_num_seqs * seq_tok)
-                        probe = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib)
-                        kv_gib = kv_tokens * probe.kv_bytes_per_token / tp / GIB  # per GPU, GiB
-                        perf = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, kv_gib, calib)
-                        if perf.awake_gib_per_gpu > spec.memory_gib * (1 - gpu_margin):
+                        # KV tokens: a share of max_num_seqs working sets, at least one full
+                        # sequence, at most what the GPU has left
+                        want = knobs.kv_factor * frac * knobs.max_num_seqs * seq_tok
+                        kv_tokens = int(min(fit_tokens, max(mml, want)))
+                        if kv_tokens in seen:
                             continue
+                        seen.add(kv_tokens)
+                        perf = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs,
+                                     kv_tokens * kv_per_tok_gib, calib)
                         out.append(Candidate(
                             model=m.name, variant=v.name, quantization=v.quantization,
                             gpu_type=gname, tp=tp, kv_level=level, max_model_len=mml,

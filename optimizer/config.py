@@ -13,6 +13,7 @@ class OptimizeConfig(BaseModel):
     evals: int = Field(default=24, ge=1, le=500, description="plans the Bayesian search evaluates")
     seed: int = Field(default=0, ge=0, description="random seed of the search")
     milp_time_limit_s: float = Field(default=10.0, gt=0, le=600, description="time limit of one MILP solve, s")
+    milp_gap: float = Field(default=0.005, ge=0, le=0.5, description="relative MIP gap at which a solve stops")
     gpu_memory_margin: float = Field(default=0.06, ge=0, le=0.5, description="share of each GPU kept free")
     host_memory_margin: float = Field(default=0.25, ge=0, le=0.9, description="share of node RAM kept free")
     max_tp: int = Field(default=8, ge=1, le=64, description="largest tensor-parallel degree tried")

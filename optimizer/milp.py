@@ -33,6 +33,8 @@ Constraints
     (5) GPU memory (DESIGN.md)      sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
                                       + z_j <= U_j y_j                              for j in J
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
+    (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group
+        fill in order                 (aligned TP sets make every placement permutable to a prefix)
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -82,6 +84,7 @@ class MilpInput:
     demand: dict[str, ModelDemand]
     models: tuple[str, ...]
     gpu_usable_gib: dict[tuple[str, int], float]  # (node, device) -> usable GiB
+    gpu_groups: tuple[tuple[tuple[str, int], ...], ...]  # devices of one type on one node, in order
     node_ram_gib: dict[str, float]  # node -> usable RAM for sleepers, GiB
     headroom: float
     max_replicas: int
@@ -123,6 +126,7 @@ def solve(
     time_limit_s: float = 10.0,
     solver: str = "auto",
     forbid: frozenset[tuple[str, str, str, str]] = frozenset(),
+    gap_rel: float = 0.0,
 ) -> MilpResult:
     """Build and solve the MILP of the module docstring.
 
@@ -194,7 +198,12 @@ def solve(
         prob += (pulp.lpSum(opts[i].cand.perf.weights_host_gib * x[i] for i in ids)
                  <= inp.node_ram_gib.get(n, 0.0)), f"c6_ram_{n}"
 
-    status, objective = _run(prob, time_limit_s, solver)
+    for group in inp.gpu_groups:
+        for a, b in zip(group, group[1:], strict=False):
+            # (7) identical GPUs are used in order
+            prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
+
+    status, objective = _run(prob, time_limit_s, solver, gap_rel)
     if status == "infeasible":
         return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x))
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
@@ -208,12 +217,13 @@ def _slack(c: pulp.LpConstraint) -> float:
     return -v if c.sense == pulp.LpConstraintLE else v
 
 
-def _run(prob: pulp.LpProblem, time_limit_s: float, solver: str) -> tuple[str, float]:
+def _run(prob: pulp.LpProblem, time_limit_s: float, solver: str, gap_rel: float) -> tuple[str, float]:
     use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
     if solver == "highs" and not use_highs:
         raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")
-    s = (pulp.HiGHS(msg=False, timeLimit=time_limit_s, threads=1, random_seed=0) if use_highs
-         else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, threads=1, options=["randomSeed 0"]))
+    s = (pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, random_seed=0) if use_highs
+         else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1,
+                                options=["randomSeed 0"]))
     try:
         prob.solve(s)
     except pulp.PulpSolverError as e:

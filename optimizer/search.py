@@ -24,6 +24,7 @@ from planner.optimizer.build import build_point
 from planner.optimizer.candidates import (
     Knobs,
     enumerate_candidates,
+    gpu_groups,
     gpu_sets,
     smallest_footprint,
 )
@@ -131,6 +132,7 @@ class Searcher:
             (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
             for n in cluster.nodes for d, g in n.gpu_list()
         }
+        self.gpu_groups = gpu_groups(cluster)
         self.node_ram = {n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes}
         self.sleep_order = _sleep_order(models, self.demand)
         self._cands: dict[tuple[float, int], tuple] = {}
@@ -152,7 +154,7 @@ class Searcher:
         return MilpInput(
             candidates=self.candidates(knobs), sets=self.sets, demand=self.demand,
             models=tuple(self.models.names), gpu_usable_gib=self.gpu_usable,
-            node_ram_gib=self.node_ram, headroom=knobs.headroom,
+            gpu_groups=self.gpu_groups, node_ram_gib=self.node_ram, headroom=knobs.headroom,
             max_replicas=self.cfg.max_replicas, may_sleep=knobs.may_sleep,
             w_switch=knobs.w_switch, w_memory=knobs.w_memory,
             w_quality=knobs.w_quality, w_gpus=knobs.w_gpus,
@@ -161,7 +163,8 @@ class Searcher:
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation:
         """MILP -> point -> simulator."""
         t0 = time.perf_counter()
-        res = solve(self.milp_input(knobs), time_limit_s=self.cfg.milp_time_limit_s, solver=self.cfg.solver)
+        res = solve(self.milp_input(knobs), time_limit_s=self.cfg.milp_time_limit_s, solver=self.cfg.solver,
+                    gap_rel=self.cfg.milp_gap)
         t1 = time.perf_counter()
         if res.status == "infeasible":
             return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
@@ -238,11 +241,13 @@ class Searcher:
         for phase, lam in enumerate(lams):
             if done >= total:
                 break
+            # Sampling the acquisition (not L-BFGS) keeps each ask cheap; one batched tell of
+            # everything seen so far informs the new phase with a single GP fit.
             opt = Optimizer(_space(cfg, n_models), base_estimator="GP", acq_func="EI",
-                            n_initial_points=max(2, per_phase // 2),
+                            acq_optimizer="sampling", n_initial_points=max(2, per_phase // 2),
                             random_state=cfg.seed * 7919 + phase)
-            for ev in evals:  # everything seen so far informs the new phase
-                opt.tell(_vector(ev.knobs, self.sleep_order), self.scalar(ev, lam))
+            opt.tell([_vector(ev.knobs, self.sleep_order) for ev in evals],
+                     [self.scalar(ev, lam) for ev in evals])
             for _ in range(per_phase):
                 if done >= total:
                     break
@@ -275,7 +280,9 @@ class Searcher:
                 f"no plan meets the attainment target {target:.3f}; best reached {top:.3f}. "
                 f"Binding: {binding_slo(pool[0].metrics, self.slo)}"
             )
-        front = pareto_front(pool, lambda e: (e.metrics["switch_p95_s"], e.metrics["warm_gpu_gib"], -e.metrics["slo_attainment"]))
+        # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
+        pool = sorted(pool, key=lambda e: (-e.metrics["slo_attainment"], e.index))
+        front = pareto_front(pool, lambda e: (e.metrics["switch_p95_s"], e.metrics["warm_gpu_gib"]))
         named = name_points(front, lambda e: e.metrics["warm_gpu_gib"], lambda e: e.metrics["switch_p95_s"])
         points: list[Point] = []
         knobs: dict[str, Knobs] = {}

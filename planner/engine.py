@@ -298,7 +298,12 @@ def _group_alive(pgid: int) -> bool:
 # ---------------------------------------------------------------- log reading
 
 FailureReason = Literal[
-    "out_of_memory", "port_in_use", "bad_model_path", "max_model_len_too_large", "timeout", "unknown"
+    "out_of_memory",
+    "port_in_use",
+    "bad_model_path",
+    "max_model_len_too_large",
+    "timeout",
+    "unknown",
 ]
 
 # Patterns seen in vLLM 0.32 logs (CPU build, provoked on purpose) and the CUDA build's messages.
@@ -318,7 +323,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         re.compile(
             r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|No available memory for the cache blocks"
             r"|Insufficient memory|not enough memory|Cannot allocate memory|MemoryError"
-            r"|Free memory on device .* is less than desired",
+            r"|Free memory on device .* is less than desired"
+            r"|less than requested memory for kv",
             re.I,
         ),
     ),
@@ -351,9 +357,13 @@ def classify_failure(log_text: str) -> FailureReason:
 
 
 _TS = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
-_LOAD_S = re.compile(r"(?:Loading weights took|Model loading took [\d.]+ \w+ (?:memory )?and) ([\d.]+) ?s", re.I)
+_LOAD_S = re.compile(
+    r"(?:Loading weights took|Model loading took [\d.]+ \w+ (?:memory )?and) ([\d.]+) ?s", re.I
+)
 _MODEL_LOAD_S = re.compile(r"Model loading took .*?([\d.]+) ?(?:s|seconds)\b", re.I)
-_INIT_S = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s", re.I)
+_INIT_S = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s", re.I
+)
 
 
 def parse_startup_log(log_text: str) -> dict[str, float | None]:
@@ -369,7 +379,7 @@ def parse_startup_log(log_text: str) -> dict[str, float | None]:
     stamps = [(m.start(), _secs(m)) for m in _TS.finditer(log_text)]
     if stamps:
         start = stamps[0][1]
-        pos = log_text.find("Starting vLLM API server")
+        pos = log_text.find("Starting vLLM server")
         if pos < 0:
             pos = log_text.find("Application startup complete")
         if pos >= 0:

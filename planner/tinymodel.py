@@ -29,7 +29,7 @@ _TEXT = [
     "Hello! How are you today? I am fine, thank you.",
     "0 1 2 3 4 5 6 7 8 9 10 100 1000 3.14 2.71",
     "user: write a haiku about memory.\nassistant: weights sleep in host RAM, wake in a blink.",
-    "{ \"model\": \"tiny\", \"prompt\": \"hi\", \"max_tokens\": 16 }",
+    '{ "model": "tiny", "prompt": "hi", "max_tokens": 16 }',
     "ABCDEFGHIJKLMNOPQRSTUVWXYZ abcdefghijklmnopqrstuvwxyz",
     "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
 ]
@@ -105,6 +105,9 @@ def _write_model(dest: Path, p: dict) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars on stderr
 
     specials = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))

@@ -5,7 +5,8 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
 
 - `timestamp` float64, seconds from the start of the trace. ISO-8601 timestamps are
   accepted on read and become seconds since 00:00 UTC of the first request's day, so
-  the hour of day survives the conversion (characterization and drift use it).
+  the hour of day survives the conversion (characterization and drift use it); so do the
+  epoch seconds of a SQLite request log (the gateway's table `requests`).
 - `model` string; `input_tokens` int64 >= 1; `output_tokens` int64 >= 1;
 - optional `user`, `session` string (missing: ""), `cached_tokens` int64 in
   0..input_tokens (missing: 0), the prefix already computed for this session on this model.
@@ -98,7 +99,9 @@ def _where(i: int, line_offset: int | None) -> str:
 def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
     """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
     if pd.api.types.is_bool_dtype(col):
-        raise InputError("column 'timestamp' holds booleans", file=file, fix="use seconds or ISO-8601")
+        raise InputError(
+            "column 'timestamp' holds booleans", file=file, fix="use seconds or ISO-8601"
+        )
     if pd.api.types.is_numeric_dtype(col):
         out = col.to_numpy(dtype="float64", na_value=np.nan)
     elif pd.api.types.is_datetime64_any_dtype(col):
@@ -306,7 +309,13 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
                 )
             want = [c for c in COLUMNS if c in cols]
             query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
-            return pd.read_sql_query(query, con), None
+            raw = pd.read_sql_query(query, con)
+            if "timestamp" in raw.columns and len(raw):
+                # The gateway logs epoch seconds: count from 00:00 UTC of the first day.
+                ts = pd.to_numeric(raw["timestamp"], errors="coerce")
+                if ts.notna().all():
+                    raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
+            return raw, None
         except sqlite3.Error as e:
             raise InputError(f"cannot read table 'requests': {e}", file=name) from None
         finally:
@@ -334,7 +343,8 @@ def read_trace(path: str | Path, model_names: Sequence[str] | None = None) -> pd
 
 def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
     """The canonical trace serialized for a file suffix; same frame, same bytes."""
-    df = df[COLUMNS]
+    if list(df.columns) != COLUMNS or any(str(df[c].dtype) != DTYPES[c] for c in COLUMNS):
+        df = normalize(df)  # any other frame is validated and made canonical first
     suffix = suffix.lower()
     if suffix == ".csv":
         return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
@@ -347,16 +357,16 @@ def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
 
         schema = pa.schema(
             [
-                pa.field(c, pa.float64() if c == "timestamp" else pa.int64() if c in _INTS else pa.string())
+                pa.field(
+                    c,
+                    pa.float64() if c == "timestamp" else pa.int64() if c in _INTS else pa.string(),
+                )
                 for c in COLUMNS
             ]
         )
-        arrays = [
-            pa.array(df[c].to_numpy(dtype=object if c in _STRINGS else DTYPES[c]), type=schema.field(c).type)
-            for c in COLUMNS
-        ]
         # No pandas metadata, fixed codec and writer options: the bytes depend on the data only.
-        table = pa.Table.from_arrays(arrays, schema=schema)
+        table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
+        table = table.replace_schema_metadata(None)
         buf = io.BytesIO()
         pq.write_table(
             table,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import socket
 import time
@@ -59,6 +60,7 @@ class BenchConfig:
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
     decode_output_tokens: int = 32  # streamed tokens per decode request
     decode_rounds: int = 2  # rounds of `concurrency` requests per decode point
+    decode_min_samples: int = 8  # at least this many streams per decode point
     max_model_len: int | None = None  # None: the model's max_context
     max_num_seqs: int = 16  # --max-num-seqs
     kv_gib: float = 1.0  # CPU build: VLLM_CPU_KVCACHE_SPACE, GiB
@@ -102,6 +104,7 @@ class RunSpec:
     model: ModelEntry
     variant: Variant
     tp: int
+    path: str = ""  # checkpoint passed to vLLM (local paths resolved against the models file)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -126,7 +129,7 @@ def plan_runs(
     model: str | None = None,
     variant: str | None = None,
     tps: list[int] | None = None,
-    headroom: float = 0.85,
+    headroom: float = 0.75,
 ) -> tuple[list[RunSpec], list[tuple[tuple[str, str, int], str]]]:
     """(runs, skipped with why) for the local devices.
 
@@ -163,7 +166,8 @@ def plan_runs(
                     chosen.append(tp)
                     if tps is None:
                         break  # the smallest TP that fits
-            runs.extend(RunSpec(m, v, tp) for tp in chosen)
+            path = resolve_path(v.path, m._base_dir)
+            runs.extend(RunSpec(m, v, tp, path) for tp in chosen)
     if model is not None and not any(m.name == model for m in models.models):
         raise KeyError(model)
     return runs, skipped
@@ -186,6 +190,20 @@ def looks_local(path: str) -> bool:
     if path.startswith(("/", "./", "../", "~")) or Path(path).exists():
         return True
     return path.count("/") != 1  # hub ids are exactly `org/name`
+
+
+def resolve_path(path: str, base_dir: Path | None) -> str:
+    """A relative local checkpoint path is relative to the models file (hub ids stay).
+
+    `org/name` is ambiguous: it is a local path when it exists next to the models file.
+    """
+    if not path or base_dir is None:
+        return path
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return str(p)
+    near = (base_dir / p).resolve()
+    return str(near) if looks_local(path) or near.exists() else path
 
 
 def precheck_path(path: str) -> str | None:
@@ -246,11 +264,43 @@ def parse_metrics_kv(metrics_text: str) -> int | None:
     return None
 
 
-def tpot_of(chunk_times: list[float], output_tokens: int) -> float | None:
-    """Time per output token of one stream: (last - first chunk) / (tokens - 1)."""
-    if output_tokens < 2 or len(chunk_times) < 2:
+Chunk = tuple[float, int]  # (arrival time s, completion tokens so far; -1: not reported)
+
+# Every streamed chunk carries the running token count (a chunk may hold several tokens).
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def chunk_tokens(line: str) -> int | None:
+    """Completion tokens so far from one SSE line; None for lines that carry no token.
+
+    The final usage-only chunk (no choices) and `[DONE]` are not tokens; -1 when a token
+    chunk has no usage (a server without continuous usage stats).
+    """
+    if not line.startswith("data:"):
         return None
-    return (chunk_times[-1] - chunk_times[0]) / (output_tokens - 1)
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return None
+    try:
+        d = json.loads(payload)
+    except ValueError:
+        return None
+    if not d.get("choices"):
+        return None
+    n = (d.get("usage") or {}).get("completion_tokens")
+    return int(n) if n is not None else -1
+
+
+def tpot_of(chunks: list[Chunk]) -> float | None:
+    """Time per output token of one stream: (last - first chunk) / tokens between them.
+
+    Without token counts each chunk counts as one token.
+    """
+    if len(chunks) < 2:
+        return None
+    (t0, n0), (t1, n1) = chunks[0], chunks[-1]
+    tokens = n1 - n0 if n0 >= 0 and n1 >= 0 else len(chunks) - 1
+    return (t1 - t0) / tokens if tokens > 0 else None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -328,7 +378,7 @@ class Client:
 
     async def _stream(
         self, http: Any, ids: list[int], out_tokens: int
-    ) -> tuple[float, list[float]]:
+    ) -> tuple[float, list[Chunk]]:
         body = {
             "model": self.served,
             "prompt": ids,
@@ -337,21 +387,23 @@ class Client:
             "temperature": 0.0,
             "ignore_eos": True,
             "stream": True,
+            "stream_options": STREAM_OPTIONS,
         }
-        times: list[float] = []
+        chunks: list[Chunk] = []
         t0 = time.perf_counter()
         async with http.stream("POST", "/v1/completions", json=body) as r:
             r.raise_for_status()
             async for line in r.aiter_lines():
-                if line.startswith("data:") and line[5:].strip() != "[DONE]":
-                    times.append(time.perf_counter())
-        return t0, times
+                n = chunk_tokens(line)
+                if n is not None:
+                    chunks.append((time.perf_counter(), n))
+        return t0, chunks
 
-    def streams(self, prompts: list[list[int]], out_tokens: int) -> list[tuple[float, list[float]]]:
-        """Start every prompt at once as a stream; per request (start, chunk arrival times)."""
+    def streams(self, prompts: list[list[int]], out_tokens: int) -> list[tuple[float, list[Chunk]]]:
+        """Start every prompt at once as a stream; per request (start, token chunks)."""
         import httpx
 
-        async def go() -> list[tuple[float, list[float]]]:
+        async def go() -> list[tuple[float, list[Chunk]]]:
             async with httpx.AsyncClient(base_url=self.base, timeout=self.timeout_s) as http:
                 return list(
                     await asyncio.gather(*(self._stream(http, p, out_tokens) for p in prompts))
@@ -381,14 +433,15 @@ def measure_decode(
     for c in cfg.concurrencies:
         tpots: list[float] = []
         ttfts: list[float] = []
-        for _ in range(cfg.decode_rounds):
+        # enough rounds that even concurrency 1 gives `decode_min_samples` streams
+        for _ in range(max(cfg.decode_rounds, math.ceil(cfg.decode_min_samples / c))):
             prompts = [prompt_ids(cfg.decode_prompt_tokens, vocab, rng) for _ in range(c)]
-            for start, times in client.streams(prompts, o):
-                t = tpot_of(times, o)
+            for start, chunks in client.streams(prompts, o):
+                t = tpot_of(chunks)
                 if t is not None:
                     tpots.append(t)
-                if times:
-                    ttfts.append(times[0] - start)
+                if chunks:
+                    ttfts.append(chunks[0][0] - start)
         if tpots:
             out.append(
                 DecodePoint(
@@ -477,7 +530,8 @@ def profile_run(
 
     run = base_run(spec, cfg)
     log_path = log_dir / f"{spec.model.name}-{spec.variant.name}-tp{spec.tp}.log"
-    bad = precheck_path(spec.variant.path)
+    model_path = spec.path or spec.variant.path
+    bad = precheck_path(model_path)
     if bad is not None:
         run.status, run.reason, run.detail = "failed", "bad_model_path", bad
         return RunResult(run, log_path)
@@ -511,11 +565,11 @@ def profile_run(
         if run.kv_capacity_tokens is None:
             run.kv_capacity_tokens = parse_metrics_kv(client.metrics())
         rng = np.random.default_rng(cfg.seed)
-        vocab = vocab_size_of(spec.variant.path, spec.model.arch.vocab_size)
+        vocab = vocab_size_of(model_path, spec.model.arch.vocab_size)
         try:
-            client.complete_s(
-                prompt_ids(8, vocab, rng), max_tokens=4
-            )  # warm-up: first-request paths
+            # warm-up: the first plain and the first streamed request take slow first-use paths
+            client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
+            client.streams([prompt_ids(8, vocab, rng)], 4)
             run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
             run.decode = measure_decode(client, cfg, vocab, rng, tick)
             if cfg.device == "cuda" and cfg.sleep:

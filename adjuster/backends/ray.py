@@ -35,87 +35,79 @@ def agent_name(node: str) -> str:
     return f"{AGENT_PREFIX}{node}"
 
 
-def _device() -> str:
-    """`cuda` where this node has an NVIDIA device, else `cpu` (the CPU build of vLLM)."""
-    return "cuda" if os.path.exists("/dev/nvidiactl") else "cpu"
+def _err(e: Exception) -> dict:
+    """An ApplyError/LaunchError as data that crosses the Ray boundary."""
+    if isinstance(e, LaunchError):
+        return {"error": "launch", "reason": e.reason, "message": e.message, "log_tail": e.log_tail, "fix": e.fix}  # fmt: skip
+    return {"error": "apply", "message": str(e)}
 
 
 class NodeAgent:
-    """Lives on one node (as a Ray actor); starts, watches and stops its vLLM servers."""
+    """Lives on one node (as a Ray actor) and runs a LocalBackend there."""
 
-    def __init__(self, node: str):
+    def __init__(self, node: str, device: str | None = None):
         import ray
+        from planner.adjuster.backends.local import LocalBackend
 
         self.node = node
-        self.host = ray.util.get_node_ip_address()
-        self.device = _device()
-        self.procs: dict[str, Any] = {}  # instance id -> Popen of a server this agent started
+        self.local = LocalBackend(device, host=ray.util.get_node_ip_address())  # type: ignore[arg-type]
 
     def where(self) -> dict:
-        """Node identity, for checks that the agent sits where it should."""
+        """Node name, address, Ray node id, pid and device: to check the pinning."""
         import ray
 
-        return {"node": self.node, "host": self.host, "ray_node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}  # fmt: skip
+        return {
+            "node": self.node, "host": self.local.host, "device": self.local.device,
+            "ray_node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+        }  # fmt: skip
 
     def start(self, inst: dict, model_path: str, served_name: str, log_path: str) -> dict:
-        from planner import engine
-
         spec = Instance.model_validate(inst)
-        if not engine.is_port_free(spec.port, self.host):
-            return {"error": "launch", "reason": "port_in_use", "message": f"port {spec.port} is taken on {self.node}"}  # fmt: skip
-        argv, env = engine.build_argv(
-            spec, model_path=model_path, served_name=served_name, device=self.device, host=self.host
-        )
-        proc = engine.start_server(argv, env, log_path)
-        self.procs[spec.id] = proc
-        return {"handle": Handle(spec.id, self.node, self.host, spec.port, pid=proc.pid, actor=agent_name(self.node), log_path=log_path)}  # fmt: skip
-
-    def _proc(self, handle: Handle) -> Any:
-        p = self.procs.get(handle.instance_id)
-        return p if p is not None and p.pid == handle.pid else handle.pid
+        try:
+            h = self.local.start(
+                spec, model_path=model_path, served_name=served_name, log_path=log_path
+            )
+        except (ApplyError, OSError) as e:
+            return _err(ApplyError(f"start of {spec.id} on {self.node}: {e}"))
+        h.actor = agent_name(self.node)
+        return {"handle": h}
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> dict:
-        from planner import engine
-
         try:
-            waited = engine.wait_ready(
-                handle.host, handle.port, self._proc(handle), handle.log_path, timeout_s
-            )
-        except LaunchError as e:
-            return {"error": "launch", "reason": e.reason, "message": e.message, "log_tail": e.log_tail, "fix": e.fix}  # fmt: skip
-        return {"waited_s": waited}
-
-    def stop(self, handle: Handle, timeout_s: float) -> dict:
-        from planner import engine
-
-        if handle.pid:
-            engine.stop_server(self._proc(handle), timeout_s)
-        self.procs.pop(handle.instance_id, None)
+            self.local.wait_ready(handle, timeout_s)
+        except ApplyError as e:
+            return _err(e)
         return {}
 
-    def stop_all(self, timeout_s: float = 30.0) -> list[str]:
+    def stop(self, handle: Handle, timeout_s: float) -> dict:
+        self.local.stop(handle, timeout_s)
+        return {}
+
+    def stop_all(self, timeout_s: float = 30.0) -> list[int]:
         """Stop every server this agent started (before the agent itself is killed)."""
         from planner import engine
 
-        ids = list(self.procs)
-        for p in self.procs.values():
-            engine.stop_server(p, timeout_s)
-        self.procs.clear()
-        return ids
+        pids = list(self.local._procs)
+        for pid in pids:
+            engine.stop_server(self.local._procs.pop(pid), timeout_s)
+        return pids
 
     def is_alive(self, handle: Handle) -> bool:
-        from planner import engine
+        return self.local.is_alive(handle)
 
-        alive = engine.pid_alive(handle.pid) if handle.pid else True
-        return alive and engine.http_ok(handle.host, handle.port, "/health")
-
-    def post(self, handle: Handle, path: str) -> dict:
-        from planner import engine
-
+    def sleep(self, handle: Handle, level: int) -> dict:
         try:
-            return {"status": engine.http_post(handle.host, handle.port, path)}
-        except OSError as e:
-            return {"error": "apply", "message": f"POST {path} to {handle.instance_id}: {e}"}
+            self.local.sleep(handle, level)
+        except (ApplyError, OSError) as e:
+            return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
+        return {}
+
+    def wake(self, handle: Handle) -> dict:
+        try:
+            self.local.wake(handle)
+        except (ApplyError, OSError) as e:
+            return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
+        return {}
 
 
 class RayBackend:
@@ -123,10 +115,27 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, call_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        device: str | None = None,
+        call_timeout_s: float = 60.0,
+    ):
         self.address = address  # None: RAY_ADDRESS, else the local cluster ("auto")
+        self.device = device  # cuda | cpu for every node; None: each agent detects its own
         self.call_timeout_s = call_timeout_s
         self._agents: dict[str, Any] = {}
+
+    @classmethod
+    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> RayBackend:
+        """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local)."""
+        return cls(device=device)
+
+    @property
+    def supports_sleep(self) -> bool:
+        """Sleep mode needs CUDA; with an unknown device assume the nodes have it."""
+        return self.device != "cpu"
 
     def _ray(self) -> Any:
         import ray
@@ -159,7 +168,7 @@ class RayBackend:
                 num_cpus=0,
                 max_concurrency=16,
             )
-            self._agents[node] = actor.remote(node)
+            self._agents[node] = actor.remote(node, self.device)
         return self._agents[node]
 
     def _get(self, ref: Any, timeout_s: float | None = None) -> Any:
@@ -197,18 +206,10 @@ class RayBackend:
             return False
 
     def sleep(self, handle: Handle, level: int) -> None:
-        self._post(handle, f"/sleep?level={level}")
+        self._raise(self._get(self._agent_of(handle).sleep.remote(handle, level), 600.0))
 
     def wake(self, handle: Handle) -> None:
-        self._post(handle, "/wake_up")
-
-    def _post(self, handle: Handle, path: str) -> None:
-        out = self._raise(self._get(self._agent_of(handle).post.remote(handle, path), 600.0))
-        if out["status"] >= 400:
-            raise ApplyError(
-                f"POST {path} to {handle.instance_id} answered {out['status']}",
-                fix="sleep mode needs the CUDA build of vLLM and --enable-sleep-mode",
-            )
+        self._raise(self._get(self._agent_of(handle).wake.remote(handle), 600.0))
 
     def where(self, node: str) -> dict:
         """Where the node's agent runs (node name, address, Ray node id, pid)."""

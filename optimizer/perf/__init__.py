@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from planner.catalog.gpus import GpuSpec
-from planner.catalog.models import ModelArch
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
 from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s, steady_state
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
@@ -21,6 +19,9 @@ from planner.optimizer.perf.memory import (
     weights_bytes_per_gpu,
 )
 from planner.optimizer.perf.types import InstancePerf, StepModel
+
+from planner.catalog.gpus import GpuSpec
+from planner.catalog.models import ModelArch
 from planner.units import GIB
 
 __all__ = [
@@ -73,22 +74,43 @@ def instance_perf(
 
     KV cache per GPU is `kv_gib` when given, else what vLLM would allocate:
     gpu_memory_utilization * memory - weights - (activation peak + CUDA graphs + context).
-    A negative remainder gives kv 0 and max_kv_tokens 0 (`InstancePerf.fits` is False).
+    A negative remainder gives kv 0 and max_kv_tokens 0; `InstancePerf.fits` is False unless
+    the cache holds one max_model_len sequence (vLLM refuses to start otherwise).
     """
     return _instance_perf(
-        arch, quantization, gpu, int(tp), kv_cache_dtype, float(gpu_memory_utilization),
-        max_model_len, int(max_num_seqs), max_num_batched_tokens,
-        None if kv_gib is None else float(kv_gib), float(cpu_offload_gib), interconnect,
-        disk_read_gbps, calib,
+        arch,
+        quantization,
+        gpu,
+        int(tp),
+        kv_cache_dtype,
+        float(gpu_memory_utilization),
+        max_model_len,
+        int(max_num_seqs),
+        max_num_batched_tokens,
+        None if kv_gib is None else float(kv_gib),
+        float(cpu_offload_gib),
+        interconnect,
+        disk_read_gbps,
+        calib,
     )
 
 
 @lru_cache(maxsize=65536)
 def _instance_perf(
-    arch: ModelArch, quantization: str, gpu: GpuSpec, tp: int, kv_cache_dtype: str,
-    util: float, max_model_len: int | None, max_num_seqs: int, chunk: int | None,
-    kv_gib: float | None, cpu_offload_gib: float, interconnect: str,
-    disk_read_gbps: float | None, calib: Calib | None,
+    arch: ModelArch,
+    quantization: str,
+    gpu: GpuSpec,
+    tp: int,
+    kv_cache_dtype: str,
+    util: float,
+    max_model_len: int | None,
+    max_num_seqs: int,
+    chunk: int | None,
+    kv_gib: float | None,
+    cpu_offload_gib: float,
+    interconnect: str,
+    disk_read_gbps: float | None,
+    calib: Calib | None,
 ) -> InstancePerf:
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
@@ -100,7 +122,8 @@ def _instance_perf(
     offload = min(cpu_offload_gib * GIB, w_gpu)  # bytes kept in host RAM per GPU
     w_res = w_gpu - offload  # bytes resident on each GPU
     act = activation_bytes(arch, tp, chunk_tokens, max_num_seqs)  # bytes
-    overhead = act + (cal.cuda_graph_gib + cal.context_gib) * GIB  # bytes per GPU
+    nccl = cal.nccl_gib if tp > 1 else 0.0  # GiB
+    overhead = act + (cal.cuda_graph_gib + cal.context_gib + nccl) * GIB  # bytes per GPU
     if kv_gib is None:
         kv = max(0.0, util * gpu.memory_gib * GIB - w_res - overhead)  # bytes per GPU
     else:
@@ -108,8 +131,15 @@ def _instance_perf(
     kv_tok_gpu = kv_bytes_per_token(arch, kv_cache_dtype, ref_ctx, tp=tp)  # bytes/token/GPU
     max_kv = int(kv // kv_tok_gpu)
     step = build_step_model(
-        arch, quantization, gpu, tp, cal, kv_cache_dtype=kv_cache_dtype,
-        ref_context_tokens=ref_ctx, cpu_offload_gib=cpu_offload_gib, interconnect=interconnect,
+        arch,
+        quantization,
+        gpu,
+        tp,
+        cal,
+        kv_cache_dtype=kv_cache_dtype,
+        ref_context_tokens=ref_ctx,
+        cpu_offload_gib=cpu_offload_gib,
+        interconnect=interconnect,
     )
     loads = load_times(weights_bytes(arch, quantization), w_res, gpu, cal, disk_read_gbps)
     return InstancePerf(
@@ -129,4 +159,5 @@ def _instance_perf(
         weights_host_gib=w_res * tp / GIB,
         prefill_overhead_s=cal.prefill_overhead_s,
         cpu_offload_gib=offload / GIB,
+        max_model_len=mml,
     )

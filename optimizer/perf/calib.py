@@ -14,37 +14,93 @@ from typing import Any
 class Calib:
     """Achieved/peak factors and fixed costs of one GPU type."""
 
-    compute_efficiency: float = 0.7  # achieved / peak dense tensor FLOP/s on large GEMMs
+    compute_efficiency: float = 0.7  # achieved / peak dense bf16 tensor FLOP/s on large GEMMs
+    # vLLM's fp8 GEMMs (dynamic activation scaling) reach about a third of the fp8 peak:
+    # median 0.31 (L40S), 0.36 (H100), 0.40 (H200) in aiconfigurator's vLLM 0.14 GEMM tables.
+    fp8_compute_efficiency: float = 0.35  # achieved / peak dense fp8 FLOP/s
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
-    attn_efficiency: float = 0.5  # achieved / peak FLOP/s of attention kernels
+    attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
+    kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
     step_overhead_s: float = 0.002  # scheduler + launches + sampling per engine step, s
     prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s
-    disk_read_gbps: float = 3.0  # checkpoint read from local NVMe, cold page cache, GB/s
-    loader_gbps: float = 5.0  # safetensors mmap -> tensors -> GPU copy, CPU-bound, GB/s
+    disk_read_gbps: float = 3.0  # sequential read of the checkpoint's disk (one NVMe), GB/s
+    # safetensors loads fault pages in through mmap: the read rate stops at this cap however
+    # fast the disk is, and the CPU then deserializes and copies at loader_gbps (in series).
+    # Both fitted to ServerlessLLM's H100 measurements (bench/perfmodel_vs_loads.py).
+    page_fault_read_cap_gbps: float = 9.6  # GB/s
+    loader_gbps: float = 5.8  # page cache -> tensors -> GPU, GB/s
     wake_fixed_s: float = 0.2  # wake_up call + KV re-allocation, s
     sleep_fixed_s: float = 0.1  # sleep call bookkeeping, s
     reload_fixed_s: float = 1.0  # level-2 wake: re-open the checkpoint, re-init buffers, s
-    link_efficiency: float = 0.6  # achieved / peak GPU<->GPU link rate in all-reduce
-    link_latency_s: float = 15e-6  # one all-reduce launch + sync over the link, s
+    kernel_latency_s: float = 3e-6  # fixed cost of one GPU kernel (aiconfigurator's constant), s
+    # smallest measured kernels in aiconfigurator's vLLM tables: attention ~10 us; fp8 GEMMs
+    # ~10 us (they quantize the activations first) against ~2.5 us for bf16
+    attn_kernel_latency_s: float = 10e-6  # fixed cost of one attention kernel, s
+    fp8_gemm_extra_s: float = 7e-6  # activation quantization before an fp8 GEMM, s
+    # TP all-reduce, from vidur's NCCL all_reduce.csv (A100/H100, NVLink pairs; 4 GPUs cross
+    # PCIe): bus bandwidth 195/300 GB/s on NVLink, 23.7/32 (gen4) and 48.8/64 (gen5) on PCIe;
+    # small-message time 7 us on NVLink, 28-66 us across PCIe.
+    link_efficiency: float = 0.75  # achieved / peak PCIe rate in all-reduce
+    nvlink_efficiency: float = 0.65  # achieved / peak NVLink rate in all-reduce
+    link_latency_s: float = 40e-6  # one all-reduce over PCIe, small message, s
+    nvlink_latency_s: float = 7e-6  # one all-reduce over NVLink, small message, s
     context_gib: float = 0.5  # CUDA context + non-torch memory a process holds per GPU, GiB
     cuda_graph_gib: float = 0.5  # captured CUDA graphs per GPU, GiB
+    nccl_gib: float = (
+        0.37  # NCCL buffers per GPU when TP > 1 (aiconfigurator nccl_mem: 342-392 MB), GiB
+    )
 
 
-# Defaults by GPU generation. Bandwidth 0.8: aiconfigurator's mem_bw_empirical_scaling_factor.
+# Defaults by GPU generation, calibrated on per-operator GEMM measurements only:
+# ampere: vidur A100/A40 MLP fits (compute 0.70-0.76, bandwidth 0.74); ada: aiconfigurator
+# L40S bf16 GEMMs (0.72, 0.78); hopper: vidur H100 (0.70, 0.86) and aiconfigurator H100 bf16
+# (0.82, 0.86). Bandwidth 0.8 is also aiconfigurator's mem_bw_empirical_scaling_factor.
+# Attention, from aiconfigurator's vLLM 0.14 attention tables (bf16, long contexts): prefill
+# reaches 0.52 (A100), 0.48-0.49 (H100/H200), 0.44 (L40S) of the bf16 peak; decode reads KV at
+# 0.59 (A100), 0.57/0.47 (H100/H200), 0.80 (L40S) of peak bandwidth.
 # H2D 21 GB/s: vLLM's published sleep-mode wake rate on A100 (PCIe 4); PCIe 5 doubles the link.
 _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
-    "ampere": dict(compute_efficiency=0.7, bandwidth_efficiency=0.8),
-    "ada": dict(compute_efficiency=0.6, bandwidth_efficiency=0.8),
-    "hopper": dict(compute_efficiency=0.6, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0,
-                   step_overhead_s=0.0025),
-    "blackwell": dict(compute_efficiency=0.6, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0),
+    "ampere": dict(
+        compute_efficiency=0.72,
+        bandwidth_efficiency=0.78,
+        attn_efficiency=0.52,
+        kv_read_efficiency=0.75,
+    ),
+    "ada": dict(
+        compute_efficiency=0.72,
+        bandwidth_efficiency=0.78,
+        attn_efficiency=0.44,
+        kv_read_efficiency=1.0,
+    ),
+    "hopper": dict(
+        compute_efficiency=0.75,
+        bandwidth_efficiency=0.85,
+        attn_efficiency=0.48,
+        kv_read_efficiency=0.62,
+        h2d_gbps=40.0,
+        d2h_gbps=40.0,
+    ),
+    "blackwell": dict(
+        compute_efficiency=0.7, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0
+    ),
     # CPU build of vLLM: no graphs, no sleep mode, slow start (imports + warm-up, ENVIRONMENT.md).
-    "cpu": dict(compute_efficiency=0.3, bandwidth_efficiency=0.6, attn_efficiency=0.2,
-                step_overhead_s=0.01, engine_init_s=55.0, h2d_gbps=5.0, d2h_gbps=5.0,
-                context_gib=0.0, cuda_graph_gib=0.0, wake_fixed_s=0.0, link_latency_s=50e-6),
+    "cpu": dict(
+        compute_efficiency=0.3,
+        bandwidth_efficiency=0.6,
+        attn_efficiency=0.2,
+        step_overhead_s=0.01,
+        engine_init_s=55.0,
+        h2d_gbps=5.0,
+        d2h_gbps=5.0,
+        context_gib=0.0,
+        cuda_graph_gib=0.0,
+        nccl_gib=0.0,
+        wake_fixed_s=0.0,
+        link_latency_s=50e-6,
+    ),
 }
 
 

@@ -18,18 +18,26 @@ WEIGHT_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
 KV_DTYPES = ("auto", "bfloat16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
-def linear_bytes_per_param(arch: ModelArch, quantization: str, experts: bool) -> float:
-    """Bytes per parameter of a decoder linear layer; `experts`: a routed-expert weight."""
+def bytes_per_param(quantization: str) -> float:
+    """Bytes per weight of a quantized matrix, group scales included (per-channel ones not)."""
     if quantization in ("bf16", "fp16"):
         return _BF16
     if quantization == "fp8":
-        return _FP8 + 4.0 / arch.hidden_size  # fp32 per-channel scale over ~hidden inputs
+        return _FP8
     if quantization in ("awq", "gptq", "int4"):
         return _INT4_G128
     if quantization == "mxfp4":
-        # gpt-oss ships only its experts in MXFP4; a dense model in mxfp4 has all linears in it
-        return _MXFP4 if (experts or not arch.is_moe) else _BF16
+        return _MXFP4
     raise ValueError(f"unknown quantization {quantization!r}; use one of {list(WEIGHT_QUANTS)}")
+
+
+def linear_bytes_per_param(arch: ModelArch, quantization: str, experts: bool) -> float:
+    """Bytes per parameter of a decoder linear layer; `experts`: a routed-expert weight."""
+    if quantization == "fp8":
+        return _FP8 + 4.0 / arch.hidden_size  # fp32 per-channel scale over ~hidden inputs
+    if quantization == "mxfp4" and arch.is_moe and not experts:
+        return _BF16  # gpt-oss ships only its experts in MXFP4; attention stays 16-bit
+    return bytes_per_param(quantization)
 
 
 def weight_parts_bytes(arch: ModelArch, quantization: str, tp: int = 1) -> dict[str, float]:
@@ -92,7 +100,10 @@ def _kv_layer_bytes(arch: ModelArch, kv_dtype: str, tp: int | None) -> float:
 
 
 def kv_bytes_per_token(
-    arch: ModelArch, kv_dtype: str = "auto", context_tokens: int | None = None, tp: int | None = None
+    arch: ModelArch,
+    kv_dtype: str = "auto",
+    context_tokens: int | None = None,
+    tp: int | None = None,
 ) -> float:
     """KV bytes one token occupies over all layers (all GPUs, or one GPU of `tp`).
 
@@ -102,8 +113,14 @@ def kv_bytes_per_token(
     """
     per_layer = _kv_layer_bytes(arch, kv_dtype, tp)
     layers = float(arch.num_layers)
-    if context_tokens is not None and arch.num_sliding_layers and context_tokens > arch.sliding_window:
-        layers = arch.num_full_layers + arch.num_sliding_layers * arch.sliding_window / context_tokens
+    if (
+        context_tokens is not None
+        and arch.num_sliding_layers
+        and context_tokens > arch.sliding_window
+    ):
+        layers = (
+            arch.num_full_layers + arch.num_sliding_layers * arch.sliding_window / context_tokens
+        )
     return per_layer * layers
 
 

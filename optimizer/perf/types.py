@@ -43,7 +43,9 @@ class StepModel:
             + self.kv_read_s_per_token * kv_tokens
         )
         compute_s = self.compute_s_per_token * new_tokens + self.attn_s_per_pair * attn_pairs
-        comm_s = self.comm_latency_s + self.comm_s_per_token * new_tokens if self.comm_latency_s else 0.0
+        comm_s = (
+            self.comm_latency_s + self.comm_s_per_token * new_tokens if self.comm_latency_s else 0.0
+        )
         return self.overhead_s + max(mem_s, compute_s) + comm_s
 
 
@@ -67,11 +69,12 @@ class InstancePerf:
     weights_host_gib: float  # host RAM a level-1 sleeper holds (all its GPUs' weights), GiB
     prefill_overhead_s: float = 0.0  # fixed per-request cost (tokenize, schedule, detokenize), s
     cpu_offload_gib: float = 0.0  # weights kept in host RAM per GPU and streamed each step, GiB
+    max_model_len: int = 0  # longest sequence the engine accepts, tokens (0: unknown)
 
     @property
     def fits(self) -> bool:
-        """Whether the KV cache holds at least one token after weights and overheads."""
-        return self.max_kv_tokens > 0
+        """Whether vLLM would start: the KV cache holds one sequence of max_model_len tokens."""
+        return self.max_kv_tokens > 0 and self.max_kv_tokens >= self.max_model_len
 
     @property
     def awake_gib_per_gpu(self) -> float:

@@ -54,7 +54,9 @@ class Timeline:
 
     def awake_s(self, inst: int, end_s: float) -> float:
         """Seconds `inst` held its awake memory within [start, end]."""
-        return sum(min(b, end_s) - max(a, self.start_s) for a, b in self.intervals.get(inst, []) if b > a)
+        return sum(
+            min(b, end_s) - max(a, self.start_s) for a, b in self.intervals.get(inst, []) if b > a
+        )
 
     def curve(
         self, awake_gib: dict[int, float], asleep_gib: dict[int, float], end_s: float
@@ -69,5 +71,8 @@ class Timeline:
                 delta[b] = delta.get(b, 0.0) - extra
         ts = np.array(sorted(delta))
         gib = base + np.cumsum([delta[t] for t in ts])
-        keep = ts <= end_s
-        return ts[keep], gib[keep]
+        keep = ts < end_s
+        if not keep.any():
+            return ts[:1], gib[:1]
+        # The level holds until the end (intervals closed at end_s drop only after it).
+        return np.append(ts[keep], end_s), np.append(gib[keep], gib[keep][-1])

@@ -22,7 +22,6 @@ import math
 from collections import deque
 
 import numpy as np
-
 from planner.optimizer.perf.types import InstancePerf, StepModel
 
 # A sequence in the engine: [request id, context tokens computed, prefill tokens left,
@@ -47,26 +46,76 @@ def decode_coeffs(step: StepModel, n: int, kv0: float) -> tuple[float, float, fl
     return fixed, m0, m1, c0, c1
 
 
-def _lin(a0: float, a1: float, k: float) -> float:
-    """sum_{j<k} (a0 + a1 j)."""
-    return k * a0 + a1 * k * (k - 1) / 2
+def steps_time_s(fixed: float, m0: float, m1: float, c0: float, c1: float, k: int) -> float:
+    """Time of decode steps 0..k-1 with step j taking fixed + max(m0 + m1 j, c0 + c1 j), s."""
+    if k <= 0:
+        return 0.0
+    d1 = m1 - c1
+    mem_first = m0 >= c0
+    if d1 != 0:
+        s = math.ceil((c0 - m0) / d1)  # first step on the other side of the crossing
+        if 0 < s < k:
+            if d1 > 0:  # compute-bound first, memory-bound after
+                a0, a1, b0, b1 = c0, c1, m0 + m1 * s, m1
+            else:
+                a0, a1, b0, b1 = m0, m1, c0 + c1 * s, c1
+            r = k - s
+            return k * fixed + s * a0 + a1 * s * (s - 1) * 0.5 + r * b0 + b1 * r * (r - 1) * 0.5
+        mem_first = (d1 > 0) == (s <= 0)  # one regime over all k steps
+    if mem_first:
+        return k * (fixed + m0) + m1 * k * (k - 1) * 0.5
+    return k * (fixed + c0) + c1 * k * (k - 1) * 0.5
+
+
+def _first_reaching(p: float, a1: float, r: float) -> int:
+    """Smallest k >= 1 with k p + a1 k (k-1) / 2 >= r (steps of time p + a1 j)."""
+    a = a1 / 2
+    b = p - a
+    if a <= 1e-300:
+        return max(1, math.ceil(r / p)) if p > 0 else 1
+    return max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * r)) / (2 * a)))
+
+
+def steps_until(
+    fixed: float, m0: float, m1: float, c0: float, c1: float, dt: float, kmax: int
+) -> tuple[int, float]:
+    """(k, time of k steps): the smallest k <= kmax whose k steps take >= dt (kmax if none),
+    i.e. the steps that start within dt. Piecewise-quadratic inversion, checked exactly."""
+    t_max = steps_time_s(fixed, m0, m1, c0, c1, kmax)
+    if t_max < dt:
+        return kmax, t_max
+    d0, d1 = m0 - c0, m1 - c1
+    if d1 == 0:
+        a0, a1 = (m0, m1) if d0 >= 0 else (c0, c1)
+        k = _first_reaching(fixed + a0, a1, dt)
+    else:
+        s = min(max(math.ceil(-d0 / d1), 0), kmax)
+        (a0, a1), (b0, b1) = ((c0, c1), (m0, m1)) if d1 > 0 else ((m0, m1), (c0, c1))
+        t_s = s * fixed + s * a0 + a1 * s * (s - 1) * 0.5
+        if dt <= t_s:
+            k = _first_reaching(fixed + a0, a1, dt)
+        else:
+            k = s + _first_reaching(fixed + b0 + b1 * s, b1, dt - t_s)
+    if k >= kmax:
+        k, t_k = kmax, t_max
+    else:
+        t_k = steps_time_s(fixed, m0, m1, c0, c1, k)
+        while t_k < dt and k < kmax:  # float slack
+            k += 1
+            t_k = steps_time_s(fixed, m0, m1, c0, c1, k)
+    while k > 1:  # step k-1 (0-based) takes fixed + max(mem, compute)
+        j = k - 1
+        mem, comp = m0 + m1 * j, c0 + c1 * j
+        t_prev = t_k - fixed - (mem if mem > comp else comp)
+        if t_prev < dt:
+            break
+        k, t_k = j, t_prev
+    return k, t_k
 
 
 def decode_time_s(step: StepModel, n: int, kv0: float, k: int) -> float:
     """Wall time of k decode steps of n sequences starting with kv0 context tokens, s."""
-    if k <= 0:
-        return 0.0
-    fixed, m0, m1, c0, c1 = decode_coeffs(step, n, kv0)
-    d0, d1 = m0 - c0, m1 - c1
-    if d1 == 0:
-        body = _lin(m0, m1, k) if d0 >= 0 else _lin(c0, c1, k)
-    else:
-        s = min(max(math.ceil(-d0 / d1), 0), k)  # first step on the other side of the crossing
-        if d1 > 0:  # compute-bound first, memory-bound after
-            body = _lin(c0, c1, s) + _lin(m0 + m1 * s, m1, k - s)
-        else:
-            body = _lin(m0, m1, s) + _lin(c0 + c1 * s, c1, k - s)
-    return k * fixed + body
+    return steps_time_s(*decode_coeffs(step, n, kv0), k)
 
 
 def _lin_v(a0: np.ndarray, a1: np.ndarray, k: np.ndarray) -> np.ndarray:
@@ -92,7 +141,9 @@ def decode_time_vec(step: StepModel, kv0: np.ndarray, k: np.ndarray) -> np.ndarr
     return np.where(k > 0, k * fixed + body, 0.0)
 
 
-def step_time_vec(step: StepModel, new: np.ndarray, kv: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+def step_time_vec(
+    step: StepModel, new: np.ndarray, kv: np.ndarray, pairs: np.ndarray
+) -> np.ndarray:
     """`StepModel.time_s` vectorized (new_tokens > 0 everywhere)."""
     mem = step.dense_weight_read_s + step.kv_read_s_per_token * kv
     if step.num_experts:
@@ -104,7 +155,10 @@ def step_time_vec(step: StepModel, new: np.ndarray, kv: np.ndarray, pairs: np.nd
 
 
 def lone_times(
-    perf: InstancePerf, input_tokens: np.ndarray, cached_tokens: np.ndarray, output_tokens: np.ndarray
+    perf: InstancePerf,
+    input_tokens: np.ndarray,
+    cached_tokens: np.ndarray,
+    output_tokens: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(time to first token, time to last token) of requests each alone on an empty engine, s.
 
@@ -132,24 +186,26 @@ def lone_times(
 class Engine:
     """The batch state of one instance; times are absolute seconds of the simulation.
 
-    `first_s`/`finish_s` are the simulation-wide result lists the engine writes into.
+    `first_s`/`finish_s` are the simulation-wide result arrays (by request id) the engine
+    writes first-token and last-token times into.
     """
 
     __slots__ = (
+        "budget",
         "busy_s",
         "cap",
-        "first_s",
+        "coeff_cache",
         "finish_s",
+        "first_s",
         "free_s",
         "general",
+        "kv_used",
         "lone",
         "lone_args",
         "lone_dur",
         "lone_start",
         "lone_until",
-        "kv_used",
         "max_seqs",
-        "budget",
         "preemptions",
         "running",
         "step",
@@ -157,7 +213,7 @@ class Engine:
         "waiting",
     )
 
-    def __init__(self, perf: InstancePerf, first_s: list[float], finish_s: list[float]):
+    def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
         self.step = perf.step
         self.cap = max(int(perf.max_kv_tokens), 1)  # KV tokens, all sequences
         self.max_seqs = max(int(perf.max_num_seqs), 1)
@@ -177,6 +233,7 @@ class Engine:
         self.kv_used = 0
         self.busy_s = 0.0  # time with a step running, s
         self.preemptions = 0
+        self.coeff_cache: dict[int, tuple[float, float, float, float, float]] = {}
 
     # -- submission -------------------------------------------------------------------------
     def submit(
@@ -211,7 +268,7 @@ class Engine:
         self.lone = -1
         self.lone_until = -math.inf
         self.general = True
-        self.t = self.lone_start
+        self.t = self.free_s = self.lone_start
         self._enqueue(rid, *self.lone_args)
 
     def _enqueue(self, rid: int, inp: int, cached: int, out: int) -> None:
@@ -241,33 +298,35 @@ class Engine:
                 self.t = max(self.t, self.free_s)
                 if self.t >= until_s:
                     break
-            k = self._decode_run_length(until_s)
-            if k:
-                self._decode_steps(k)
-            else:
+            if not self._decode_run(until_s):
                 self._one_step()
         if not running and not waiting:
             self.general = False
             self.free_s = self.t
 
-    def _admissible(self) -> bool:
-        """Could the head of the queue join the batch now?"""
-        if not self.waiting or len(self.running) >= self.max_seqs:
-            return False
-        head = self.waiting[0]
-        need = head[CTX] + head[PF]
-        return not self.running or self.kv_used + need <= self.cap
+    def _coeffs(self, n: int) -> tuple[float, float, float, float, float]:
+        """decode_coeffs for n sequences at zero context (kv0 terms added by the caller)."""
+        co = self.coeff_cache.get(n)
+        if co is None:
+            co = self.coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
+        return co
 
-    def _decode_run_length(self, until_s: float) -> int:
-        """Steps the batch can take as a pure decode batch before anything changes (0: none)."""
+    def _decode_run(self, until_s: float) -> bool:
+        """If the batch only decodes and nothing can join it, take every step up to the next
+        change (a sequence done, the KV cache full, or a step starting at until_s) at once."""
         running = self.running
-        if not running or self._admissible():
-            return 0
+        if not running:
+            return False
+        waiting = self.waiting
+        if waiting and len(running) < self.max_seqs:
+            head = waiting[0]
+            if self.kv_used + head[CTX] + head[PF] <= self.cap:
+                return False  # the head of the queue joins: a prefill step comes next
         dmin = math.inf
         kv0 = 0
         for s in running:
             if s[PF]:
-                return 0
+                return False
             if s[DEC] < dmin:
                 dmin = s[DEC]
             kv0 += s[CTX]
@@ -276,26 +335,14 @@ class Engine:
         if n > 1:
             k = min(k, (self.cap - self.kv_used) // n)  # steps before the KV cache is full
         if k <= 1:
-            return 0
+            return False
+        fixed, m0, m1, c0, c1 = self._coeffs(n)
+        m0 += self.step.kv_read_s_per_token * kv0
+        c0 += self.step.attn_s_per_pair * kv0
         if until_s != math.inf:
-            dt = until_s - self.t
-            if decode_time_s(self.step, n, kv0, k) >= dt:
-                lo, hi = 1, k  # smallest j with time(j) >= dt: steps starting before until_s
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if decode_time_s(self.step, n, kv0, mid) >= dt:
-                        hi = mid
-                    else:
-                        lo = mid + 1
-                k = lo
-        return k
-
-    def _decode_steps(self, k: int) -> None:
-        """k decode steps of the whole (constant) batch at once."""
-        running = self.running
-        n = len(running)
-        kv0 = sum(s[CTX] for s in running)
-        dt = decode_time_s(self.step, n, kv0, k)
+            k, dt = steps_until(fixed, m0, m1, c0, c1, until_s - self.t, k)
+        else:
+            dt = steps_time_s(fixed, m0, m1, c0, c1, k)
         self.t += dt
         self.busy_s += dt
         self.kv_used += n * k
@@ -307,6 +354,7 @@ class Engine:
             done = done or s[DEC] == 0
         if done:
             self._retire()
+        return True
 
     def _retire(self) -> None:
         keep = []
@@ -344,9 +392,12 @@ class Engine:
             new += c
             kv += s[CTX]
             pairs += c * (s[CTX] + (c + 1) / 2)
-        while budget > 0 and self._admissible():
-            s = waiting.popleft()
+        while budget > 0 and waiting and len(running) < self.max_seqs:
+            s = waiting[0]
             need = s[CTX] + s[PF]
+            if running and self.kv_used + need > self.cap:
+                break
+            waiting.popleft()
             s[KV] = need
             self.kv_used += need
             running.append(s)

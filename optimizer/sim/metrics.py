@@ -7,8 +7,10 @@ Conventions:
   `switch_p95_s` is the P95 over the requests that did wait (a switch is the event the
   SLO is about), 0 when none did. `switch_count` counts wakes.
 - A request meets its SLOs when each target that applies to its model holds for it:
-  ttft <= ttft_p95_s, tpot <= tpot_p95_s, switch wait <= switch_p95_s. A request for a
-  model that has no instance is failed: counted, never met.
+  ttft - switch wait <= ttft_p95_s (the TTFT target is about a model that is awake,
+  DESIGN.md; the wake itself is what the switch target bounds), tpot <= tpot_p95_s,
+  switch wait <= switch_p95_s. A request for a model that has no instance is failed:
+  counted, never met. Reported TTFT percentiles include the switch wait (what users feel).
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ def met_slo(
             continue
         tg = slo.for_model(name)
         good = np.ones(int(sel.sum()), dtype=bool)
-        if tg.ttft_p95_s is not None:
-            good &= ttft_s[sel] <= tg.ttft_p95_s
+        if tg.ttft_p95_s is not None:  # a first token once the model is awake
+            good &= ttft_s[sel] - switch_wait_s[sel] <= tg.ttft_p95_s
         if tg.tpot_p95_s is not None:
             tp = tpot_s[sel]
             good &= ~(tp > tg.tpot_p95_s)  # NaN (single-token output): no TPOT to miss

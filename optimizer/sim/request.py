@@ -36,59 +36,67 @@ def _column(trace: Any, name: str) -> np.ndarray | None:
         return None if v is None else np.asarray(v)
     if name in getattr(trace, "columns", ()):
         col = trace[name]
-        if str(col.dtype) == "string":
-            return col.fillna("").to_numpy(dtype=object)
+        if str(col.dtype) in ("string", "object") or str(col.dtype).startswith("string"):
+            return col.astype(object).where(col.notna(), "").to_numpy(dtype=object)
         return col.to_numpy()
     return None
 
 
-def _keys(values: np.ndarray) -> np.ndarray:
-    """Dense int codes of hashable values, in order of first appearance (deterministic)."""
-    _, first, inv = np.unique(values.astype(str), return_index=True, return_inverse=True)
-    # Renumber by first appearance so codes do not depend on string sort order.
-    order = np.argsort(first, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(len(order))
-    return rank[inv].astype(np.int64)
+def _codes(values: np.ndarray) -> np.ndarray:
+    """Dense int codes in order of first appearance (hash based, deterministic)."""
+    import pandas as pd
+
+    codes, _ = pd.factorize(pd.Series(values, dtype=object), sort=False)
+    return codes.astype(np.int64)
 
 
 def to_requests(trace: Any, model_names: Sequence[str] | None = None) -> Requests:
     """The trace (DataFrame, mapping of arrays, or Requests) as sorted arrays.
 
-    `model_names` fixes the model index order (models absent from it are appended in order
-    of appearance). Sessions key prefix reuse: (user, session) when a session is given, the
-    user alone when only a user is, none otherwise.
+    Callers that simulate the same trace many times convert it once and pass the
+    `Requests`. `model_names` fixes the model index order (models absent from it are
+    appended in order of appearance). Sessions key prefix reuse: (user, session) when
+    either is given, none otherwise.
     """
     if isinstance(trace, Requests):
         return trace
+    import pandas as pd
+
     t = np.asarray(_column(trace, "timestamp"), dtype=np.float64)
     n = len(t)
     raw_model = _column(trace, "model")
-    models = np.asarray(raw_model if raw_model is not None else [], dtype=object).astype(str)
+    models = pd.Series(raw_model if raw_model is not None else [], dtype=object).astype(str)
+    codes, uniques = pd.factorize(models, sort=False)
     names = list(model_names or [])
-    for m in dict.fromkeys(models.tolist()):
+    for m in uniques:
         if m not in names:
             names.append(m)
     index = {m: i for i, m in enumerate(names)}
-    model = np.fromiter((index[m] for m in models), dtype=np.int64, count=n)
+    model = (
+        np.array([index[m] for m in uniques], dtype=np.int64)[codes] if n else np.zeros(0, np.int64)
+    )
     inp = np.asarray(_column(trace, "input_tokens"), dtype=np.int64)
     out = np.asarray(_column(trace, "output_tokens"), dtype=np.int64)
     cached = _column(trace, "cached_tokens")
     cached = np.zeros(n, np.int64) if cached is None else np.asarray(cached, dtype=np.int64)
     user = _column(trace, "user")
     sess = _column(trace, "session")
-    user = np.full(n, "", dtype=object) if user is None else user.astype(object)
-    sess = np.full(n, "", dtype=object) if sess is None else sess.astype(object)
-    user_s = np.where(pd_isna(user), "", user).astype(str)
-    sess_s = np.where(pd_isna(sess), "", sess).astype(str)
-    known = (user_s != "") | (sess_s != "")
+    u = pd.Series(user if user is not None else np.full(n, "", dtype=object), dtype=object).fillna(
+        ""
+    )
+    v = pd.Series(sess if sess is not None else np.full(n, "", dtype=object), dtype=object).fillna(
+        ""
+    )
+    u, v = u.astype(str), v.astype(str)
+    known = ((u != "") | (v != "")).to_numpy()
     session = np.full(n, -1, dtype=np.int64)
     if known.any():
-        combo = np.char.add(np.char.add(user_s[known], "\x1f"), sess_s[known])
-        session[known] = _keys(combo)
+        session[known] = _codes((u[known] + "\x1f" + v[known]).to_numpy(dtype=object))
     order = np.argsort(t, kind="stable")
     if not np.all(order == np.arange(n)):
-        t, model, inp, out, cached, session = (a[order] for a in (t, model, inp, out, cached, session))
+        t, model, inp, out, cached, session = (
+            a[order] for a in (t, model, inp, out, cached, session)
+        )
     return Requests(
         arrival_s=t,
         model=model,
@@ -98,11 +106,6 @@ def to_requests(trace: Any, model_names: Sequence[str] | None = None) -> Request
         cached_tokens=np.clip(cached, 0, np.maximum(inp - 1, 0)),
         session=session,
     )
-
-
-def pd_isna(a: np.ndarray) -> np.ndarray:
-    """Elementwise None/NaN test on an object array (no pandas import needed)."""
-    return np.fromiter((x is None or (isinstance(x, float) and x != x) for x in a), bool, len(a))
 
 
 @dataclass

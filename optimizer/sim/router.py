@@ -42,6 +42,8 @@ class Slot:
     sleep_s: float
     engine_delay_s: float  # per-request front-end cost before the engine sees it, s
     engine: Engine
+    offload_tokens: float = 0.0  # prefix tokens the CPU KV tier keeps across sleeps
+    h2d_s_per_token: float = 0.0  # time to bring one token's KV back from host RAM, s
     awake: bool = True  # holds its awake memory (possibly still waking)
     ready_s: float = -math.inf  # when the current wake completes
     asleep_done_s: float = -math.inf  # when its last sleep completed
@@ -137,6 +139,10 @@ class Router:
         self.timeline.asleep_from(s.index, s.asleep_done_s)
 
     def _wake(self, s: Slot, t: float) -> None:
+        if self.idle_timeout_s is not None:  # co-tenants idle past the timeout slept already
+            for j in self.overlaps[s.index]:
+                if self.slots[j].awake:
+                    self._maybe_idle_sleep(self.slots[j], t)
         start = max(t, s.asleep_done_s)
         for j in self._conflicts(s):
             c = self.slots[j]

@@ -9,22 +9,30 @@ Two paths, the same engine:
 - every other request goes through the router one by one in arrival order (wakes,
   co-tenant drains, least-loaded routing), and its instance's engine either takes it as a
   lone request (closed form) or simulates the batch.
+
+Prefix reuse: a request's `cached_tokens` skip prefill when the same session's previous
+call went to the same instance and the instance has stayed awake since. After a sleep the
+GPU copy is gone; an instance with `kv_cpu_offload_gib` still has prefixes up to that size
+in host RAM and brings them back at the host-to-GPU rate of its wakes before the request
+enters the engine. Prefix eviction under GPU memory pressure is not modelled.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine, lone_times
 from planner.optimizer.sim.metrics import SimResult, met_slo
 from planner.optimizer.sim.request import Outcome, Requests, to_requests
 from planner.optimizer.sim.router import Router, Slot
+
 from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
+from planner.units import GIB
 
 POLICIES = ("plan", "lru")
 
@@ -45,7 +53,10 @@ def simulate(
     `perfs` maps instance id -> InstancePerf. `sleep_after_idle_s`: host/disk instances also
     sleep after that long with nothing to do. `policy="lru"` lets a wake displace only as
     many co-tenants as GPU memory (`gpu_memory_gib` per (node, device)) requires, least
-    recently used first. Deterministic: no randomness, no clock.
+    recently used first. `model_names` fixes the model order of the per-model figures
+    (default: the point's models, then any others in the trace). Deterministic: no
+    randomness, no clock. Callers that simulate one trace many times should convert it
+    once with `planner.optimizer.sim.request.to_requests(df, model_names)` and pass that.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
@@ -58,6 +69,9 @@ def simulate(
 
     slots: list[Slot] = []
     by_model: dict[int, list[int]] = {}
+    missing = [i.id for i in point.instances if i.id not in perfs]
+    if missing:
+        raise ValueError(f"no InstancePerf for instances {missing} (see perfs_for_point)")
     for k, ins in enumerate(point.instances):
         perf = perfs[ins.id]
         m = midx.get(ins.model, -1)
@@ -76,6 +90,8 @@ def simulate(
                 sleep_s=perf.sleep_s,
                 engine_delay_s=perf.prefill_overhead_s,
                 engine=Engine(perf, out.first_token_s, out.finish_s),
+                offload_tokens=_offload_tokens(ins.kv_cpu_offload_gib, perf),
+                h2d_s_per_token=_h2d_s_per_token(perf),
             )
         )
         by_model.setdefault(m, []).append(k)
@@ -105,6 +121,9 @@ def simulate(
             s0.tier == "gpu"
             or (not router.overlaps[s0.index] and sleep_after_idle_s is None and s0.awake)
         )
+        key = (id(req), m, perfs[s0.id])
+        if alone and trace is req and _recall(key, req, s0, idx, out):
+            continue
         for i in cands:
             perf = perfs[slots[i].id]
             pf_m, tot_m = lone_times(perf, inp, np.zeros_like(cached), outk)
@@ -114,6 +133,8 @@ def simulate(
                 pf_h, tot_h = pf_m, tot_m
             if alone:
                 _run_alone(slots[i], idx, req, out, pf_m, tot_m, pf_h, tot_h)
+                if trace is req:
+                    _remember(key, req, slots[i], idx, out)
             else:
                 lone[i] = (pf_m.tolist(), tot_m.tolist(), pf_h.tolist(), tot_h.tolist())
         if not alone:
@@ -134,6 +155,58 @@ def simulate(
                     router._sleep(s, idle_since + sleep_after_idle_s)
     timeline.close(end_s)
     return _result(point, req, out, slots, timeline, t0, end_s, slo)
+
+
+# An instance alone with its model's requests gives the same answer whatever else the
+# point holds; the optimizer simulates many points sharing such instances on one trace
+# (passed as the same `Requests`). Keyed by (trace identity, model, perf); the entry keeps
+# the trace alive so its id cannot be reused.
+_ALONE_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
+_ALONE_CACHE_SIZE = 64
+
+
+def _remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> None:
+    eng = s.engine
+    _ALONE_CACHE[key] = (
+        req,
+        out.first_token_s[idx].copy(),
+        out.finish_s[idx].copy(),
+        out.cache_hit[idx].copy(),
+        eng.busy_s,
+        eng.preemptions,
+        eng.free_s,
+    )
+    if len(_ALONE_CACHE) > _ALONE_CACHE_SIZE:
+        _ALONE_CACHE.popitem(last=False)
+
+
+def _recall(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
+    hit = _ALONE_CACHE.get(key)
+    if hit is None or hit[0] is not req:
+        return False
+    _ALONE_CACHE.move_to_end(key)
+    _, first, finish, cache_hit, busy_s, preemptions, free_s = hit
+    out.first_token_s[idx] = first
+    out.finish_s[idx] = finish
+    out.cache_hit[idx] = cache_hit
+    out.instance[idx] = s.index
+    s.engine.busy_s, s.engine.preemptions, s.engine.free_s = busy_s, preemptions, free_s
+    return True
+
+
+def _offload_tokens(kv_cpu_offload_gib: float, perf: InstancePerf) -> float:
+    """Prefix tokens the instance's CPU KV tier holds (0: none)."""
+    if kv_cpu_offload_gib <= 0 or perf.kv_bytes_per_token <= 0:
+        return 0.0
+    return kv_cpu_offload_gib * GIB / perf.kv_bytes_per_token  # GiB -> bytes -> tokens
+
+
+def _h2d_s_per_token(perf: InstancePerf) -> float:
+    """Seconds to bring one token's KV back from host RAM, at the rate a level-1 wake
+    moves weights (wake_host_s for weights_host_gib, fixed costs included)."""
+    if perf.weights_host_gib <= 0 or perf.wake_host_s <= 0:
+        return 0.0
+    return perf.wake_host_s / (perf.weights_host_gib * GIB) * perf.kv_bytes_per_token  # s/token
 
 
 def _run_alone(
@@ -167,27 +240,31 @@ def _run_alone(
     overlap = np.flatnonzero(ta[1:] < ta[:-1] + tot[:-1])
     in_busy = np.zeros(len(idx), dtype=bool)
     eng = s.engine
-    nxt = 0
-    p = 0
-    inp, outk = req.input_tokens[idx], req.output_tokens[idx]
-    while p < len(overlap):
-        j = int(overlap[p])
-        k = j
-        while k < len(idx):
-            tk = float(ta[k])
-            if k > j:
-                if eng.general:
-                    eng.advance_to(tk)
-                if not eng.general and eng.free_s <= tk:
-                    break
-            eng.submit(
-                int(idx[k]), tk, int(inp[k]), int(cached[k]), int(outk[k]), float(pf[k]), float(tot[k])
-            )
-            in_busy[k] = True
-            k += 1
-        eng.drain()
-        nxt = k
-        p = int(np.searchsorted(overlap, nxt))
+    if len(overlap):
+        # Python scalars for the per-request loop (numpy scalar access is slow).
+        rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
+        inp_l = req.input_tokens[idx].tolist()
+        out_l = req.output_tokens[idx].tolist()
+        cached_l = cached.tolist()
+        busy_l = [False] * len(idx)
+        n = len(idx)
+        p = 0
+        while p < len(overlap):
+            j = int(overlap[p])
+            k = j
+            while k < n:
+                tk = ta_l[k]
+                if k > j:
+                    if eng.general:
+                        eng.advance_to(tk)
+                    if not eng.general and eng.free_s <= tk:
+                        break  # the engine is empty when k arrives: k is alone again
+                eng.submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
+                busy_l[k] = True
+                k += 1
+            eng.drain()
+            p = int(np.searchsorted(overlap, k))
+        in_busy = np.array(busy_l, dtype=bool)
     eng.busy_s += float(tot[~in_busy].sum())
     eng.free_s = max(eng.free_s, float((ta + tot)[-1]) if len(idx) else eng.free_s)
 
@@ -227,10 +304,18 @@ def _run_routed(
         c = cached[q]
         pf_m, tot_m, pf_h, tot_h = lone[i]
         if key >= 0:
-            if c and s.cache.get(key) == s.epoch:
-                hits[rid] = True
-                s.engine.submit(rid, t_in, inp[q], c, outk[q], pf_h[j], tot_h[j])
-                continue
+            last = s.cache.get(key)
+            if c and last is not None:
+                if last == s.epoch:  # still in the GPU KV cache
+                    hits[rid] = True
+                    s.engine.submit(rid, t_in, inp[q], c, outk[q], pf_h[j], tot_h[j])
+                    continue
+                if c <= s.offload_tokens:  # survived the sleep in the CPU KV tier
+                    hits[rid] = True
+                    s.cache[key] = s.epoch
+                    t_load = t_in + c * s.h2d_s_per_token
+                    s.engine.submit(rid, t_load, inp[q], c, outk[q], pf_h[j], tot_h[j])
+                    continue
             s.cache[key] = s.epoch
         s.engine.submit(rid, t_in, inp[q], 0, outk[q], pf_m[j], tot_m[j])
 
@@ -249,7 +334,11 @@ def _result(
     ttft = out.first_token_s - a
     e2e = out.finish_s - a
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(req.output_tokens > 1, (out.finish_s - out.first_token_s) / (req.output_tokens - 1), np.nan)
+        tpot = np.where(
+            req.output_tokens > 1,
+            (out.finish_s - out.first_token_s) / (req.output_tokens - 1),
+            np.nan,
+        )
     met = met_slo(req.model, req.model_names, ttft, tpot, out.switch_wait_s, slo)
     duration_s = max(end_s - t0, 1e-9)
     gib_s = 0.0  # GiB x seconds held
@@ -261,6 +350,10 @@ def _result(
         asleep_gib[s.index] = s.context_gib * tp if s.tier != "gpu" else 0.0
         up = timeline.awake_s(s.index, end_s)
         gib_s += up * awake_gib[s.index] + max(duration_s - up, 0.0) * asleep_gib[s.index]
+    curve = timeline.curve(awake_gib, asleep_gib, end_s)
+    # An empty trace has no span: report what is held at the start.
+    held_gib = sum(awake_gib[s.index] if s.awake else asleep_gib[s.index] for s in slots)
+    avg_gib = gib_s / duration_s if end_s > t0 else held_gib
     gpus = {g for s in slots for g in s.gpus}
     busy_gpu_s = sum(s.engine.busy_s * len(s.gpus) for s in slots)
     return SimResult(
@@ -278,14 +371,14 @@ def _result(
         start_s=t0,
         end_s=end_s,
         warm_gpu_gib_hours=gib_s / 3600.0,
-        warm_gpu_gib=gib_s / duration_s,
+        warm_gpu_gib=avg_gib,
         wakes=timeline.count("wake"),
         sleeps=timeline.count("sleep"),
         wakes_by_instance=tuple(s.wakes for s in slots),
         gpu_busy_fraction=min(busy_gpu_s / (len(gpus) * duration_s), 1.0) if gpus else 0.0,
         gpus_used=len(gpus),
         preemptions=sum(s.engine.preemptions for s in slots),
-        memory_curve=timeline.curve(awake_gib, asleep_gib, end_s),
+        memory_curve=curve,
         instance_models=tuple(s.model for s in slots),
     )
 

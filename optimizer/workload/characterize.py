@@ -11,6 +11,10 @@ Conventions:
   consecutive calls of one stream.
 - Rates are requests per hour; `rate_per_hour_of_day[m][h]` is the mean over the clock
   hours at hour-of-day h that the trace spans (from its first to its last request).
+- `idle_arrivals_per_hour[m][j]`: requests to model m that come more than `idle_s[j]`
+  seconds after the previous request to m (the first request counts), per hour of the
+  trace's duration: how often a model that sleeps after T idle seconds must wake.
+- `peak[m]`: the busiest clock hour of m, its request and token rates per second.
 - Concurrency counts distinct models / sessions with at least one request in each
   `window_s` window, over the windows that have any request (nights would swamp it).
 """
@@ -44,11 +48,21 @@ def _q(a: np.ndarray, qs: tuple[float, ...] = (0.5, 0.95)) -> list[float]:
 
 def _stream_ids(df: pd.DataFrame) -> np.ndarray:
     """Integer id of each row's session stream (session, else user, else one stream)."""
-    sess = df["session"].astype("string").fillna("").to_numpy(dtype=object)
-    user = df["user"].astype("string").fillna("").to_numpy(dtype=object)
-    key = np.where(sess != "", "s:" + sess.astype(str), "u:" + user.astype(str))
+    sess = df["session"].fillna("")
+    scode, _ = pd.factorize(sess)
+    ucode, _ = pd.factorize(df["user"].fillna(""))
+    has = (sess != "").to_numpy(dtype=bool)
+    key = np.where(has, scode, scode.max() + 1 + ucode)
     codes, _ = pd.factorize(key)
     return codes.astype(np.int64)
+
+
+def _count2(
+    i: np.ndarray, j: np.ndarray, shape: tuple[int, int], w: np.ndarray | None = None
+) -> np.ndarray:
+    """Sum of weights (or counts) per (i, j) cell: a fast np.add.at."""
+    flat = np.bincount(i * shape[1] + j, weights=w, minlength=shape[0] * shape[1])
+    return flat.reshape(shape).astype(float)
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
@@ -91,17 +105,13 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     # Rates by hour of day and the busiest clock hour of each model.
     slot, spanned = hour_slots(ts)
     hod = slot % 24
-    per_hod = np.zeros((k, 24))
-    np.add.at(per_hod, (codes, hod), 1)
+    per_hod = _count2(codes, hod, (k, 24))
     rate_hod = per_hod / np.maximum(spanned, 1)[None, :]
     slot0 = slot - slot.min()
     n_slots = int(slot0.max()) + 1
-    slot_counts = np.zeros((k, n_slots))
-    np.add.at(slot_counts, (codes, slot0), 1)
-    slot_in = np.zeros((k, n_slots))
-    np.add.at(slot_in, (codes, slot0), inp)
-    slot_out = np.zeros((k, n_slots))
-    np.add.at(slot_out, (codes, slot0), out)
+    slot_counts = _count2(codes, slot0, (k, n_slots))
+    slot_in = _count2(codes, slot0, (k, n_slots), inp.astype(float))
+    slot_out = _count2(codes, slot0, (k, n_slots), out.astype(float))
     peak = {}
     for i, m in enumerate(models):
         j = int(slot_counts[i].argmax())
@@ -112,6 +122,15 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
             "output_tokens_per_s": _r(slot_out[i, j] / 3600.0),
         }
     total_slot = slot_counts.sum(axis=0)
+
+    # Burst size: requests one stream sends a model within one clock hour (mean over the
+    # (stream, hour) pairs that have any).
+    n_streams = int(stream.max()) + 1
+    cells_key = (slot0 * n_streams + stream) * k + codes
+    cell_ids, cell_n = np.unique(cells_key, return_counts=True)
+    burst = np.bincount(cell_ids % k, weights=cell_n, minlength=k) / np.maximum(
+        np.bincount(cell_ids % k, minlength=k), 1
+    )
 
     # Lengths.
     lengths = {}
@@ -134,8 +153,7 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     same = s_sorted[1:] == s_sorted[:-1]
     prev_m, cur_m = m_sorted[:-1][same], m_sorted[1:][same]
     gaps = (t_sorted[1:] - t_sorted[:-1])[same]
-    switch = np.zeros((k, k), dtype=np.int64)
-    np.add.at(switch, (prev_m, cur_m), 1)
+    switch = _count2(prev_m, cur_m, (k, k)).astype(np.int64)
     switch_rate = float((prev_m != cur_m).mean()) if len(prev_m) else 0.0
 
     # Prefix reuse: time since the same stream's previous call to the same model.
@@ -167,7 +185,6 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     w0 = w - w.min()
     busy = np.unique(w0)
     models_active = np.bincount(np.unique(w0 * k + codes) // k, minlength=int(w0.max()) + 1)[busy]
-    n_streams = int(stream.max()) + 1
     sess_active = np.bincount(
         np.unique(w0 * n_streams + stream) // n_streams, minlength=int(w0.max()) + 1
     )[busy]
@@ -199,7 +216,7 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
             "models_active_cdf": _cdf(models_active),
             "sessions_active_cdf": _cdf(sess_active),
         },
-        "noise": _noise(models, slot, spanned, per_hod, slot_counts, total_slot),
+        "noise": _noise(models, burst, slot, spanned, per_hod, slot_counts, total_slot),
     }
     if full:
         summary["switch_per_user"] = _per_user_switch(df, stream, codes, ts, k)
@@ -216,6 +233,7 @@ def _cdf(x: np.ndarray) -> list[float]:
 
 def _noise(
     models: list[str],
+    burst: np.ndarray,
     slot: np.ndarray,
     spanned: np.ndarray,
     per_hod: np.ndarray,
@@ -225,11 +243,12 @@ def _noise(
     """How much hourly windows of this trace scatter around its own hour-of-day profile.
 
     Requests come in bursts (sessions), so counts scatter more than Poisson. `rate[model]`:
-    mean of (count - expected)^2 / expected over that model's clock hours with expected
-    >= 5; `mix`: mean of
+    [a, b] of the variance law var(count) = a lam + b lam^2 over that model's clock hours
+    with expected count lam >= 5 (a: the burst size, requests one session sends the model in
+    an hour; b, fitted: squared hour-to-hour coefficient of variation of the team's activity); `mix`: mean of
     8 n JS / (models - 1) over clock hours (1 for multinomial noise). Both are inflated by
     D/(D-1) since each hour's expectation includes that hour (D hours at that hour of day).
-    Drift divides its test statistics by these. Floors at 1; `hours` counts the windows used.
+    Drift scales its test statistics by these. `hours` counts the windows used.
     """
     k = len(models)
     first = int(slot.min())
@@ -241,11 +260,18 @@ def _noise(
     exp = per_hod[:, hods] / np.maximum(d, 1)[None, :]  # expected count per slot
     infl = d / np.maximum(d - 1, 1)
     cells = (exp >= 5) & usable[None, :]
-    disp = ((slot_counts - exp) ** 2 / np.where(exp > 0, exp, 1)) * infl[None, :]
-    rate_phi = {
-        models[i]: _r(max(float(disp[i][cells[i]].mean()), 1.0)) if cells[i].any() else None
-        for i in range(k)
-    }
+    sq = (slot_counts - exp) ** 2 * infl[None, :]
+    rate_var: dict[str, list[float] | None] = {}
+    for i in range(k):
+        lam, y = exp[i][cells[i]], sq[i][cells[i]]
+        if len(lam) < 3:
+            rate_var[models[i]] = None
+            continue
+        # Least squares of y - a lam ~ b lam^2, with a the burst size (requests a session
+        # sends the model in an hour): negative-binomial-like variance.
+        a = max(float(burst[i]), 1.0)
+        b = float(np.dot(y - a * lam, lam**2) / np.dot(lam**2, lam**2))
+        rate_var[models[i]] = [_r(a), _r(max(b, 0.0))]
     mix_stats = []
     for j in np.flatnonzero(usable):
         e = exp[:, j]
@@ -256,7 +282,7 @@ def _noise(
         mix_stats.append(8 * ntot * js_divergence(slot_counts[:, j], e) / (kk - 1) * infl[j])
     mix_phi = float(np.mean(mix_stats)) if mix_stats else None
     return {
-        "rate": rate_phi,
+        "rate": rate_var,
         "mix": _r(max(mix_phi, 1.0)) if mix_phi is not None else None,
         "hours": int(usable.sum()),
     }

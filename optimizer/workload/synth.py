@@ -27,6 +27,7 @@ and over steps of the Markov chains. Same spec and seed, same frame.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import numpy as np
@@ -87,9 +88,31 @@ def _default_roles() -> dict[str, RoleSpec]:
 
 def _default_transitions() -> dict[str, dict[str, float]]:
     return {
-        "planner": {"coder": 0.55, "reasoner": 0.12, "embed": 0.1, "planner": 0.05, "summarizer": 0.05, END: 0.13},
-        "coder": {"coder": 0.6, "reviewer": 0.12, "planner": 0.04, "reasoner": 0.04, "embed": 0.04, "summarizer": 0.06, END: 0.10},
-        "reasoner": {"coder": 0.5, "planner": 0.15, "reasoner": 0.1, "reviewer": 0.05, "summarizer": 0.05, END: 0.15},
+        "planner": {
+            "coder": 0.55,
+            "reasoner": 0.12,
+            "embed": 0.1,
+            "planner": 0.05,
+            "summarizer": 0.05,
+            END: 0.13,
+        },
+        "coder": {
+            "coder": 0.6,
+            "reviewer": 0.12,
+            "planner": 0.04,
+            "reasoner": 0.04,
+            "embed": 0.04,
+            "summarizer": 0.06,
+            END: 0.10,
+        },
+        "reasoner": {
+            "coder": 0.5,
+            "planner": 0.15,
+            "reasoner": 0.1,
+            "reviewer": 0.05,
+            "summarizer": 0.05,
+            END: 0.15,
+        },
         "reviewer": {"coder": 0.35, "summarizer": 0.3, "planner": 0.05, END: 0.3},
         "summarizer": {"planner": 0.1, "coder": 0.1, END: 0.8},
         "embed": {"planner": 0.3, "coder": 0.4, "reasoner": 0.1, END: 0.2},
@@ -113,40 +136,124 @@ class SynthSpec(Strict):
         default_factory=_default_roles, description="agent roles: model and length laws"
     )
     start_role: dict[str, float] = Field(
-        default_factory=lambda: {"planner": 0.55, "coder": 0.2, "reasoner": 0.1, "embed": 0.1, "reviewer": 0.05},
+        default_factory=lambda: {
+            "planner": 0.55,
+            "coder": 0.2,
+            "reasoner": 0.1,
+            "embed": 0.1,
+            "reviewer": 0.05,
+        },
         description="probability a turn starts with each role",
     )
     transitions: dict[str, dict[str, float]] = Field(
         default_factory=_default_transitions,
         description="hand-off probabilities role -> next role or 'end' (rows normalized)",
     )
-    max_calls_per_turn: int = Field(default=40, ge=1, le=1000, description="longest chain of calls in a turn")
-    sessions_per_day: float = Field(default=8.0, ge=0, le=1000, description="mean sessions a user opens on a working day")
-    turns_per_session: float = Field(default=10.0, ge=1, le=1000, description="mean turns in a session (geometric)")
-    think_median_s: float = Field(default=40.0, ge=0, le=86400, description="median gap between a turn's end and the next turn, s")
-    think_sigma: float = Field(default=1.0, ge=0, le=3, description="lognormal sigma of the think gap")
-    tool_gap_median_s: float = Field(default=3.0, ge=0, le=3600, description="median tool-call gap between a call's end and the next call, s")
-    tool_gap_sigma: float = Field(default=1.2, ge=0, le=3, description="lognormal sigma of the tool-call gap")
-    decode_s_per_token: float = Field(default=0.02, ge=0, le=10, description="time a call spends per output token (spaces the next call), s")
-    compact_at_tokens: int = Field(default=24576, ge=1, le=10_000_000, description="carried context past this is compacted (next prompt uncached)")
-    max_input_tokens: int = Field(default=32768, ge=1, le=10_000_000, description="longest prompt; longer ones are truncated")
-    work_start_hour: float = Field(default=9.0, ge=0, le=24, description="mean local start of the working day, h")
-    work_end_hour: float = Field(default=18.0, ge=0, le=24, description="mean local end of the working day, h")
-    hours_jitter_h: float = Field(default=0.75, ge=0, le=6, description="per-user sd of start and end hours, h")
-    lunch_hour: float = Field(default=12.5, ge=0, le=24, description="local middle of the lunch break, h")
+    max_calls_per_turn: int = Field(
+        default=40, ge=1, le=1000, description="longest chain of calls in a turn"
+    )
+    sessions_per_day: float = Field(
+        default=8.0, ge=0, le=1000, description="mean sessions a user opens on a working day"
+    )
+    turns_per_session: float = Field(
+        default=10.0, ge=1, le=1000, description="mean turns in a session (geometric)"
+    )
+    think_median_s: float = Field(
+        default=40.0,
+        ge=0,
+        le=86400,
+        description="median gap between a turn's end and the next turn, s",
+    )
+    think_sigma: float = Field(
+        default=1.0, ge=0, le=3, description="lognormal sigma of the think gap"
+    )
+    tool_gap_median_s: float = Field(
+        default=3.0,
+        ge=0,
+        le=3600,
+        description="median tool-call gap between a call's end and the next call, s",
+    )
+    tool_gap_sigma: float = Field(
+        default=1.2, ge=0, le=3, description="lognormal sigma of the tool-call gap"
+    )
+    decode_s_per_token: float = Field(
+        default=0.02,
+        ge=0,
+        le=10,
+        description="time a call spends per output token (spaces the next call), s",
+    )
+    compact_at_tokens: int = Field(
+        default=24576,
+        ge=1,
+        le=10_000_000,
+        description="carried context past this is compacted (next prompt uncached)",
+    )
+    max_input_tokens: int = Field(
+        default=32768, ge=1, le=10_000_000, description="longest prompt; longer ones are truncated"
+    )
+    work_start_hour: float = Field(
+        default=9.0, ge=0, le=24, description="mean local start of the working day, h"
+    )
+    work_end_hour: float = Field(
+        default=18.0, ge=0, le=24, description="mean local end of the working day, h"
+    )
+    hours_jitter_h: float = Field(
+        default=0.75, ge=0, le=6, description="per-user sd of start and end hours, h"
+    )
+    lunch_hour: float = Field(
+        default=12.5, ge=0, le=24, description="local middle of the lunch break, h"
+    )
     lunch_width_h: float = Field(default=1.0, ge=0, le=6, description="width of the lunch dip, h")
-    lunch_dip: float = Field(default=0.2, ge=0, le=1, description="activity left at the middle of lunch (1: no dip)")
-    weekend_activity: float = Field(default=0.08, ge=0, le=1, description="weekend sessions as a share of a working day's")
-    absence_prob: float = Field(default=0.05, ge=0, le=1, description="chance a user is off on a working day")
-    user_activity_sigma: float = Field(default=0.4, ge=0, le=3, description="lognormal sigma of per-user activity (heavy vs light users)")
-    timezones_h: list[float] = Field(default_factory=lambda: [0.0], description="UTC offsets of the users' time zones (round-robin), h")
-    morning_coding_boost: float = Field(default=1.6, ge=0, le=100, description="before lunch, hand-offs to 'coder' are this much likelier")
-    afternoon_review_boost: float = Field(default=1.8, ge=0, le=100, description="after lunch, hand-offs to 'reviewer'/'summarizer' are this much likelier")
-    adopted_role: str | None = Field(default="reasoner", description="role whose model is adopted mid-trace (absent before); null: none")
-    adoption_day: int = Field(default=2, ge=0, le=366, description="day index the adopted role appears")
-    switch_role: str | None = Field(default="coder", description="role a user group moves to another model; null: none")
-    switch_to_role: str = Field(default="reasoner", description="the group then calls this role's model for switch_role")
-    switch_user_fraction: float = Field(default=0.3, ge=0, le=1, description="share of users in the switching group")
+    lunch_jitter_h: float = Field(
+        default=0.5, ge=0, le=6, description="per-user sd of the lunch time, h"
+    )
+    lunch_dip: float = Field(
+        default=0.2, ge=0, le=1, description="activity left at the middle of lunch (1: no dip)"
+    )
+    weekend_activity: float = Field(
+        default=0.08, ge=0, le=1, description="weekend sessions as a share of a working day's"
+    )
+    absence_prob: float = Field(
+        default=0.05, ge=0, le=1, description="chance a user is off on a working day"
+    )
+    user_activity_sigma: float = Field(
+        default=0.4,
+        ge=0,
+        le=3,
+        description="lognormal sigma of per-user activity (heavy vs light users)",
+    )
+    timezones_h: list[float] = Field(
+        default_factory=lambda: [0.0],
+        description="UTC offsets of the users' time zones (round-robin), h",
+    )
+    morning_coding_boost: float = Field(
+        default=1.6,
+        ge=0,
+        le=100,
+        description="before lunch, hand-offs to 'coder' are this much likelier",
+    )
+    afternoon_review_boost: float = Field(
+        default=1.8,
+        ge=0,
+        le=100,
+        description="after lunch, hand-offs to 'reviewer'/'summarizer' are this much likelier",
+    )
+    adopted_role: str | None = Field(
+        default="reasoner",
+        description="role whose model is adopted mid-trace (absent before); null: none",
+    )
+    adoption_day: int = Field(
+        default=2, ge=0, le=366, description="day index the adopted role appears"
+    )
+    switch_role: str | None = Field(
+        default="coder", description="role a user group moves to another model; null: none"
+    )
+    switch_to_role: str = Field(
+        default="reasoner", description="the group then calls this role's model for switch_role"
+    )
+    switch_user_fraction: float = Field(
+        default=0.3, ge=0, le=1, description="share of users in the switching group"
+    )
     switch_day: int = Field(default=4, ge=0, le=366, description="day index the group switches")
 
     @model_validator(mode="after")
@@ -169,7 +276,9 @@ class SynthSpec(Strict):
             if unknown:
                 raise ValueError(f"transitions[{r}] names unknown roles {unknown}")
             if min(row.values(), default=0) < 0 or sum(row.values()) <= 0:
-                raise ValueError(f"transitions[{r}]: probabilities must be >= 0 with a positive sum")
+                raise ValueError(
+                    f"transitions[{r}]: probabilities must be >= 0 with a positive sum"
+                )
         for name in ("adopted_role", "switch_role", "switch_to_role"):
             v = getattr(self, name)
             if v is not None and v not in roles:
@@ -196,10 +305,19 @@ def default_spec_yaml() -> str:
         lines.append("")
         lines.append(f"# {field.description}")
         if name == "roles":
-            lines.append("#   per role: " + "; ".join(
-                f"{k}: {f.description}" for k, f in RoleSpec.model_fields.items()
-            ))
-        text = yaml.safe_dump({name: data[name]}, sort_keys=False, default_flow_style=None, width=100)
+            lines.append(
+                "#   per role: "
+                + "; ".join(f"{k}: {f.description}" for k, f in RoleSpec.model_fields.items())
+            )
+        value = data[name]
+        if isinstance(value, dict):
+            text = yaml.safe_dump(
+                {name: value}, sort_keys=False, default_flow_style=None, width=100
+            )
+        elif isinstance(value, list):
+            text = f"{name}: {json.dumps(value)}"  # JSON is YAML: a short inline list
+        else:
+            text = yaml.safe_dump({name: value}, sort_keys=False, default_flow_style=False)
         lines.append(text.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
@@ -207,27 +325,33 @@ def default_spec_yaml() -> str:
 def bind_models(spec: SynthSpec, names: list[str]) -> tuple[SynthSpec, list[str]]:
     """Point the roles at a catalog's model names; returns the spec and notes to show.
 
-    When every role's model is in `names`, nothing changes. Otherwise roles are mapped onto
-    `names` in order (role i -> names[i mod len]), and the notes say so.
+    Roles whose model is in `names` keep it. The others take the catalog's models that no
+    role uses yet, in catalog order (then all of them again, in order, if they run out).
+    Catalog models left without a role get no traffic; the notes say all of this.
     """
     if not names:
         return spec, []
-    wanted = {r.model for r in spec.roles.values()}
-    if wanted <= set(names):
-        unused = [n for n in names if n not in wanted]
-        return spec, ([f"models with no role (no traffic): {unused}"] if unused else [])
-    roles = {}
-    notes = []
-    for i, (role, rs) in enumerate(spec.roles.items()):
-        new = names[i % len(names)]
+    known = set(names)
+    used = {r.model for r in spec.roles.values() if r.model in known}
+    free = [n for n in names if n not in used]
+    pool = free or list(names)
+    roles, notes, i = {}, [], 0
+    for role, rs in spec.roles.items():
+        if rs.model in known:
+            roles[role] = rs
+            continue
+        new = pool[i % len(pool)]
+        i += 1
         roles[role] = rs.model_copy(update={"model": new})
-        notes.append(f"role {role}: {rs.model} -> {new}")
-    unused = names[len(spec.roles) :]
-    head = "models file names differ from the spec's; roles mapped onto its models in order"
-    out = [head, *notes]
+        notes.append(f"role {role}: {rs.model} is not in the models file; it calls {new}")
+    if notes:
+        notes.insert(
+            0, "the spec names models the models file lacks; mapped onto its models in order"
+        )
+    unused = [n for n in names if n not in {r.model for r in roles.values()}]
     if unused:
-        out.append(f"models with no role (no traffic): {unused}")
-    return spec.model_copy(update={"roles": roles}), out
+        notes.append(f"models with no role (no traffic): {unused}")
+    return (spec.model_copy(update={"roles": roles}) if i else spec), notes
 
 
 def _cum_rows(mat: np.ndarray) -> np.ndarray:
@@ -245,13 +369,13 @@ def _group_cumsum_exclusive(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return cs - cs[first]
 
 
-def _activity_curve(spec: SynthSpec, start_h: float, end_h: float) -> np.ndarray:
+def _activity_curve(spec: SynthSpec, start_h: float, end_h: float, lunch_h: float) -> np.ndarray:
     """Relative activity per local minute of a day for one user (0..1)."""
     h = (np.arange(1440) + 0.5) / 60.0
     edge = 0.25  # h: ramp width of arriving in the morning / leaving in the evening
     on = 1.0 / (1.0 + np.exp(-(h - start_h) / edge)) / (1.0 + np.exp(-(end_h - h) / edge))
     half = max(spec.lunch_width_h / 2.0, 1e-6)
-    dip = 1.0 - (1.0 - spec.lunch_dip) * np.exp(-0.5 * ((h - spec.lunch_hour) / half) ** 2)
+    dip = 1.0 - (1.0 - spec.lunch_dip) * np.exp(-0.5 * ((h - lunch_h) / half) ** 2)
     return on * dip
 
 
@@ -269,8 +393,13 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
     start_h = spec.work_start_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
     end_h = spec.work_end_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
     end_h = np.maximum(end_h, start_h + 1.0)
+    lunch_h = spec.lunch_hour + spec.lunch_jitter_h * rng.standard_normal(n_users)
     activity = rng.lognormal(-0.5 * spec.user_activity_sigma**2, spec.user_activity_sigma, n_users)
-    tz_h = np.array([spec.timezones_h[u % len(spec.timezones_h)] for u in range(n_users)]) if spec.timezones_h else np.zeros(n_users)
+    tz_h = (
+        np.array([spec.timezones_h[u % len(spec.timezones_h)] for u in range(n_users)])
+        if spec.timezones_h
+        else np.zeros(n_users)
+    )
     weekday0 = spec.start.weekday()
     weekend = ((weekday0 + np.arange(n_days)) % 7 >= 5) & (not spec.stationary)
     day_mult = np.where(weekend, spec.weekend_activity, 1.0)
@@ -289,7 +418,7 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
         m = s_user == u
         if not m.any():
             continue
-        cdf = np.cumsum(_activity_curve(spec, start_h[u], end_h[u]))
+        cdf = np.cumsum(_activity_curve(spec, start_h[u], end_h[u], lunch_h[u]))
         cdf /= cdf[-1]
         minute = np.searchsorted(cdf, u_draw[m], side="right")
         s_local_s[m] = (np.minimum(minute, 1439) + jitter[m]) * 60.0
@@ -379,7 +508,7 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
     # --- models (group switch) --------------------------------------------------------
     c_model = role_model[c_role]
     if spec.switch_role and not spec.stationary and spec.switch_user_fraction > 0:
-        n_group = int(round(spec.switch_user_fraction * n_users))
+        n_group = round(spec.switch_user_fraction * n_users)
         group = np.zeros(n_users, bool)
         group[rng.permutation(n_users)[:n_group]] = True
         sw = (
@@ -434,9 +563,7 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
     idx = idx[np.argsort(ts[idx], kind="stable")]
     width = max(2, len(str(n_users - 1)))
     user_names = np.array([f"u{u:0{width}d}" for u in range(n_users)], dtype=object)
-    sess_names = np.array(
-        [f"{user_names[u]}-s{i:05d}" for i, u in enumerate(s_user)], dtype=object
-    )
+    sess_names = np.array([f"{user_names[u]}-s{i:05d}" for i, u in enumerate(s_user)], dtype=object)
     cols: dict[str, Any] = {
         "timestamp": ts[idx],
         "model": np.array(model_names, dtype=object)[c_model[idx]],

@@ -33,7 +33,9 @@ class ModelArch(BaseModel):
     kv_lora_rank: int = Field(default=0, ge=0, description="MLA latent KV rank; 0: no MLA")
     qk_rope_head_dim: int = Field(default=0, ge=0, description="MLA decoupled RoPE key dim")
     sliding_window: int = Field(default=0, ge=0, description="window of sliding layers, tokens")
-    num_sliding_layers: int = Field(default=0, ge=0, description="layers with sliding-window attention")
+    num_sliding_layers: int = Field(
+        default=0, ge=0, description="layers with sliding-window attention"
+    )
     total_params_b: float = Field(gt=0, description="total parameters, billions")
     active_params_b: float = Field(gt=0, description="parameters active per token, billions")
     max_position_embeddings: int = Field(default=32768, ge=1, description="longest context, tokens")
@@ -51,7 +53,6 @@ class ModelArch(BaseModel):
     def is_mla(self) -> bool:
         """Whether attention caches a compressed latent (DeepSeek MLA)."""
         return self.kv_lora_rank > 0
-
 
     @property
     def num_full_layers(self) -> int:
@@ -74,11 +75,17 @@ def param_counts(a: ModelArch) -> dict[str, float]:
     h = a.hidden_size
     if a.is_mla:
         qk = a.qk_nope_head_dim + a.qk_rope_head_dim
-        q = h * a.q_lora_rank + a.q_lora_rank * a.num_attention_heads * qk if a.q_lora_rank else h * a.num_attention_heads * qk
+        q = (
+            h * a.q_lora_rank + a.q_lora_rank * a.num_attention_heads * qk
+            if a.q_lora_rank
+            else h * a.num_attention_heads * qk
+        )
         attn = (
             q
             + h * (a.kv_lora_rank + a.qk_rope_head_dim)  # kv_a_proj_with_mqa
-            + a.kv_lora_rank * a.num_attention_heads * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj
+            + a.kv_lora_rank
+            * a.num_attention_heads
+            * (a.qk_nope_head_dim + a.v_head_dim)  # kv_b_proj
             + a.num_attention_heads * a.v_head_dim * h  # o_proj
         )
         attn_kv = 0.0  # MLA has no per-head K/V projections to replicate
@@ -127,108 +134,346 @@ def _hf(repo: str) -> str:
 
 
 _L31_8B = dict(
-    family="llama", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-    head_dim=128, intermediate_size=14336, vocab_size=128256, total_params_b=8.03,
-    active_params_b=8.03, max_position_embeddings=131072,
+    family="llama",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=128256,
+    total_params_b=8.03,
+    active_params_b=8.03,
+    max_position_embeddings=131072,
 )
 _L70B = dict(
-    family="llama", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
-    head_dim=128, intermediate_size=28672, vocab_size=128256, total_params_b=70.55,
-    active_params_b=70.55, max_position_embeddings=131072,
+    family="llama",
+    num_layers=80,
+    hidden_size=8192,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=28672,
+    vocab_size=128256,
+    total_params_b=70.55,
+    active_params_b=70.55,
+    max_position_embeddings=131072,
 )
 _Q25_7B = dict(
-    family="qwen2", num_layers=28, hidden_size=3584, num_attention_heads=28, num_kv_heads=4,
-    head_dim=128, intermediate_size=18944, vocab_size=152064, total_params_b=7.62,
-    active_params_b=7.62, max_position_embeddings=32768,
+    family="qwen2",
+    num_layers=28,
+    hidden_size=3584,
+    num_attention_heads=28,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=18944,
+    vocab_size=152064,
+    total_params_b=7.62,
+    active_params_b=7.62,
+    max_position_embeddings=32768,
 )
-_row(name="Llama-3.1-8B-Instruct", hf_repo="meta-llama/Llama-3.1-8B-Instruct",
-     source=_hf("meta-llama/Llama-3.1-8B-Instruct"), aliases=("Meta-Llama-3.1-8B-Instruct",), **_L31_8B)
-_row(name="Llama-3.1-8B", hf_repo="meta-llama/Llama-3.1-8B",
-     source=_hf("meta-llama/Llama-3.1-8B"), aliases=("Meta-Llama-3.1-8B",), **_L31_8B)
-_row(name="Llama-3.1-70B-Instruct", hf_repo="meta-llama/Llama-3.1-70B-Instruct",
-     source=_hf("meta-llama/Llama-3.1-70B-Instruct"), **_L70B)
-_row(name="Llama-3.1-70B", hf_repo="meta-llama/Llama-3.1-70B",
-     source=_hf("meta-llama/Llama-3.1-70B"), **_L70B)
-_row(name="Llama-3.3-70B-Instruct", hf_repo="meta-llama/Llama-3.3-70B-Instruct",
-     source=_hf("meta-llama/Llama-3.3-70B-Instruct"), aliases=("Llama-3.3-70B",), **_L70B)
-_row(name="Qwen2.5-7B-Instruct", hf_repo="Qwen/Qwen2.5-7B-Instruct",
-     source=_hf("Qwen/Qwen2.5-7B-Instruct"), aliases=("Qwen2.5-7B",), **_Q25_7B)
-_row(name="Qwen2.5-Coder-7B-Instruct", hf_repo="Qwen/Qwen2.5-Coder-7B-Instruct",
-     source=_hf("Qwen/Qwen2.5-Coder-7B-Instruct"), aliases=("Qwen2.5-Coder-7B",), **_Q25_7B)
-_row(name="Qwen2.5-Coder-32B-Instruct", hf_repo="Qwen/Qwen2.5-Coder-32B-Instruct",
-     source=_hf("Qwen/Qwen2.5-Coder-32B-Instruct"), aliases=("Qwen2.5-Coder-32B",),
-     family="qwen2", num_layers=64, hidden_size=5120, num_attention_heads=40, num_kv_heads=8,
-     head_dim=128, intermediate_size=27648, vocab_size=152064, total_params_b=32.76,
-     active_params_b=32.76, max_position_embeddings=32768)
-_row(name="Qwen2.5-14B-Instruct", hf_repo="Qwen/Qwen2.5-14B-Instruct",
-     source=_hf("Qwen/Qwen2.5-14B-Instruct"), aliases=("Qwen2.5-14B",),
-     family="qwen2", num_layers=48, hidden_size=5120, num_attention_heads=40, num_kv_heads=8,
-     head_dim=128, intermediate_size=13824, vocab_size=152064, total_params_b=14.77,
-     active_params_b=14.77, max_position_embeddings=32768)
-_row(name="Qwen3-8B", hf_repo="Qwen/Qwen3-8B", source=_hf("Qwen/Qwen3-8B"),
-     family="qwen3", num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-     head_dim=128, intermediate_size=12288, vocab_size=151936, total_params_b=8.19,
-     active_params_b=8.19, max_position_embeddings=40960)
-_row(name="Qwen3-32B", hf_repo="Qwen/Qwen3-32B", source=_hf("Qwen/Qwen3-32B"),
-     family="qwen3", num_layers=64, hidden_size=5120, num_attention_heads=64, num_kv_heads=8,
-     head_dim=128, intermediate_size=25600, vocab_size=151936, total_params_b=32.76,
-     active_params_b=32.76, max_position_embeddings=40960)
-_row(name="Qwen3-30B-A3B", hf_repo="Qwen/Qwen3-30B-A3B", source=_hf("Qwen/Qwen3-30B-A3B"),
-     family="qwen3_moe", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
-     head_dim=128, intermediate_size=6144, vocab_size=151936, num_experts=128,
-     num_experts_per_tok=8, moe_intermediate_size=768, total_params_b=30.53,
-     active_params_b=3.35, max_position_embeddings=40960)
-_row(name="Qwen3-235B-A22B", hf_repo="Qwen/Qwen3-235B-A22B", source=_hf("Qwen/Qwen3-235B-A22B"),
-     family="qwen3_moe", num_layers=94, hidden_size=4096, num_attention_heads=64, num_kv_heads=4,
-     head_dim=128, intermediate_size=12288, vocab_size=151936, num_experts=128,
-     num_experts_per_tok=8, moe_intermediate_size=1536, total_params_b=235.09,
-     active_params_b=22.14, max_position_embeddings=40960)
+_row(
+    name="Llama-3.1-8B-Instruct",
+    hf_repo="meta-llama/Llama-3.1-8B-Instruct",
+    source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
+    aliases=("Meta-Llama-3.1-8B-Instruct",),
+    **_L31_8B,
+)
+_row(
+    name="Llama-3.1-8B",
+    hf_repo="meta-llama/Llama-3.1-8B",
+    source=_hf("meta-llama/Llama-3.1-8B"),
+    aliases=("Meta-Llama-3.1-8B",),
+    **_L31_8B,
+)
+_row(
+    name="Llama-3.1-70B-Instruct",
+    hf_repo="meta-llama/Llama-3.1-70B-Instruct",
+    source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
+    **_L70B,
+)
+_row(
+    name="Llama-3.1-70B",
+    hf_repo="meta-llama/Llama-3.1-70B",
+    source=_hf("meta-llama/Llama-3.1-70B"),
+    **_L70B,
+)
+_row(
+    name="Llama-3.3-70B-Instruct",
+    hf_repo="meta-llama/Llama-3.3-70B-Instruct",
+    source=_hf("meta-llama/Llama-3.3-70B-Instruct"),
+    aliases=("Llama-3.3-70B",),
+    **_L70B,
+)
+_row(
+    name="Qwen2.5-7B-Instruct",
+    hf_repo="Qwen/Qwen2.5-7B-Instruct",
+    source=_hf("Qwen/Qwen2.5-7B-Instruct"),
+    aliases=("Qwen2.5-7B",),
+    **_Q25_7B,
+)
+_row(
+    name="Qwen2.5-Coder-7B-Instruct",
+    hf_repo="Qwen/Qwen2.5-Coder-7B-Instruct",
+    source=_hf("Qwen/Qwen2.5-Coder-7B-Instruct"),
+    aliases=("Qwen2.5-Coder-7B",),
+    **_Q25_7B,
+)
+_row(
+    name="Qwen2.5-Coder-32B-Instruct",
+    hf_repo="Qwen/Qwen2.5-Coder-32B-Instruct",
+    source=_hf("Qwen/Qwen2.5-Coder-32B-Instruct"),
+    aliases=("Qwen2.5-Coder-32B",),
+    family="qwen2",
+    num_layers=64,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=27648,
+    vocab_size=152064,
+    total_params_b=32.76,
+    active_params_b=32.76,
+    max_position_embeddings=32768,
+)
+_row(
+    name="Qwen2.5-14B-Instruct",
+    hf_repo="Qwen/Qwen2.5-14B-Instruct",
+    source=_hf("Qwen/Qwen2.5-14B-Instruct"),
+    aliases=("Qwen2.5-14B",),
+    family="qwen2",
+    num_layers=48,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=13824,
+    vocab_size=152064,
+    total_params_b=14.77,
+    active_params_b=14.77,
+    max_position_embeddings=32768,
+)
+_row(
+    name="Qwen3-8B",
+    hf_repo="Qwen/Qwen3-8B",
+    source=_hf("Qwen/Qwen3-8B"),
+    family="qwen3",
+    num_layers=36,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=12288,
+    vocab_size=151936,
+    total_params_b=8.19,
+    active_params_b=8.19,
+    max_position_embeddings=40960,
+)
+_row(
+    name="Qwen3-32B",
+    hf_repo="Qwen/Qwen3-32B",
+    source=_hf("Qwen/Qwen3-32B"),
+    family="qwen3",
+    num_layers=64,
+    hidden_size=5120,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=25600,
+    vocab_size=151936,
+    total_params_b=32.76,
+    active_params_b=32.76,
+    max_position_embeddings=40960,
+)
+_row(
+    name="Qwen3-30B-A3B",
+    hf_repo="Qwen/Qwen3-30B-A3B",
+    source=_hf("Qwen/Qwen3-30B-A3B"),
+    family="qwen3_moe",
+    num_layers=48,
+    hidden_size=2048,
+    num_attention_heads=32,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=6144,
+    vocab_size=151936,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=768,
+    total_params_b=30.53,
+    active_params_b=3.35,
+    max_position_embeddings=40960,
+)
+_row(
+    name="Qwen3-235B-A22B",
+    hf_repo="Qwen/Qwen3-235B-A22B",
+    source=_hf("Qwen/Qwen3-235B-A22B"),
+    family="qwen3_moe",
+    num_layers=94,
+    hidden_size=4096,
+    num_attention_heads=64,
+    num_kv_heads=4,
+    head_dim=128,
+    intermediate_size=12288,
+    vocab_size=151936,
+    num_experts=128,
+    num_experts_per_tok=8,
+    moe_intermediate_size=1536,
+    total_params_b=235.09,
+    active_params_b=22.14,
+    max_position_embeddings=40960,
+)
 _M7B = dict(
-    family="mistral", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-    head_dim=128, intermediate_size=14336, vocab_size=32768, total_params_b=7.25,
-    active_params_b=7.25, max_position_embeddings=32768,
+    family="mistral",
+    num_layers=32,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=14336,
+    vocab_size=32768,
+    total_params_b=7.25,
+    active_params_b=7.25,
+    max_position_embeddings=32768,
 )
-_row(name="Mistral-7B-Instruct-v0.3", hf_repo="mistralai/Mistral-7B-Instruct-v0.3",
-     source=_hf("mistralai/Mistral-7B-Instruct-v0.3"), **_M7B)
-_row(name="Mistral-7B-v0.3", hf_repo="mistralai/Mistral-7B-v0.3",
-     source=_hf("mistralai/Mistral-7B-v0.3"), **_M7B)
-_row(name="Mistral-Small-24B-Instruct-2501", hf_repo="mistralai/Mistral-Small-24B-Instruct-2501",
-     source=_hf("mistralai/Mistral-Small-24B-Instruct-2501"),
-     aliases=("Mistral-Small-24B", "Mistral-Small-24B-Base-2501"),
-     family="mistral", num_layers=40, hidden_size=5120, num_attention_heads=32, num_kv_heads=8,
-     head_dim=128, intermediate_size=32768, vocab_size=131072, total_params_b=23.57,
-     active_params_b=23.57, max_position_embeddings=32768)
+_row(
+    name="Mistral-7B-Instruct-v0.3",
+    hf_repo="mistralai/Mistral-7B-Instruct-v0.3",
+    source=_hf("mistralai/Mistral-7B-Instruct-v0.3"),
+    **_M7B,
+)
+_row(
+    name="Mistral-7B-v0.3",
+    hf_repo="mistralai/Mistral-7B-v0.3",
+    source=_hf("mistralai/Mistral-7B-v0.3"),
+    **_M7B,
+)
+_row(
+    name="Mistral-Small-24B-Instruct-2501",
+    hf_repo="mistralai/Mistral-Small-24B-Instruct-2501",
+    source=_hf("mistralai/Mistral-Small-24B-Instruct-2501"),
+    aliases=("Mistral-Small-24B", "Mistral-Small-24B-Base-2501"),
+    family="mistral",
+    num_layers=40,
+    hidden_size=5120,
+    num_attention_heads=32,
+    num_kv_heads=8,
+    head_dim=128,
+    intermediate_size=32768,
+    vocab_size=131072,
+    total_params_b=23.57,
+    active_params_b=23.57,
+    max_position_embeddings=32768,
+)
 # Gemma 3: 5 local (sliding, 1024 tokens) layers for every global one; 62 layers -> 52 local.
 # total_params_b includes the 0.4B SigLIP vision tower vLLM loads with the -it checkpoint.
-_row(name="gemma-3-27b-it", hf_repo="google/gemma-3-27b-it", source=_hf("google/gemma-3-27b-it"),
-     aliases=("gemma-3-27b", "gemma-3-27b-pt"),
-     family="gemma3", num_layers=62, hidden_size=5376, num_attention_heads=32, num_kv_heads=16,
-     head_dim=128, intermediate_size=21504, vocab_size=262208, tie_word_embeddings=True,
-     sliding_window=1024, num_sliding_layers=52, total_params_b=27.43, active_params_b=27.43,
-     max_position_embeddings=131072)
+_row(
+    name="gemma-3-27b-it",
+    hf_repo="google/gemma-3-27b-it",
+    source=_hf("google/gemma-3-27b-it"),
+    aliases=("gemma-3-27b", "gemma-3-27b-pt"),
+    family="gemma3",
+    num_layers=62,
+    hidden_size=5376,
+    num_attention_heads=32,
+    num_kv_heads=16,
+    head_dim=128,
+    intermediate_size=21504,
+    vocab_size=262208,
+    tie_word_embeddings=True,
+    sliding_window=1024,
+    num_sliding_layers=52,
+    total_params_b=27.43,
+    active_params_b=27.43,
+    max_position_embeddings=131072,
+)
 # MLA: caches a 512-dim latent + 64-dim RoPE key per layer; layer 0 has a dense MLP.
-_row(name="DeepSeek-V2-Lite", hf_repo="deepseek-ai/DeepSeek-V2-Lite",
-     source=_hf("deepseek-ai/DeepSeek-V2-Lite"), aliases=("DeepSeek-V2-Lite-Chat",),
-     family="deepseek_v2", num_layers=27, hidden_size=2048, num_attention_heads=16,
-     num_kv_heads=16, head_dim=192, intermediate_size=10944, vocab_size=102400,
-     num_experts=64, num_experts_per_tok=6, moe_intermediate_size=1408, num_shared_experts=2,
-     first_dense_layers=1, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
-     v_head_dim=128, total_params_b=15.71, active_params_b=2.66, max_position_embeddings=163840)
+_row(
+    name="DeepSeek-V2-Lite",
+    hf_repo="deepseek-ai/DeepSeek-V2-Lite",
+    source=_hf("deepseek-ai/DeepSeek-V2-Lite"),
+    aliases=("DeepSeek-V2-Lite-Chat",),
+    family="deepseek_v2",
+    num_layers=27,
+    hidden_size=2048,
+    num_attention_heads=16,
+    num_kv_heads=16,
+    head_dim=192,
+    intermediate_size=10944,
+    vocab_size=102400,
+    num_experts=64,
+    num_experts_per_tok=6,
+    moe_intermediate_size=1408,
+    num_shared_experts=2,
+    first_dense_layers=1,
+    kv_lora_rank=512,
+    qk_rope_head_dim=64,
+    qk_nope_head_dim=128,
+    v_head_dim=128,
+    total_params_b=15.71,
+    active_params_b=2.66,
+    max_position_embeddings=163840,
+)
 # gpt-oss: layers alternate sliding (128 tokens) and full attention; experts ship in MXFP4.
-_row(name="gpt-oss-20b", hf_repo="openai/gpt-oss-20b", source=_hf("openai/gpt-oss-20b"),
-     family="gpt_oss", num_layers=24, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
-     head_dim=64, intermediate_size=0, vocab_size=201088, num_experts=32, num_experts_per_tok=4,
-     moe_intermediate_size=2880, sliding_window=128, num_sliding_layers=12,
-     total_params_b=20.91, active_params_b=3.61, max_position_embeddings=131072)
-_row(name="gpt-oss-120b", hf_repo="openai/gpt-oss-120b", source=_hf("openai/gpt-oss-120b"),
-     family="gpt_oss", num_layers=36, hidden_size=2880, num_attention_heads=64, num_kv_heads=8,
-     head_dim=64, intermediate_size=0, vocab_size=201088, num_experts=128, num_experts_per_tok=4,
-     moe_intermediate_size=2880, sliding_window=128, num_sliding_layers=18,
-     total_params_b=116.83, active_params_b=5.13, max_position_embeddings=131072)
-_row(name="phi-4", hf_repo="microsoft/phi-4", source=_hf("microsoft/phi-4"), aliases=("Phi-4",),
-     family="phi3", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=10,
-     head_dim=128, intermediate_size=17920, vocab_size=100352, total_params_b=14.66,
-     active_params_b=14.66, max_position_embeddings=16384)
+_row(
+    name="gpt-oss-20b",
+    hf_repo="openai/gpt-oss-20b",
+    source=_hf("openai/gpt-oss-20b"),
+    family="gpt_oss",
+    num_layers=24,
+    hidden_size=2880,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=0,
+    vocab_size=201088,
+    num_experts=32,
+    num_experts_per_tok=4,
+    moe_intermediate_size=2880,
+    sliding_window=128,
+    num_sliding_layers=12,
+    total_params_b=20.91,
+    active_params_b=3.61,
+    max_position_embeddings=131072,
+)
+_row(
+    name="gpt-oss-120b",
+    hf_repo="openai/gpt-oss-120b",
+    source=_hf("openai/gpt-oss-120b"),
+    family="gpt_oss",
+    num_layers=36,
+    hidden_size=2880,
+    num_attention_heads=64,
+    num_kv_heads=8,
+    head_dim=64,
+    intermediate_size=0,
+    vocab_size=201088,
+    num_experts=128,
+    num_experts_per_tok=4,
+    moe_intermediate_size=2880,
+    sliding_window=128,
+    num_sliding_layers=18,
+    total_params_b=116.83,
+    active_params_b=5.13,
+    max_position_embeddings=131072,
+)
+_row(
+    name="phi-4",
+    hf_repo="microsoft/phi-4",
+    source=_hf("microsoft/phi-4"),
+    aliases=("Phi-4",),
+    family="phi3",
+    num_layers=40,
+    hidden_size=5120,
+    num_attention_heads=40,
+    num_kv_heads=10,
+    head_dim=128,
+    intermediate_size=17920,
+    vocab_size=100352,
+    total_params_b=14.66,
+    active_params_b=14.66,
+    max_position_embeddings=16384,
+)
 _index()
 
 
@@ -250,8 +495,19 @@ def resolve_arch_name(name: str) -> ModelArch:
     )
 
 
-_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "gemma3", "gemma3_text",
-             "deepseek_v2", "deepseek_v3", "gpt_oss", "phi3")
+_FAMILIES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "qwen3_moe",
+    "gemma3",
+    "gemma3_text",
+    "deepseek_v2",
+    "deepseek_v3",
+    "gpt_oss",
+    "phi3",
+)
 
 
 def _req(cfg: dict, key: str, family: str):
@@ -273,14 +529,27 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         raise ValueError("config.json lacks required key 'model_type'")
     if family == "gemma3" and "text_config" in cfg:
         cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}
+    if family.startswith("gemma3"):
+        # google/gemma-3-*-it text_config leaves these at the transformers defaults
+        cfg = {
+            "vocab_size": 262208,
+            "sliding_window_pattern": 6,
+            "max_position_embeddings": 131072,
+            **{k: v for k, v in cfg.items() if v is not None},
+        }
     if family not in _FAMILIES:
-        raise ValueError(f"config.json model_type {family!r} is not supported; use one of {list(_FAMILIES)}")
+        raise ValueError(
+            f"config.json model_type {family!r} is not supported; use one of {list(_FAMILIES)}"
+        )
     r = lambda k: _req(cfg, k, family)  # noqa: E731
     heads = int(r("num_attention_heads"))
     hidden = int(r("hidden_size"))
     layers = int(r("num_hidden_layers"))
     kw: dict = dict(
-        name=name, family=family, num_layers=layers, hidden_size=hidden,
+        name=name,
+        family=family,
+        num_layers=layers,
+        hidden_size=hidden,
         num_attention_heads=heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
@@ -303,32 +572,48 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         n_sliding = layers if window else 0
     kw.update(sliding_window=int(window) if n_sliding else 0, num_sliding_layers=n_sliding)
     if family == "qwen3_moe":
-        kw.update(num_experts=int(r("num_experts")), num_experts_per_tok=int(r("num_experts_per_tok")),
-                  moe_intermediate_size=int(r("moe_intermediate_size")),
-                  first_dense_layers=len(cfg.get("mlp_only_layers") or []))
+        kw.update(
+            num_experts=int(r("num_experts")),
+            num_experts_per_tok=int(r("num_experts_per_tok")),
+            moe_intermediate_size=int(r("moe_intermediate_size")),
+            first_dense_layers=len(cfg.get("mlp_only_layers") or []),
+        )
     elif family == "gpt_oss":
-        kw.update(num_experts=int(r("num_local_experts")),
-                  num_experts_per_tok=int(cfg.get("num_experts_per_tok") or r("experts_per_token")),
-                  moe_intermediate_size=int(r("intermediate_size")), intermediate_size=0)
+        kw.update(
+            num_experts=int(r("num_local_experts")),
+            num_experts_per_tok=int(cfg.get("num_experts_per_tok") or r("experts_per_token")),
+            moe_intermediate_size=int(r("intermediate_size")),
+            intermediate_size=0,
+        )
     elif family in ("deepseek_v2", "deepseek_v3"):
         nope, rope = int(r("qk_nope_head_dim")), int(r("qk_rope_head_dim"))
-        kw.update(num_experts=int(r("n_routed_experts")), num_experts_per_tok=int(r("num_experts_per_tok")),
-                  moe_intermediate_size=int(r("moe_intermediate_size")),
-                  num_shared_experts=int(cfg.get("n_shared_experts") or 0),
-                  first_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
-                  kv_lora_rank=int(r("kv_lora_rank")), qk_rope_head_dim=rope, qk_nope_head_dim=nope,
-                  v_head_dim=int(r("v_head_dim")), q_lora_rank=int(cfg.get("q_lora_rank") or 0),
-                  head_dim=nope + rope)
+        kw.update(
+            num_experts=int(r("n_routed_experts")),
+            num_experts_per_tok=int(r("num_experts_per_tok")),
+            moe_intermediate_size=int(r("moe_intermediate_size")),
+            num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+            first_dense_layers=int(cfg.get("first_k_dense_replace") or 0),
+            kv_lora_rank=int(r("kv_lora_rank")),
+            qk_rope_head_dim=rope,
+            qk_nope_head_dim=nope,
+            v_head_dim=int(r("v_head_dim")),
+            q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+            head_dim=nope + rope,
+        )
     if kw["intermediate_size"] == 0 and not kw.get("num_experts"):
         r("intermediate_size")
     base = ModelArch(**kw, total_params_b=1.0, active_params_b=1.0)
     pc = param_counts(base)
-    total = sum(v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other"))
+    total = sum(
+        v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other")
+    )
     norms = (2 * layers + 1) * hidden  # two RMSNorms a layer + the final one
     router = hidden * base.num_experts * base.num_moe_layers
     total += norms + router
     idle = pc["one_expert_all_layers"] * (base.num_experts - base.num_experts_per_tok)
-    return base.model_copy(update={"total_params_b": total / 1e9, "active_params_b": (total - idle) / 1e9})
+    return base.model_copy(
+        update={"total_params_b": total / 1e9, "active_params_b": (total - idle) / 1e9}
+    )
 
 
 def resolve_arch(spec: str | ModelArch, base_dir: Path | None = None) -> ModelArch:

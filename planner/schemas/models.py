@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from planner.catalog.models import ModelArch, resolve_arch
 from planner.schemas.common import Strict
@@ -32,7 +32,9 @@ class ModelEntry(Strict):
         description="catalog name, path to a HF config.json, or inline numbers"
     )
     variants: list[Variant] = Field(min_length=1, description="precisions it may run in")
-    max_context: int = Field(default=32768, ge=16, le=2_097_152, description="longest context, tokens")
+    max_context: int = Field(
+        default=32768, ge=16, le=2_097_152, description="longest context, tokens"
+    )
     priority: int = Field(default=1, ge=0, le=100, description="higher: served first when short")
     _arch: ModelArch | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -67,13 +69,14 @@ class Models(Strict):
     version: Literal[1] = 1
     models: list[ModelEntry] = Field(min_length=1, description="the model catalog")
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> Models:
-        names = [m.name for m in self.models]
+    @field_validator("models")
+    @classmethod
+    def _unique_names(cls, v: list[ModelEntry]) -> list[ModelEntry]:
+        names = [m.name for m in v]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"duplicate model names: {dup}; each model name must be unique")
-        return self
+        return v
 
     def model(self, name: str) -> ModelEntry:
         """The model called `name` (KeyError if absent)."""

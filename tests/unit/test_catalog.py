@@ -7,14 +7,50 @@ import json
 import pytest
 
 from planner.catalog.gpus import GPUS, GpuSpec, resolve_gpu
-from planner.catalog.models import MODELS, from_hf_config, param_counts, resolve_arch, resolve_arch_name
+from planner.catalog.models import (
+    MODELS,
+    from_hf_config,
+    param_counts,
+    resolve_arch,
+    resolve_arch_name,
+)
 
-REQUIRED_GPUS = ["RTX-3090", "RTX-4090", "A10", "A10G", "L4", "L40S", "A100-40GB", "A100-80GB-PCIe",
-                 "A100-80GB-SXM", "H100-PCIe", "H100-SXM", "H200-SXM", "H200-NVL", "cpu", "A40"]
-REQUIRED_MODELS = ["Llama-3.1-8B", "Llama-3.1-70B", "Llama-3.3-70B", "Qwen2.5-7B", "Qwen2.5-Coder-7B",
-                   "Qwen2.5-Coder-32B", "Qwen3-8B", "Qwen3-32B", "Qwen3-30B-A3B", "Qwen3-235B-A22B",
-                   "Mistral-7B-v0.3", "Mistral-Small-24B", "gemma-3-27b", "DeepSeek-V2-Lite",
-                   "gpt-oss-20b", "gpt-oss-120b", "Phi-4"]
+REQUIRED_GPUS = [
+    "RTX-3090",
+    "RTX-4090",
+    "A10",
+    "A10G",
+    "L4",
+    "L40S",
+    "A100-40GB",
+    "A100-80GB-PCIe",
+    "A100-80GB-SXM",
+    "H100-PCIe",
+    "H100-SXM",
+    "H200-SXM",
+    "H200-NVL",
+    "cpu",
+    "A40",
+]
+REQUIRED_MODELS = [
+    "Llama-3.1-8B",
+    "Llama-3.1-70B",
+    "Llama-3.3-70B",
+    "Qwen2.5-7B",
+    "Qwen2.5-Coder-7B",
+    "Qwen2.5-Coder-32B",
+    "Qwen3-8B",
+    "Qwen3-32B",
+    "Qwen3-30B-A3B",
+    "Qwen3-235B-A22B",
+    "Mistral-7B-v0.3",
+    "Mistral-Small-24B",
+    "gemma-3-27b",
+    "DeepSeek-V2-Lite",
+    "gpt-oss-20b",
+    "gpt-oss-120b",
+    "Phi-4",
+]
 
 
 @pytest.mark.parametrize("name", REQUIRED_GPUS)
@@ -45,12 +81,19 @@ def test_nvlink_on_sxm():
 
 def test_gpu_lookup_case_and_hint():
     assert resolve_gpu("l40s").name == "L40S"
-    with pytest.raises(ValueError, match="did you mean.*A100-80GB-PCIe"):
+    with pytest.raises(ValueError, match=r"did you mean.*A100-80GB-PCIe"):
         resolve_gpu("A100-90GB")
 
 
 def test_inline_gpu_spec_validates():
-    g = GpuSpec(name="X", arch="ada", memory_gib=32, memory_bandwidth_gbps=900, bf16_tflops=100, fp16_tflops=100)
+    g = GpuSpec(
+        name="X",
+        arch="ada",
+        memory_gib=32,
+        memory_bandwidth_gbps=900,
+        bf16_tflops=100,
+        fp16_tflops=100,
+    )
     assert g.pcie_gbps > 0
 
 
@@ -75,7 +118,9 @@ def test_param_arithmetic_matches_published_totals(name):
     """The architecture arithmetic explains the published total to 2% (gemma adds a vision tower)."""
     a = MODELS[name]
     pc = param_counts(a)
-    known = sum(v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other"))
+    known = sum(
+        v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other")
+    )
     assert known / 1e9 == pytest.approx(a.total_params_b, rel=0.02)
 
 
@@ -91,50 +136,113 @@ def test_catalog_numbers_spot_checks():
 
 # Numbers from openai/gpt-oss-20b config.json (abridged to what the parser reads).
 GPT_OSS_20B = {
-    "model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880, "num_attention_heads": 64,
-    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "vocab_size": 201088,
-    "num_local_experts": 32, "num_experts_per_tok": 4, "experts_per_token": 4, "sliding_window": 128,
-    "layer_types": ["sliding_attention", "full_attention"] * 12, "tie_word_embeddings": False,
+    "model_type": "gpt_oss",
+    "num_hidden_layers": 24,
+    "hidden_size": 2880,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "intermediate_size": 2880,
+    "vocab_size": 201088,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "experts_per_token": 4,
+    "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "tie_word_embeddings": False,
     "max_position_embeddings": 131072,
 }
 LLAMA_8B = {
-    "model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
-    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
-    "tie_word_embeddings": False, "max_position_embeddings": 131072,
+    "model_type": "llama",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
 }
+# google/gemma-3-27b-it: text_config omits vocab_size and the 5:1 local/global pattern
+# (transformers defaults); the parser must supply them.
 GEMMA3 = {
     "model_type": "gemma3",
-    "text_config": {"model_type": "gemma3_text", "num_hidden_layers": 62, "hidden_size": 5376,
-                    "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
-                    "intermediate_size": 21504, "vocab_size": 262208, "sliding_window": 1024,
-                    "sliding_window_pattern": 6},
+    "text_config": {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 62,
+        "hidden_size": 5376,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "intermediate_size": 21504,
+        "sliding_window": 1024,
+        "query_pre_attn_scalar": 168,
+    },
 }
 DSV2_LITE = {
-    "model_type": "deepseek_v2", "num_hidden_layers": 27, "hidden_size": 2048, "num_attention_heads": 16,
-    "num_key_value_heads": 16, "intermediate_size": 10944, "vocab_size": 102400, "n_routed_experts": 64,
-    "num_experts_per_tok": 6, "moe_intermediate_size": 1408, "n_shared_experts": 2,
-    "first_k_dense_replace": 1, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
-    "v_head_dim": 128, "q_lora_rank": None,
+    "model_type": "deepseek_v2",
+    "num_hidden_layers": 27,
+    "hidden_size": 2048,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "intermediate_size": 10944,
+    "vocab_size": 102400,
+    "n_routed_experts": 64,
+    "num_experts_per_tok": 6,
+    "moe_intermediate_size": 1408,
+    "n_shared_experts": 2,
+    "first_k_dense_replace": 1,
+    "kv_lora_rank": 512,
+    "qk_rope_head_dim": 64,
+    "qk_nope_head_dim": 128,
+    "v_head_dim": 128,
+    "q_lora_rank": None,
 }
 QWEN3_MOE = {
-    "model_type": "qwen3_moe", "num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 32,
-    "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 151936,
-    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768, "mlp_only_layers": [],
-    "sliding_window": None, "use_sliding_window": False,
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 48,
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "intermediate_size": 6144,
+    "vocab_size": 151936,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "moe_intermediate_size": 768,
+    "mlp_only_layers": [],
+    "sliding_window": None,
+    "use_sliding_window": False,
 }
 
 
 @pytest.mark.parametrize(
     "cfg,catalog",
-    [(GPT_OSS_20B, "gpt-oss-20b"), (LLAMA_8B, "Llama-3.1-8B"), (GEMMA3, "gemma-3-27b-it"),
-     (DSV2_LITE, "DeepSeek-V2-Lite"), (QWEN3_MOE, "Qwen3-30B-A3B")],
+    [
+        (GPT_OSS_20B, "gpt-oss-20b"),
+        (LLAMA_8B, "Llama-3.1-8B"),
+        (GEMMA3, "gemma-3-27b-it"),
+        (DSV2_LITE, "DeepSeek-V2-Lite"),
+        (QWEN3_MOE, "Qwen3-30B-A3B"),
+    ],
 )
 def test_from_hf_config_matches_catalog(cfg, catalog):
     a = from_hf_config(cfg, name="x")
     c = MODELS[catalog]
-    for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "intermediate_size",
-              "vocab_size", "num_experts", "num_experts_per_tok", "kv_lora_rank", "num_sliding_layers",
-              "sliding_window", "tie_word_embeddings"):
+    for f in (
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "vocab_size",
+        "num_experts",
+        "num_experts_per_tok",
+        "kv_lora_rank",
+        "num_sliding_layers",
+        "sliding_window",
+        "tie_word_embeddings",
+    ):
         assert getattr(a, f) == getattr(c, f), f
     # totals from arithmetic: within 2% (gemma's vision tower is not in text_config)
     assert a.total_params_b == pytest.approx(c.total_params_b, rel=0.02)
@@ -159,3 +267,52 @@ def test_resolve_arch_from_config_path(tmp_path):
     assert resolve_arch(str(d / "config.json")).num_layers == 32
     with pytest.raises(ValueError, match="does not exist"):
         resolve_arch(str(tmp_path / "nope.json"))
+
+
+# microsoft/phi-4 config.json (abridged): fused qkv/gate_up in the checkpoint, same counts.
+PHI4 = {
+    "model_type": "phi3",
+    "num_hidden_layers": 40,
+    "hidden_size": 5120,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 10,
+    "intermediate_size": 17920,
+    "vocab_size": 100352,
+    "max_position_embeddings": 16384,
+    "sliding_window": None,
+    "tie_word_embeddings": False,
+}
+QWEN25_7B = {
+    "model_type": "qwen2",
+    "num_hidden_layers": 28,
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "intermediate_size": 18944,
+    "vocab_size": 152064,
+    "sliding_window": 131072,
+    "use_sliding_window": False,
+    "max_window_layers": 28,
+    "tie_word_embeddings": False,
+}
+MISTRAL_V01 = {  # Mistral-7B-v0.1 slides every layer over 4096 tokens
+    "model_type": "mistral",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 32000,
+    "sliding_window": 4096,
+}
+
+
+def test_from_hf_config_other_families():
+    phi = from_hf_config(PHI4, "phi")
+    assert phi.total_params_b == pytest.approx(MODELS["phi-4"].total_params_b, rel=0.01)
+    assert phi.num_sliding_layers == 0 and phi.head_dim == 128
+    q = from_hf_config(QWEN25_7B, "q")
+    assert q.num_sliding_layers == 0  # use_sliding_window false: the window is not used
+    assert q.total_params_b == pytest.approx(7.62, rel=0.01)
+    m = from_hf_config(MISTRAL_V01, "m")
+    assert (m.num_sliding_layers, m.sliding_window) == (32, 4096)

@@ -96,7 +96,9 @@ def test_cpu_has_no_gpu_flags_and_whole_gib_kv() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     big = {**spec, "memory_gib": {"weights": 0, "kv": 2.2, "overhead": 0}}
-    _, env = build_argv(Instance.model_validate(big), model_path="/m", served_name="t", device="cpu")
+    _, env = build_argv(
+        Instance.model_validate(big), model_path="/m", served_name="t", device="cpu"
+    )
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 

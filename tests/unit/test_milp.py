@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_sets
+from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_groups, gpu_sets
 from planner.optimizer.demand import ModelDemand
 from planner.optimizer.milp import MilpInput, placement_options, solve, switch_delay_s_per_h
 from planner.schemas import parse
@@ -97,6 +97,7 @@ def test_milp_objective_equals_enumerated_optimum(gpu, count, ram, specs, knobs)
     inp = MilpInput(
         candidates=tuple(cands), sets=tuple(gpu_sets(cluster, 4)), demand=demand, models=tuple(models.names),
         gpu_usable_gib={(n.name, d): g.spec.memory_gib * 0.94 for n in cluster.nodes for d, g in n.gpu_list()},
+        gpu_groups=gpu_groups(cluster),
         node_ram_gib={"n0": ram}, headroom=knobs.headroom, max_replicas=1, may_sleep=knobs.may_sleep,
         w_switch=knobs.w_switch, w_memory=knobs.w_memory, w_quality=knobs.w_quality, w_gpus=knobs.w_gpus,
     )
@@ -114,7 +115,7 @@ def test_unplaceable_model_reported():
     slo = parse({"kind": "slo"}, "slo")
     cands = enumerate_candidates(cluster, models, slo, {}, Knobs(), max_tp=8, max_model_len_cap=None, gpu_margin=0.06)
     inp = MilpInput(candidates=tuple(cands), sets=tuple(gpu_sets(cluster, 8)), demand={}, models=("big",),
-                    gpu_usable_gib={("n0", 0): 22.0}, node_ram_gib={"n0": 64.0}, headroom=1.0, max_replicas=1,
+                    gpu_usable_gib={("n0", 0): 22.0}, gpu_groups=((("n0", 0),),), node_ram_gib={"n0": 64.0}, headroom=1.0, max_replicas=1,
                     may_sleep=frozenset(), w_switch=1, w_memory=1, w_quality=1, w_gpus=1)
     res = solve(inp)
     assert res.status == "infeasible" and res.unserved == ("big",)

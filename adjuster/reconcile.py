@@ -1,0 +1,157 @@
+"""Desired plan point vs observed instances -> an ordered list of actions (pure).
+
+Order, make-before-break:
+1. stops that free GPUs (or a port) a start needs: a start whose GPUs overlap an instance
+   leaving them waits for it, unless the GPU capacity is known and both fit at once;
+2. restarts (dead instances, changed specs) and starts of `tier: gpu` instances;
+3. `host`/`disk` instances, one at a time per GPU: start, then sleep, before the next starts
+   (only where the backend has sleep mode; without it a sleeping instance is a stopped one,
+   so nothing is started for it);
+4. the remaining stops, once their replacements run.
+
+`actual` comes from the state store plus live health checks; `spec_sha` is the hash of the
+plan's Instance the process was started from (`spec_sha(inst)`), so any change of flags,
+GPUs or port restarts it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Literal
+
+from planner.schemas.plan import Instance, Point
+
+ActionKind = Literal["start", "stop", "sleep", "wake", "restart"]
+ObservedStatus = Literal["awake", "asleep", "stopped", "starting", "failed"]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One step of an apply."""
+
+    kind: ActionKind
+    instance: str
+    node: str
+    reason: str
+    level: int = 0  # sleep level (1: weights to host RAM, 2: discard) for `sleep`
+
+
+@dataclass
+class Observed:
+    """What runs now for one instance id."""
+
+    status: ObservedStatus  # `failed`: should run but its process is gone or unhealthy
+    node: str
+    gpus: list[int] = field(default_factory=list)
+    port: int = 0
+    tier: str = "gpu"
+    spec_sha: str = ""
+    memory_gib: float = 0.0  # per GPU when awake, from the spec it was started with
+
+
+def spec_sha(inst: Instance) -> str:
+    """Content hash of an Instance (what a running process was started from)."""
+    blob = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def sleep_level(tier: str) -> int:
+    """vLLM sleep level of a tier: host keeps weights in host RAM (1), disk drops them (2)."""
+    return 1 if tier == "host" else 2
+
+
+def diff(
+    desired: Point,
+    actual: dict[str, Observed],
+    *,
+    sleep_supported: bool = True,
+    gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
+) -> list[Action]:
+    """The actions that turn `actual` into `desired`, ordered make-before-break."""
+    want = {i.id: i for i in desired.instances}
+    first_stops: list[Action] = []
+    late_stops: list[Action] = []
+    starts: list[Action] = []
+    tiered: dict[tuple[str, tuple[int, ...]], list[Action]] = {}
+
+    # instances that go away, and what they hold
+    leaving = {k: o for k, o in actual.items() if k not in want and o.status != "stopped"}
+
+    def conflicts(inst: Instance) -> list[str]:
+        out = []
+        for k, o in leaving.items():
+            if o.node != inst.node:
+                continue
+            if o.port == inst.port or (
+                set(o.gpus) & set(inst.gpus) and not _fits(inst, actual, gpu_capacity_gib)
+            ):
+                out.append(k)
+        return out
+
+    must_go_first: set[str] = set()
+    for inst in desired.instances:
+        obs = actual.get(inst.id)
+        lazy = inst.tier in ("host", "disk")
+        if obs is None or obs.status == "stopped":
+            if lazy and not sleep_supported:
+                continue  # asleep == stopped without sleep mode
+            must_go_first.update(conflicts(inst))
+            act = Action("start", inst.id, inst.node, "not running")
+        elif obs.spec_sha and obs.spec_sha != spec_sha(inst):
+            must_go_first.update(conflicts(inst))
+            act = Action("restart", inst.id, inst.node, "spec changed")
+        elif obs.status in ("failed", "starting"):
+            if lazy and not sleep_supported:
+                continue
+            must_go_first.update(conflicts(inst))
+            act = Action("restart", inst.id, inst.node, f"process {obs.status}")
+        else:
+            continue  # awake, or asleep/awake for a lazy tier: the gateway decides which
+        if lazy and sleep_supported:
+            key = (inst.node, tuple(sorted(inst.gpus)))
+            tiered.setdefault(key, []).extend(
+                [
+                    act,
+                    Action(
+                        "sleep", inst.id, inst.node, f"{inst.tier} tier", sleep_level(inst.tier)
+                    ),
+                ]
+            )
+        else:
+            starts.append(act)
+
+    for k in sorted(leaving):
+        o = leaving[k]
+        reason = "not in the point"
+        if k in must_go_first:
+            first_stops.append(Action("stop", k, o.node, reason + "; frees its GPUs/port first"))
+        else:
+            late_stops.append(Action("stop", k, o.node, reason))
+
+    out = first_stops + starts
+    for key in sorted(tiered):
+        out += tiered[key]
+    return out + late_stops
+
+
+def _fits(
+    inst: Instance,
+    actual: dict[str, Observed],
+    cap: dict[tuple[str, int], float] | None,
+) -> bool:
+    """Whether `inst` fits on its GPUs beside everything running there now (unknown capacity: no)."""
+    if cap is None:
+        return False
+    for g in inst.gpus:
+        c = cap.get((inst.node, g))
+        if c is None:
+            return False
+        used = sum(
+            o.memory_gib for o in actual.values()
+            if o.node == inst.node and g in o.gpus and o.status in ("awake", "starting")
+        )  # fmt: skip
+        if used + inst.memory_gib.total > c:
+            return False
+    return True

@@ -1,0 +1,334 @@
+"""The apply state store: one SQLite file per state dir.
+
+Tables: `instances` (what this state dir started: pid or Ray actor, node, port, status, plan
+hash and point), `journal` (every action and its result), `lease` (one row: the holder of the
+apply lock) and `meta` (the plan and point last applied). WAL mode, so readers (status, the
+gateway) never block the one writer. The lease is taken inside `BEGIN IMMEDIATE`, which
+serialises the check-and-write between processes; a holder that died on this host, or whose
+lease expired, is taken over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from planner.errors import LockHeldError
+
+DB_NAME = "state.sqlite"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    node TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '127.0.0.1',
+    port INTEGER NOT NULL,
+    pid INTEGER,
+    actor TEXT,
+    status TEXT NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'gpu',
+    plan_sha TEXT NOT NULL DEFAULT '',
+    point TEXT NOT NULL DEFAULT '',
+    started_at REAL,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    log_path TEXT NOT NULL DEFAULT '',
+    spec_sha TEXT NOT NULL DEFAULT '',
+    gpus TEXT NOT NULL DEFAULT '[]',
+    memory_gib REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    action TEXT NOT NULL,
+    instance TEXT NOT NULL DEFAULT '',
+    node TEXT NOT NULL DEFAULT '',
+    result TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    holder_pid INTEGER NOT NULL,
+    holder_host TEXT NOT NULL,
+    purpose TEXT NOT NULL DEFAULT '',
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def default_state_dir() -> Path:
+    """`$XDG_STATE_HOME/planner`, else `~/.local/state/planner`."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "planner"
+
+
+@dataclass
+class InstanceRow:
+    """One instance this state dir knows about. `status`: awake|asleep|stopped|starting|failed."""
+
+    id: str
+    model: str
+    variant: str
+    node: str
+    port: int
+    status: str
+    host: str = "127.0.0.1"
+    pid: int | None = None
+    actor: str | None = None
+    tier: str = "gpu"
+    plan_sha: str = ""
+    point: str = ""
+    started_at: float | None = None
+    restarts: int = 0
+    log_path: str = ""
+    spec_sha: str = ""  # hash of the plan's Instance: a change means a restart
+    gpus: str = "[]"  # JSON list of device indices
+    memory_gib: float = 0.0  # per GPU when awake, GiB (from the plan it was started from)
+    updated_at: float = 0.0
+
+    @property
+    def gpu_list(self) -> list[int]:
+        """Device indices as a list."""
+        return list(json.loads(self.gpus or "[]"))
+
+
+_COLS = [f.name for f in fields(InstanceRow)]
+
+
+@dataclass
+class Lease:
+    """The apply lock as held."""
+
+    holder_pid: int
+    holder_host: str
+    purpose: str
+    acquired_at: float
+    expires_at: float
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie holds no lease
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+class StateStore:
+    """Access to `<state_dir>/state.sqlite`; safe to open from several processes."""
+
+    def __init__(self, state_dir: str | Path | None = None):
+        self.dir = Path(state_dir) if state_dir else default_state_dir()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / DB_NAME
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        # autocommit mode: every transaction below is explicit
+        self._db = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.executescript(_SCHEMA)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Files written by an older version get the newer columns (with their defaults)."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(instances)")}
+        extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
+        for col, decl in extra.items():
+            if col not in have:
+                self._db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def logs_dir(self) -> Path:
+        """Where server logs of this state dir go."""
+        d = self.dir / "logs"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ------------------------------------------------------------ instances
+
+    def upsert(self, row: InstanceRow) -> None:
+        """Insert or replace the row of `row.id`."""
+        row.updated_at = time.time()
+        d = asdict(row)
+        cols = ", ".join(_COLS)
+        marks = ", ".join(f":{c}" for c in _COLS)
+        with self._tx() as db:
+            db.execute(f"INSERT OR REPLACE INTO instances ({cols}) VALUES ({marks})", d)
+
+    def update(self, instance_id: str, **changes: object) -> None:
+        """Set some columns of one row (KeyError if the row is absent)."""
+        bad = [k for k in changes if k not in _COLS]
+        if bad:
+            raise ValueError(f"unknown instance columns {bad}")
+        changes["updated_at"] = time.time()
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        with self._tx() as db:
+            cur = db.execute(
+                f"UPDATE instances SET {sets} WHERE id = :_id", {**changes, "_id": instance_id}
+            )
+            if cur.rowcount == 0:
+                raise KeyError(instance_id)
+
+    def get(self, instance_id: str) -> InstanceRow | None:
+        """The row of `instance_id`, or None."""
+        r = self._db.execute("SELECT * FROM instances WHERE id = ?", (instance_id,)).fetchone()
+        return InstanceRow(**{c: r[c] for c in _COLS}) if r else None
+
+    def instances(self) -> list[InstanceRow]:
+        """All rows, by id."""
+        rows = self._db.execute("SELECT * FROM instances ORDER BY id").fetchall()
+        return [InstanceRow(**{c: r[c] for c in _COLS}) for r in rows]
+
+    def delete(self, instance_id: str) -> None:
+        """Forget an instance (after it was stopped)."""
+        with self._tx() as db:
+            db.execute("DELETE FROM instances WHERE id = ?", (instance_id,))
+
+    # ------------------------------------------------------------ journal and meta
+
+    def journal(self, action: str, instance: str, node: str, result: str, detail: str = "") -> None:
+        """Append one journal line."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO journal (ts, action, instance, node, result, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                (time.time(), action, instance, node, result, detail),
+            )
+
+    def journal_entries(self, limit: int = 100) -> list[dict]:
+        """The last `limit` journal lines, oldest first."""
+        rows = self._db.execute(
+            "SELECT ts, action, instance, node, result, detail FROM journal ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [dict(r) for r in reversed(rows)]
+
+    def set_meta(self, **kv: str) -> None:
+        """Record the applied plan and point (strings)."""
+        with self._tx() as db:
+            for k, v in kv.items():
+                db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (k, str(v)))
+
+    def meta(self) -> dict[str, str]:
+        """All meta keys."""
+        return {r["key"]: r["value"] for r in self._db.execute("SELECT key, value FROM meta")}
+
+    # ------------------------------------------------------------ lease
+
+    def lease_holder(self) -> Lease | None:
+        """The lease as recorded (held or stale), or None."""
+        r = self._db.execute("SELECT * FROM lease WHERE id = 1").fetchone()
+        if r is None:
+            return None
+        return Lease(
+            r["holder_pid"], r["holder_host"], r["purpose"], r["acquired_at"], r["expires_at"]
+        )
+
+    def _is_live(self, lease: Lease, now: float) -> bool:
+        if lease.expires_at <= now:
+            return False
+        if lease.holder_host == self.host:
+            return _pid_alive(lease.holder_pid)
+        return True  # another host's holder: only expiry frees it
+
+    def acquire_lease(
+        self, *, purpose: str = "apply", ttl_s: float = 600.0, wait_s: float = 0.0
+    ) -> Lease:
+        """Take the lease; wait up to `wait_s` for a live holder, then raise LockHeldError."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self._tx() as db:
+                now = time.time()
+                cur = self.lease_holder()
+                mine = (
+                    cur is not None and cur.holder_pid == self.pid and cur.holder_host == self.host
+                )
+                if cur is None or mine or not self._is_live(cur, now):
+                    new = Lease(self.pid, self.host, purpose, now, now + ttl_s)
+                    db.execute(
+                        "INSERT OR REPLACE INTO lease (id, holder_pid, holder_host, purpose, acquired_at, expires_at)"
+                        " VALUES (1, ?, ?, ?, ?, ?)",
+                        (
+                            new.holder_pid,
+                            new.holder_host,
+                            new.purpose,
+                            new.acquired_at,
+                            new.expires_at,
+                        ),
+                    )
+                    return new
+            if time.monotonic() >= deadline:
+                assert cur is not None
+                raise LockHeldError(
+                    f"another {cur.purpose} holds the state lease of {self.dir}: pid {cur.holder_pid} "
+                    f"on host {cur.holder_host}, for {now - cur.acquired_at:.0f} s "
+                    f"(expires in {cur.expires_at - now:.0f} s)",
+                    fix="wait for it to finish, or stop that process; a dead holder is taken over",
+                )
+            time.sleep(0.2)
+
+    def renew_lease(self, ttl_s: float = 600.0) -> None:
+        """Push the expiry of our own lease forward (no-op if not ours)."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE lease SET expires_at = ? WHERE id = 1 AND holder_pid = ? AND holder_host = ?",
+                (time.time() + ttl_s, self.pid, self.host),
+            )
+
+    def release_lease(self) -> None:
+        """Drop our lease (no-op if another process holds it)."""
+        with self._tx() as db:
+            db.execute(
+                "DELETE FROM lease WHERE id = 1 AND holder_pid = ? AND holder_host = ?",
+                (self.pid, self.host),
+            )
+
+    @contextmanager
+    def lease(
+        self, *, purpose: str = "apply", ttl_s: float = 600.0, wait_s: float = 0.0
+    ) -> Iterator[Lease]:
+        """Hold the lease for a block."""
+        got = self.acquire_lease(purpose=purpose, ttl_s=ttl_s, wait_s=wait_s)
+        try:
+            yield got
+        finally:
+            self.release_lease()

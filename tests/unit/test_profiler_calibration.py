@@ -1,0 +1,164 @@
+"""Calibration recovers known perf-model factors from synthetic engine points, falls back to
+microbenchmark priors, and flags profiles from another vLLM or device."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from planner.optimizer.perf import calib_from_profile, decode_step_s, instance_perf, prefill_s
+from planner.optimizer.perf.calib import default_calib
+from planner.optimizer.perf.calibration import calibrate, priors, profile_warnings
+
+from planner.catalog.gpus import resolve_gpu
+from planner.catalog.models import resolve_arch
+from planner.schemas.profile import (
+    DecodePoint,
+    EngineRun,
+    Environment,
+    Hardware,
+    PrefillPoint,
+    Profile,
+    Stat,
+)
+
+
+def _synthetic(gpu_name, arch_name, truth, prompts, concs, p=128, o=64):
+    """A profile whose points are what the perf model predicts under `truth` (a Calib)."""
+    gpu, arch = resolve_gpu(gpu_name), resolve_arch(arch_name)
+    perf = instance_perf(arch, "bf16", gpu, 1, calib=truth)
+    run = EngineRun(
+        model="m",
+        variant="bf16",
+        quantization="bf16",
+        arch=arch,
+        cold_start_s=40.0,
+        weight_load_s=8.0,
+    )
+    run.prefill = [
+        PrefillPoint(
+            prompt_tokens=n, latency_s=Stat(median=truth.prefill_overhead_s + prefill_s(perf, n))
+        )
+        for n in prompts
+    ]
+    run.decode = [
+        DecodePoint(
+            concurrency=c,
+            prompt_tokens=p,
+            output_tokens=o,
+            tpot_s=Stat(median=decode_step_s(perf, c, p + o / 2.0)),
+        )
+        for c in concs
+    ]
+    return Profile(node="n", gpu_type=gpu_name, engine=[run]), gpu
+
+
+def test_recovers_known_parameters_gpu():
+    base = default_calib("hopper")
+    truth = replace(
+        base,
+        compute_efficiency=0.55,
+        bandwidth_efficiency=0.72,
+        attn_efficiency=0.55 * base.attn_efficiency / base.compute_efficiency,
+        step_overhead_s=0.004,
+        prefill_overhead_s=0.015,
+    )
+    prof, gpu = _synthetic(
+        "H100-SXM",
+        "Llama-3.1-8B-Instruct",
+        truth,
+        prompts=[256, 1024, 2048, 4096, 8192],
+        concs=[1, 8, 32, 64],
+    )
+    cal = calibrate(prof, gpu, base)
+    assert cal.compute_efficiency == pytest.approx(0.55, rel=0.05)
+    assert cal.bandwidth_efficiency == pytest.approx(0.72, rel=0.05)
+    assert cal.step_overhead_s == pytest.approx(0.004, rel=0.1)
+    assert cal.prefill_overhead_s == pytest.approx(0.015, rel=0.15)
+    assert cal.residual_rel < 0.02
+    assert cal.points == 9
+    assert cal.engine_init_s == pytest.approx(32.0)  # cold start minus weight loading
+    # the fitted fields feed the perf model
+    c = calib_from_profile(prof.model_copy(update={"calibration": cal}))
+    assert c.compute_efficiency == pytest.approx(cal.compute_efficiency)
+
+
+def test_overhead_bound_cpu_points_fit_overheads():
+    base = default_calib("cpu")
+    truth = replace(base, step_overhead_s=0.003, prefill_overhead_s=0.02)
+    prof, gpu = _synthetic(
+        "cpu", "Qwen2.5-7B-Instruct", truth, prompts=[16, 64, 256], concs=[1, 2, 4], p=16, o=16
+    )
+    cal = calibrate(prof, gpu, base)
+    assert cal.residual_rel < 0.05
+    assert cal.source.startswith("engine fit")
+
+
+def test_priors_from_microbenchmarks():
+    gpu = resolve_gpu("H200-SXM")
+    prof = Profile(
+        node="n",
+        gpu_type="H200-SXM",
+        hardware=Hardware(
+            gemm_tflops={"bf16": Stat(median=791.2)},
+            device_copy_gbps=Stat(median=4100.0),
+            h2d_pinned_gbps=Stat(median=52.0),
+            disk_read_gbps=Stat(median=3.1),
+        ),
+    )
+    ce0, be0 = priors(prof, gpu, default_calib("hopper"))
+    assert ce0 == pytest.approx(791.2 / 989.0)
+    assert be0 == pytest.approx(4100.0 / 4800.0)
+    cal = calibrate(prof, gpu, default_calib("hopper"))  # no engine points: priors only
+    assert cal.compute_efficiency == pytest.approx(ce0)
+    assert cal.h2d_gbps == 52.0 and cal.disk_read_gbps == 3.1
+    assert cal.step_overhead_s is None and cal.source == "microbenchmarks"
+
+
+def test_failed_runs_are_ignored():
+    prof = Profile(
+        node="n",
+        gpu_type="cpu",
+        engine=[EngineRun(model="m", variant="v", status="failed", reason="bad_model_path")],
+    )
+    cal = calibrate(prof, resolve_gpu("cpu"), default_calib("cpu"))
+    assert cal.points == 0 and cal.source == "defaults"
+
+
+def test_warnings_other_vllm_or_device():
+    prof = Profile(
+        node="n",
+        gpu_type="H200-SXM",
+        environment=Environment(vllm="0.31.2", device_name="NVIDIA H200"),
+        engine=[EngineRun(model="m", variant="v")],
+    )
+    assert profile_warnings(prof, vllm_version="0.31.0", device_name="NVIDIA H200") == []
+    w = profile_warnings(prof, vllm_version="0.32.0", device_name="NVIDIA H100 80GB HBM3")
+    assert len(w) == 2 and "0.31.2" in w[0] and "H100" in w[1]
+    assert (
+        "no successful engine run"
+        in profile_warnings(Profile(node="n", gpu_type="cpu"), vllm_version="")[0]
+    )
+
+
+def test_calibrate_cli_writes_profile(tmp_path):
+    from planner.cli.main import main
+    from planner.profiler import store
+
+    from planner.schemas import load_profile
+
+    base = default_calib("cpu")
+    prof, _ = _synthetic(
+        "cpu",
+        "Qwen2.5-7B-Instruct",
+        replace(base, step_overhead_s=0.003),
+        [16, 64],
+        [1, 2],
+        p=16,
+        o=16,
+    )
+    path = store.save(prof, tmp_path / "n-cpu.yaml")
+    with pytest.raises(SystemExit) as e:
+        main(["profile", "calibrate", str(path), "--json"])
+    assert e.value.code == 0
+    assert load_profile(path).calibration.points == 4

@@ -1,0 +1,268 @@
+"""Engine-bench logic without a server: run planning, resume, path pre-check, log/metrics
+parsing, TPOT from stream times, the server's argv, and the measurement loops and the CUDA
+sleep/wake sequence against a fake client (sleep mode needs a GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from planner.profiler import engine_bench as eb
+
+from planner.schemas import parse
+from planner.schemas.profile import EngineRun, PrefillPoint, Profile, Stat
+
+TINY = {
+    "name": "tiny-llama",
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+    "total_params_b": 0.0006,
+    "active_params_b": 0.0006,
+    "max_position_embeddings": 2048,
+}
+
+
+def _models():
+    return parse(
+        {
+            "kind": "models",
+            "models": [
+                {
+                    "name": "tiny",
+                    "architecture": TINY,
+                    "max_context": 2048,
+                    "variants": [
+                        {"name": "bf16", "quantization": "bf16", "path": "/x/tiny"},
+                        {"name": "awq", "quantization": "awq", "path": "org/tiny-awq"},
+                    ],
+                },
+                {
+                    "name": "big",
+                    "architecture": "Llama-3.1-70B-Instruct",
+                    "variants": [
+                        {
+                            "name": "bf16",
+                            "quantization": "bf16",
+                            "path": "meta-llama/Llama-3.1-70B-Instruct",
+                        }
+                    ],
+                },
+            ],
+        },
+        "models",
+    )
+
+
+def test_plan_runs_smallest_tp_that_fits():
+    runs, skipped = eb.plan_runs(_models(), devices=4, memory_gib=80.0)
+    keys = [r.key for r in runs]
+    assert ("tiny", "bf16", 1) in keys and ("tiny", "awq", 1) in keys
+    assert (
+        "big",
+        "bf16",
+        4,
+    ) in keys  # 70B bf16 ~131 GiB: TP 2 leaves 66 GiB a GPU, over 75% of 80 GiB (no room for KV)
+    assert any(k == ("big", "bf16", 1) and "exceed" in why for k, why in skipped)
+
+
+def test_plan_runs_filters_and_explicit_tp():
+    runs, skipped = eb.plan_runs(
+        _models(), devices=2, memory_gib=24.0, model="tiny", variant="bf16", tps=[1, 2, 4]
+    )
+    assert [r.key for r in runs] == [("tiny", "bf16", 1), ("tiny", "bf16", 2)]
+    assert skipped[0][0] == ("tiny", "bf16", 4) and "devices" in skipped[0][1]
+    with pytest.raises(KeyError):
+        eb.plan_runs(_models(), devices=1, memory_gib=24.0, model="nope")
+
+
+def test_tp_divides():
+    assert eb.tp_divides(32, 8, 4)
+    assert eb.tp_divides(32, 8, 16)  # KV heads replicate past 8
+    assert not eb.tp_divides(12, 4, 8)
+
+
+def test_is_done_resume_rules():
+    p = Profile(node="n", gpu_type="cpu")
+    key = ("tiny", "bf16", 1)
+    assert not eb.is_done(p, key)
+    p.engine = [EngineRun(model="tiny", variant="bf16", status="failed", reason="timeout")]
+    assert eb.is_done(p, key) and not eb.is_done(p, key, retry_failed=True)
+    s = Stat(median=0.1)
+    p.engine = [
+        EngineRun(
+            model="tiny", variant="bf16", prefill=[PrefillPoint(prompt_tokens=4, latency_s=s)]
+        )
+    ]
+    assert not eb.is_done(p, key)  # no decode points yet: measure again
+    p.engine[0].decode = [eb.DecodePoint(concurrency=1, tpot_s=s)]
+    assert eb.is_done(p, key)
+
+
+def test_precheck_path(tmp_path):
+    assert eb.precheck_path("") == "the variant has no path"
+    assert "not a directory" in eb.precheck_path(str(tmp_path / "nope"))
+    assert "no config.json" in eb.precheck_path(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    assert eb.precheck_path(str(tmp_path)) is None
+    assert eb.precheck_path("Qwen/Qwen2.5-7B-Instruct") is None  # a hub id: vLLM decides
+    assert eb.looks_local("models/tiny/bf16")
+
+
+def test_vocab_size_of(tmp_path):
+    (tmp_path / "config.json").write_text('{"vocab_size": 321}')
+    assert eb.vocab_size_of(str(tmp_path), 9) == 321
+    assert eb.vocab_size_of(str(tmp_path / "x"), 9) == 9
+
+
+@given(st.integers(1, 300), st.integers(2, 200000))
+def test_prompt_ids_in_vocab(n, vocab):
+    ids = eb.prompt_ids(n, vocab, np.random.default_rng(0))
+    assert len(ids) == n
+    assert all(0 < i < vocab for i in ids)
+
+
+def test_parse_kv_capacity():
+    log = (
+        "(EngineCore pid=1) INFO 11-29 10:51:06 [kv_cache_utils.py:1] CPU KV cache size: 1,048,576 tokens\n"
+        "INFO [kv_cache_utils.py:2] Maximum concurrency for 2,048 tokens per request: 512.00x\n"
+        "(EngineCore_DP0 pid=7) INFO GPU KV cache size: 2,000,000 tokens, Maximum concurrency ...\n"
+    )
+    assert eb.parse_kv_capacity(log) == 2_000_000
+    assert eb.parse_kv_capacity("nothing here") is None
+
+
+def test_parse_metrics_kv():
+    text = (
+        "# HELP vllm:cache_config_info Information\n"
+        'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="4096"} 1.0\n'
+    )
+    assert eb.parse_metrics_kv(text) == 65536
+    assert eb.parse_metrics_kv('vllm:cache_config_info{engine="0"} 1.0') is None
+    assert eb.parse_metrics_kv("") is None
+
+
+def test_tpot_of():
+    assert eb.tpot_of([(1.0, 1), (1.1, 2), (1.2, 3), (1.3, 4)]) == pytest.approx(0.1)
+    assert eb.tpot_of([(1.0, 1), (1.3, 7)]) == pytest.approx(0.05)  # coalesced chunks: 6 tokens
+    assert eb.tpot_of([(1.0, -1), (1.1, -1), (1.2, -1)]) == pytest.approx(
+        0.1
+    )  # no counts: 1 a chunk
+    assert eb.tpot_of([(1.0, 1)]) is None
+    assert eb.tpot_of([(1.0, 3), (2.0, 3)]) is None
+
+
+def test_chunk_tokens():
+    tok = 'data: {"choices": [{"text": "ab"}], "usage": {"completion_tokens": 5}}'
+    assert eb.chunk_tokens(tok) == 5
+    assert eb.chunk_tokens('data: {"choices": [{"text": "a"}]}') == -1
+    assert eb.chunk_tokens('data: {"choices": [], "usage": {"completion_tokens": 9}}') is None
+    assert eb.chunk_tokens("data: [DONE]") is None
+    assert eb.chunk_tokens("") is None
+    assert eb.chunk_tokens("data: {not json") is None
+
+
+def test_instance_and_argv_cpu_and_cuda():
+    from planner import engine
+
+    m = _models().models[0]
+    spec = eb.RunSpec(m, m.variants[0], 1)
+    cpu = eb.BenchConfig.for_device("cpu", quick=True, kv_gib=2.0)
+    argv, env = engine.build_argv(
+        eb.instance_for(spec, cpu, 8123), model_path="/x/tiny", served_name="tiny", device="cpu"
+    )
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert "--enable-sleep-mode" not in argv and "8123" in argv and "2048" in argv
+    cuda = eb.BenchConfig.for_device("cuda")
+    spec2 = eb.RunSpec(m, m.variants[0], 2)
+    argv, env = engine.build_argv(
+        eb.instance_for(spec2, cuda, 8124), model_path="/x/tiny", served_name="tiny", device="cuda"
+    )
+    assert "--enable-sleep-mode" in argv  # sleep/wake is measured on CUDA
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    awq = eb.instance_for(eb.RunSpec(m, m.variants[1], 1), cuda, 8125)
+    assert awq.engine.quantization == "awq"
+
+
+class FakeClient:
+    """Answers like a server whose prefill takes 1 ms/token and whose stream emits every 10 ms."""
+
+    def __init__(self, statuses=None):
+        self.posts = []
+        self.statuses = statuses or {}
+
+    def complete_s(self, ids, max_tokens=1):
+        return 0.001 * len(ids)
+
+    def streams(self, prompts, out):
+        return [(0.0, [(0.05 + 0.01 * i, i + 1) for i in range(out)]) for _ in prompts]
+
+    def post_s(self, path, body=None):
+        self.posts.append((path, body))
+        return 0.5, self.statuses.get(path, 200)
+
+
+def test_measure_loops_with_fake_client():
+    cfg = eb.BenchConfig.for_device("cpu", quick=True)
+    ticks = []
+    rng = np.random.default_rng(0)
+    pre = eb.measure_prefill(FakeClient(), cfg, 512, rng, ticks.append)
+    assert [p.prompt_tokens for p in pre] == list(cfg.prompt_lens)
+    assert pre[-1].latency_s.median == pytest.approx(0.001 * cfg.prompt_lens[-1])
+    dec = eb.measure_decode(FakeClient(), cfg, 512, rng, ticks.append)
+    assert [d.concurrency for d in dec] == list(cfg.concurrencies)
+    assert dec[0].tpot_s.median == pytest.approx(0.01)
+    assert dec[0].ttft_s.median == pytest.approx(0.05)
+    assert dec[-1].tpot_s.n >= cfg.decode_min_samples
+    assert dec[0].tpot_s.n >= cfg.decode_min_samples  # concurrency 1 runs more rounds
+    assert len(ticks) == len(cfg.prompt_lens) + len(cfg.concurrencies)
+
+
+def test_measure_sleep_sequence_with_fake_client():
+    """The CUDA sleep/wake sequence (sleep mode needs a GPU; fake client here)."""
+    c = FakeClient()
+    run = EngineRun(model="m", variant="v")
+    eb.measure_sleep(c, run)
+    assert [p for p, _ in c.posts] == [
+        "/sleep?level=1",
+        "/wake_up",
+        "/sleep?level=2",
+        "/wake_up",
+        "/collective_rpc",
+    ]
+    assert c.posts[-1][1] == {"method": "reload_weights"}
+    assert run.sleep_l1_s == 0.5 and run.wake_l1_s == 0.5 and run.wake_l2_s == 1.0
+    c2 = FakeClient({"/sleep?level=1": 404})
+    run2 = EngineRun(model="m", variant="v")
+    eb.measure_sleep(c2, run2)
+    assert run2.sleep_l1_s is None and "VLLM_SERVER_DEV_MODE" in run2.notes[0]
+
+
+def test_profile_run_bad_path_needs_no_server(tmp_path):
+    m = _models().models[0]
+    res = eb.profile_run(
+        eb.RunSpec(m, m.variants[0], 1), eb.BenchConfig.for_device("cpu"), log_dir=tmp_path
+    )
+    assert res.run.status == "failed" and res.run.reason == "bad_model_path"
+    assert res.run.arch is not None and res.run.quantization == "bf16"
+
+
+def test_relative_paths_resolve_against_models_file(tmp_path):
+    from planner.schemas import load
+
+    f = tmp_path / "models.yaml"
+    f.write_text(
+        "kind: models\nmodels:\n- name: t\n  architecture: {name: x, num_layers: 2, hidden_size: 128, "
+        "num_attention_heads: 4, num_kv_heads: 2, head_dim: 32, intermediate_size: 256, vocab_size: 512, "
+        "total_params_b: 0.001, active_params_b: 0.001}\n"
+        "  variants:\n  - {name: a, quantization: bf16, path: models/t}\n"
+        "  - {name: b, quantization: bf16, path: org/hub-id}\n"
+    )
+    (tmp_path / "models" / "t").mkdir(parents=True)
+    runs, _ = eb.plan_runs(load(f, "models"), devices=1, memory_gib=8.0)
+    assert [r.path for r in runs] == [str(tmp_path / "models" / "t"), "org/hub-id"]

@@ -1,0 +1,141 @@
+"""`planner evaluate` end to end on the lab16 example with a small synthetic trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from planner.cli.main import main
+from planner.optimizer import baselines
+from planner.optimizer.workload.synth import bind_models, default_spec, synth
+
+from planner.io import dump_yaml
+from planner.schemas import load_cluster, load_models, load_slo
+from planner.schemas.plan import InputRef, Plan
+from planner.trace import write_trace
+
+LAB = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
+KEYS = {
+    "slo_attainment",
+    "ttft_p95_s",
+    "tpot_p95_s",
+    "switch_p95_s",
+    "switch_count",
+    "warm_gpu_gib",
+    "gpus_used",
+    "requests",
+    "per_model",
+}
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("eval")
+    models = load_models(LAB / "models.yaml")
+    spec, _ = bind_models(
+        default_spec().model_copy(update={"users": 3, "days": 1, "stationary": True}), models.names
+    )
+    df = synth(spec, seed=1)
+    write_trace(df, d / "trace.csv")
+    b = baselines.static(load_cluster(LAB / "cluster.yaml"), models)
+    plan = Plan(
+        selected="static",
+        points=[b.point, b.point.model_copy(update={"name": "copy"})],
+        inputs={k: InputRef(path=str(LAB / f"{k}.yaml")) for k in ("cluster", "models", "slo")},
+    )
+    (d / "plan.yaml").write_text(dump_yaml(plan.model_dump(mode="json")))
+    return {"dir": d, "trace": d / "trace.csv", "plan": d / "plan.yaml", "n": len(df)}
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    return int(e.value.code or 0), capsys.readouterr().out
+
+
+def test_plan_all_points_json(inputs, capsys):
+    code, out = run(
+        [
+            "evaluate",
+            str(inputs["plan"]),
+            "--workload",
+            str(inputs["trace"]),
+            "--all-points",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    pts = json.loads(out)["points"]
+    assert list(pts) == ["static", "copy"]
+    assert set(pts["static"]) == KEYS
+    assert pts["static"]["requests"] == inputs["n"]
+    assert pts["static"] == pts["copy"]  # same placement, same numbers
+
+
+@pytest.mark.parametrize("name", ["static", "lru", "melange"])
+def test_baseline_without_plan(inputs, capsys, name):
+    code, out = run(
+        [
+            "evaluate",
+            "--baseline",
+            name,
+            "--workload",
+            str(inputs["trace"]),
+            "--cluster",
+            str(LAB / "cluster.yaml"),
+            "--models",
+            str(LAB / "models.yaml"),
+            "--slo",
+            str(LAB / "slo.yaml"),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    m = json.loads(out)["points"][name]
+    assert m["requests"] == inputs["n"] and 0 <= m["slo_attainment"] <= 1 and m["gpus_used"] >= 1
+
+
+def test_baseline_needs_inputs(inputs, capsys):
+    code, _ = run(["evaluate", "--baseline", "static", "--workload", str(inputs["trace"])], capsys)
+    assert code == 2
+
+
+def test_table_and_plot(inputs, capsys):
+    png = inputs["dir"] / "eval.png"
+    code, out = run(
+        [
+            "evaluate",
+            str(inputs["plan"]),
+            "--workload",
+            str(inputs["trace"]),
+            "--baseline",
+            "lru",
+            "--plot",
+            str(png),
+        ],
+        capsys,
+    )
+    assert code == 0 and "static" in out and "lru" in out
+    assert png.stat().st_size > 1000
+
+
+def test_baselines_are_valid_points_for_the_inputs():
+    cluster, models, slo = (
+        load_cluster(LAB / "cluster.yaml"),
+        load_models(LAB / "models.yaml"),
+        load_slo(LAB / "slo.yaml"),
+    )
+    from planner.schemas import check_plan
+
+    for b in (baselines.static(cluster, models), baselines.lru(cluster, models)):
+        check_plan(Plan(selected=b.point.name, points=[b.point]), cluster, models)
+        assert {i.model for i in b.point.instances} == set(models.names)
+    s = baselines.static(cluster, models).point
+    assert all(i.tier == "gpu" for i in s.instances)
+    gpus = [(i.node, g) for i in s.instances for g in i.gpus]
+    assert len(gpus) == len(set(gpus))  # static never shares a GPU
+    assert all(i.tier == "host" for i in baselines.lru(cluster, models).point.instances)
+    _ = slo

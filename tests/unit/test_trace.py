@@ -1,0 +1,199 @@
+"""Trace schema: reading, validation errors, canonical form, deterministic writing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.errors import InputError
+from planner.trace import (
+    COLUMNS,
+    DTYPES,
+    TRACE_JSON_SCHEMA,
+    normalize,
+    read_trace,
+    trace_bytes,
+    write_trace,
+)
+
+
+def _frame(**over):
+    base = {
+        "timestamp": [2.0, 0.5, 1.0],
+        "model": ["coder-32b", "planner-7b", "coder-32b"],
+        "input_tokens": [100, 20, 50],
+        "output_tokens": [10, 5, 7],
+    }
+    base.update(over)
+    return pd.DataFrame(base)
+
+
+def test_normalize_sorts_fills_and_types():
+    df = normalize(_frame())
+    assert list(df.columns) == COLUMNS
+    assert {c: str(t) for c, t in df.dtypes.items()} == {c: DTYPES[c] for c in COLUMNS}
+    assert df["timestamp"].tolist() == [0.5, 1.0, 2.0]
+    assert df["user"].tolist() == ["", "", ""]
+    assert df["cached_tokens"].tolist() == [0, 0, 0]
+    assert df.index.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_roundtrip_and_bytes_deterministic(tmp_path, suffix):
+    df = normalize(
+        _frame(user=["a", "b", "a"], session=["s1", "s2", "s1"], cached_tokens=[0, 0, 30])
+    )
+    p1, p2 = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    write_trace(df, p1)
+    write_trace(df.copy(), p2)
+    assert p1.read_bytes() == p2.read_bytes()
+    back = read_trace(p1)
+    pd.testing.assert_frame_equal(back, df)
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic write leaves no temp file
+
+
+def test_iso_timestamps_keep_hour_of_day(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text(
+        "timestamp,model,input_tokens,output_tokens\n"
+        "2026-01-05T09:00:00Z,m,10,1\n2026-01-05T09:00:30Z,m,10,1\n"
+    )
+    df = read_trace(p)
+    assert df["timestamp"].tolist() == [9 * 3600.0, 9 * 3600.0 + 30]
+
+
+def test_sqlite_request_log(tmp_path):
+    p = tmp_path / "requests.sqlite"
+    con = sqlite3.connect(p)
+    con.execute(
+        "CREATE TABLE requests (timestamp REAL, user TEXT, session TEXT, model TEXT, "
+        "input_tokens INT, output_tokens INT, cached_tokens INT, ttft_s REAL)"
+    )
+    day = 20000 * 86400.0
+    con.executemany(
+        "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
+        [(day + 3600.5, "u", "s", "m", 10, 2, 4, 0.1), (day + 3500.0, "u", "s", "m", 8, 1, 0, 0.1)],
+    )
+    con.commit()
+    con.close()
+    df = read_trace(p)
+    assert df["timestamp"].tolist() == [3500.0, 3600.5]  # epoch -> since 00:00 of day 0
+    assert df["cached_tokens"].tolist() == [0, 4]
+
+
+def test_sqlite_without_requests_table(tmp_path):
+    p = tmp_path / "x.db"
+    sqlite3.connect(p).close()
+    with pytest.raises(InputError, match="no table 'requests'"):
+        read_trace(p)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("timestamp,model,input_tokens\n1,m,3\n", r"missing column\(s\) \['output_tokens'\]"),
+        (
+            "timestamp,model,input_tokens,output_tokens\n1,m,abc,3\n",
+            r"row 1 \(line 2\), column 'input_tokens'",
+        ),
+        (
+            "timestamp,model,input_tokens,output_tokens\n1,m,3,2\n2,m,-4,3\n",
+            r"row 2 \(line 3\), column 'input_tokens': -4 is below 1",
+        ),
+        (
+            "timestamp,model,input_tokens,output_tokens\n1,m,3,0\n",
+            r"column 'output_tokens': 0 is below 1",
+        ),
+        ("timestamp,model,input_tokens,output_tokens\nyesterday,m,3,1\n", r"neither a number"),
+        (
+            "timestamp,model,input_tokens,output_tokens,cached_tokens\n1,m,3,1,5\n",
+            r"exceeds input_tokens",
+        ),
+        ("", "the file is empty"),
+        ("timestamp,model,input_tokens,output_tokens\n", "no requests"),
+    ],
+)
+def test_located_errors(tmp_path, text, match):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    with pytest.raises(InputError, match=match) as e:
+        read_trace(p)
+    assert str(p) in str(e.value)
+    assert e.value.fix
+
+
+def test_unknown_model_lists_catalog(tmp_path):
+    p = tmp_path / "t.jsonl"
+    rows = [{"timestamp": 0, "model": "gpt-9", "input_tokens": 3, "output_tokens": 1}]
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(InputError) as e:
+        read_trace(p, model_names=["coder-32b", "planner-7b"])
+    msg = str(e.value)
+    assert "['gpt-9']" in msg and "coder-32b" in msg and "--assign" in msg
+
+
+def test_bad_jsonl_line_and_unknown_suffix(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 0}\n{oops\n')
+    with pytest.raises(InputError, match="line 2: not valid JSON"):
+        read_trace(p)
+    q = tmp_path / "t.txt"
+    q.write_text("x")
+    with pytest.raises(InputError, match="unknown trace format"):
+        read_trace(q)
+    with pytest.raises(InputError, match="file not found"):
+        read_trace(tmp_path / "missing.csv")
+
+
+def test_schema_names_columns():
+    assert TRACE_JSON_SCHEMA["required"] == ["timestamp", "model", "input_tokens", "output_tokens"]
+    assert set(TRACE_JSON_SCHEMA["properties"]) == set(COLUMNS)
+
+
+rows = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=1e7, allow_nan=False),
+        st.sampled_from(["a", "b-1", "ü"]),
+        st.integers(1, 10**6),
+        st.integers(1, 10**5),
+        st.text(alphabet="xyz,\"' ", max_size=4),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=rows, suffix=st.sampled_from([".csv", ".jsonl", ".parquet"]))
+def test_property_roundtrip(tmp_path_factory, rows, suffix):
+    ts, model, inp, out, user = map(list, zip(*rows, strict=True))
+    df = normalize(
+        pd.DataFrame(
+            {
+                "timestamp": ts,
+                "model": model,
+                "input_tokens": inp,
+                "output_tokens": out,
+                "user": user,
+                "cached_tokens": [i // 2 for i in inp],
+            }
+        )
+    )
+    assert np.all(np.diff(df["timestamp"].to_numpy()) >= 0)
+    p = tmp_path_factory.mktemp("rt") / f"t{suffix}"
+    write_trace(df, p)
+    back = read_trace(p)
+    pd.testing.assert_frame_equal(back, df)
+    assert trace_bytes(back, suffix) == p.read_bytes()
+
+
+def test_write_makes_any_frame_canonical(tmp_path):
+    p = tmp_path / "t.csv"
+    write_trace(_frame(), p)  # unsorted, no optional columns
+    assert read_trace(p)["timestamp"].tolist() == [0.5, 1.0, 2.0]
