@@ -19,7 +19,6 @@ from pathlib import Path
 from planner.adjuster.backends.base import Backend, Handle
 from planner.adjuster.reconcile import Action, Observed, diff, spec_sha
 from planner.adjuster.state import InstanceRow, StateStore
-
 from planner.errors import ApplyError, InputError, LaunchError, PlannerError
 from planner.schemas.models import Models
 from planner.schemas.plan import Instance, Plan, Point
@@ -369,7 +368,12 @@ def apply_point(
     sleep_ok = bool(getattr(backend, "supports_sleep", True))
     result = ApplyResult(point=point.name)
     if dry_run:
-        for a in diff(point, observe(state, backend), sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib):
+        for a in diff(
+            point,
+            observe(state, backend),
+            sleep_supported=sleep_ok,
+            gpu_capacity_gib=gpu_capacity_gib,
+        ):
             result.actions.append(ActionResult(a.kind, a.instance, a.node, "planned", a.reason))
         result.instances = instances_json(state, point)
         return result

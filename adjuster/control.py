@@ -11,11 +11,10 @@ import json
 import threading
 import time
 
-from planner.adjuster.apply import ModelPathResolver, _Run, handle_of
+from planner.adjuster.apply import ModelPathResolver, _Run, handle_of, restart_delay_s
 from planner.adjuster.backends.base import Backend, Handle, Status
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import StateStore
-
 from planner.errors import ApplyError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
@@ -118,6 +117,36 @@ class Controller:
                 )
                 raise
             self.state.journal("wake", inst.id, inst.node, "ok", f"started pid {h.pid}")
+            return h
+
+    def heal(self, instance_id: str, timeout_s: float) -> Handle | None:
+        """Restart an instance whose process died (health loop), with the crash backoff of apply.
+
+        Returns the new handle, or None when it was not dead (or sleeps as a stopped process).
+        The delay is base * 2^restarts (capped) while it keeps crashing soon after starting.
+        """
+        inst = self.instance(instance_id)
+        status, _ = self.status()[instance_id]
+        if status != "failed":
+            return None
+        with self._lock:
+            row = self.state.get(instance_id)
+            now = time.time()
+            delay = restart_delay_s(row, now, base_s=1.0, cap_s=30.0, stable_s=120.0)
+            restarts = (row.restarts if row and delay > 0 else 0) + 1
+            if row is not None and row.pid is not None:
+                self.backend.stop(handle_of(row), 10.0)
+            time.sleep(delay)
+            try:
+                h = self._run(timeout_s).launch(inst, restarts=restarts)
+            except ApplyError as e:
+                self.state.journal(
+                    "restart", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
+                )
+                raise
+            self.state.journal(
+                "restart", inst.id, inst.node, "ok", f"pid {h.pid} after {delay:.0f} s"
+            )
             return h
 
     def sleep(self, instance_id: str) -> None:

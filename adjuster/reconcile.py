@@ -85,11 +85,14 @@ def diff(
             if o.node != inst.node:
                 continue
             if o.port == inst.port or (
-                set(o.gpus) & set(inst.gpus) and not _fits(inst, actual, gpu_capacity_gib)
+                set(o.gpus) & set(inst.gpus) and not _fits(inst, actual, pending, gpu_capacity_gib)
             ):
                 out.append(k)
+        for g in inst.gpus:  # later starts see this one's memory as taken
+            pending[(inst.node, g)] = pending.get((inst.node, g), 0.0) + inst.memory_gib.total
         return out
 
+    pending: dict[tuple[str, int], float] = {}  # GiB of starts planned so far, per GPU
     must_go_first: set[str] = set()
     for inst in desired.instances:
         obs = actual.get(inst.id)
@@ -139,6 +142,7 @@ def diff(
 def _fits(
     inst: Instance,
     actual: dict[str, Observed],
+    pending: dict[tuple[str, int], float],
     cap: dict[tuple[str, int], float] | None,
 ) -> bool:
     """Whether `inst` fits on its GPUs beside everything running there now (unknown capacity: no)."""
@@ -152,6 +156,6 @@ def _fits(
             o.memory_gib for o in actual.values()
             if o.node == inst.node and g in o.gpus and o.status in ("awake", "starting")
         )  # fmt: skip
-        if used + inst.memory_gib.total > c:
+        if used + pending.get((inst.node, g), 0.0) + inst.memory_gib.total > c:
             return False
     return True

@@ -116,17 +116,20 @@ async def replay(
                 "temperature": 0.0,
                 "ignore_eos": True,
                 "stream": True,
+                "stream_options": eb.STREAM_OPTIONS,
             }
             sent = time.perf_counter()
-            times = []
+            chunks: list[eb.Chunk] = []
             async with http.stream("POST", "/v1/completions", json=body) as r:
                 r.raise_for_status()
                 async for line in r.aiter_lines():
-                    if line.startswith("data:") and line[5:].strip() != "[DONE]":
-                        times.append(time.perf_counter())
-            ttft[i] = times[0] - sent
-            if out > 1 and len(times) > 1:
-                tpot[i] = (times[-1] - times[0]) / (out - 1)
+                    k = eb.chunk_tokens(line)
+                    if k is not None:
+                        chunks.append((time.perf_counter(), k))
+            ttft[i] = chunks[0][0] - sent
+            t = eb.tpot_of(chunks)
+            if out > 1 and t is not None:
+                tpot[i] = t
 
         await asyncio.gather(*(one(i) for i in range(n)))
     return ttft, tpot

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
 from planner.cli.common import JsonOpt, console, err_console, print_json
 
 StateDirOpt = Annotated[
@@ -71,7 +72,9 @@ def gpu_capacity(cluster: Any) -> dict[tuple[str, int], float] | None:
     """(node, device) -> GiB usable by vLLM (the spec's memory less a 5% margin); None without a cluster."""
     if cluster is None:
         return None
-    return {(n.name, idx): g.spec.memory_gib * 0.95 for n in cluster.nodes for idx, g in n.gpu_list()}
+    return {
+        (n.name, idx): g.spec.memory_gib * 0.95 for n in cluster.nodes for idx, g in n.gpu_list()
+    }
 
 
 def make_backend(kind: str, cluster: Any = None, device: str | None = None):
@@ -130,7 +133,6 @@ def apply_cmd(
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
     from planner.adjuster.state import StateStore
-
     from planner.io import sha256_file
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)

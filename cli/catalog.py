@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from planner.cli.common import JsonOpt, console, print_json
 
 

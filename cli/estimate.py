@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from planner.cli.common import JsonOpt, console, print_json
 
+from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 _QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
@@ -54,9 +54,8 @@ def estimate_row(
     engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
-    from planner.optimizer.perf import instance_perf, steady_state
-
     from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf import instance_perf, steady_state
     from planner.schemas import check_tp
 
     file, pre = where

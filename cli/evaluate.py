@@ -2,67 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from planner.cli.common import JsonOpt, console, print_json
 
+from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 BASELINE_NAMES = ("static", "lru", "melange")
-
-
-@contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
-    """Silence C-level writes to stdout (the HiGHS banner) so --json stays parseable."""
-    sys.stdout.flush()
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # captured stdout (tests): nothing to guard
-        yield
-        return
-    saved = os.dup(fd)
-    try:
-        with open(os.devnull, "w") as null:
-            os.dup2(null.fileno(), fd)
-            yield
-    finally:
-        os.dup2(saved, fd)
-        os.close(saved)
-
-
-def _input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:
-    """An input file: the flag, else the path recorded in the plan (as given, then next to it)."""
-    if given is not None:
-        return given
-    ref = plan.inputs.get(key) if plan is not None else None
-    if ref is None or not ref.path:
-        raise InputError(
-            f"no {key} file: the plan does not record one"
-            if plan is not None
-            else f"--{key} is required",
-            path=f"--{key}",
-            fix=f"pass --{key} FILE",
-        )
-    p = Path(ref.path)
-    if not p.exists() and plan_path is not None and (plan_path.parent / p).exists():
-        p = plan_path.parent / p
-    return p
-
-
-def _calibs(profiles: Path | None) -> dict[str, Any]:
-    """GPU type -> Calib fitted in the profiles under `profiles`."""
-    if profiles is None:
-        return {}
-    from planner.optimizer.perf import calib_from_profile
-    from planner.profiler.store import load_profiles
-
-    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
 
 
 def evaluate_points(
@@ -78,10 +26,10 @@ def evaluate_points(
     profiles: Path | None = None,
 ) -> dict[str, Any]:
     """name -> SimResult for the chosen plan points and baseline (in that order)."""
+    from planner.cli.inputs import calibration, input_path, quiet_c_stdout
     from planner.optimizer import baselines
     from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.simulator import simulate
-
     from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
     from planner.trace import read_trace
 
@@ -98,9 +46,9 @@ def evaluate_points(
             fix=f"use one of {list(BASELINE_NAMES)}",
         )
     plan = load_plan(plan_path) if plan_path is not None else None
-    cluster = load_cluster(_input_path(cluster_path, plan, plan_path, "cluster"))
-    models = load_models(_input_path(models_path, plan, plan_path, "models"))
-    slo = load_slo(_input_path(slo_path, plan, plan_path, "slo"))
+    cluster = load_cluster(input_path(cluster_path, plan, plan_path, "cluster"))
+    models = load_models(input_path(models_path, plan, plan_path, "models"))
+    slo = load_slo(input_path(slo_path, plan, plan_path, "slo"))
     if (
         profiles is None
         and plan is not None
@@ -109,7 +57,7 @@ def evaluate_points(
     ):
         cand = Path(plan.inputs["profiles"].path)
         profiles = cand if cand.exists() else None
-    calib = _calibs(profiles)
+    calib = calibration(profiles) or {}
     trace = read_trace(workload, models.names)
 
     todo: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = []
@@ -130,7 +78,7 @@ def evaluate_points(
         for p in pts:
             todo.append((p.name, p, perfs_for_point(p, cluster, models, calib), {}))
     if baseline is not None:
-        with _quiet_stdout():
+        with quiet_c_stdout():
             b = baselines.build(baseline, cluster, models, slo, trace)
         perfs = perfs_for_point(b.point, cluster, models, calib) if calib else b.perfs
         name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from planner.cli.common import JsonOpt, console, err_console, print_json
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "plans" / "examples"

@@ -42,19 +42,15 @@ def explain_cmd(
     if knobs_d is None:
         raise InputError(f"the plan does not record the search knobs of point {pt.name!r}",
                          file=str(plan_path), path="search.knobs", fix="re-run `planner optimize`")
-    paths = {k: Path(v.path) for k, v in plan.inputs.items()}
-    for k in ("cluster", "models", "slo", "workload"):
-        if k == "workload" and workload is not None:
-            continue
-        if k not in paths or not paths[k].exists():
-            raise InputError(f"input {k!r} recorded in the plan is missing", file=str(plan_path),
-                             path=f"inputs.{k}", fix="run from the folder optimize ran in")
+    paths = {k: inp.input_path(workload if k == "workload" else None, plan, plan_path, k)
+             for k in ("cluster", "models", "slo", "workload")}
     cl, ms, sl = inp.cluster(paths["cluster"]), inp.models(paths["models"]), inp.slo(paths["slo"])
-    trace = inp.workload(workload or paths["workload"], ms, int(plan.search.get("seed", 0)))
+    trace = inp.workload(paths["workload"], ms, int(plan.search.get("seed", 0)))
+    prof = plan.inputs.get("profiles")
     cfg = OptimizeConfig(seed=int(plan.search.get("seed", 0)),
                          max_tp=int(plan.search.get("max_tp", 8)),
                          max_replicas=int(plan.search.get("max_replicas", 4)))
-    s = Searcher(cl, ms, sl, trace, cfg, scorer=lambda p, q: {}, calib=inp.calibration(paths.get("profiles")))
+    s = Searcher(cl, ms, sl, trace, cfg, scorer=lambda p, q: {}, calib=inp.calibration(Path(prof.path) if prof else None))
     inp.silence_solver_banner()
     milp_in = s.milp_input(knobs_from_dict(knobs_d))
     res = solve(milp_in, time_limit_s=cfg.milp_time_limit_s)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from planner.cli.common import JsonOpt, console, print_json
 
+from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 # The tiny Llama `planner example cpu` builds (planner.tinymodel defaults), as inline numbers.

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from planner.errors import InputError
-from planner.schemas import load_cluster, load_models, load_profile, load_slo
+from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
@@ -67,18 +71,32 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 
 def calibration(profiles: Path | None) -> dict[str, Any] | None:
-    """Per GPU type calibration from every profile YAML in a folder."""
+    """GPU type -> Calib fitted in the profiles under `profiles` (a folder or a file)."""
     if profiles is None:
         return None
-    if not profiles.is_dir():
-        raise InputError("not a folder of profiles", file=str(profiles), fix="pass the folder `planner profile` wrote")
+    if not profiles.exists():
+        raise InputError("no such profile folder or file", file=str(profiles),
+                         fix="pass the folder `planner profile` wrote")
     from planner.optimizer.perf import calib_from_profile
+    from planner.profiler.store import load_profiles
 
-    out: dict[str, Any] = {}
-    for f in sorted(profiles.glob("*.yaml")):
-        prof = load_profile(f)
-        out[prof.gpu_type] = calib_from_profile(prof)
-    return out
+    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
+
+
+def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:
+    """An input file: the flag, else the path recorded in the plan (as given, then next to it)."""
+    if given is not None:
+        return given
+    ref = plan.inputs.get(key) if plan is not None else None
+    if ref is None or not ref.path:
+        raise InputError(
+            f"no {key} file: the plan does not record one" if plan is not None else f"--{key} is required",
+            path=f"--{key}", fix=f"pass --{key} FILE",
+        )
+    p = Path(ref.path)
+    if not p.exists() and plan_path is not None and (plan_path.parent / p).exists():
+        p = plan_path.parent / p
+    return p
 
 
 def provenance(**paths: Path | None) -> dict[str, Any]:
@@ -119,37 +137,47 @@ def scorer(trace, sl: Slo):
 
 def baseline_metrics(cl: Cluster, ms: Models, sl: Slo, trace, calib) -> dict[str, dict[str, Any]]:
     """static / lru / melange through the same simulator; a baseline that cannot be built says why."""
-    from planner.optimizer import baselines
     from planner.errors import PlannerError
+    from planner.optimizer import baselines
+    from planner.optimizer.sim.perfs import perfs_for_point
+    from planner.optimizer.sim.simulator import simulate
 
     out: dict[str, dict[str, Any]] = {}
-    for name in ("static", "lru", "melange"):
+    for name in baselines.BASELINES:
         try:
-            out[name] = baselines.evaluate_baseline(name, cl, ms, sl, trace, calib)
+            b = baselines.build(name, cl, ms, sl, trace)
         except PlannerError as e:
             out[name] = {"error": e.message}
+            continue
+        perfs = perfs_for_point(b.point, cl, ms, calib) if calib else b.perfs
+        out[name] = simulate(b.point, perfs, trace, sl, model_names=ms.names, **b.simulate_kwargs()).to_metrics()
     return out
 
 
+@contextlib.contextmanager
+def quiet_c_stdout() -> Iterator[None]:
+    """Silence C-level writes to stdout (the HiGHS banner) so --json stays parseable."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured stdout (tests): nothing to guard
+        yield
+        return
+    saved = os.dup(fd)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), fd)
+            yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
 def silence_solver_banner() -> None:
-    """HiGHS prints a banner on stdout at its first instance in a process; take it to /dev/null.
-
-    Without this the banner lands in the middle of `--json` output.
-    """
-    import os
-    import sys
-
+    """HiGHS prints a banner on stdout at its first instance in a process: take it now, quietly."""
     try:
         import highspy
     except ImportError:
         return
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
+    with quiet_c_stdout():
         highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(devnull)
-        os.close(saved)

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from planner.cli.common import JsonOpt, console, err_console, print_json
 
+from planner.cli.common import JsonOpt, console, err_console, print_json
 from planner.errors import InputError
 
 profile_app = typer.Typer(
@@ -70,54 +70,58 @@ def hardware_cmd(
             "--disk-dir", help="Where to write the disk-read test file; default: the output dir."
         ),
     ] = None,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="Run on every node of --cluster through Ray (RAY_ADDRESS)."),
+    ] = False,
+    cluster_file: Annotated[
+        Path | None, typer.Option("--cluster", help="cluster.yaml: the nodes --ray profiles.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Torch microbenchmarks: GEMM TFLOP/s, memory copy, host<->device, disk and RAM GB/s."""
     from planner.profiler import hardware as hwmod
     from planner.profiler import store
-    from planner.profiler.devices import discover_gpus
 
     dev = device or _default_device()
     if dev not in ("cuda", "cpu"):
         raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
-    import torch
+    if ray:
+        from planner.profiler.remote import cluster_nodes, hardware_on_nodes
 
-    node_name = node or platform.node()
-    _, driver, cuda = discover_gpus() if dev == "cuda" else ([], "", "")
+        nodes = cluster_nodes(cluster_file, node)
+        with err_console.status(f"profiling hardware on {len(nodes)} node(s) through Ray ..."):
+            measured = hardware_on_nodes(nodes, dev, quick=quick)
+    else:
+        with _progress() as bar:
+
+            def on_target(target):
+                task = bar.add_task(target.gpu_type, total=None)
+
+                def on_plan(run):
+                    bar.update(task, total=sum(s.weight for s in run.steps))
+
+                def on_step(step):
+                    bar.update(
+                        task, advance=step.weight, description=f"{target.gpu_type}: {step.label}"
+                    )
+
+                return on_plan, on_step
+
+            measured = hwmod.profile_hardware(
+                dev,
+                node or platform.node(),
+                quick=quick,
+                disk_dir=disk_dir or out,
+                on_target=on_target,
+            )
     written: list[str] = []
     profiles = []
-    with _progress() as bar:
-        for i, target in enumerate(hwmod.targets(torch, dev)):
-            fp8 = False
-            if dev == "cuda":
-                with torch.cuda.device(target.index):
-                    fp8 = hwmod.fp8_supported(torch)
-            cfg = hwmod.plan_config(dev, quick=quick, fp8=fp8)
-            task = bar.add_task(f"{target.gpu_type}", total=None)
-
-            def on_plan(run, task=task):
-                bar.update(task, total=sum(s.weight for s in run.steps))
-
-            def on_step(step, task=task, name=target.gpu_type):
-                bar.update(task, advance=step.weight, description=f"{name}: {step.label}")
-
-            hw = hwmod.measure_target(
-                torch,
-                target,
-                cfg,
-                disk_dir=disk_dir or out,
-                node_steps=(i == 0),  # disk and RAM belong to the node: measure them once
-                on_plan=on_plan,
-                on_step=on_step,
-            )
-            prof = store.load_or_new(out, node_name, target.gpu_type)
-            prof.hardware = hw
-            prof.environment = store.environment(
-                target.name, driver=driver, cuda=cuda or (torch.version.cuda or "")
-            )
-            path = store.save(prof, store.profile_path(out, node_name, target.gpu_type))
-            written.append(str(path))
-            profiles.append(prof)
+    for m in measured:
+        prof = store.load_or_new(out, m.node, m.gpu_type)  # keeps the file's engine runs
+        prof.hardware, prof.environment = m.hardware, m.environment
+        written.append(str(store.save(prof, store.profile_path(out, m.node, m.gpu_type))))
+        profiles.append(prof)
     if json_out:
         print_json(
             {
@@ -222,7 +226,6 @@ def engine_cmd(
     from planner.profiler import engine_bench as eb
     from planner.profiler import store
     from planner.profiler.devices import discover_node
-
     from planner.schemas import load_cluster, load_models
 
     models = load_models(models_file)
@@ -337,12 +340,11 @@ def calibrate_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the perf model's efficiency and overhead factors; write them into each profile."""
+    from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf.calib import default_calib
     from planner.optimizer.perf.calibration import calibrate, profile_warnings
     from planner.profiler import store
     from planner.profiler.devices import discover_gpus
-
-    from planner.catalog.gpus import resolve_gpu
     from planner.schemas import load_profile
 
     gpus, _, _ = discover_gpus()

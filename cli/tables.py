@@ -16,9 +16,10 @@ def metrics_table(
     attainment: float | None = None,
 ) -> Table:
     """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
-    t = Table(title=title)
+    t = Table(title=title, caption="P95 latencies in s; warm: time-average GPU GiB")
     t.add_column("point", no_wrap=True)
-    for col in ("attain", "TTFT95 s", "TPOT95 ms", "switch95 s", "switches", "warm GiB", "GPUs"):
+    # P95 latencies in s (TPOT in ms); warm: time-average GiB kept on GPUs
+    for col in ("SLO met", "TTFT", "TPOT ms", "switch", "wakes", "warm", "GPUs"):
         t.add_column(col, justify="right")
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
@@ -34,5 +35,5 @@ def metrics_table(
     for name, m in points.items():
         row(f"{name} *" if name == selected else name, m)
     for name, m in (baselines or {}).items():
-        row(f"[dim]baseline[/] {name}", m, style="dim")
+        row(f"{name} (baseline)", m, style="dim")
     return t

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from planner.cli.common import JsonOpt, console, print_json
 
+from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")

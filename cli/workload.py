@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from planner.cli.common import JsonOpt, SeedOpt, console, err_console, print_json
 
+from planner.cli.common import JsonOpt, SeedOpt, console, err_console, print_json
 from planner.errors import InputError
 
 ModelsOpt = Annotated[
@@ -163,7 +163,6 @@ def inspect_cmd(
 ) -> None:
     """Characterize a trace: rates, lengths, switches, gaps, prefix reuse, concurrency."""
     from planner.optimizer.workload.characterize import summarize
-
     from planner.trace import read_trace
 
     df = read_trace(trace)
@@ -192,7 +191,6 @@ def _load_reference(path: Path) -> dict[str, Any]:
             )
         return dict(plan.workload_summary)
     from planner.optimizer.workload.characterize import summarize
-
     from planner.trace import read_trace
 
     return summarize(read_trace(path))

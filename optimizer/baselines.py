@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from planner.optimizer.perf import InstancePerf, instance_perf, steady_state
-from planner.optimizer.perf.memory import weights_bytes
 
 from planner.errors import InfeasibleError
+from planner.optimizer.perf import InstancePerf, instance_perf, steady_state
+from planner.optimizer.perf.memory import weights_bytes
 from planner.schemas.cluster import Cluster, GpuGroup
 from planner.schemas.models import ModelEntry, Models
 from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point

@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass
 
 from planner.catalog.gpus import GpuSpec
+from planner.optimizer.demand import ModelDemand
+from planner.optimizer.perf import Calib, instance_perf
+from planner.optimizer.perf.types import InstancePerf
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
 from planner.units import GIB
-from planner.optimizer.demand import ModelDemand
-from planner.optimizer.perf import Calib, instance_perf
-from planner.optimizer.perf.types import InstancePerf
 
 TP_DEGREES = (1, 2, 4, 8, 16)
 

@@ -19,7 +19,7 @@ class OptimizeConfig(BaseModel):
     max_tp: int = Field(default=8, ge=1, le=64, description="largest tensor-parallel degree tried")
     max_replicas: int = Field(default=4, ge=1, le=64, description="most instances of one model")
     max_model_len: int | None = Field(default=None, ge=256, description="cap on max_model_len; default: each model's max_context")
-    headroom_range: tuple[float, float] = Field(default=(1.0, 2.0), description="capacity / peak demand, searched")
+    headroom_range: tuple[float, float] = Field(default=(1.0, 2.5), description="capacity / peak demand, searched")
     kv_factor_range: tuple[float, float] = Field(default=(0.5, 2.0), description="KV budget vs the mean working set, searched")
     max_num_seqs_choices: tuple[int, ...] = Field(default=(16, 32, 64, 128), description="batch caps searched")
     solver: str = Field(default="auto", pattern="^(auto|highs|cbc)$", description="MILP solver")

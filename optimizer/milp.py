@@ -42,6 +42,7 @@ sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import pulp
@@ -199,7 +200,7 @@ def solve(
                  <= inp.node_ram_gib.get(n, 0.0)), f"c6_ram_{n}"
 
     for group in inp.gpu_groups:
-        for a, b in zip(group, group[1:], strict=False):
+        for a, b in itertools.pairwise(group):
             # (7) identical GPUs are used in order
             prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
 

@@ -221,10 +221,13 @@ class Searcher:
         cfg = self.cfg
         n_models = len(self.models.names)
         evals: list[Evaluation] = []
-        # Two anchors: everything awake, and every model allowed to sleep with memory weighed high.
+        # Deterministic anchors span the trade-off before the GP takes over: everything awake
+        # (roomy, then tight KV), half the models allowed to sleep, all of them.
         anchors = [
-            [1.2, 1.0, 32, 0.0, -2.0, 0],
-            [1.0, 0.5, 16, -2.0, 1.0, n_models],
+            [1.5, 1.0, 32, 0.0, -2.0, 0],
+            [1.7, 0.5, 16, 0.0, 0.0, 0],
+            [1.7, 0.5, 16, -1.0, 0.5, n_models // 2],
+            [1.7, 0.5, 16, -1.0, 1.0, n_models - 1],
         ]
         lams = (0.3, 1.0, 3.0)  # trade-offs the three phases favour
         per_phase = max(1, math.ceil(max(0, cfg.evals - len(anchors)) / len(lams)))

@@ -31,7 +31,7 @@ from planner.profiler.stats import (
 )
 
 from planner.errors import ProfileError
-from planner.schemas.profile import GemmPoint, Hardware, Stat
+from planner.schemas.profile import GemmPoint, Hardware, Profile, Stat
 from planner.units import GB, MIB, TFLOPS
 
 
@@ -401,3 +401,46 @@ def measure_target(
         return go()
     with torch.cuda.device(target.index):
         return go()
+
+
+# Callbacks of one target's progress: (on_plan, on_step).
+Callbacks = tuple[Callable[[HwRun], None] | None, Callable[[Step], None] | None]
+
+
+def profile_hardware(
+    device: str,
+    node: str,
+    *,
+    quick: bool = False,
+    disk_dir: Path | None = None,
+    on_target: Callable[[Target], Callbacks] | None = None,
+) -> list[Profile]:
+    """Measure one device of every GPU type on this node (or the CPU): one Profile each.
+
+    Disk and RAM belong to the node: they are measured once, with the first target.
+    """
+    import torch
+    from planner.profiler import store
+    from planner.profiler.devices import discover_gpus
+
+    _, driver, cuda = discover_gpus() if device == "cuda" else ([], "", "")
+    out: list[Profile] = []
+    for i, target in enumerate(targets(torch, device)):
+        fp8 = False
+        if device == "cuda":
+            with torch.cuda.device(target.index):
+                fp8 = fp8_supported(torch)
+        cfg = plan_config(device, quick=quick, fp8=fp8)
+        on_plan, on_step = on_target(target) if on_target is not None else (None, None)
+        hw = measure_target(
+            torch,
+            target,
+            cfg,
+            disk_dir=disk_dir,
+            node_steps=(i == 0),
+            on_plan=on_plan,
+            on_step=on_step,
+        )
+        env = store.environment(target.name, driver=driver, cuda=cuda or (torch.version.cuda or ""))
+        out.append(Profile(node=node, gpu_type=target.gpu_type, hardware=hw, environment=env))
+    return out

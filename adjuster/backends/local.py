@@ -7,9 +7,8 @@ import subprocess
 import sys
 from typing import Literal
 
-from planner.adjuster.backends.base import Handle
-
 from planner import engine
+from planner.adjuster.backends.base import Handle
 from planner.errors import ApplyError
 from planner.schemas.plan import Instance
 

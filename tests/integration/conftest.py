@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+
 from planner.cli.example import CPU_CLUSTER
 
 _VLLM_OK: tuple[bool, str] | None = None

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-from planner.adjuster.state import StateStore
-from planner.cli.main import main
 
 from planner import engine
+from planner.adjuster.state import StateStore
+from planner.cli.main import main
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 

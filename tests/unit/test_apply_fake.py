@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from planner.adjuster.apply import apply_point, restart_delay_s
 from planner.adjuster.backends.base import Handle
 from planner.adjuster.control import Controller
 from planner.adjuster.state import InstanceRow, StateStore
-
 from planner.errors import LaunchError, LockHeldError
 from planner.schemas.plan import Instance, Plan
 
@@ -217,3 +217,17 @@ def test_controller_uses_sleep_mode_when_present(tmp_path) -> None:
     assert ("wake", "h-0") in be.log and st.get("h-0").pid == pid
     c.sleep("h-0")
     assert st.get("h-0").status == "asleep" and be.alive[pid] == "asleep"
+
+
+def test_controller_heals_a_dead_instance_and_counts_it(tmp_path) -> None:
+    p = plan(("a", [inst("g-0", 8100)]))
+    be, st = FakeBackend(), StateStore(tmp_path)
+    run(p, "a", be, st)
+    c = Controller(p, None, be, st, model_path_resolver=lambda i: "/m")
+    assert c.heal("g-0", timeout_s=5) is None  # healthy: nothing to do
+    st.update("g-0", started_at=0.0)  # it ran long ago: no backoff wait
+    be.alive.clear()
+    assert c.status()["g-0"][0] == "failed"
+    h = c.heal("g-0", timeout_s=5)
+    assert h is not None and c.status()["g-0"][0] == "awake"
+    assert st.get("g-0").restarts == 1

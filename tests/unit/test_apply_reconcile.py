@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from planner.adjuster.reconcile import Observed, diff, spec_sha
 
+from planner.adjuster.reconcile import Observed, diff, spec_sha
 from planner.schemas.plan import Instance, Point
 
 MEM = {"weights": 4.0, "kv": 4.0, "overhead": 1.0}
@@ -134,3 +134,11 @@ def test_diff_then_apply_converges(specs) -> None:
             actual[a.instance] = running(i, "asleep")
     assert diff(desired, actual) == []
     assert set(actual) == {i.id for i in insts}
+
+
+def test_capacity_counts_the_starts_planned_before() -> None:
+    old = inst("old-0", gpus=(0,), port=8100)
+    n1, n2 = inst("n1-0", gpus=(0,), port=8101), inst("n2-0", gpus=(0,), port=8102)
+    cap = {("n", 0): 20.0}  # 9 GiB each: old + one new fit, old + two new do not
+    acts = diff(point(n1, n2), {"old-0": running(old)}, gpu_capacity_gib=cap)
+    assert kinds(acts) == [("stop", "old-0"), ("start", "n1-0"), ("start", "n2-0")]

@@ -8,8 +8,8 @@ import sqlite3
 import time
 
 import pytest
-from planner.adjuster.state import InstanceRow, StateStore, default_state_dir
 
+from planner.adjuster.state import InstanceRow, StateStore, default_state_dir
 from planner.errors import LockHeldError
 
 

@@ -1,0 +1,123 @@
+"""Live side of `planner adjust`: the gateway's last window, and the decision journal.
+
+- `read_window(state_dir, end_s, window_s)`: the requests the gateway logged in
+  `[end_s - window_s, end_s)` (epoch seconds) from `<state dir>/requests.sqlite`, as a
+  canonical trace whose timestamps count from 00:00 UTC of the window's first day (the hour
+  of day survives, as `planner.trace.read_trace` does for the whole log).
+- `DecisionLog`: table `adjust_decisions` in the state store's SQLite file (`state.sqlite`,
+  WAL like the rest of it): one row per decision with the policy's state after it (JSON),
+  the action, its one-line reason and its full reasons (JSON). The last row of the same plan
+  is the state the next `--once` starts from.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.adjuster.policy import Action, AdjustState
+
+REQUEST_LOG = "requests.sqlite"  # the gateway's file (adjuster/gateway.py REQUEST_LOG)
+STATE_DB = "state.sqlite"  # the state store's file (adjuster/state.py DB_NAME)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS adjust_decisions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    plan_sha TEXT NOT NULL,
+    action TEXT NOT NULL,
+    point_from TEXT NOT NULL,
+    point_to TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    dry_run INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL,
+    reasons TEXT NOT NULL
+)
+"""
+
+
+def read_window(state_dir: str | Path, end_s: float, window_s: float, model_names=None) -> pd.DataFrame:
+    """The gateway's requests of the window ending at `end_s` (epoch s); empty if no log."""
+    from planner.trace import COLUMNS, empty_trace, normalize
+
+    path = Path(state_dir) / REQUEST_LOG
+    if not path.is_file():
+        return empty_trace()
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
+        if not cols:
+            return empty_trace()
+        want = [c for c in COLUMNS if c in cols]
+        raw = pd.read_sql_query(
+            f"SELECT {', '.join(want)} FROM requests WHERE timestamp >= ? AND timestamp < ?",  # names from COLUMNS
+            con,
+            params=(end_s - window_s, end_s),
+        )
+    finally:
+        con.close()
+    if not len(raw):
+        return empty_trace()
+    ts = raw["timestamp"].astype(float)
+    raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0  # s since 00:00 UTC of day 0
+    return normalize(raw, file=str(path), model_names=model_names)
+
+
+class DecisionLog:
+    """The `adjust_decisions` table beside the apply state."""
+
+    def __init__(self, state_dir: str | Path):
+        self.path = Path(state_dir) / STATE_DB
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=30.0)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(_SCHEMA)
+        self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> DecisionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def last_state(self, plan_sha: str) -> AdjustState | None:
+        """The policy state after the last decision taken for this plan, or None."""
+        row = self._db.execute(
+            "SELECT state FROM adjust_decisions WHERE plan_sha = ? AND dry_run = 0 ORDER BY seq DESC LIMIT 1",
+            (plan_sha,),
+        ).fetchone()
+        return AdjustState.model_validate_json(row[0]) if row else None
+
+    def record(self, ts: float, plan_sha: str, state: AdjustState, action: Action, *, dry_run: bool) -> int:
+        """Append one decision; returns its sequence number."""
+        cur = self._db.execute(
+            "INSERT INTO adjust_decisions (ts, plan_sha, action, point_from, point_to, reason, dry_run, state, reasons)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                ts, plan_sha, action.kind, action.from_point, action.point, action.reason,
+                int(dry_run), state.model_dump_json(), json.dumps(action.reasons, default=str),
+            ),
+        )  # fmt: skip
+        self._db.commit()
+        return int(cur.lastrowid or 0)
+
+    def entries(self, limit: int = 50) -> list[dict[str, Any]]:
+        """The last decisions, oldest first."""
+        rows = self._db.execute(
+            "SELECT seq, ts, action, point_from, point_to, reason, dry_run FROM adjust_decisions"
+            " ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        ).fetchall()
+        keys = ("seq", "ts", "action", "from", "to", "reason", "dry_run")
+        return [dict(zip(keys, r, strict=True)) for r in reversed(rows)]
+
+
+__all__ = ["DecisionLog", "read_window"]

@@ -1,0 +1,370 @@
+"""The hop policy of `planner adjust`: one pure decision per window of traffic.
+
+`decide(state, obs) -> (state, actions)` is the same code live (cli/adjust.py), in replay
+(adjuster/replay.py) and in tests. It does no I/O and reads no clock: the caller builds the
+`Observation` (the window, its end time, every plan point's simulated metrics on it, the
+drift reports and the cost of hopping to each point) with `observe(...)`, passing the
+simulator as a `Scorer`.
+
+Rule, in order:
+1. fewer than `min_requests` requests in the window: hold (nothing to judge on);
+2. a point "meets the SLO" on the window when its attainment is at least the target less
+   `attainment_z` binomial standard errors (a window of 100 requests cannot tell 0.95 from
+   0.93); no point meets it: `reoptimize` (auto), `suggest` (with the exact command) or hold
+   (never), at most once per `min_dwell_s`;
+3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
+   trade-off the optimizer's default scalarization makes);
+4. hop to the meeting point with the lowest J only when all of these hold:
+   - traffic moved: drift fired against the plan's `workload_summary` or against the window
+     the current point was chosen on, or the current point misses the SLO (so stationary
+     traffic, whose drift is calibrated to fire in no window, never hops);
+   - the current point has been in force for `min_dwell_s` and fewer than `max_hops_per_day`
+     hops happened in the last 24 h;
+   - the gain J(current) - J(best) exceeds `margin` x J(current) + `min_gain_s` +
+     `hop_cost_weight` x hop cost, where the hop cost is the transition seconds the
+     reconcile diff between the two points implies (cold starts of the instances it starts
+     or restarts, sleeps of the new lazy ones, a fixed cost per stop) from the perf model.
+     A current point that misses the SLO is left for any meeting point (no margin).
+Every action carries its reasons: drift verdicts and fired dimensions, every point's
+metrics and objective, the gain and the threshold it had to pass.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.schemas.plan import Plan, Point
+
+DAY_S = 86400.0
+
+
+class AdjustConfig(BaseModel):
+    """Parameters of the hop policy; each typed, ranged, defaulted and documented."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_s: float = Field(default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s")
+    min_dwell_s: float = Field(default=7200.0, ge=0, le=30 * DAY_S, description="least time a point stays in force before the next hop, s")
+    max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
+    margin: float = Field(default=0.15, ge=0, le=10, description="share of the current objective a better point must win by")
+    min_gain_s: float = Field(default=0.25, ge=0, le=3600, description="absolute objective gain a hop needs on top, s")
+    gib_weight_s: float = Field(default=0.01, ge=0, le=100, description="objective seconds one warm GiB is worth (s/GiB)")
+    hop_cost_weight: float = Field(default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions")
+    cold_start_weight: float = Field(default=1.0, ge=0, le=100, description="weight of the cold starts a hop implies")
+    sleep_weight: float = Field(default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies")
+    stop_cost_s: float = Field(default=2.0, ge=0, le=600, description="transition seconds charged per stopped instance")
+    min_requests: int = Field(default=30, ge=1, le=1_000_000, description="fewer requests in a window: hold")
+    attainment_z: float = Field(default=2.0, ge=0, le=10, description="binomial standard errors of slack on the attainment target")
+    require_drift: bool = Field(default=True, description="hop only when drift fired or the current point misses the SLO")
+    reoptimize: Literal["auto", "suggest", "never"] = Field(default="suggest", description="when no point meets the SLO")
+    reoptimize_evals: int = Field(default=8, ge=1, le=500, description="evaluations of a warm-started re-optimization")
+
+
+class AdjustState(BaseModel):
+    """What the policy remembers between windows (JSON in the live journal)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    point: str = Field(description="the point in force")
+    since_s: float | None = Field(default=None, description="when it came in force; None: before the first decision")
+    chosen_summary: dict[str, Any] | None = Field(default=None, description="workload summary of the window it was chosen on (None: the plan's)")
+    hop_times_s: list[float] = Field(default_factory=list, description="times of the hops of the last 24 h")
+    last_reoptimize_s: float | None = Field(default=None, description="when reoptimize/suggest was last issued")
+    decisions: int = Field(default=0, ge=0, description="decisions taken so far")
+    config: AdjustConfig = Field(default_factory=AdjustConfig)
+
+
+@dataclass(frozen=True)
+class HopCost:
+    """What moving from one point to another implies, from the reconcile diff."""
+
+    starts: int = 0  # starts and restarts (each a cold start)
+    sleeps: int = 0
+    stops: int = 0
+    cold_start_s: float = 0.0  # sum of the cold starts, s
+    sleep_s: float = 0.0  # sum of the sleeps, s
+    # instance id -> cold start s of every instance (re)started; the replay delays its model
+    restarted: dict[str, float] = field(default_factory=dict)
+
+    def seconds(self, cfg: AdjustConfig) -> float:
+        """Transition seconds, weighted as the config says."""
+        return (
+            cfg.cold_start_weight * self.cold_start_s
+            + cfg.sleep_weight * self.sleep_s
+            + cfg.stop_cost_s * self.stops
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "starts": self.starts, "sleeps": self.sleeps, "stops": self.stops,
+            "cold_start_s": round(self.cold_start_s, 3), "sleep_s": round(self.sleep_s, 3),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One window as the policy sees it."""
+
+    end_s: float  # end of the window, s (trace time live: epoch s)
+    window: pd.DataFrame  # the window's requests (trace schema)
+    metrics: dict[str, dict[str, Any]]  # point name -> `SimResult.to_metrics()` on the window
+    hop_costs: dict[str, HopCost]  # point name -> cost of hopping there from the current point
+    target_attainment: float  # the SLO's attainment target
+    drift_plan: Any = None  # DriftReport vs the plan's workload_summary (None: no reference)
+    drift_chosen: Any = None  # DriftReport vs the window the current point was chosen on
+    suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing to do after a window: hold, hop, reoptimize or suggest."""
+
+    kind: Literal["hold", "hop", "reoptimize", "suggest"]
+    point: str  # the point in force after the action (the hop's target for a hop)
+    reason: str  # one line
+    reasons: dict[str, Any] = field(default_factory=dict)  # drift, per-point metrics, thresholds
+    from_point: str = ""
+    command: str = ""  # suggest: the exact command
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "point": self.point, "from": self.from_point,
+            "reason": self.reason, "command": self.command, "reasons": self.reasons,
+        }  # fmt: skip
+
+
+class Scorer(Protocol):
+    """Simulates one plan point on one window and returns `SimResult.to_metrics()`."""
+
+    def __call__(self, point: Point, window: pd.DataFrame) -> dict[str, Any]: ...
+
+
+# ------------------------------------------------------------------------- the decision
+
+
+def objective_s(m: dict[str, Any], cfg: AdjustConfig) -> float:
+    """J = switch P95 + gib_weight_s x warm GiB, s."""
+    return float(m["switch_p95_s"]) + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
+
+
+def meets_slo(m: dict[str, Any], target: float, cfg: AdjustConfig) -> bool:
+    """Attainment at least the target less `attainment_z` binomial standard errors."""
+    n = max(int(m.get("requests", 0)), 1)
+    slack = cfg.attainment_z * math.sqrt(max(target * (1.0 - target), 0.0) / n)
+    return float(m["slo_attainment"]) >= target - slack
+
+
+def _drift_json(rep: Any) -> dict[str, Any] | None:
+    if rep is None:
+        return None
+    return {
+        "verdict": rep.verdict,
+        "fired": list(rep.reasons),
+        "scores": {s.name: round(float(s.score), 3) for s in rep.scores},
+    }
+
+
+def _fired(rep: Any) -> bool:
+    return rep is not None and rep.verdict == "drift"
+
+
+def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Action]]:
+    """The policy (see the module docstring). Pure and deterministic."""
+    cfg = state.config
+    now = obs.end_s
+    cur = state.point
+    since = state.since_s if state.since_s is not None else now
+    recent = [t for t in state.hop_times_s if now - t < DAY_S]
+    base = state.model_copy(update={"since_s": since, "hop_times_s": recent, "decisions": state.decisions + 1})
+    n = len(obs.window)
+    table = {
+        name: {
+            "slo_attainment": round(float(m["slo_attainment"]), 5),
+            "switch_p95_s": round(float(m["switch_p95_s"]), 4),
+            "ttft_p95_s": round(float(m["ttft_p95_s"]), 4),
+            "warm_gpu_gib": round(float(m["warm_gpu_gib"]), 3),
+            "objective_s": round(objective_s(m, cfg), 4),
+            "meets_slo": meets_slo(m, obs.target_attainment, cfg),
+            "hop_cost": obs.hop_costs[name].to_json() if name in obs.hop_costs else None,
+        }
+        for name, m in sorted(obs.metrics.items())
+    }
+    reasons: dict[str, Any] = {
+        "window_end_s": now,
+        "requests": n,
+        "drift_plan": _drift_json(obs.drift_plan),
+        "drift_chosen": _drift_json(obs.drift_chosen),
+        "points": table,
+        "current": cur,
+        "in_force_s": round(now - since, 1),
+    }
+
+    def hold(why: str) -> tuple[AdjustState, list[Action]]:
+        return base, [Action("hold", cur, why, {**reasons, "action": "hold"}, from_point=cur)]
+
+    if n < cfg.min_requests:
+        return hold(f"{n} requests in the window (< {cfg.min_requests}): nothing to judge")
+    if cur not in obs.metrics:
+        raise ValueError(f"no metrics for the current point {cur!r}")
+
+    meeting = [p for p in sorted(obs.metrics) if table[p]["meets_slo"]]
+    if not meeting:
+        best_att = max(obs.metrics, key=lambda p: (obs.metrics[p]["slo_attainment"], p))
+        why = (
+            f"no point meets the SLO on the window (best: {best_att} at "
+            f"{obs.metrics[best_att]['slo_attainment']:.3f} < {obs.target_attainment})"
+        )
+        cool = state.last_reoptimize_s is not None and now - state.last_reoptimize_s < cfg.min_dwell_s
+        if cfg.reoptimize == "never" or cool:
+            return hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
+        kind: Literal["reoptimize", "suggest"] = "reoptimize" if cfg.reoptimize == "auto" else "suggest"
+        st = base.model_copy(update={"last_reoptimize_s": now})
+        act = Action(kind, cur, why, {**reasons, "action": kind}, from_point=cur, command=obs.suggest_command)
+        return st, [act]
+
+    cur_ok = table[cur]["meets_slo"]
+    j_cur = table[cur]["objective_s"]
+    best = min(meeting, key=lambda p: (table[p]["objective_s"], p))
+    if best == cur:
+        return hold(f"{cur} is the best point on the window (objective {j_cur:.2f} s)")
+    moved = _fired(obs.drift_plan) or _fired(obs.drift_chosen) or not cur_ok
+    if cfg.require_drift and not moved:
+        return hold(f"no drift and {cur} meets the SLO: stay (best would be {best})")
+    if now - since < cfg.min_dwell_s:
+        return hold(f"{cur} in force {now - since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
+    if len(recent) >= cfg.max_hops_per_day:
+        return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
+    cost = obs.hop_costs.get(best, HopCost())
+    cost_s = cost.seconds(cfg)
+    gain = j_cur - table[best]["objective_s"]
+    need = cfg.margin * j_cur + cfg.min_gain_s + cfg.hop_cost_weight * cost_s
+    reasons["gain_s"] = round(gain, 4)
+    reasons["needed_gain_s"] = round(need, 4)
+    reasons["hop_cost_s"] = round(cost_s, 3)
+    if cur_ok and gain <= need:
+        return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
+    from planner.optimizer.workload.characterize import summarize
+
+    why = (
+        f"{cur} misses the SLO ({table[cur]['slo_attainment']:.3f}); {best} meets it"
+        if not cur_ok
+        else f"{best} wins by {gain:.2f} s > {need:.2f} s (margin + hop cost {cost_s:.0f} s)"
+    )
+    st = base.model_copy(
+        update={
+            "point": best,
+            "since_s": now,
+            "chosen_summary": _plain(summarize(obs.window)),
+            "hop_times_s": [*recent, now],
+        }
+    )
+    return st, [Action("hop", best, why, {**reasons, "action": "hop", "to": best}, from_point=cur)]
+
+
+def _plain(summary: Any) -> dict[str, Any]:
+    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
+
+
+# ------------------------------------------------------------------ building an observation
+
+
+def hop_cost(src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: bool = True) -> HopCost:
+    """Cost of turning `src` (as running: gpu tier awake, lazy tiers asleep) into `dst`.
+
+    Uses the apply engine's own diff, so the estimate counts exactly the starts, restarts,
+    sleeps and stops `apply` would run; seconds come from `dst`'s InstancePerf (`perfs`:
+    instance id -> InstancePerf of the target point).
+    """
+    from planner.adjuster.reconcile import Observed, diff, spec_sha
+
+    if src is dst or src.instances == dst.instances:
+        return HopCost()
+    actual = {
+        i.id: Observed(
+            status="awake" if i.tier == "gpu" or not sleep_supported else "asleep",
+            node=i.node, gpus=list(i.gpus), port=i.port, tier=i.tier,
+            spec_sha=spec_sha(i), memory_gib=i.memory_gib.total,
+        )  # fmt: skip
+        for i in src.instances
+        if i.tier == "gpu" or sleep_supported
+    }
+    starts = sleeps = stops = 0
+    cold = slp = 0.0
+    restarted: dict[str, float] = {}
+    for a in diff(dst, actual, sleep_supported=sleep_supported):
+        if a.kind in ("start", "restart"):
+            starts += 1
+            c = float(perfs[a.instance].cold_start_s) if a.instance in perfs else 0.0
+            cold += c
+            restarted[a.instance] = c
+        elif a.kind == "sleep":
+            sleeps += 1
+            slp += float(perfs[a.instance].sleep_s) if a.instance in perfs else 0.0
+        elif a.kind == "stop":
+            stops += 1
+    return HopCost(starts, sleeps, stops, cold, slp, restarted)
+
+
+def observe(
+    plan: Plan,
+    state: AdjustState,
+    window: pd.DataFrame,
+    end_s: float,
+    scorer: Scorer,
+    perfs: dict[str, dict[str, Any]],
+    target_attainment: float,
+    *,
+    metrics: dict[str, dict[str, Any]] | None = None,
+    sleep_supported: bool = True,
+    suggest_command: str = "",
+) -> Observation:
+    """Everything `decide` needs about one window (simulates each point unless `metrics`).
+
+    `perfs`: point name -> (instance id -> InstancePerf). Drift runs only on windows with
+    enough requests (it calls them `too_few_requests` otherwise anyway).
+    """
+    from planner.optimizer.workload.drift import drift
+
+    if metrics is None:
+        metrics = {p.name: scorer(p, window) for p in plan.points}
+    cur = plan.point(state.point)
+    costs = {
+        p.name: hop_cost(cur, p, perfs[p.name], sleep_supported=sleep_supported)
+        for p in plan.points
+    }
+    d_plan = d_chosen = None
+    if len(window) >= state.config.min_requests:
+        if plan.workload_summary.get("requests"):
+            d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
+        if state.chosen_summary:
+            d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
+    return Observation(
+        end_s=end_s,
+        window=window,
+        metrics=metrics,
+        hop_costs=costs,
+        target_attainment=target_attainment,
+        drift_plan=d_plan,
+        drift_chosen=d_chosen,
+        suggest_command=suggest_command,
+    )
+
+
+__all__ = [
+    "Action",
+    "AdjustConfig",
+    "AdjustState",
+    "HopCost",
+    "Observation",
+    "Scorer",
+    "decide",
+    "hop_cost",
+    "meets_slo",
+    "objective_s",
+    "observe",
+]

@@ -1,0 +1,69 @@
+"""`planner apply --dry-run`, `status`, `down` and input checks, without starting servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from planner.cli.example import CPU_CLUSTER
+from planner.cli.main import main
+
+
+def _plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
+    (tmp_path / "cluster.yaml").write_text(CPU_CLUSTER)
+    arch = {"name": "tiny", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
+            "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "vocab_size": 512,
+            "total_params_b": 0.0004, "active_params_b": 0.0004}  # fmt: skip
+    models = {"kind": "models", "models": [{"name": "tiny-a", "architecture": arch,
+              "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny-a"}]}]}  # fmt: skip
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(models))
+    inst = {"id": "a-0", "model": "tiny-a", "variant": "bf16", "node": node, "gpus": [0],
+            "memory_gib": {"weights": 0.01, "kv": 1, "overhead": 0.1}, "port": 18555}  # fmt: skip
+    plan = {"kind": "plan", "selected": "p", "points": [{"name": "p", "instances": [inst]}],
+            "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": models_path}}}  # fmt: skip
+    p = tmp_path / "plan.yaml"
+    p.write_text(yaml.safe_dump(plan))
+    return str(p)
+
+
+def _run(args, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ei:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(ei.value.code or 0), out, err
+
+
+def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
+    plan, state = _plan(tmp_path), tmp_path / "state"
+    code, out, _ = _run(["apply", plan, "--state-dir", str(state), "--dry-run", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["point"] == "p"
+    assert data["actions"][0] | {"detail": ""} == {
+        "action": "start", "instance": "a-0", "node": "local", "result": "planned", "detail": "",
+    }  # fmt: skip
+    assert data["instances"][0]["status"] == "stopped"
+    code, out, _ = _run(["apply", plan, "--state-dir", str(state), "--dry-run"], capsys)
+    assert code == 0 and "planned actions" in out and "a-0" in out
+    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    assert code == 0 and json.loads(out)["instances"] == []
+    code, out, _ = _run(["down", "--state-dir", str(state)], capsys)
+    assert code == 0 and "0 instance(s) stopped" in out
+
+
+@pytest.mark.parametrize(
+    ("kw", "args", "needle"),
+    [
+        ({"node": "elsewhere"}, [], "node 'elsewhere' is not in the cluster"),
+        ({"models_path": "missing.yaml"}, [], "models file"),
+        ({}, ["--point", "nope"], "no point 'nope'"),
+        ({}, ["--backend", "k8s"], "unknown backend"),
+    ],
+)
+def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needle) -> None:
+    plan, state = _plan(tmp_path, **kw), tmp_path / "state"
+    code, _, err = _run(["apply", plan, "--state-dir", str(state), *args], capsys)
+    assert code == 2 and needle in err
+    assert not state.exists()
