@@ -41,7 +41,9 @@ CREATE TABLE IF NOT EXISTS adjust_decisions (
 """
 
 
-def read_window(state_dir: str | Path, end_s: float, window_s: float, model_names=None) -> pd.DataFrame:
+def read_window(
+    state_dir: str | Path, end_s: float, window_s: float, model_names=None
+) -> pd.DataFrame:
     """The gateway's requests of the window ending at `end_s` (epoch s); empty if no log."""
     from planner.trace import COLUMNS, empty_trace, normalize
 
@@ -96,7 +98,9 @@ class DecisionLog:
         ).fetchone()
         return AdjustState.model_validate_json(row[0]) if row else None
 
-    def record(self, ts: float, plan_sha: str, state: AdjustState, action: Action, *, dry_run: bool) -> int:
+    def record(
+        self, ts: float, plan_sha: str, state: AdjustState, action: Action, *, dry_run: bool
+    ) -> int:
         """Append one decision; returns its sequence number."""
         cur = self._db.execute(
             "INSERT INTO adjust_decisions (ts, plan_sha, action, point_from, point_to, reason, dry_run, state, reasons)"

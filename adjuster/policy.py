@@ -48,21 +48,58 @@ class AdjustConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    window_s: float = Field(default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s")
-    min_dwell_s: float = Field(default=7200.0, ge=0, le=30 * DAY_S, description="least time a point stays in force before the next hop, s")
+    window_s: float = Field(
+        default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s"
+    )
+    min_dwell_s: float = Field(
+        default=7200.0,
+        ge=0,
+        le=30 * DAY_S,
+        description="least time a point stays in force before the next hop, s",
+    )
     max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
-    margin: float = Field(default=0.15, ge=0, le=10, description="share of the current objective a better point must win by")
-    min_gain_s: float = Field(default=0.25, ge=0, le=3600, description="absolute objective gain a hop needs on top, s")
-    gib_weight_s: float = Field(default=0.01, ge=0, le=100, description="objective seconds one warm GiB is worth (s/GiB)")
-    hop_cost_weight: float = Field(default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions")
-    cold_start_weight: float = Field(default=1.0, ge=0, le=100, description="weight of the cold starts a hop implies")
-    sleep_weight: float = Field(default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies")
-    stop_cost_s: float = Field(default=2.0, ge=0, le=600, description="transition seconds charged per stopped instance")
-    min_requests: int = Field(default=30, ge=1, le=1_000_000, description="fewer requests in a window: hold")
-    attainment_z: float = Field(default=2.0, ge=0, le=10, description="binomial standard errors of slack on the attainment target")
-    require_drift: bool = Field(default=True, description="hop only when drift fired or the current point misses the SLO")
-    reoptimize: Literal["auto", "suggest", "never"] = Field(default="suggest", description="when no point meets the SLO")
-    reoptimize_evals: int = Field(default=8, ge=1, le=500, description="evaluations of a warm-started re-optimization")
+    margin: float = Field(
+        default=0.15,
+        ge=0,
+        le=10,
+        description="share of the current objective a better point must win by",
+    )
+    min_gain_s: float = Field(
+        default=0.25, ge=0, le=3600, description="absolute objective gain a hop needs on top, s"
+    )
+    gib_weight_s: float = Field(
+        default=0.01, ge=0, le=100, description="objective seconds one warm GiB is worth (s/GiB)"
+    )
+    hop_cost_weight: float = Field(
+        default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions"
+    )
+    cold_start_weight: float = Field(
+        default=1.0, ge=0, le=100, description="weight of the cold starts a hop implies"
+    )
+    sleep_weight: float = Field(
+        default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies"
+    )
+    stop_cost_s: float = Field(
+        default=2.0, ge=0, le=600, description="transition seconds charged per stopped instance"
+    )
+    min_requests: int = Field(
+        default=30, ge=1, le=1_000_000, description="fewer requests in a window: hold"
+    )
+    attainment_z: float = Field(
+        default=2.0,
+        ge=0,
+        le=10,
+        description="binomial standard errors of slack on the attainment target",
+    )
+    require_drift: bool = Field(
+        default=True, description="hop only when drift fired or the current point misses the SLO"
+    )
+    reoptimize: Literal["auto", "suggest", "never"] = Field(
+        default="suggest", description="when no point meets the SLO"
+    )
+    reoptimize_evals: int = Field(
+        default=8, ge=1, le=500, description="evaluations of a warm-started re-optimization"
+    )
 
 
 class AdjustState(BaseModel):
@@ -71,10 +108,19 @@ class AdjustState(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     point: str = Field(description="the point in force")
-    since_s: float | None = Field(default=None, description="when it came in force; None: before the first decision")
-    chosen_summary: dict[str, Any] | None = Field(default=None, description="workload summary of the window it was chosen on (None: the plan's)")
-    hop_times_s: list[float] = Field(default_factory=list, description="times of the hops of the last 24 h")
-    last_reoptimize_s: float | None = Field(default=None, description="when reoptimize/suggest was last issued")
+    since_s: float | None = Field(
+        default=None, description="when it came in force; None: before the first decision"
+    )
+    chosen_summary: dict[str, Any] | None = Field(
+        default=None,
+        description="workload summary of the window it was chosen on (None: the plan's)",
+    )
+    hop_times_s: list[float] = Field(
+        default_factory=list, description="times of the hops of the last 24 h"
+    )
+    last_reoptimize_s: float | None = Field(
+        default=None, description="when reoptimize/suggest was last issued"
+    )
     decisions: int = Field(default=0, ge=0, description="decisions taken so far")
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
@@ -180,7 +226,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     cur = state.point
     since = state.since_s if state.since_s is not None else now
     recent = [t for t in state.hop_times_s if now - t < DAY_S]
-    base = state.model_copy(update={"since_s": since, "hop_times_s": recent, "decisions": state.decisions + 1})
+    base = state.model_copy(
+        update={"since_s": since, "hop_times_s": recent, "decisions": state.decisions + 1}
+    )
     n = len(obs.window)
     table = {
         name: {
@@ -219,12 +267,18 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
             f"no point meets the SLO on the window (best: {best_att} at "
             f"{obs.metrics[best_att]['slo_attainment']:.3f} < {obs.target_attainment})"
         )
-        cool = state.last_reoptimize_s is not None and now - state.last_reoptimize_s < cfg.min_dwell_s
+        cool = (
+            state.last_reoptimize_s is not None and now - state.last_reoptimize_s < cfg.min_dwell_s
+        )
         if cfg.reoptimize == "never" or cool:
             return hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
-        kind: Literal["reoptimize", "suggest"] = "reoptimize" if cfg.reoptimize == "auto" else "suggest"
+        kind: Literal["reoptimize", "suggest"] = (
+            "reoptimize" if cfg.reoptimize == "auto" else "suggest"
+        )
         st = base.model_copy(update={"last_reoptimize_s": now})
-        act = Action(kind, cur, why, {**reasons, "action": kind}, from_point=cur, command=obs.suggest_command)
+        act = Action(
+            kind, cur, why, {**reasons, "action": kind}, from_point=cur, command=obs.suggest_command
+        )
         return st, [act]
 
     cur_ok = table[cur]["meets_slo"]
@@ -273,7 +327,9 @@ def _plain(summary: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------ building an observation
 
 
-def hop_cost(src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: bool = True) -> HopCost:
+def hop_cost(
+    src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: bool = True
+) -> HopCost:
     """Cost of turning `src` (as running: gpu tier awake, lazy tiers asleep) into `dst`.
 
     Uses the apply engine's own diff, so the estimate counts exactly the starts, restarts,
@@ -287,9 +343,13 @@ def hop_cost(src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: 
     actual = {
         i.id: Observed(
             status="awake" if i.tier == "gpu" or not sleep_supported else "asleep",
-            node=i.node, gpus=list(i.gpus), port=i.port, tier=i.tier,
-            spec_sha=spec_sha(i), memory_gib=i.memory_gib.total,
-        )  # fmt: skip
+            node=i.node,
+            gpus=list(i.gpus),
+            port=i.port,
+            tier=i.tier,
+            spec_sha=spec_sha(i),
+            memory_gib=i.memory_gib.total,
+        )
         for i in src.instances
         if i.tier == "gpu" or sleep_supported
     }

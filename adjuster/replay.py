@@ -62,7 +62,9 @@ class _Series:
     span_s: float = 0.0
     gpus: int = 0
 
-    def add(self, sim: Any, window_s: float, ttft=None, wait=None, met=None, extra_wakes: int = 0) -> None:
+    def add(
+        self, sim: Any, window_s: float, ttft=None, wait=None, met=None, extra_wakes: int = 0
+    ) -> None:
         self.ttft.append(sim.ttft_s if ttft is None else ttft)
         self.tpot.append(sim.tpot_s)
         self.wait.append(sim.switch_wait_s if wait is None else wait)
@@ -85,7 +87,7 @@ class _Series:
             "switch_count": int(self.wakes),
             "warm_gpu_gib": self.gib_s / self.span_s if self.span_s > 0 else 0.0,
             "gpus_used": int(self.gpus),
-            "requests": int(len(met)),
+            "requests": len(met),
         }
 
 
@@ -178,10 +180,14 @@ def replay(
         state, acts = decide(state, obs)
         for act in acts:
             if act.kind == "hop":
-                hops.append({"at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason})
+                hops.append(
+                    {"at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason}
+                )
                 pending = obs.hop_costs[act.point]
             elif act.kind != "hold":
-                actions.append({"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason})
+                actions.append(
+                    {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
+                )
         if progress is not None:
             progress(k + 1, n_win)
     span_days = max(n_win * w / 86400.0, 1e-9)

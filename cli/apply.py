@@ -37,6 +37,7 @@ def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Pa
     from planner.errors import InputError
     from planner.schemas import check_plan, load_cluster, load_models, load_plan
 
+    plan_path = Path(plan_path)
     plan = load_plan(plan_path)
     cp = cluster_path or _input_path(
         plan_path, plan.inputs.get("cluster").path if "cluster" in plan.inputs else ""
@@ -90,6 +91,35 @@ def make_backend(kind: str, cluster: Any = None, device: str | None = None):
 
         return RayBackend()  # RAY_ADDRESS, else the local Ray cluster
     raise InputError(f"unknown backend {kind!r}", path="--backend", fix="use local or ray")
+
+
+def open_controller(
+    plan_path: Path,
+    point: str | None = None,
+    *,
+    backend: str = "local",
+    state_dir: Path | None = None,
+    cluster: Path | None = None,
+    models: Path | None = None,
+):
+    """A `Controller` (InstanceControl) for the plan's point, as `planner apply` would run it.
+
+    For `planner gateway` and `planner adjust`: same input checks (exit 2 on bad files), same
+    backend choice, same state dir. The caller closes `controller.state` when done.
+    """
+    from planner.adjuster.apply import model_path_resolver
+    from planner.adjuster.control import Controller
+    from planner.adjuster.state import StateStore
+    from planner.io import sha256_file
+
+    plan_path = Path(plan_path)
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    be = make_backend(backend, cl, _device(cl))
+    return Controller(
+        plan, point, be, StateStore(state_dir),
+        model_path_resolver=model_path_resolver(mods, models_file.parent),
+        plan_sha=sha256_file(plan_path),
+    )  # fmt: skip
 
 
 def _actions_table(result: Any, title: str) -> None:

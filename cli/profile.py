@@ -235,15 +235,21 @@ def engine_cmd(
     if dev == "cuda":
         if not info.gpus:
             raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
-        gpu_type = info.gpus[0].gpu_type or "unknown-gpu"
+        from planner.profiler.hardware import type_for
+
+        gpu_type = type_for(
+            info.gpus[0].name, info.gpus[0].memory_gib
+        )  # as `profile hardware` names it
         same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
         devices, mem = len(same), min(g.memory_gib for g in same)
     else:
         gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
     if cluster_file is not None:
         cl = load_cluster(cluster_file)
+        names = [x.name for x in cl.nodes]
         try:
-            n = cl.node(node_name) if node else cl.nodes[0]
+            # --node, else the node named like this host, else the first node
+            n = cl.node(node_name) if node or node_name in names else cl.nodes[0]
         except KeyError:
             raise InputError(
                 f"node {node_name!r} is not in the cluster",

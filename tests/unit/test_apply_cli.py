@@ -67,3 +67,34 @@ def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needl
     code, _, err = _run(["apply", plan, "--state-dir", str(state), *args], capsys)
     assert code == 2 and needle in err
     assert not state.exists()
+
+
+def test_open_controller_for_the_gateway(tmp_path) -> None:
+    from planner.cli.apply import open_controller
+
+    c = open_controller(_plan(tmp_path), None, state_dir=tmp_path / "state")
+    try:
+        assert c.point.name == "p" and not c.supports_sleep  # the cpu cluster: no sleep mode
+        assert c.status() == {"a-0": ("stopped", None)}
+        assert c.resolve(c.instance("a-0")).endswith("models/tiny-a")
+    finally:
+        c.state.close()
+
+
+def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
+    from planner.adjuster.state import InstanceRow, StateStore
+
+    state = tmp_path / "state"
+    with StateStore(state) as s:
+        s.upsert(InstanceRow(id="a-0", model="tiny-a", variant="bf16", node="local", port=18555,
+                             status="awake", pid=2**22 + 7, started_at=1.0))  # fmt: skip
+        s.set_meta(point="p", plan_path="/x/plan.yaml")
+    code, out, _ = _run(["status", "--state-dir", str(state)], capsys)
+    assert code == 0 and "point p" in out and "18555" in out
+    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    row = json.loads(out)["instances"][0]
+    assert row["healthy"] is False and row["uptime_s"] is None  # no such process
+    code, out, _ = _run(["down", "--state-dir", str(state), "--json"], capsys)
+    assert code == 0 and [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
+    with StateStore(state) as s:
+        assert s.instances() == [] and s.journal_entries()[-1]["detail"] == "down"

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from planner.profiler import engine_bench as eb
 
+from planner.profiler import engine_bench as eb
 from planner.schemas import parse
 from planner.schemas.profile import EngineRun, PrefillPoint, Profile, Stat
 
@@ -266,3 +266,69 @@ def test_relative_paths_resolve_against_models_file(tmp_path):
     (tmp_path / "models" / "t").mkdir(parents=True)
     runs, _ = eb.plan_runs(load(f, "models"), devices=1, memory_gib=8.0)
     assert [r.path for r in runs] == [str(tmp_path / "models" / "t"), "org/hub-id"]
+
+
+def test_stream_completion_decodes_chunked_sse():
+    """The bare streaming client against a local fake server (chunked SSE, a line split in two)."""
+    import asyncio
+    import json as _json
+
+    events = [
+        'data: {"choices": [{"text": "a"}], "usage": {"completion_tokens": 1}}\n\n',
+        'data: {"choices": [{"text": "bc"}], "usage": {"completion_tokens": 3}}\n\n',
+        'data: {"choices": [], "usage": {"completion_tokens": 3}}\n\ndata: [DONE]\n\n',
+    ]
+    seen = {}
+
+    async def handle(reader, writer):
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            head += await reader.read(1)
+        length = int(
+            next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(
+                b":"
+            )[1]
+        )
+        seen["body"] = _json.loads(await reader.readexactly(length))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        raw = "".join(events).encode()
+        for piece in (raw[:30], raw[30:90], raw[90:]):  # chunk borders inside lines
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def go():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            return await eb.stream_completion(
+                "127.0.0.1", port, eb.stream_body("m", [5, 6], 3), 10.0
+            )
+
+    t0, chunks = asyncio.run(go())
+    assert [n for _, n in chunks] == [1, 3]
+    assert all(t >= t0 for t, _ in chunks)
+    assert seen["body"]["stream_options"]["continuous_usage_stats"] is True
+    assert seen["body"]["max_tokens"] == 3 and seen["body"]["ignore_eos"] is True
+
+
+def test_burst_streams_are_detected_and_left_out():
+    smooth = [(0.01 * i, i + 1) for i in range(16)]
+    gulp = [(0.0, 1), (0.0001, 16)]
+    assert not eb.burst(smooth, 16)
+    assert eb.burst(gulp, 16)
+    assert not eb.burst([(0.0, -1), (0.1, -1)], 16)  # no counts: cannot tell
+
+    class Gulping(FakeClient):
+        def streams(self, prompts, out):
+            return [(0.0, [(0.05, 1), (0.0501, out)]), *super().streams(prompts[1:], out)]
+
+    cfg = eb.BenchConfig.for_device("cpu", quick=True)
+    notes = []
+    dec = eb.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, notes)
+    assert dec[0].tpot_s.median == pytest.approx(0.01)  # the gulped stream is not a 0.0001 s TPOT
+    assert notes and "burst" in notes[0]

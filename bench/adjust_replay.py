@@ -1,0 +1,114 @@
+"""`planner adjust` on a week of drifting traffic vs the best single point held all week.
+
+1. Traffic: the lab16 workload (10 developers, 7 days) with its drift: mornings favour
+   coding and afternoons review (diurnal), reasoner-30b is adopted on day 2, and a third
+   of the users move their coder calls onto the reasoner from day 4. A stationary version of
+   the same spec (no drift, every day a working day) serves as the planning trace and as
+   the no-hop check.
+2. Plan: `planner optimize` (in-process, fixed seed) on the stationary week, on the cluster
+   of bench/data/adjust/cluster.yaml (lab16 is large enough to keep every model awake,
+   which leaves nothing to adjust); its points are the Pareto set the adjuster hops between.
+3. Replay (adjuster/replay.py, 1 h windows, the default AdjustConfig) of the drifting week
+   and of a second stationary week (another seed): the adjusted series, every point held
+   all week, the hops.
+
+"Best single point": among the points held all week that meet the attainment target, the
+one with the lowest objective J = switch P95 + gib_weight_s x warm GiB (the trade-off the
+policy itself uses); the table lists every point.
+
+    python bench/adjust_replay.py [--evals 16] [--cluster bench/data/adjust/cluster.yaml]
+
+Ends with `RESULT adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
+best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from planner.adjuster.policy import AdjustConfig, objective_s
+from planner.adjuster.replay import replay
+from planner.cli import inputs as inp
+from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.search import optimize
+from planner.optimizer.sim.perfs import perfs_for_point
+from planner.optimizer.workload.characterize import summarize
+from planner.optimizer.workload.synth import bind_models, synth
+from planner.schemas.plan import Plan
+
+ROOT = Path(__file__).resolve().parents[1]
+LAB16 = ROOT / "plans" / "examples" / "lab16"
+DATA = ROOT / "bench" / "data" / "adjust"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--evals", type=int, default=16, help="optimizer evaluations")
+    ap.add_argument("--cluster", type=Path, default=DATA / "cluster.yaml")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    cl = inp.cluster(args.cluster)
+    ms = inp.models(LAB16 / "models.yaml")
+    sl = inp.slo(LAB16 / "slo.yaml")
+    spec, _ = bind_models(inp.synth_spec(LAB16 / "workload.yaml"), ms.names)
+    week = synth(spec, seed=args.seed)
+    stat_spec = spec.model_copy(update={"stationary": True})
+    plan_trace = synth(stat_spec, seed=args.seed)
+    check_trace = synth(stat_spec, seed=args.seed + 1)
+
+    inp.silence_solver_banner()
+    cfg = OptimizeConfig(evals=args.evals, seed=args.seed)
+    result = optimize(cl, ms, sl, plan_trace, cfg, inp.scorer(plan_trace, sl))
+    plan = Plan(
+        workload_summary=inp.summary_dict(summarize(plan_trace)),
+        search={"seed": args.seed, "evals": args.evals},
+        selected=result.selected,
+        points=result.points,
+    )
+    t_opt = time.perf_counter() - t0
+    print(f"plan: {len(plan.points)} points {[p.name for p in plan.points]}, selected {plan.selected} "
+          f"(optimize {t_opt:.0f} s on {len(plan_trace)} requests)")
+    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
+
+    acfg = AdjustConfig()
+    t1 = time.perf_counter()
+    out = replay(plan, week, sl, perfs, acfg)
+    still = replay(plan, check_trace, sl, perfs, acfg)
+    t_rep = time.perf_counter() - t1
+
+    rows = {"adjusted": out["adjusted"], **{f"static {k}": v for k, v in out["static"].items()}}
+    print(f"\ndrifting week: {len(week)} requests, {out['windows']} windows of 1 h (replay {t_rep:.0f} s for both weeks)")
+    print(f"{'series':28} {'attain':>7} {'switch P95 s':>12} {'wakes':>7} {'warm GiB':>9} {'TTFT P95 s':>10} {'J s':>7}")
+    for name, m in rows.items():
+        print(f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
+              f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}")
+    print("\nhops:")
+    for h in out["hops"]:
+        d, hh = divmod(h["at_s"] / 3600.0, 24)
+        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']}: {h['reason']}")
+    for a in out["actions"]:
+        print(f"  {a['kind']} at {a['at_s'] / 3600:.0f} h: {a['reason']}")
+
+    ok = {k: v for k, v in out["static"].items() if v["slo_attainment"] >= sl.attainment}
+    pool = ok or out["static"]
+    best = min(pool, key=lambda k: (objective_s(pool[k], acfg), k))
+    b, a = out["static"][best], out["adjusted"]
+    print(f"\nbest single point: {best}; adjusted vs best: switch P95 {a['switch_p95_s']:.2f} vs "
+          f"{b['switch_p95_s']:.2f} s, warm {a['warm_gpu_gib']:.1f} vs {b['warm_gpu_gib']:.1f} GiB, "
+          f"attainment {a['slo_attainment']:.3f} (target {sl.attainment})")
+    print(f"stationary week: {len(check_trace)} requests, {len(still['hops'])} hops")
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    print(
+        f"RESULT adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
+        f"adjusted_warm_gib={a['warm_gpu_gib']:.2f} best_static_warm_gib={b['warm_gpu_gib']:.2f} "
+        f"adjusted_attainment={a['slo_attainment']:.4f} max_hops_per_day={out['max_hops_per_day']} "
+        f"stationary_hops={len(still['hops'])}"
+    )
+
+
+if __name__ == "__main__":
+    main()

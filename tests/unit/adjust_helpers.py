@@ -1,0 +1,165 @@
+"""Shared builders of the adjust tests: a hand-built 2-point plan and synthetic traces.
+
+Two models of the lab16 catalog (planner-7b, coder-32b) on one node with two L40S:
+point `a-hot` keeps planner-7b awake and coder-32b on the host tier, `b-hot` the reverse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from planner.optimizer.sim.perfs import perfs_for_point
+from planner.optimizer.workload.characterize import summarize
+from planner.optimizer.workload.synth import SynthSpec, synth
+from planner.schemas import load_models
+from planner.schemas.cluster import Cluster
+from planner.schemas.plan import Plan
+from planner.schemas.slo import Slo
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS_FILE = ROOT / "plans" / "examples" / "lab16" / "models.yaml"
+A, B = "planner-7b", "coder-32b"
+
+CLUSTER = {
+    "kind": "cluster",
+    "version": 1,
+    "name": "adjust-test",
+    "nodes": [
+        {
+            "name": "n",
+            "cpu_memory_gib": 256,
+            "disk_read_gbps": 3.0,
+            "gpus": [{"type": "L40S", "count": 2}],
+        }
+    ],
+}
+SLO = {
+    "kind": "slo",
+    "version": 1,
+    "default": {"ttft_p95_s": 5.0, "tpot_p95_s": 0.2, "switch_p95_s": 30.0},
+    "attainment": 0.9,
+}
+
+
+def _inst(model: str, gpu: int, tier: str, port: int) -> dict:
+    return {
+        "id": f"{model}-0",
+        "model": model,
+        "variant": "awq",
+        "node": "n",
+        "gpus": [gpu],
+        "tp": 1,
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 18.0 if model == B else 5.2, "kv": 20.0, "overhead": 1.5},
+        "engine": {"max_model_len": 32768, "max_num_seqs": 32, "quantization": "awq"},
+    }
+
+
+def plan(workload_summary: dict | None = None, selected: str = "a-hot") -> Plan:
+    """The 2-point plan (optionally with a drift reference)."""
+    return Plan.model_validate(
+        {
+            "selected": selected,
+            "workload_summary": workload_summary or {},
+            "search": {"seed": 0},
+            "points": [
+                {"name": "a-hot", "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "host", 8101)]},
+                {"name": "b-hot", "instances": [_inst(B, 0, "gpu", 8101), _inst(A, 1, "host", 8100)]},
+            ],
+        }
+    )
+
+
+def shared_split_plan(workload_summary: dict | None = None) -> Plan:
+    """`shared`: both models on the host tier of GPU 0 (they time-share it, one awake at a
+    time); `split`: each awake on its own GPU (no switch, twice the warm memory)."""
+    return Plan.model_validate(
+        {
+            "selected": "shared",
+            "workload_summary": workload_summary or {},
+            "search": {"seed": 0},
+            "points": [
+                {"name": "shared", "instances": [_inst(A, 0, "host", 8100), _inst(B, 0, "host", 8101)]},
+                {"name": "split", "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "gpu", 8101)]},
+            ],
+        }
+    )
+
+
+def adoption_trace(days: int = 2, adoption_day: int = 1, seed: int = 0) -> pd.DataFrame:
+    """Every role calls planner-7b except the reviewer role, adopted on `adoption_day` (coder-32b)."""
+    base = SynthSpec(users=6, days=days, adopted_role="reviewer", adoption_day=adoption_day, switch_role=None)
+    roles = {r: rs.model_copy(update={"model": B if r == "reviewer" else A}) for r, rs in base.roles.items()}
+    return synth(base.model_copy(update={"roles": roles}), seed=seed)
+
+
+def cluster() -> Cluster:
+    return Cluster.model_validate(CLUSTER)
+
+
+def models():
+    return load_models(MODELS_FILE)
+
+
+def slo() -> Slo:
+    return Slo.model_validate(SLO)
+
+
+def perfs(p: Plan) -> dict:
+    cl, ms = cluster(), models()
+    return {pt.name: perfs_for_point(pt, cl, ms) for pt in p.points}
+
+
+def spec(days: int, *, hot: str = A, stationary: bool = False) -> SynthSpec:
+    """A small team whose every role calls `hot` except the reviewer role (the other model)."""
+    cold = B if hot == A else A
+    base = SynthSpec(users=6, days=days, stationary=stationary, adopted_role=None, switch_role=None)
+    roles = {
+        r: rs.model_copy(update={"model": cold if r == "reviewer" else hot})
+        for r, rs in base.roles.items()
+    }
+    return base.model_copy(update={"roles": roles})
+
+
+def flipping_trace(days_before: int = 2, days_after: int = 1, seed: int = 0) -> pd.DataFrame:
+    """`days_before` days mostly planner-7b, then `days_after` days mostly coder-32b."""
+    t1 = synth(spec(days_before, hot=A), seed=seed)
+    t2 = synth(spec(days_after, hot=B), seed=seed + 1)
+    t2 = t2.assign(timestamp=t2["timestamp"] + days_before * 86400.0)
+    t2 = t2.assign(session="late-" + t2["session"].astype(str))
+    return pd.concat([t1, t2], ignore_index=True).sort_values("timestamp", kind="stable").reset_index(drop=True)
+
+
+def reference(df: pd.DataFrame) -> dict:
+    s = summarize(df)
+    return s.model_dump(mode="json") if hasattr(s, "model_dump") else dict(s)
+
+
+def window(df: pd.DataFrame, start_s: float, length_s: float = 3600.0) -> pd.DataFrame:
+    ts = df["timestamp"]
+    return df[(ts >= start_s) & (ts < start_s + length_s)].reset_index(drop=True)
+
+
+def mix_scorer(point, win: pd.DataFrame) -> dict:
+    """A stand-in simulator: a point pays 20 s of switch P95 per unit share of its cold model."""
+    hot = A if point.name == "a-hot" else B
+    n = len(win)
+    cold_share = float((win["model"].astype(str) != hot).mean()) if n else 0.0
+    return {
+        "slo_attainment": 0.99,
+        "ttft_p95_s": 1.0,
+        "tpot_p95_s": 0.05,
+        "switch_p95_s": 20.0 * cold_share,
+        "switch_count": int(cold_share * n),
+        "warm_gpu_gib": 30.0,
+        "gpus_used": 2,
+        "requests": n,
+    }
+
+
+def failing_scorer(point, win: pd.DataFrame) -> dict:
+    """Every point misses the SLO."""
+    return {**mix_scorer(point, win), "slo_attainment": 0.5}

@@ -1,0 +1,148 @@
+"""The hop policy: hysteresis, dwell, drift gate, reoptimize/suggest, determinism."""
+
+from __future__ import annotations
+
+import adjust_helpers as h
+import pytest
+
+from planner.adjuster.policy import AdjustConfig, AdjustState, decide, hop_cost, observe
+from planner.optimizer.workload.synth import synth
+
+DAY = 86400.0
+
+
+@pytest.fixture(scope="module")
+def flip():
+    """Two days mostly planner-7b (the reference), then a day mostly coder-32b."""
+    tr = h.flipping_trace()
+    ref = h.reference(tr[tr["timestamp"] < 2 * DAY])
+    p = h.plan(ref)
+    return tr, p, h.perfs(p)
+
+
+def _obs(p, perfs, st, tr, start_s, scorer=h.mix_scorer, cmd=""):
+    win = h.window(tr, start_s)
+    return observe(p, st, win, start_s + 3600.0, scorer, perfs, 0.9, suggest_command=cmd)
+
+
+def test_hop_cost_counts_the_restarts_of_the_diff(flip):
+    _, p, perfs = flip
+    a, b = p.point("a-hot"), p.point("b-hot")
+    same = hop_cost(a, a, perfs["a-hot"])
+    assert same.starts == 0 and same.seconds(AdjustConfig()) == 0
+    cost = hop_cost(a, b, perfs["b-hot"])
+    assert cost.starts == 2  # both instances change tier and GPU: restarts
+    assert cost.cold_start_s > 0 and set(cost.restarted) == {"planner-7b-0", "coder-32b-0"}
+
+
+def test_hop_when_a_clearly_better_point_appears_after_the_dwell(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0  # 10:00 on the flipped day
+    st = AdjustState(point="a-hot", since_s=t - 5 * 3600.0)
+    obs = _obs(p, perfs, st, tr, t)
+    assert obs.drift_plan is not None and obs.drift_plan.verdict == "drift"
+    new, acts = decide(st, obs)
+    assert [a.kind for a in acts] == ["hop"]
+    assert acts[0].point == "b-hot" and new.point == "b-hot"
+    assert new.since_s == obs.end_s and new.hop_times_s == [obs.end_s]
+    assert new.chosen_summary is not None  # the next drift check is against this window
+    r = acts[0].reasons
+    assert r["drift_plan"]["verdict"] == "drift"
+    assert set(r["points"]) == {"a-hot", "b-hot"}
+    assert r["gain_s"] > r["needed_gain_s"] > 0
+
+
+def test_no_hop_within_the_dwell(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=t - 600.0)
+    new, acts = decide(st, _obs(p, perfs, st, tr, t))
+    assert [a.kind for a in acts] == ["hold"] and "dwell" in acts[0].reason
+    assert new.point == "a-hot"
+
+
+def test_no_hop_when_the_gain_is_below_the_margin(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(min_gain_s=1000.0))
+    _, acts = decide(st, _obs(p, perfs, st, tr, t))
+    assert acts[0].kind == "hold" and "not the" in acts[0].reason
+
+
+def test_hop_cost_raises_the_bar(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(hop_cost_weight=10.0))
+    _, acts = decide(st, _obs(p, perfs, st, tr, t))
+    assert acts[0].kind == "hold"  # the restarts cost more than the window gains
+
+
+def test_never_hops_on_stationary_traffic():
+    """Stationary traffic, the plan's own reference, and the wrong point in force: stay."""
+    tr = synth(h.spec(3, hot=h.A, stationary=True), seed=3)
+    ref = h.reference(tr[tr["timestamp"] < 2 * DAY])
+    p = h.plan(ref, selected="b-hot")
+    perfs = h.perfs(p)
+    st = AdjustState(point="b-hot", since_s=0.0, config=AdjustConfig(min_dwell_s=0))
+    kinds = []
+    for hour in range(24):
+        st, acts = decide(st, _obs(p, perfs, st, tr, 2 * DAY + hour * 3600.0))
+        kinds += [a.kind for a in acts]
+    assert set(kinds) == {"hold"}
+    assert st.point == "b-hot" and st.hop_times_s == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "kind"), [("suggest", "suggest"), ("auto", "reoptimize"), ("never", "hold")]
+)
+def test_no_point_meets_the_slo(flip, mode, kind):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(reoptimize=mode))
+    cmd = "planner optimize --cluster c.yaml ..."
+    new, acts = decide(st, _obs(p, perfs, st, tr, t, h.failing_scorer, cmd))
+    assert [a.kind for a in acts] == [kind]
+    assert new.point == "a-hot"
+    assert "no point meets the SLO" in acts[0].reason
+    if kind == "suggest":
+        assert acts[0].command == cmd
+    if kind != "hold":  # not again within the dwell
+        _, again = decide(new, _obs(p, perfs, new, tr, t + 3600.0, h.failing_scorer, cmd))
+        assert again[0].kind == "hold"
+
+
+def test_few_requests_hold(flip):
+    tr, p, perfs = flip
+    st = AdjustState(point="a-hot", since_s=0.0)
+    _, acts = decide(st, _obs(p, perfs, st, tr, 2 * DAY + 3 * 3600.0))  # 03:00: nobody works
+    assert acts[0].kind == "hold" and "requests in the window" in acts[0].reason
+
+
+def test_max_hops_per_day(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    cfg = AdjustConfig(max_hops_per_day=1)
+    st = AdjustState(point="a-hot", since_s=0.0, hop_times_s=[t - 3600.0], config=cfg)
+    _, acts = decide(st, _obs(p, perfs, st, tr, t))
+    assert acts[0].kind == "hold" and "hops in the last 24 h" in acts[0].reason
+
+
+def test_decide_is_deterministic(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=0.0)
+    obs = _obs(p, perfs, st, tr, t)
+    s1, a1 = decide(st, obs)
+    s2, a2 = decide(st, _obs(p, perfs, st, tr, t))
+    assert s1 == s2
+    assert [a.to_json() for a in a1] == [a.to_json() for a in a2]
+    assert st.point == "a-hot"  # the input state is not mutated
+
+
+def test_config_is_validated():
+    with pytest.raises(ValueError):
+        AdjustConfig(window_s=1.0)
+    with pytest.raises(ValueError):
+        AdjustConfig(margin=-0.1)
+    with pytest.raises(ValueError):
+        AdjustConfig(unknown=1)

@@ -1,0 +1,113 @@
+"""Replay through the policy: JSON shape, every request counted once, hops, the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import adjust_helpers as h
+import pytest
+import yaml
+
+from planner.adjuster.policy import AdjustConfig
+from planner.adjuster.replay import replay
+from planner.cli.main import main
+
+KEYS = {
+    "slo_attainment",
+    "ttft_p95_s",
+    "tpot_p95_s",
+    "switch_p95_s",
+    "switch_count",
+    "warm_gpu_gib",
+    "gpus_used",
+    "requests",
+}
+
+
+@pytest.fixture(scope="module")
+def flip():
+    """Day 0 only planner-7b; from day 1 coder-32b too: `shared` thrashes, `split` does not."""
+    tr = h.adoption_trace(days=2, adoption_day=1)
+    ref = h.reference(tr[tr["timestamp"] < 86400.0])
+    p = h.shared_split_plan(ref)
+    return tr, p, h.perfs(p)
+
+
+def test_replay_keys_and_request_counts(flip):
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig())
+    assert set(out["adjusted"]) == KEYS
+    assert set(out["static"]) == {"shared", "split"}
+    for m in [out["adjusted"], *out["static"].values()]:
+        assert set(m) == KEYS
+        assert m["requests"] == len(tr)  # every request in exactly once
+        assert 0.0 <= m["slo_attainment"] <= 1.0
+        assert m["warm_gpu_gib"] > 0
+    assert 24 <= out["windows"] <= 48  # from the hour of the first request to the last
+    for hop in out["hops"]:
+        assert set(hop) == {"at_s", "from", "to", "reason"}
+
+
+def test_replay_hops_when_a_model_is_adopted(flip):
+    """coder-32b appears on day 1: the replay leaves the time-shared GPU for the split point."""
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig(min_dwell_s=3600.0))
+    assert out["hops"], out["actions"]
+    first = out["hops"][0]
+    assert first["from"] == "shared" and first["to"] == "split"
+    assert first["at_s"] > 86400.0  # after the adoption, not on the reference day
+    assert out["final_point"] == "split"
+    assert out["adjusted"]["slo_attainment"] > out["static"]["shared"]["slo_attainment"]
+    assert out["adjusted"]["warm_gpu_gib"] < out["static"]["split"]["warm_gpu_gib"]
+    # the hop's restarts count as switches of the adjusted series
+    assert out["adjusted"]["switch_count"] >= 2
+
+
+def test_replay_is_deterministic(flip):
+    tr, p, perfs = flip
+    a = replay(p, tr, h.slo(), perfs, AdjustConfig())
+    b = replay(p, tr, h.slo(), perfs, AdjustConfig())
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+def test_stationary_replay_has_no_hops():
+    from planner.optimizer.workload.synth import synth
+
+    tr = synth(h.spec(2, hot=h.A, stationary=True), seed=5)
+    p = h.plan(h.reference(tr[tr["timestamp"] < 86400.0]))
+    out = replay(p, tr, h.slo(), h.perfs(p), AdjustConfig(min_dwell_s=0))
+    assert out["hops"] == []
+    assert out["adjusted"] == out["static"]["a-hot"]  # same point all along, same figures
+
+
+def test_cli_replay_json(tmp_path, capsys, flip):
+    tr, p, _ = flip
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(h.CLUSTER))
+    (tmp_path / "slo.yaml").write_text(yaml.safe_dump(h.SLO))
+    data = p.model_dump(mode="json")
+    data["inputs"] = {
+        "cluster": {"path": "cluster.yaml"},
+        "models": {"path": str(h.MODELS_FILE)},
+        "slo": {"path": "slo.yaml"},
+    }
+    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+    tr.to_csv(tmp_path / "trace.csv", index=False)
+    argv = ["adjust", "--plan", str(tmp_path / "plan.yaml"), "--replay", str(tmp_path / "trace.csv")]
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--window", "1h", "--json"])
+    assert e.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"adjusted", "static", "hops"} <= set(out)
+    assert out["adjusted"]["requests"] == len(tr)
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--window", "soon"])
+    assert e.value.code == 2
+
+
+def test_print_cron(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["adjust", "--plan", str(tmp_path / "p.yaml"), "--state-dir", str(tmp_path), "--print-cron"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--once" in out and "[Timer]" in out and "[Service]" in out
+    assert out.splitlines()[1].startswith("5 * * * * ")
