@@ -51,8 +51,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from planner.adjuster.backends.base import Handle, InstanceControl, Status
 
+from planner.adjuster.backends.base import Handle, InstanceControl, Status
 from planner.schemas.plan import Instance, Point
 
 log = logging.getLogger("planner.gateway")
@@ -100,6 +100,10 @@ class GatewayConfig:
     retry_after_s: float = 10.0  # Retry-After before any wake of that model was timed
     log_flush_s: float = 0.5  # request-log batch period
     control_threads: int = 4  # threads running InstanceControl calls
+
+
+class _NoAnswer(Exception):
+    """The connection to an engine failed before any answer came back."""
 
 
 class Unavailable(Exception):
@@ -669,12 +673,16 @@ class Gateway:
                 return await self._forward(
                     request, inst, body, stream, strip_usage, (t_arr, t0, wait_s, user, session)
                 )
-            except aiohttp.ClientConnectorError as e:
-                # Nothing reached the engine: it is gone. Mark it dead (the next pick wakes or
-                # restarts it) and retry once.
-                log.warning("instance %s refused a connection: %s", inst.spec.id, e)
-                inst.status = "failed"
-                if attempt:
+            except _NoAnswer as e:
+                # No byte of an answer came back. If the engine is gone, mark it dead (the
+                # next pick restarts it) and retry once; a live one that failed: 502.
+                log.warning("instance %s gave no answer: %s", inst.spec.id, e)
+                dead = inst.handle is None or (
+                    not isinstance(e.__cause__, TimeoutError) and not await self._probe(inst)
+                )
+                if dead and inst.status == "awake":
+                    inst.status = "failed"
+                if attempt or not dead:
                     msg = f"instance {inst.spec.id} is unreachable: {e}"
                     self._fail(
                         t_arr, user, session, model, 502, time.perf_counter() - t0, wait_s, msg
@@ -736,8 +744,12 @@ class Gateway:
                         await resp.write(out)
                     usage = sse.usage
                     await resp.write_eof()
-        except aiohttp.ClientConnectorError:
-            raise
+        except aiohttp.ClientConnectionError as e:
+            if resp is None:
+                raise _NoAnswer(str(e) or type(e).__name__) from e
+            msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
+            self._fail(t_arr, user, session, model, 502, time.perf_counter() - t0, wait_s, msg)
+            return resp if resp.prepared else self._error(502, msg, "BadGatewayError")
         except (aiohttp.ClientError, TimeoutError) as e:
             msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
             self._fail(t_arr, user, session, model, 502, time.perf_counter() - t0, wait_s, msg)

