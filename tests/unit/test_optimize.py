@@ -139,3 +139,17 @@ def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys)
     assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
     assert "quantized variant" in err
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "slo.yaml").write_text("kind: slo\ndefault: {ttft_p95_s: 0.05, tpot_p95_s: 0.15}\nattainment: 0.99\n")
+    out = tmp_path / "p.yaml"
+    args = [a if a != f"{SMALL}/slo.yaml" else str(tmp_path / "slo.yaml") for a in ARGS]
+    args = [a if a != "8" else "5" for a in args]
+    code, stdout, _ = run([*args, "--no-baselines", "--json", "-o", str(out)], capsys)
+    assert code == 0
+    notes = json.loads(stdout)["notes"]
+    assert any("no plan meets the attainment target" in n and "ttft_p95_s" in n for n in notes)
+    plan = load_plan(out)
+    assert plan.points and all(p.notes == notes for p in plan.points)

@@ -318,10 +318,13 @@ def test_stream_completion_decodes_chunked_sse():
 
 def test_burst_streams_are_detected_and_left_out():
     smooth = [(0.01 * i, i + 1) for i in range(16)]
-    gulp = [(0.0, 1), (0.0001, 16)]
     assert not eb.burst(smooth, 16)
-    assert eb.burst(gulp, 16)
-    assert not eb.burst([(0.0, -1), (0.1, -1)], 16)  # no counts: cannot tell
+    assert eb.burst([(0.0, 1), (0.01, 16)], 16)  # one chunk carries 15 tokens
+    assert eb.burst(
+        [(0.05 + 1e-5 * i, i + 1) for i in range(16)], 16
+    )  # one token a chunk, all read at once
+    assert eb.burst([(1e-5 * i, -1) for i in range(16)], 16)  # no counts: a chunk is a token
+    assert not eb.burst([(0.0, 1), (0.01, 2)], 2)
 
     class Gulping(FakeClient):
         def streams(self, prompts, out):

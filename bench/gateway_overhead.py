@@ -1,0 +1,212 @@
+"""Gateway overhead and cold wake on the CPU build of vLLM (issue 7).
+
+One host-tier instance of the tiny model behind `planner gateway` (a separate process, the
+real CLI with the real Controller and local backend, so the client never shares a GIL with
+the gateway):
+
+1. cold wake: nothing runs; a streamed request through the gateway starts the server (a wake
+   is a start on the CPU build); the time to its first token is printed next to the perf
+   model's predicted wake time for that instance (`instance_perf(...).wake_disk_s`, cpu GPU
+   type: stopped -> awake).
+2. sequential: N short completions, alternating direct (to the server's port) and through the
+   gateway, same body; added latency = P50/P99 through the gateway minus P50/P99 direct.
+3. concurrent: C clients send M requests in all, direct then through the gateway, twice in
+   alternation; throughput ratio = gateway req/s / direct req/s (means of the two rounds).
+
+Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 8] [--concurrent-requests 240]
+Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio=.. cold_wake_s=.. predicted_wake_s=..`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def write_inputs(d: Path, port: int) -> Path:
+    """CPU example cluster/models, the tiny model, and a plan with one host-tier instance."""
+    from planner.cli.example import CPU_FILES
+    from planner.tinymodel import build_tiny_model
+
+    for name, text in CPU_FILES.items():
+        (d / name).write_text(text)
+    build_tiny_model(d / "models" / "tiny-a", seed=0)
+    inst = {
+        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
+        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 8, "enforce_eager": True},
+    }  # fmt: skip
+    plan = {
+        "kind": "plan", "version": 1, "selected": "bench",
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+        "points": [{"name": "bench", "instances": [inst]}],
+    }  # fmt: skip
+    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    return d / "plan.yaml"
+
+
+def predicted_wake_s(d: Path) -> float:
+    """The perf model's stopped -> awake time of the bench instance on the `cpu` GPU type."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf import instance_perf
+    from planner.schemas import load_models
+
+    arch = load_models(d / "models.yaml").model("tiny-a").arch
+    perf = instance_perf(arch, "bf16", resolve_gpu("cpu"), 1, max_model_len=1024, max_num_seqs=8, kv_gib=1.0)  # fmt: skip
+    return perf.wake_disk_s
+
+
+def wait_http(url: str, timeout_s: float) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer in {timeout_s} s")
+
+
+def cold_wake(gw: str) -> float:
+    """Seconds from sending a streamed request for the stopped model to its first token."""
+    import httpx
+
+    body = {"model": "tiny-a", "prompt": "hello", "max_tokens": 8, "stream": True}
+    t0 = time.perf_counter()
+    with httpx.stream("POST", gw + "/v1/completions", json=body, timeout=900) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"cold request answered {r.status_code}: {r.read()!r}")
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                return time.perf_counter() - t0
+    raise RuntimeError("the stream ended without a token")
+
+
+def sequential(urls: dict[str, str], n: int, body: dict) -> dict[str, list[float]]:
+    import httpx
+
+    lat: dict[str, list[float]] = {k: [] for k in urls}
+    with httpx.Client(timeout=60) as c:
+        for _ in range(10):  # warm-up: connections, engine caches
+            for u in urls.values():
+                c.post(u + "/v1/completions", json=body).raise_for_status()
+        for i in range(n):
+            order = list(urls.items()) if i % 2 == 0 else list(urls.items())[::-1]
+            for k, u in order:
+                t = time.perf_counter()
+                c.post(u + "/v1/completions", json=body).raise_for_status()
+                lat[k].append(time.perf_counter() - t)
+    return lat
+
+
+async def _burst(url: str, total: int, conc: int, body: dict) -> float:
+    import aiohttp
+
+    left = total
+    async with aiohttp.ClientSession() as s:
+
+        async def worker() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                async with s.post(url + "/v1/completions", json=body) as r:
+                    r.raise_for_status()
+                    await r.read()
+
+        t = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(conc)))
+        return total / (time.perf_counter() - t)
+
+
+def concurrent(urls: dict[str, str], total: int, conc: int, body: dict) -> dict[str, float]:
+    rps: dict[str, list[float]] = {k: [] for k in urls}
+    for _ in range(2):
+        for k, u in urls.items():
+            rps[k].append(asyncio.run(_burst(u, total, conc, body)))
+    return {k: sum(v) / len(v) for k, v in rps.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=200, help="sequential requests per path")
+    ap.add_argument("--concurrency", type=int, default=8, help="concurrent clients")
+    ap.add_argument("--concurrent-requests", type=int, default=240, help="requests per round")
+    ap.add_argument("--max-tokens", type=int, default=4, help="tokens per completion")
+    args = ap.parse_args()
+
+    d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    port, gw_port = free_port(), free_port()
+    plan = write_inputs(d, port)
+    predicted = predicted_wake_s(d)
+    state = d / "state"
+    gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "planner.cli.main", "gateway", "--plan", str(plan),
+         "--state-dir", str(state), "--port", str(gw_port)],
+        stdout=gw_log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    gw = f"http://127.0.0.1:{gw_port}"
+    direct = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(gw + "/health", 120)
+        cold_s = cold_wake(gw)
+        print(f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
+              f"predicted wake_disk_s: {predicted:.2f} s")  # fmt: skip
+        body = {"model": "tiny-a", "prompt": "hello", "max_tokens": args.max_tokens,
+                "ignore_eos": True, "temperature": 0}  # fmt: skip
+        urls = {"direct": direct, "gateway": gw}
+        lat = sequential(urls, args.requests, body)
+        for k, v in lat.items():
+            print(f"sequential {k:8} n={len(v)} p50={pct(v, 0.5) * 1e3:.2f} ms "
+                  f"p99={pct(v, 0.99) * 1e3:.2f} ms")  # fmt: skip
+        add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
+        add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
+        rps = concurrent(urls, args.concurrent_requests, args.concurrency, body)
+        for k, v in rps.items():
+            print(f"concurrent {k:8} c={args.concurrency} {v:.1f} req/s")
+        ratio = rps["gateway"] / rps["direct"]
+        print(json.dumps({"sequential_ms": {k: [round(x * 1e3, 3) for x in sorted(v)[:: max(1, len(v) // 20)]] for k, v in lat.items()}}))  # fmt: skip
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        gw_log.close()
+        subprocess.run(
+            [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],
+            capture_output=True, timeout=120,
+        )  # fmt: skip
+    print(
+        f"RESULT added_p50_ms={add50:.2f} added_p99_ms={add99:.2f} throughput_ratio={ratio:.3f} "
+        f"cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
