@@ -20,11 +20,14 @@ Rule, in order:
      traffic, whose drift is calibrated to fire in no window, never hops);
    - the current point has been in force for `min_dwell_s` and fewer than `max_hops_per_day`
      hops happened in the last 24 h;
+   - the same point clears the bar below in `confirm_windows` consecutive windows (one busy
+     hour is not a trend);
    - the gain J(current) - J(best) exceeds `margin` x J(current) + `min_gain_s` +
      `hop_cost_weight` x hop cost, where the hop cost is the transition seconds the
      reconcile diff between the two points implies (cold starts of the instances it starts
      or restarts, sleeps of the new lazy ones, a fixed cost per stop) from the perf model.
-     A current point that misses the SLO is left for any meeting point (no margin).
+     A current point that misses the SLO is left for any meeting point (no margin, no
+     confirmation).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
 metrics and objective, the gain and the threshold it had to pass.
 """
@@ -58,6 +61,9 @@ class AdjustConfig(BaseModel):
         description="least time a point stays in force before the next hop, s",
     )
     max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
+    confirm_windows: int = Field(
+        default=2, ge=1, le=48, description="consecutive windows the same better point must win"
+    )
     margin: float = Field(
         default=0.15,
         ge=0,
@@ -122,6 +128,8 @@ class AdjustState(BaseModel):
         default=None, description="when reoptimize/suggest was last issued"
     )
     decisions: int = Field(default=0, ge=0, description="decisions taken so far")
+    candidate: str | None = Field(default=None, description="point that won the last windows")
+    candidate_wins: int = Field(default=0, ge=0, description="consecutive windows it won")
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
 
@@ -227,7 +235,13 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     since = state.since_s if state.since_s is not None else now
     recent = [t for t in state.hop_times_s if now - t < DAY_S]
     base = state.model_copy(
-        update={"since_s": since, "hop_times_s": recent, "decisions": state.decisions + 1}
+        update={
+            "since_s": since,
+            "hop_times_s": recent,
+            "decisions": state.decisions + 1,
+            "candidate": None,
+            "candidate_wins": 0,
+        }
     )
     n = len(obs.window)
     table = {
@@ -302,6 +316,10 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     reasons["hop_cost_s"] = round(cost_s, 3)
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
+    wins = state.candidate_wins + 1 if state.candidate == best else 1
+    if cur_ok and wins < cfg.confirm_windows:
+        base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
+        return hold(f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows")
     from planner.optimizer.workload.characterize import summarize
 
     why = (

@@ -16,7 +16,9 @@ def metrics_table(
     attainment: float | None = None,
 ) -> Table:
     """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
-    t = Table(title=title, caption="P95 latencies in s; warm: time-average GPU GiB")
+    errors = [f"{n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
+    caption = "P95 latencies in s; warm: time-average GPU GiB"
+    t = Table(title=title, caption="\n".join([caption, *(f"n/a {e}" for e in errors)]))
     t.add_column("point", no_wrap=True)
     # P95 latencies in s (TPOT in ms); warm: time-average GiB kept on GPUs
     for col in ("SLO met", "TTFT", "TPOT ms", "switch", "wakes", "warm", "GPUs"):
@@ -24,7 +26,7 @@ def metrics_table(
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
         if "error" in m:
-            t.add_row(name, f"[dim]{m['error']}[/]", *[""] * 6, style=style)
+            t.add_row(name, "n/a", *[""] * 6, style=style)
             return
         att = m["slo_attainment"]
         att_s = f"{att:.3f}" if attainment is None or att >= attainment else f"[red]{att:.3f}[/]"

@@ -66,8 +66,14 @@ def plan(workload_summary: dict | None = None, selected: str = "a-hot") -> Plan:
             "workload_summary": workload_summary or {},
             "search": {"seed": 0},
             "points": [
-                {"name": "a-hot", "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "host", 8101)]},
-                {"name": "b-hot", "instances": [_inst(B, 0, "gpu", 8101), _inst(A, 1, "host", 8100)]},
+                {
+                    "name": "a-hot",
+                    "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "host", 8101)],
+                },
+                {
+                    "name": "b-hot",
+                    "instances": [_inst(B, 0, "gpu", 8101), _inst(A, 1, "host", 8100)],
+                },
             ],
         }
     )
@@ -82,8 +88,14 @@ def shared_split_plan(workload_summary: dict | None = None) -> Plan:
             "workload_summary": workload_summary or {},
             "search": {"seed": 0},
             "points": [
-                {"name": "shared", "instances": [_inst(A, 0, "host", 8100), _inst(B, 0, "host", 8101)]},
-                {"name": "split", "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "gpu", 8101)]},
+                {
+                    "name": "shared",
+                    "instances": [_inst(A, 0, "host", 8100), _inst(B, 0, "host", 8101)],
+                },
+                {
+                    "name": "split",
+                    "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "gpu", 8101)],
+                },
             ],
         }
     )
@@ -91,8 +103,13 @@ def shared_split_plan(workload_summary: dict | None = None) -> Plan:
 
 def adoption_trace(days: int = 2, adoption_day: int = 1, seed: int = 0) -> pd.DataFrame:
     """Every role calls planner-7b except the reviewer role, adopted on `adoption_day` (coder-32b)."""
-    base = SynthSpec(users=6, days=days, adopted_role="reviewer", adoption_day=adoption_day, switch_role=None)
-    roles = {r: rs.model_copy(update={"model": B if r == "reviewer" else A}) for r, rs in base.roles.items()}
+    base = SynthSpec(
+        users=6, days=days, adopted_role="reviewer", adoption_day=adoption_day, switch_role=None
+    )
+    roles = {
+        r: rs.model_copy(update={"model": B if r == "reviewer" else A})
+        for r, rs in base.roles.items()
+    }
     return synth(base.model_copy(update={"roles": roles}), seed=seed)
 
 
@@ -130,7 +147,11 @@ def flipping_trace(days_before: int = 2, days_after: int = 1, seed: int = 0) -> 
     t2 = synth(spec(days_after, hot=B), seed=seed + 1)
     t2 = t2.assign(timestamp=t2["timestamp"] + days_before * 86400.0)
     t2 = t2.assign(session="late-" + t2["session"].astype(str))
-    return pd.concat([t1, t2], ignore_index=True).sort_values("timestamp", kind="stable").reset_index(drop=True)
+    return (
+        pd.concat([t1, t2], ignore_index=True)
+        .sort_values("timestamp", kind="stable")
+        .reset_index(drop=True)
+    )
 
 
 def reference(df: pd.DataFrame) -> dict:

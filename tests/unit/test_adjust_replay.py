@@ -92,7 +92,13 @@ def test_cli_replay_json(tmp_path, capsys, flip):
     }
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
     tr.to_csv(tmp_path / "trace.csv", index=False)
-    argv = ["adjust", "--plan", str(tmp_path / "plan.yaml"), "--replay", str(tmp_path / "trace.csv")]
+    argv = [
+        "adjust",
+        "--plan",
+        str(tmp_path / "plan.yaml"),
+        "--replay",
+        str(tmp_path / "trace.csv"),
+    ]
     with pytest.raises(SystemExit) as e:
         main([*argv, "--window", "1h", "--json"])
     assert e.value.code == 0
@@ -106,7 +112,16 @@ def test_cli_replay_json(tmp_path, capsys, flip):
 
 def test_print_cron(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["adjust", "--plan", str(tmp_path / "p.yaml"), "--state-dir", str(tmp_path), "--print-cron"])
+        main(
+            [
+                "adjust",
+                "--plan",
+                str(tmp_path / "p.yaml"),
+                "--state-dir",
+                str(tmp_path),
+                "--print-cron",
+            ]
+        )
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "--once" in out and "[Timer]" in out and "[Service]" in out

@@ -153,3 +153,16 @@ def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target
     assert any("no plan meets the attainment target" in n and "ttft_p95_s" in n for n in notes)
     plan = load_plan(out)
     assert plan.points and all(p.notes == notes for p in plan.points)
+
+
+def test_demand_above_capacity_exits_2_naming_the_model(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "c.yaml").write_text("kind: cluster\nnodes:\n  - name: box\n    cpu_memory_gib: 64\n"
+                                     "    gpus: [{type: L40S, count: 1}]\n")
+    (tmp_path / "w.yaml").write_text("users: 400\ndays: 1\nroles: {coder: {model: coder-32b}}\n")
+    code, _, err = run(["optimize", "-c", str(tmp_path / "c.yaml"), "-m", f"{SMALL}/models.yaml",
+                        "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"), "--evals", "4",
+                        "-o", str(tmp_path / "p.yaml")], capsys)
+    assert code == 2
+    assert "coder-32b: peak" in err and "req/s per instance" in err
+    assert not (tmp_path / "p.yaml").exists()

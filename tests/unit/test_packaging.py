@@ -1,0 +1,31 @@
+"""The package map in pyproject.toml matches the folders; the CLI starts without heavy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {"planner": "planner", "cli": "planner.cli", "profiler": "planner.profiler",
+           "optimizer": "planner.optimizer", "adjuster": "planner.adjuster"}
+
+
+def test_every_package_folder_is_listed():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for folder, pkg in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((pkg, *rel)))
+    assert found == listed
+
+
+def test_help_imports_no_torch_vllm_or_ray():
+    code = ("import sys; from planner.cli.main import app; "
+            "print(sorted(m for m in ('torch', 'vllm', 'ray', 'matplotlib', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    help_out = subprocess.run([sys.executable, "-m", "planner.cli.main", "--help"], capture_output=True, text=True)
+    assert help_out.returncode == 0 and "optimize" in help_out.stdout
