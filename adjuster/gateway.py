@@ -29,7 +29,11 @@ stored).
 Health: every `health_interval_s` the gateway probes `/health` of each instance that should be
 awake (tier gpu, or woken by the gateway); a dead one is restarted with `InstanceControl.wake`
 after a capped exponential backoff (`backoff_base_s` * 2^(failures-1), at most
-`backoff_cap_s`).
+`backoff_cap_s`; `failures` resets only when a probe finds it healthy again). A request whose
+connection fails before any answer probes the instance at once: dead, it is marked failed and
+the request retried once (which restarts it). Every `adopt_every` rounds the controller's
+status is read again, so instances started elsewhere (`planner apply`) are routed to. The
+point is fixed for the gateway's life: after `apply` of another point, restart the gateway.
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class GatewayConfig:
     retry_after_s: float = 10.0  # Retry-After before any wake of that model was timed
     log_flush_s: float = 0.5  # request-log batch period
     control_threads: int = 4  # threads running InstanceControl calls
+    adopt_every: int = 6  # every this many health rounds, adopt instances started elsewhere
 
 
 class _NoAnswer(Exception):
@@ -119,8 +124,9 @@ class _Inst:
     """What the gateway tracks of one instance."""
 
     spec: Instance
-    status: Status
+    _status: Status
     handle: Handle | None
+    epoch: int = 0  # bumped on every status change: stale controller reads are dropped
     outstanding: int = 0
     draining: bool = False
     want_awake: bool = False  # tier gpu, or woken by the gateway: the health loop keeps it up
@@ -128,6 +134,15 @@ class _Inst:
     timeouts: int = 0  # consecutive /health timeouts
     next_restart_at: float = 0.0
     idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    @status.setter
+    def status(self, value: Status) -> None:
+        self._status = value
+        self.epoch += 1
 
     @property
     def url(self) -> str:
@@ -348,7 +363,7 @@ class Gateway:
         self.instances: dict[str, _Inst] = {}
         self.by_model: dict[str, list[_Inst]] = defaultdict(list)
         for spec in point.instances:
-            inst = _Inst(spec=spec, status="stopped", handle=None)
+            inst = _Inst(spec=spec, _status="stopped", handle=None)
             inst.idle.set()
             self.instances[spec.id] = inst
             self.by_model[spec.model].append(inst)
@@ -527,13 +542,30 @@ class Gateway:
     # ----- health
 
     async def _health_loop(self) -> None:
+        n = 0
         while True:
             await asyncio.sleep(self.cfg.health_interval_s)
+            n += 1
+            if n % self.cfg.adopt_every == 0:
+                try:
+                    await self._adopt()
+                except Exception as e:
+                    log.warning("reading the controller's status: %s", e)
             for inst in list(self.instances.values()):
                 try:
                     await self._check(inst)
                 except Exception as e:  # one instance's trouble must not stop the loop
                     log.warning("health check of %s: %s", inst.spec.id, e)
+
+    async def _adopt(self) -> None:
+        """Take over instances that became awake outside the gateway (e.g. `planner apply`)."""
+        epochs = {iid: i.epoch for iid, i in self.instances.items()}
+        st = await self._call(self.control.status)
+        for iid, inst in self.instances.items():
+            status, handle = st.get(iid, ("stopped", None))
+            busy = inst.spec.model in self._wakes or inst.draining or inst.epoch != epochs[iid]
+            if status == "awake" and handle is not None and not inst.routable() and not busy:
+                inst.status, inst.handle, inst.want_awake = "awake", handle, True
 
     async def _probe(self, inst: _Inst) -> bool | None:
         """True: healthy; False: dead; None: no answer in time (busy or hung)."""

@@ -10,8 +10,8 @@ Rule, in order:
 1. fewer than `min_requests` requests in the window: hold (nothing to judge on);
 2. a point "meets the SLO" on the window when its attainment is at least the target less
    `attainment_z` binomial standard errors (a window of 100 requests cannot tell 0.95 from
-   0.93); no point meets it: `reoptimize` (auto), `suggest` (with the exact command) or hold
-   (never), at most once per `min_dwell_s`;
+   0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
+   `suggest` (with the exact command) or hold (never), at most once per `min_dwell_s`;
 3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
    trade-off the optimizer's default scalarization makes);
 4. hop to the meeting point with the lowest J only when all of these hold:
@@ -26,8 +26,7 @@ Rule, in order:
      `hop_cost_weight` x hop cost, where the hop cost is the transition seconds the
      reconcile diff between the two points implies (cold starts of the instances it starts
      or restarts, sleeps of the new lazy ones, a fixed cost per stop) from the perf model.
-     A current point that misses the SLO is left for any meeting point (no margin, no
-     confirmation).
+     A current point that misses the SLO is left for any meeting point (no margin).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
 metrics and objective, the gain and the threshold it had to pass.
 """
@@ -100,6 +99,12 @@ class AdjustConfig(BaseModel):
     require_drift: bool = Field(
         default=True, description="hop only when drift fired or the current point misses the SLO"
     )
+    sleep_after_idle_s: float | None = Field(
+        default=None,
+        ge=0,
+        le=DAY_S,
+        description="simulate host/disk instances sleeping after this idle time (the gateway's); None: never",
+    )
     reoptimize: Literal["auto", "suggest", "never"] = Field(
         default="suggest", description="when no point meets the SLO"
     )
@@ -130,6 +135,9 @@ class AdjustState(BaseModel):
     decisions: int = Field(default=0, ge=0, description="decisions taken so far")
     candidate: str | None = Field(default=None, description="point that won the last windows")
     candidate_wins: int = Field(default=0, ge=0, description="consecutive windows it won")
+    failing_windows: int = Field(
+        default=0, ge=0, description="consecutive windows in which no point met the SLO"
+    )
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
 
@@ -241,6 +249,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
             "decisions": state.decisions + 1,
             "candidate": None,
             "candidate_wins": 0,
+            "failing_windows": 0,
         }
     )
     n = len(obs.window)
@@ -269,7 +278,14 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     def hold(why: str) -> tuple[AdjustState, list[Action]]:
         return base, [Action("hold", cur, why, {**reasons, "action": "hold"}, from_point=cur)]
 
-    if n < cfg.min_requests:
+    if n < cfg.min_requests:  # a quiet hour neither confirms nor breaks a trend
+        base = base.model_copy(
+            update={
+                "candidate": state.candidate,
+                "candidate_wins": state.candidate_wins,
+                "failing_windows": state.failing_windows,
+            }
+        )
         return hold(f"{n} requests in the window (< {cfg.min_requests}): nothing to judge")
     if cur not in obs.metrics:
         raise ValueError(f"no metrics for the current point {cur!r}")
@@ -286,6 +302,10 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         )
         if cfg.reoptimize == "never" or cool:
             return hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
+        fails = state.failing_windows + 1
+        if fails < cfg.confirm_windows:
+            base = base.model_copy(update={"failing_windows": fails})
+            return hold(f"{why}; {fails} of {cfg.confirm_windows} windows")
         kind: Literal["reoptimize", "suggest"] = (
             "reoptimize" if cfg.reoptimize == "auto" else "suggest"
         )
@@ -317,9 +337,11 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
     wins = state.candidate_wins + 1 if state.candidate == best else 1
-    if cur_ok and wins < cfg.confirm_windows:
+    if wins < cfg.confirm_windows:
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
-        return hold(f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows")
+        return hold(
+            f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows"
+        )
     from planner.optimizer.workload.characterize import summarize
 
     why = (

@@ -4,9 +4,9 @@ Order, make-before-break:
 1. stops that free GPUs (or a port) a start needs: a start whose GPUs overlap an instance
    leaving them waits for it, unless the GPU capacity is known and both fit at once;
 2. restarts (dead instances, changed specs) and starts of `tier: gpu` instances;
-3. `host`/`disk` instances, one at a time per GPU: start, then sleep, before the next starts
-   (only where the backend has sleep mode; without it a sleeping instance is a stopped one,
-   so nothing is started for it);
+3. `host`/`disk` instances, one at a time per GPU: start, then sleep, before the next starts;
+   an awake co-tenant on those GPUs is put to sleep first (only where the backend has sleep
+   mode; without it a sleeping instance is a stopped one, so nothing is started for it);
 4. the remaining stops, once their replacements run.
 
 `actual` comes from the state store plus live health checks; `spec_sha` is the hash of the
@@ -134,7 +134,24 @@ def diff(
             late_stops.append(Action("stop", k, o.node, reason))
 
     out = first_stops + starts
+    put_to_sleep: set[str] = set()
     for key in sorted(tiered):
+        node, gpus = key
+        # an awake co-tenant (woken by the gateway) sleeps before a new one starts beside it
+        for k in sorted(actual):
+            o = actual[k]
+            d = want.get(k)
+            if (
+                d is not None and d.tier in ("host", "disk") and o.status == "awake"
+                and o.node == node and set(o.gpus) & set(gpus) and k not in put_to_sleep
+                and not any(a.instance == k for a in tiered[key])
+            ):  # fmt: skip
+                put_to_sleep.add(k)
+                out.append(
+                    Action(
+                        "sleep", k, node, "co-tenant of a starting instance", sleep_level(d.tier)
+                    )
+                )
         out += tiered[key]
     return out + late_stops
 

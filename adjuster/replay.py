@@ -25,6 +25,11 @@ longer (added to TTFT and to the switch wait, and the SLO check is redone), and 
 (re)start counts as a switch. Requests of models that keep an instance are not delayed
 (make-before-break).
 
+Re-optimization: with `config.reoptimize == "auto"` and a `reoptimizer`, a `reoptimize`
+action runs it on the last `lookback_s` of traffic and its points join the plan (they are
+scored from the next window on; `static` keeps only the plan's own points). Without one,
+`reoptimize`/`suggest` actions are only listed.
+
 Aggregation: per-request arrays of all windows are concatenated and the percentiles
 recomputed (switch P95 over requests that waited, as `SimResult`); warm GiB is the
 time-average over windows (each window's simulated average weighted by the window length);
@@ -47,6 +52,8 @@ from planner.schemas.plan import Plan, Point
 from planner.schemas.slo import Slo
 
 Progress = Callable[[int, int], None]
+# window trace -> new points and their perfs (point name -> instance id -> InstancePerf)
+Reoptimizer = Callable[[pd.DataFrame], tuple[list[Point], dict[str, dict[str, Any]]]]
 
 
 @dataclass
@@ -127,13 +134,20 @@ def replay(
     start_point: str | None = None,
     sleep_supported: bool = True,
     progress: Progress | None = None,
+    reoptimizer: Reoptimizer | None = None,
+    lookback_s: float = 86400.0,
 ) -> dict[str, Any]:
     """Walk `trace` through `decide`; `{"adjusted", "static", "hops", "actions", ...}`.
 
     `perfs`: point name -> (instance id -> InstancePerf), e.g. from `perfs_for_point`.
-    Deterministic: same inputs, same output.
+    `reoptimizer` (with `config.reoptimize == "auto"`): called on the last `lookback_s` of
+    traffic when the policy asks to re-optimize; its points join the plan (named
+    `<name>@<hour>h`) and compete from the next window on. `static` holds only the points
+    of the plan as given (the ones that can be held all along). Deterministic: same inputs,
+    same output.
     """
     cfg = config or AdjustConfig()
+    perfs = dict(perfs)
     w = cfg.window_s
     names = [p.name for p in plan.points]
     model_names = list(dict.fromkeys([i.model for p in plan.points for i in p.instances]))
@@ -160,10 +174,13 @@ def replay(
             if len(win) == 0 and p.name in empty:
                 sims[p.name] = empty[p.name]
                 continue
-            sims[p.name] = simulate(p, perfs[p.name], win, slo, model_names=model_names)
+            sims[p.name] = simulate(
+                p, perfs[p.name], win, slo, model_names=model_names,
+                sleep_after_idle_s=cfg.sleep_after_idle_s,
+            )  # fmt: skip
             if len(win) == 0:
                 empty[p.name] = sims[p.name]
-        for n in names:
+        for n in names:  # the plan's own points
             static[n].add(sims[n], w)
         cur = plan.point(state.point)
         if pending is not None:
@@ -172,7 +189,7 @@ def replay(
         else:
             adjusted.add(sims[cur.name], w)
         pending = None
-        metrics = {n: sims[n].to_metrics() for n in names}
+        metrics = {n: sim.to_metrics() for n, sim in sims.items()}
         obs = observe(
             plan, state, win, end_s, scorer=_unused, perfs=perfs,
             target_attainment=slo.attainment, metrics=metrics, sleep_supported=sleep_supported,
@@ -188,6 +205,9 @@ def replay(
                 actions.append(
                     {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
                 )
+                if act.kind == "reoptimize" and reoptimizer is not None:
+                    lo = int(np.searchsorted(ts, end_s - lookback_s, side="left"))
+                    plan = _grow(plan, perfs, reoptimizer(trace.iloc[lo:b]), end_s, actions)
         if progress is not None:
             progress(k + 1, n_win)
     span_days = max(n_win * w / 86400.0, 1e-9)
@@ -208,6 +228,25 @@ def replay(
         "max_hops_per_day": max(per_day.values(), default=0),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+def _grow(
+    plan: Plan,
+    perfs: dict[str, dict[str, Any]],
+    found: tuple[list[Point], dict[str, dict[str, Any]]],
+    at_s: float,
+    actions: list[dict[str, Any]],
+) -> Plan:
+    """The plan with the re-optimized points added (renamed `<name>@<hour>h`)."""
+    points, new_perfs = found
+    tag = f"@{int(at_s // 3600)}h"
+    added = []
+    for p in points:
+        name = p.name + tag
+        perfs[name] = new_perfs[p.name]
+        added.append(p.model_copy(update={"name": name}))
+    actions[-1]["added_points"] = [p.name for p in added]
+    return plan.model_copy(update={"points": [*plan.points, *added]})
 
 
 def _unused(point: Point, window: pd.DataFrame) -> dict[str, Any]:

@@ -12,6 +12,11 @@
    and of a second stationary week (another seed): the adjusted series, every point held
    all week, the hops.
 
+4. Scenario 2, "re-optimize when needed": the plan the team had on day 2 (optimized on
+   days 0-1, before the adoption) replayed with `--reoptimize auto`: when no point meets the
+   SLO in two consecutive windows, optimize runs on the last 24 h (same seed, 8 evaluations)
+   and its points join the plan; compared with that first plan's point held all week.
+
 "Best single point at equal or lower warm memory": among the points held all week that meet
 the attainment target and whose time-average warm memory is at most the adjusted run's, the
 one with the lowest switch P95 (adjusting beats it when its switch P95 is lower: no single
@@ -22,7 +27,8 @@ meeting the target. The table lists every point with its J.
     python bench/adjust_replay.py [--evals 16] [--cluster bench/data/adjust/cluster.yaml]
 
 Ends with `RESULT adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
-best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..`.
+best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..
+reopt_...=..` (the reopt_ keys: scenario 2).
 """
 
 from __future__ import annotations
@@ -124,12 +130,57 @@ def main() -> None:
         f"attainment {a['slo_attainment']:.3f} (target {sl.attainment})"
     )
     print(f"stationary week: {len(check_trace)} requests, {len(still['hops'])} hops")
+
+    # Scenario 2: the plan the team had on day 2 (optimized on days 0-1, before the
+    # adoption), adjusted with --reoptimize auto (optimize on the last 24 h, fewer evals).
+    early = week[week["timestamp"] < 2 * 86400.0]
+    r2 = optimize(cl, ms, sl, early, cfg, inp.scorer(early, sl))
+    plan2 = Plan(
+        workload_summary=inp.summary_dict(summarize(early)),
+        search={"seed": args.seed, "evals": args.evals},
+        selected=r2.selected,
+        points=r2.points,
+    )
+    perfs2 = {p.name: perfs_for_point(p, cl, ms) for p in plan2.points}
+    rcfg = OptimizeConfig(evals=acfg.reoptimize_evals, seed=args.seed)
+
+    def reoptimizer(window):
+        res = optimize(cl, ms, sl, window, rcfg, inp.scorer(window, sl))
+        return res.points, {p.name: perfs_for_point(p, cl, ms) for p in res.points}
+
+    acfg2 = acfg.model_copy(update={"reoptimize": "auto"})
+    out2 = replay(plan2, week, sl, perfs2, acfg2, reoptimizer=reoptimizer)
+    a2 = out2["adjusted"]
+    best2 = min(out2["static"], key=lambda k: (objective_s(out2["static"][k], acfg), k))
+    b2 = out2["static"][best2]
+    print(f"\nplan made on days 0-1 ({[p.name for p in plan2.points]}), --reoptimize auto:")
+    for name, m in {
+        "adjusted": a2,
+        **{f"static {k}": v for k, v in out2["static"].items()},
+    }.items():
+        print(
+            f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+        )
+    for x in out2["actions"]:
+        d, hh = divmod(x["at_s"] / 3600.0, 24)
+        print(
+            f"  day {int(d)} {hh:05.2f} h  {x['kind']}: {x['reason']} {x.get('added_points', '')}"
+        )
+    for h in out2["hops"]:
+        d, hh = divmod(h["at_s"] / 3600.0, 24)
+        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']}: {h['reason']}")
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(
         f"RESULT adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
         f"adjusted_warm_gib={a['warm_gpu_gib']:.2f} best_static_warm_gib={b['warm_gpu_gib']:.2f} "
         f"adjusted_attainment={a['slo_attainment']:.4f} max_hops_per_day={out['max_hops_per_day']} "
-        f"stationary_hops={len(still['hops'])} best_static={best} best_static_rule={rule}"
+        f"stationary_hops={len(still['hops'])} best_static={best} best_static_rule={rule} "
+        f"reopt_adjusted_attainment={a2['slo_attainment']:.4f} reopt_static_attainment={b2['slo_attainment']:.4f} "
+        f"reopt_adjusted_switch_p95_s={a2['switch_p95_s']:.3f} reopt_static_switch_p95_s={b2['switch_p95_s']:.3f} "
+        f"reopt_adjusted_warm_gib={a2['warm_gpu_gib']:.2f} reopt_static_warm_gib={b2['warm_gpu_gib']:.2f} "
+        f"reopt_runs={sum(x['kind'] == 'reoptimize' for x in out2['actions'])} "
+        f"reopt_max_hops_per_day={out2['max_hops_per_day']}"
     )
 
 

@@ -10,11 +10,15 @@ the gateway):
    type: stopped -> awake).
 2. sequential: N short completions, alternating direct (to the server's port) and through the
    gateway, same body; added latency = P50/P99 through the gateway minus P50/P99 direct.
-3. concurrent: C clients send M requests in all, direct then through the gateway, twice in
-   alternation; throughput ratio = gateway req/s / direct req/s (means of the two rounds).
+3. concurrent: C clients send M requests a round; P pairs of rounds (direct, gateway), order
+   flipped every other pair; throughput ratio = median over pairs of gateway/direct req/s.
 
-Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 8] [--concurrent-requests 240]
-Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio=.. cold_wake_s=.. predicted_wake_s=..`.
+Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 8]
+       [--concurrent-requests 240] [--pairs 6] [--keep]
+The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
+machine that the engine saturates, that CPU is what the throughput ratio loses.
+Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio=.. cold_wake_s=..
+predicted_wake_s=.. gateway_cpu_ms_per_req=..`.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -143,12 +149,34 @@ async def _burst(url: str, total: int, conc: int, body: dict) -> float:
         return total / (time.perf_counter() - t)
 
 
-def concurrent(urls: dict[str, str], total: int, conc: int, body: dict) -> dict[str, float]:
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def concurrent(
+    urls: dict[str, str], total: int, conc: int, body: dict, gw_pid: int, pairs: int
+) -> tuple[dict[str, float], float, float]:
+    """Rounds in pairs (direct, gateway), the order flipped every other pair so drift on a
+    shared machine cancels. Returns mean req/s per path, the median over pairs of
+    gateway/direct req/s, and the gateway's CPU milliseconds per request over its rounds."""
     rps: dict[str, list[float]] = {k: [] for k in urls}
-    for _ in range(2):
-        for k, u in urls.items():
-            rps[k].append(asyncio.run(_burst(u, total, conc, body)))
-    return {k: sum(v) / len(v) for k, v in rps.items()}
+    ratios = []
+    gw_cpu = 0.0
+    for i in range(pairs):
+        order = ["direct", "gateway"] if i % 2 == 0 else ["gateway", "direct"]
+        for k in order:
+            c0 = cpu_s(gw_pid)
+            rps[k].append(asyncio.run(_burst(urls[k], total, conc, body)))
+            if k == "gateway":
+                gw_cpu += cpu_s(gw_pid) - c0
+        ratios.append(rps["gateway"][-1] / rps["direct"][-1])
+        print(
+            f"  pair {i}: direct {rps['direct'][-1]:.1f} req/s, gateway {rps['gateway'][-1]:.1f} req/s"
+        )
+    means = {k: sum(v) / len(v) for k, v in rps.items()}
+    return means, statistics.median(ratios), gw_cpu / (total * pairs) * 1e3
 
 
 def main() -> None:
@@ -157,6 +185,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="concurrent clients")
     ap.add_argument("--concurrent-requests", type=int, default=240, help="requests per round")
     ap.add_argument("--max-tokens", type=int, default=4, help="tokens per completion")
+    ap.add_argument("--pairs", type=int, default=6, help="concurrent rounds per path")
+    ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
     args = ap.parse_args()
 
     d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
@@ -186,10 +216,12 @@ def main() -> None:
                   f"p99={pct(v, 0.99) * 1e3:.2f} ms")  # fmt: skip
         add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
         add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
-        rps = concurrent(urls, args.concurrent_requests, args.concurrency, body)
+        rps, ratio, cpu_ms = concurrent(
+            urls, args.concurrent_requests, args.concurrency, body, proc.pid, args.pairs
+        )
         for k, v in rps.items():
             print(f"concurrent {k:8} c={args.concurrency} {v:.1f} req/s")
-        ratio = rps["gateway"] / rps["direct"]
+        print(f"gateway CPU per proxied request: {cpu_ms:.3f} ms")
         print(json.dumps({"sequential_ms": {k: [round(x * 1e3, 3) for x in sorted(v)[:: max(1, len(v) // 20)]] for k, v in lat.items()}}))  # fmt: skip
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -202,9 +234,13 @@ def main() -> None:
             [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],
             capture_output=True, timeout=120,
         )  # fmt: skip
+        if args.keep:
+            print(f"work dir: {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
     print(
         f"RESULT added_p50_ms={add50:.2f} added_p99_ms={add99:.2f} throughput_ratio={ratio:.3f} "
-        f"cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f}"
+        f"cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} gateway_cpu_ms_per_req={cpu_ms:.3f}"
     )
 
 

@@ -82,6 +82,12 @@ def adjust_cmd(
         float | None,
         typer.Option("--margin", min=0, help="Share of the objective a better point must win by."),
     ] = None,
+    confirm: Annotated[
+        int | None,
+        typer.Option(
+            "--confirm", min=1, help="Consecutive windows a change must last (default 2)."
+        ),
+    ] = None,
     start_point: Annotated[
         str | None,
         typer.Option(
@@ -123,6 +129,8 @@ def adjust_cmd(
         )
     if margin is not None:
         kw["margin"] = margin
+    if confirm is not None:
+        kw["confirm_windows"] = confirm
     try:
         cfg = AdjustConfig(**kw)
     except ValueError as e:
@@ -202,8 +210,9 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
         )
     trace = inp.workload(trace_path, ms, int(plan.search.get("seed", 0)))
     perfs = _perfs(plan, cl, ms)
+    reopt = _replay_reoptimizer(plan, cl, ms, sl, cfg) if cfg.reoptimize == "auto" else None
     if json_out:
-        out = replay(plan, trace, sl, perfs, cfg, start_point=start_point)
+        out = replay(plan, trace, sl, perfs, cfg, start_point=start_point, reoptimizer=reopt)
         print_json(out)
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -225,6 +234,7 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
             cfg,
             start_point=start_point,
             progress=lambda k, n: bar.update(task, completed=k, total=n),
+            reoptimizer=reopt,
         )
     from planner.cli.tables import metrics_table
 
@@ -248,6 +258,22 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
     console.print(
         f"{len(out['hops'])} hop(s), at most {out['max_hops_per_day']} a day; final point {out['final_point']}"
     )
+
+
+def _replay_reoptimizer(plan, cl, ms, sl, cfg):
+    """`--reoptimize auto` in a replay: optimize on the recent traffic (plan's seed, fewer evals)."""
+    from planner.cli import inputs as inp
+    from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.search import optimize
+
+    ocfg = OptimizeConfig(evals=cfg.reoptimize_evals, seed=int(plan.search.get("seed", 0)))
+    inp.silence_solver_banner()
+
+    def reoptimize(window):
+        res = optimize(cl, ms, sl, window, ocfg, inp.scorer(window, sl))
+        return res.points, _perfs(res, cl, ms)
+
+    return reoptimize
 
 
 # ------------------------------------------------------------------------------ live
@@ -323,7 +349,9 @@ def _live_once(
                 win = read_window(sdir, now, cfg.window_s)
 
                 def scorer(point, df):
-                    return simulate(point, perfs[point.name], df, sl).to_metrics()
+                    return simulate(
+                        point, perfs[point.name], df, sl, sleep_after_idle_s=cfg.sleep_after_idle_s
+                    ).to_metrics()
 
                 sleep_ok = bool(
                     getattr(make_backend(backend, cl, _device(cl)), "supports_sleep", True)
@@ -373,22 +401,18 @@ def _live_once(
                         out["error_exit"] = res.error.exit_code
                         out["error"] = str(res.error)
                 if not dry_run and act.kind == "reoptimize":
-                    out["new_plan"] = str(
-                        _reoptimize(
-                            plan,
-                            cl,
-                            ms,
-                            sl,
-                            win,
-                            cfg,
-                            new_plan,
-                            plan_path,
-                            cl_path,
-                            models_file,
-                            slo_path,
-                            window_file,
-                        )
-                    )
+                    from planner.errors import PlannerError
+
+                    try:
+                        out["new_plan"] = str(
+                            _reoptimize(
+                                plan, cl, ms, sl, win, cfg, new_plan, plan_path, cl_path,
+                                models_file, slo_path, window_file,
+                            )
+                        )  # fmt: skip
+                    except PlannerError as e:  # journaled below; the exit code says it failed
+                        out["error_exit"] = e.exit_code
+                        out["error"] = f"re-optimization failed: {e}"
                 seq = log.record(now, plan_sha, new_st, act, dry_run=dry_run)
                 out["decision"]["seq"] = seq
                 if not dry_run:

@@ -124,12 +124,13 @@ def open_controller(
 
 def _actions_table(result: Any, title: str) -> None:
     from rich.table import Table
+    from rich.text import Text  # details may hold brackets: no markup
 
     t = Table(title=title)
     for c in ("#", "action", "instance", "node", "result", "detail"):
         t.add_column(c)
     for k, a in enumerate(result.actions, 1):
-        t.add_row(str(k), a.action, a.instance, a.node, a.result, a.detail)
+        t.add_row(*(Text(x) for x in (str(k), a.action, a.instance, a.node, a.result, a.detail)))
     console.print(t)
 
 
@@ -199,12 +200,38 @@ def apply_cmd(
             console.print(
                 f"{a.action:8} {a.instance:24} {a.node:12} {a.result:12} {a.detail}",
                 highlight=False,
+                markup=False,
             )
         if result.ok:
             console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
     if result.error is not None:
-        err_console.print(f"[bold red]error:[/] {result.error}", highlight=False, soft_wrap=True)
+        from rich.markup import escape
+
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(result.error))}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(result.error.exit_code)
+
+
+def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
+    """Instances of the applied point without a process (sleeping as stopped, or never started)."""
+    from planner.errors import PlannerError
+    from planner.schemas import load_plan
+
+    path = meta.get("plan_path", "")
+    if not path or not Path(path).is_file():
+        return []
+    try:
+        point = load_plan(path).point(meta.get("point") or None)
+    except (PlannerError, KeyError):
+        return []
+    sleeps = bool(getattr(be, "supports_sleep", True))
+    return [
+        {"id": i.id, "model": i.model, "node": i.node, "tier": i.tier,
+         "status": "asleep" if i.tier in ("host", "disk") and not sleeps else "stopped",
+         "healthy": False, "host": "", "port": i.port, "pid": None, "uptime_s": None, "restarts": 0}
+        for i in point.instances if i.id not in known
+    ]  # fmt: skip
 
 
 def status_cmd(
@@ -225,11 +252,13 @@ def status_cmd(
             running = r.pid is not None or r.actor is not None
             healthy = running and be.is_alive(handle_of(r))
             up = now - r.started_at if r.started_at and healthy else None
+            status = "failed" if r.status in ("awake", "asleep") and not healthy else r.status
             rows.append({
-                "id": r.id, "model": r.model, "node": r.node, "tier": r.tier, "status": r.status,
+                "id": r.id, "model": r.model, "node": r.node, "tier": r.tier, "status": status,
                 "healthy": healthy, "host": r.host, "port": r.port, "pid": r.pid,
                 "uptime_s": round(up, 1) if up is not None else None, "restarts": r.restarts,
             })  # fmt: skip
+        rows += _not_running(meta, {r["id"] for r in rows}, be)
     if json_out:
         print_json(
             {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
@@ -252,7 +281,7 @@ def status_cmd(
         "uptime",
         "restarts",
     ):
-        t.add_column(c)
+        t.add_column(c, no_wrap=c in ("instance", "status"))
     for x in rows:
         up = f"{x['uptime_s']:.0f} s" if x["uptime_s"] is not None else "-"
         t.add_row(
@@ -289,7 +318,7 @@ def down_cmd(
         print_json({"actions": [a.__dict__ for a in done]})
     else:
         for a in done:
-            console.print(f"stopped {a.instance} ({a.node})", highlight=False)
+            console.print(f"stopped {a.instance} ({a.node})", highlight=False, markup=False)
         console.print(f"{len(done)} instance(s) stopped")
 
 

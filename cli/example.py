@@ -2,7 +2,8 @@
 
 `cpu` is the development path without a GPU: one node whose only "GPU" is the CPU, two tiny
 random-weight Llama models (built into DIR/models/ on the spot, nothing downloaded) that the
-CPU build of vLLM serves. Other names copy `plans/examples/NAME/` from the source tree.
+CPU build of vLLM serves; other YAML files kept in `plans/examples/cpu/` (the workload spec)
+are copied too. Other names copy `plans/examples/NAME/` from the source tree.
 Variant paths in models.yaml are relative to the models file.
 """
 
@@ -81,6 +82,12 @@ def write_cpu_example(out_dir: Path, *, build_models: bool = True) -> list[Path]
     for name, text in CPU_FILES.items():
         atomic_write_text(out_dir / name, text)
         written.append(out_dir / name)
+    src = EXAMPLES_DIR / "cpu"  # more inputs kept beside them in the source tree (workload.yaml)
+    if src.is_dir():
+        for f in sorted(src.glob("*.yaml")):
+            if f.name not in CPU_FILES:
+                atomic_write_text(out_dir / f.name, f.read_text())
+                written.append(out_dir / f.name)
     if build_models:
         from planner.tinymodel import build_tiny_model
 

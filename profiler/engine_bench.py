@@ -55,6 +55,9 @@ class BenchConfig:
     device: str = "cpu"  # cuda | cpu
     prompt_lens: tuple[int, ...] = (16, 64, 256, 1024)  # prefill points, tokens
     prefill_reps: int = 5  # requests per prefill point
+    prefill_idle_s: float = (
+        0.3  # pause before each prefill request: agents' requests find the engine idle
+    )
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)  # decode points
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
     decode_output_tokens: int = 32  # streamed tokens per decode request
@@ -471,10 +474,22 @@ class Client:
 def measure_prefill(
     client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
 ) -> list[PrefillPoint]:
-    """Latency of one prompt with max_tokens=1 at each prompt length."""
+    """Time to the first streamed token of one prompt (max_tokens=1) at each prompt length.
+
+    Streamed, like the TTFT a user sees and the simulator predicts: the response's own
+    assembly after the token is not part of it.
+    """
     out: list[PrefillPoint] = []
     for n in cfg.prompt_lens:
-        samples = [client.complete_s(prompt_ids(n, vocab, rng)) for _ in range(cfg.prefill_reps)]
+        samples = []
+        for _ in range(cfg.prefill_reps):
+            time.sleep(
+                cfg.prefill_idle_s
+            )  # an idle engine parks its threads; waking them is part of TTFT
+            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 1)[0]
+            if not chunks:
+                raise RuntimeError(f"a {n}-token prompt streamed no token")
+            samples.append(chunks[0][0] - start)
         out.append(PrefillPoint(prompt_tokens=n, latency_s=summarize(samples)))
         tick(f"prefill {n} tokens")
     return out
@@ -502,6 +517,19 @@ def burst(chunks: list[Chunk], out_tokens: int) -> bool:
     return big >= out_tokens / 2
 
 
+def gulped_tpot(
+    start: float, chunks: list[Chunk], out_tokens: int, prefill_s: float
+) -> float | None:
+    """TPOT of a stream read in one burst: end-to-end time minus the prefill, per later token.
+
+    Its chunk spacing is meaningless, but its last token still arrives after the whole
+    generation: (last arrival - send - prefill latency) / (tokens - 1).
+    """
+    if out_tokens < 2 or not chunks:
+        return None
+    return max(0.0, chunks[-1][0] - start - prefill_s) / (out_tokens - 1)
+
+
 def measure_decode(
     client: Client,
     cfg: BenchConfig,
@@ -509,10 +537,12 @@ def measure_decode(
     rng: Any,
     tick: Callable[[str], None],
     notes: list[str] | None = None,
+    prefill_s: float | None = None,
 ) -> list[DecodePoint]:
     """TPOT (and TTFT) of `c` streams started together, for each concurrency `c`.
 
-    Streams read in one burst (`burst`) are left out of TPOT and counted in `notes`.
+    A stream read in one burst (`burst`) gets `gulped_tpot` when the prefill latency of
+    its prompt (`prefill_s`) is known, else it is left out; `notes` counts them.
     """
     out: list[DecodePoint] = []
     o = cfg.decode_output_tokens
@@ -524,13 +554,15 @@ def measure_decode(
         for _ in range(max(cfg.decode_rounds, math.ceil(cfg.decode_min_samples / c))):
             prompts = [prompt_ids(cfg.decode_prompt_tokens, vocab, rng) for _ in range(c)]
             for start, chunks in client.streams(prompts, o):
-                t = tpot_of(chunks)
                 if burst(chunks, o):
                     bursts += 1
-                elif t is not None:
+                    t = gulped_tpot(start, chunks, o, prefill_s) if prefill_s is not None else None
+                else:
+                    t = tpot_of(chunks)
+                    if chunks:
+                        ttfts.append(chunks[0][0] - start)  # a gulped stream's first token is late
+                if t is not None:
                     tpots.append(t)
-                if chunks:
-                    ttfts.append(chunks[0][0] - start)
         if tpots:
             out.append(
                 DecodePoint(
@@ -542,11 +574,23 @@ def measure_decode(
                 )
             )
         if bursts and notes is not None:
+            how = (
+                "TPOT from end-to-end time minus prefill"
+                if prefill_s is not None
+                else "not in TPOT"
+            )
             notes.append(
-                f"decode x{c}: {bursts} stream(s) arrived in one burst (CPU starved); not in TPOT"
+                f"decode x{c}: {bursts} stream(s) arrived in one burst (HTTP process starved of CPU); {how}"
             )
         tick(f"decode x{c}")
     return out
+
+
+def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:
+    """Median prefill latency at the measured prompt length closest to `prompt_tokens`."""
+    if not points:
+        return None
+    return min(points, key=lambda p: abs(p.prompt_tokens - prompt_tokens)).latency_s.median
 
 
 def measure_sleep(client: Client, run: EngineRun) -> None:
@@ -632,7 +676,7 @@ def profile_run(
     inst = instance_for(spec, cfg, port)
     argv, env = engine.build_argv(
         inst,
-        model_path=spec.variant.path,
+        model_path=model_path,
         served_name=spec.model.name,
         device="cuda" if cfg.device == "cuda" else "cpu",
     )
@@ -664,7 +708,15 @@ def profile_run(
             client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
             client.streams([prompt_ids(8, vocab, rng)], 4)
             run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
-            run.decode = measure_decode(client, cfg, vocab, rng, tick, run.notes)
+            run.decode = measure_decode(
+                client,
+                cfg,
+                vocab,
+                rng,
+                tick,
+                run.notes,
+                prefill_at(run.prefill, cfg.decode_prompt_tokens),
+            )
             if cfg.device == "cuda" and cfg.sleep:
                 measure_sleep(client, run)
                 tick("sleep/wake")

@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 from planner.adjuster.backends.base import Handle
-
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -47,6 +46,7 @@ class NodeAgent:
 
     def __init__(self, node: str, device: str | None = None):
         import ray
+
         from planner.adjuster.backends.local import LocalBackend
 
         self.node = node

@@ -6,7 +6,7 @@ resource) live at 127.0.0.1 (ENVIRONMENT.md). The test body runs inside the name
 helper script (written to tmp_path) is run with `ip netns exec`, and prints one JSON line.
 It asks the gateway (real Controller, RayBackend) for the tiny model, which is stopped: the
 gateway wakes it, the node-b agent starts the vLLM-CPU server there, and the answer comes back
-through the gateway. Finalizer: stop Ray, kill what is left in the namespace, delete it.
+through the gateway. Finalizer: end every process in the namespace (Ray's and the server), delete it.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
@@ -100,13 +101,17 @@ def netns():
         _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"])
         yield name
     finally:
-        ray = str(Path(sys.executable).with_name("ray"))
-        _run(["ip", "netns", "exec", name, ray, "stop", "--force"], check=False)
-        # Anything still running in the namespace was started by this test.
-        pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
+        # Every process in the namespace (Ray's and the servers) was started by this test;
+        # `ray stop` is not used: it would also stop Ray clusters of other namespaces.
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid), sig)
+            deadline = time.monotonic() + 10
+            while pids and time.monotonic() < deadline:
+                pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
+                time.sleep(0.2)
         _run(["ip", "netns", "delete", name], check=False)
 
 

@@ -55,7 +55,7 @@ def setup(tmp_path):
     plan_file = _write_inputs(tmp_path, p)
     state = tmp_path / "state"
     state.mkdir()
-    n = _log_window(state, tr, DAY + 10 * 3600.0, time.time())
+    n = _log_window(state, tr, DAY + 14 * 3600.0, time.time())  # shared thrashes
     return plan_file, state, n
 
 
@@ -81,7 +81,7 @@ def test_read_window_keeps_the_hour_of_day(setup):
 def test_dry_run_decides_and_journals_without_applying(setup, capsys):
     plan_file, state, n = setup
     code, out = _run(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once",
-                      "--dry-run", "--min-dwell", "0", "--json"], capsys)  # fmt: skip
+                      "--dry-run", "--min-dwell", "0", "--confirm", "1", "--json"], capsys)  # fmt: skip
     assert code == 0, out
     assert out["window"]["requests"] == n
     d = out["decision"]
@@ -104,7 +104,7 @@ def test_once_applies_the_hop_then_holds_in_the_dwell(setup, capsys, monkeypatch
     monkeypatch.setattr(cli_apply, "make_backend", lambda *a, **k: be)
     plan_file, state, _ = setup
     argv = ["adjust", "--plan", plan_file, "--state-dir", str(state), "--once", "--json"]
-    code, out = _run([*argv, "--min-dwell", "0"], capsys)
+    code, out = _run([*argv, "--min-dwell", "0", "--confirm", "1"], capsys)
     assert code == 0, out
     assert out["decision"]["kind"] == "hop" and out["apply"]["point"] == "split"
     assert {a["instance"] for a in out["apply"]["actions"]} >= {"planner-7b-0", "coder-32b-0"}

@@ -37,10 +37,14 @@ def test_hop_cost_counts_the_restarts_of_the_diff(flip):
 
 def test_hop_when_a_clearly_better_point_appears_after_the_dwell(flip):
     tr, p, perfs = flip
-    t = 2 * DAY + 10 * 3600.0  # 10:00 on the flipped day
+    t = 2 * DAY + 9 * 3600.0  # 09:00 on the flipped day
     st = AdjustState(point="a-hot", since_s=t - 5 * 3600.0)
     obs = _obs(p, perfs, st, tr, t)
     assert obs.drift_plan is not None and obs.drift_plan.verdict == "drift"
+    st, acts = decide(st, obs)  # first window: a candidate, not yet a trend
+    assert [a.kind for a in acts] == ["hold"] and "1 of 2 windows" in acts[0].reason
+    assert st.candidate == "b-hot" and st.candidate_wins == 1
+    obs = _obs(p, perfs, st, tr, t + 3600.0)
     new, acts = decide(st, obs)
     assert [a.kind for a in acts] == ["hop"]
     assert acts[0].point == "b-hot" and new.point == "b-hot"
@@ -50,6 +54,17 @@ def test_hop_when_a_clearly_better_point_appears_after_the_dwell(flip):
     assert r["drift_plan"]["verdict"] == "drift"
     assert set(r["points"]) == {"a-hot", "b-hot"}
     assert r["gain_s"] > r["needed_gain_s"] > 0
+
+
+def test_one_window_does_not_make_a_trend(flip):
+    tr, p, perfs = flip
+    t = 2 * DAY + 10 * 3600.0
+    st = AdjustState(point="a-hot", since_s=0.0, candidate="b-hot", candidate_wins=1)
+    _, acts = decide(st, _obs(p, perfs, st, tr, t, h.mix_scorer))
+    assert acts[0].kind == "hop"  # second consecutive win
+    st1 = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(confirm_windows=1))
+    _, acts = decide(st1, _obs(p, perfs, st1, tr, t))
+    assert acts[0].kind == "hop"
 
 
 def test_no_hop_within_the_dwell(flip):
@@ -100,6 +115,10 @@ def test_no_point_meets_the_slo(flip, mode, kind):
     t = 2 * DAY + 10 * 3600.0
     st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(reoptimize=mode))
     cmd = "planner optimize --cluster c.yaml ..."
+    st, acts = decide(st, _obs(p, perfs, st, tr, t - 3600.0, h.failing_scorer, cmd))
+    assert acts[0].kind == "hold"  # one failing window is not yet a trend
+    if mode != "never":
+        assert st.failing_windows == 1
     new, acts = decide(st, _obs(p, perfs, st, tr, t, h.failing_scorer, cmd))
     assert [a.kind for a in acts] == [kind]
     assert new.point == "a-hot"

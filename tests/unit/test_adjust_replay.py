@@ -126,3 +126,24 @@ def test_print_cron(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "--once" in out and "[Timer]" in out and "[Service]" in out
     assert out.splitlines()[1].startswith("5 * * * * ")
+
+
+def test_replay_reoptimize_adds_points(flip):
+    """A plan with only `shared` fails once coder-32b arrives; auto re-optimization adds `split`."""
+    tr, p, perfs = flip
+    only = p.model_copy(update={"points": [p.point("shared")]})
+    calls = []
+
+    def reoptimizer(window):
+        calls.append(len(window))
+        return [p.point("split")], {"split": perfs["split"]}
+
+    cfg = AdjustConfig(reoptimize="auto", min_dwell_s=3600.0)
+    out = replay(only, tr, h.slo(), {"shared": perfs["shared"]}, cfg, reoptimizer=reoptimizer)
+    assert calls and all(n > 0 for n in calls)
+    first = next(a for a in out["actions"] if a["kind"] == "reoptimize")
+    assert first["added_points"] == [f"split@{int(first['at_s'] // 3600)}h"]
+    assert out["hops"] and out["hops"][0]["to"] == first["added_points"][0]
+    assert set(out["static"]) == {"shared"}  # only the plan's own points are held all along
+    assert out["adjusted"]["requests"] == len(tr)
+    assert out["adjusted"]["slo_attainment"] > out["static"]["shared"]["slo_attainment"]

@@ -98,3 +98,14 @@ def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
     assert code == 0 and [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
     with StateStore(state) as s:
         assert s.instances() == [] and s.journal_entries()[-1]["detail"] == "down"
+
+
+def test_status_lists_planned_instances_without_a_process(tmp_path, capsys) -> None:
+    from planner.adjuster.state import StateStore
+
+    plan, state = _plan(tmp_path), tmp_path / "state"
+    with StateStore(state) as s:
+        s.set_meta(point="p", plan_path=plan)
+    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    rows = json.loads(out)["instances"]
+    assert code == 0 and [(r["id"], r["status"]) for r in rows] == [("a-0", "stopped")]

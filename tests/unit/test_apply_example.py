@@ -25,7 +25,9 @@ def test_example_cpu_writes_valid_inputs(tmp_path, capsys) -> None:
         main(["example", "cpu", "-o", str(tmp_path), "--no-models", "--json"])
     assert ei.value.code == 0
     out = json.loads(capsys.readouterr().out)
-    assert sorted(Path(f).name for f in out["files"]) == ["cluster.yaml", "models.yaml", "slo.yaml"]
+    names = sorted(Path(f).name for f in out["files"])
+    assert names == sorted(p.name for p in REPO_EXAMPLE.glob("*.yaml"))
+    assert {"cluster.yaml", "models.yaml", "slo.yaml"} <= set(names)
     cluster = load_cluster(tmp_path / "cluster.yaml")
     assert cluster.nodes[0].name == "local" and cluster.gpu_count == 1
     models = load_models(tmp_path / "models.yaml")

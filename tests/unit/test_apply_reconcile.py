@@ -142,3 +142,10 @@ def test_capacity_counts_the_starts_planned_before() -> None:
     cap = {("n", 0): 20.0}  # 9 GiB each: old + one new fit, old + two new do not
     acts = diff(point(n1, n2), {"old-0": running(old)}, gpu_capacity_gib=cap)
     assert kinds(acts) == [("stop", "old-0"), ("start", "n1-0"), ("start", "n2-0")]
+
+
+def test_awake_cotenant_sleeps_before_a_new_one_starts() -> None:
+    h1 = inst("h1-0", gpus=(1,), tier="host", port=8101)
+    h2 = inst("h2-0", gpus=(1,), tier="host", port=8102)
+    acts = diff(point(h1, h2), {"h1-0": running(h1)})  # h1 awake (the gateway woke it)
+    assert kinds(acts) == [("sleep", "h1-0"), ("start", "h2-0"), ("sleep", "h2-0")]

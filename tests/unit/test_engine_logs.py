@@ -89,3 +89,8 @@ def test_classifier_and_parser_never_raise(text: str) -> None:
         "out_of_memory", "port_in_use", "bad_model_path", "max_model_len_too_large", "timeout", "unknown",
     }  # fmt: skip
     parse_startup_log(text)
+
+
+def test_cuda_style_model_loading_line() -> None:
+    line = "(VllmWorker pid=1) INFO 05-01 10:00:05 [gpu_model_runner.py:1] Model loading took 14.99 GiB memory and 5.23 seconds\n"
+    assert parse_startup_log(line)["weight_load_s"] == pytest.approx(5.23)

@@ -62,9 +62,16 @@ class FakeEngine:
         async def completions(request: web.Request) -> web.StreamResponse:
             body = await request.json()
             await asyncio.sleep(float(body.get("delay_s", 0)))
+            if body.get("bad"):
+                return web.json_response({"error": {"message": "bad request"}}, status=400)
             if not body.get("stream"):
                 return web.json_response(
-                    {"id": "x", "served_by": self.name, "choices": [{"text": "abc"}], "usage": usage}
+                    {
+                        "id": "x",
+                        "served_by": self.name,
+                        "choices": [{"text": "abc"}],
+                        "usage": usage,
+                    }
                 )
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -359,3 +366,50 @@ def test_sse_usage_passes_any_chunking_through(cuts, strip):
     want = [e for e in _EVENTS if not (strip and b"usage" in e)]
     assert out == b"".join(e + b"\n\n" for e in want)
     assert sse.usage == {"prompt_tokens": 4, "completion_tokens": 2}
+
+
+def test_instance_started_elsewhere_is_adopted(setup):
+    th, ctl = setup([inst("a0", "a", [0])], set(), health_interval_s=0.05, adopt_every=2)
+    ctl._start("a0")  # e.g. `planner apply` started it after the gateway came up
+    deadline = time.monotonic() + 10
+    while "a0" not in httpx.get(th.url + "/health").text or (
+        httpx.get(th.url + "/health").json()["instances"]["a0"]["status"] != "awake"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert post(th, model="a", prompt="x").status_code == 200
+    assert ctl.calls == []  # served without a wake
+
+
+def test_cli_rejects_bad_inputs_with_exit_2(tmp_path, capsys):
+    from planner.cli.example import CPU_FILES
+    from planner.cli.main import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: plan\nversion: 1\nselected: x\npoints: []\n")
+    with pytest.raises(SystemExit) as e:
+        main(["gateway", "--plan", str(bad), "--state-dir", str(tmp_path / "s")])
+    assert e.value.code == 2
+    for name, text in CPU_FILES.items():
+        (tmp_path / name).write_text(text)
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "kind: plan\nversion: 1\nselected: p\n"
+        "inputs: {cluster: {path: cluster.yaml}, models: {path: models.yaml}}\n"
+        "points: [{name: p, instances: []}]\n"
+    )
+    with pytest.raises(SystemExit) as e:
+        main(
+            ["gateway", "--plan", str(plan), "--point", "nope", "--state-dir", str(tmp_path / "s")]
+        )
+    assert e.value.code == 2
+    assert "no point 'nope'" in capsys.readouterr().err
+
+
+def test_engine_errors_pass_through_and_are_logged_as_failures(setup, tmp_path):
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
+    r = post(th, model="a", prompt="x", bad=True, stream=True)
+    assert r.status_code == 400 and r.json()["error"]["message"] == "bad request"
+    (row,) = wait_rows(tmp_path, 1, "failures")
+    assert (row["model"], row["status"]) == ("a", 400)
+    assert rows(tmp_path) == []

@@ -200,7 +200,7 @@ class FakeClient:
         return 0.001 * len(ids)
 
     def streams(self, prompts, out):
-        return [(0.0, [(0.05 + 0.01 * i, i + 1) for i in range(out)]) for _ in prompts]
+        return [(0.0, [(0.001 * len(p) + 0.01 * i, i + 1) for i in range(out)]) for p in prompts]
 
     def post_s(self, path, body=None):
         self.posts.append((path, body))
@@ -208,7 +208,7 @@ class FakeClient:
 
 
 def test_measure_loops_with_fake_client():
-    cfg = eb.BenchConfig.for_device("cpu", quick=True)
+    cfg = eb.BenchConfig.for_device("cpu", quick=True, prefill_idle_s=0.0)
     ticks = []
     rng = np.random.default_rng(0)
     pre = eb.measure_prefill(FakeClient(), cfg, 512, rng, ticks.append)
@@ -217,7 +217,7 @@ def test_measure_loops_with_fake_client():
     dec = eb.measure_decode(FakeClient(), cfg, 512, rng, ticks.append)
     assert [d.concurrency for d in dec] == list(cfg.concurrencies)
     assert dec[0].tpot_s.median == pytest.approx(0.01)
-    assert dec[0].ttft_s.median == pytest.approx(0.05)
+    assert dec[0].ttft_s.median == pytest.approx(0.001 * cfg.decode_prompt_tokens)
     assert dec[-1].tpot_s.n >= cfg.decode_min_samples
     assert dec[0].tpot_s.n >= cfg.decode_min_samples  # concurrency 1 runs more rounds
     assert len(ticks) == len(cfg.prompt_lens) + len(cfg.concurrencies)
@@ -333,5 +333,20 @@ def test_burst_streams_are_detected_and_left_out():
     cfg = eb.BenchConfig.for_device("cpu", quick=True)
     notes = []
     dec = eb.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, notes)
+    # without a prefill latency gulped streams are left out: concurrency 1 has none left
+    assert [d.concurrency for d in dec] == [4]
     assert dec[0].tpot_s.median == pytest.approx(0.01)  # the gulped stream is not a 0.0001 s TPOT
+    assert dec[0].tpot_s.n == 2 * 3
     assert notes and "burst" in notes[0]
+    dec = eb.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, [], 0.0)
+    assert [d.tpot_s.n for d in dec] == [8, 8]  # estimated from end-to-end time
+
+
+def test_gulped_tpot_and_prefill_at():
+    # 16 tokens all read at 0.2 s after sending; prefill took 0.05 s: 15 later tokens in 0.15 s
+    chunks = [(0.2 + 1e-6 * i, i + 1) for i in range(16)]
+    assert eb.gulped_tpot(0.0, chunks, 16, 0.05) == pytest.approx(0.01, rel=1e-3)
+    assert eb.gulped_tpot(0.0, chunks, 1, 0.05) is None
+    pts = [PrefillPoint(prompt_tokens=n, latency_s=Stat(median=n / 1000)) for n in (16, 128, 512)]
+    assert eb.prefill_at(pts, 100) == 0.128
+    assert eb.prefill_at([], 100) is None
