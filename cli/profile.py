@@ -220,6 +220,10 @@ def engine_cmd(
     timeout_s: Annotated[
         float, typer.Option("--start-timeout", help="Spawn -> ready limit, s.")
     ] = 900.0,
+    ray: Annotated[
+        bool,
+        typer.Option("--ray", help="Run on every node of --cluster through Ray (RAY_ADDRESS)."),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Start real vLLM servers: cold start, prefill latency, TPOT vs concurrency, KV capacity, sleep/wake."""
@@ -229,6 +233,27 @@ def engine_cmd(
     from planner.schemas import load_cluster, load_models
 
     models = load_models(models_file)
+    if ray:
+        _engine_ray(
+            models_file,
+            cluster_file,
+            node,
+            out,
+            device,
+            quick,
+            model,
+            variant,
+            tp,
+            retry_failed,
+            dict(
+                max_model_len=max_model_len,
+                kv_gib=kv_gib,
+                enforce_eager=enforce_eager,
+                start_timeout_s=timeout_s,
+            ),
+            json_out,
+        )
+        return
     info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
     dev = device or ("cuda" if info.gpus else "cpu")
     node_name = node or platform.node()
@@ -334,6 +359,70 @@ def engine_cmd(
         else:
             console.print(f"[red]failed[/] {r.model}/{r.variant} tp={r.tp}: {r.reason}")
     console.print(f"wrote {path}")
+
+
+def _engine_ray(
+    models_file,
+    cluster_file,
+    node,
+    out,
+    device,
+    quick,
+    model,
+    variant,
+    tp,
+    retry_failed,
+    cfg_kwargs,
+    json_out,
+) -> None:
+    """`profile engine --ray`: each node of the cluster profiles its own engines; files land here."""
+    from planner.io import read_yaml
+    from planner.profiler import store
+    from planner.profiler.remote import cluster_nodes, engine_on_node
+    from planner.schemas import load_cluster
+    from planner.schemas.profile import EngineRun, Environment
+
+    names = cluster_nodes(cluster_file, node)
+    cl = load_cluster(cluster_file)
+    data = read_yaml(models_file)
+    written, all_runs = [], []
+    for name in names:
+        n = cl.node(name)
+        gpu_type = n.gpus[0].spec.name if n.gpus else "cpu"
+        prof = store.load_or_new(out, name, gpu_type)
+        skip = [list(store.run_key(r)) for r in prof.engine if r.status == "ok" or not retry_failed]
+        with err_console.status(f"profiling engines on {name} through Ray ..."):
+            got = engine_on_node(
+                name,
+                models_data=data,
+                models_file=str(models_file.resolve()),
+                cfg_kwargs=cfg_kwargs,
+                quick=quick,
+                model=model,
+                variant=variant,
+                tps=tp,
+                skip=skip,
+                device=device,
+            )
+        if got["gpu_type"] != gpu_type:
+            err_console.print(
+                f"[yellow]warning:[/] {name} reports {got['gpu_type']}, cluster.yaml says {gpu_type}"
+            )
+        prof = store.load_or_new(out, name, gpu_type)
+        for r in got["runs"]:
+            store.upsert_run(prof, EngineRun.model_validate(r))
+            all_runs.append({"node": name, **r})
+        prof.environment = Environment.model_validate(got["environment"])
+        written.append(str(store.save(prof, store.profile_path(out, name, gpu_type))))
+    if json_out:
+        print_json({"written": written, "runs": all_runs})
+        return
+    for r in all_runs:
+        console.print(
+            f"{r['node']}: {r['model']}/{r['variant']} tp={r['tp']}: {r['status']} {r['reason']}"
+        )
+    for p in written:
+        console.print(f"wrote {p}")
 
 
 def _f(x: float | None) -> str:

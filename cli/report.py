@@ -13,6 +13,13 @@ from planner.io import atomic_write_bytes, atomic_write_text
 _TIER_COLOURS = {"gpu": "#1f77b4", "host": "#ff7f0e", "disk": "#9467bd"}
 
 
+def _bar(ax, row: int, left: float, inst, height: float, offset: float) -> None:
+    w = inst.memory_gib.total
+    ax.barh(row + offset, w, left=left, height=height, color=_TIER_COLOURS[inst.tier], edgecolor="white")
+    ax.text(left + w / 2, row + offset, f"{inst.id} {inst.variant}", ha="center", va="center",
+            fontsize=7, color="white")
+
+
 def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -> None:
     """Write a PNG (or an HTML page holding it) of the search and the selected placement."""
     if path.suffix not in (".png", ".html"):
@@ -30,15 +37,16 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     pts = [(p.name, p.predicted) for p in plan.points]
     ax1.plot([p.warm_gpu_gib for _, p in pts], [p.switch_p95_s for _, p in pts], "o-", c="#1f77b4",
              label="Pareto points")
-    for name, p in pts:
+    for k, (name, p) in enumerate(pts):
         ax1.annotate(name + (" (selected)" if name == plan.selected else ""), (p.warm_gpu_gib, p.switch_p95_s),
-                     textcoords="offset points", xytext=(5, 5), fontsize=9)
+                     textcoords="offset points", xytext=(6, 8 + 12 * (k % 2)), fontsize=9)
     for name, m in baselines.items():
         if "error" in m:
             continue
         ax1.scatter([m["warm_gpu_gib"]], [m["switch_p95_s"]], marker="s", s=50, label=f"baseline {name}")
     ax1.set_xlabel("time-average warm GPU memory (GiB)")
-    ax1.set_ylabel("switch latency P95 (s)")
+    ax1.set_ylabel("switch latency P95 (s, log above 1 s)")
+    ax1.set_yscale("symlog", linthresh=1.0)
     ax1.set_title("Switch latency vs warm GPU memory")
     ax1.grid(alpha=0.3)
     ax1.legend(fontsize=8)
@@ -46,18 +54,24 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     point = plan.point()
     gpus: list[tuple[str, int]] = sorted({(i.node, g) for i in point.instances for g in i.gpus})
     rows = {g: k for k, g in enumerate(gpus)}
-    stack: dict[tuple[str, int], float] = {}
-    for inst in point.instances:
+    awake_end: dict[tuple[str, int], float] = {}
+    for inst in (i for i in point.instances if i.tier == "gpu"):
         for g in inst.gpus:
-            base = stack.get((inst.node, g), 0.0)
-            h = inst.memory_gib.total
-            ax2.barh(rows[(inst.node, g)], h, left=base, color=_TIER_COLOURS[inst.tier], edgecolor="white")
-            ax2.text(base + h / 2, rows[(inst.node, g)], f"{inst.id}\n{inst.variant}", ha="center",
-                     va="center", fontsize=7, color="white")
-            stack[(inst.node, g)] = base + h
+            base = awake_end.get((inst.node, g), 0.0)
+            _bar(ax2, rows[(inst.node, g)], base, inst, 0.8, 0.0)
+            awake_end[(inst.node, g)] = base + inst.memory_gib.total
+    # Sleepers on a GPU time-share one slot after the awake instances: drawn side by side in height.
+    sleepers: dict[tuple[str, int], list] = {}
+    for inst in (i for i in point.instances if i.tier != "gpu"):
+        for g in inst.gpus:
+            sleepers.setdefault((inst.node, g), []).append(inst)
+    for key, insts in sleepers.items():
+        h = 0.8 / len(insts)
+        for k, inst in enumerate(insts):
+            _bar(ax2, rows[key], awake_end.get(key, 0.0), inst, h, -0.4 + h * (k + 0.5))
     ax2.set_yticks(range(len(gpus)), [f"{n}:{g}" for n, g in gpus])
     ax2.invert_yaxis()
-    ax2.set_xlabel("GPU memory when awake (GiB); sleepers on a GPU share one slot")
+    ax2.set_xlabel("GPU memory when awake (GiB); host/disk sleepers on a GPU share one slot")
     ax2.set_title(f"Placement of point '{point.name}'")
     ax2.legend(handles=[Patch(color=c, label=f"tier {t}") for t, c in _TIER_COLOURS.items()], fontsize=8)
     fig.tight_layout()

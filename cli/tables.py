@@ -30,8 +30,8 @@ def metrics_table(
             return
         att = m["slo_attainment"]
         att_s = f"{att:.3f}" if attainment is None or att >= attainment else f"[red]{att:.3f}[/]"
-        t.add_row(name, att_s, f"{m['ttft_p95_s']:.2f}", f"{1000 * m['tpot_p95_s']:.1f}",
-                  f"{m['switch_p95_s']:.2f}", str(m.get("switch_count", "")),
+        t.add_row(name, att_s, _num(m["ttft_p95_s"]), _num(1000 * m["tpot_p95_s"]),
+                  _num(m["switch_p95_s"]), str(m.get("switch_count", "")),
                   f"{m['warm_gpu_gib']:.1f}", str(m.get("gpus_used", "")), style=style)
 
     for name, m in points.items():
@@ -39,3 +39,8 @@ def metrics_table(
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
     return t
+
+
+def _num(x: float) -> str:
+    """Three significant digits, compact for large values (an overloaded baseline's seconds)."""
+    return f"{x:.3g}" if x < 1000 else f"{x:.2g}"

@@ -652,6 +652,15 @@ def base_run(spec: RunSpec, cfg: BenchConfig) -> EngineRun:
     )
 
 
+def fit_to_context(cfg: BenchConfig, max_model_len: int) -> BenchConfig:
+    """The config without prompt lengths the server's context cannot hold (prompt + 1 token)."""
+    from dataclasses import replace
+
+    lens = tuple(n for n in cfg.prompt_lens if n + 1 <= max_model_len)
+    dec_prompt = min(cfg.decode_prompt_tokens, max(1, max_model_len - cfg.decode_output_tokens))
+    return replace(cfg, prompt_lens=lens, decode_prompt_tokens=dec_prompt)
+
+
 def profile_run(
     spec: RunSpec,
     cfg: BenchConfig,
@@ -666,6 +675,7 @@ def profile_run(
     from planner import engine
 
     run = base_run(spec, cfg)
+    cfg = fit_to_context(cfg, run.max_model_len or spec.model.max_context)
     log_path = log_dir / f"{spec.model.name}-{spec.variant.name}-tp{spec.tp}.log"
     model_path = spec.path or spec.variant.path
     bad = precheck_path(model_path)
@@ -728,3 +738,59 @@ def profile_run(
         if client is not None:
             client.close()
         engine.stop_server(proc)
+
+
+# ---------------------------------------------------------------- one node (local or a Ray task)
+
+
+def run_node(
+    models_data: dict,
+    models_file: str,
+    node: str,
+    cfg_kwargs: dict,
+    *,
+    quick: bool = False,
+    model: str | None = None,
+    variant: str | None = None,
+    tps: list[int] | None = None,
+    skip: list[tuple[str, str, int]] | None = None,
+    log_dir: str | None = None,
+    device: str | None = None,
+) -> dict:
+    """Profile this node's engine runs, except the keys in `skip`; plain data back.
+
+    What `planner profile engine --ray` runs on each node: the models file travels as data
+    (`models_file` only resolves relative checkpoint paths, which must exist on the node).
+    Returns {"gpu_type", "environment", "runs", "skipped"}.
+    """
+    import tempfile
+
+    from planner.profiler import store
+    from planner.profiler.devices import discover_node
+    from planner.profiler.hardware import type_for
+    from planner.schemas import parse
+
+    models = parse(models_data, "models", models_file)
+    info = discover_node()
+    dev = device or ("cuda" if info.gpus else "cpu")
+    if dev == "cuda" and info.gpus:
+        first = info.gpus[0]
+        gpu_type = type_for(first.name, first.memory_gib)
+        same = [g for g in info.gpus if g.gpu_type == first.gpu_type]
+        devices, mem, name = len(same), min(g.memory_gib for g in same), first.name
+    else:
+        gpu_type, devices, mem, name = "cpu", 1, info.ram_gib / 2, "cpu"
+    specs, skipped = plan_runs(
+        models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tps
+    )
+    cfg = BenchConfig.for_device(dev, quick=quick, **cfg_kwargs)
+    done = {tuple(k) for k in (skip or [])}
+    logs = Path(log_dir or tempfile.mkdtemp(prefix=f"planner-profile-{node}-"))
+    runs = [profile_run(s, cfg, log_dir=logs).run for s in specs if s.key not in done]
+    env = store.environment(name, driver=info.driver, cuda=info.cuda)
+    return {
+        "gpu_type": gpu_type,
+        "environment": env.model_dump(mode="json"),
+        "runs": [r.model_dump(mode="json") for r in runs],
+        "skipped": [[list(k), why] for k, why in skipped],
+    }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from planner.errors import ProfileError
 from planner.profiler.devices import fs_type, gpu_type_from_name
 from planner.profiler.stats import (
     CudaEventTimer,
@@ -29,8 +30,6 @@ from planner.profiler.stats import (
     rate_stat,
     time_repeated,
 )
-
-from planner.errors import ProfileError
 from planner.schemas.profile import GemmPoint, Hardware, Profile, Stat
 from planner.units import GB, MIB, TFLOPS
 
@@ -420,6 +419,7 @@ def profile_hardware(
     Disk and RAM belong to the node: they are measured once, with the first target.
     """
     import torch
+
     from planner.profiler import store
     from planner.profiler.devices import discover_gpus
 

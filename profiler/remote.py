@@ -81,3 +81,17 @@ def hardware_on_nodes(
         ref = task.options(resources={n: NODE_RESOURCE}, num_cpus=0).remote(n, device, quick)
         out.extend(Profile.model_validate(d) for d in ray.get(ref))
     return out
+
+
+def engine_on_node(node: str, *, address: str | None = None, **kwargs: Any) -> dict[str, Any]:
+    """`engine_bench.run_node` executed on `node` through Ray (pinned by its resource)."""
+    from planner.profiler.engine_bench import run_node
+
+    ray = _ray(address)
+    if node not in ray.cluster_resources():
+        raise ProfileError(
+            f"no Ray node offers the resource {node!r}",
+            fix=f"start that node with ray start --resources='{{\"{node}\": 1}}'",
+        )
+    task = ray.remote(run_node).options(resources={node: NODE_RESOURCE}, num_cpus=0)
+    return ray.get(task.remote(node=node, **kwargs))

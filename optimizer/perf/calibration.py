@@ -23,11 +23,11 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+from planner.catalog.gpus import GpuSpec
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.types import StepModel
-
-from planner.catalog.gpus import GpuSpec
 from planner.schemas.profile import Calibration, EngineRun, Profile
 
 # Bounds of the efficiency search (the schema allows (0, 2]).

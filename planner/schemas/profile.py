@@ -43,9 +43,15 @@ class GemmPoint(Strict):
 class Hardware(Strict):
     """Microbenchmarks of one device type."""
 
-    gemm_tflops: dict[str, Stat] = Field(default_factory=dict, description="dtype -> dense GEMM rate, TFLOP/s (best shape)")
-    gemm_points: list[GemmPoint] = Field(default_factory=list, description="every (dtype, shape) measured")
-    device_copy_gbps: Stat | None = Field(default=None, description="device memory copy, read+write bytes, GB/s")
+    gemm_tflops: dict[str, Stat] = Field(
+        default_factory=dict, description="dtype -> dense GEMM rate, TFLOP/s (best shape)"
+    )
+    gemm_points: list[GemmPoint] = Field(
+        default_factory=list, description="every (dtype, shape) measured"
+    )
+    device_copy_gbps: Stat | None = Field(
+        default=None, description="device memory copy, read+write bytes, GB/s"
+    )
     h2d_pinned_gbps: Stat | None = Field(default=None, description="host->device pinned, GB/s")
     h2d_pageable_gbps: Stat | None = Field(default=None, description="host->device pageable, GB/s")
     d2h_pinned_gbps: Stat | None = Field(default=None, description="device->host pinned, GB/s")
@@ -68,7 +74,9 @@ class DecodePoint(Strict):
     output_tokens: int = Field(default=64, ge=1)
     prompt_tokens: int = Field(default=16, ge=1)
     tpot_s: Stat
-    ttft_s: Stat | None = Field(default=None, description="time to first token of the same requests")
+    ttft_s: Stat | None = Field(
+        default=None, description="time to first token of the same requests"
+    )
 
 
 class EngineRun(Strict):
@@ -78,7 +86,9 @@ class EngineRun(Strict):
     variant: str
     tp: int = Field(default=1, ge=1)
     quantization: str = Field(default="", description="the variant's quantization")
-    arch: ModelArch | None = Field(default=None, description="architecture numbers (calibration needs them)")
+    arch: ModelArch | None = Field(
+        default=None, description="architecture numbers (calibration needs them)"
+    )
     max_model_len: int | None = Field(default=None, ge=1, description="--max-model-len used")
     max_num_seqs: int | None = Field(default=None, ge=1, description="--max-num-seqs used")
     chunk_tokens: int | None = Field(default=None, ge=1, description="prefill chunk budget used")
@@ -101,15 +111,29 @@ class EngineRun(Strict):
 class Calibration(Strict):
     """Fitted perf-model factors for this GPU type (replace the spec-sheet defaults)."""
 
-    compute_efficiency: float | None = Field(default=None, gt=0, le=2, description="achieved/peak FLOP/s")
-    bandwidth_efficiency: float | None = Field(default=None, gt=0, le=2, description="achieved/peak memory BW")
-    step_overhead_s: float | None = Field(default=None, ge=0, description="fixed time per engine step, s")
-    prefill_overhead_s: float | None = Field(default=None, ge=0, description="fixed time per request, s")
-    engine_init_s: float | None = Field(default=None, ge=0, description="engine init on cold start, s")
+    compute_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak FLOP/s"
+    )
+    bandwidth_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak memory BW"
+    )
+    step_overhead_s: float | None = Field(
+        default=None, ge=0, description="fixed time per engine step, s"
+    )
+    prefill_overhead_s: float | None = Field(
+        default=None, ge=0, description="fixed time per request, s"
+    )
+    engine_init_s: float | None = Field(
+        default=None, ge=0, description="engine init on cold start, s"
+    )
     h2d_gbps: float | None = Field(default=None, gt=0, description="wake bandwidth host->GPU, GB/s")
     disk_read_gbps: float | None = Field(default=None, gt=0, description="weights read, GB/s")
-    attn_efficiency: float | None = Field(default=None, gt=0, le=2, description="achieved/peak attention FLOP/s")
-    d2h_gbps: float | None = Field(default=None, gt=0, description="sleep bandwidth GPU->host, GB/s")
+    attn_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak attention FLOP/s"
+    )
+    d2h_gbps: float | None = Field(
+        default=None, gt=0, description="sleep bandwidth GPU->host, GB/s"
+    )
     points: int | None = Field(default=None, ge=0, description="engine points the fit used")
     source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")

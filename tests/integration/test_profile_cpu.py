@@ -11,8 +11,8 @@ import json
 import socket
 
 import pytest
-from planner.cli.main import main
 
+from planner.cli.main import main
 from planner.schemas import load_profile
 
 

@@ -1,4 +1,4 @@
-"""`planner profile hardware --ray` on a real two-node Ray cluster on loopback.
+"""`planner profile hardware|engine --ray` on a real two-node Ray cluster on loopback.
 
 Both "nodes" (head `node-a`, worker `node-b`, each a `ray start` declaring its custom
 resource) live in a network namespace that has only loopback (ENVIRONMENT.md); the CLI runs
@@ -22,9 +22,11 @@ import pytest
 
 from planner.schemas import load_profile
 
-pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
 HEAD_PORT = 6392
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+RAY = str(Path(sys.executable).with_name("ray"))
 
 
 def _run(
@@ -33,61 +35,78 @@ def _run(
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
-@pytest.fixture
-def ray_netns():
-    """A loopback-only network namespace; Ray stopped and the namespace deleted at the end."""
+@pytest.fixture(scope="module")
+def ray_ns(tmp_path_factory):
+    """A loopback-only namespace running a two-node Ray cluster; torn down at the end."""
     pytest.importorskip("ray")
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("needs root and iproute2 to create a network namespace")
     name = f"planner-prof-{uuid.uuid4().hex[:8]}"
     if _run(["ip", "netns", "add", name]).returncode != 0:
         pytest.skip("cannot create a network namespace")
-    ray = str(Path(sys.executable).with_name("ray"))
+    ns = ["ip", "netns", "exec", name]
     try:
-        _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"])
-        yield name
+        _run([*ns, "ip", "link", "set", "lo", "up"])
+        common = ["--disable-usage-stats", "--object-store-memory=200000000", "--num-cpus=1",
+                  "--node-ip-address=127.0.0.1"]  # fmt: skip
+        for args in (
+            ["--head", f"--port={HEAD_PORT}", "--include-dashboard=false",
+             "--resources=" + json.dumps({"node-a": 1})],
+            [f"--address=127.0.0.1:{HEAD_PORT}", "--resources=" + json.dumps({"node-b": 1})],
+        ):  # fmt: skip
+            r = _run([*ns, RAY, "start", *args, *common], env=ENV)
+            assert r.returncode == 0, r.stderr[-2000:]
+        cluster = tmp_path_factory.mktemp("ray") / "cluster.yaml"
+        cluster.write_text(
+            "kind: cluster\nnodes:\n"
+            "- {name: node-a, cpu_memory_gib: 8, gpus: [{type: cpu, count: 1}]}\n"
+            "- {name: node-b, cpu_memory_gib: 8, gpus: [{type: cpu, count: 1}]}\n"
+        )
+        yield ns, cluster
     finally:
-        _run(["ip", "netns", "exec", name, ray, "stop", "--force"])
-        for pid in _run(["ip", "netns", "pids", name]).stdout.split():  # started by this test
+        _run([*ns, RAY, "stop", "--force"])
+        for pid in _run(["ip", "netns", "pids", name]).stdout.split():  # started by this module
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid), signal.SIGKILL)
         _run(["ip", "netns", "delete", name])
 
 
-def test_hardware_profile_on_every_node_through_ray(ray_netns, tmp_path):
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    ray = str(Path(sys.executable).with_name("ray"))
-    ns = ["ip", "netns", "exec", ray_netns]
-    common = ["--disable-usage-stats", "--object-store-memory=200000000", "--num-cpus=1",
-              "--node-ip-address=127.0.0.1"]  # fmt: skip
-    for args in (
-        [
-            "--head",
-            f"--port={HEAD_PORT}",
-            "--include-dashboard=false",
-            "--resources=" + json.dumps({"node-a": 1}),
-        ],
-        [f"--address=127.0.0.1:{HEAD_PORT}", "--resources=" + json.dumps({"node-b": 1})],
-    ):
-        r = _run([*ns, ray, "start", *args, *common], env=env)
-        assert r.returncode == 0, r.stderr[-2000:]
-    cluster = tmp_path / "cluster.yaml"
-    cluster.write_text(
-        "kind: cluster\nnodes:\n"
-        "- {name: node-a, cpu_memory_gib: 8, gpus: [{type: cpu, count: 1}]}\n"
-        "- {name: node-b, cpu_memory_gib: 8, gpus: [{type: cpu, count: 1}]}\n"
-    )
-    out = tmp_path / "profiles"
-    r = _run(
-        [*ns, sys.executable, "-m", "planner.cli.main", "profile", "hardware", "--ray", "--cluster", str(cluster),
-         "--device", "cpu", "--quick", "-o", str(out), "--json"],
-        timeout=400,
-        env={**env, "RAY_ADDRESS": f"127.0.0.1:{HEAD_PORT}"},
-    )  # fmt: skip
+def _planner(ns: list[str], args: list[str], timeout: float = 600) -> dict:
+    r = _run([*ns, sys.executable, "-m", "planner.cli.main", *args], timeout=timeout,
+             env={**ENV, "RAY_ADDRESS": f"127.0.0.1:{HEAD_PORT}"})  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    written = json.loads(r.stdout)["written"]
+    return json.loads(r.stdout)
+
+
+def test_hardware_profile_on_every_node_through_ray(ray_ns, tmp_path):
+    ns, cluster = ray_ns
+    out = tmp_path / "profiles"
+    got = _planner(ns, ["profile", "hardware", "--ray", "--cluster", str(cluster), "--device", "cpu", "--quick",
+                        "-o", str(out), "--json"])  # fmt: skip
+    written = got["written"]
     assert sorted(Path(p).name for p in written) == ["node-a-cpu.yaml", "node-b-cpu.yaml"]
     for p in written:
         prof = load_profile(p)
         assert prof.hardware.gemm_tflops["bf16"].median > 0
         assert prof.hardware.ram_gbps is not None and prof.hardware.disk_read_gbps is not None
+
+
+@pytest.mark.vllm
+def test_engine_profile_on_node_b_through_ray(ray_ns, tmp_path, tiny_model_dir, require_vllm):
+    ns, cluster = ray_ns
+    models = tmp_path / "models.yaml"
+    models.write_text(
+        "kind: models\nmodels:\n- name: tiny\n  max_context: 512\n"
+        "  architecture: {name: tiny-llama, num_layers: 2, hidden_size: 128, num_attention_heads: 4, "
+        "num_kv_heads: 2, head_dim: 32, intermediate_size: 256, vocab_size: 512, total_params_b: 0.0006, "
+        "active_params_b: 0.0006, max_position_embeddings: 2048}\n"
+        f"  variants:\n  - {{name: bf16, quantization: bf16, path: {tiny_model_dir}}}\n"
+    )
+    out = tmp_path / "profiles"
+    got = _planner(ns, ["profile", "engine", "--ray", "--cluster", str(cluster), "--node", "node-b",
+                        "--models", str(models), "--device", "cpu", "--quick", "--enforce-eager",
+                        "-o", str(out), "--json"])  # fmt: skip
+    assert [Path(p).name for p in got["written"]] == ["node-b-cpu.yaml"]
+    run = load_profile(out / "node-b-cpu.yaml").engine[0]
+    assert run.status == "ok", run.detail[-1000:]
+    assert run.prefill and run.decode and run.cold_start_s > 0

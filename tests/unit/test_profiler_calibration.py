@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from planner.optimizer.perf import calib_from_profile, decode_step_s, instance_perf, prefill_s
-from planner.optimizer.perf.calib import default_calib
-from planner.optimizer.perf.calibration import calibrate, priors, profile_warnings
 
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch
+from planner.optimizer.perf import calib_from_profile, decode_step_s, instance_perf, prefill_s
+from planner.optimizer.perf.calib import default_calib
+from planner.optimizer.perf.calibration import calibrate, priors, profile_warnings
 from planner.schemas.profile import (
     DecodePoint,
     EngineRun,
@@ -144,7 +144,6 @@ def test_warnings_other_vllm_or_device():
 def test_calibrate_cli_writes_profile(tmp_path):
     from planner.cli.main import main
     from planner.profiler import store
-
     from planner.schemas import load_profile
 
     base = default_calib("cpu")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+
 from planner.profiler.devices import (
     GpuInfo,
     NodeInfo,
@@ -130,7 +131,6 @@ def _node(gpus):
 
 def test_init_files_cpu_node_validate(tmp_path):
     from planner.cli.init import write_inputs
-
     from planner.schemas import load
 
     paths = write_inputs(tmp_path, _node([]), force=False)
@@ -149,7 +149,6 @@ def test_init_files_cpu_node_validate(tmp_path):
 
 def test_init_cluster_from_detected_gpus():
     from planner.cli.init import cluster_doc
-
     from planner.schemas import parse
 
     gpus = [
@@ -164,7 +163,6 @@ def test_init_cluster_from_detected_gpus():
 
 def test_init_unknown_gpu_asks_for_inline_spec():
     from planner.cli.init import cluster_doc
-
     from planner.errors import InputError
 
     with pytest.raises(InputError, match="not in the catalog"):
@@ -182,7 +180,6 @@ def test_init_cli_writes_cpu_node(tmp_path, capsys):
 
 def test_init_files_gpu_node_validate(tmp_path):
     from planner.cli.init import write_inputs
-
     from planner.schemas import load
 
     gpus = [GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", gpu_type="RTX-4090", memory_gib=23.99)]

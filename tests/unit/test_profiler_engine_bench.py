@@ -350,3 +350,11 @@ def test_gulped_tpot_and_prefill_at():
     pts = [PrefillPoint(prompt_tokens=n, latency_s=Stat(median=n / 1000)) for n in (16, 128, 512)]
     assert eb.prefill_at(pts, 100) == 0.128
     assert eb.prefill_at([], 100) is None
+
+
+def test_fit_to_context_drops_prompts_that_do_not_fit():
+    cfg = eb.BenchConfig.for_device("cpu", quick=True)  # prompts 16, 128, 512; decode 16 + 16
+    small = eb.fit_to_context(cfg, 512)
+    assert small.prompt_lens == (16, 128)
+    assert eb.fit_to_context(cfg, 24).decode_prompt_tokens == 8
+    assert eb.fit_to_context(cfg, 4096) == cfg

@@ -7,9 +7,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from planner.profiler import hardware as hw
 
 from planner.errors import ProfileError
+from planner.profiler import hardware as hw
 from planner.schemas.profile import Stat
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from planner.profiler.stats import (
     CudaEventTimer,
     inner_iterations,

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from planner.profiler import store
 
 from planner.errors import InputError
+from planner.profiler import store
 from planner.schemas.profile import EngineRun, Environment, Hardware, PrefillPoint, Profile, Stat
 
 
