@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -54,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 from planner.adjuster.backends.base import Handle, InstanceControl, Status
@@ -151,6 +153,12 @@ class _Inst:
 
     def routable(self) -> bool:
         return self.status == "awake" and self.handle is not None and not self.draining
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(text: str) -> yarl.URL:
+    """Upstream URLs parsed once per instance and path, not once per request."""
+    return yarl.URL(text)
 
 
 def overlaps(a: Instance, b: Instance) -> bool:
@@ -385,6 +393,7 @@ class Gateway:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=self.cfg.request_timeout_s),
             auto_decompress=False,
+            cookie_jar=aiohttp.DummyCookieJar(),  # one user's cookies must never reach another's
         )
         await self.refresh()
         self._tasks = [
@@ -656,7 +665,9 @@ class Gateway:
 
     def _fail(self, t_arr: float, user: str, session: str, model: str, status: int,
               latency_s: float, wait_s: float, error: str) -> None:  # fmt: skip
-        self.metrics.requests[(model, status)] += 1
+        # Unknown names share one label: clients must not grow the metric without bound.
+        label = model if model in self.by_model else "(unknown)"
+        self.metrics.requests[(label, status)] += 1
         self.log.add_failure((t_arr, user, session, model, status, latency_s, wait_s, error))
 
     async def h_proxy(self, request: web.Request) -> web.StreamResponse:
@@ -745,7 +756,7 @@ class Gateway:
         try:
             assert self._session is not None
             async with self._session.post(
-                inst.url + request.path,
+                _url(inst.url + request.path),
                 data=body,
                 headers={"Content-Type": "application/json"},
             ) as up:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.inputs import calibration
 from planner.errors import InputError
 
 _QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
@@ -35,16 +36,6 @@ def _arch(spec: str):
     from planner.catalog.models import resolve_arch
 
     return resolve_arch(spec)
-
-
-def _calibs(profiles: Path | None) -> dict[str, Any]:
-    """GPU type -> Calib fitted in the profiles under `profiles` (later files win)."""
-    if profiles is None:
-        return {}
-    from planner.optimizer.perf import calib_from_profile
-    from planner.profiler.store import load_profiles
-
-    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
 
 
 def estimate_row(
@@ -241,7 +232,7 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
-        calibs = _calibs(profiles)
+        calibs = calibration(profiles) or {}
         engine = dict(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
         if batch is not None:
             rows = _read_batch(batch)

@@ -77,10 +77,14 @@ def calibration(profiles: Path | None) -> dict[str, Any] | None:
     if not profiles.exists():
         raise InputError("no such profile folder or file", file=str(profiles),
                          fix="pass the folder `planner profile` wrote")
+    from planner.cli.common import err_console
     from planner.optimizer.perf import calib_from_profile
-    from planner.profiler.store import load_profiles
+    from planner.profiler.store import load_profiles, warnings_here
 
-    return {p.gpu_type: calib_from_profile(p) for p in load_profiles([profiles])}
+    found = load_profiles([profiles])
+    for w in warnings_here(found):
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    return {p.gpu_type: calib_from_profile(p) for p in found}
 
 
 def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
 import typer
 
 from planner import __version__
@@ -52,24 +51,19 @@ for _name in _COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app, turn domain errors into a message and an exit code."""
+    """Entry point: run the app, turn domain errors into a message and an exit code.
+
+    Usage errors are the CLI framework's own (printed with the usage line, exit 2); domain
+    errors propagate out of it and are printed here as one message plus a fix.
+    """
     try:
-        rv = app(args=argv, prog_name="planner", standalone_mode=False)
+        app(args=argv, prog_name="planner")
     except PlannerError as e:
         err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(2)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

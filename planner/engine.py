@@ -373,7 +373,9 @@ def parse_startup_log(log_text: str) -> dict[str, float | None]:
     profiling, KV cache allocation and warm-up/compilation; `ready_s`: first log line to
     the line announcing the server's routes (includes the Python imports after the first line).
     """
-    weight = _first_float(_LOAD_S, log_text) or _first_float(_MODEL_LOAD_S, log_text)
+    weight = _first_float(_LOAD_S, log_text)
+    if weight is None:  # "took 0.00 seconds" is a reading, not a missing line
+        weight = _first_float(_MODEL_LOAD_S, log_text)
     init = _first_float(_INIT_S, log_text)
     ready = None
     stamps = [(m.start(), _secs(m)) for m in _TS.finditer(log_text)]

@@ -1,7 +1,7 @@
 """`planner profile engine`: measure real vLLM servers, one (model, variant, TP) at a time.
 
 For each run: cold start (spawn -> `/v1/models` ready, split into weight load and engine
-init from the server log), prefill latency vs prompt length (`max_tokens=1`), TPOT vs
+init from the server log), prefill latency vs prompt length (streamed time to the first token), TPOT vs
 concurrency (streamed completions that all start together), the KV capacity the engine
 reports, and on CUDA the sleep/wake times of levels 1 and 2 (`POST /sleep?level=N`,
 `POST /wake_up`, and for level 2 `POST /collective_rpc {"method": "reload_weights"}`:
@@ -474,7 +474,7 @@ class Client:
 def measure_prefill(
     client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
 ) -> list[PrefillPoint]:
-    """Time to the first streamed token of one prompt (max_tokens=1) at each prompt length.
+    """Time to the first streamed token of one prompt at each prompt length.
 
     Streamed, like the TTFT a user sees and the simulator predicts: the response's own
     assembly after the token is not part of it.
@@ -486,7 +486,9 @@ def measure_prefill(
             time.sleep(
                 cfg.prefill_idle_s
             )  # an idle engine parks its threads; waking them is part of TTFT
-            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 1)[0]
+            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[
+                0
+            ]  # a real stream goes on
             if not chunks:
                 raise RuntimeError(f"a {n}-token prompt streamed no token")
             samples.append(chunks[0][0] - start)

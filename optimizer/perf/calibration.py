@@ -5,7 +5,7 @@ Pure: a `Profile` (engine points + microbenchmarks) and the GPU's spec in, the p
 
 Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute):
   step(new, kv, pairs) = o + max(mem / be, lin / ce + attn / ae) + comm
-  prefill point (n tokens, max_tokens=1):   y = po + sum over its chunks of step(...)
+  prefill point (n tokens, first token):     y = po + sum over its chunks of step(...)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, o the per-step

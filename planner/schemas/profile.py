@@ -61,7 +61,7 @@ class Hardware(Strict):
 
 
 class PrefillPoint(Strict):
-    """Latency of one prompt with max_tokens=1."""
+    """Time to the first streamed token of one prompt (the prefill plus per-request overhead)."""
 
     prompt_tokens: int = Field(ge=1)
     latency_s: Stat

