@@ -17,7 +17,6 @@ from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.milp import Placement, placement_options
 from planner.optimizer.search import Evaluation, Searcher
-from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.workload.synth import bind_models, default_spec, synth
 from planner.schemas import parse
 
@@ -39,26 +38,66 @@ def fits(combo: tuple[Placement, ...], usable: dict, ram: dict) -> bool:
                 ctx[k] = ctx.get(k, 0.0) + p.cand.perf.context_gib_per_gpu
         if p.tier == "host":
             host[p.gset.node] = host.get(p.gset.node, 0.0) + p.cand.perf.weights_host_gib
-    return (all(awake.get(k, 0) + slot.get(k, 0) + ctx.get(k, 0) <= u for k, u in usable.items())
-            and all(v <= ram[n] for n, v in host.items()))
+    return all(
+        awake.get(k, 0) + slot.get(k, 0) + ctx.get(k, 0) <= u for k, u in usable.items()
+    ) and all(v <= ram[n] for n, v in host.items())
 
 
 def main() -> None:
     inputs.silence_solver_banner()
-    cluster = parse({"kind": "cluster", "name": "pair", "nodes": [
-        {"name": "n0", "cpu_memory_gib": 128, "gpus": [{"type": "L40S", "count": 2}]}]}, "cluster")
-    models = parse({"kind": "models", "models": [
-        {"name": "planner-7b", "architecture": "Qwen2.5-7B-Instruct", "max_context": 16384,
-         "variants": [{"name": "bf16", "quantization": "bf16"}, {"name": "awq", "quantization": "awq", "quality_penalty": 0.03}]},
-        {"name": "coder-32b", "architecture": "Qwen2.5-Coder-32B-Instruct", "max_context": 16384,
-         "variants": [{"name": "awq", "quantization": "awq"}]},
-        {"name": "summarizer-8b", "architecture": "Llama-3.1-8B-Instruct", "max_context": 16384,
-         "variants": [{"name": "bf16", "quantization": "bf16"}]},
-    ]}, "models")
-    slo = parse({"kind": "slo", "default": {"ttft_p95_s": 4.0, "tpot_p95_s": 0.15, "switch_p95_s": 15.0},
-                 "attainment": 0.9}, "slo")
-    spec, _ = bind_models(default_spec().model_copy(update={"users": 4, "days": 2, "adopted_role": None,
-                                                             "switch_role": None}), models.names)
+    cluster = parse(
+        {
+            "kind": "cluster",
+            "name": "pair",
+            "nodes": [
+                {"name": "n0", "cpu_memory_gib": 128, "gpus": [{"type": "L40S", "count": 2}]}
+            ],
+        },
+        "cluster",
+    )
+    models = parse(
+        {
+            "kind": "models",
+            "models": [
+                {
+                    "name": "planner-7b",
+                    "architecture": "Qwen2.5-7B-Instruct",
+                    "max_context": 16384,
+                    "variants": [
+                        {"name": "bf16", "quantization": "bf16"},
+                        {"name": "awq", "quantization": "awq", "quality_penalty": 0.03},
+                    ],
+                },
+                {
+                    "name": "coder-32b",
+                    "architecture": "Qwen2.5-Coder-32B-Instruct",
+                    "max_context": 16384,
+                    "variants": [{"name": "awq", "quantization": "awq"}],
+                },
+                {
+                    "name": "summarizer-8b",
+                    "architecture": "Llama-3.1-8B-Instruct",
+                    "max_context": 16384,
+                    "variants": [{"name": "bf16", "quantization": "bf16"}],
+                },
+            ],
+        },
+        "models",
+    )
+    slo = parse(
+        {
+            "kind": "slo",
+            "default": {"ttft_p95_s": 4.0, "tpot_p95_s": 0.15, "switch_p95_s": 15.0},
+            "attainment": 0.9,
+        },
+        "slo",
+    )
+    spec, _ = bind_models(
+        default_spec().model_copy(
+            update={"users": 4, "days": 2, "adopted_role": None, "switch_role": None}
+        ),
+        models.names,
+    )
     trace = synth(spec, seed=3)
     score = inputs.scorer(trace, slo)
     cfg = OptimizeConfig(evals=24, max_replicas=1, max_tp=2)
@@ -83,11 +122,17 @@ def main() -> None:
         best = min(best, searcher.scalar(Evaluation(0, Knobs(), None, point, perfs, m), LAM))
     t2 = time.perf_counter()
     gap = (search_best - best) / best if best > 0 else 0.0
-    print(f"trace {len(trace)} requests; search: {len(res.evaluations)} evaluations in {t1 - t0:.1f} s, best objective {search_best:.4f}")
-    print(f"enumeration: {len(list(itertools.product(*per_model)))} combinations, {n_sim} fit and simulated "
-          f"in {t2 - t1:.1f} s, best objective {best:.4f}")
-    print(f"RESULT search_best={search_best:.5f} enumerated_best={best:.5f} gap={gap:.4f} "
-          f"within_5pct={gap <= 0.05} enumerated={n_sim}")
+    print(
+        f"trace {len(trace)} requests; search: {len(res.evaluations)} evaluations in {t1 - t0:.1f} s, best objective {search_best:.4f}"
+    )
+    print(
+        f"enumeration: {len(list(itertools.product(*per_model)))} combinations, {n_sim} fit and simulated "
+        f"in {t2 - t1:.1f} s, best objective {best:.4f}"
+    )
+    print(
+        f"RESULT search_best={search_best:.5f} enumerated_best={best:.5f} gap={gap:.4f} "
+        f"within_5pct={gap <= 0.05} enumerated={n_sim}"
+    )
 
 
 if __name__ == "__main__":

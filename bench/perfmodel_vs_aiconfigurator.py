@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from planner.optimizer.perf import default_calib
-from planner.optimizer.perf.latency import attention_op_s, linear_s
 
 from planner.catalog.gpus import resolve_gpu
+from planner.optimizer.perf import default_calib
+from planner.optimizer.perf.latency import attention_op_s, linear_s
 
 DATA = Path(__file__).parent / "data" / "aiconfigurator" / "data"
 GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "l40s": "L40S"}

@@ -19,10 +19,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from planner.catalog.models import resolve_arch_name
 from planner.optimizer.perf import Calib, weights_bytes
 from planner.optimizer.perf.load import checkpoint_read_s
-
-from planner.catalog.models import resolve_arch_name
 
 DATA = Path(__file__).parent / "data" / "serverlessllm"
 H100_DISK_GBPS = 29.4  # h100_2025/README.md

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from planner.optimizer.perf import default_calib
-from planner.optimizer.perf.latency import elementwise_s, linear_s
 
 from planner.catalog.gpus import resolve_gpu
+from planner.optimizer.perf import default_calib
+from planner.optimizer.perf.latency import elementwise_s, linear_s
 
 DATA = Path(__file__).parent / "data" / "vidur" / "profiling" / "compute"
 GPUS = {"a100": "A100-80GB-SXM", "h100": "H100-SXM", "a40": "A40"}  # vidur's machines

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import numpy as np
 import pandas as pd
+
 from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.drift import drift
 from planner.optimizer.workload.synth import default_spec, synth

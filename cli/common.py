@@ -13,7 +13,9 @@ console = Console()
 err_console = Console(stderr=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")
+]
 
 
 def print_json(data: Any) -> None:

@@ -17,8 +17,12 @@ def register(app: typer.Typer) -> None:
 
 def explain_cmd(
     plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")],
-    point: Annotated[str | None, typer.Option("--point", help="point name; default: the selected one")] = None,
-    workload: Annotated[Path | None, typer.Option("--workload", help="trace; default: the plan's")] = None,
+    point: Annotated[
+        str | None, typer.Option("--point", help="point name; default: the selected one")
+    ] = None,
+    workload: Annotated[
+        Path | None, typer.Option("--workload", help="trace; default: the plan's")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Binding constraints and the next-best alternative for each model of a point."""
@@ -36,21 +40,41 @@ def explain_cmd(
     try:
         pt = plan.point(point)
     except KeyError:
-        raise InputError(f"no point {point!r}", file=str(plan_path), path="points",
-                         fix=f"use one of {[p.name for p in plan.points]}") from None
+        raise InputError(
+            f"no point {point!r}",
+            file=str(plan_path),
+            path="points",
+            fix=f"use one of {[p.name for p in plan.points]}",
+        ) from None
     knobs_d = plan.search.get("knobs", {}).get(pt.name)
     if knobs_d is None:
-        raise InputError(f"the plan does not record the search knobs of point {pt.name!r}",
-                         file=str(plan_path), path="search.knobs", fix="re-run `planner optimize`")
-    paths = {k: inp.input_path(workload if k == "workload" else None, plan, plan_path, k)
-             for k in ("cluster", "models", "slo", "workload")}
+        raise InputError(
+            f"the plan does not record the search knobs of point {pt.name!r}",
+            file=str(plan_path),
+            path="search.knobs",
+            fix="re-run `planner optimize`",
+        )
+    paths = {
+        k: inp.input_path(workload if k == "workload" else None, plan, plan_path, k)
+        for k in ("cluster", "models", "slo", "workload")
+    }
     cl, ms, sl = inp.cluster(paths["cluster"]), inp.models(paths["models"]), inp.slo(paths["slo"])
     trace = inp.workload(paths["workload"], ms, int(plan.search.get("seed", 0)))
     prof = plan.inputs.get("profiles")
-    cfg = OptimizeConfig(seed=int(plan.search.get("seed", 0)),
-                         max_tp=int(plan.search.get("max_tp", 8)),
-                         max_replicas=int(plan.search.get("max_replicas", 4)))
-    s = Searcher(cl, ms, sl, trace, cfg, scorer=lambda p, q: {}, calib=inp.calibration(Path(prof.path) if prof else None))
+    cfg = OptimizeConfig(
+        seed=int(plan.search.get("seed", 0)),
+        max_tp=int(plan.search.get("max_tp", 8)),
+        max_replicas=int(plan.search.get("max_replicas", 4)),
+    )
+    s = Searcher(
+        cl,
+        ms,
+        sl,
+        trace,
+        cfg,
+        scorer=lambda p, q: {},
+        calib=inp.calibration(Path(prof.path) if prof else None),
+    )
     inp.silence_solver_banner()
     milp_in = s.milp_input(knobs_from_dict(knobs_d))
     res = solve(milp_in, time_limit_s=cfg.milp_time_limit_s)

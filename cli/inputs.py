@@ -53,8 +53,11 @@ def synth_spec(path: Path):
 
     data = read_yaml(path)
     if not isinstance(data, dict):
-        raise InputError("a workload spec is a mapping of fields", file=str(path),
-                         fix="see `planner workload synth --print-spec`")
+        raise InputError(
+            "a workload spec is a mapping of fields",
+            file=str(path),
+            fix="see `planner workload synth --print-spec`",
+        )
     data.pop("kind", None)
     merged = _deep_merge(default_spec().model_dump(mode="json"), data)
     try:
@@ -66,7 +69,9 @@ def synth_spec(path: Path):
 def _deep_merge(base: dict, over: dict) -> dict:
     out = dict(base)
     for k, v in over.items():
-        out[k] = _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        out[k] = (
+            _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+        )
     return out
 
 
@@ -75,8 +80,11 @@ def calibration(profiles: Path | None) -> dict[str, Any] | None:
     if profiles is None:
         return None
     if not profiles.exists():
-        raise InputError("no such profile folder or file", file=str(profiles),
-                         fix="pass the folder `planner profile` wrote")
+        raise InputError(
+            "no such profile folder or file",
+            file=str(profiles),
+            fix="pass the folder `planner profile` wrote",
+        )
     from planner.cli.common import err_console
     from planner.optimizer.perf import calib_from_profile
     from planner.profiler.store import load_profiles, warnings_here
@@ -94,8 +102,11 @@ def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) 
     ref = plan.inputs.get(key) if plan is not None else None
     if ref is None or not ref.path:
         raise InputError(
-            f"no {key} file: the plan does not record one" if plan is not None else f"--{key} is required",
-            path=f"--{key}", fix=f"pass --{key} FILE",
+            f"no {key} file: the plan does not record one"
+            if plan is not None
+            else f"--{key} is required",
+            path=f"--{key}",
+            fix=f"pass --{key} FILE",
         )
     p = Path(ref.path)
     if not p.exists() and plan_path is not None and (plan_path.parent / p).exists():
@@ -154,7 +165,9 @@ def baseline_metrics(cl: Cluster, ms: Models, sl: Slo, trace, calib) -> dict[str
             out[name] = {"error": e.message}
             continue
         perfs = perfs_for_point(b.point, cl, ms, calib) if calib else b.perfs
-        out[name] = simulate(b.point, perfs, trace, sl, model_names=ms.names, **b.simulate_kwargs()).to_metrics()
+        out[name] = simulate(
+            b.point, perfs, trace, sl, model_names=ms.names, **b.simulate_kwargs()
+        ).to_metrics()
     return out
 
 

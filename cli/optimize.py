@@ -21,15 +21,40 @@ def register(app: typer.Typer) -> None:
 def optimize_cmd(
     cluster: Annotated[Path, typer.Option("--cluster", "-c", help="cluster.yaml")],
     models: Annotated[Path, typer.Option("--models", "-m", help="models.yaml")],
-    workload: Annotated[Path, typer.Option("--workload", "-w", help="trace (csv/jsonl/parquet) or a synth spec (.yaml)")],
+    workload: Annotated[
+        Path,
+        typer.Option("--workload", "-w", help="trace (csv/jsonl/parquet) or a synth spec (.yaml)"),
+    ],
     slo: Annotated[Path, typer.Option("--slo", "-s", help="slo.yaml")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="plan file; default plans/<cluster>.plan.yaml")] = None,
-    profiles: Annotated[Path | None, typer.Option("--profiles", help="folder of profiles (calibration)")] = None,
-    evals: Annotated[int, typer.Option(help=OptimizeConfig.model_fields["evals"].description, min=1, max=500)] = _D.evals,
-    seed: Annotated[int, typer.Option(help=OptimizeConfig.model_fields["seed"].description, min=0)] = _D.seed,
-    time_limit: Annotated[float, typer.Option("--time-limit", help=OptimizeConfig.model_fields["milp_time_limit_s"].description)] = _D.milp_time_limit_s,
-    report: Annotated[Path | None, typer.Option("--report", help="draw the Pareto front and placement (.png or .html)")] = None,
-    baselines: Annotated[bool, typer.Option("--baselines/--no-baselines", help="score static/lru/melange beside the points")] = True,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="plan file; default plans/<cluster>.plan.yaml"),
+    ] = None,
+    profiles: Annotated[
+        Path | None, typer.Option("--profiles", help="folder of profiles (calibration)")
+    ] = None,
+    evals: Annotated[
+        int, typer.Option(help=OptimizeConfig.model_fields["evals"].description, min=1, max=500)
+    ] = _D.evals,
+    seed: Annotated[
+        int, typer.Option(help=OptimizeConfig.model_fields["seed"].description, min=0)
+    ] = _D.seed,
+    time_limit: Annotated[
+        float,
+        typer.Option(
+            "--time-limit", help=OptimizeConfig.model_fields["milp_time_limit_s"].description
+        ),
+    ] = _D.milp_time_limit_s,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="draw the Pareto front and placement (.png or .html)"),
+    ] = None,
+    baselines: Annotated[
+        bool,
+        typer.Option(
+            "--baselines/--no-baselines", help="score static/lru/melange beside the points"
+        ),
+    ] = True,
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
@@ -52,14 +77,24 @@ def optimize_cmd(
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("[bold]optimize"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                      TimeElapsedColumn(), TextColumn("{task.description}"), console=console,
-                      transient=True) as bar:
+        with Progress(
+            TextColumn("[bold]optimize"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task("", total=evals)
 
             def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
-                desc = (f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
-                        f"attainment {best['slo_attainment']:.3f}" if best else "")
+                desc = (
+                    f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
+                    f"attainment {best['slo_attainment']:.3f}"
+                    if best
+                    else ""
+                )
                 bar.update(task, completed=done, total=total, description=desc)
 
             result = optimize(cl, ms, sl, trace, cfg, scorer, calib, progress)
@@ -67,12 +102,19 @@ def optimize_cmd(
     from planner.schemas.plan import Plan
 
     plan = Plan(
-        inputs=inp.provenance(cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles),
+        inputs=inp.provenance(
+            cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles
+        ),
         workload_summary=inp.summary_dict(summarize(trace)),
-        search={"seed": seed, "evals": evals, "solver": cfg.solver,
-                "feasible_evals": sum(e.feasible for e in result.evaluations),
-                "max_tp": cfg.max_tp, "max_replicas": cfg.max_replicas,
-                "knobs": {n: knobs_to_dict(k) for n, k in result.knobs.items()}},
+        search={
+            "seed": seed,
+            "evals": evals,
+            "solver": cfg.solver,
+            "feasible_evals": sum(e.feasible for e in result.evaluations),
+            "max_tp": cfg.max_tp,
+            "max_replicas": cfg.max_replicas,
+            "knobs": {n: knobs_to_dict(k) for n, k in result.knobs.items()},
+        },
         selected=result.selected,
         points=result.points,
     )
@@ -82,28 +124,49 @@ def optimize_cmd(
     base_metrics: dict[str, dict[str, Any]] = {}
     if baselines:
         base_metrics = inp.baseline_metrics(cl, ms, sl, trace, calib)
-    points = {p.name: next(e.metrics for e in result.evaluations if e.point is not None and e.point.instances == p.instances)
-              for p in result.points}
+    points = {
+        p.name: next(
+            e.metrics
+            for e in result.evaluations
+            if e.point is not None and e.point.instances == p.instances
+        )
+        for p in result.points
+    }
     if report is not None:
         from planner.cli.report import draw_report
 
         draw_report(report, result, plan, base_metrics)
     if json_out:
-        print_json({
-            "plan": str(out), "selected": plan.selected,
-            "points": points, "baselines": base_metrics, "notes": result.notes,
-            "evaluations": len(result.evaluations),
-            "feasible_evaluations": sum(e.feasible for e in result.evaluations),
-            "milp_time_s": round(result.milp_time_s, 3), "milp_max_s": round(result.milp_max_s, 3),
-            "sim_time_s": round(result.sim_time_s, 3),
-        })
+        print_json(
+            {
+                "plan": str(out),
+                "selected": plan.selected,
+                "points": points,
+                "baselines": base_metrics,
+                "notes": result.notes,
+                "evaluations": len(result.evaluations),
+                "feasible_evaluations": sum(e.feasible for e in result.evaluations),
+                "milp_time_s": round(result.milp_time_s, 3),
+                "milp_max_s": round(result.milp_max_s, 3),
+                "sim_time_s": round(result.sim_time_s, 3),
+            }
+        )
         return
     from planner.cli.tables import metrics_table
 
-    console.print(metrics_table("Pareto points (and baselines, same simulator)", points, base_metrics,
-                                selected=plan.selected, attainment=sl.attainment))
+    console.print(
+        metrics_table(
+            "Pareto points (and baselines, same simulator)",
+            points,
+            base_metrics,
+            selected=plan.selected,
+            attainment=sl.attainment,
+        )
+    )
     for n in result.notes:
         console.print(f"[yellow]note:[/] {n}")
-    console.print(f"wrote [bold]{out}[/] ({len(plan.points)} points, selected [bold]{plan.selected}[/]; "
-                  f"{len(result.evaluations)} evaluations, MILP {result.milp_time_s:.1f} s, "
-                  f"simulator {result.sim_time_s:.1f} s)")
+    console.print(
+        f"wrote [bold]{out}[/] ({len(plan.points)} points, selected [bold]{plan.selected}[/]; "
+        f"{len(result.evaluations)} evaluations, MILP {result.milp_time_s:.1f} s, "
+        f"simulator {result.sim_time_s:.1f} s)"
+    )

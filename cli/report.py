@@ -15,15 +15,26 @@ _TIER_COLOURS = {"gpu": "#1f77b4", "host": "#ff7f0e", "disk": "#9467bd"}
 
 def _bar(ax, row: int, left: float, inst, height: float, offset: float) -> None:
     w = inst.memory_gib.total
-    ax.barh(row + offset, w, left=left, height=height, color=_TIER_COLOURS[inst.tier], edgecolor="white")
-    ax.text(left + w / 2, row + offset, f"{inst.id} {inst.variant}", ha="center", va="center",
-            fontsize=7, color="white")
+    ax.barh(
+        row + offset, w, left=left, height=height, color=_TIER_COLOURS[inst.tier], edgecolor="white"
+    )
+    ax.text(
+        left + w / 2,
+        row + offset,
+        f"{inst.id} {inst.variant}",
+        ha="center",
+        va="center",
+        fontsize=7,
+        color="white",
+    )
 
 
 def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -> None:
     """Write a PNG (or an HTML page holding it) of the search and the selected placement."""
     if path.suffix not in (".png", ".html"):
-        raise InputError("unsupported report format", file=str(path), fix="use a .png or .html file name")
+        raise InputError(
+            "unsupported report format", file=str(path), fix="use a .png or .html file name"
+        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -32,18 +43,35 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
     evs = [e for e in result.evaluations if e.feasible]
-    ax1.scatter([e.metrics["warm_gpu_gib"] for e in evs], [e.metrics["switch_p95_s"] for e in evs],
-                s=14, c="#bbbbbb", label="evaluated plans")
+    ax1.scatter(
+        [e.metrics["warm_gpu_gib"] for e in evs],
+        [e.metrics["switch_p95_s"] for e in evs],
+        s=14,
+        c="#bbbbbb",
+        label="evaluated plans",
+    )
     pts = [(p.name, p.predicted) for p in plan.points]
-    ax1.plot([p.warm_gpu_gib for _, p in pts], [p.switch_p95_s for _, p in pts], "o-", c="#1f77b4",
-             label="Pareto points")
+    ax1.plot(
+        [p.warm_gpu_gib for _, p in pts],
+        [p.switch_p95_s for _, p in pts],
+        "o-",
+        c="#1f77b4",
+        label="Pareto points",
+    )
     for k, (name, p) in enumerate(pts):
-        ax1.annotate(name + (" (selected)" if name == plan.selected else ""), (p.warm_gpu_gib, p.switch_p95_s),
-                     textcoords="offset points", xytext=(6, 8 + 12 * (k % 2)), fontsize=9)
+        ax1.annotate(
+            name + (" (selected)" if name == plan.selected else ""),
+            (p.warm_gpu_gib, p.switch_p95_s),
+            textcoords="offset points",
+            xytext=(6, 8 + 12 * (k % 2)),
+            fontsize=9,
+        )
     for name, m in baselines.items():
         if "error" in m:
             continue
-        ax1.scatter([m["warm_gpu_gib"]], [m["switch_p95_s"]], marker="s", s=50, label=f"baseline {name}")
+        ax1.scatter(
+            [m["warm_gpu_gib"]], [m["switch_p95_s"]], marker="s", s=50, label=f"baseline {name}"
+        )
     ax1.set_xlabel("time-average warm GPU memory (GiB)")
     ax1.set_ylabel("switch latency P95 (s, log above 1 s)")
     ax1.set_yscale("symlog", linthresh=1.0)
@@ -73,7 +101,9 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     ax2.invert_yaxis()
     ax2.set_xlabel("GPU memory when awake (GiB); host/disk sleepers on a GPU share one slot")
     ax2.set_title(f"Placement of point '{point.name}'")
-    ax2.legend(handles=[Patch(color=c, label=f"tier {t}") for t, c in _TIER_COLOURS.items()], fontsize=8)
+    ax2.legend(
+        handles=[Patch(color=c, label=f"tier {t}") for t, c in _TIER_COLOURS.items()], fontsize=8
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -82,5 +112,8 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
         atomic_write_bytes(path, buf.getvalue())
     else:
         b64 = base64.b64encode(buf.getvalue()).decode()
-        atomic_write_text(path, f"<!doctype html><meta charset=utf-8><title>planner report</title>"
-                                f"<h1>planner optimize</h1><img src='data:image/png;base64,{b64}'>\n")
+        atomic_write_text(
+            path,
+            f"<!doctype html><meta charset=utf-8><title>planner report</title>"
+            f"<h1>planner optimize</h1><img src='data:image/png;base64,{b64}'>\n",
+        )

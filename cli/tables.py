@@ -30,9 +30,17 @@ def metrics_table(
             return
         att = m["slo_attainment"]
         att_s = f"{att:.3f}" if attainment is None or att >= attainment else f"[red]{att:.3f}[/]"
-        t.add_row(name, att_s, _num(m["ttft_p95_s"]), _num(1000 * m["tpot_p95_s"]),
-                  _num(m["switch_p95_s"]), str(m.get("switch_count", "")),
-                  f"{m['warm_gpu_gib']:.1f}", str(m.get("gpus_used", "")), style=style)
+        t.add_row(
+            name,
+            att_s,
+            _num(m["ttft_p95_s"]),
+            _num(1000 * m["tpot_p95_s"]),
+            _num(m["switch_p95_s"]),
+            str(m.get("switch_count", "")),
+            f"{m['warm_gpu_gib']:.1f}",
+            str(m.get("gpus_used", "")),
+            style=style,
+        )
 
     for name, m in points.items():
         row(f"{name} *" if name == selected else name, m)

@@ -14,10 +14,21 @@ BASE_PORT = 8100  # first engine port on each node; the gateway defaults to 8000
 _VLLM_QUANT = {"fp8": "fp8", "awq": "awq", "gptq": "gptq"}
 
 
-def build_point(name: str, placements: tuple[Placement, ...], model_order: list[str]) -> tuple[Point, dict[str, InstancePerf]]:
+def build_point(
+    name: str, placements: tuple[Placement, ...], model_order: list[str]
+) -> tuple[Point, dict[str, InstancePerf]]:
     """A point with stable ids (`<model>-<k>`) and ports (per node, in instance order)."""
     rank = {m: i for i, m in enumerate(model_order)}
-    ordered = sorted(placements, key=lambda p: (rank.get(p.cand.model, 1 << 30), p.gset.node, p.gset.gpus, p.tier, p.cand.key))
+    ordered = sorted(
+        placements,
+        key=lambda p: (
+            rank.get(p.cand.model, 1 << 30),
+            p.gset.node,
+            p.gset.gpus,
+            p.tier,
+            p.cand.key,
+        ),
+    )
     per_model: dict[str, int] = {}
     per_node_port: dict[str, int] = {}
     instances: list[Instance] = []

@@ -83,8 +83,13 @@ def gpu_sets(cluster: Cluster, max_tp: int) -> list[GpuSet]:
                     break
                 for start in range(0, len(gids) - tp + 1, tp):
                     out.append(
-                        GpuSet(node.name, tuple(gids[start : start + tp]), spec.name,
-                               spec.memory_gib, group.interconnect)
+                        GpuSet(
+                            node.name,
+                            tuple(gids[start : start + tp]),
+                            spec.name,
+                            spec.memory_gib,
+                            group.interconnect,
+                        )
                     )
     return out
 
@@ -106,7 +111,9 @@ def gpu_specs(cluster: Cluster) -> dict[str, GpuSpec]:
     return {g.spec.name: g.spec for n in cluster.nodes for g in n.gpus}
 
 
-def capacity_rps(perf: InstancePerf, demand: ModelDemand | None, tpot_target_s: float | None) -> float:
+def capacity_rps(
+    perf: InstancePerf, demand: ModelDemand | None, tpot_target_s: float | None
+) -> float:
     """Requests/s an instance sustains with TPOT under target and the batch's KV resident."""
     in_tok = demand.mean_input_tokens if demand else 1024.0
     out_tok = max(demand.mean_output_tokens if demand else 256.0, 1.0)
@@ -160,10 +167,18 @@ def enumerate_candidates(
                 for tp in TP_DEGREES:
                     if tp > max_tp or tp > counts[gname]:
                         break
-                    if arch.num_attention_heads % tp or (arch.num_kv_heads % tp and tp % arch.num_kv_heads):
+                    if arch.num_attention_heads % tp or (
+                        arch.num_kv_heads % tp and tp % arch.num_kv_heads
+                    ):
                         continue
-                    probe = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib)
-                    free_gib = spec.memory_gib * (1 - gpu_margin) - probe.weights_gib_per_gpu - probe.overhead_gib_per_gpu
+                    probe = _perf(
+                        arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib
+                    )
+                    free_gib = (
+                        spec.memory_gib * (1 - gpu_margin)
+                        - probe.weights_gib_per_gpu
+                        - probe.overhead_gib_per_gpu
+                    )
                     kv_per_tok_gib = probe.kv_bytes_per_token / tp / GIB  # per GPU, GiB/token
                     fit_tokens = free_gib / kv_per_tok_gib if kv_per_tok_gib > 0 else math.inf
                     if fit_tokens < mml:
@@ -177,21 +192,42 @@ def enumerate_candidates(
                         if kv_tokens in seen:
                             continue
                         seen.add(kv_tokens)
-                        perf = _perf(arch, v.quantization, spec, tp, mml, knobs.max_num_seqs,
-                                     kv_tokens * kv_per_tok_gib, calib)
-                        out.append(Candidate(
-                            model=m.name, variant=v.name, quantization=v.quantization,
-                            gpu_type=gname, tp=tp, kv_level=level, max_model_len=mml,
-                            max_num_seqs=knobs.max_num_seqs, perf=perf,
-                            capacity_rps=capacity_rps(perf, d, tpot),
-                            quality_penalty=v.quality_penalty,
-                        ))
+                        perf = _perf(
+                            arch,
+                            v.quantization,
+                            spec,
+                            tp,
+                            mml,
+                            knobs.max_num_seqs,
+                            kv_tokens * kv_per_tok_gib,
+                            calib,
+                        )
+                        out.append(
+                            Candidate(
+                                model=m.name,
+                                variant=v.name,
+                                quantization=v.quantization,
+                                gpu_type=gname,
+                                tp=tp,
+                                kv_level=level,
+                                max_model_len=mml,
+                                max_num_seqs=knobs.max_num_seqs,
+                                perf=perf,
+                                capacity_rps=capacity_rps(perf, d, tpot),
+                                quality_penalty=v.quality_penalty,
+                            )
+                        )
     return out
 
 
 def _perf(arch, quant, spec, tp, mml, seqs, kv_gib, calib) -> InstancePerf:
     return instance_perf(
-        arch, quant, spec, tp, max_model_len=mml, max_num_seqs=seqs,
+        arch,
+        quant,
+        spec,
+        tp,
+        max_model_len=mml,
+        max_num_seqs=seqs,
         kv_gib=kv_gib if kv_gib > 0 else None,
         calib=(calib or {}).get(spec.name),
     )
@@ -204,13 +240,19 @@ def smallest_footprint(cluster: Cluster, models: Models, model: str, calib=None)
     for node in cluster.nodes:
         for g in node.gpus:
             spec = g.spec
-            tp = max((t for t in TP_DEGREES if t <= g.count and m.arch.num_attention_heads % t == 0), default=1)
+            tp = max(
+                (t for t in TP_DEGREES if t <= g.count and m.arch.num_attention_heads % t == 0),
+                default=1,
+            )
             best = math.inf
             best_v = ""
             for v in m.variants:
                 p = _perf(m.arch, v.quantization, spec, tp, m.max_context, 1, 0.0, calib)
-                need = p.weights_gib_per_gpu + p.overhead_gib_per_gpu + (
-                    m.max_context * p.kv_bytes_per_token / tp / GIB)
+                need = (
+                    p.weights_gib_per_gpu
+                    + p.overhead_gib_per_gpu
+                    + (m.max_context * p.kv_bytes_per_token / tp / GIB)
+                )
                 if need < best:
                     best, best_v = need, v.name
             lines.append(

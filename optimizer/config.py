@@ -12,14 +12,30 @@ class OptimizeConfig(BaseModel):
 
     evals: int = Field(default=24, ge=1, le=500, description="plans the Bayesian search evaluates")
     seed: int = Field(default=0, ge=0, description="random seed of the search")
-    milp_time_limit_s: float = Field(default=10.0, gt=0, le=600, description="time limit of one MILP solve, s")
-    milp_gap: float = Field(default=0.005, ge=0, le=0.5, description="relative MIP gap at which a solve stops")
-    gpu_memory_margin: float = Field(default=0.06, ge=0, le=0.5, description="share of each GPU kept free")
-    host_memory_margin: float = Field(default=0.25, ge=0, le=0.9, description="share of node RAM kept free")
+    milp_time_limit_s: float = Field(
+        default=10.0, gt=0, le=600, description="time limit of one MILP solve, s"
+    )
+    milp_gap: float = Field(
+        default=0.005, ge=0, le=0.5, description="relative MIP gap at which a solve stops"
+    )
+    gpu_memory_margin: float = Field(
+        default=0.06, ge=0, le=0.5, description="share of each GPU kept free"
+    )
+    host_memory_margin: float = Field(
+        default=0.25, ge=0, le=0.9, description="share of node RAM kept free"
+    )
     max_tp: int = Field(default=8, ge=1, le=64, description="largest tensor-parallel degree tried")
     max_replicas: int = Field(default=4, ge=1, le=64, description="most instances of one model")
-    max_model_len: int | None = Field(default=None, ge=256, description="cap on max_model_len; default: each model's max_context")
-    headroom_range: tuple[float, float] = Field(default=(1.0, 2.5), description="capacity / peak demand, searched")
-    kv_factor_range: tuple[float, float] = Field(default=(0.5, 2.0), description="KV budget vs the mean working set, searched")
-    max_num_seqs_choices: tuple[int, ...] = Field(default=(16, 32, 64, 128), description="batch caps searched")
+    max_model_len: int | None = Field(
+        default=None, ge=256, description="cap on max_model_len; default: each model's max_context"
+    )
+    headroom_range: tuple[float, float] = Field(
+        default=(1.0, 2.5), description="capacity / peak demand, searched"
+    )
+    kv_factor_range: tuple[float, float] = Field(
+        default=(0.5, 2.0), description="KV budget vs the mean working set, searched"
+    )
+    max_num_seqs_choices: tuple[int, ...] = Field(
+        default=(16, 32, 64, 128), description="batch caps searched"
+    )
     solver: str = Field(default="auto", pattern="^(auto|highs|cbc)$", description="MILP solver")

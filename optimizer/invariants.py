@@ -7,8 +7,9 @@ from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Point
 
 
-def memory_violations(point: Point, cluster: Cluster, *, gpu_margin: float = 0.0,
-                      host_margin: float = 0.0) -> list[str]:
+def memory_violations(
+    point: Point, cluster: Cluster, *, gpu_margin: float = 0.0, host_margin: float = 0.0
+) -> list[str]:
     """Every GPU and node where the point does not fit; empty when it does.
 
     Per GPU: awake memory of the `gpu`-tier instances + the largest awake memory of any

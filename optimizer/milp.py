@@ -73,7 +73,9 @@ class MilpResult:
     solve_s: float  # solver wall time as reported by PuLP, s
     n_vars: int
     unserved: tuple[str, ...] = ()  # models with no placement option at all
-    slack: dict[str, float] = field(default_factory=dict)  # constraint name -> slack at the solution
+    slack: dict[str, float] = field(
+        default_factory=dict
+    )  # constraint name -> slack at the solution
 
 
 @dataclass(frozen=True)
@@ -134,8 +136,11 @@ def solve(
     `forbid` removes options by (model, variant, GPU type, tier): `explain` re-solves without
     a model's chosen option to price the next-best one.
     """
-    opts = [p for p in placement_options(inp)
-            if (p.cand.model, p.cand.variant, p.cand.gpu_type, p.tier) not in forbid]
+    opts = [
+        p
+        for p in placement_options(inp)
+        if (p.cand.model, p.cand.variant, p.cand.gpu_type, p.tier) not in forbid
+    ]
     served = {p.cand.model for p in opts}
     unserved = tuple(m for m in inp.models if m not in served)
     if unserved:
@@ -159,17 +164,24 @@ def solve(
             by_node_host.setdefault(p.gset.node, []).append(i)
 
     def warm_gib(p: Placement) -> float:
-        per_gpu = p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
+        per_gpu = (
+            p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
+        )
         return per_gpu * p.cand.tp
 
     total_share = sum(d.share for d in inp.demand.values()) or 1.0
     prob += (
-        inp.w_switch * pulp.lpSum(switch_delay_s_per_h(p, inp.demand) * x[i] for i, p in enumerate(opts))
-        + inp.w_memory * (pulp.lpSum(warm_gib(p) * x[i] for i, p in enumerate(opts)) + pulp.lpSum(z))
-        + inp.w_quality * pulp.lpSum(
-            p.cand.quality_penalty * (inp.demand[p.cand.model].share / total_share
-                                      if p.cand.model in inp.demand else 0.0) * x[i]
-            for i, p in enumerate(opts))
+        inp.w_switch
+        * pulp.lpSum(switch_delay_s_per_h(p, inp.demand) * x[i] for i, p in enumerate(opts))
+        + inp.w_memory
+        * (pulp.lpSum(warm_gib(p) * x[i] for i, p in enumerate(opts)) + pulp.lpSum(z))
+        + inp.w_quality
+        * pulp.lpSum(
+            p.cand.quality_penalty
+            * (inp.demand[p.cand.model].share / total_share if p.cand.model in inp.demand else 0.0)
+            * x[i]
+            for i, p in enumerate(opts)
+        )
         + inp.w_gpus * pulp.lpSum(y)
     )
     for m in inp.models:
@@ -179,8 +191,11 @@ def solve(
         d = inp.demand.get(m)
         if d is not None and d.peak_rps > 0:
             # (2) capacity >= headroom x peak-hour demand
-            prob += (pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids)
-                     >= inp.headroom * d.peak_rps, f"c2_capacity_{m}")
+            prob += (
+                pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids)
+                >= inp.headroom * d.peak_rps,
+                f"c2_capacity_{m}",
+            )
         # (3) at most K replicas
         prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{m}"
     for k, g in enumerate(gpus):
@@ -190,14 +205,27 @@ def solve(
             prob += z[k] >= opts[i].cand.perf.awake_gib_per_gpu * x[i], f"c4_slot_{k}_{i}"
         # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
         prob += (
-            pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in by_gpu[k] if opts[i].tier == "gpu")
-            + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
-            + z[k] <= inp.gpu_usable_gib[g] * y[k]
-        ), f"c5_memory_{k}"
+            (
+                pulp.lpSum(
+                    opts[i].cand.perf.awake_gib_per_gpu * x[i]
+                    for i in by_gpu[k]
+                    if opts[i].tier == "gpu"
+                )
+                + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
+                + z[k]
+                <= inp.gpu_usable_gib[g] * y[k]
+            ),
+            f"c5_memory_{k}",
+        )
     for n, ids in sorted(by_node_host.items()):
         # (6) host RAM holds the weights of every host-tier sleeper on the node
-        prob += (pulp.lpSum(opts[i].cand.perf.weights_host_gib * x[i] for i in ids)
-                 <= inp.node_ram_gib.get(n, 0.0)), f"c6_ram_{n}"
+        prob += (
+            (
+                pulp.lpSum(opts[i].cand.perf.weights_host_gib * x[i] for i in ids)
+                <= inp.node_ram_gib.get(n, 0.0)
+            ),
+            f"c6_ram_{n}",
+        )
 
     for group in inp.gpu_groups:
         for a, b in itertools.pairwise(group):
@@ -218,13 +246,19 @@ def _slack(c: pulp.LpConstraint) -> float:
     return -v if c.sense == pulp.LpConstraintLE else v
 
 
-def _run(prob: pulp.LpProblem, time_limit_s: float, solver: str, gap_rel: float) -> tuple[str, float]:
+def _run(
+    prob: pulp.LpProblem, time_limit_s: float, solver: str, gap_rel: float
+) -> tuple[str, float]:
     use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
     if solver == "highs" and not use_highs:
         raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")
-    s = (pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, random_seed=0) if use_highs
-         else pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1,
-                                options=["randomSeed 0"]))
+    s = (
+        pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, random_seed=0)
+        if use_highs
+        else pulp.PULP_CBC_CMD(
+            msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, options=["randomSeed 0"]
+        )
+    )
     try:
         prob.solve(s)
     except pulp.PulpSolverError as e:
@@ -234,8 +268,12 @@ def _run(prob: pulp.LpProblem, time_limit_s: float, solver: str, gap_rel: float)
         # PuLP reports a time-limited solve with an incumbent as Optimal for some solvers;
         # sol_status tells them apart.
         feasible_only = getattr(prob, "sol_status", 1) == pulp.LpSolutionIntegerFeasible
-        return ("feasible" if feasible_only else "optimal"), float(pulp.value(prob.objective) or 0.0)
+        return ("feasible" if feasible_only else "optimal"), float(
+            pulp.value(prob.objective) or 0.0
+        )
     if st in ("Infeasible", "Undefined") or getattr(prob, "sol_status", 0) in (
-        pulp.LpSolutionInfeasible, pulp.LpSolutionNoSolutionFound):
+        pulp.LpSolutionInfeasible,
+        pulp.LpSolutionNoSolutionFound,
+    ):
         return "infeasible", float("inf")
     raise SolverError(f"MILP ended with status {st}")

@@ -18,8 +18,10 @@ def pareto_front(items: Sequence[T], objectives: Callable[[T], tuple[float, ...]
         if key in seen:
             continue
         dominated = any(
-            all(a <= b for a, b in zip(vj, vi, strict=True)) and any(a < b for a, b in zip(vj, vi, strict=True))
-            for j, vj in enumerate(vals) if j != i
+            all(a <= b for a, b in zip(vj, vi, strict=True))
+            and any(a < b for a, b in zip(vj, vi, strict=True))
+            for j, vj in enumerate(vals)
+            if j != i
         )
         if not dominated:
             out.append(items[i])

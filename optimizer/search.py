@@ -78,9 +78,11 @@ class SearchResult:
 
 def _sleep_order(models: Models, demand: dict[str, ModelDemand]) -> list[str]:
     """Models in the order they are allowed to sleep: least requested first, then by priority."""
+
     def key(m):
         d = demand.get(m.name)
         return (m.priority, d.share if d else 0.0, m.name)
+
     return [m.name for m in sorted(models.models, key=key)]
 
 
@@ -130,10 +132,13 @@ class Searcher:
         self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
         self.gpu_usable = {
             (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
-            for n in cluster.nodes for d, g in n.gpu_list()
+            for n in cluster.nodes
+            for d, g in n.gpu_list()
         }
         self.gpu_groups = gpu_groups(cluster)
-        self.node_ram = {n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes}
+        self.node_ram = {
+            n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
+        }
         self.sleep_order = _sleep_order(models, self.demand)
         self._cands: dict[tuple[float, int], tuple] = {}
         self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
@@ -142,29 +147,49 @@ class Searcher:
         """Candidates for the knobs that change them (cached)."""
         key = (round(knobs.kv_factor, 3), knobs.max_num_seqs)
         if key not in self._cands:
-            self._cands[key] = tuple(enumerate_candidates(
-                self.cluster, self.models, self.slo, self.demand, knobs,
-                max_tp=self.cfg.max_tp, max_model_len_cap=self.cfg.max_model_len,
-                gpu_margin=self.cfg.gpu_memory_margin, calib=self.calib,
-            ))
+            self._cands[key] = tuple(
+                enumerate_candidates(
+                    self.cluster,
+                    self.models,
+                    self.slo,
+                    self.demand,
+                    knobs,
+                    max_tp=self.cfg.max_tp,
+                    max_model_len_cap=self.cfg.max_model_len,
+                    gpu_margin=self.cfg.gpu_memory_margin,
+                    calib=self.calib,
+                )
+            )
         return self._cands[key]
 
     def milp_input(self, knobs: Knobs) -> MilpInput:
         """The MILP for one knob setting."""
         return MilpInput(
-            candidates=self.candidates(knobs), sets=self.sets, demand=self.demand,
-            models=tuple(self.models.names), gpu_usable_gib=self.gpu_usable,
-            gpu_groups=self.gpu_groups, node_ram_gib=self.node_ram, headroom=knobs.headroom,
-            max_replicas=self.cfg.max_replicas, may_sleep=knobs.may_sleep,
-            w_switch=knobs.w_switch, w_memory=knobs.w_memory,
-            w_quality=knobs.w_quality, w_gpus=knobs.w_gpus,
+            candidates=self.candidates(knobs),
+            sets=self.sets,
+            demand=self.demand,
+            models=tuple(self.models.names),
+            gpu_usable_gib=self.gpu_usable,
+            gpu_groups=self.gpu_groups,
+            node_ram_gib=self.node_ram,
+            headroom=knobs.headroom,
+            max_replicas=self.cfg.max_replicas,
+            may_sleep=knobs.may_sleep,
+            w_switch=knobs.w_switch,
+            w_memory=knobs.w_memory,
+            w_quality=knobs.w_quality,
+            w_gpus=knobs.w_gpus,
         )
 
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation:
         """MILP -> point -> simulator."""
         t0 = time.perf_counter()
-        res = solve(self.milp_input(knobs), time_limit_s=self.cfg.milp_time_limit_s, solver=self.cfg.solver,
-                    gap_rel=self.cfg.milp_gap)
+        res = solve(
+            self.milp_input(knobs),
+            time_limit_s=self.cfg.milp_time_limit_s,
+            solver=self.cfg.solver,
+            gap_rel=self.cfg.milp_gap,
+        )
         t1 = time.perf_counter()
         if res.status == "infeasible":
             return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
@@ -186,7 +211,9 @@ class Searcher:
 
     def check_placeable(self) -> None:
         """Raise InfeasibleError naming each model that fits nowhere, before any search."""
-        loosest = Knobs(kv_factor=self.cfg.kv_factor_range[0], max_num_seqs=min(self.cfg.max_num_seqs_choices))
+        loosest = Knobs(
+            kv_factor=self.cfg.kv_factor_range[0], max_num_seqs=min(self.cfg.max_num_seqs_choices)
+        )
         cands = self.candidates(loosest)
         have = {c.model for c in cands}
         missing = [m for m in self.models.names if m not in have]
@@ -194,23 +221,31 @@ class Searcher:
             lines = []
             for m in missing:
                 lines.append(f"model {m!r} fits on no GPU of the cluster:")
-                lines += ["    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)]
+                lines += [
+                    "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
+                ]
             raise InfeasibleError(
                 "\n".join(lines),
                 fix="add a quantized variant (fp8/awq), lower max_context in models.yaml, "
-                    "or add GPUs with more memory (or more of them for a larger TP)",
+                "or add GPUs with more memory (or more of them for a larger TP)",
             )
 
     def explain_capacity(self) -> str:
         """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
-        knobs = Knobs(headroom=0.0, kv_factor=self.cfg.kv_factor_range[1], max_num_seqs=max(self.cfg.max_num_seqs_choices))
+        knobs = Knobs(
+            headroom=0.0,
+            kv_factor=self.cfg.kv_factor_range[1],
+            max_num_seqs=max(self.cfg.max_num_seqs_choices),
+        )
         cands = self.candidates(knobs)
         parts = []
         for m in self.models.names:
             d = self.demand.get(m)
             best = max((c.capacity_rps for c in cands if c.model == m), default=0.0)
             if d and best * self.cfg.max_replicas < d.peak_rps:
-                parts.append(f"{m}: peak {d.peak_rps:.2f} req/s > {self.cfg.max_replicas} x {best:.2f} req/s per instance")
+                parts.append(
+                    f"{m}: peak {d.peak_rps:.2f} req/s > {self.cfg.max_replicas} x {best:.2f} req/s per instance"
+                )
         return "; ".join(parts) or "all models together need more GPU memory than the cluster has"
 
     def run(self, progress: Progress | None = None) -> SearchResult:
@@ -259,27 +294,42 @@ class Searcher:
             # batched tell of everything seen so far informs the new phase.
             gp = cook_estimator("GP", space=space, random_state=cfg.seed, n_restarts_optimizer=0)
             gp.set_params(optimizer=None)
-            opt = Optimizer(space, base_estimator=gp, acq_func="EI", acq_optimizer="sampling",
-                            acq_optimizer_kwargs={"n_points": 2000},
-                            n_initial_points=max(2, per_phase // 2),
-                            random_state=cfg.seed * 7919 + phase)
-            opt.tell([_vector(ev.knobs, self.sleep_order) for ev in evals],
-                     [self.scalar(ev, lam) for ev in evals])
+            opt = Optimizer(
+                space,
+                base_estimator=gp,
+                acq_func="EI",
+                acq_optimizer="sampling",
+                acq_optimizer_kwargs={"n_points": 2000},
+                n_initial_points=max(2, per_phase // 2),
+                random_state=cfg.seed * 7919 + phase,
+            )
+            opt.tell(
+                [_vector(ev.knobs, self.sleep_order) for ev in evals],
+                [self.scalar(ev, lam) for ev in evals],
+            )
             for _ in range(per_phase):
                 if len(evals) >= total - n_refine:
                     break
                 v = opt.ask()
                 ev = step(knobs_from_vector(v, self.sleep_order))
                 opt.tell(v, self.scalar(ev, lam))
-        meeting = [e for e in evals if e.feasible and e.metrics["slo_attainment"] >= self.slo.attainment]
+        meeting = [
+            e for e in evals if e.feasible and e.metrics["slo_attainment"] >= self.slo.attainment
+        ]
         if meeting:
             base = min(meeting, key=lambda e: (e.metrics["warm_gpu_gib"], e.index)).knobs
             start = len(base.may_sleep)
             for k in range(1, n_refine + 1):
                 if start + k > n_models or len(evals) >= total:
                     break
-                ev = step(replace(base, may_sleep=frozenset(self.sleep_order[: start + k]),
-                                  w_switch=min(base.w_switch, 0.1), w_memory=max(base.w_memory, 3.0)))
+                ev = step(
+                    replace(
+                        base,
+                        may_sleep=frozenset(self.sleep_order[: start + k]),
+                        w_switch=min(base.w_switch, 0.1),
+                        w_memory=max(base.w_memory, 3.0),
+                    )
+                )
                 if ev.feasible and ev.metrics["slo_attainment"] < self.slo.attainment - 0.05:
                     break  # more sleepers only add switches from here
         return self.finish(evals)
@@ -290,7 +340,8 @@ class Searcher:
         notes: list[str] = []
         if not feasible:
             raise InfeasibleError(
-                "no placement satisfies memory and capacity for any setting tried: " + self.explain_capacity(),
+                "no placement satisfies memory and capacity for any setting tried: "
+                + self.explain_capacity(),
                 fix="add GPUs, add quantized variants, or lower the demand (fewer users / lower headroom)",
             )
         target = self.slo.attainment
@@ -306,7 +357,9 @@ class Searcher:
         # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
         pool = sorted(pool, key=lambda e: (-e.metrics["slo_attainment"], e.index))
         front = pareto_front(pool, lambda e: (e.metrics["switch_p95_s"], e.metrics["warm_gpu_gib"]))
-        named = name_points(front, lambda e: e.metrics["warm_gpu_gib"], lambda e: e.metrics["switch_p95_s"])
+        named = name_points(
+            front, lambda e: e.metrics["warm_gpu_gib"], lambda e: e.metrics["switch_p95_s"]
+        )
         points: list[Point] = []
         knobs: dict[str, Knobs] = {}
         for name, ev in named:
@@ -317,8 +370,12 @@ class Searcher:
             points.append(p)
         selected = "balanced" if any(p.name == "balanced" for p in points) else points[0].name
         return SearchResult(
-            evaluations=evals, points=points, selected=selected, notes=notes,
-            milp_time_s=sum(e.milp_s for e in evals), sim_time_s=sum(e.sim_s for e in evals),
+            evaluations=evals,
+            points=points,
+            selected=selected,
+            notes=notes,
+            milp_time_s=sum(e.milp_s for e in evals),
+            sim_time_s=sum(e.sim_s for e in evals),
             milp_max_s=max((e.milp.solve_s for e in evals if e.milp), default=0.0),
             knobs=knobs,
         )
@@ -329,20 +386,34 @@ def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
     worst = ("none", 0.0)
     for model, pm in sorted(metrics.get("per_model", {}).items()):
         t = slo.for_model(model)
-        for key, target in (("ttft_p95_s", t.ttft_p95_s), ("tpot_p95_s", t.tpot_p95_s), ("switch_p95_s", t.switch_p95_s)):
+        for key, target in (
+            ("ttft_p95_s", t.ttft_p95_s),
+            ("tpot_p95_s", t.tpot_p95_s),
+            ("switch_p95_s", t.switch_p95_s),
+        ):
             if target and pm.get(key, 0.0) > target:
                 ratio = pm[key] / target
                 if ratio > worst[1]:
                     worst = (f"{model} {key} {pm[key]:.2f} s > target {target:.2f} s", ratio)
-    return worst[0] if worst[1] else "attainment below target with every P95 within target (tail of the per-request distribution)"
+    return (
+        worst[0]
+        if worst[1]
+        else "attainment below target with every P95 within target (tail of the per-request distribution)"
+    )
 
 
 def knobs_to_dict(k: Knobs) -> dict[str, Any]:
     """Knobs as plain data (plan.yaml `search.knobs`)."""
-    return {"headroom": round(k.headroom, 6), "kv_factor": round(k.kv_factor, 6),
-            "max_num_seqs": k.max_num_seqs, "w_switch": round(k.w_switch, 6),
-            "w_memory": round(k.w_memory, 6), "w_quality": k.w_quality, "w_gpus": k.w_gpus,
-            "may_sleep": sorted(k.may_sleep)}
+    return {
+        "headroom": round(k.headroom, 6),
+        "kv_factor": round(k.kv_factor, 6),
+        "max_num_seqs": k.max_num_seqs,
+        "w_switch": round(k.w_switch, 6),
+        "w_memory": round(k.w_memory, 6),
+        "w_quality": k.w_quality,
+        "w_gpus": k.w_gpus,
+        "may_sleep": sorted(k.may_sleep),
+    }
 
 
 def knobs_from_dict(d: dict[str, Any]) -> Knobs:
@@ -351,15 +422,25 @@ def knobs_from_dict(d: dict[str, Any]) -> Knobs:
 
 
 def _vector(k: Knobs, sleep_order: list[str]) -> list[Any]:
-    return [k.headroom, k.kv_factor, k.max_num_seqs, math.log10(k.w_switch), math.log10(k.w_memory),
-            len(k.may_sleep)]
+    return [
+        k.headroom,
+        k.kv_factor,
+        k.max_num_seqs,
+        math.log10(k.w_switch),
+        math.log10(k.w_memory),
+        len(k.may_sleep),
+    ]
 
 
 def _better(best: dict[str, Any] | None, ev: Evaluation, target: float) -> dict[str, Any] | None:
     if not ev.feasible:
         return best
     m = ev.metrics
-    cand = {"switch_p95_s": m["switch_p95_s"], "warm_gpu_gib": m["warm_gpu_gib"], "slo_attainment": m["slo_attainment"]}
+    cand = {
+        "switch_p95_s": m["switch_p95_s"],
+        "warm_gpu_gib": m["warm_gpu_gib"],
+        "slo_attainment": m["slo_attainment"],
+    }
     if best is None:
         return cand
     key = lambda d: (d["slo_attainment"] < target, d["switch_p95_s"] + d["warm_gpu_gib"] / 100.0)  # noqa: E731

@@ -65,6 +65,8 @@ def build_argv(
         "--max-model-len", str(e.max_model_len),
         "--max-num-seqs", str(e.max_num_seqs),
         "--kv-cache-dtype", e.kv_cache_dtype,
+        # the gateway logs usage.prompt_tokens_details.cached_tokens (the trace's cached_tokens)
+        "--enable-prompt-tokens-details",
     ]  # fmt: skip
     q = (e.quantization or "").lower()
     if device == "cpu":

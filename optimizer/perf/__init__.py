@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from planner.catalog.gpus import GpuSpec
+from planner.catalog.models import ModelArch
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
 from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s, steady_state
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
@@ -19,9 +21,6 @@ from planner.optimizer.perf.memory import (
     weights_bytes_per_gpu,
 )
 from planner.optimizer.perf.types import InstancePerf, StepModel
-
-from planner.catalog.gpus import GpuSpec
-from planner.catalog.models import ModelArch
 from planner.units import GIB
 
 __all__ = [

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import math
 
+from planner.catalog.gpus import GpuSpec
+from planner.catalog.models import ModelArch, param_counts
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.memory import bytes_per_param, kv_bytes_per_token, weight_parts_bytes
 from planner.optimizer.perf.types import InstancePerf, StepModel
-
-from planner.catalog.gpus import GpuSpec
-from planner.catalog.models import ModelArch, param_counts
 from planner.units import GB, GIB, TFLOPS
 
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from planner.optimizer.perf.calib import Calib
-
 from planner.catalog.gpus import GpuSpec
+from planner.optimizer.perf.calib import Calib
 from planner.units import GB
 
 

@@ -22,6 +22,7 @@ import math
 from collections import deque
 
 import numpy as np
+
 from planner.optimizer.perf.types import InstancePerf, StepModel
 
 # A sequence in the engine: [request id, context tokens computed, prefill tokens left,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from planner.optimizer.perf import Calib, InstancePerf, instance_perf
-
 from planner.schemas.cluster import Cluster, GpuGroup
 from planner.schemas.models import Models
 from planner.schemas.plan import Instance, Point

@@ -23,13 +23,13 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
+
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine, lone_times
 from planner.optimizer.sim.metrics import SimResult, met_slo
 from planner.optimizer.sim.request import Outcome, Requests, to_requests
 from planner.optimizer.sim.router import Router, Slot
-
 from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 from planner.units import GIB

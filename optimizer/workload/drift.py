@@ -46,8 +46,9 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from planner.optimizer.workload.characterize import WorkloadSummary, js_divergence, summarize
 from pydantic import BaseModel, Field
+
+from planner.optimizer.workload.characterize import WorkloadSummary, js_divergence, summarize
 
 MIN_REQUESTS = 30
 MIN_SESSIONS = 3  # fewer sessions: the mix is one person's workflow, not the team's

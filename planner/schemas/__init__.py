@@ -65,7 +65,9 @@ def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
         if cls is None:
             for a in args:
                 inner = getattr(a, "__args__", ())
-                cls = next((b for b in inner if isinstance(b, type) and issubclass(b, BaseModel)), None)
+                cls = next(
+                    (b for b in inner if isinstance(b, type) and issubclass(b, BaseModel)), None
+                )
                 if cls:
                     break
     names = list(getattr(cls, "model_fields", {}) or {})
@@ -73,7 +75,9 @@ def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def validation_to_input_error(e: ValidationError, file: str, kind: str, model: type[BaseModel]) -> InputError:
+def validation_to_input_error(
+    e: ValidationError, file: str, kind: str, model: type[BaseModel]
+) -> InputError:
     """The first pydantic error as one InputError naming file, field path and a fix."""
     errs = e.errors(include_url=False)
     # Prefer the most specific branch of a union (the longest location).
@@ -105,13 +109,21 @@ def detect_kind(data: Any, file: str) -> str:
             return "plan"
         if "default" in data or "attainment" in data:
             return "slo"
-        raise InputError("cannot tell what kind of file this is", file=file, path="kind",
-                         fix="add `kind: cluster|models|slo|plan|profile`")
+        raise InputError(
+            "cannot tell what kind of file this is",
+            file=file,
+            path="kind",
+            fix="add `kind: cluster|models|slo|plan|profile`",
+        )
     if kind not in KINDS:
         close = difflib.get_close_matches(str(kind), list(KINDS), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
-        raise InputError(f"unknown kind {kind!r}{hint}", file=file, path="kind",
-                         fix=f"use one of {sorted(KINDS)}")
+        raise InputError(
+            f"unknown kind {kind!r}{hint}",
+            file=file,
+            path="kind",
+            fix=f"use one of {sorted(KINDS)}",
+        )
     return str(kind)
 
 
@@ -134,8 +146,12 @@ def _resolve_architectures(models: Models, file: str) -> None:
         try:
             _ = m.arch
         except ValueError as e:
-            raise InputError(str(e), file=file, path=f"models[{i}].architecture",
-                             fix="use a name from `planner catalog models`") from None
+            raise InputError(
+                str(e),
+                file=file,
+                path=f"models[{i}].architecture",
+                fix="use a name from `planner catalog models`",
+            ) from None
 
 
 def load(path: str | Path, kind: str | None = None) -> Any:
@@ -144,8 +160,12 @@ def load(path: str | Path, kind: str | None = None) -> Any:
     data = read_yaml(path)
     found = detect_kind(data, file)
     if kind is not None and found != kind:
-        raise InputError(f"expected a {kind} file, found kind {found!r}", file=file, path="kind",
-                         fix=f"pass the {kind} file here")
+        raise InputError(
+            f"expected a {kind} file, found kind {found!r}",
+            file=file,
+            path="kind",
+            fix=f"pass the {kind} file here",
+        )
     return parse(data, found, file)
 
 
@@ -189,32 +209,53 @@ def check_plan(plan: Plan, cluster: Cluster, models: Models, file: str = "<plan>
             try:
                 node = cluster.node(inst.node)
             except KeyError:
-                raise InputError(f"node {inst.node!r} is not in the cluster", file=file,
-                                 path=f"{where}.node", fix=f"use one of {[n.name for n in cluster.nodes]}") from None
+                raise InputError(
+                    f"node {inst.node!r} is not in the cluster",
+                    file=file,
+                    path=f"{where}.node",
+                    fix=f"use one of {[n.name for n in cluster.nodes]}",
+                ) from None
             ids = node.device_ids()
             bad = [g for g in inst.gpus if g not in ids]
             if bad:
-                raise InputError(f"GPU ids {bad} do not exist on node {node.name!r} (it has {ids})",
-                                 file=file, path=f"{where}.gpus", fix="use device ids the node has")
+                raise InputError(
+                    f"GPU ids {bad} do not exist on node {node.name!r} (it has {ids})",
+                    file=file,
+                    path=f"{where}.gpus",
+                    fix="use device ids the node has",
+                )
             try:
                 m = models.model(inst.model)
             except KeyError:
-                raise InputError(f"model {inst.model!r} is not in the models file", file=file,
-                                 path=f"{where}.model", fix=f"use one of {models.names}") from None
+                raise InputError(
+                    f"model {inst.model!r} is not in the models file",
+                    file=file,
+                    path=f"{where}.model",
+                    fix=f"use one of {models.names}",
+                ) from None
             try:
                 m.variant(inst.variant)
             except KeyError:
-                raise InputError(f"variant {inst.variant!r} is not a variant of {m.name!r}", file=file,
-                                 path=f"{where}.variant",
-                                 fix=f"use one of {[v.name for v in m.variants]}") from None
+                raise InputError(
+                    f"variant {inst.variant!r} is not a variant of {m.name!r}",
+                    file=file,
+                    path=f"{where}.variant",
+                    fix=f"use one of {[v.name for v in m.variants]}",
+                ) from None
             check_tp(m.arch.num_attention_heads, m.arch.num_kv_heads, inst.tp, file, f"{where}.tp")
 
 
 def check_tp(num_heads: int, num_kv_heads: int, tp: int, file: str | None, path: str) -> None:
     """vLLM shards attention heads: TP must divide the query heads (KV heads replicate past them)."""
     if num_heads % tp != 0 or (num_kv_heads % tp != 0 and tp % num_kv_heads != 0):
-        ok = [t for t in (1, 2, 4, 8, 16) if num_heads % t == 0 and (num_kv_heads % t == 0 or t % num_kv_heads == 0)]
+        ok = [
+            t
+            for t in (1, 2, 4, 8, 16)
+            if num_heads % t == 0 and (num_kv_heads % t == 0 or t % num_kv_heads == 0)
+        ]
         raise InputError(
             f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
-            file=file, path=path, fix=f"use a TP degree in {ok}",
+            file=file,
+            path=path,
+            fix=f"use a TP degree in {ok}",
         )

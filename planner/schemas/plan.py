@@ -7,7 +7,6 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from planner.schemas.common import Strict
-from planner.schemas.models import Quantization
 
 Tier = Literal["gpu", "host", "disk"]
 
@@ -35,12 +34,20 @@ class MemoryGib(Strict):
 class EngineArgs(Strict):
     """vLLM engine arguments of an instance."""
 
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description="share of GPU memory vLLM may use")
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="share of GPU memory vLLM may use"
+    )
     max_model_len: int = Field(default=32768, ge=16, description="longest sequence, tokens")
     max_num_seqs: int = Field(default=64, ge=1, le=4096, description="most sequences in a batch")
-    max_num_batched_tokens: int | None = Field(default=None, ge=16, description="chunked-prefill token budget per step")
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = Field(default="auto", description="KV cache precision")
-    quantization: str | None = Field(default=None, description="--quantization; None: from the checkpoint")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=16, description="chunked-prefill token budget per step"
+    )
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = Field(
+        default="auto", description="KV cache precision"
+    )
+    quantization: str | None = Field(
+        default=None, description="--quantization; None: from the checkpoint"
+    )
     enforce_eager: bool = Field(default=False, description="skip CUDA graphs (faster start)")
     extra_args: list[str] = Field(default_factory=list, description="more vLLM flags, verbatim")
 
@@ -57,7 +64,9 @@ class Instance(Strict):
     tier: Tier = Field(default="gpu", description="gpu: always awake; host/disk: sleeps when idle")
     memory_gib: MemoryGib = Field(description="per GPU, when awake")
     kv_cpu_offload_gib: float = Field(default=0, ge=0, description="KV cache in host RAM, GiB")
-    expert_cpu_offload_gib: float = Field(default=0, ge=0, description="weights/experts in host RAM, GiB")
+    expert_cpu_offload_gib: float = Field(
+        default=0, ge=0, description="weights/experts in host RAM, GiB"
+    )
     engine: EngineArgs = Field(default_factory=EngineArgs, description="vLLM engine args")
     port: int = Field(ge=1024, le=65535, description="HTTP port of the server")
 
@@ -106,7 +115,9 @@ class Plan(Strict):
     kind: Literal["plan"] = "plan"
     version: Literal[1] = 1
     inputs: dict[str, InputRef] = Field(default_factory=dict, description="provenance of inputs")
-    workload_summary: dict[str, Any] = Field(default_factory=dict, description="the drift reference")
+    workload_summary: dict[str, Any] = Field(
+        default_factory=dict, description="the drift reference"
+    )
     search: dict[str, Any] = Field(default_factory=dict, description="seed, evaluations, solver")
     selected: str = Field(description="the point `apply` uses by default")
     points: list[Point] = Field(min_length=1, description="Pareto points")

@@ -12,8 +12,12 @@ from planner.schemas.common import Strict
 class Targets(Strict):
     """P95 targets; None means no target on that metric."""
 
-    ttft_p95_s: float | None = Field(default=None, gt=0, le=3600, description="time to first token, s")
-    tpot_p95_s: float | None = Field(default=None, gt=0, le=60, description="time per output token, s")
+    ttft_p95_s: float | None = Field(
+        default=None, gt=0, le=3600, description="time to first token, s"
+    )
+    tpot_p95_s: float | None = Field(
+        default=None, gt=0, le=60, description="time per output token, s"
+    )
     switch_p95_s: float | None = Field(
         default=None, gt=0, le=3600, description="wait for a sleeping model to wake, s"
     )

@@ -3,22 +3,19 @@
 Both "nodes" (head `node-a`, worker `node-b`, each a `ray start` declaring its custom
 resource) live in a network namespace that has only loopback (ENVIRONMENT.md); the CLI runs
 inside it too. Each node's profile is measured by a Ray task pinned to that node and written
-here. Finalizer: stop Ray, kill what is left in the namespace, delete it.
+here. Finalizer: kill what is left in the namespace (not `ray stop`: machine-wide), delete it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
+from netns import loopback_namespace
 
 from planner.schemas import load_profile
 
@@ -39,14 +36,8 @@ def _run(
 def ray_ns(tmp_path_factory):
     """A loopback-only namespace running a two-node Ray cluster; torn down at the end."""
     pytest.importorskip("ray")
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 to create a network namespace")
-    name = f"planner-prof-{uuid.uuid4().hex[:8]}"
-    if _run(["ip", "netns", "add", name]).returncode != 0:
-        pytest.skip("cannot create a network namespace")
-    ns = ["ip", "netns", "exec", name]
-    try:
-        _run([*ns, "ip", "link", "set", "lo", "up"])
+    with loopback_namespace("planner-prof") as name:
+        ns = ["ip", "netns", "exec", name]
         common = ["--disable-usage-stats", "--object-store-memory=200000000", "--num-cpus=1",
                   "--node-ip-address=127.0.0.1"]  # fmt: skip
         for args in (
@@ -63,12 +54,6 @@ def ray_ns(tmp_path_factory):
             "- {name: node-b, cpu_memory_gib: 8, gpus: [{type: cpu, count: 1}]}\n"
         )
         yield ns, cluster
-    finally:
-        _run([*ns, RAY, "stop", "--force"])
-        for pid in _run(["ip", "netns", "pids", name]).stdout.split():  # started by this module
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(pid), signal.SIGKILL)
-        _run(["ip", "netns", "delete", name])
 
 
 def _planner(ns: list[str], args: list[str], timeout: float = 600) -> dict:

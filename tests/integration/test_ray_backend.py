@@ -11,19 +11,15 @@ through the gateway. Finalizer: end every process in the namespace (Ray's and th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
-import uuid
 from pathlib import Path
 
 import pytest
+from netns import loopback_namespace
 
 pytestmark = [pytest.mark.ray, pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -88,31 +84,9 @@ def _run(cmd: list[str], timeout: float = 180, check: bool = True) -> subprocess
 
 @pytest.fixture
 def netns():
-    """A network namespace with only loopback up; deleted (and emptied) at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a network namespace (ip netns add)")
-    if shutil.which("ip") is None:
-        pytest.skip("the `ip` command (iproute2) is missing")
-    name = f"planner-ray-{uuid.uuid4().hex[:8]}"
-    r = _run(["ip", "netns", "add", name], check=False)
-    if r.returncode != 0:
-        pytest.skip(f"cannot create a network namespace: {r.stderr.strip()}")
-    try:
-        _run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"])
+    """A loopback-only network namespace, emptied and deleted at the end."""
+    with loopback_namespace("planner-ray") as name:
         yield name
-    finally:
-        # Every process in the namespace (Ray's and the servers) was started by this test;
-        # `ray stop` is not used: it would also stop Ray clusters of other namespaces.
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid), sig)
-            deadline = time.monotonic() + 10
-            while pids and time.monotonic() < deadline:
-                pids = _run(["ip", "netns", "pids", name], check=False).stdout.split()
-                time.sleep(0.2)
-        _run(["ip", "netns", "delete", name], check=False)
 
 
 def test_tiny_model_on_node_b_through_the_gateway(netns, tmp_path, tiny_model_dir, require_vllm):

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from planner.optimizer.workload.characterize import IDLE_GRID_S, js_divergence, summarize
 from planner.optimizer.workload.drift import drift
-
 from planner.trace import normalize
 
 

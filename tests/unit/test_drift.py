@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+
 from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.drift import DriftReport, chi2_quantile, drift
 from planner.optimizer.workload.synth import default_spec, synth

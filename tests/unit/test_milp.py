@@ -13,21 +13,61 @@ from planner.schemas import parse
 
 
 def _cluster(gpu_type: str, count: int, ram_gib: float):
-    return parse({"kind": "cluster", "name": "small", "nodes": [
-        {"name": "n0", "cpu_memory_gib": ram_gib, "gpus": [{"type": gpu_type, "count": count}]}]}, "cluster")
+    return parse(
+        {
+            "kind": "cluster",
+            "name": "small",
+            "nodes": [
+                {
+                    "name": "n0",
+                    "cpu_memory_gib": ram_gib,
+                    "gpus": [{"type": gpu_type, "count": count}],
+                }
+            ],
+        },
+        "cluster",
+    )
 
 
 def _models(specs):
-    return parse({"kind": "models", "models": [
-        {"name": n, "architecture": a, "max_context": 8192, "variants": [
-            {"name": q, "quantization": q, "quality_penalty": 0.0 if q == "bf16" else 0.02} for q in qs]}
-        for n, a, qs in specs]}, "models")
+    return parse(
+        {
+            "kind": "models",
+            "models": [
+                {
+                    "name": n,
+                    "architecture": a,
+                    "max_context": 8192,
+                    "variants": [
+                        {
+                            "name": q,
+                            "quantization": q,
+                            "quality_penalty": 0.0 if q == "bf16" else 0.02,
+                        }
+                        for q in qs
+                    ],
+                }
+                for n, a, qs in specs
+            ],
+        },
+        "models",
+    )
 
 
 def _demand(names, rates):
-    return {n: ModelDemand(requests=100, peak_rps=r, mean_input_tokens=2000, mean_output_tokens=200,
-                           mean_cached_tokens=500, switch_ins=10 + 7 * i, switch_ins_per_hour=2.0 + 3 * i,
-                           share=1 / len(names)) for i, (n, r) in enumerate(zip(names, rates, strict=True))}
+    return {
+        n: ModelDemand(
+            requests=100,
+            peak_rps=r,
+            mean_input_tokens=2000,
+            mean_output_tokens=200,
+            mean_cached_tokens=500,
+            switch_ins=10 + 7 * i,
+            switch_ins_per_hour=2.0 + 3 * i,
+            share=1 / len(names),
+        )
+        for i, (n, r) in enumerate(zip(names, rates, strict=True))
+    }
 
 
 def _brute_force(inp: MilpInput) -> float:
@@ -59,30 +99,61 @@ def _brute_force(inp: MilpInput) -> float:
         if not ok:
             continue
         used = set(awake) | set(ctx)
-        if any(awake.get(k, 0) + ctx.get(k, 0) + slot.get(k, 0) > inp.gpu_usable_gib[k] + 1e-9 for k in used):
+        if any(
+            awake.get(k, 0) + ctx.get(k, 0) + slot.get(k, 0) > inp.gpu_usable_gib[k] + 1e-9
+            for k in used
+        ):
             continue
         if any(v > inp.node_ram_gib[n] + 1e-9 for n, v in ram.items()):
             continue
-        warm = sum((p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu)
-                   * p.cand.tp for p in combo) + sum(slot.values())
-        obj = (inp.w_switch * sum(switch_delay_s_per_h(p, inp.demand) for p in combo)
-               + inp.w_memory * warm
-               + inp.w_quality * sum(p.cand.quality_penalty * inp.demand[p.cand.model].share / total_share
-                                     for p in combo)
-               + inp.w_gpus * len(used))
+        warm = sum(
+            (p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu)
+            * p.cand.tp
+            for p in combo
+        ) + sum(slot.values())
+        obj = (
+            inp.w_switch * sum(switch_delay_s_per_h(p, inp.demand) for p in combo)
+            + inp.w_memory * warm
+            + inp.w_quality
+            * sum(
+                p.cand.quality_penalty * inp.demand[p.cand.model].share / total_share for p in combo
+            )
+            + inp.w_gpus * len(used)
+        )
         best = min(best, obj)
     return best
 
 
 CASES = [
-    ("L40S", 2, 64.0, [("a", "Qwen2.5-7B-Instruct", ["bf16", "awq"]), ("b", "Llama-3.1-8B-Instruct", ["bf16"])],
-     Knobs(may_sleep=frozenset({"a", "b"}))),
-    ("RTX-4090", 4, 32.0, [("a", "Qwen2.5-7B-Instruct", ["bf16", "fp8"]), ("b", "Llama-3.1-8B-Instruct", ["awq"]),
-                            ("c", "Qwen2.5-Coder-7B-Instruct", ["bf16"])],
-     Knobs(may_sleep=frozenset({"b", "c"}), w_switch=0.3, w_memory=1.0)),
-    ("A100-80GB-PCIe", 2, 16.0, [("a", "Qwen2.5-Coder-32B-Instruct", ["bf16", "awq"]), ("b", "Qwen2.5-7B-Instruct", ["bf16"]),
-                                  ("c", "Llama-3.1-8B-Instruct", ["bf16"])],
-     Knobs(may_sleep=frozenset({"a", "b", "c"}), w_switch=0.05, w_memory=2.0, kv_factor=0.5)),
+    (
+        "L40S",
+        2,
+        64.0,
+        [("a", "Qwen2.5-7B-Instruct", ["bf16", "awq"]), ("b", "Llama-3.1-8B-Instruct", ["bf16"])],
+        Knobs(may_sleep=frozenset({"a", "b"})),
+    ),
+    (
+        "RTX-4090",
+        4,
+        32.0,
+        [
+            ("a", "Qwen2.5-7B-Instruct", ["bf16", "fp8"]),
+            ("b", "Llama-3.1-8B-Instruct", ["awq"]),
+            ("c", "Qwen2.5-Coder-7B-Instruct", ["bf16"]),
+        ],
+        Knobs(may_sleep=frozenset({"b", "c"}), w_switch=0.3, w_memory=1.0),
+    ),
+    (
+        "A100-80GB-PCIe",
+        2,
+        16.0,
+        [
+            ("a", "Qwen2.5-Coder-32B-Instruct", ["bf16", "awq"]),
+            ("b", "Qwen2.5-7B-Instruct", ["bf16"]),
+            ("c", "Llama-3.1-8B-Instruct", ["bf16"]),
+        ],
+        Knobs(may_sleep=frozenset({"a", "b", "c"}), w_switch=0.05, w_memory=2.0, kv_factor=0.5),
+    ),
 ]
 
 
@@ -92,14 +163,26 @@ def test_milp_objective_equals_enumerated_optimum(gpu, count, ram, specs, knobs)
     models = _models(specs)
     slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
     demand = _demand(models.names, [0.05, 0.02, 0.01][: len(models.names)])
-    cands = enumerate_candidates(cluster, models, slo, demand, knobs, max_tp=4, max_model_len_cap=None,
-                                 gpu_margin=0.06)
+    cands = enumerate_candidates(
+        cluster, models, slo, demand, knobs, max_tp=4, max_model_len_cap=None, gpu_margin=0.06
+    )
     inp = MilpInput(
-        candidates=tuple(cands), sets=tuple(gpu_sets(cluster, 4)), demand=demand, models=tuple(models.names),
-        gpu_usable_gib={(n.name, d): g.spec.memory_gib * 0.94 for n in cluster.nodes for d, g in n.gpu_list()},
+        candidates=tuple(cands),
+        sets=tuple(gpu_sets(cluster, 4)),
+        demand=demand,
+        models=tuple(models.names),
+        gpu_usable_gib={
+            (n.name, d): g.spec.memory_gib * 0.94 for n in cluster.nodes for d, g in n.gpu_list()
+        },
         gpu_groups=gpu_groups(cluster),
-        node_ram_gib={"n0": ram}, headroom=knobs.headroom, max_replicas=1, may_sleep=knobs.may_sleep,
-        w_switch=knobs.w_switch, w_memory=knobs.w_memory, w_quality=knobs.w_quality, w_gpus=knobs.w_gpus,
+        node_ram_gib={"n0": ram},
+        headroom=knobs.headroom,
+        max_replicas=1,
+        may_sleep=knobs.may_sleep,
+        w_switch=knobs.w_switch,
+        w_memory=knobs.w_memory,
+        w_quality=knobs.w_quality,
+        w_gpus=knobs.w_gpus,
     )
     res = solve(inp, time_limit_s=60)
     expected = _brute_force(inp)
@@ -113,9 +196,24 @@ def test_unplaceable_model_reported():
     cluster = _cluster("RTX-3090", 1, 64.0)
     models = _models([("big", "Llama-3.1-70B-Instruct", ["bf16"])])
     slo = parse({"kind": "slo"}, "slo")
-    cands = enumerate_candidates(cluster, models, slo, {}, Knobs(), max_tp=8, max_model_len_cap=None, gpu_margin=0.06)
-    inp = MilpInput(candidates=tuple(cands), sets=tuple(gpu_sets(cluster, 8)), demand={}, models=("big",),
-                    gpu_usable_gib={("n0", 0): 22.0}, gpu_groups=((("n0", 0),),), node_ram_gib={"n0": 64.0}, headroom=1.0, max_replicas=1,
-                    may_sleep=frozenset(), w_switch=1, w_memory=1, w_quality=1, w_gpus=1)
+    cands = enumerate_candidates(
+        cluster, models, slo, {}, Knobs(), max_tp=8, max_model_len_cap=None, gpu_margin=0.06
+    )
+    inp = MilpInput(
+        candidates=tuple(cands),
+        sets=tuple(gpu_sets(cluster, 8)),
+        demand={},
+        models=("big",),
+        gpu_usable_gib={("n0", 0): 22.0},
+        gpu_groups=((("n0", 0),),),
+        node_ram_gib={"n0": 64.0},
+        headroom=1.0,
+        max_replicas=1,
+        may_sleep=frozenset(),
+        w_switch=1,
+        w_memory=1,
+        w_quality=1,
+        w_gpus=1,
+    )
     res = solve(inp)
     assert res.status == "infeasible" and res.unserved == ("big",)

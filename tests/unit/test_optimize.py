@@ -19,8 +19,21 @@ from planner.schemas import load_cluster, load_models, load_plan
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = "tests/data/small"
 GOLDEN = ROOT / "tests" / "golden" / "plan_small.yaml"
-ARGS = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml", "-s", f"{SMALL}/slo.yaml",
-        "-w", f"{SMALL}/workload.yaml", "--evals", "8", "--seed", "1"]
+ARGS = [
+    "optimize",
+    "-c",
+    f"{SMALL}/cluster.yaml",
+    "-m",
+    f"{SMALL}/models.yaml",
+    "-s",
+    f"{SMALL}/slo.yaml",
+    "-w",
+    f"{SMALL}/workload.yaml",
+    "--evals",
+    "8",
+    "--seed",
+    "1",
+]
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:
@@ -54,7 +67,9 @@ def test_same_inputs_same_plan_and_golden(small_plan, tmp_path, capsys, monkeypa
     assert small_plan.read_bytes() == again.read_bytes()
     if os.environ.get("UPDATE_GOLDEN"):
         shutil.copy(small_plan, GOLDEN)
-    assert small_plan.read_text() == GOLDEN.read_text(), "plan changed: review, then UPDATE_GOLDEN=1"
+    assert small_plan.read_text() == GOLDEN.read_text(), (
+        "plan changed: review, then UPDATE_GOLDEN=1"
+    )
 
 
 def test_plan_records_inputs_summary_and_points(small_plan):
@@ -72,8 +87,12 @@ def test_plan_records_inputs_summary_and_points(small_plan):
 def _weights_gib(arch_name: str, quantization: str, tp: int) -> float:
     """Weights per GPU from parameter counts alone (independent of the perf model), GiB."""
     arch = resolve_arch(arch_name)
-    bytes_per_param = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "awq": 0.5, "gptq": 0.5, "int4": 0.5}[quantization]
-    embed = arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)  # kept in 16 bit
+    bytes_per_param = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "awq": 0.5, "gptq": 0.5, "int4": 0.5}[
+        quantization
+    ]
+    embed = (
+        arch.vocab_size * arch.hidden_size * (1 if arch.tie_word_embeddings else 2)
+    )  # kept in 16 bit
     body = arch.total_params_b * 1e9 - embed
     return (body * bytes_per_param + embed * 2.0) / tp / 1024**3
 
@@ -118,22 +137,60 @@ def test_report_png(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     png = tmp_path / "r.png"
     args = [a if a != "8" else "4" for a in ARGS]
-    code, _, _ = run([*args, "--json", "-o", str(tmp_path / "p.yaml"), "--report", str(png)], capsys)
+    code, _, _ = run(
+        [*args, "--json", "-o", str(tmp_path / "p.yaml"), "--report", str(png)], capsys
+    )
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys):
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump({"kind": "cluster", "nodes": [
-        {"name": "box", "cpu_memory_gib": 128, "gpus": [{"type": "RTX-3090", "count": 2}]}]}))
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump({"kind": "models", "models": [
-        {"name": "big", "architecture": "Llama-3.1-70B-Instruct",
-         "variants": [{"name": "bf16", "quantization": "bf16"}]}]}))
+    (tmp_path / "cluster.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kind": "cluster",
+                "nodes": [
+                    {
+                        "name": "box",
+                        "cpu_memory_gib": 128,
+                        "gpus": [{"type": "RTX-3090", "count": 2}],
+                    }
+                ],
+            }
+        )
+    )
+    (tmp_path / "models.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "kind": "models",
+                "models": [
+                    {
+                        "name": "big",
+                        "architecture": "Llama-3.1-70B-Instruct",
+                        "variants": [{"name": "bf16", "quantization": "bf16"}],
+                    }
+                ],
+            }
+        )
+    )
     (tmp_path / "slo.yaml").write_text("kind: slo\n")
     (tmp_path / "w.yaml").write_text("users: 2\ndays: 1\nroles: {planner: {model: big}}\n")
-    code, out, err = run(["optimize", "-c", str(tmp_path / "cluster.yaml"), "-m", str(tmp_path / "models.yaml"),
-                          "-s", str(tmp_path / "slo.yaml"), "-w", str(tmp_path / "w.yaml"),
-                          "-o", str(tmp_path / "p.yaml")], capsys)
+    code, _, err = run(
+        [
+            "optimize",
+            "-c",
+            str(tmp_path / "cluster.yaml"),
+            "-m",
+            str(tmp_path / "models.yaml"),
+            "-s",
+            str(tmp_path / "slo.yaml"),
+            "-w",
+            str(tmp_path / "w.yaml"),
+            "-o",
+            str(tmp_path / "p.yaml"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert "model 'big' fits on no GPU" in err
     assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
@@ -141,9 +198,13 @@ def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys)
     assert not (tmp_path / "p.yaml").exists()
 
 
-def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target(tmp_path, capsys, monkeypatch):
+def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target(
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(ROOT)
-    (tmp_path / "slo.yaml").write_text("kind: slo\ndefault: {ttft_p95_s: 0.05, tpot_p95_s: 0.15}\nattainment: 0.99\n")
+    (tmp_path / "slo.yaml").write_text(
+        "kind: slo\ndefault: {ttft_p95_s: 0.05, tpot_p95_s: 0.15}\nattainment: 0.99\n"
+    )
     out = tmp_path / "p.yaml"
     args = [a if a != f"{SMALL}/slo.yaml" else str(tmp_path / "slo.yaml") for a in ARGS]
     args = [a if a != "8" else "5" for a in args]
@@ -157,12 +218,29 @@ def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target
 
 def test_demand_above_capacity_exits_2_naming_the_model(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    (tmp_path / "c.yaml").write_text("kind: cluster\nnodes:\n  - name: box\n    cpu_memory_gib: 64\n"
-                                     "    gpus: [{type: L40S, count: 1}]\n")
+    (tmp_path / "c.yaml").write_text(
+        "kind: cluster\nnodes:\n  - name: box\n    cpu_memory_gib: 64\n"
+        "    gpus: [{type: L40S, count: 1}]\n"
+    )
     (tmp_path / "w.yaml").write_text("users: 400\ndays: 1\nroles: {coder: {model: coder-32b}}\n")
-    code, _, err = run(["optimize", "-c", str(tmp_path / "c.yaml"), "-m", f"{SMALL}/models.yaml",
-                        "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"), "--evals", "4",
-                        "-o", str(tmp_path / "p.yaml")], capsys)
+    code, _, err = run(
+        [
+            "optimize",
+            "-c",
+            str(tmp_path / "c.yaml"),
+            "-m",
+            f"{SMALL}/models.yaml",
+            "-s",
+            f"{SMALL}/slo.yaml",
+            "-w",
+            str(tmp_path / "w.yaml"),
+            "--evals",
+            "4",
+            "-o",
+            str(tmp_path / "p.yaml"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert "coder-32b: peak" in err and "req/s per instance" in err
     assert not (tmp_path / "p.yaml").exists()

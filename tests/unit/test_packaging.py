@@ -8,12 +8,19 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-FOLDERS = {"planner": "planner", "cli": "planner.cli", "profiler": "planner.profiler",
-           "optimizer": "planner.optimizer", "adjuster": "planner.adjuster"}
+FOLDERS = {
+    "planner": "planner",
+    "cli": "planner.cli",
+    "profiler": "planner.profiler",
+    "optimizer": "planner.optimizer",
+    "adjuster": "planner.adjuster",
+}
 
 
 def test_every_package_folder_is_listed():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
     found = set()
     for folder, pkg in FOLDERS.items():
         for init in (ROOT / folder).rglob("__init__.py"):
@@ -23,9 +30,13 @@ def test_every_package_folder_is_listed():
 
 
 def test_help_imports_no_torch_vllm_or_ray():
-    code = ("import sys; from planner.cli.main import app; "
-            "print(sorted(m for m in ('torch', 'vllm', 'ray', 'matplotlib', 'transformers') if m in sys.modules))")
+    code = (
+        "import sys; from planner.cli.main import app; "
+        "print(sorted(m for m in ('torch', 'vllm', 'ray', 'matplotlib', 'transformers') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    help_out = subprocess.run([sys.executable, "-m", "planner.cli.main", "--help"], capture_output=True, text=True)
+    help_out = subprocess.run(
+        [sys.executable, "-m", "planner.cli.main", "--help"], capture_output=True, text=True
+    )
     assert help_out.returncode == 0 and "optimize" in help_out.stdout

@@ -11,7 +11,9 @@ vec = st.tuples(st.floats(0, 100, allow_nan=False), st.floats(0, 100, allow_nan=
 
 
 def dominates(a, b) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True)) and any(x < y for x, y in zip(a, b, strict=True))
+    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
+        x < y for x, y in zip(a, b, strict=True)
+    )
 
 
 @given(st.lists(vec, min_size=1, max_size=40))

@@ -7,6 +7,9 @@ import itertools
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from planner.catalog.gpus import GPUS, resolve_gpu
+from planner.catalog.models import MODELS, resolve_arch_name
 from planner.optimizer.perf import (
     Calib,
     calib_from_profile,
@@ -18,9 +21,6 @@ from planner.optimizer.perf import (
     steady_state,
     weights_bytes,
 )
-
-from planner.catalog.gpus import GPUS, resolve_gpu
-from planner.catalog.models import MODELS, resolve_arch_name
 from planner.schemas.profile import Calibration, Profile
 from planner.units import GIB
 

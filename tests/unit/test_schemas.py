@@ -8,11 +8,11 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planner.cli.main import main
 
 from planner import schemas
 from planner.catalog.gpus import GPUS
 from planner.catalog.models import MODELS
+from planner.cli.main import main
 from planner.io import dump_yaml
 
 LAB16 = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"

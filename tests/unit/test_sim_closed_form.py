@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+
 from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.optimizer.sim.instance import decode_time_s, lone_times
 from planner.optimizer.sim.simulator import simulate
-
 from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_sim_closed_form import perf, point, step_model, trace
+
 from planner.optimizer import baselines
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.sim.simulator import simulate
-from test_sim_closed_form import perf, point, step_model, trace
-
 from planner.schemas import load_cluster, load_models
 from planner.schemas.slo import Slo, Targets
 

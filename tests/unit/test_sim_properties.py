@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from planner.optimizer.sim.simulator import simulate
 from test_sim_closed_form import perf, point, step_model, trace
 
+from planner.optimizer.sim.simulator import simulate
 from planner.schemas.slo import Slo, Targets
 
 STEP = step_model(

@@ -8,6 +8,8 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
+
 from planner.optimizer.workload.synth import (
     DEFAULT_ROLE_MODELS,
     SynthSpec,
@@ -16,8 +18,6 @@ from planner.optimizer.workload.synth import (
     default_spec_yaml,
     synth,
 )
-from pydantic import ValidationError
-
 from planner.trace import COLUMNS, DTYPES, normalize, trace_bytes
 
 

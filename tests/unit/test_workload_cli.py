@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from planner.cli.main import main
 
+from planner.cli.main import main
 from planner.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,9 +168,8 @@ def test_drift_trace_vs_trace_and_plan(tmp_path, capsys):
     code, _, err = _run(["workload", "drift", str(plan), str(other)], capsys)
     assert code == 2 and "no workload_summary" in err
     # With the summary the optimizer stores, the plan is the reference.
-    from planner.optimizer.workload.characterize import summarize
-
     from planner.io import dump_yaml
+    from planner.optimizer.workload.characterize import summarize
 
     data = yaml.safe_load(plan.read_text())
     data["workload_summary"] = summarize(read_trace(ref))
