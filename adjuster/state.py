@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from planner.engine import pid_alive
 from planner.errors import LockHeldError
 
 DB_NAME = "state.sqlite"
@@ -115,19 +116,6 @@ class Lease:
     purpose: str
     acquired_at: float
     expires_at: float
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie holds no lease
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 class StateStore:
@@ -267,7 +255,7 @@ class StateStore:
         if lease.expires_at <= now:
             return False
         if lease.holder_host == self.host:
-            return _pid_alive(lease.holder_pid)
+            return pid_alive(lease.holder_pid)
         return True  # another host's holder: only expiry frees it
 
     def acquire_lease(

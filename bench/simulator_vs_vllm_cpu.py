@@ -39,7 +39,7 @@ from planner.profiler import hardware as hwmod
 from planner.profiler import store
 from planner.schemas import parse
 from planner.schemas.profile import Profile
-from planner.tinymodel import build_tiny_model
+from planner.tinymodel import build_tiny_model, tiny_arch
 
 SEED = 0
 LEVELS = (("low", 2.0), ("mid", 6.0), ("high", 14.0))  # request rates, req/s
@@ -48,19 +48,7 @@ KV_GIB = 1
 
 
 def models_doc(path: str) -> dict:
-    arch = {
-        "name": "tiny-llama",
-        "num_layers": 2,
-        "hidden_size": 128,
-        "num_attention_heads": 4,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "intermediate_size": 256,
-        "vocab_size": 512,
-        "total_params_b": 0.0006,
-        "active_params_b": 0.0006,
-        "max_position_embeddings": 2048,
-    }
+    arch = tiny_arch()
     return {
         "kind": "models",
         "models": [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -226,7 +227,8 @@ def register(app: typer.Typer) -> None:
                 path="--point",
                 fix="give one of them",
             )
-        if json_out:
+        busy = contextlib.nullcontext() if json_out else console.status("simulating...")
+        with busy:
             results = evaluate_points(
                 plan,
                 workload,
@@ -238,19 +240,6 @@ def register(app: typer.Typer) -> None:
                 slo_path=slo,
                 profiles=profiles,
             )
-        else:
-            with console.status("simulating..."):
-                results = evaluate_points(
-                    plan,
-                    workload,
-                    point=point,
-                    all_points=all_points,
-                    baseline=baseline,
-                    cluster_path=cluster,
-                    models_path=models,
-                    slo_path=slo,
-                    profiles=profiles,
-                )
         if plot_out is not None:
             plot(results, plot_out)
         if json_out:

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.tinymodel import tiny_arch
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "plans" / "examples"
 
@@ -33,11 +35,9 @@ nodes:
 """
 
 # Inline architecture: the numbers of planner.tinymodel.build_tiny_model's defaults.
-_TINY_ARCH = (
-    "{name: tiny-llama, family: llama, num_layers: 2, hidden_size: 128, num_attention_heads: 4, "
-    "num_kv_heads: 2, head_dim: 32, intermediate_size: 256, vocab_size: 512, "
-    "total_params_b: 0.0004, active_params_b: 0.0004, max_position_embeddings: 2048}"
-)
+_TINY_ARCH = yaml.safe_dump(
+    tiny_arch(), default_flow_style=True, sort_keys=False, width=1000
+).strip()
 
 CPU_MODELS = f"""\
 # Two tiny random-weight Llamas (built by `planner example cpu`); paths are relative to this file.

@@ -15,22 +15,7 @@ import typer
 
 from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
-
-# The tiny Llama `planner example cpu` builds (planner.tinymodel defaults), as inline numbers.
-TINY_ARCH: dict[str, Any] = {
-    "name": "tiny-llama",
-    "family": "llama",
-    "num_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "total_params_b": 0.0006,
-    "active_params_b": 0.0006,
-    "max_position_embeddings": 2048,
-}
+from planner.tinymodel import tiny_arch
 
 _HEADER = {
     "cluster": "# Nodes and their GPUs. Edit names/addresses; `planner catalog gpus` lists GPU types.\n",
@@ -130,7 +115,7 @@ def models_doc(gpu: bool) -> dict[str, Any]:
         "models": [
             {
                 "name": "tiny",
-                "architecture": dict(TINY_ARCH),
+                "architecture": tiny_arch(),
                 "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny"}],
                 "max_context": 2048,
                 "priority": 1,

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 MARKER = "planner-tiny.json"
 
@@ -52,6 +53,30 @@ def is_built(out_dir: str | Path, params: dict | None = None) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     return params is None or found == params
+
+
+def tiny_arch(
+    hidden_size: int = 128,
+    intermediate_size: int = 256,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    vocab_size: int = 512,
+    max_position_embeddings: int = 2048,
+) -> dict[str, Any]:
+    """The architecture numbers of a tiny model (build_tiny_model's defaults), as models.yaml
+    inline numbers: what the CPU example, `planner init` and the tests declare."""
+    head_dim = hidden_size // heads
+    attn = hidden_size * head_dim * (2 * heads + 2 * kv_heads)  # q, o + k, v projections
+    mlp = 3 * hidden_size * intermediate_size  # gate, up, down
+    params = layers * (attn + mlp) + 2 * vocab_size * hidden_size  # untied embedding + lm_head
+    return {
+        "name": "tiny-llama", "family": "llama", "num_layers": layers, "hidden_size": hidden_size,
+        "num_attention_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
+        "intermediate_size": intermediate_size, "vocab_size": vocab_size,
+        "total_params_b": round(params / 1e9, 6), "active_params_b": round(params / 1e9, 6),
+        "max_position_embeddings": max_position_embeddings,
+    }  # fmt: skip
 
 
 def build_tiny_model(

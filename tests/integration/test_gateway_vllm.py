@@ -25,6 +25,7 @@ from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
 from planner.schemas import load_models, load_plan
+from planner.tinymodel import tiny_arch
 from planner.trace import read_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -63,9 +64,7 @@ def _instance(iid: str, model: str, port: int) -> dict:
 def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     d = tmp_path_factory.mktemp("gateway")
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
-    arch = {"name": "tiny-llama", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-            "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "vocab_size": 512,
-            "total_params_b": 0.0004, "active_params_b": 0.0004, "max_position_embeddings": 2048}  # fmt: skip
+    arch = tiny_arch()
     models = {"kind": "models", "version": 1, "models": [
         {"name": m, "architecture": arch, "max_context": 2048,
          "variants": [{"name": "main", "quantization": "bf16", "path": str(tiny_model_dir)}]}

@@ -11,9 +11,11 @@ import json
 import socket
 
 import pytest
+import yaml
 
 from planner.cli.main import main
 from planner.schemas import load_profile
+from planner.tinymodel import tiny_arch
 
 
 def _run(argv, capsys):
@@ -73,11 +75,7 @@ def tiny_model(require_vllm, tiny_model_dir):
 
 
 def _models_file(path, tiny, bad):
-    arch = (
-        "{name: tiny-llama, num_layers: 2, hidden_size: 128, num_attention_heads: 4, num_kv_heads: 2, "
-        "head_dim: 32, intermediate_size: 256, vocab_size: 512, total_params_b: 0.0006, "
-        "active_params_b: 0.0006, max_position_embeddings: 2048}"
-    )
+    arch = yaml.safe_dump(tiny_arch(), default_flow_style=True, width=1000).strip()
     path.write_text(
         "kind: models\nmodels:\n- name: tiny\n  max_context: 1024\n"
         f"  architecture: {arch}\n"

@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from netns import loopback_namespace
 
 from planner.schemas import load_profile
+from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(900)]
 
@@ -80,13 +82,9 @@ def test_hardware_profile_on_every_node_through_ray(ray_ns, tmp_path):
 def test_engine_profile_on_node_b_through_ray(ray_ns, tmp_path, tiny_model_dir, require_vllm):
     ns, cluster = ray_ns
     models = tmp_path / "models.yaml"
-    models.write_text(
-        "kind: models\nmodels:\n- name: tiny\n  max_context: 512\n"
-        "  architecture: {name: tiny-llama, num_layers: 2, hidden_size: 128, num_attention_heads: 4, "
-        "num_kv_heads: 2, head_dim: 32, intermediate_size: 256, vocab_size: 512, total_params_b: 0.0006, "
-        "active_params_b: 0.0006, max_position_embeddings: 2048}\n"
-        f"  variants:\n  - {{name: bf16, quantization: bf16, path: {tiny_model_dir}}}\n"
-    )
+    models.write_text(yaml.safe_dump({"kind": "models", "models": [
+        {"name": "tiny", "max_context": 512, "architecture": tiny_arch(),
+         "variants": [{"name": "bf16", "quantization": "bf16", "path": str(tiny_model_dir)}]}]}))  # fmt: skip
     out = tmp_path / "profiles"
     got = _planner(ns, ["profile", "engine", "--ray", "--cluster", str(cluster), "--node", "node-b",
                         "--models", str(models), "--device", "cpu", "--quick", "--enforce-eager",
