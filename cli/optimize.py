@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -73,7 +74,7 @@ def optimize_cmd(
     inp.silence_solver_banner()
 
     if json_out:
-        result = optimize(cl, ms, sl, trace, cfg, scorer, calib)
+        result = optimize(cl, ms, sl, trace, cfg, scorer, calib, clock=time.perf_counter)
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -97,7 +98,7 @@ def optimize_cmd(
                 )
                 bar.update(task, completed=done, total=total, description=desc)
 
-            result = optimize(cl, ms, sl, trace, cfg, scorer, calib, progress)
+            result = optimize(cl, ms, sl, trace, cfg, scorer, calib, progress, time.perf_counter)
 
     from planner.schemas.plan import Plan
 
