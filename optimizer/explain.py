@@ -35,11 +35,11 @@ def explain(
     """One explanation per model, from the solved MILP `res` of `inp`."""
     out: list[ModelExplanation] = []
     gpu_keys = sorted(inp.gpu_usable_gib)
-    for m in inp.models:
+    for mi, m in enumerate(inp.models):
         mine = [p for p in res.placements if p.cand.model == m]
         ex = ModelExplanation(m, [_describe(p) for p in mine])
         d = inp.demand.get(m)
-        cap_slack = res.slack.get(f"c2_capacity_{m}")
+        cap_slack = res.slack.get(f"c2_capacity_{mi}")
         if d is not None and cap_slack is not None:
             need = inp.headroom * d.peak_rps
             have = sum(p.cand.capacity_rps for p in mine)
@@ -92,5 +92,6 @@ def explain(
                 f"next best: {'; '.join(_describe(p) for p in alt_mine)} "
                 f"(objective +{delta:.3f}, {100 * delta / max(abs(res.objective), 1e-9):.1f}% worse)"
             )
+        ex.reasons = list(dict.fromkeys(ex.reasons))  # replicas give the same reasons once
         out.append(ex)
     return out

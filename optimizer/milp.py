@@ -184,20 +184,21 @@ def solve(
         )
         + inp.w_gpus * pulp.lpSum(y)
     )
-    for m in inp.models:
+    # Constraint names use indices: PuLP rewrites characters such as '-' in names.
+    for mi, m in enumerate(inp.models):
         ids = by_model[m]
         # (1) every model served
-        prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{m}"
+        prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{mi}"
         d = inp.demand.get(m)
         if d is not None and d.peak_rps > 0:
             # (2) capacity >= headroom x peak-hour demand
             prob += (
                 pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids)
                 >= inp.headroom * d.peak_rps,
-                f"c2_capacity_{m}",
+                f"c2_capacity_{mi}",
             )
         # (3) at most K replicas
-        prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{m}"
+        prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{mi}"
     for k, g in enumerate(gpus):
         sleepers = [i for i in by_gpu[k] if opts[i].tier != "gpu"]
         for i in sleepers:
