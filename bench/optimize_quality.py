@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from _lab16 import LAB16, lab16
+from lab16 import LAB16, lab16
 
 from planner.cli import inputs
 from planner.optimizer.config import OptimizeConfig

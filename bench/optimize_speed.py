@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from _lab16 import lab16
+from lab16 import lab16
 
 from planner.cli import inputs
 from planner.optimizer.config import OptimizeConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 from planner.cli import inputs
 from planner.schemas import load_cluster, load_models, load_slo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LAB16 = ROOT / "plans" / "examples" / "lab16"
 
 
