@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli.common import JsonOpt, console, print_json
+from planner.errors import InputError
 from planner.optimizer.config import OptimizeConfig
 
 _D = OptimizeConfig()
@@ -64,6 +65,10 @@ def optimize_cmd(
     from planner.optimizer.search import knobs_to_dict, optimize
     from planner.optimizer.workload.characterize import summarize
 
+    if report is not None and report.suffix not in (".png", ".html"):
+        raise InputError(
+            "unsupported report format", file=str(report), fix="use a .png or .html file name"
+        )
     cl = inp.cluster(cluster)
     ms = inp.models(models)
     sl = inp.slo(slo)
@@ -125,14 +130,7 @@ def optimize_cmd(
     base_metrics: dict[str, dict[str, Any]] = {}
     if baselines:
         base_metrics = inp.baseline_metrics(cl, ms, sl, trace, calib)
-    points = {
-        p.name: next(
-            e.metrics
-            for e in result.evaluations
-            if e.point is not None and e.point.instances == p.instances
-        )
-        for p in result.points
-    }
+    points = result.metrics
     if report is not None:
         from planner.cli.report import draw_report
 

@@ -7,7 +7,6 @@ import io
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
 from planner.io import atomic_write_bytes, atomic_write_text
 
 _TIER_COLOURS = {"gpu": "#1f77b4", "host": "#ff7f0e", "disk": "#9467bd"}
@@ -31,10 +30,6 @@ def _bar(ax, row: int, left: float, inst, height: float, offset: float) -> None:
 
 def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -> None:
     """Write a PNG (or an HTML page holding it) of the search and the selected placement."""
-    if path.suffix not in (".png", ".html"):
-        raise InputError(
-            "unsupported report format", file=str(path), fix="use a .png or .html file name"
-        )
     import matplotlib
 
     matplotlib.use("Agg")
@@ -108,7 +103,7 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
-    if path.suffix == ".png":
+    if path.suffix != ".html":
         atomic_write_bytes(path, buf.getvalue())
     else:
         b64 = base64.b64encode(buf.getvalue()).decode()

@@ -72,6 +72,7 @@ class SearchResult:
     sim_time_s: float = 0.0
     milp_max_s: float = 0.0
     knobs: dict[str, Knobs] = field(default_factory=dict)  # point name -> the knobs that made it
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # point name -> simulator's
 
 
 def _sleep_order(models: Models, demand: dict[str, ModelDemand]) -> list[str]:
@@ -362,8 +363,10 @@ class Searcher:
         )
         points: list[Point] = []
         knobs: dict[str, Knobs] = {}
+        metrics: dict[str, dict[str, Any]] = {}
         for name, ev in named:
             knobs[name] = ev.knobs
+            metrics[name] = ev.metrics
             p = ev.point.model_copy(deep=True)
             p.name = name
             p.notes = list(notes)
@@ -378,6 +381,7 @@ class Searcher:
             sim_time_s=sum(e.sim_s for e in evals),
             milp_max_s=max((e.milp.solve_s for e in evals if e.milp), default=0.0),
             knobs=knobs,
+            metrics=metrics,
         )
 
 
