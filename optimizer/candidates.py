@@ -171,6 +171,7 @@ def enumerate_candidates(
                         arch.num_kv_heads % tp and tp % arch.num_kv_heads
                     ):
                         continue
+                    # weights, overhead and KV bytes/token do not depend on the KV budget
                     probe = _perf(
                         arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib
                     )
