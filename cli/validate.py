@@ -15,33 +15,6 @@ _KINDS = ("cluster", "models", "slo", "plan", "profile", "trace", "workload")
 _WORKLOAD_KEYS = ("roles", "users", "days")  # a `workload synth` spec has no `kind:`
 
 
-def _trace_schema() -> dict[str, Any]:
-    try:
-        from planner.trace import TRACE_JSON_SCHEMA
-    except ImportError:  # the trace module is optional at this layer
-        return {
-            "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "title": "planner trace row",
-            "type": "object",
-            "required": ["timestamp", "model", "input_tokens", "output_tokens"],
-            "properties": {
-                "timestamp": {
-                    "oneOf": [
-                        {"type": "number", "minimum": 0},
-                        {"type": "string", "format": "date-time"},
-                    ]
-                },
-                "model": {"type": "string", "minLength": 1},
-                "input_tokens": {"type": "integer", "minimum": 1},
-                "output_tokens": {"type": "integer", "minimum": 1},
-                "user": {"type": "string"},
-                "session": {"type": "string"},
-                "cached_tokens": {"type": "integer", "minimum": 0},
-            },
-        }
-    return TRACE_JSON_SCHEMA
-
-
 def _looks_like_workload(path: Path) -> bool:
     from planner.io import read_yaml
 
@@ -160,8 +133,14 @@ def register(app: typer.Typer) -> None:
         """Print the JSON Schema of a file kind."""
         from planner import schemas
 
+        if kind not in _KINDS:
+            raise InputError(
+                f"unknown kind {kind!r}", path="KIND", fix=f"use one of {list(_KINDS)}"
+            )
         if kind == "trace":
-            print_json(_trace_schema())
+            from planner.trace import TRACE_JSON_SCHEMA
+
+            print_json(TRACE_JSON_SCHEMA)
             return
         if kind == "workload":
             from planner.optimizer.workload.synth import SynthSpec
