@@ -73,7 +73,7 @@ def main() -> None:
     cfg = OptimizeConfig(evals=args.evals, seed=args.seed)
     result = optimize(cl, ms, sl, plan_trace, cfg, inp.scorer(plan_trace, sl))
     plan = Plan(
-        workload_summary=inp.summary_dict(summarize(plan_trace)),
+        workload_summary=summarize(plan_trace),
         search={"seed": args.seed, "evals": args.evals},
         selected=result.selected,
         points=result.points,
@@ -136,7 +136,7 @@ def main() -> None:
     early = week[week["timestamp"] < 2 * 86400.0]
     r2 = optimize(cl, ms, sl, early, cfg, inp.scorer(early, sl))
     plan2 = Plan(
-        workload_summary=inp.summary_dict(summarize(early)),
+        workload_summary=summarize(early),
         search={"seed": args.seed, "evals": args.evals},
         selected=r2.selected,
         points=r2.points,

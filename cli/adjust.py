@@ -455,7 +455,7 @@ def _reoptimize(
         inputs=inp.provenance(
             cluster=cl_path, models=models_file, slo=slo_path, workload=window_file
         ),
-        workload_summary=inp.summary_dict(summarize(win)),
+        workload_summary=summarize(win),
         search={
             "seed": seed,
             "evals": ocfg.evals,

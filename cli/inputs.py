@@ -135,11 +135,6 @@ def provenance(**paths: Path | None) -> dict[str, Any]:
     return out
 
 
-def summary_dict(summary: Any) -> dict[str, Any]:
-    """A workload summary as plain data for plan.yaml."""
-    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
-
-
 def scorer(trace, sl: Slo):
     """The simulator as the optimizer's scorer: (point, perfs) -> metrics dict."""
     from planner.optimizer.sim.simulator import simulate

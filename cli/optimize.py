@@ -111,7 +111,7 @@ def optimize_cmd(
         inputs=inp.provenance(
             cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles
         ),
-        workload_summary=inp.summary_dict(summarize(trace)),
+        workload_summary=summarize(trace),
         search={
             "seed": seed,
             "evals": evals,
