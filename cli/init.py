@@ -30,50 +30,34 @@ def cluster_doc(node_info: Any | None) -> dict[str, Any]:
 
     if node_info is None or not node_info.gpus:
         ram = round(node_info.ram_gib, 1) if node_info is not None else 16.0
-        return {
-            "kind": "cluster",
-            "version": 1,
-            "name": "local",
-            "nodes": [
+        groups: list[dict[str, Any]] = [{"type": "cpu", "count": 1}]
+    else:
+        unknown = [g for g in node_info.gpus if g.gpu_type is None]
+        if unknown:
+            raise InputError(
+                f"GPU {unknown[0].name!r} is not in the catalog",
+                path="--detect",
+                fix="write its spec inline in cluster.yaml (`planner schema cluster`), or run without --detect",
+            )
+        ram = round(node_info.ram_gib, 1)
+        groups = []
+        for t in node_info.gpu_types:
+            mine = [g for g in node_info.gpus if g.gpu_type == t]
+            groups.append(
                 {
-                    "name": _node_name(node_info),
-                    "address": "localhost",
-                    "cpu_memory_gib": ram,
-                    "gpus": [{"type": "cpu", "count": 1}],
+                    "type": t,
+                    "count": len(mine),
+                    "ids": [g.index for g in mine],
+                    "interconnect": interconnect_of(mine),
                 }
-            ],
-        }
-    groups: list[dict[str, Any]] = []
-    unknown = [g for g in node_info.gpus if g.gpu_type is None]
-    if unknown:
-        raise InputError(
-            f"GPU {unknown[0].name!r} is not in the catalog",
-            path="--detect",
-            fix="write its spec inline in cluster.yaml (`planner schema cluster`), or run without --detect",
-        )
-    for t in node_info.gpu_types:
-        mine = [g for g in node_info.gpus if g.gpu_type == t]
-        groups.append(
-            {
-                "type": t,
-                "count": len(mine),
-                "ids": [g.index for g in mine],
-                "interconnect": interconnect_of(mine),
-            }
-        )
-    return {
-        "kind": "cluster",
-        "version": 1,
-        "name": "local",
-        "nodes": [
-            {
-                "name": _node_name(node_info),
-                "address": "localhost",
-                "cpu_memory_gib": round(node_info.ram_gib, 1),
-                "gpus": groups,
-            }
-        ],
+            )
+    node = {
+        "name": _node_name(node_info),
+        "address": "localhost",
+        "cpu_memory_gib": ram,
+        "gpus": groups,
     }
+    return {"kind": "cluster", "version": 1, "name": "local", "nodes": [node]}
 
 
 def _node_name(node_info: Any | None) -> str:

@@ -27,21 +27,9 @@ def _run(argv, capsys):
 
 
 def test_hardware_cpu_writes_valid_profile(tmp_path, capsys):
-    out = _run(
-        [
-            "profile",
-            "hardware",
-            "--device",
-            "cpu",
-            "--quick",
-            "-o",
-            str(tmp_path),
-            "--node",
-            "t",
-            "--json",
-        ],
-        capsys,
-    )
+    argv = ["profile", "hardware", "--device", "cpu", "--quick", "-o", str(tmp_path)]
+    argv += ["--node", "t", "--json"]
+    out = _run(argv, capsys)
     assert out["written"] == [str(tmp_path / "t-cpu.yaml")]
     prof = load_profile(tmp_path / "t-cpu.yaml")
     hw = prof.hardware
@@ -50,21 +38,7 @@ def test_hardware_cpu_writes_valid_profile(tmp_path, capsys):
         assert s is not None and s.median > 0 and s.spread >= 0
     assert prof.environment.torch and prof.environment.created_at
     # a second hardware run keeps the file's engine runs and replaces the figures
-    _run(
-        [
-            "profile",
-            "hardware",
-            "--device",
-            "cpu",
-            "--quick",
-            "-o",
-            str(tmp_path),
-            "--node",
-            "t",
-            "--json",
-        ],
-        capsys,
-    )
+    _run(argv, capsys)
     assert load_profile(tmp_path / "t-cpu.yaml").hardware.ram_gbps is not None
 
 
