@@ -28,6 +28,7 @@ import numpy as np
 from planner.errors import InfeasibleError
 from planner.optimizer.perf import InstancePerf, instance_perf, steady_state
 from planner.optimizer.perf.memory import weights_bytes
+from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster, GpuGroup
 from planner.schemas.models import ModelEntry, Models
 from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point
@@ -84,10 +85,7 @@ def gpu_sets(cluster: Cluster, tp: int) -> list[GpuSet]:
 
 
 def _tp_ok(entry: ModelEntry, tp: int) -> bool:
-    a = entry.arch
-    return a.num_attention_heads % tp == 0 and (
-        a.num_kv_heads % tp == 0 or tp % a.num_kv_heads == 0
-    )
+    return tp_divides(entry.arch.num_attention_heads, entry.arch.num_kv_heads, tp)
 
 
 def _variants(entry: ModelEntry) -> list:

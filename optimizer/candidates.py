@@ -13,6 +13,7 @@ from planner.catalog.gpus import GpuSpec
 from planner.optimizer.demand import ModelDemand
 from planner.optimizer.perf import Calib, instance_perf
 from planner.optimizer.perf.types import InstancePerf
+from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
@@ -167,9 +168,7 @@ def enumerate_candidates(
                 for tp in TP_DEGREES:
                     if tp > max_tp or tp > counts[gname]:
                         break
-                    if arch.num_attention_heads % tp or (
-                        arch.num_kv_heads % tp and tp % arch.num_kv_heads
-                    ):
+                    if not tp_divides(arch.num_attention_heads, arch.num_kv_heads, tp):
                         continue
                     # weights, overhead and KV bytes/token do not depend on the KV budget
                     probe = _perf(
@@ -242,7 +241,12 @@ def smallest_footprint(cluster: Cluster, models: Models, model: str, calib=None)
         for g in node.gpus:
             spec = g.spec
             tp = max(
-                (t for t in TP_DEGREES if t <= g.count and m.arch.num_attention_heads % t == 0),
+                (
+                    t
+                    for t in TP_DEGREES
+                    if t <= g.count
+                    and tp_divides(m.arch.num_attention_heads, m.arch.num_kv_heads, t)
+                ),
                 default=1,
             )
             best = math.inf

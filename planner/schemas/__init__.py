@@ -245,14 +245,15 @@ def check_plan(plan: Plan, cluster: Cluster, models: Models, file: str = "<plan>
             check_tp(m.arch.num_attention_heads, m.arch.num_kv_heads, inst.tp, file, f"{where}.tp")
 
 
-def check_tp(num_heads: int, num_kv_heads: int, tp: int, file: str | None, path: str) -> None:
+def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:
     """vLLM shards attention heads: TP must divide the query heads (KV heads replicate past them)."""
-    if num_heads % tp != 0 or (num_kv_heads % tp != 0 and tp % num_kv_heads != 0):
-        ok = [
-            t
-            for t in (1, 2, 4, 8, 16)
-            if num_heads % t == 0 and (num_kv_heads % t == 0 or t % num_kv_heads == 0)
-        ]
+    return num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
+
+
+def check_tp(num_heads: int, num_kv_heads: int, tp: int, file: str | None, path: str) -> None:
+    """InputError naming the TP degrees that work when `tp` does not divide the heads."""
+    if not tp_divides(num_heads, num_kv_heads, tp):
+        ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(num_heads, num_kv_heads, t)]
         raise InputError(
             f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
             file=file,
