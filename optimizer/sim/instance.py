@@ -82,6 +82,24 @@ def steps_until(
 ) -> tuple[int, float]:
     """(k, time of k steps): the smallest k <= kmax whose k steps take >= dt (kmax if none),
     i.e. the steps that start within dt. Piecewise-quadratic inversion, checked exactly."""
+    if m0 >= c0 and m1 >= c1:  # memory-bound at every step (small-batch decode): one quadratic
+        p = fixed + m0
+        t_max = kmax * p + m1 * kmax * (kmax - 1) * 0.5
+        if t_max < dt:
+            return kmax, t_max
+        k = _first_reaching(p, m1, dt)
+        if k >= kmax:
+            return kmax, t_max
+        t_k = k * p + m1 * k * (k - 1) * 0.5
+        while t_k < dt and k < kmax:  # float slack
+            k += 1
+            t_k = k * p + m1 * k * (k - 1) * 0.5
+        while k > 1:  # step k-1 (0-based) may start at or after dt
+            t_prev = t_k - fixed - (m0 + m1 * (k - 1))
+            if t_prev < dt:
+                break
+            k, t_k = k - 1, t_prev
+        return k, t_k
     t_max = steps_time_s(fixed, m0, m1, c0, c1, kmax)
     if t_max < dt:
         return kmax, t_max
@@ -192,6 +210,7 @@ class Engine:
     """
 
     __slots__ = (
+        "attn_s_per_pair",
         "budget",
         "busy_s",
         "cap",
@@ -200,6 +219,7 @@ class Engine:
         "first_s",
         "free_s",
         "general",
+        "kv_read_s_per_token",
         "kv_used",
         "lone",
         "lone_args",
@@ -216,6 +236,8 @@ class Engine:
 
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
         self.step = perf.step
+        self.kv_read_s_per_token = perf.step.kv_read_s_per_token  # hot-loop copies
+        self.attn_s_per_pair = perf.step.attn_s_per_pair
         self.cap = max(int(perf.max_kv_tokens), 1)  # KV tokens, all sequences
         self.max_seqs = max(int(perf.max_num_seqs), 1)
         self.budget = max(int(perf.chunk_tokens), 1)  # tokens per step
@@ -245,9 +267,10 @@ class Engine:
         `pf_s`/`total_s` are its lone times (from `lone_times`, same `cached`)."""
         while True:
             if self.general:
-                self.advance_to(t_s)
+                if self.t < t_s:
+                    self.advance_to(t_s)
                 if self.general:
-                    self._enqueue(rid, inp, cached, out)
+                    self.waiting.append([rid, cached, inp - cached, out - 1, 0, 0])
                     return
             if self.lone < 0 or self.lone_until <= t_s:
                 start = t_s if t_s > self.free_s else self.free_s
@@ -270,9 +293,7 @@ class Engine:
         self.lone_until = -math.inf
         self.general = True
         self.t = self.free_s = self.lone_start
-        self._enqueue(rid, *self.lone_args)
-
-    def _enqueue(self, rid: int, inp: int, cached: int, out: int) -> None:
+        inp, cached, out = self.lone_args
         self.waiting.append([rid, cached, inp - cached, out - 1, 0, 0])
 
     # -- state queries ------------------------------------------------------------------------
@@ -292,88 +313,98 @@ class Engine:
 
     # -- the batch ---------------------------------------------------------------------------
     def advance_to(self, until_s: float) -> None:
-        """Run every step that starts before `until_s`."""
+        """Run every step that starts before `until_s`.
+
+        One loop with the engine's state in locals: this is the simulator's hot path. Each
+        turn either takes a *decode run* (the batch only decodes and nothing can join it:
+        every step up to the next change, i.e. a sequence done, the KV cache full or a step
+        starting at until_s, at once in closed form) or one general step (prefill chunks,
+        admissions, preemptions)."""
         running, waiting = self.running, self.waiting
-        while (running or waiting) and self.t < until_s:
-            if waiting and not running:
-                self.t = max(self.t, self.free_s)
-                if self.t >= until_s:
-                    break
-            if not self._decode_run(until_s):
-                self._one_step()
+        if self.t >= until_s and (running or waiting):
+            return  # already there (the caller advanced the engine just before)
+        t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
+        cap, max_seqs = self.cap, self.max_seqs
+        kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair
+        coeff_cache = self.coeff_cache
+        while (running or waiting) and t < until_s:
+            n = len(running)
+            if not n:  # nothing to decode: the queue's head starts a prefill step
+                if t < self.free_s:
+                    t = self.free_s
+                    if t >= until_s:
+                        break
+            elif not (
+                waiting and n < max_seqs and kv_used + waiting[0][CTX] + waiting[0][PF] <= cap
+            ):  # nobody joins: try a decode run
+                if n == 1:
+                    s = running[0]
+                    k = 0 if s[PF] else s[DEC]
+                    kv0 = s[CTX]
+                else:
+                    k = math.inf
+                    kv0 = 0
+                    for s in running:
+                        if s[PF]:
+                            k = 0
+                            break
+                        if s[DEC] < k:
+                            k = s[DEC]
+                        kv0 += s[CTX]
+                    else:
+                        k = min(k, (cap - kv_used) // n)  # steps before the KV cache is full
+                if k > 1:
+                    co = coeff_cache.get(n)
+                    if co is None:  # decode coefficients at zero context (kv0 terms below)
+                        co = coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
+                    fixed, m0, m1, c0, c1 = co
+                    m0 += kvr * kv0
+                    c0 += app * kv0
+                    if until_s != math.inf:
+                        k, dt = steps_until(fixed, m0, m1, c0, c1, until_s - t, k)
+                    else:
+                        dt = steps_time_s(fixed, m0, m1, c0, c1, k)
+                    t += dt
+                    busy_s += dt
+                    kv_used += n * k
+                    done = False
+                    for s in running:
+                        s[CTX] += k
+                        s[KV] += k
+                        s[DEC] -= k
+                        if not s[DEC]:
+                            done = True
+                    if done:
+                        kv_used = self._retire(t, kv_used)
+                    continue
+            t, busy_s, kv_used = self._one_step(t, busy_s, kv_used)
+        self.t, self.kv_used, self.busy_s = t, kv_used, busy_s
         if not running and not waiting:
             self.general = False
-            self.free_s = self.t
+            self.free_s = t
 
-    def _coeffs(self, n: int) -> tuple[float, float, float, float, float]:
-        """decode_coeffs for n sequences at zero context (kv0 terms added by the caller)."""
-        co = self.coeff_cache.get(n)
-        if co is None:
-            co = self.coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
-        return co
-
-    def _decode_run(self, until_s: float) -> bool:
-        """If the batch only decodes and nothing can join it, take every step up to the next
-        change (a sequence done, the KV cache full, or a step starting at until_s) at once."""
-        running = self.running
-        if not running:
-            return False
-        waiting = self.waiting
-        if waiting and len(running) < self.max_seqs:
-            head = waiting[0]
-            if self.kv_used + head[CTX] + head[PF] <= self.cap:
-                return False  # the head of the queue joins: a prefill step comes next
-        dmin = math.inf
-        kv0 = 0
-        for s in running:
-            if s[PF]:
-                return False
-            if s[DEC] < dmin:
-                dmin = s[DEC]
-            kv0 += s[CTX]
-        n = len(running)
-        k = int(dmin)
-        if n > 1:
-            k = min(k, (self.cap - self.kv_used) // n)  # steps before the KV cache is full
-        if k <= 1:
-            return False
-        fixed, m0, m1, c0, c1 = self._coeffs(n)
-        m0 += self.step.kv_read_s_per_token * kv0
-        c0 += self.step.attn_s_per_pair * kv0
-        if until_s != math.inf:
-            k, dt = steps_until(fixed, m0, m1, c0, c1, until_s - self.t, k)
-        else:
-            dt = steps_time_s(fixed, m0, m1, c0, c1, k)
-        self.t += dt
-        self.busy_s += dt
-        self.kv_used += n * k
-        done = False
-        for s in running:
-            s[CTX] += k
-            s[KV] += k
-            s[DEC] -= k
-            done = done or s[DEC] == 0
-        if done:
-            self._retire()
-        return True
-
-    def _retire(self) -> None:
+    def _retire(self, t: float, kv_used: int) -> int:
+        """Finish the sequences with nothing left at `t`; the KV tokens still held."""
         keep = []
         for s in self.running:
             if s[DEC] == 0 and s[PF] == 0:
-                self.finish_s[s[RID]] = self.t
-                self.kv_used -= s[KV]
+                self.finish_s[s[RID]] = t
+                kv_used -= s[KV]
             else:
                 keep.append(s)
         self.running[:] = keep
+        return kv_used
 
-    def _one_step(self) -> None:
+    def _one_step(self, t: float, busy_s: float, kv_used: int) -> tuple[float, float, int]:
+        """One engine step from `t`: (t, busy_s, kv_used) after it."""
         running, waiting = self.running, self.waiting
         # Preempt (recompute) the newest sequences until this step's decode tokens fit.
-        n_dec = sum(1 for s in running if not s[PF])
-        while len(running) > 1 and self.kv_used + n_dec > self.cap:
+        n_dec = len(running)  # an upper bound first: most steps are far from the KV limit
+        if kv_used + n_dec > self.cap:
+            n_dec = sum(1 for s in running if not s[PF])
+        while len(running) > 1 and kv_used + n_dec > self.cap:
             v = running.pop()
-            self.kv_used -= v[KV]
+            kv_used -= v[KV]
             if not v[PF]:
                 n_dec -= 1
             v[PF] = v[CTX] + v[PF]  # recompute everything it had
@@ -383,12 +414,17 @@ class Engine:
             self.preemptions += 1
         budget = self.budget
         new = kv = pairs = 0.0
-        sched: list[tuple[list, int]] = []
+        dec: list[list] = []  # decoding sequences in this step (one token each)
+        chunks: list[tuple[list, int]] = []  # prefill chunks in this step
         for s in running:
             if budget <= 0:
                 break
-            c = min(s[PF], budget) if s[PF] else 1
-            sched.append((s, c))
+            if s[PF]:
+                c = min(s[PF], budget)
+                chunks.append((s, c))
+            else:
+                c = 1
+                dec.append(s)
             budget -= c
             new += c
             kv += s[CTX]
@@ -396,40 +432,42 @@ class Engine:
         while budget > 0 and waiting and len(running) < self.max_seqs:
             s = waiting[0]
             need = s[CTX] + s[PF]
-            if running and self.kv_used + need > self.cap:
+            if running and kv_used + need > self.cap:
                 break
             waiting.popleft()
             s[KV] = need
-            self.kv_used += need
+            kv_used += need
             running.append(s)
             c = min(s[PF], budget)
-            sched.append((s, c))
+            chunks.append((s, c))
             budget -= c
             new += c
             kv += s[CTX]
             pairs += c * (s[CTX] + (c + 1) / 2)
-        if not sched:
-            return
+        if not new:
+            return t, busy_s, kv_used
         dt = self.step.time_s(new, kv, pairs)
-        self.t += dt
-        self.busy_s += dt
+        t += dt
+        busy_s += dt
         finished = False
-        for s, c in sched:
-            if s[PF]:
-                s[CTX] += c
-                s[PF] -= c
-                if not s[PF]:
-                    if s[EMITTED]:
-                        s[DEC] -= 1  # a recomputed prompt yields the next token
-                    else:
-                        s[EMITTED] = 1
-                        self.first_s[s[RID]] = self.t
-                    finished = finished or s[DEC] == 0
-            else:
-                s[CTX] += 1
-                s[KV] += 1
-                self.kv_used += 1
-                s[DEC] -= 1
-                finished = finished or s[DEC] == 0
+        for s in dec:
+            s[CTX] += 1
+            s[KV] += 1
+            s[DEC] -= 1
+            if not s[DEC]:
+                finished = True
+        kv_used += len(dec)
+        for s, c in chunks:
+            s[CTX] += c
+            s[PF] -= c
+            if not s[PF]:
+                if s[EMITTED]:
+                    s[DEC] -= 1  # a recomputed prompt yields the next token
+                else:
+                    s[EMITTED] = 1
+                    self.first_s[s[RID]] = t
+                if not s[DEC]:
+                    finished = True
         if finished:
-            self._retire()
+            kv_used = self._retire(t, kv_used)
+        return t, busy_s, kv_used
