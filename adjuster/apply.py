@@ -224,7 +224,7 @@ class _Run:
                 return "not running"
             self.backend.sleep(h, a.level)
             if getattr(self.backend, "supports_sleep", True):
-                self.state.update(a.instance, status="asleep")
+                self.state.update(a.instance, status="asleep", tier=self.inst(a.instance).tier)
             else:
                 self.state.update(a.instance, status="stopped", pid=None)
             return f"level {a.level}"
@@ -232,7 +232,7 @@ class _Run:
             if row is None:
                 raise ApplyError(f"{a.instance}: nothing to wake")
             self.backend.wake(handle_of(row))
-            self.state.update(a.instance, status="awake")
+            self.state.update(a.instance, status="awake", tier=self.inst(a.instance).tier)
             return "awake"
         if a.kind == "restart":
             return self._restart(a, row)

@@ -6,8 +6,21 @@
 drift reports and the cost of hopping to each point) with `observe(...)`, passing the
 simulator as a `Scorer`.
 
+Regimes. While the traffic matches the plan (no drift), the plan's choice stands: the
+policy only leaves the current point when drift fires or the point misses the SLO. Once
+drift has fired, the plan's assumptions are broken and for `track_after_drift_s` the
+policy *tracks* the traffic: every window counts as moved, quiet ones included (a quiet
+window is judged on warm memory, as nothing waits in it), and a hop's cost is charged in
+proportion to the traffic there is to feel it (a restart at 3 am delays nobody). Tracking
+also looks ahead: each point is judged on the last window and on a forecast of the next
+`forecast_windows` windows (the same hours of the day before, when the log has them) and
+scores the worse of the two, so the point for the morning is in force before the morning
+comes and a quiet evening hour does not send the busy hour after it to a lean point; the
+forecast is the second witness, so such a hop needs no further confirming window.
+
 Rule, in order:
-1. fewer than `min_requests` requests in the window: hold (nothing to judge on);
+1. fewer than `min_requests` requests in the window and not tracking: hold (nothing to
+   judge on);
 2. a point "meets the SLO" on the window when its attainment is at least the target less
    `attainment_z` binomial standard errors (a window of 100 requests cannot tell 0.95 from
    0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
@@ -22,10 +35,13 @@ Rule, in order:
      hops happened in the last 24 h;
    - the same point clears the bar below in `confirm_windows` consecutive windows (one busy
      hour is not a trend);
-   - the gain J(current) - J(best) exceeds `margin` x J(current) + `min_gain_s` +
-     `hop_cost_weight` x hop cost, where the hop cost is the transition seconds the
-     reconcile diff between the two points implies (cold starts of the instances it starts
-     or restarts, sleeps of the new lazy ones, a fixed cost per stop) from the perf model.
+   - the gain J(current) - J(best) exceeds `margin` x J(current) + (`min_gain_s` +
+     `hop_cost_weight` x hop cost) x min(1, requests / `min_requests`) (the absolute floor
+     guards against latency noise and the hop cost is paid in delayed requests: both
+     scale with the traffic; a quiet window has neither), where the hop cost
+     is the transition seconds the reconcile diff between the two points implies (cold
+     starts of the instances it starts or restarts, wakes, sleeps of the new lazy ones, a
+     fixed cost per stop) from the perf model.
      A current point that misses the SLO is left for any meeting point (no margin).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
 metrics and objective, the gain and the threshold it had to pass.
@@ -79,7 +95,7 @@ class AdjustConfig(BaseModel):
         default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions"
     )
     cold_start_weight: float = Field(
-        default=1.0, ge=0, le=100, description="weight of the cold starts a hop implies"
+        default=1.0, ge=0, le=100, description="weight of the cold starts and wakes a hop implies"
     )
     sleep_weight: float = Field(
         default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies"
@@ -95,6 +111,18 @@ class AdjustConfig(BaseModel):
         ge=0,
         le=10,
         description="binomial standard errors of slack on the attainment target",
+    )
+    track_after_drift_s: float = Field(
+        default=DAY_S,
+        ge=0,
+        le=30 * DAY_S,
+        description="after drift fires, follow the windowed objective this long, s (0: never)",
+    )
+    forecast_windows: int = Field(
+        default=3,
+        ge=0,
+        le=24,
+        description="windows ahead a tracking decision looks (the same hours a day earlier); 0: none",
     )
     require_drift: bool = Field(
         default=True, description="hop only when drift fired or the current point misses the SLO"
@@ -138,6 +166,9 @@ class AdjustState(BaseModel):
     failing_windows: int = Field(
         default=0, ge=0, description="consecutive windows in which no point met the SLO"
     )
+    drift_at_s: float | None = Field(
+        default=None, description="when drift last fired (None: never)"
+    )
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
 
@@ -148,9 +179,11 @@ class HopCost:
     starts: int = 0  # starts and restarts (each a cold start)
     sleeps: int = 0
     stops: int = 0
-    cold_start_s: float = 0.0  # sum of the cold starts, s
+    cold_start_s: float = 0.0  # sum of the cold starts and wakes, s
     sleep_s: float = 0.0  # sum of the sleeps, s
-    # instance id -> cold start s of every instance (re)started; the replay delays its model
+    wakes: int = 0  # asleep instances woken (moved to the gpu tier)
+    # instance id -> s until it serves, for every instance (re)started or woken; the replay
+    # delays a model all of whose instances are in here
     restarted: dict[str, float] = field(default_factory=dict)
 
     def seconds(self, cfg: AdjustConfig) -> float:
@@ -165,6 +198,7 @@ class HopCost:
         return {
             "starts": self.starts, "sleeps": self.sleeps, "stops": self.stops,
             "cold_start_s": round(self.cold_start_s, 3), "sleep_s": round(self.sleep_s, 3),
+            "wakes": self.wakes,
         }  # fmt: skip
 
 
@@ -179,6 +213,10 @@ class Observation:
     target_attainment: float  # the SLO's attainment target
     drift_plan: Any = None  # DriftReport vs the plan's workload_summary (None: no reference)
     drift_chosen: Any = None  # DriftReport vs the window the current point was chosen on
+    # point name -> metrics on the forecast (the next windows as they went a day earlier);
+    # empty: no forecast
+    forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
+    forecast_requests: float = 0.0  # forecast requests per window
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
 
@@ -242,8 +280,12 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     cur = state.point
     since = state.since_s if state.since_s is not None else now
     recent = [t for t in state.hop_times_s if now - t < DAY_S]
+    fired = _fired(obs.drift_plan) or _fired(obs.drift_chosen)
+    drift_at = now if fired else state.drift_at_s
+    tracking = drift_at is not None and now - drift_at < cfg.track_after_drift_s
     base = state.model_copy(
         update={
+            "drift_at_s": drift_at,
             "since_s": since,
             "hop_times_s": recent,
             "decisions": state.decisions + 1,
@@ -265,6 +307,17 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         }
         for name, m in sorted(obs.metrics.items())
     }
+    ahead = tracking and bool(obs.forecast) and set(obs.metrics) <= set(obs.forecast)
+    if ahead:
+        for name, m in obs.forecast.items():
+            if name in table:
+                table[name]["forecast_objective_s"] = round(objective_s(m, cfg), 4)
+                table[name]["forecast_meets_slo"] = meets_slo(m, obs.target_attainment, cfg)
+
+    def score(p: str) -> float:  # the objective a point is chosen by
+        r = table[p]
+        return max(r["objective_s"], r["forecast_objective_s"]) if ahead else r["objective_s"]
+
     reasons: dict[str, Any] = {
         "window_end_s": now,
         "requests": n,
@@ -273,12 +326,14 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         "points": table,
         "current": cur,
         "in_force_s": round(now - since, 1),
+        "tracking": tracking,
+        "forecast_requests_per_window": round(obs.forecast_requests, 1) if ahead else None,
     }
 
     def hold(why: str) -> tuple[AdjustState, list[Action]]:
         return base, [Action("hold", cur, why, {**reasons, "action": "hold"}, from_point=cur)]
 
-    if n < cfg.min_requests:  # a quiet hour neither confirms nor breaks a trend
+    if n < cfg.min_requests and not tracking:  # a quiet hour neither confirms nor breaks a trend
         base = base.model_copy(
             update={
                 "candidate": state.candidate,
@@ -316,11 +371,14 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return st, [act]
 
     cur_ok = table[cur]["meets_slo"]
-    j_cur = table[cur]["objective_s"]
-    best = min(meeting, key=lambda p: (table[p]["objective_s"], p))
+    if ahead:  # a point must also meet the SLO on the forecast
+        meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
+        cur_ok = cur_ok and table[cur]["forecast_meets_slo"]
+    j_cur = score(cur)
+    best = min(meeting, key=lambda p: (score(p), p))
     if best == cur:
         return hold(f"{cur} is the best point on the window (objective {j_cur:.2f} s)")
-    moved = _fired(obs.drift_plan) or _fired(obs.drift_chosen) or not cur_ok
+    moved = fired or tracking or not cur_ok
     if cfg.require_drift and not moved:
         return hold(f"no drift and {cur} meets the SLO: stay (best would be {best})")
     if now - since < cfg.min_dwell_s:
@@ -329,15 +387,17 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
     cost = obs.hop_costs.get(best, HopCost())
     cost_s = cost.seconds(cfg)
-    gain = j_cur - table[best]["objective_s"]
-    need = cfg.margin * j_cur + cfg.min_gain_s + cfg.hop_cost_weight * cost_s
+    gain = j_cur - score(best)
+    # the hop happens at the start of the next window: its traffic is what feels it
+    felt = min(1.0, (obs.forecast_requests if ahead else n) / cfg.min_requests)
+    need = cfg.margin * j_cur + (cfg.min_gain_s + cfg.hop_cost_weight * cost_s) * felt
     reasons["gain_s"] = round(gain, 4)
     reasons["needed_gain_s"] = round(need, 4)
     reasons["hop_cost_s"] = round(cost_s, 3)
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
     wins = state.candidate_wins + 1 if state.candidate == best else 1
-    if wins < cfg.confirm_windows:
+    if wins < (1 if ahead else cfg.confirm_windows):
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
         return hold(
             f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows"
@@ -393,21 +453,26 @@ def hop_cost(
         for i in src.instances
         if i.tier == "gpu" or sleep_supported
     }
-    starts = sleeps = stops = 0
+    starts = sleeps = stops = wakes = 0
     cold = slp = 0.0
     restarted: dict[str, float] = {}
     for a in diff(dst, actual, sleep_supported=sleep_supported):
-        if a.kind in ("start", "restart"):
-            starts += 1
-            c = float(perfs[a.instance].cold_start_s) if a.instance in perfs else 0.0
+        p = perfs.get(a.instance)
+        if a.kind in ("start", "restart", "wake"):
+            if a.kind == "wake":
+                wakes += 1
+                c = float(p.wake_host_s if actual[a.instance].tier == "host" else p.wake_disk_s)
+            else:
+                starts += 1
+                c = float(p.cold_start_s) if p is not None else 0.0
             cold += c
             restarted[a.instance] = c
         elif a.kind == "sleep":
             sleeps += 1
-            slp += float(perfs[a.instance].sleep_s) if a.instance in perfs else 0.0
+            slp += float(p.sleep_s) if p is not None else 0.0
         elif a.kind == "stop":
             stops += 1
-    return HopCost(starts, sleeps, stops, cold, slp, restarted)
+    return HopCost(starts, sleeps, stops, cold, slp, wakes, restarted)
 
 
 def observe(
@@ -422,16 +487,23 @@ def observe(
     metrics: dict[str, dict[str, Any]] | None = None,
     sleep_supported: bool = True,
     suggest_command: str = "",
+    forecast: pd.DataFrame | None = None,
+    forecast_metrics: dict[str, dict[str, Any]] | None = None,
 ) -> Observation:
     """Everything `decide` needs about one window (simulates each point unless `metrics`).
 
     `perfs`: point name -> (instance id -> InstancePerf). Drift runs only on windows with
-    enough requests (it calls them `too_few_requests` otherwise anyway).
+    enough requests (it calls them `too_few_requests` otherwise anyway). `forecast`: the
+    next `forecast_windows` windows as they went a day earlier (None: no history), scored
+    unless `forecast_metrics`.
     """
     from planner.optimizer.workload.drift import drift
 
     if metrics is None:
         metrics = {p.name: scorer(p, window) for p in plan.points}
+    cfg = state.config
+    if forecast is not None and forecast_metrics is None and cfg.forecast_windows:
+        forecast_metrics = {p.name: scorer(p, forecast) for p in plan.points}
     cur = plan.point(state.point)
     costs = {
         p.name: hop_cost(cur, p, perfs[p.name], sleep_supported=sleep_supported)
@@ -452,6 +524,12 @@ def observe(
         drift_plan=d_plan,
         drift_chosen=d_chosen,
         suggest_command=suggest_command,
+        forecast=forecast_metrics or {},
+        forecast_requests=(
+            len(forecast) / cfg.forecast_windows
+            if forecast is not None and cfg.forecast_windows
+            else 0.0
+        ),
     )
 
 

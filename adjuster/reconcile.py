@@ -10,8 +10,12 @@ Order, make-before-break:
 4. the remaining stops, once their replacements run.
 
 `actual` comes from the state store plus live health checks; `spec_sha` is the hash of the
-plan's Instance the process was started from (`spec_sha(inst)`), so any change of flags,
-GPUs or port restarts it.
+plan's Instance the process was started from (`spec_sha(inst)`, tier left out), so any
+change of flags, GPUs or port restarts it. A change of tier alone is a sleep or a wake
+(every CUDA instance runs with sleep mode): an awake instance that becomes host/disk tier
+is put to sleep before the starts (its memory goes to them), an asleep one that becomes
+gpu tier is woken. Without sleep mode an awake instance that becomes lazy keeps running
+(the gateway stops it when a co-tenant needs its GPU).
 """
 
 from __future__ import annotations
@@ -52,8 +56,11 @@ class Observed:
 
 
 def spec_sha(inst: Instance) -> str:
-    """Content hash of an Instance (what a running process was started from)."""
-    blob = json.dumps(inst.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """Content hash of an Instance (what a running process was started from), without its
+    tier: the same process serves every tier."""
+    blob = json.dumps(
+        inst.model_dump(mode="json", exclude={"tier"}), sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -94,9 +101,20 @@ def diff(
 
     pending: dict[tuple[str, int], float] = {}  # GiB of starts planned so far, per GPU
     must_go_first: set[str] = set()
+    tier_sleeps: list[Action] = []  # awake instances the point moves to a lazy tier
+    wakes: list[Action] = []  # asleep instances the point moves to the gpu tier
     for inst in desired.instances:
         obs = actual.get(inst.id)
         lazy = inst.tier in ("host", "disk")
+        same = obs is not None and (not obs.spec_sha or obs.spec_sha == spec_sha(inst))
+        if same and obs.status == "asleep" and not lazy:
+            wakes.append(Action("wake", inst.id, inst.node, "now gpu tier: always awake"))
+            continue
+        if same and obs.status == "awake" and lazy and obs.tier == "gpu" and sleep_supported:
+            tier_sleeps.append(
+                Action("sleep", inst.id, inst.node, f"now {inst.tier} tier", sleep_level(inst.tier))
+            )
+            continue
         if obs is None or obs.status == "stopped":
             if lazy and not sleep_supported:
                 continue  # asleep == stopped without sleep mode
@@ -133,8 +151,8 @@ def diff(
         else:
             late_stops.append(Action("stop", k, o.node, reason))
 
-    out = first_stops + starts
-    put_to_sleep: set[str] = set()
+    out = first_stops + tier_sleeps + wakes + starts
+    put_to_sleep: set[str] = {a.instance for a in tier_sleeps}
     for key in sorted(tiered):
         node, gpus = key
         # an awake co-tenant (woken by the gateway) sleeps before a new one starts beside it

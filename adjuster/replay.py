@@ -8,8 +8,9 @@ clock hours, as live), and for each window:
 2. the point in force takes that window's simulated requests as its own (adjusted series);
    every point's requests also go to its static series (that point held all along);
 3. `decide` sees the window (drift vs the plan's summary and vs the window the point was
-   chosen on, every point's metrics, the cost of each hop) and may hop: the new point is in
-   force from the next window on.
+   chosen on, every point's metrics, the cost of each hop, and every point's metrics on
+   the forecast: the next `forecast_windows` windows of the trace one day earlier) and may
+   hop: the new point is in force from the next window on.
 
 Model of the carry-over at window edges (documented approximations, the same for the
 adjusted and the static series so that they compare like with like): each window is
@@ -45,7 +46,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from planner.adjuster.policy import AdjustConfig, AdjustState, HopCost, decide, observe
+from planner.adjuster.policy import DAY_S, AdjustConfig, AdjustState, HopCost, decide, observe
 from planner.optimizer.sim.metrics import met_slo, percentiles
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas.plan import Plan, Point
@@ -185,14 +186,30 @@ def replay(
         cur = plan.point(state.point)
         if pending is not None:
             t, q, m = _hop_delays(sims[cur.name], cur, pending, start_s, win, slo)
-            adjusted.add(sims[cur.name], w, ttft=t, wait=q, met=m, extra_wakes=pending.starts)
+            adjusted.add(
+                sims[cur.name], w, ttft=t, wait=q, met=m, extra_wakes=pending.starts + pending.wakes
+            )
         else:
             adjusted.add(sims[cur.name], w)
         pending = None
         metrics = {n: sim.to_metrics() for n, sim in sims.items()}
+        fc = fc_metrics = None
+        if cfg.forecast_windows and end_s - DAY_S >= first:  # a day of history to look ahead with
+            lo, hi = np.searchsorted(
+                ts, [end_s - DAY_S, end_s - DAY_S + cfg.forecast_windows * w], side="left"
+            )
+            fc = trace.iloc[lo:hi]
+            fc_metrics = {
+                p.name: simulate(
+                    p, perfs[p.name], fc, slo, model_names=model_names,
+                    sleep_after_idle_s=cfg.sleep_after_idle_s,
+                ).to_metrics()
+                for p in plan.points
+            }  # fmt: skip
         obs = observe(
             plan, state, win, end_s, scorer=_unused, perfs=perfs,
             target_attainment=slo.attainment, metrics=metrics, sleep_supported=sleep_supported,
+            forecast=fc, forecast_metrics=fc_metrics,
         )  # fmt: skip
         state, acts = decide(state, obs)
         for act in acts:

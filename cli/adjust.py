@@ -347,6 +347,8 @@ def _live_once(
                     )
                 st = st.model_copy(update={"config": cfg})
                 win = read_window(sdir, now, cfg.window_s)
+                ahead_s = cfg.forecast_windows * cfg.window_s  # the next windows, a day earlier
+                fc = read_window(sdir, now - 86400.0 + ahead_s, ahead_s) if ahead_s else None
 
                 def scorer(point, df):
                     return simulate(
@@ -376,6 +378,7 @@ def _live_once(
                     sl.attainment,
                     sleep_supported=sleep_ok,
                     suggest_command=cmd,
+                    forecast=fc if fc is not None and len(fc) else None,
                 )
                 new_st, actions = decide(st, obs)
                 act = actions[0]

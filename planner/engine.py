@@ -85,9 +85,10 @@ def build_argv(
             argv += ["--cpu-offload-gb", _num(inst.expert_cpu_offload_gib / inst.tp)]
         if inst.kv_cpu_offload_gib > 0:
             argv += ["--kv-offloading-size", _num(inst.kv_cpu_offload_gib)]
-        if inst.tier in ("host", "disk"):
-            argv += ["--enable-sleep-mode"]
-            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
+        # Every tier: a hop between plan points that only moves an instance between tiers
+        # becomes a sleep or a wake instead of a restart (reconcile.spec_sha omits the tier).
+        argv += ["--enable-sleep-mode"]
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
         if inst.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
     else:

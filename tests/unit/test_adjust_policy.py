@@ -5,7 +5,14 @@ from __future__ import annotations
 import adjust_helpers as h
 import pytest
 
-from planner.adjuster.policy import AdjustConfig, AdjustState, decide, hop_cost, observe
+from planner.adjuster.policy import (
+    AdjustConfig,
+    AdjustState,
+    Observation,
+    decide,
+    hop_cost,
+    observe,
+)
 from planner.optimizer.workload.synth import synth
 
 DAY = 86400.0
@@ -165,3 +172,52 @@ def test_config_is_validated():
         AdjustConfig(margin=-0.1)
     with pytest.raises(ValueError):
         AdjustConfig(unknown=1)
+
+
+def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> dict:
+    return {
+        "slo_attainment": attainment, "switch_p95_s": switch_s, "ttft_p95_s": 1.0,
+        "warm_gpu_gib": gib, "requests": n,
+    }  # fmt: skip
+
+
+def _quiet_obs(now: float, forecast: dict, forecast_requests: float) -> Observation:
+    from planner.trace import empty_trace
+
+    return Observation(
+        end_s=now,
+        window=empty_trace(),
+        metrics={"lean": _m(0.0, 78.0, n=0), "fast": _m(0.0, 148.0, n=0)},
+        hop_costs={},
+        target_attainment=0.95,
+        forecast=forecast,
+        forecast_requests=forecast_requests,
+    )
+
+
+def test_tracking_looks_ahead_from_a_quiet_window():
+    """After drift, a quiet 07:00 window with a busy forecast moves to the fast point before
+    the morning; without drift the same window is not judged at all."""
+    now = 2 * DAY + 7 * 3600.0
+    ahead = {"lean": _m(9.0, 78.0), "fast": _m(0.0, 148.0)}
+    st = AdjustState(point="lean", since_s=0.0, drift_at_s=now - 12 * 3600.0)
+    new, acts = decide(st, _quiet_obs(now, ahead, 40.0))
+    assert acts[0].kind == "hop" and new.point == "fast"  # the forecast is the second witness
+    assert (
+        acts[0].reasons["tracking"]
+        and acts[0].reasons["points"]["lean"]["forecast_objective_s"] > 9
+    )
+    calm = AdjustState(point="lean", since_s=0.0)  # no drift ever: the plan's choice stands
+    _, acts = decide(calm, _quiet_obs(now, ahead, 40.0))
+    assert acts[0].kind == "hold" and "requests in the window" in acts[0].reason
+    old = st.model_copy(update={"drift_at_s": now - 2 * DAY})  # drift long gone
+    assert decide(old, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"
+
+
+def test_tracking_moves_to_less_memory_when_nobody_is_there():
+    now = 2 * DAY + 22 * 3600.0
+    quiet = {"lean": _m(0.0, 78.0, n=0), "fast": _m(0.0, 148.0, n=0)}
+    st = AdjustState(point="fast", since_s=0.0, drift_at_s=now - 6 * 3600.0)
+    new, acts = decide(st, _quiet_obs(now, quiet, 0.0))
+    assert acts[0].kind == "hop" and new.point == "lean"
+    assert acts[0].reasons["needed_gain_s"] == pytest.approx(0.15 * 1.48)  # no traffic: no hop cost

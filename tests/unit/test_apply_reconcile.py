@@ -149,3 +149,19 @@ def test_awake_cotenant_sleeps_before_a_new_one_starts() -> None:
     h2 = inst("h2-0", gpus=(1,), tier="host", port=8102)
     acts = diff(point(h1, h2), {"h1-0": running(h1)})  # h1 awake (the gateway woke it)
     assert kinds(acts) == [("sleep", "h1-0"), ("start", "h2-0"), ("sleep", "h2-0")]
+
+
+def test_a_tier_change_is_a_sleep_or_a_wake_not_a_restart() -> None:
+    g = inst("a-0", gpus=(0,), port=8100)
+    h = inst("b-0", gpus=(0,), tier="host", port=8101)
+    a_host = g.model_copy(update={"tier": "host"})
+    b_gpu = h.model_copy(update={"tier": "gpu"})
+    assert spec_sha(g) == spec_sha(a_host)  # the same process serves both tiers
+    actual = {"a-0": running(g), "b-0": running(h, "asleep")}
+    acts = diff(point(a_host, b_gpu), actual)
+    # a sleeps first: its memory goes to b's wake on the same GPU
+    assert kinds(acts) == [("sleep", "a-0"), ("wake", "b-0")]
+    assert acts[0].level == 1
+    # without sleep mode (CPU) the awake one keeps running and the stopped one starts
+    cpu = {"a-0": running(g)}
+    assert kinds(diff(point(a_host, b_gpu), cpu, sleep_supported=False)) == [("start", "b-0")]
