@@ -7,6 +7,7 @@ gateway serialises wakes per model, and state rows are written in their own tran
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -37,6 +38,7 @@ class Controller:
             self.point: Point = plan.point(point)
         except KeyError:
             raise InputError(f"no point {point!r} in the plan", path="--point") from None
+        self.plan = plan
         self.backend = backend
         self.state = state
         self.resolve = model_path_resolver
@@ -48,6 +50,16 @@ class Controller:
     def supports_sleep(self) -> bool:
         """Whether sleeping keeps the process (CUDA)."""
         return bool(getattr(self.backend, "supports_sleep", True))
+
+    def follow(self) -> Point:
+        """The point in force: the one `planner apply` (or `adjust`) last applied from this
+        plan, if that is another point of it (the point given at start otherwise)."""
+        meta = self.state.meta()
+        name = meta.get("point", "")
+        if name and name != self.point.name and meta.get("plan_sha") == self.plan_sha:
+            with contextlib.suppress(KeyError):
+                self.point = self.plan.point(name)
+        return self.point
 
     def instance(self, instance_id: str) -> Instance:
         """The plan's Instance (KeyError if not in the point)."""

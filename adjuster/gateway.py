@@ -33,7 +33,10 @@ after a capped exponential backoff (`backoff_base_s` * 2^(failures-1), at most
 connection fails before any answer probes the instance at once: dead, it is marked failed and
 the request retried once (which restarts it). Every `adopt_every` rounds the controller's
 status is read again, so instances started elsewhere (`planner apply`) are routed to. The
-point is fixed for the gateway's life: after `apply` of another point, restart the gateway.
+point follows `apply`: every `adopt_every` health rounds the gateway asks the controller
+for the point in force (`follow`, when it has one) and, after a hop of `planner adjust` to
+another point of the same plan, routes by the new point's instances and tiers; requests in
+flight finish where they are. A new plan needs a gateway restart.
 """
 
 from __future__ import annotations
@@ -370,11 +373,7 @@ class Gateway:
         self.cfg = config or GatewayConfig()
         self.instances: dict[str, _Inst] = {}
         self.by_model: dict[str, list[_Inst]] = defaultdict(list)
-        for spec in point.instances:
-            inst = _Inst(spec=spec, _status="stopped", handle=None)
-            inst.idle.set()
-            self.instances[spec.id] = inst
-            self.by_model[spec.model].append(inst)
+        self._set_point(point)
         self.waiting: dict[str, int] = defaultdict(int)
         self.metrics = Metrics()
         self.log = RequestLog(Path(state_dir) / REQUEST_LOG)
@@ -423,6 +422,22 @@ class Gateway:
             status, handle = st.get(iid, ("stopped", None))
             inst.status, inst.handle = status, handle
             inst.want_awake = inst.spec.tier == "gpu" or status == "awake"
+
+    def _set_point(self, point: Point) -> None:
+        """Route by `point`: instances kept by id take the new spec (tier), others come or go."""
+        self.point = point
+        old, self.instances = self.instances, {}
+        self.by_model = defaultdict(list)
+        for spec in point.instances:
+            inst = old.get(spec.id)
+            if inst is None:
+                inst = _Inst(spec=spec, _status="stopped", handle=None)
+                inst.idle.set()
+            else:
+                inst.spec = spec
+                inst.want_awake = spec.tier == "gpu" or inst.status == "awake"
+            self.instances[spec.id] = inst
+            self.by_model[spec.model].append(inst)
 
     def app(self) -> web.Application:
         """The aiohttp application with every route."""
@@ -567,7 +582,14 @@ class Gateway:
                     log.warning("health check of %s: %s", inst.spec.id, e)
 
     async def _adopt(self) -> None:
-        """Take over instances that became awake outside the gateway (e.g. `planner apply`)."""
+        """Follow the point in force; take over instances that became awake outside the
+        gateway (e.g. `planner apply`)."""
+        follow = getattr(self.control, "follow", None)
+        if follow is not None:
+            point = await self._call(follow)
+            if point.name != self.point.name:
+                log.info("following point %s (was %s)", point.name, self.point.name)
+                self._set_point(point)
         epochs = {iid: i.epoch for iid, i in self.instances.items()}
         st = await self._call(self.control.status)
         for iid, inst in self.instances.items():

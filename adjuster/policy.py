@@ -8,8 +8,9 @@ simulator as a `Scorer`.
 
 Regimes. While the traffic matches the plan (no drift), the plan's choice stands: the
 policy only leaves the current point when drift fires or the point misses the SLO. Once
-drift has fired, the plan's assumptions are broken and for `track_after_drift_s` the
-policy *tracks* the traffic: every window counts as moved, quiet ones included (a quiet
+drift has fired in `track_min_alarms` windows of the last `track_after_drift_s` (one
+alarm can be chance), the plan's assumptions are broken and the policy *tracks* the
+traffic: every window counts as moved, quiet ones included (a quiet
 window is judged on warm memory, as nothing waits in it), and a hop's cost is charged in
 proportion to the traffic there is to feel it (a restart at 3 am delays nobody). Tracking
 also looks ahead: each point is judged on the last window and on a forecast of the next
@@ -116,7 +117,10 @@ class AdjustConfig(BaseModel):
         default=DAY_S,
         ge=0,
         le=30 * DAY_S,
-        description="after drift fires, follow the windowed objective this long, s (0: never)",
+        description="drift alarms older than this no longer count towards tracking, s",
+    )
+    track_min_alarms: int = Field(
+        default=2, ge=1, le=1000, description="drift alarms within that time that start tracking"
     )
     forecast_windows: int = Field(
         default=3,
@@ -166,8 +170,8 @@ class AdjustState(BaseModel):
     failing_windows: int = Field(
         default=0, ge=0, description="consecutive windows in which no point met the SLO"
     )
-    drift_at_s: float | None = Field(
-        default=None, description="when drift last fired (None: never)"
+    drift_times_s: list[float] = Field(
+        default_factory=list, description="times of the drift alarms that still count"
     )
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
@@ -281,11 +285,12 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     since = state.since_s if state.since_s is not None else now
     recent = [t for t in state.hop_times_s if now - t < DAY_S]
     fired = _fired(obs.drift_plan) or _fired(obs.drift_chosen)
-    drift_at = now if fired else state.drift_at_s
-    tracking = drift_at is not None and now - drift_at < cfg.track_after_drift_s
+    alarms = [t for t in state.drift_times_s if now - t < cfg.track_after_drift_s]
+    alarms += [now] if fired else []
+    tracking = len(alarms) >= cfg.track_min_alarms
     base = state.model_copy(
         update={
-            "drift_at_s": drift_at,
+            "drift_times_s": alarms,
             "since_s": since,
             "hop_times_s": recent,
             "decisions": state.decisions + 1,

@@ -88,6 +88,14 @@ def adjust_cmd(
             "--confirm", min=1, help="Consecutive windows a change must last (default 2)."
         ),
     ] = None,
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy",
+            help="Any other policy setting as KEY=VALUE (repeatable): the fields of "
+            "AdjustConfig, e.g. min_gain_s=0.1 hop_cost_weight=0.02 forecast_windows=2.",
+        ),
+    ] = None,
     start_point: Annotated[
         str | None,
         typer.Option(
@@ -131,10 +139,20 @@ def adjust_cmd(
         kw["margin"] = margin
     if confirm is not None:
         kw["confirm_windows"] = confirm
+    fields = AdjustConfig.model_fields
+    for item in policy or []:
+        key, eq, value = item.partition("=")
+        if not eq or key not in fields:
+            raise InputError(
+                f"--policy {item!r}: expected KEY=VALUE with KEY one of the policy settings",
+                path="--policy",
+                fix="use one of: " + ", ".join(sorted(fields)),
+            )
+        kw[key] = value
     try:
         cfg = AdjustConfig(**kw)
     except ValueError as e:
-        raise InputError(str(e).splitlines()[-1], path="--window") from None
+        raise InputError(str(e).splitlines()[-1], path="--policy / --window") from None
     if print_cron:
         _print_cron(plan_path, state_dir, window)
         return

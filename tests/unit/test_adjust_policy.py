@@ -200,7 +200,8 @@ def test_tracking_looks_ahead_from_a_quiet_window():
     the morning; without drift the same window is not judged at all."""
     now = 2 * DAY + 7 * 3600.0
     ahead = {"lean": _m(9.0, 78.0), "fast": _m(0.0, 148.0)}
-    st = AdjustState(point="lean", since_s=0.0, drift_at_s=now - 12 * 3600.0)
+    alarms = [now - 13 * 3600.0, now - 12 * 3600.0]  # two windows of drift, the day before
+    st = AdjustState(point="lean", since_s=0.0, drift_times_s=alarms)
     new, acts = decide(st, _quiet_obs(now, ahead, 40.0))
     assert acts[0].kind == "hop" and new.point == "fast"  # the forecast is the second witness
     assert (
@@ -210,14 +211,16 @@ def test_tracking_looks_ahead_from_a_quiet_window():
     calm = AdjustState(point="lean", since_s=0.0)  # no drift ever: the plan's choice stands
     _, acts = decide(calm, _quiet_obs(now, ahead, 40.0))
     assert acts[0].kind == "hold" and "requests in the window" in acts[0].reason
-    old = st.model_copy(update={"drift_at_s": now - 2 * DAY})  # drift long gone
-    assert decide(old, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"
+    once = st.model_copy(update={"drift_times_s": alarms[1:]})  # one alarm can be chance
+    assert decide(once, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"
+    old = st.model_copy(update={"drift_times_s": [now - 2 * DAY, now - 2 * DAY + 1]})
+    assert decide(old, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"  # drift long gone
 
 
 def test_tracking_moves_to_less_memory_when_nobody_is_there():
     now = 2 * DAY + 22 * 3600.0
     quiet = {"lean": _m(0.0, 78.0, n=0), "fast": _m(0.0, 148.0, n=0)}
-    st = AdjustState(point="fast", since_s=0.0, drift_at_s=now - 6 * 3600.0)
+    st = AdjustState(point="fast", since_s=0.0, drift_times_s=[now - 7 * 3600.0, now - 6 * 3600.0])
     new, acts = decide(st, _quiet_obs(now, quiet, 0.0))
     assert acts[0].kind == "hop" and new.point == "lean"
     assert acts[0].reasons["needed_gain_s"] == pytest.approx(0.15 * 1.48)  # no traffic: no hop cost
