@@ -10,9 +10,9 @@ Regimes. While the traffic matches the plan (no drift), the plan's choice stands
 policy only leaves the current point when drift fires or the point misses the SLO. Once
 drift has fired in `track_min_alarms` windows of the last `track_after_drift_s` (one
 alarm can be chance), the plan's assumptions are broken and the policy *tracks* the
-traffic: every window counts as moved, quiet ones included (a quiet
-window is judged on warm memory, as nothing waits in it), and a hop's cost is charged in
-proportion to the traffic there is to feel it (a restart at 3 am delays nobody). Tracking
+traffic: every window counts as moved, quiet ones included (a quiet window is judged on
+warm memory, as nothing waits in it), and a hop's cost is charged in proportion to the
+traffic there is to feel it (a restart at 3 am delays nobody). Tracking
 also looks ahead: each point is judged on the last window and on a forecast of the next
 `forecast_windows` windows (the same hours of the day before, when the log has them) and
 scores the worse of the two, so the point for the morning is in force before the morning
