@@ -26,10 +26,12 @@ from typing import Any
 import numpy as np
 
 from planner.errors import InfeasibleError
+from planner.optimizer.candidates import GpuSet
+from planner.optimizer.candidates import gpu_sets as candidate_sets
 from planner.optimizer.perf import InstancePerf, instance_perf, steady_state
 from planner.optimizer.perf.memory import weights_bytes
 from planner.schemas import tp_divides
-from planner.schemas.cluster import Cluster, GpuGroup
+from planner.schemas.cluster import Cluster
 from planner.schemas.models import ModelEntry, Models
 from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point
 from planner.schemas.slo import Slo
@@ -56,32 +58,11 @@ class Baseline:
         return {"policy": self.policy, "gpu_memory_gib": self.gpu_memory_gib or None}
 
 
-@dataclass(frozen=True)
-class GpuSet:
-    """tp GPUs of one group on one node."""
-
-    node: str
-    group: GpuGroup
-    ids: tuple[int, ...]
-
-    @property
-    def memory_gib(self) -> float:
-        return self.group.spec.memory_gib
-
-
 def gpu_sets(cluster: Cluster, tp: int) -> list[GpuSet]:
-    """Aligned runs of `tp` GPUs inside each group, biggest GPUs first (stable)."""
-    out: list[GpuSet] = []
-    for node in cluster.nodes:
-        by_group: dict[int, list[int]] = {}
-        groups: dict[int, GpuGroup] = {}
-        for dev, g in node.gpu_list():
-            by_group.setdefault(id(g), []).append(dev)
-            groups[id(g)] = g
-        for gid, devs in by_group.items():
-            for k in range(0, len(devs) - tp + 1, tp):
-                out.append(GpuSet(node.name, groups[gid], tuple(devs[k : k + tp])))
-    return sorted(out, key=lambda s: -s.memory_gib)
+    """Aligned runs of exactly `tp` GPUs inside each group, biggest GPUs first (stable)."""
+    return sorted(
+        (s for s in candidate_sets(cluster, tp) if len(s.gpus) == tp), key=lambda s: -s.memory_gib
+    )
 
 
 def _tp_ok(entry: ModelEntry, tp: int) -> bool:
@@ -105,7 +86,7 @@ def _perf(
         entry.arch,
         quant,
         s.group.spec,
-        len(s.ids),
+        len(s.gpus),
         gpu_memory_utilization=util,
         max_model_len=entry.max_context,
         max_num_seqs=MAX_NUM_SEQS,
@@ -135,8 +116,8 @@ def _instance(
         model=entry.name,
         variant=variant,
         node=s.node,
-        gpus=list(s.ids),
-        tp=len(s.ids),
+        gpus=list(s.gpus),
+        tp=len(s.gpus),
         tier=tier,
         memory_gib=MemoryGib(
             weights=round(perf.weights_gib_per_gpu, 6),
@@ -179,7 +160,7 @@ def static(cluster: Cluster, models: Models) -> Baseline:
                 if not _tp_ok(entry, tp):
                     continue
                 for s in gpu_sets(cluster, tp):
-                    if any((s.node, d) in used for d in s.ids):
+                    if any((s.node, d) in used for d in s.gpus):
                         continue
                     perf = _perf(entry, v.quantization, s)
                     if not _fits(perf, entry):
@@ -189,7 +170,7 @@ def static(cluster: Cluster, models: Models) -> Baseline:
                     )
                     insts.append(inst)
                     perfs[inst.id] = perf
-                    used.update((s.node, d) for d in s.ids)
+                    used.update((s.node, d) for d in s.gpus)
                     placed = True
                     break
                 if placed:
@@ -225,7 +206,7 @@ def lru(cluster: Cluster, models: Models) -> Baseline:
                     share = sum(
                         w
                         for (node, ids), w in load.items()
-                        if node == s.node and set(ids) & set(s.ids)
+                        if node == s.node and set(ids) & set(s.gpus)
                     )
                     # Awake next to its co-tenants if possible, else the least loaded set;
                     # then the fewest and biggest GPUs.
@@ -239,7 +220,7 @@ def lru(cluster: Cluster, models: Models) -> Baseline:
             notes.append(f"{entry.name}: fits no GPU set; its requests fail")
             continue
         _, v, s, perf = best
-        load[(s.node, s.ids)] = load.get((s.node, s.ids), 0.0) + perf.awake_gib_per_gpu
+        load[(s.node, s.gpus)] = load.get((s.node, s.gpus), 0.0) + perf.awake_gib_per_gpu
         inst = _instance(0, entry, v.name, v.quantization, s, perf, "host", ports.take(s.node))
         insts.append(inst)
         perfs[inst.id] = perf
@@ -383,14 +364,14 @@ def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
                 (
                     s
                     for s in gpu_sets(cluster, tp)
-                    if s.group.spec.name == gname and not any((s.node, d) in used for d in s.ids)
+                    if s.group.spec.name == gname and not any((s.node, d) in used for d in s.gpus)
                 ),
                 None,
             )
             if s is None:
                 notes.append(f"{entry.name}: no aligned {tp}x{gname} set left")
                 continue
-            used.update((s.node, d) for d in s.ids)
+            used.update((s.node, d) for d in s.gpus)
             n = count_by_model.get(entry.name, 0)
             count_by_model[entry.name] = n + 1
             p = _perf(entry, v.quantization, s)

@@ -14,7 +14,7 @@ from planner.optimizer.demand import ModelDemand
 from planner.optimizer.perf import Calib, instance_perf
 from planner.optimizer.perf.types import InstancePerf
 from planner.schemas import tp_divides
-from planner.schemas.cluster import Cluster
+from planner.schemas.cluster import Cluster, GpuGroup
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
 from planner.units import GIB
@@ -31,6 +31,7 @@ class GpuSet:
     gpu_type: str
     memory_gib: float  # each device's memory, GiB
     interconnect: str
+    group: GpuGroup  # the cluster group the devices belong to
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ def gpu_sets(cluster: Cluster, max_tp: int) -> list[GpuSet]:
                             spec.name,
                             spec.memory_gib,
                             group.interconnect,
+                            group,
                         )
                     )
     return out

@@ -39,6 +39,7 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -292,38 +293,30 @@ def _read_mooncake(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
     rows: list[tuple[float, float, float, float]] = []
     seen: set[Any] = set()
     n = 0
-    with open(p, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            n += 1
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                skipped["invalid JSON"] += 1
-                continue
-            if not isinstance(obj, dict) or not all(
-                k in obj for k in ("timestamp", "input_length", "output_length")
-            ):
-                skipped["missing timestamp/input_length/output_length"] += 1
-                continue
-            hashes = obj.get("hash_ids") or []
-            if not isinstance(hashes, list):
-                skipped["hash_ids not a list"] += 1
-                continue
-            try:
-                ts = float(obj["timestamp"]) / 1000.0  # ms -> s
-                inp, out = float(obj["input_length"]), float(obj["output_length"])
-            except (TypeError, ValueError):
-                skipped["timestamp/lengths not numbers"] += 1
-                continue
-            hit = 0
-            for h in hashes:  # longest prefix of blocks all computed before
-                if h not in seen:
-                    break
-                hit += 1
-            seen.update(h for h in hashes if isinstance(h, (int, str)))
-            rows.append((ts, inp, out, min(hit * MOONCAKE_BLOCK_TOKENS, inp)))
+    for obj in _json_lines(p, skipped):
+        n += 1
+        if obj is None:
+            continue
+        if not all(k in obj for k in ("timestamp", "input_length", "output_length")):
+            skipped["missing timestamp/input_length/output_length"] += 1
+            continue
+        hashes = obj.get("hash_ids") or []
+        if not isinstance(hashes, list):
+            skipped["hash_ids not a list"] += 1
+            continue
+        try:
+            ts = float(obj["timestamp"]) / 1000.0  # ms -> s
+            inp, out = float(obj["input_length"]), float(obj["output_length"])
+        except (TypeError, ValueError):
+            skipped["timestamp/lengths not numbers"] += 1
+            continue
+        hit = 0
+        for h in hashes:  # longest prefix of blocks all computed before
+            if h not in seen:
+                break
+            hit += 1
+        seen.update(h for h in hashes if isinstance(h, (int, str)))
+        rows.append((ts, inp, out, min(hit * MOONCAKE_BLOCK_TOKENS, inp)))
     arr = np.array(rows, dtype="float64").reshape(-1, 4)
     m = len(arr)
     df = _clean(
@@ -492,21 +485,30 @@ def _read_own(p: Path, fmt: str, skipped: Counter) -> tuple[pd.DataFrame, int]:
     return df, n
 
 
-def _jsonl_rows(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
-    rows, n = [], 0
+def _json_lines(p: Path, skipped: Counter) -> Iterator[dict | None]:
+    """The JSON object of each non-blank line; None (counted in `skipped`) for one that is not."""
     with open(p, encoding="utf-8") as f:
         for line in f:
             if not line.strip():
                 continue
-            n += 1
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
                 skipped["invalid JSON"] += 1
+                yield None
                 continue
             if not isinstance(obj, dict):
                 skipped["not a JSON object"] += 1
+                yield None
                 continue
+            yield obj
+
+
+def _jsonl_rows(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    rows, n = [], 0
+    for obj in _json_lines(p, skipped):
+        n += 1
+        if obj is not None:
             rows.append(obj)
     return pd.DataFrame(rows), n
 
