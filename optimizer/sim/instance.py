@@ -367,6 +367,15 @@ class Engine:
                     t += dt
                     busy_s += dt
                     kv_used += n * k
+                    if n == 1:
+                        s[CTX] += k
+                        s[KV] += k
+                        s[DEC] -= k
+                        if not s[DEC]:  # done: retire it here (the common case)
+                            self.finish_s[s[RID]] = t
+                            kv_used -= s[KV]
+                            running.clear()
+                        continue
                     done = False
                     for s in running:
                         s[CTX] += k
