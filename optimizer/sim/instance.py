@@ -429,25 +429,28 @@ class Engine:
             if budget <= 0:
                 break
             if s[PF]:
-                c = min(s[PF], budget)
+                c = s[PF] if s[PF] < budget else budget
                 chunks.append((s, c))
+                pairs += c * (s[CTX] + (c + 1) / 2)
             else:
                 c = 1
                 dec.append(s)
+                pairs += s[CTX] + 1.0  # one new token: (c + 1) / 2 = 1
             budget -= c
             new += c
             kv += s[CTX]
-            pairs += c * (s[CTX] + (c + 1) / 2)
-        while budget > 0 and waiting and len(running) < self.max_seqs:
+        n_run, max_seqs, cap = len(running), self.max_seqs, self.cap
+        while budget > 0 and waiting and n_run < max_seqs:
             s = waiting[0]
             need = s[CTX] + s[PF]
-            if running and kv_used + need > self.cap:
+            if n_run and kv_used + need > cap:
                 break
             waiting.popleft()
             s[KV] = need
             kv_used += need
             running.append(s)
-            c = min(s[PF], budget)
+            n_run += 1
+            c = s[PF] if s[PF] < budget else budget
             chunks.append((s, c))
             budget -= c
             new += c

@@ -248,18 +248,20 @@ def _run_alone(
         cached_l = cached.tolist()
         busy_l = [False] * len(idx)
         n = len(idx)
+        n_over = len(overlap)
+        advance, submit = eng.advance_to, eng.submit
         p = 0
-        while p < len(overlap):
+        while p < n_over:
             j = int(overlap[p])
             k = j
             while k < n:
                 tk = ta_l[k]
                 if k > j:
                     if eng.general:
-                        eng.advance_to(tk)
+                        advance(tk)
                     if not eng.general and eng.free_s <= tk:
                         break  # the engine is empty when k arrives: k is alone again
-                eng.submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
+                submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
                 busy_l[k] = True
                 k += 1
             eng.drain()
