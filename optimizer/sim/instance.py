@@ -215,6 +215,7 @@ class Engine:
         "busy_s",
         "cap",
         "coeff_cache",
+        "dense",
         "finish_s",
         "first_s",
         "free_s",
@@ -236,6 +237,7 @@ class Engine:
 
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
         self.step = perf.step
+        self.dense = not perf.step.num_experts and not perf.step.comm_latency_s
         self.kv_read_s_per_token = perf.step.kv_read_s_per_token  # hot-loop copies
         self.attn_s_per_pair = perf.step.attn_s_per_pair
         self.cap = max(int(perf.max_kv_tokens), 1)  # KV tokens, all sequences
@@ -458,7 +460,13 @@ class Engine:
             pairs += c * (s[CTX] + (c + 1) / 2)
         if not new:
             return t, busy_s, kv_used
-        dt = self.step.time_s(new, kv, pairs)
+        st = self.step
+        if self.dense:  # StepModel.time_s without its MoE and TP terms (both zero here)
+            mem = st.dense_weight_read_s + st.kv_read_s_per_token * kv
+            comp = st.compute_s_per_token * new + st.attn_s_per_pair * pairs
+            dt = st.overhead_s + (mem if mem > comp else comp)
+        else:
+            dt = st.time_s(new, kv, pairs)
         t += dt
         busy_s += dt
         finished = False
