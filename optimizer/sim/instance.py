@@ -81,25 +81,8 @@ def steps_until(
     fixed: float, m0: float, m1: float, c0: float, c1: float, dt: float, kmax: int
 ) -> tuple[int, float]:
     """(k, time of k steps): the smallest k <= kmax whose k steps take >= dt (kmax if none),
-    i.e. the steps that start within dt. Piecewise-quadratic inversion, checked exactly."""
-    if m0 >= c0 and m1 >= c1:  # memory-bound at every step (small-batch decode): one quadratic
-        p = fixed + m0
-        t_max = kmax * p + m1 * kmax * (kmax - 1) * 0.5
-        if t_max < dt:
-            return kmax, t_max
-        k = _first_reaching(p, m1, dt)
-        if k >= kmax:
-            return kmax, t_max
-        t_k = k * p + m1 * k * (k - 1) * 0.5
-        while t_k < dt and k < kmax:  # float slack
-            k += 1
-            t_k = k * p + m1 * k * (k - 1) * 0.5
-        while k > 1:  # step k-1 (0-based) may start at or after dt
-            t_prev = t_k - fixed - (m0 + m1 * (k - 1))
-            if t_prev < dt:
-                break
-            k, t_k = k - 1, t_prev
-        return k, t_k
+    i.e. the steps that start within dt. Piecewise-quadratic inversion, checked exactly.
+    (`Engine.advance_to` handles the memory-bound case, one quadratic, itself.)"""
     t_max = steps_time_s(fixed, m0, m1, c0, c1, kmax)
     if t_max < dt:
         return kmax, t_max
@@ -362,7 +345,28 @@ class Engine:
                     fixed, m0, m1, c0, c1 = co
                     m0 += kvr * kv0
                     c0 += app * kv0
-                    if until_s != math.inf:
+                    if m0 >= c0 and m1 >= c1:
+                        # Memory-bound at every step (small-batch decode): step j takes
+                        # p + m1 j, so k steps take one quadratic; inverted here, not in
+                        # steps_until, as this is the common case.
+                        p = fixed + m0
+                        dt = k * p + m1 * k * (k - 1) * 0.5  # all k steps, s
+                        left = until_s - t
+                        if dt >= left:  # stop at the first step that starts at or after until_s
+                            kmax, k = k, _first_reaching(p, m1, left)
+                            if k >= kmax:
+                                k = kmax
+                            else:
+                                dt = k * p + m1 * k * (k - 1) * 0.5
+                                while dt < left and k < kmax:  # float slack
+                                    k += 1
+                                    dt = k * p + m1 * k * (k - 1) * 0.5
+                                while k > 1:  # step k-1 (0-based) may start at or after it
+                                    prev = dt - fixed - (m0 + m1 * (k - 1))
+                                    if prev < left:
+                                        break
+                                    k, dt = k - 1, prev
+                    elif until_s != math.inf:
                         k, dt = steps_until(fixed, m0, m1, c0, c1, until_s - t, k)
                     else:
                         dt = steps_time_s(fixed, m0, m1, c0, c1, k)
