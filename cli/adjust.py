@@ -396,6 +396,7 @@ def _live_once(
                     sl.attainment,
                     sleep_supported=sleep_ok,
                     suggest_command=cmd,
+                    # an empty day-old window may be a log without history: no look-ahead
                     forecast=fc if fc is not None and len(fc) else None,
                 )
                 new_st, actions = decide(st, obs)
