@@ -255,7 +255,7 @@ class Engine:
                 if self.t < t_s:
                     self.advance_to(t_s)
                 if self.general:
-                    self.waiting.append([rid, cached, inp - cached, out - 1, 0, 0])
+                    self.enqueue(rid, inp, cached, out)
                     return
             if self.lone < 0 or self.lone_until <= t_s:
                 start = t_s if t_s > self.free_s else self.free_s
@@ -278,7 +278,10 @@ class Engine:
         self.lone_until = -math.inf
         self.general = True
         self.t = self.free_s = self.lone_start
-        inp, cached, out = self.lone_args
+        self.enqueue(rid, *self.lone_args)
+
+    def enqueue(self, rid: int, inp: int, cached: int, out: int) -> None:
+        """Request `rid` joins the queue of a busy engine (which is at its arrival time)."""
         self.waiting.append([rid, cached, inp - cached, out - 1, 0, 0])
 
     # -- state queries ------------------------------------------------------------------------
@@ -297,8 +300,8 @@ class Engine:
         return self.free_s
 
     # -- the batch ---------------------------------------------------------------------------
-    def advance_to(self, until_s: float) -> None:
-        """Run every step that starts before `until_s`.
+    def advance_to(self, until_s: float) -> bool:
+        """Run every step that starts before `until_s`; whether the engine is still busy.
 
         One loop with the engine's state in locals: this is the simulator's hot path. Each
         turn either takes a *decode run* (the batch only decodes and nothing can join it:
@@ -307,7 +310,7 @@ class Engine:
         admissions, preemptions)."""
         running, waiting = self.running, self.waiting
         if self.t >= until_s and (running or waiting):
-            return  # already there (the caller advanced the engine just before)
+            return True  # already there (the caller advanced the engine just before)
         t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
         cap, max_seqs = self.cap, self.max_seqs
         kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair
@@ -397,6 +400,8 @@ class Engine:
         if not running and not waiting:
             self.general = False
             self.free_s = t
+            return False
+        return True
 
     def _retire(self, t: float, kv_used: int) -> int:
         """Finish the sequences with nothing left at `t`; the KV tokens still held."""

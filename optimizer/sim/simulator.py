@@ -249,7 +249,7 @@ def _run_alone(
         busy_l = [False] * len(idx)
         n = len(idx)
         n_over = len(overlap)
-        advance, submit = eng.advance_to, eng.submit
+        advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
         p = 0
         while p < n_over:
             j = int(overlap[p])
@@ -257,9 +257,12 @@ def _run_alone(
             while k < n:
                 tk = ta_l[k]
                 if k > j:
-                    if eng.general:
-                        advance(tk)
-                    if not eng.general and eng.free_s <= tk:
+                    if eng.general and advance(tk):  # still busy at tk: k joins the batch
+                        enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
+                        busy_l[k] = True
+                        k += 1
+                        continue
+                    if eng.free_s <= tk:
                         break  # the engine is empty when k arrives: k is alone again
                 submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
                 busy_l[k] = True
