@@ -418,20 +418,22 @@ class Engine:
     def _one_step(self, t: float, busy_s: float, kv_used: int) -> tuple[float, float, int]:
         """One engine step from `t`: (t, busy_s, kv_used) after it."""
         running, waiting = self.running, self.waiting
-        # Preempt (recompute) the newest sequences until this step's decode tokens fit.
-        n_dec = len(running)  # an upper bound first: most steps are far from the KV limit
-        if kv_used + n_dec > self.cap:
+        n_run, max_seqs, cap = len(running), self.max_seqs, self.cap
+        # Preempt (recompute) the newest sequences until this step's decode tokens fit
+        # (n_run bounds the decode tokens: most steps are far from the KV limit).
+        if n_run > 1 and kv_used + n_run > cap:
             n_dec = sum(1 for s in running if not s[PF])
-        while len(running) > 1 and kv_used + n_dec > self.cap:
-            v = running.pop()
-            kv_used -= v[KV]
-            if not v[PF]:
-                n_dec -= 1
-            v[PF] = v[CTX] + v[PF]  # recompute everything it had
-            v[CTX] = 0
-            v[KV] = 0
-            waiting.appendleft(v)
-            self.preemptions += 1
+            while n_run > 1 and kv_used + n_dec > cap:
+                v = running.pop()
+                n_run -= 1
+                kv_used -= v[KV]
+                if not v[PF]:
+                    n_dec -= 1
+                v[PF] = v[CTX] + v[PF]  # recompute everything it had
+                v[CTX] = 0
+                v[KV] = 0
+                waiting.appendleft(v)
+                self.preemptions += 1
         budget = self.budget
         new = kv = pairs = 0.0
         dec: list[list] = []  # decoding sequences in this step (one token each)
@@ -450,7 +452,6 @@ class Engine:
             budget -= c
             new += c
             kv += s[CTX]
-        n_run, max_seqs, cap = len(running), self.max_seqs, self.cap
         while budget > 0 and waiting and n_run < max_seqs:
             s = waiting[0]
             need = s[CTX] + s[PF]
