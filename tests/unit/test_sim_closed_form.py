@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from planner.optimizer.perf.types import InstancePerf, StepModel
-from planner.optimizer.sim.instance import decode_time_s, lone_times
+from planner.optimizer.sim.instance import DEC, Engine, decode_time_s, lone_times
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
@@ -101,6 +101,33 @@ def test_decode_time_matches_step_by_step_sum():
     for n, kv0, k in [(1, 100, 50), (8, 20000, 300), (32, 1000, 1000), (3, 0, 1)]:
         ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n) for j in range(k))
         assert decode_time_s(st, n, kv0, k) == pytest.approx(ref, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    "regime", ["memory", "compute", "crossing"]
+)  # the closed-form inversion of each: in the hot loop (memory) and in steps_until
+def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regime):
+    kw = {
+        "memory": dict(dense_weight_read_s=0.01, kv_read_s_per_token=2e-7),
+        "compute": dict(compute_s_per_token=5e-3, attn_s_per_pair=1e-6),
+        "crossing": dict(dense_weight_read_s=0.004, attn_s_per_pair=2e-6),  # attention overtakes
+    }[regime]
+    st = step_model(overhead_s=0.002, **kw)
+    n, inp, out = 4, 500, 800
+    eng = Engine(perf(st), np.full(n, np.nan), np.full(n, np.nan))
+    for rid in range(n):  # four prompts arrive together: one prefill step, then decoding
+        eng.submit(rid, 0.0, inp, 0, out, 0.0, 1e9)  # (lone times that force a batch)
+    eng.advance_to(1e-9)  # the prefill step
+    t0, ctx = eng.t, inp
+    for until in (0.05, 0.3, 1.7):
+        eng.advance_to(until)
+        ref, k = t0, 0  # step by step: steps start while ref < until
+        while ref < until:
+            ref += st.time_s(n, n * (ctx + k), n * (ctx + k + 1))
+            k += 1
+        assert eng.t == pytest.approx(ref, rel=1e-9)
+        t0, ctx = ref, ctx + k
+        assert eng.running[0][DEC] == out - 1 - (ctx - inp)  # decode tokens left: whole steps
 
 
 def test_lone_times_match_chunked_prefill_then_decode():
