@@ -124,6 +124,13 @@ def simulate(
         key = (id(req), m, perfs[s0.id])
         if alone and trace is req and _recall(key, req, s0, idx, out):
             continue
+        if alone:  # which requests find their prefix cached is known up front
+            hit = _session_hits(req.session[idx], cached)
+            pf, tot = lone_times(perfs[s0.id], inp, np.where(hit, cached, 0), outk)
+            _run_alone(s0, idx, req, out, hit, pf, tot)
+            if trace is req:
+                _remember(key, req, s0, idx, out)
+            continue
         for i in cands:
             perf = perfs[slots[i].id]
             pf_m, tot_m = lone_times(perf, inp, np.zeros_like(cached), outk)
@@ -131,14 +138,8 @@ def simulate(
                 pf_h, tot_h = lone_times(perf, inp, cached, outk)
             else:
                 pf_h, tot_h = pf_m, tot_m
-            if alone:
-                _run_alone(slots[i], idx, req, out, pf_m, tot_m, pf_h, tot_h)
-                if trace is req:
-                    _remember(key, req, slots[i], idx, out)
-            else:
-                lone[i] = (pf_m.tolist(), tot_m.tolist(), pf_h.tolist(), tot_h.tolist())
-        if not alone:
-            routed.append(idx)
+            lone[i] = (pf_m.tolist(), tot_m.tolist(), pf_h.tolist(), tot_h.tolist())
+        routed.append(idx)
 
     if routed:
         _run_routed(np.sort(np.concatenate(routed)), req, out, slots, router, local, lone)
@@ -209,29 +210,31 @@ def _h2d_s_per_token(perf: InstancePerf) -> float:
     return perf.wake_host_s / (perf.weights_host_gib * GIB) * perf.kv_bytes_per_token  # s/token
 
 
-def _run_alone(
-    s: Slot,
-    idx: np.ndarray,
-    req: Requests,
-    out: Outcome,
-    pf_m: np.ndarray,
-    tot_m: np.ndarray,
-    pf_h: np.ndarray,
-    tot_h: np.ndarray,
-) -> None:
-    """All requests of a model on its one never-displaced instance, vectorized."""
-    ta = req.arrival_s[idx] + s.engine_delay_s
-    sess = req.session[idx]
-    seen = np.zeros(len(idx), dtype=bool)  # an earlier call of the same session exists
+def _session_hits(sess: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    """Whether each request finds its cached prefix on an instance that never sleeps: it has
+    cached tokens and an earlier call of the same session exists."""
+    seen = np.zeros(len(sess), dtype=bool)
     known = np.flatnonzero(sess >= 0)
     if len(known):
         _, first = np.unique(sess[known], return_index=True)
         seen[known] = True
         seen[known[first]] = False
-    hit = seen & (req.cached_tokens[idx] > 0)
+    return seen & (cached > 0)
+
+
+def _run_alone(
+    s: Slot,
+    idx: np.ndarray,
+    req: Requests,
+    out: Outcome,
+    hit: np.ndarray,
+    pf: np.ndarray,
+    tot: np.ndarray,
+) -> None:
+    """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
+    are their lone times with the prefix cache where `hit`."""
+    ta = req.arrival_s[idx] + s.engine_delay_s
     cached = np.where(hit, req.cached_tokens[idx], 0)
-    pf = np.where(hit, pf_h, pf_m)
-    tot = np.where(hit, tot_h, tot_m)
     out.first_token_s[idx] = ta + pf
     out.finish_s[idx] = ta + tot
     out.instance[idx] = s.index
