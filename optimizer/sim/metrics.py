@@ -43,21 +43,21 @@ def met_slo(
     slo: Slo,
 ) -> np.ndarray:
     """Per request: served and within every target of its model."""
-    ok = np.isfinite(ttft_s)
+    # Per-model targets as arrays indexed by model (inf: no such target).
+    ttft_t, tpot_t, switch_t = (np.full(len(model_names), np.inf) for _ in range(3))
     for m, name in enumerate(model_names):
-        sel = model == m
-        if not sel.any():
-            continue
         tg = slo.for_model(name)
-        good = np.ones(int(sel.sum()), dtype=bool)
-        if tg.ttft_p95_s is not None:  # a first token once the model is awake
-            good &= ttft_s[sel] - switch_wait_s[sel] <= tg.ttft_p95_s
-        if tg.tpot_p95_s is not None:
-            tp = tpot_s[sel]
-            good &= ~(tp > tg.tpot_p95_s)  # NaN (single-token output): no TPOT to miss
-        if tg.switch_p95_s is not None:
-            good &= switch_wait_s[sel] <= tg.switch_p95_s
-        ok[sel] &= good
+        for arr, v in (
+            (ttft_t, tg.ttft_p95_s),
+            (tpot_t, tg.tpot_p95_s),
+            (switch_t, tg.switch_p95_s),
+        ):
+            if v is not None:
+                arr[m] = v
+    ok = np.isfinite(ttft_s)
+    ok &= ttft_s - switch_wait_s <= ttft_t[model]  # a first token once the model is awake
+    ok &= ~(tpot_s > tpot_t[model])  # NaN (single-token output): no TPOT to miss
+    ok &= switch_wait_s <= switch_t[model]
     return ok
 
 
