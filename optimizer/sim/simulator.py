@@ -19,6 +19,7 @@ enters the engine. Prefix eviction under GPU memory pressure is not modelled.
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
 from typing import Any
 
@@ -251,11 +252,12 @@ def _run_alone(
         cached_l = cached.tolist()
         busy_l = [False] * len(idx)
         n = len(idx)
-        n_over = len(overlap)
+        over_l = overlap.tolist()
+        n_over = len(over_l)
         advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
         p = 0
         while p < n_over:
-            j = int(overlap[p])
+            j = over_l[p]
             k = j
             while k < n:
                 tk = ta_l[k]
@@ -271,7 +273,7 @@ def _run_alone(
                 busy_l[k] = True
                 k += 1
             eng.drain()
-            p = int(np.searchsorted(overlap, k))
+            p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
         in_busy = np.array(busy_l, dtype=bool)
     eng.busy_s += float(tot[~in_busy].sum())
     eng.free_s = max(eng.free_s, float((ta + tot)[-1]) if len(idx) else eng.free_s)
