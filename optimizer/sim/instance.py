@@ -73,8 +73,10 @@ def _first_reaching(p: float, a1: float, r: float) -> int:
     a = a1 / 2
     b = p - a
     if a <= 1e-300:
-        return max(1, math.ceil(r / p)) if p > 0 else 1
-    return max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * r)) / (2 * a)))
+        k = math.ceil(r / p) if p > 0 else 1
+    else:
+        k = math.ceil((-b + math.sqrt(b * b + 4 * a * r)) / (2 * a))
+    return k if k > 1 else 1
 
 
 def steps_until(
@@ -241,7 +243,10 @@ class Engine:
         self.kv_used = 0
         self.busy_s = 0.0  # time with a step running, s
         self.preemptions = 0
-        self.coeff_cache: dict[int, tuple[float, float, float, float, float]] = {}
+        # decode_coeffs at zero context by batch size (admission keeps it <= max_seqs)
+        self.coeff_cache: list[tuple[float, float, float, float, float] | None] = [None] * (
+            self.max_seqs + 1
+        )
 
     # -- submission -------------------------------------------------------------------------
     def submit(
@@ -340,9 +345,11 @@ class Engine:
                             k = s[DEC]
                         kv0 += s[CTX]
                     else:
-                        k = min(k, (cap - kv_used) // n)  # steps before the KV cache is full
+                        room = (cap - kv_used) // n  # steps before the KV cache is full
+                        if room < k:
+                            k = room
                 if k > 1:
-                    co = coeff_cache.get(n)
+                    co = coeff_cache[n]
                     if co is None:  # decode coefficients at zero context (kv0 terms below)
                         co = coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
                     fixed, m0, m1, c0, c1 = co
