@@ -20,6 +20,7 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from planner.cli.inputs import silence_solver_banner  # noqa: E402
 from planner.optimizer import baselines  # noqa: E402
 from planner.optimizer.sim import simulator  # noqa: E402
 from planner.optimizer.sim.request import to_requests  # noqa: E402
@@ -37,6 +38,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=9)  # a shared VM: the best of many
     args = ap.parse_args()
+    silence_solver_banner()  # melange's MILP would print HiGHS's banner mid-table
     cluster = load_cluster(LAB / "cluster.yaml")
     models = load_models(LAB / "models.yaml")
     slo = load_slo(LAB / "slo.yaml")
