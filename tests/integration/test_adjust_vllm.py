@@ -13,9 +13,6 @@ meets it: the hop does not hang on how close two latency figures come out.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 import sqlite3
 import time
 from pathlib import Path
@@ -25,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from cli_run import cli
 
 from planner.adjuster.apply import down, model_path_resolver
 from planner.adjuster.backends.local import LocalBackend
@@ -32,7 +30,6 @@ from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
-from planner.cli.main import main
 from planner.io import sha256_file
 from planner.optimizer.workload.characterize import summarize
 from planner.schemas import load_models, load_plan
@@ -48,19 +45,6 @@ version: 1
 default: {ttft_p95_s: 600.0, tpot_p95_s: 10.0, switch_p95_s: 0.001}
 attainment: 0.5
 """
-
-
-def cli(args: list[str]) -> tuple[int, dict | None, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as ei,
-    ):
-        main(args)
-    text = out.getvalue()
-    data = json.loads(text) if text.lstrip().startswith("{") else None
-    return int(ei.value.code or 0), data, err.getvalue() + text
 
 
 def reference_summary() -> dict:

@@ -7,8 +7,6 @@ a handful of server starts.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import signal
@@ -22,28 +20,14 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from cli_run import cli
 
 from planner import engine
 from planner.adjuster.state import StateStore
-from planner.cli.main import main
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
 START_TIMEOUT = "240"  # seconds per server start on a loaded 2-core machine
-
-
-def cli(args: list[str]) -> tuple[int, dict | None, str]:
-    """Run the CLI in-process; (exit code, parsed JSON stdout or None, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as ei,
-    ):
-        main(args)
-    text = out.getvalue()
-    data = json.loads(text) if text.lstrip().startswith("{") else None
-    return int(ei.value.code or 0), data, err.getvalue() + text
 
 
 def completion(port: int) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
@@ -58,47 +59,55 @@ def _inst(model: str, gpu: int, tier: str, port: int) -> dict:
     }
 
 
-def plan(workload_summary: dict | None = None, selected: str = "a-hot") -> Plan:
-    """The 2-point plan (optionally with a drift reference)."""
+def _two_points(selected: str, workload_summary: dict | None, points: dict) -> Plan:
     return Plan.model_validate(
         {
             "selected": selected,
             "workload_summary": workload_summary or {},
             "search": {"seed": 0},
-            "points": [
-                {
-                    "name": "a-hot",
-                    "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "host", 8101)],
-                },
-                {
-                    "name": "b-hot",
-                    "instances": [_inst(B, 0, "gpu", 8101), _inst(A, 1, "host", 8100)],
-                },
-            ],
+            "points": [{"name": name, "instances": insts} for name, insts in points.items()],
         }
+    )
+
+
+def plan(workload_summary: dict | None = None, selected: str = "a-hot") -> Plan:
+    """The 2-point plan (optionally with a drift reference)."""
+    return _two_points(
+        selected,
+        workload_summary,
+        {
+            "a-hot": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "host", 8101)],
+            "b-hot": [_inst(B, 0, "gpu", 8101), _inst(A, 1, "host", 8100)],
+        },
     )
 
 
 def shared_split_plan(workload_summary: dict | None = None) -> Plan:
     """`shared`: both models on the host tier of GPU 0 (they time-share it, one awake at a
     time); `split`: each awake on its own GPU (no switch, twice the warm memory)."""
-    return Plan.model_validate(
+    return _two_points(
+        "shared",
+        workload_summary,
         {
-            "selected": "shared",
-            "workload_summary": workload_summary or {},
-            "search": {"seed": 0},
-            "points": [
-                {
-                    "name": "shared",
-                    "instances": [_inst(A, 0, "host", 8100), _inst(B, 0, "host", 8101)],
-                },
-                {
-                    "name": "split",
-                    "instances": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "gpu", 8101)],
-                },
-            ],
-        }
+            "shared": [_inst(A, 0, "host", 8100), _inst(B, 0, "host", 8101)],
+            "split": [_inst(A, 0, "gpu", 8100), _inst(B, 1, "gpu", 8101)],
+        },
     )
+
+
+def write_inputs(tmp_path: Path, p: Plan) -> str:
+    """cluster.yaml, slo.yaml and plan.yaml (with its `inputs`) in tmp_path; the plan's path."""
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
+    (tmp_path / "slo.yaml").write_text(yaml.safe_dump(SLO))
+    data = p.model_dump(mode="json")
+    data["inputs"] = {
+        "cluster": {"path": "cluster.yaml"},
+        "models": {"path": str(MODELS_FILE)},
+        "slo": {"path": "slo.yaml"},
+    }
+    out = tmp_path / "plan.yaml"
+    out.write_text(yaml.safe_dump(data))
+    return str(out)
 
 
 def adoption_trace(days: int = 2, adoption_day: int = 1, seed: int = 0) -> pd.DataFrame:

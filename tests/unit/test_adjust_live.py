@@ -9,27 +9,12 @@ import time
 
 import adjust_helpers as h
 import pytest
-import yaml
 
 from planner.adjuster.decisions import DecisionLog, read_window
 from planner.adjuster.gateway import LOG_COLUMNS, RequestLog
 from planner.cli.main import main
 
 DAY = 86400.0
-
-
-def _write_inputs(tmp_path, plan) -> str:
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(h.CLUSTER))
-    (tmp_path / "slo.yaml").write_text(yaml.safe_dump(h.SLO))
-    data = plan.model_dump(mode="json")
-    data["inputs"] = {
-        "cluster": {"path": "cluster.yaml"},
-        "models": {"path": str(h.MODELS_FILE)},
-        "slo": {"path": "slo.yaml"},
-    }
-    p = tmp_path / "plan.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return str(p)
 
 
 def _log_window(state_dir, df, start_s: float, now: float) -> int:
@@ -52,7 +37,7 @@ def setup(tmp_path):
     """A shared/split plan made on a planner-only day, and a log of a day-1 hour with coder-32b."""
     tr = h.adoption_trace(days=2, adoption_day=1)
     p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
-    plan_file = _write_inputs(tmp_path, p)
+    plan_file = h.write_inputs(tmp_path, p)
     state = tmp_path / "state"
     state.mkdir()
     n = _log_window(state, tr, DAY + 14 * 3600.0, time.time())  # shared thrashes

@@ -6,7 +6,6 @@ import json
 
 import adjust_helpers as h
 import pytest
-import yaml
 
 from planner.adjuster.policy import AdjustConfig
 from planner.adjuster.replay import replay
@@ -82,20 +81,12 @@ def test_stationary_replay_has_no_hops():
 
 def test_cli_replay_json(tmp_path, capsys, flip):
     tr, p, _ = flip
-    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(h.CLUSTER))
-    (tmp_path / "slo.yaml").write_text(yaml.safe_dump(h.SLO))
-    data = p.model_dump(mode="json")
-    data["inputs"] = {
-        "cluster": {"path": "cluster.yaml"},
-        "models": {"path": str(h.MODELS_FILE)},
-        "slo": {"path": "slo.yaml"},
-    }
-    (tmp_path / "plan.yaml").write_text(yaml.safe_dump(data))
+    plan_file = h.write_inputs(tmp_path, p)
     tr.to_csv(tmp_path / "trace.csv", index=False)
     argv = [
         "adjust",
         "--plan",
-        str(tmp_path / "plan.yaml"),
+        plan_file,
         "--replay",
         str(tmp_path / "trace.csv"),
     ]
