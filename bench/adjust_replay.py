@@ -71,13 +71,18 @@ def main() -> None:
 
     inp.silence_solver_banner()
     cfg = OptimizeConfig(evals=args.evals, seed=args.seed)
-    result = optimize(cl, ms, sl, plan_trace, cfg, inp.scorer(plan_trace, sl))
-    plan = Plan(
-        workload_summary=summarize(plan_trace),
-        search={"seed": args.seed, "evals": args.evals},
-        selected=result.selected,
-        points=result.points,
-    )
+
+    def plan_for(trace) -> Plan:
+        """`planner optimize` on `trace`, as a plan (in-process)."""
+        res = optimize(cl, ms, sl, trace, cfg, inp.scorer(trace, sl))
+        return Plan(
+            workload_summary=summarize(trace),
+            search={"seed": args.seed, "evals": args.evals},
+            selected=res.selected,
+            points=res.points,
+        )
+
+    plan = plan_for(plan_trace)
     t_opt = time.perf_counter() - t0
     print(
         f"plan: {len(plan.points)} points {[p.name for p in plan.points]}, selected {plan.selected} "
@@ -134,13 +139,7 @@ def main() -> None:
     # Scenario 2: the plan the team had on day 2 (optimized on days 0-1, before the
     # adoption), adjusted with --reoptimize auto (optimize on the last 24 h, fewer evals).
     early = week[week["timestamp"] < 2 * 86400.0]
-    r2 = optimize(cl, ms, sl, early, cfg, inp.scorer(early, sl))
-    plan2 = Plan(
-        workload_summary=summarize(early),
-        search={"seed": args.seed, "evals": args.evals},
-        selected=r2.selected,
-        points=r2.points,
-    )
+    plan2 = plan_for(early)
     perfs2 = {p.name: perfs_for_point(p, cl, ms) for p in plan2.points}
     rcfg = OptimizeConfig(evals=acfg.reoptimize_evals, seed=args.seed)
 
