@@ -466,10 +466,11 @@ def hop_cost(
         if a.kind in ("start", "restart", "wake"):
             if a.kind == "wake":
                 wakes += 1
-                c = float(p.wake_host_s if actual[a.instance].tier == "host" else p.wake_disk_s)
+                host = actual[a.instance].tier == "host"
+                c = 0.0 if p is None else float(p.wake_host_s if host else p.wake_disk_s)
             else:
                 starts += 1
-                c = float(p.cold_start_s) if p is not None else 0.0
+                c = 0.0 if p is None else float(p.cold_start_s)
             cold += c
             restarted[a.instance] = c
         elif a.kind == "sleep":

@@ -106,6 +106,7 @@ def diff(
     for inst in desired.instances:
         obs = actual.get(inst.id)
         lazy = inst.tier in ("host", "disk")
+        # the running process was started from this spec (tier aside); unknown hash: assume so
         same = obs is not None and (not obs.spec_sha or obs.spec_sha == spec_sha(inst))
         if same and obs.status == "asleep" and not lazy:
             wakes.append(Action("wake", inst.id, inst.node, "now gpu tier: always awake"))
@@ -120,7 +121,7 @@ def diff(
                 continue  # asleep == stopped without sleep mode
             must_go_first.update(conflicts(inst))
             act = Action("start", inst.id, inst.node, "not running")
-        elif obs.spec_sha and obs.spec_sha != spec_sha(inst):
+        elif not same:
             must_go_first.update(conflicts(inst))
             act = Action("restart", inst.id, inst.node, "spec changed")
         elif obs.status in ("failed", "starting"):
