@@ -614,10 +614,13 @@ class Gateway:
 
     async def _check(self, inst: _Inst) -> None:
         """Probe one instance that should be awake; restart it after its backoff if dead."""
-        if not inst.want_awake or inst.spec.model in self._wakes:
+        if not inst.want_awake or inst.draining or inst.spec.model in self._wakes:
             return
         if inst.status == "awake" and inst.handle is not None:
+            epoch = inst.epoch
             ok = await self._probe(inst)
+            if inst.epoch != epoch or inst.draining or not inst.want_awake:
+                return  # put to sleep or restarted meanwhile: the answer is about the old one
             if ok is None:
                 inst.timeouts += 1
                 if inst.timeouts < 3:
@@ -632,7 +635,7 @@ class Gateway:
         if time.monotonic() < inst.next_restart_at:
             return
         async with self._gpus(inst.spec):
-            if inst.routable():
+            if inst.routable() or not inst.want_awake:  # a wake or a sleep came first
                 return
             try:
                 await self._evict_cotenants(inst)

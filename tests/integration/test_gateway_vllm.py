@@ -204,7 +204,8 @@ def test_wake_sleeps_the_cotenant_first_and_bounds_the_queue(gw):
     st = gw.control.status()
     assert st["a0"][0] == "asleep" and st["b0"][0] == "awake"
     metrics = gw.c.get("/metrics").text
-    assert 'planner_gateway_wakes_total{model="tiny-b"} 1' in metrics
+    counters = [ln for ln in metrics.splitlines() if "_total{" in ln]
+    assert 'planner_gateway_wakes_total{model="tiny-b"} 1' in metrics, (counters, gw.control.calls)
     assert 'planner_gateway_awake_instances{model="tiny-a"} 0' in metrics
     assert 'planner_gateway_requests_total{model="tiny-b",status="503"} 1' in metrics
 

@@ -121,13 +121,16 @@ class FakeEngine:
 
 
 class FakeControl:
-    """InstanceControl over fake engines; `wake_delay_s` stands in for a slow start."""
+    """InstanceControl over fake engines; `wake_delay_s` stands in for a slow start and
+    `sleep_delay_s` for a slow stop (the engine refuses connections while it lasts)."""
 
-    def __init__(self, point: Point, awake: set[str], wake_delay_s: float = 0.0):
+    def __init__(
+        self, point: Point, awake: set[str], wake_delay_s: float = 0.0, sleep_delay_s: float = 0.0
+    ):
         self.specs = {i.id: i for i in point.instances}
         self.engines: dict[str, FakeEngine] = {}
         self.calls: list[tuple[str, str]] = []
-        self.wake_delay_s = wake_delay_s
+        self.wake_delay_s, self.sleep_delay_s = wake_delay_s, sleep_delay_s
         self._lock = threading.Lock()
         for iid in awake:
             self._start(iid)
@@ -159,9 +162,11 @@ class FakeControl:
     def sleep(self, instance_id: str) -> None:
         with self._lock:
             self.calls.append(("sleep", instance_id))
-        eng = self.engines.pop(instance_id, None)
+        eng = self.engines.get(instance_id)
         if eng is not None:
             eng.stop()
+        time.sleep(self.sleep_delay_s)
+        self.engines.pop(instance_id, None)
 
     def kill(self, instance_id: str) -> None:
         """The process dies behind the controller's back."""
@@ -191,9 +196,9 @@ def setup(tmp_path):
     """Start a gateway over fake engines: yields a factory (instances, awake ids, config)."""
     made = []
 
-    def make(instances, awake, *, wake_delay_s=0.0, **cfg):
+    def make(instances, awake, *, wake_delay_s=0.0, sleep_delay_s=0.0, **cfg):
         point = Point(name="p", instances=instances)
-        ctl = FakeControl(point, set(awake), wake_delay_s)
+        ctl = FakeControl(point, set(awake), wake_delay_s, sleep_delay_s)
         conf = GatewayConfig(log_flush_s=0.05, **cfg)
         gw = Gateway(point, ctl, state_dir=tmp_path, config=conf)
         th = GatewayThread(gw, port=free_port()).start()
@@ -290,6 +295,21 @@ def test_wake_drains_and_sleeps_the_cotenant_first(setup, tmp_path):
     assert 'planner_gateway_wakes_total{model="b"} 1' in text
     assert 'planner_gateway_awake_instances{model="a"} 1' in text
     assert 'planner_gateway_requests_total{model="a",status="200"} 2' in text
+
+
+def test_an_instance_put_to_sleep_is_not_restarted_by_the_health_loop(setup):
+    # The health loop probes a0 while the wake of b stops it: the refused probe must not
+    # read as a death, or a0 is restarted after b wakes and puts b back to sleep.
+    th, ctl = setup(
+        [inst("a0", "a", [0]), inst("b0", "b", [0])], {"a0"},
+        sleep_delay_s=0.5, health_interval_s=0.02, backoff_base_s=0.01,
+    )  # fmt: skip
+    assert post(th, model="a", prompt="x").status_code == 200  # a0 is the gateway's now
+    r = post(th, model="b", prompt="x")
+    assert r.status_code == 200 and r.json()["served_by"] == "b0"
+    time.sleep(1.0)  # room for a wrongful restart to happen
+    assert ctl.calls == [("sleep", "a0"), ("wake", "b0")]
+    assert post(th, model="b", prompt="x").json()["served_by"] == "b0"
 
 
 def test_one_wake_per_model_and_a_bounded_queue(setup, tmp_path):
