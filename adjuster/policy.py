@@ -12,12 +12,16 @@ drift has fired in `track_min_alarms` windows of the last `track_after_drift_s` 
 alarm can be chance), the plan's assumptions are broken and the policy *tracks* the
 traffic: every window counts as moved, quiet ones included (a quiet window is judged on
 warm memory, as nothing waits in it), and a hop's cost is charged in proportion to the
-traffic there is to feel it (a restart at 3 am delays nobody). Tracking
+traffic of the window it lands in (a restart at 3 am delays nobody). Tracking
 also looks ahead: each point is judged on the last window and on a forecast of the next
 `forecast_windows` windows (the same hours of the day before, when the log has them) and
 scores the worse of the two, so the point for the morning is in force before the morning
-comes and a quiet evening hour does not send the busy hour after it to a lean point; the
-forecast is the second witness, so such a hop needs no further confirming window.
+comes and a quiet evening hour does not send the busy hour after it to a lean point. The
+forecast is the second witness: such a hop needs no further confirming window, and the
+current point is left for missing the SLO only when it misses on both (a peak hour that
+the next hours will not repeat is not worth restarts in the middle of the day). A hop to
+more warm memory waits while the next two windows are forecast quiet: landing in the
+last quiet window before the traffic is early enough.
 
 Rule, in order:
 1. fewer than `min_requests` requests in the window and not tracking: hold (nothing to
@@ -37,7 +41,8 @@ Rule, in order:
    - the same point clears the bar below in `confirm_windows` consecutive windows (one busy
      hour is not a trend);
    - the gain J(current) - J(best) exceeds `margin` x J(current) + (`min_gain_s` +
-     `hop_cost_weight` x hop cost) x min(1, requests / `min_requests`) (the absolute floor
+     `hop_cost_weight` x hop cost) x min(1, requests / `min_requests`) (requests: of the
+     window, or when tracking the forecast of the window the hop lands in; the absolute floor
      guards against latency noise and the hop cost is paid in delayed requests: both
      scale with the traffic; a quiet window has neither), where the hop cost
      is the transition seconds the reconcile diff between the two points implies (cold
@@ -220,7 +225,8 @@ class Observation:
     # point name -> metrics on the forecast (the next windows as they went a day earlier);
     # empty: no forecast
     forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
-    forecast_requests: float = 0.0  # forecast requests per window
+    # forecast requests in each of the next windows (the first: the one a hop lands in)
+    forecast_window_requests: tuple[int, ...] = ()
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
 
@@ -332,7 +338,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         "current": cur,
         "in_force_s": round(now - since, 1),
         "tracking": tracking,
-        "forecast_requests_per_window": round(obs.forecast_requests, 1) if ahead else None,
+        "forecast_window_requests": list(obs.forecast_window_requests) if ahead else None,
     }
 
     def hold(why: str) -> tuple[AdjustState, list[Action]]:
@@ -376,9 +382,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return st, [act]
 
     cur_ok = table[cur]["meets_slo"]
-    if ahead:  # a point must also meet the SLO on the forecast
+    if ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
         meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
-        cur_ok = cur_ok and table[cur]["forecast_meets_slo"]
+        cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
     j_cur = score(cur)
     best = min(meeting, key=lambda p: (score(p), p))
     if best == cur:
@@ -388,13 +394,22 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return hold(f"no drift and {cur} meets the SLO: stay (best would be {best})")
     if now - since < cfg.min_dwell_s:
         return hold(f"{cur} in force {now - since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
+    fc_n = obs.forecast_window_requests
+    if (
+        ahead
+        and len(fc_n) >= 2
+        and fc_n[0] == fc_n[1] == 0
+        and table[best]["warm_gpu_gib"] > table[cur]["warm_gpu_gib"]
+    ):  # hopping one window before the traffic is early enough; sooner only holds memory
+        return hold(f"{best} keeps more memory warm and the next 2 windows are forecast quiet")
     if len(recent) >= cfg.max_hops_per_day:
         return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
     cost = obs.hop_costs.get(best, HopCost())
     cost_s = cost.seconds(cfg)
     gain = j_cur - score(best)
-    # the hop happens at the start of the next window: its traffic is what feels it
-    felt = min(1.0, (obs.forecast_requests if ahead else n) / cfg.min_requests)
+    # the hop's transitions fall in the next window: only its traffic feels them
+    nxt = obs.forecast_window_requests[0] if ahead and obs.forecast_window_requests else n
+    felt = min(1.0, nxt / cfg.min_requests)
     need = cfg.margin * j_cur + (cfg.min_gain_s + cfg.hop_cost_weight * cost_s) * felt
     reasons["gain_s"] = round(gain, 4)
     reasons["needed_gain_s"] = round(need, 4)
@@ -531,12 +546,18 @@ def observe(
         drift_chosen=d_chosen,
         suggest_command=suggest_command,
         forecast=forecast_metrics or {},
-        forecast_requests=(
-            len(forecast) / cfg.forecast_windows
-            if forecast is not None and cfg.forecast_windows
-            else 0.0
-        ),
+        forecast_window_requests=_per_window(forecast, end_s - DAY_S, cfg)
+        if forecast is not None and cfg.forecast_windows
+        else (),
     )
+
+
+def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[int, ...]:
+    """Requests in each of the `forecast_windows` windows from `start_s`."""
+    import numpy as np
+
+    edges = start_s + cfg.window_s * np.arange(cfg.forecast_windows + 1)
+    return tuple(int(c) for c in np.diff(np.searchsorted(df["timestamp"].to_numpy(float), edges)))
 
 
 __all__ = [

@@ -137,6 +137,7 @@ def replay(
     progress: Progress | None = None,
     reoptimizer: Reoptimizer | None = None,
     lookback_s: float = 86400.0,
+    warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """Walk `trace` through `decide`; `{"adjusted", "static", "hops", "actions", ...}`.
 
@@ -144,8 +145,10 @@ def replay(
     `reoptimizer` (with `config.reoptimize == "auto"`): called on the last `lookback_s` of
     traffic when the policy asks to re-optimize; its points join the plan (named
     `<name>@<hour>h`) and compete from the next window on. `static` holds only the points
-    of the plan as given (the ones that can be held all along). Deterministic: same inputs,
-    same output.
+    of the plan as given (the ones that can be held all along). `warmup_s`: the windows of
+    the first `warmup_s` of the trace are decided on (history for the forecast, drift
+    alarms, hops) but left out of every series, like the log a live adjuster already has.
+    Deterministic: same inputs, same output.
     """
     cfg = config or AdjustConfig()
     perfs = dict(perfs)
@@ -154,7 +157,9 @@ def replay(
     model_names = list(dict.fromkeys([i.model for p in plan.points for i in p.instances]))
     model_names += sorted(set(trace["model"].astype(str)) - set(model_names))
     ts = trace["timestamp"].to_numpy(float)
-    first = float(np.floor(ts.min() / w) * w) if len(ts) else 0.0
+    # from 00:00 of the first day: clock-hour windows, and the forecast has the day's history
+    unit = DAY_S if DAY_S % w == 0 else w
+    first = float(np.floor(ts.min() / unit) * unit) if len(ts) else 0.0
     n_win = int(np.floor((ts.max() - first) / w)) + 1 if len(ts) else 0
     edges = np.searchsorted(ts, first + w * np.arange(n_win + 1), side="left")
     edges[-1] = len(ts)
@@ -181,16 +186,16 @@ def replay(
             )  # fmt: skip
             if len(win) == 0:
                 empty[p.name] = sims[p.name]
-        for n in names:  # the plan's own points
-            static[n].add(sims[n], w)
         cur = plan.point(state.point)
-        if pending is not None:
-            t, q, m = _hop_delays(sims[cur.name], cur, pending, start_s, win, slo)
-            adjusted.add(
-                sims[cur.name], w, ttft=t, wait=q, met=m, extra_wakes=pending.starts + pending.wakes
-            )
-        else:
-            adjusted.add(sims[cur.name], w)
+        if start_s >= first + warmup_s:
+            for n in names:  # the plan's own points
+                static[n].add(sims[n], w)
+            if pending is not None:
+                t, q, m = _hop_delays(sims[cur.name], cur, pending, start_s, win, slo)
+                extra = pending.starts + pending.wakes
+                adjusted.add(sims[cur.name], w, ttft=t, wait=q, met=m, extra_wakes=extra)
+            else:
+                adjusted.add(sims[cur.name], w)
         pending = None
         metrics = {n: sim.to_metrics() for n, sim in sims.items()}
         fc = fc_metrics = None

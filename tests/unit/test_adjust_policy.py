@@ -181,7 +181,7 @@ def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> di
     }  # fmt: skip
 
 
-def _quiet_obs(now: float, forecast: dict, forecast_requests: float) -> Observation:
+def _quiet_obs(now: float, forecast: dict, per_window: tuple) -> Observation:
     from planner.trace import empty_trace
 
     return Observation(
@@ -191,7 +191,7 @@ def _quiet_obs(now: float, forecast: dict, forecast_requests: float) -> Observat
         hop_costs={},
         target_attainment=0.95,
         forecast=forecast,
-        forecast_requests=forecast_requests,
+        forecast_window_requests=per_window,
     )
 
 
@@ -202,25 +202,60 @@ def test_tracking_looks_ahead_from_a_quiet_window():
     ahead = {"lean": _m(9.0, 78.0), "fast": _m(0.0, 148.0)}
     alarms = [now - 13 * 3600.0, now - 12 * 3600.0]  # two windows of drift, the day before
     st = AdjustState(point="lean", since_s=0.0, drift_times_s=alarms)
-    new, acts = decide(st, _quiet_obs(now, ahead, 40.0))
+    new, acts = decide(st, _quiet_obs(now, ahead, (40, 40, 40)))
     assert acts[0].kind == "hop" and new.point == "fast"  # the forecast is the second witness
     assert (
         acts[0].reasons["tracking"]
         and acts[0].reasons["points"]["lean"]["forecast_objective_s"] > 9
     )
     calm = AdjustState(point="lean", since_s=0.0)  # no drift ever: the plan's choice stands
-    _, acts = decide(calm, _quiet_obs(now, ahead, 40.0))
+    _, acts = decide(calm, _quiet_obs(now, ahead, (40, 40, 40)))
     assert acts[0].kind == "hold" and "requests in the window" in acts[0].reason
     once = st.model_copy(update={"drift_times_s": alarms[1:]})  # one alarm can be chance
-    assert decide(once, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"
+    assert decide(once, _quiet_obs(now, ahead, (40, 40, 40)))[1][0].kind == "hold"
     old = st.model_copy(update={"drift_times_s": [now - 2 * DAY, now - 2 * DAY + 1]})
-    assert decide(old, _quiet_obs(now, ahead, 40.0))[1][0].kind == "hold"  # drift long gone
+    assert decide(old, _quiet_obs(now, ahead, (40, 40, 40)))[1][0].kind == "hold"  # drift long gone
 
 
 def test_tracking_moves_to_less_memory_when_nobody_is_there():
     now = 2 * DAY + 22 * 3600.0
     quiet = {"lean": _m(0.0, 78.0, n=0), "fast": _m(0.0, 148.0, n=0)}
     st = AdjustState(point="fast", since_s=0.0, drift_times_s=[now - 7 * 3600.0, now - 6 * 3600.0])
-    new, acts = decide(st, _quiet_obs(now, quiet, 0.0))
+    new, acts = decide(st, _quiet_obs(now, quiet, (0, 0, 0)))
     assert acts[0].kind == "hop" and new.point == "lean"
     assert acts[0].reasons["needed_gain_s"] == pytest.approx(0.15 * 1.48)  # no traffic: no hop cost
+
+
+def test_tracking_hops_in_the_last_quiet_window_before_the_traffic():
+    now = 2 * DAY + 5 * 3600.0
+    ahead = {"lean": _m(9.0, 78.0), "fast": _m(0.0, 148.0)}
+    st = AdjustState(
+        point="lean", since_s=0.0, drift_times_s=[now - 13 * 3600.0, now - 12 * 3600.0]
+    )
+    _, acts = decide(st, _quiet_obs(now, ahead, (0, 0, 40)))
+    assert acts[0].kind == "hold" and "forecast quiet" in acts[0].reason  # sooner holds memory
+    new, acts = decide(st, _quiet_obs(now, ahead, (0, 40, 40)))
+    assert acts[0].kind == "hop" and new.point == "fast"
+    # the hop lands in a quiet window: no traffic feels it, only the margin is asked
+    assert acts[0].reasons["needed_gain_s"] == pytest.approx(0.15 * (9.0 + 0.78))
+
+
+def test_tracking_leaves_a_point_only_when_both_witnesses_see_it_miss():
+    now = 2 * DAY + 11 * 3600.0
+    last = {"fast": _m(0.0, 148.0, attainment=0.8, n=500), "bal": _m(1.2, 116.0, n=500)}
+    st = AdjustState(point="fast", since_s=0.0, drift_times_s=[now - 2 * 3600.0, now - 3600.0])
+
+    def obs(forecast):
+        from planner.trace import empty_trace
+
+        return Observation(
+            end_s=now, window=empty_trace(), metrics=last, hop_costs={},
+            target_attainment=0.95, forecast=forecast, forecast_window_requests=(400, 400, 400),
+        )  # fmt: skip
+
+    good = {"fast": _m(0.0, 148.0, n=1200), "bal": _m(1.2, 116.0, n=1200)}
+    _, acts = decide(st, obs(good))  # a peak hour missed, the next hours are fine: stay
+    assert acts[0].kind == "hold" and "not the" in acts[0].reason
+    bad = {**good, "fast": _m(0.0, 148.0, attainment=0.85, n=1200)}
+    new, acts = decide(st, obs(bad))
+    assert acts[0].kind == "hop" and new.point == "bal" and "misses the SLO" in acts[0].reason
