@@ -42,7 +42,7 @@ def test_replay_keys_and_request_counts(flip):
         assert m["requests"] == len(tr)  # every request in exactly once
         assert 0.0 <= m["slo_attainment"] <= 1.0
         assert m["warm_gpu_gib"] > 0
-    assert 24 <= out["windows"] <= 48  # from the hour of the first request to the last
+    assert 24 <= out["windows"] <= 48  # clock hours from 00:00 of day 0 to the last request
     for hop in out["hops"]:
         assert set(hop) == {"at_s", "from", "to", "reason"}
 
@@ -60,6 +60,18 @@ def test_replay_hops_when_a_model_is_adopted(flip):
     assert out["adjusted"]["warm_gpu_gib"] < out["static"]["split"]["warm_gpu_gib"]
     # the hop's restarts count as switches of the adjusted series
     assert out["adjusted"]["switch_count"] >= 2
+
+
+def test_warmup_is_decided_on_but_not_scored(flip):
+    tr, p, perfs = flip
+    cfg = AdjustConfig(min_dwell_s=3600.0)
+    full = replay(p, tr, h.slo(), perfs, cfg)
+    out = replay(p, tr, h.slo(), perfs, cfg, warmup_s=86400.0)
+    assert out["hops"] == full["hops"]  # the same decisions
+    later = int((tr["timestamp"] >= 86400.0).sum())
+    assert 0 < later < len(tr)
+    for m in [out["adjusted"], *out["static"].values()]:
+        assert m["requests"] == later
 
 
 def test_replay_is_deterministic(flip):
