@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,58 +56,42 @@ def is_built(out_dir: str | Path, params: dict | None = None) -> bool:
     return params is None or found == params
 
 
-def tiny_arch(
-    hidden_size: int = 128,
-    intermediate_size: int = 256,
-    layers: int = 2,
-    heads: int = 4,
-    kv_heads: int = 2,
-    vocab_size: int = 512,
-    max_position_embeddings: int = 2048,
-) -> dict[str, Any]:
-    """The architecture numbers of a tiny model (build_tiny_model's defaults), as models.yaml
-    inline numbers: what the CPU example, `planner init` and the tests declare."""
-    head_dim = hidden_size // heads
-    attn = hidden_size * head_dim * (2 * heads + 2 * kv_heads)  # q, o + k, v projections
-    mlp = 3 * hidden_size * intermediate_size  # gate, up, down
-    params = layers * (attn + mlp) + 2 * vocab_size * hidden_size  # untied embedding + lm_head
+@dataclass(frozen=True)
+class TinySizes:
+    """Shape of the tiny model, for its builder and for its models.yaml numbers alike."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 256
+    layers: int = 2
+    heads: int = 4
+    kv_heads: int = 2
+    vocab_size: int = 512  # BPE target; the model's vocabulary is the tokenizer's real size
+    max_position_embeddings: int = 2048  # bounds `--max-model-len` (vLLM refuses more)
+
+
+def tiny_arch(sizes: TinySizes = TinySizes()) -> dict[str, Any]:
+    """The architecture numbers of a tiny model, as models.yaml inline numbers: what the CPU
+    example, `planner init` and the tests declare."""
+    z = sizes
+    head_dim = z.hidden_size // z.heads
+    attn = z.hidden_size * head_dim * (2 * z.heads + 2 * z.kv_heads)  # q, o + k, v projections
+    mlp = 3 * z.hidden_size * z.intermediate_size  # gate, up, down
+    # untied embedding + lm_head
+    params = z.layers * (attn + mlp) + 2 * z.vocab_size * z.hidden_size
     return {
-        "name": "tiny-llama", "family": "llama", "num_layers": layers, "hidden_size": hidden_size,
-        "num_attention_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
-        "intermediate_size": intermediate_size, "vocab_size": vocab_size,
-        "total_params_b": round(params / 1e9, 6), "active_params_b": round(params / 1e9, 6),
-        "max_position_embeddings": max_position_embeddings,
+        "name": "tiny-llama", "family": "llama", "num_layers": z.layers,
+        "hidden_size": z.hidden_size, "num_attention_heads": z.heads, "num_kv_heads": z.kv_heads,
+        "head_dim": head_dim, "intermediate_size": z.intermediate_size,
+        "vocab_size": z.vocab_size, "total_params_b": round(params / 1e9, 6),
+        "active_params_b": round(params / 1e9, 6),
+        "max_position_embeddings": z.max_position_embeddings,
     }  # fmt: skip
 
 
-def build_tiny_model(
-    out_dir: str | Path,
-    *,
-    seed: int = 0,
-    hidden_size: int = 128,
-    intermediate_size: int = 256,
-    layers: int = 2,
-    heads: int = 4,
-    kv_heads: int = 2,
-    vocab_size: int = 512,
-    max_position_embeddings: int = 2048,
-) -> Path:
-    """Build (or reuse) a tiny Llama checkpoint with tokenizer in `out_dir`; returns its path.
-
-    `vocab_size` is the BPE target; the model's vocabulary is the tokenizer's real size.
-    `max_position_embeddings` bounds `--max-model-len` (vLLM refuses more).
-    """
+def build_tiny_model(out_dir: str | Path, *, seed: int = 0, sizes: TinySizes = TinySizes()) -> Path:
+    """Build (or reuse) a tiny Llama checkpoint with tokenizer in `out_dir`; returns its path."""
     out = Path(out_dir).resolve()
-    params = _params(
-        seed=seed,
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv_heads,
-        vocab_size=vocab_size,
-        max_position_embeddings=max_position_embeddings,
-    )
+    params = _params(seed=seed, **asdict(sizes))
     if is_built(out, params):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
