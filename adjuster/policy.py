@@ -59,6 +59,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -408,7 +409,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     cost_s = cost.seconds(cfg)
     gain = j_cur - score(best)
     # the hop's transitions fall in the next window: only its traffic feels them
-    nxt = obs.forecast_window_requests[0] if ahead and obs.forecast_window_requests else n
+    nxt = fc_n[0] if ahead and fc_n else n
     felt = min(1.0, nxt / cfg.min_requests)
     need = cfg.margin * j_cur + (cfg.min_gain_s + cfg.hop_cost_weight * cost_s) * felt
     reasons["gain_s"] = round(gain, 4)
@@ -554,8 +555,6 @@ def observe(
 
 def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[int, ...]:
     """Requests in each of the `forecast_windows` windows from `start_s`."""
-    import numpy as np
-
     edges = start_s + cfg.window_s * np.arange(cfg.forecast_windows + 1)
     return tuple(int(c) for c in np.diff(np.searchsorted(df["timestamp"].to_numpy(float), edges)))
 
