@@ -180,7 +180,8 @@ def _loc(loc: tuple) -> str:
 def parse_catalog(text: str, model: type[BaseModel], file: str) -> BaseModel:
     """Validate the YAML text of one catalog file; errors name the file, row and field."""
     try:
-        data = yaml.safe_load(text)
+        # the C loader where libyaml is built in: the catalogs load on import
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         return model.model_validate(data)
     except yaml.YAMLError as e:
         raise InputError(f"not valid YAML: {e}", file=file, fix="fix the YAML syntax") from None
