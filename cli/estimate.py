@@ -14,7 +14,7 @@ from planner.cli.common import JsonOpt, console, print_json
 from planner.cli.inputs import calibration
 from planner.errors import InputError
 
-_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
+_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4", "nvfp4")
 _KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 _COLUMNS = (
     "model",

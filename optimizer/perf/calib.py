@@ -18,6 +18,7 @@ class Calib:
     # vLLM's fp8 GEMMs (dynamic activation scaling) reach about a third of the fp8 peak:
     # median 0.31 (L40S), 0.36 (H100), 0.40 (H200) in aiconfigurator's vLLM 0.14 GEMM tables.
     fp8_compute_efficiency: float = 0.35  # achieved / peak dense fp8 FLOP/s
+    fp4_compute_efficiency: float = 0.35  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
@@ -40,13 +41,17 @@ class Calib:
     # ~10 us (they quantize the activations first) against ~2.5 us for bf16
     attn_kernel_latency_s: float = 10e-6  # fixed cost of one attention kernel, s
     fp8_gemm_extra_s: float = 7e-6  # activation quantization before an fp8 GEMM, s
+    # aiconfigurator's fp8_block GEMM tables (H100/H200): smallest 18-20.5 us against 2.5 us
+    fp8_block_gemm_extra_s: float = 16e-6  # per-group (128) quantization before a block-fp8 GEMM, s
     # TP all-reduce, from vidur's NCCL all_reduce.csv (A100/H100, NVLink pairs; 4 GPUs cross
     # PCIe): bus bandwidth 195/300 GB/s on NVLink, 23.7/32 (gen4) and 48.8/64 (gen5) on PCIe;
-    # small-message time 7 us on NVLink, 28-66 us across PCIe.
+    # small-message time 28-66 us across PCIe. On NVLink vLLM runs its custom all-reduce in
+    # CUDA graphs: 4.3-4.8 us for messages up to 16 KiB on 2-8 H100/H200 (aiconfigurator's
+    # vLLM 0.14 custom_allreduce_perf tables, vllm_graph rows).
     link_efficiency: float = 0.75  # achieved / peak PCIe rate in all-reduce
     nvlink_efficiency: float = 0.65  # achieved / peak NVLink rate in all-reduce
     link_latency_s: float = 40e-6  # one all-reduce over PCIe, small message, s
-    nvlink_latency_s: float = 7e-6  # one all-reduce over NVLink, small message, s
+    nvlink_latency_s: float = 4.5e-6  # one all-reduce over NVLink, small message, s
     context_gib: float = 0.5  # CUDA context + non-torch memory a process holds per GPU, GiB
     cuda_graph_gib: float = 0.5  # captured CUDA graphs per GPU, GiB
     nccl_gib: float = (
