@@ -18,7 +18,7 @@ import pandas as pd
 
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch_name
-from planner.optimizer.perf import Calib, default_calib, instance_perf, steady_state
+from planner.optimizer.perf import Calib, closed_loop, default_calib, instance_perf
 from planner.optimizer.perf.latency import gemm_flops, linear_flops_per_token
 from planner.optimizer.perf.memory import kv_bytes_per_token, weight_parts_bytes
 from planner.units import GB
@@ -108,10 +108,8 @@ def predict(configs: pd.DataFrame, theta: dict[str, float], rounds: int) -> pd.D
             resolve_arch_name(m), q, resolve_gpu(g), int(tp), interconnect="nvlink",
             calib=calib_for(g, theta),
         )  # fmt: skip
-        ttft, tpot, _ = steady_state(
-            perf, int(isl), int(osl), int(c), rounds=rounds, warmup_rounds=0
-        )
-        out.append((ttft * 1e3, tpot * 1e3))
+        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=rounds)
+        out.append((r.ttft_s * 1e3, r.tpot_s * 1e3))
     return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
 
 
@@ -145,11 +143,10 @@ def errors(rows: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def loss(j: pd.DataFrame) -> float:
-    """What a fit minimizes: mean clipped |log ratio|, TPOT counting twice (its target is tighter)."""
-    lt = np.minimum(np.abs(np.log(j.ttft_pred / j.ttft_ms)), 1.5)
-    lp = np.minimum(np.abs(np.log(j.tpot_pred / j.tpot_ms)), 1.5)
-    return float(np.nanmean(lt.fillna(1.5)) + 2 * np.nanmean(lp.fillna(1.5)))
+def loss(j: pd.DataFrame, metric: str) -> float:
+    """What a fit minimizes: the mean clipped |log ratio| of `metric` (ttft or tpot)."""
+    r = np.abs(np.log(j[f"{metric}_pred"] / j[f"{metric}_ms"]))
+    return float(np.mean(np.minimum(r.fillna(1.5), 1.5)))
 
 
 def coordinate_fit(
@@ -168,20 +165,29 @@ def coordinate_fit(
     return theta, best
 
 
+# What each metric's fit moves: TPOT is decode steps (weight and KV streaming, the step's
+# fixed cost); TTFT adds the prompt's compute and the request's overhead.
+TPOT_KEYS = ("bandwidth_efficiency", "step_overhead_s")
+
+
 def fit_model(rows: pd.DataFrame, rounds_choices: tuple[int, ...], start: dict, bounds: dict):
-    """(theta, rounds) that fit `rows` best: the constants, and the benchmark's requests per
-    client (how much of the mean is the first round, all clients arriving together). The
-    constants are fitted at the middle choice (two sweeps), then refined once at each other."""
+    """(theta, rounds) that fit `rows` best, in two stages: the decode constants on TPOT, then
+    the rest on TTFT at each choice of the benchmark's requests per client (how much of the
+    mean is its first round, all clients arriving together)."""
     configs = rows.drop_duplicates(CONFIG)
-    f = lambda t, r: loss(errors(rows, predict(configs, t, r)))  # noqa: E731
+
+    def f(theta: dict, rounds: int, metric: str) -> float:
+        return loss(errors(rows, predict(configs, theta, rounds)), metric)
+
     mid = rounds_choices[len(rounds_choices) // 2]
-    th, v = coordinate_fit(lambda t: f(t, mid), start, bounds, sweeps=2)
-    best = (v, th, mid)
+    dec = {k: v for k, v in bounds.items() if k in TPOT_KEYS}
+    pre = {k: v for k, v in bounds.items() if k not in TPOT_KEYS}
+    theta, _ = coordinate_fit(lambda t: f(t, mid, "tpot"), start, dec)
+    best = (np.inf, theta, mid)
     for r in rounds_choices:
-        if r != mid:
-            th_r, v_r = coordinate_fit(lambda t, r=r: f(t, r), th, bounds, sweeps=1, step=0.25)
-            if v_r < best[0]:
-                best = (v_r, th_r, r)
+        th, v = coordinate_fit(lambda t, r=r: f(t, r, "ttft"), theta, pre)
+        if v < best[0]:
+            best = (v, th, r)
     return best[1], best[2]
 
 

@@ -157,6 +157,7 @@ def _instance_perf(
         sleep_s=loads["sleep_s"],
         weights_host_gib=w_res * tp / GIB,
         prefill_overhead_s=cal.prefill_overhead_s,
+        prompt_s_per_token=cal.prompt_s_per_token,
         cpu_offload_gib=offload / GIB,
         max_model_len=mml,
     )

@@ -24,6 +24,7 @@ class Calib:
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
     step_overhead_s: float = 0.002  # scheduler + launches + sampling per engine step, s
     prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s
@@ -88,8 +89,21 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
+    # blackwell: decode and request constants from bench/perfmodel_vs_serving.py's fit to all
+    # 744 expressible serving rows (B200/B300/H200; the fit's own line "all rows"): bandwidth
+    # 0.9, step overhead 65 us, request overhead 54 ms + 1.65 us per prompt token, attention
+    # 0.66. Not its compute efficiency: that fit ran to its bound (1.0); 0.7 stays.
     "blackwell": dict(
-        compute_efficiency=0.7, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0
+        compute_efficiency=0.7,
+        fp8_compute_efficiency=0.7,
+        fp4_compute_efficiency=0.7,
+        bandwidth_efficiency=0.9,
+        attn_efficiency=0.66,
+        step_overhead_s=65e-6,
+        prefill_overhead_s=0.054,
+        prompt_s_per_token=1.65e-6,
+        h2d_gbps=40.0,
+        d2h_gbps=40.0,
     ),
     # CPU build of vLLM: no graphs, no sleep mode, slow start (imports + warm-up, ENVIRONMENT.md).
     "cpu": dict(

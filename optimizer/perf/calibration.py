@@ -118,8 +118,7 @@ def predict(points: list[FitPoint], ce: float, be: float, o: float, po: float) -
     out = []
     for p in points:
         t = sum(
-            o + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s
-            for s in p.steps
+            o + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps
         )
         out.append(t + (po if p.kind == "prefill" else 0.0))
     return np.array(out)
