@@ -115,6 +115,8 @@ def _instance_perf(
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
     cal = calib or default_calib(gpu.arch)
+    if gpu.arch == "cpu" and kv_cache_dtype == "auto":
+        kv_cache_dtype = "float32"  # the CPU build serves in float32 (planner.engine)
     mml = max_model_len or min(arch.max_position_embeddings, 32768)  # tokens
     ref_ctx = min(mml, REF_CONTEXT_TOKENS)  # tokens
     w_gpu = weights_bytes_per_gpu(arch, quantization, tp)  # bytes on each GPU before offload

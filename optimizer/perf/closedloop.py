@@ -95,15 +95,19 @@ def closed_loop(
 
     others = dec * (n - 1) / n  # the other clients' decodes in a step
     plain = step(1 + others, 0.0, 0.0) if out > 1 else 0.0  # a decode step of its own
-    # what the other clients' prompt chunks add to the steps it decodes in, spread over the
-    # period; with the budget saturated every step is full
-    extra = (n - 1) * (chunks(1 + others) - s * plain) / period if n > 1 else 0.0
+    # what the other clients' prompts add to the steps it decodes in: `share` of the steps
+    # carry `y` prompt tokens (one chunk, or more when prompts come faster than a chunk a step)
+    prompts = (n - 1) * inp / period  # the others' prompt tokens per step, on average
+    y = max(min(inp, rest), prompts)
+    share = prompts / y
+    extra = share * (step(1 + others, y, (inp - min(inp, rest)) / 2.0) - plain) if n > 1 else 0.0
     tpot = plain + extra if out > 1 else 0.0
-    # it arrives `delay` after its last token, while a step of the others runs
-    running = step(others, 0.0, 0.0) if n > 1 else 0.0  # a decode step of the others
+    # it arrives `delay` after its last token, while a step of the others runs; its own
+    # chunks then ride in steps that carry the others' decodes and chunks too
+    running = step(others, 0.0, 0.0) + extra if n > 1 else 0.0
     wait = max(0.0, running - delay)
-    queued = (period - steps) * (running + extra)  # prompts ahead of it in the budget
-    service = delay + wait + queued + chunks(others)  # TTFT in a slot
+    queued = (period - steps) * running  # prompts ahead of it in the budget
+    service = delay + wait + queued + chunks(others) + inp / rest * extra  # TTFT in a slot
     hold = service + (out - 1) * tpot  # time a request holds its slot, s
     ttft = service + (c / n - 1) * hold  # waiting for a slot when a cap binds
     if rounds is not None and rounds > 1:

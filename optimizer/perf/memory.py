@@ -87,9 +87,12 @@ def weights_bytes_per_gpu(arch: ModelArch, quantization: str, tp: int) -> float:
 
 
 def kv_dtype_bytes(kv_dtype: str, quantization: str = "bf16") -> float:
-    """Bytes per KV element: `auto` follows the activation dtype (16-bit for every variant)."""
+    """Bytes per KV element: `auto` follows the activation dtype (16-bit for every variant;
+    `float32` is what the CPU build's `auto` means, as the planner runs it in float32)."""
     if kv_dtype in ("auto", "bfloat16", "fp16"):
         return 2.0
+    if kv_dtype == "float32":
+        return 4.0
     if kv_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         return 1.0
     raise ValueError(f"unknown kv cache dtype {kv_dtype!r}; use one of {list(KV_DTYPES)}")
