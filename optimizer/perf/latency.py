@@ -19,35 +19,51 @@ from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.units import GB, GIB, TFLOPS
 
 
-def gemm_flops(gpu: GpuSpec, calib: Calib, quantization: str) -> float:
-    """Achieved dense FLOP/s of a linear layer in `quantization`: fp8 GEMMs where the hardware
-    has fp8, fp4 GEMMs (NVFP4, MXFP4) where it has fp4.
+def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> tuple[float, float]:
+    """(peak dense FLOP/s, achieved share of it) of a linear layer in `quantization`: fp8 GEMMs
+    where the hardware has fp8, fp4 GEMMs (NVFP4, MXFP4) where it has fp4.
 
     Elsewhere the weights are dequantized to 16-bit in the GEMM (Marlin-style kernels: fp8 on
     Ampere, fp4 before Blackwell, every integer 4-bit format): the bf16 rate.
     """
     if quantization == "fp8" and gpu.fp8_tflops:
-        return gpu.fp8_tflops * TFLOPS * calib.fp8_compute_efficiency
+        return gpu.fp8_tflops * TFLOPS, calib.fp8_compute_efficiency
     if quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
-        return gpu.fp4_tflops * TFLOPS * calib.fp4_compute_efficiency
+        return gpu.fp4_tflops * TFLOPS, calib.fp4_compute_efficiency
     peak = gpu.fp16_tflops if quantization == "fp16" else gpu.bf16_tflops
-    return peak * TFLOPS * calib.compute_efficiency
+    return peak * TFLOPS, calib.compute_efficiency
 
 
-def linear_s(
-    gpu: GpuSpec, calib: Calib, tokens: int, in_dim: int, out_dim: int, quantization: str = "bf16"
-) -> float:
-    """One GEMM of `tokens` x in_dim by in_dim x out_dim: the slower of streaming its weights
-    and activations, and its FLOPs, plus a kernel's fixed cost, s (the step model's roofline,
-    one operator at a time)."""
-    bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s
-    flops = gemm_flops(gpu, calib, quantization)  # FLOP/s achieved
+def gemm_flops(gpu: GpuSpec, calib: Calib, quantization: str) -> float:
+    """Achieved dense FLOP/s of a linear layer in `quantization` (see gemm_peak_and_efficiency)."""
+    peak, eff = gemm_peak_and_efficiency(gpu, calib, quantization)
+    return peak * eff
+
+
+def linear_parts(
+    gpu: GpuSpec, calib: Calib, tokens: float, in_dim: int, out_dim: int, quantization: str
+) -> tuple[float, float, float]:
+    """(fixed s, s to stream weights and activations at peak bandwidth, s for the FLOPs at peak
+    rate) of one GEMM of `tokens` x in_dim by in_dim x out_dim."""
     w_bytes = in_dim * out_dim * bytes_per_param(quantization)  # bytes
     act_bytes = tokens * (in_dim + out_dim) * 2.0  # 16-bit input and output, bytes
     fixed = calib.kernel_latency_s  # s
     if quantization == "fp8" and gpu.fp8_tflops:
         fixed += calib.fp8_gemm_extra_s
-    return fixed + max((w_bytes + act_bytes) / bw, 2.0 * tokens * in_dim * out_dim / flops)
+    peak, _ = gemm_peak_and_efficiency(gpu, calib, quantization)
+    mem = (w_bytes + act_bytes) / (gpu.memory_bandwidth_gbps * GB)
+    return fixed, mem, 2.0 * tokens * in_dim * out_dim / peak
+
+
+def linear_s(
+    gpu: GpuSpec, calib: Calib, tokens: int, in_dim: int, out_dim: int, quantization: str = "bf16"
+) -> float:
+    """One GEMM: the slower of streaming its weights and activations and doing its FLOPs at
+    the efficiency factors, plus a kernel's fixed cost, s (the step model's roofline, one
+    operator at a time)."""
+    fixed, mem, comp = linear_parts(gpu, calib, tokens, in_dim, out_dim, quantization)
+    _, eff = gemm_peak_and_efficiency(gpu, calib, quantization)
+    return fixed + max(mem / calib.bandwidth_efficiency, comp / eff)
 
 
 def elementwise_s(gpu: GpuSpec, calib: Calib, n_bytes: float) -> float:
@@ -57,14 +73,22 @@ def elementwise_s(gpu: GpuSpec, calib: Calib, n_bytes: float) -> float:
     )
 
 
+def attention_parts(
+    gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
+) -> tuple[float, float, float]:
+    """(fixed s, s for its FLOPs at the bf16 peak, s to read `kv_bytes` at peak bandwidth) of
+    one attention kernel scoring `pairs` (query, key) pairs at `flops_per_pair`."""
+    flops = pairs * flops_per_pair / (gpu.bf16_tflops * TFLOPS)
+    return calib.attn_kernel_latency_s, flops, kv_bytes / (gpu.memory_bandwidth_gbps * GB)
+
+
 def attention_op_s(
     gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
 ) -> float:
-    """One attention kernel: `pairs` (query, key) scores at `flops_per_pair`, reading
-    `kv_bytes` of KV cache; the slower of the two plus a kernel's fixed cost, s."""
-    flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
-    bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency * calib.kv_read_efficiency
-    return calib.attn_kernel_latency_s + max(pairs * flops_per_pair / flops, kv_bytes / bw)
+    """One attention kernel: the slower of its FLOPs and its KV reads plus a fixed cost, s."""
+    fixed, comp, mem = attention_parts(gpu, calib, pairs, flops_per_pair, kv_bytes)
+    kv_eff = calib.bandwidth_efficiency * calib.kv_read_efficiency
+    return fixed + max(comp / calib.attn_efficiency, mem / kv_eff)
 
 
 def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
