@@ -162,4 +162,5 @@ def _instance_perf(
         prompt_s_per_token=cal.prompt_s_per_token,
         cpu_offload_gib=offload / GIB,
         max_model_len=mml,
+        step_jitter_cv=cal.step_jitter_cv,
     )

@@ -25,6 +25,8 @@ class Calib:
     step_overhead_s: float = 0.002  # scheduler + launches + sampling per engine step, s
     prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
     prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
+    # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
+    step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s

@@ -215,6 +215,23 @@ def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
+# p90 - p10 of a normal distribution, in standard deviations
+P90_P10_SIGMAS = 2.563
+
+
+def jitter_cv(profile: Profile) -> float | None:
+    """Step-time coefficient of variation from the profile's measured spreads: for every
+    engine point (prefill latency, decode TPOT) its (p90 - p10) / median over the width of
+    a normal's p10-p90 in standard deviations; the median over the points. None: no points."""
+    cvs = []
+    for run in profile.engine:
+        if run.status != "ok":
+            continue
+        stats = [p.latency_s for p in run.prefill] + [d.tpot_s for d in run.decode]
+        cvs += [s.spread / s.median / P90_P10_SIGMAS for s in stats if s.median > 0 and s.n > 1]
+    return float(np.median(cvs)) if cvs else None
+
+
 def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
     ce0, be0 = priors(profile, gpu, base)
@@ -228,6 +245,7 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         d2h_gbps=hw.d2h_pinned_gbps.median if hw.d2h_pinned_gbps else None,
         disk_read_gbps=hw.disk_read_gbps.median if hw.disk_read_gbps else None,
         engine_init_s=_median([max(0.0, x) for x in init]),
+        step_jitter_cv=jitter_cv(profile),
         points=0,
         source="microbenchmarks" if (hw.gemm_tflops or hw.device_copy_gbps) else "defaults",
     )

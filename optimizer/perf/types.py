@@ -71,6 +71,7 @@ class InstancePerf:
     prompt_s_per_token: float = 0.0  # per-request cost per prompt token (tokenize, transfer), s
     cpu_offload_gib: float = 0.0  # weights kept in host RAM per GPU and streamed each step, GiB
     max_model_len: int = 0  # longest sequence the engine accepts, tokens (0: unknown)
+    step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator (0: off)
 
     @property
     def fits(self) -> bool:
