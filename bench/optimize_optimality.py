@@ -114,7 +114,7 @@ def main() -> int:
     search_best = min(searcher.scalar(e, LAM) for e in res.evaluations)
     t1 = time.perf_counter()
 
-    best = float("inf")
+    best, best_knobs = float("inf"), None
     n_sim = n_combos = 0
     lo, hi = cfg.kv_factor_range
     for seqs in cfg.max_num_seqs_choices:
@@ -130,8 +130,9 @@ def main() -> int:
                 point, perfs = build_point("enum", combo, models.names)
                 m = score(point, perfs)
                 n_sim += 1
-                ev = Evaluation(0, knobs, None, point, perfs, m)
-                best = min(best, searcher.scalar(ev, LAM))
+                v = searcher.scalar(Evaluation(0, knobs, None, point, perfs, m), LAM)
+                if v < best:
+                    best, best_knobs = v, (seqs, kv)
     t2 = time.perf_counter()
     gap = (search_best - best) / best if best > 0 else 0.0
     print(
@@ -140,7 +141,7 @@ def main() -> int:
     print(
         f"enumeration over max_num_seqs {list(cfg.max_num_seqs_choices)} x KV factor "
         f"{[lo, 1.0, hi]}: {n_combos} combinations, {n_sim} fit and simulated in {t2 - t1:.1f} s, "
-        f"best objective {best:.4f}"
+        f"best objective {best:.4f} (max_num_seqs, KV factor of the best: {best_knobs})"
     )
     ok = gap <= 0.05
     print(
