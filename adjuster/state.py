@@ -6,6 +6,12 @@ apply lock) and `meta` (the plan and point last applied). WAL mode, so readers (
 gateway) never block the one writer. The lease is taken inside `BEGIN IMMEDIATE`, which
 serialises the check-and-write between processes; a holder that died on this host, or whose
 lease expired, is taken over.
+
+Integrity: the file carries its schema version (`PRAGMA user_version`). Opening a file that
+is empty, damaged, not SQLite, missing a table or from a newer version raises InputError
+(exit 2) naming the file and `planner state check|repair|export`; it is never recreated
+over what it held (its journal and the servers it started). A missing file is a new state
+dir; read-only opens (`--dry-run`, `status`) of a missing file write nothing.
 """
 
 from __future__ import annotations
@@ -21,9 +27,15 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from planner.engine import pid_alive
-from planner.errors import LockHeldError
+from planner.errors import InputError, LockHeldError
 
 DB_NAME = "state.sqlite"
+SCHEMA_VERSION = 1  # PRAGMA user_version of files this code writes; 0: written before versions
+TABLES = ("instances", "journal", "lease", "meta")
+REPAIR_FIX = (
+    "see `planner state check --state-dir DIR`; `planner state export` saves what is readable, "
+    "`planner state repair` rebuilds the file from it (the damaged file is kept beside it)"
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS instances (
@@ -103,6 +115,18 @@ class InstanceRow:
         """Device indices as a list."""
         return list(json.loads(self.gpus or "[]"))
 
+    def problem(self) -> str | None:
+        """What makes this row unusable (a column another program damaged), or None."""
+        try:
+            ok = all(isinstance(g, int) for g in self.gpu_list)
+        except (json.JSONDecodeError, TypeError):
+            ok = False
+        if not ok:
+            return f"instance {self.id!r}: column gpus is {self.gpus!r}, not a JSON list of ids"
+        if not isinstance(self.port, int) or not isinstance(self.id, str):
+            return f"instance {self.id!r}: port {self.port!r} is not a number"
+        return None
+
 
 _COLS = [f.name for f in fields(InstanceRow)]
 
@@ -118,32 +142,35 @@ class Lease:
     expires_at: float
 
 
-class StateStore:
-    """Access to `<state_dir>/state.sqlite`; safe to open from several processes."""
+def damaged(path: Path, what: str) -> InputError:
+    """The error every unusable state file gives (exit 2, before any side effect)."""
+    return InputError(what, file=str(path), fix=REPAIR_FIX)
 
-    def __init__(self, state_dir: str | Path | None = None):
+
+class StateStore:
+    """Access to `<state_dir>/state.sqlite`; safe to open from several processes.
+
+    `readonly`: read what is there and write nothing (a missing file reads as empty).
+    """
+
+    def __init__(self, state_dir: str | Path | None = None, *, readonly: bool = False):
         self.dir = Path(state_dir) if state_dir else default_state_dir()
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / DB_NAME
+        self.readonly = readonly
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        # autocommit mode: every transaction below is explicit
-        self._db = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(_SCHEMA)
-        self._add_missing_columns()
-
-    def _add_missing_columns(self) -> None:
-        """Files written by an older version get the newer columns (with their defaults)."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(instances)")}
-        extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
-        for col, decl in extra.items():
-            if col not in have:
-                self._db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+        if readonly and not self.path.exists():
+            self._db = _connect(":memory:")  # nothing applied here yet
+            self._db.executescript(_SCHEMA)
+            return
+        if not readonly:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(
+                    f"cannot create the state dir: {e.strerror}", file=str(self.dir)
+                ) from None
+        self._db = open_checked(self.path, readonly=readonly)
 
     def close(self) -> None:
         """Close the connection."""
@@ -164,13 +191,28 @@ class StateStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as e:
+            if "readonly" in str(e):
+                raise InputError(
+                    "the state database is read-only", file=str(self.path),
+                    fix="run as the user who owns the state dir, or fix its permissions",
+                ) from None  # fmt: skip
+            raise
         try:
             yield self._db
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+    def _row(self, r: sqlite3.Row) -> InstanceRow:
+        row = InstanceRow(**{c: r[c] for c in _COLS})
+        bad = row.problem()
+        if bad is not None:
+            raise damaged(self.path, bad)
+        return row
 
     # ------------------------------------------------------------ instances
 
@@ -200,12 +242,12 @@ class StateStore:
     def get(self, instance_id: str) -> InstanceRow | None:
         """The row of `instance_id`, or None."""
         r = self._db.execute("SELECT * FROM instances WHERE id = ?", (instance_id,)).fetchone()
-        return InstanceRow(**{c: r[c] for c in _COLS}) if r else None
+        return self._row(r) if r else None
 
     def instances(self) -> list[InstanceRow]:
         """All rows, by id."""
         rows = self._db.execute("SELECT * FROM instances ORDER BY id").fetchall()
-        return [InstanceRow(**{c: r[c] for c in _COLS}) for r in rows]
+        return [self._row(r) for r in rows]
 
     def delete(self, instance_id: str) -> None:
         """Forget an instance (after it was stopped)."""
@@ -320,3 +362,74 @@ class StateStore:
             yield got
         finally:
             self.release_lease()
+
+
+def _connect(target: str) -> sqlite3.Connection:
+    # autocommit mode: every transaction is explicit
+    db = sqlite3.connect(
+        target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=True
+    )
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to the state file at `path`, created when absent; InputError when unusable.
+
+    An existing file must be a whole SQLite database (quick_check) with every table of the
+    schema and a schema version this code knows. A file from before versions is upgraded
+    (unless `readonly`).
+    """
+    if path.is_dir():
+        raise damaged(path, "is a directory, not the state database")
+    new = not path.exists()
+    if not new and path.stat().st_size == 0:
+        raise damaged(
+            path,
+            "the state database is empty (0 bytes): its journal and the record of the servers "
+            "it started are gone; it is not recreated over them",
+        )
+    mode = "ro" if readonly else ("rwc" if new else "rw")
+    try:
+        db = _connect(f"file:{path}?mode={mode}")
+        db.execute("PRAGMA busy_timeout=30000")
+        if new:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            return db
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            db.close()
+            raise damaged(path, f"the state database is damaged ({check})")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.OperationalError as e:
+        raise damaged(path, f"cannot open the state database: {e}") from None
+    except sqlite3.DatabaseError as e:
+        raise damaged(path, f"not a readable state database: {e}") from None
+    missing = [t for t in TABLES if t not in have]
+    if missing:
+        db.close()
+        raise damaged(path, f"the state database lacks table(s) {missing}")
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise InputError(
+            f"the state database has schema version {version}; this planner reads up to "
+            f"{SCHEMA_VERSION}",
+            file=str(path),
+            fix="use the newer planner that wrote it",
+        )
+    if version < SCHEMA_VERSION and not readonly:
+        _upgrade(db)
+    return db
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Files written before schema versions get the newer columns (with their defaults)."""
+    have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
+    extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
+    for col, decl in extra.items():
+        if col not in have:
+            db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

@@ -29,9 +29,10 @@ def evaluate_points(
     """name -> SimResult for the chosen plan points and baseline (in that order)."""
     from planner.cli.inputs import calibration, input_path, quiet_c_stdout
     from planner.optimizer import baselines
+    from planner.optimizer.invariants import check_plan
     from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.simulator import simulate
-    from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
+    from planner.schemas import load_cluster, load_models, load_plan, load_slo
     from planner.trace import read_trace
 
     if plan_path is None and baseline is None:

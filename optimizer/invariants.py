@@ -1,49 +1,270 @@
-"""The memory invariant every plan point must satisfy (DESIGN.md), checked from the plan alone."""
+"""The checks every plan passes before a command acts on it (pure: plan + inputs in, problems out).
+
+`check_plan` is the one plan check: `planner validate PLAN` runs it, and so does every
+command that reads a plan, before any side effect. Per instance: its node, GPUs, model and
+variant exist; `gpus` lists `tp` distinct devices; TP divides the heads; `max_model_len` is
+within the model's `max_context`; the engine's memory budget (`gpu_memory_utilization` x
+device memory) holds what the instance needs. Per point: every model of the models file is
+served. Per GPU, the memory invariant of DESIGN.md: the awake memory of the `gpu`-tier
+instances + the largest awake `host`/`disk` instance + the CUDA contexts the other sleepers
+keep fit the device, and so do the `gpu_memory_utilization` budgets (vLLM refuses to start
+when less than its budget is free). Per node: RAM for `host`-tier weights and CPU offload.
+
+An instance's weights are the larger of what the plan records and what the perf model gives
+for its model, variant and TP (an edited plan cannot under-state them); its KV budget and
+overhead are the plan's (the optimizer recorded them from the calibrated perf model).
+"""
 
 from __future__ import annotations
 
-from planner.optimizer.perf import default_calib
+from dataclasses import dataclass, field
+
+from planner.errors import InputError
+from planner.optimizer.sim.perfs import perf_for_instance
+from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
-from planner.schemas.plan import Point
+from planner.schemas.common import did_you_mean
+from planner.schemas.models import Models
+from planner.schemas.plan import Instance, Plan, Point
+
+_GIB_TOL = 0.01  # recorded memory is rounded to 3 decimals, utilizations up to 1%, GiB
+_UTIL_TOL = 1e-6  # share of a device
 
 
-def memory_violations(
-    point: Point, cluster: Cluster, *, gpu_margin: float = 0.0, host_margin: float = 0.0
-) -> list[str]:
-    """Every GPU and node where the point does not fit; empty when it does.
+@dataclass(frozen=True)
+class Problem:
+    """One reason a plan cannot be applied: where in the plan file, what, and the fix."""
 
-    Per GPU: awake memory of the `gpu`-tier instances + the largest awake memory of any
-    `host`/`disk` instance + the CUDA contexts the other sleepers keep <= device memory.
-    Per node: weights of `host`-tier instances + CPU KV/expert offload <= RAM.
-    """
-    out: list[str] = []
-    gpu_mem = {(n.name, d): g.spec for n in cluster.nodes for d, g in n.gpu_list()}
-    awake: dict[tuple[str, int], float] = {}
-    sleepers: dict[tuple[str, int], list[float]] = {}
+    path: str
+    message: str
+    fix: str
+
+
+def _instance_problems(
+    inst: Instance, where: str, cluster: Cluster, models: Models
+) -> list[Problem]:
+    """What is wrong with one instance on its own; empty when it can be placed."""
+    nodes = [n.name for n in cluster.nodes]
+    try:
+        node = cluster.node(inst.node)
+    except KeyError:
+        return [
+            Problem(
+                f"{where}.node",
+                f"node {inst.node!r} is not in the cluster{did_you_mean(inst.node, nodes)}",
+                f"use one of {nodes}",
+            )
+        ]
+    try:
+        entry = models.model(inst.model)
+    except KeyError:
+        return [
+            Problem(
+                f"{where}.model",
+                f"model {inst.model!r} is not in the models file{did_you_mean(inst.model, models.names)}",
+                f"use one of {models.names}",
+            )
+        ]
+    out: list[Problem] = []
+    variants = [v.name for v in entry.variants]
+    if inst.variant not in variants:
+        out.append(
+            Problem(
+                f"{where}.variant",
+                f"variant {inst.variant!r} is not a variant of {entry.name!r}"
+                f"{did_you_mean(inst.variant, variants)}",
+                f"use one of {variants}",
+            )
+        )
+    ids = node.device_ids()
+    if len(inst.gpus) != inst.tp:
+        out.append(
+            Problem(
+                f"{where}.gpus",
+                f"tp={inst.tp} needs {inst.tp} GPU ids, gpus lists {len(inst.gpus)}",
+                f"list {inst.tp} distinct device ids of node {node.name!r} ({ids})",
+            )
+        )
+    bad = [g for g in inst.gpus if g not in ids]
+    if bad:
+        out.append(
+            Problem(
+                f"{where}.gpus",
+                f"GPU ids {bad} do not exist on node {node.name!r} (it has {ids})",
+                "use device ids the node has",
+            )
+        )
+    a = entry.arch
+    if not tp_divides(a.num_attention_heads, a.num_kv_heads, inst.tp):
+        ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(a.num_attention_heads, a.num_kv_heads, t)]
+        out.append(
+            Problem(
+                f"{where}.tp",
+                f"tp={inst.tp} does not divide the {a.num_attention_heads} attention heads / "
+                f"{a.num_kv_heads} KV heads",
+                f"use a TP degree in {ok}",
+            )
+        )
+    if inst.engine.max_model_len > entry.max_context:
+        out.append(
+            Problem(
+                f"{where}.engine.max_model_len",
+                f"{inst.engine.max_model_len} tokens exceeds max_context {entry.max_context} "
+                f"of model {entry.name!r}",
+                f"use at most {entry.max_context}, or raise max_context in the models file",
+            )
+        )
+    return out
+
+
+@dataclass
+class _Gpu:
+    """What the instances of one point ask of one device."""
+
+    name: str
+    memory_gib: float
+    arch: str
+    ids: list[str] = field(default_factory=list)  # instances on it
+    awake_gib: float = 0.0  # gpu-tier instances, GiB
+    awake_util: float = 0.0  # their gpu_memory_utilization budgets, share of the device
+    sleepers: list[tuple[float, float, float]] = field(default_factory=list)  # GiB, util, ctx GiB
+
+    def need(self) -> tuple[float, float]:
+        """(GiB, share of the device) the invariant asks of this GPU."""
+        if not self.sleepers:
+            return self.awake_gib, self.awake_util
+        s = sorted(self.sleepers, reverse=True)
+        ctx = sum(c for _, _, c in s[1:])  # the other sleepers keep their contexts, GiB
+        top_util = max(u for _, u, _ in s)  # the sleeper awake now: any of them
+        return (
+            self.awake_gib + s[0][0] + ctx,
+            self.awake_util + top_util + ctx / self.memory_gib,
+        )
+
+
+def _accounting(
+    point: Point, cluster: Cluster, models: Models
+) -> tuple[dict[tuple[str, int], _Gpu], dict[str, float]]:
+    """Per GPU: awake memory, budgets and sleepers; per node: host RAM asked, GiB."""
+    gpus = {
+        (n.name, d): _Gpu(g.spec.name, g.spec.memory_gib, g.spec.arch)
+        for n in cluster.nodes
+        for d, g in n.gpu_list()
+    }
     ram: dict[str, float] = {}
     for inst in point.instances:
+        perf = perf_for_instance(inst, cluster, models)
+        mem = inst.memory_gib
+        awake = max(mem.weights, perf.weights_gib_per_gpu) + mem.kv + mem.overhead  # per GPU, GiB
+        util = inst.engine.gpu_memory_utilization
         for g in inst.gpus:
-            key = (inst.node, g)
-            if key not in gpu_mem:
-                out.append(f"{inst.id}: GPU {inst.node}:{g} does not exist")
-                continue
+            acc = gpus[(inst.node, g)]
+            acc.ids.append(inst.id)
             if inst.tier == "gpu":
-                awake[key] = awake.get(key, 0.0) + inst.memory_gib.total
+                acc.awake_gib += awake
+                acc.awake_util += util
             else:
-                sleepers.setdefault(key, []).append(inst.memory_gib.total)
+                acc.sleepers.append((awake, util, perf.context_gib_per_gpu))
         host_gib = inst.kv_cpu_offload_gib + inst.expert_cpu_offload_gib
         if inst.tier == "host":
-            host_gib += inst.memory_gib.weights * inst.tp  # weights of every rank, GiB
+            host_gib += perf.weights_host_gib  # weights of every rank while asleep, GiB
         ram[inst.node] = ram.get(inst.node, 0.0) + host_gib
-    for key, spec in sorted(gpu_mem.items()):
-        s = sorted(sleepers.get(key, []), reverse=True)
-        ctx = default_calib(spec.arch).context_gib  # a sleeping process keeps its CUDA context, GiB
-        need = awake.get(key, 0.0) + (s[0] if s else 0.0) + ctx * max(0, len(s) - 1)
-        cap = spec.memory_gib * (1 - gpu_margin)
-        if need > cap + 1e-6:
-            out.append(f"GPU {key[0]}:{key[1]} ({spec.name}) needs {need:.2f} GiB > {cap:.2f} GiB")
-    for node in cluster.nodes:
-        cap = node.cpu_memory_gib * (1 - host_margin)
-        if ram.get(node.name, 0.0) > cap + 1e-6:
-            out.append(f"node {node.name} needs {ram[node.name]:.1f} GiB of RAM > {cap:.1f} GiB")
+    return gpus, ram
+
+
+def _point_memory_problems(
+    point: Point, where: str, cluster: Cluster, models: Models
+) -> list[Problem]:
+    out: list[Problem] = []
+    gpus, ram = _accounting(point, cluster, models)
+    for ii, inst in enumerate(point.instances):
+        g = gpus[(inst.node, inst.gpus[0])]
+        budget = inst.engine.gpu_memory_utilization * g.memory_gib  # GiB vLLM may use
+        if g.arch != "cpu" and budget + _GIB_TOL < inst.memory_gib.total:
+            out.append(
+                Problem(
+                    f"{where}.instances[{ii}].engine.gpu_memory_utilization",
+                    f"{inst.engine.gpu_memory_utilization} of a {g.memory_gib:g} GiB {g.name} is "
+                    f"{budget:.2f} GiB, less than the {inst.memory_gib.total:.2f} GiB the "
+                    f"instance {inst.id!r} needs (memory_gib)",
+                    "raise gpu_memory_utilization, or re-run `planner optimize`",
+                )
+            )
+    for (node, dev), g in sorted(gpus.items()):
+        if not g.ids:
+            continue
+        gib, util = g.need()
+        on = f"GPU {node}:{dev} ({g.name}, {g.memory_gib:g} GiB) with {', '.join(g.ids)}"
+        if gib > g.memory_gib + _GIB_TOL:
+            out.append(
+                Problem(
+                    f"{where}.instances",
+                    f"{on} needs {gib:.2f} GiB awake (always-awake instances + the largest "
+                    "sleeper + the other sleepers' contexts): it does not fit",
+                    "move an instance to another GPU, put one to sleep (tier host/disk), or "
+                    "re-run `planner optimize`",
+                )
+            )
+        elif g.arch != "cpu" and util > 1 + _UTIL_TOL:
+            out.append(
+                Problem(
+                    f"{where}.instances",
+                    f"{on}: the gpu_memory_utilization budgets of instances awake together add "
+                    f"up to {util:.2f} of the device; vLLM cannot start the last of them",
+                    "lower gpu_memory_utilization so they sum to at most 1, or re-run "
+                    "`planner optimize`",
+                )
+            )
+    for n in cluster.nodes:
+        if ram.get(n.name, 0.0) > n.cpu_memory_gib + _GIB_TOL:
+            out.append(
+                Problem(
+                    f"{where}.instances",
+                    f"node {n.name} needs {ram[n.name]:.1f} GiB of RAM for sleeping weights "
+                    f"and CPU offload, more than its {n.cpu_memory_gib:g} GiB",
+                    "use tier disk for some sleepers, or re-run `planner optimize`",
+                )
+            )
     return out
+
+
+def plan_problems(plan: Plan, cluster: Cluster, models: Models) -> list[Problem]:
+    """Every problem of every point; empty when the plan can be applied as it is."""
+    out: list[Problem] = []
+    for pi, point in enumerate(plan.points):
+        where = f"points[{pi}]"
+        mine: list[Problem] = []
+        for ii, inst in enumerate(point.instances):
+            mine += _instance_problems(inst, f"{where}.instances[{ii}]", cluster, models)
+        served = {i.model for i in point.instances}
+        for name in models.names:
+            if name not in served:
+                mine.append(
+                    Problem(
+                        f"{where}.instances",
+                        f"point {point.name!r} has no instance of model {name!r}",
+                        "re-run `planner optimize` with this models file, or remove the model "
+                        "from it",
+                    )
+                )
+        if not any(p.path.startswith(f"{where}.instances[") for p in mine):
+            mine += _point_memory_problems(point, where, cluster, models)
+        out += mine
+    return out
+
+
+def check_plan(plan: Plan, cluster: Cluster, models: Models, file: str = "<plan>") -> None:
+    """Raise InputError for the first problem of `plan_problems` (with the count of the rest)."""
+    found = plan_problems(plan, cluster, models)
+    if found:
+        p = found[0]
+        more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+        raise InputError(p.message + more, file=file, path=p.path, fix=p.fix)
+
+
+def memory_violations(point: Point, cluster: Cluster, models: Models) -> list[str]:
+    """The memory problems of one point, as messages; empty when it fits."""
+    return [p.message for p in _point_memory_problems(point, "", cluster, models)]
+
+
+__all__ = ["Problem", "check_plan", "memory_violations", "plan_problems"]

@@ -12,7 +12,11 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
   0..input_tokens (missing: 0), the prefix already computed for this session on this model.
 
 Every problem is an InputError that names the file, the row (1-based data row, and the
-line for text files) or the column, and the fix.
+line for text files) or the column, and the fix. Limits: token counts up to MAX_TOKENS per
+request (a request longer than a model's context is read, and refused by the simulator as
+vLLM would), a span of at most MAX_SPAN_S, at most MAX_ROWS rows, text files up to
+MAX_TEXT_BYTES. Rows out of time order and exact duplicates are kept (sorted) and counted in
+the frame's `attrs["counts"]`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,10 @@ DTYPES = {
 _STRINGS = ("model", "user", "session")
 _INTS = ("input_tokens", "output_tokens", "cached_tokens")
 SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
+MAX_TOKENS = 100_000_000  # per request and column: 50x the longest context a model may have
+MAX_SPAN_S = 3660 * 86400.0  # ten years between the first and the last request, s
+MAX_ROWS = 20_000_000  # requests in one trace
+MAX_TEXT_BYTES = 4 << 30  # size of a CSV or JSONL trace, bytes
 
 TRACE_JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -96,12 +104,38 @@ def _where(i: int, line_offset: int | None) -> str:
     return f"{row} (line {i + 1 + line_offset})" if line_offset is not None else row
 
 
-def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
-    """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
+def _check_values(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> None:
+    """Refuse booleans, lists and mappings in a column (JSONL and Parquet can hold them)."""
     if pd.api.types.is_bool_dtype(col):
         raise InputError(
-            "column 'timestamp' holds booleans", file=file, fix="use seconds or ISO-8601"
+            f"column '{name}' holds booleans (true/false)", file=file, fix=_FIX_TYPE[name]
         )
+    if col.dtype != object:
+        return
+    bad = col.map(lambda v: isinstance(v, (bool, np.bool_, list, dict, tuple, np.ndarray)))
+    if bad.any():
+        i = int(np.flatnonzero(bad.to_numpy(dtype=bool))[0])
+        v = col.iloc[i]
+        what = "a boolean" if isinstance(v, (bool, np.bool_)) else f"a {type(v).__name__}"
+        raise InputError(
+            f"{_where(i, line_offset)}, column '{name}': {v!r} is {what}, not a value",
+            file=file,
+            fix=_FIX_TYPE[name],
+        )
+
+
+_FIX_TYPE = {
+    "timestamp": "use seconds from the start (e.g. 12.5) or ISO-8601",
+    "model": "write the model name as a string",
+    "user": "write the user as a string",
+    "session": "write the session id as a string",
+    **{c: f"'{c}' is a token count (an integer)" for c in _INTS},
+}
+
+
+def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
+    """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
+    _check_values(col, "timestamp", file, line_offset)
     if pd.api.types.is_numeric_dtype(col):
         out = col.to_numpy(dtype="float64", na_value=np.nan)
     elif pd.api.types.is_datetime64_any_dtype(col):
@@ -139,6 +173,15 @@ def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.nd
             file=file,
             fix="timestamps are seconds from the start of the trace (>= 0)",
         )
+    lo, hi = int(out.argmin()), int(out.argmax())
+    if out[hi] - out[lo] > MAX_SPAN_S:
+        raise InputError(
+            f"{_where(hi, line_offset)}, column 'timestamp': {out[hi]:g} is "
+            f"{(out[hi] - out[lo]) / 86400:,.0f} days after the first request "
+            f"({_where(lo, line_offset)}); a trace spans at most {MAX_SPAN_S / 86400:,.0f} days",
+            file=file,
+            fix="fix the outlier (a timestamp in ms or a typo?), or drop the row",
+        )
     return out
 
 
@@ -149,19 +192,34 @@ def _from_datetimes(dt: pd.Series) -> np.ndarray:
     return ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(dtype="float64", na_value=np.nan)
 
 
-def _ints(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> np.ndarray:
-    """A token-count column as int64, with the first bad row located."""
+def _ints(
+    col: pd.Series, name: str, file: str | None, line_offset: int | None, default: int | None
+) -> np.ndarray:
+    """A token-count column as int64 (missing cells: `default`), with the first bad row located."""
+    _check_values(col, name, file, line_offset)
     num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_numeric_dtype(col) else col
-    if pd.api.types.is_bool_dtype(num):
-        raise InputError(f"column '{name}' holds booleans", file=file, fix="use whole token counts")
     arr = num.to_numpy(dtype="float64", na_value=np.nan)
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
+    if default is not None:
+        arr = np.where(col.isna().to_numpy(), float(default), arr)  # the schema's default
+    with np.errstate(invalid="ignore"):
+        bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
     if len(bad):
         i = int(bad[0])
+        v = col.iloc[i]
+        what = "missing" if pd.isna(v) else f"{v!r} is not a whole number"
         raise InputError(
-            f"{_where(i, line_offset)}, column '{name}': {col.iloc[i]!r} is not a whole number",
+            f"{_where(i, line_offset)}, column '{name}': {what}",
             file=file,
-            fix=f"'{name}' is a token count (an integer)",
+            fix=_FIX_TYPE[name],
+        )
+    big = np.flatnonzero(arr > MAX_TOKENS)
+    if len(big):
+        i = int(big[0])
+        raise InputError(
+            f"{_where(i, line_offset)}, column '{name}': {arr[i]:g} is above the limit of "
+            f"{MAX_TOKENS:,} tokens per request",
+            file=file,
+            fix="fix the row (a unit mix-up?), or drop it",
         )
     return arr.astype("int64")
 
@@ -182,6 +240,12 @@ def normalize(
         raise InputError(
             "the trace has no requests", file=file, fix="write at least one row after the header"
         )
+    if len(df) > MAX_ROWS:
+        raise InputError(
+            f"{len(df):,} requests, over the limit of {MAX_ROWS:,} for one trace",
+            file=file,
+            fix="plan on a shorter period (a few weeks is enough)",
+        )
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(
@@ -195,6 +259,7 @@ def normalize(
             out[name] = np.full(len(df), "", dtype=object)
             continue
         col = df[name]
+        _check_values(col, name, file, line_offset)
         if name == "model":
             na = col.isna().to_numpy() | (col.astype("string").str.strip() == "").to_numpy()
             if na.any():
@@ -212,7 +277,8 @@ def normalize(
         if name not in df.columns:
             out[name] = np.zeros(len(df), dtype="int64")
             continue
-        out[name] = _ints(df[name], name, file, line_offset)
+        default = 0 if name not in REQUIRED else None
+        out[name] = _ints(df[name], name, file, line_offset, default)
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         bad = np.flatnonzero(out[name] < low)
         if len(bad):
@@ -245,7 +311,14 @@ def normalize(
                 fix="rename them in the trace, add them to models.yaml, or import with "
                 "`planner workload import --assign` to map requests onto known models",
             )
-    return sort_trace(res)
+    ts = res["timestamp"].to_numpy()
+    counts = {
+        "out_of_order": int((ts[1:] < ts[:-1]).sum()),  # rows earlier than the row before
+        "duplicates": int(res.duplicated().sum()),  # rows equal to an earlier one in every column
+    }
+    res = sort_trace(res)
+    res.attrs["counts"] = counts
+    return res
 
 
 def sort_trace(df: pd.DataFrame) -> pd.DataFrame:
@@ -258,6 +331,13 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
     """The file as a raw frame and the row->line offset (None for binary formats)."""
     suffix = p.suffix.lower()
     name = str(p)
+    if suffix in (".csv", ".jsonl") and p.stat().st_size > MAX_TEXT_BYTES:
+        raise InputError(
+            f"{p.stat().st_size / 2**30:.1f} GiB, over the {MAX_TEXT_BYTES >> 30} GiB limit on "
+            "text traces",
+            file=name,
+            fix="write it as Parquet, or plan on a shorter period",
+        )
     if suffix == ".csv":
         try:
             raw = pd.read_csv(
@@ -272,17 +352,30 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
         return raw, 1
     if suffix == ".jsonl":
         rows = []
-        with open(p, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        with open(p, "rb") as f:
+            for lineno, raw_line in enumerate(f, start=1):
                 try:
+                    line = raw_line.decode("utf-8")
+                    if not line.strip():
+                        continue
                     obj = json.loads(line)
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"line {lineno}: not UTF-8 (byte {e.start} of the line)",
+                        file=name,
+                        fix="save the file as UTF-8",
+                    ) from None
                 except json.JSONDecodeError as e:
                     raise InputError(
                         f"line {lineno}: not valid JSON ({e.msg})",
                         file=name,
                         fix="one JSON object a line",
+                    ) from None
+                except RecursionError:
+                    raise InputError(
+                        f"line {lineno}: JSON nested too deep",
+                        file=name,
+                        fix="one flat object a line",
                     ) from None
                 if not isinstance(obj, dict):
                     raise InputError(f"line {lineno}: not a JSON object", file=name)
@@ -295,36 +388,54 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
         except Exception as e:  # pyarrow raises several unrelated types for bad files
             raise InputError(f"not a readable Parquet file: {e}", file=name) from None
     if suffix in (".sqlite", ".db"):
-        try:
-            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        except sqlite3.Error as e:
-            raise InputError(f"cannot open SQLite database: {e}", file=name) from None
-        try:
-            cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
-            if not cols:
-                raise InputError(
-                    "no table 'requests'",
-                    file=name,
-                    fix="point at the gateway's request log (table `requests`)",
-                )
-            want = [c for c in COLUMNS if c in cols]
-            query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
-            raw = pd.read_sql_query(query, con)
-            if "timestamp" in raw.columns and len(raw):
-                # The gateway logs epoch seconds: count from 00:00 UTC of the first day.
-                ts = pd.to_numeric(raw["timestamp"], errors="coerce")
-                if ts.notna().all():
-                    raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
-            return raw, None
-        except sqlite3.Error as e:
-            raise InputError(f"cannot read table 'requests': {e}", file=name) from None
-        finally:
-            con.close()
+        raw = request_log_rows(p)
+        if raw is None:
+            raise InputError(
+                "no table 'requests'",
+                file=name,
+                fix="point at the gateway's request log (table `requests`)",
+            )
+        return raw, None
     raise InputError(
         f"unknown trace format {suffix!r}",
         file=name,
         fix=f"use one of {', '.join(SUFFIXES)}",
     )
+
+
+def request_log_rows(path: Path, window: tuple[float, float] | None = None) -> pd.DataFrame | None:
+    """Raw rows of a SQLite request log (table `requests`; None when it has no such table).
+
+    `window`: only rows with `start <= timestamp < end` (epoch s). The gateway logs epoch
+    seconds; they become seconds since 00:00 UTC of the first row's day. A file that is not
+    SQLite, or damaged, raises InputError.
+    """
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"cannot open SQLite database: {e}", file=str(path)) from None
+    try:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
+        if not cols:
+            return None
+        want = [c for c in COLUMNS if c in cols]
+        query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
+        if window is not None:
+            query += " WHERE timestamp >= ? AND timestamp < ?"
+        raw = pd.read_sql_query(query, con, params=window)
+    except sqlite3.Error as e:
+        raise InputError(
+            f"cannot read table 'requests': {e}",
+            file=str(path),
+            fix="the request log is damaged: move it aside (the gateway starts a new one)",
+        ) from None
+    finally:
+        con.close()
+    if "timestamp" in raw.columns and len(raw):
+        ts = pd.to_numeric(raw["timestamp"], errors="coerce")
+        if ts.notna().all():
+            raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
+    return raw
 
 
 def read_trace(path: str | Path, model_names: Sequence[str] | None = None) -> pd.DataFrame:
