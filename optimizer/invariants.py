@@ -118,7 +118,7 @@ def _instance_problems(
 
 
 @dataclass
-class _Gpu:
+class GpuUsage:
     """What the instances of one point ask of one device."""
 
     name: str
@@ -142,12 +142,12 @@ class _Gpu:
         )
 
 
-def _accounting(
+def gpu_usage(
     point: Point, cluster: Cluster, models: Models
-) -> tuple[dict[tuple[str, int], _Gpu], dict[str, float]]:
+) -> tuple[dict[tuple[str, int], GpuUsage], dict[str, float]]:
     """Per GPU: awake memory, budgets and sleepers; per node: host RAM asked, GiB."""
     gpus = {
-        (n.name, d): _Gpu(g.spec.name, g.spec.memory_gib, g.spec.arch)
+        (n.name, d): GpuUsage(g.spec.name, g.spec.memory_gib, g.spec.arch)
         for n in cluster.nodes
         for d, g in n.gpu_list()
     }
@@ -176,7 +176,7 @@ def _point_memory_problems(
     point: Point, where: str, cluster: Cluster, models: Models
 ) -> list[Problem]:
     out: list[Problem] = []
-    gpus, ram = _accounting(point, cluster, models)
+    gpus, ram = gpu_usage(point, cluster, models)
     for ii, inst in enumerate(point.instances):
         g = gpus[(inst.node, inst.gpus[0])]
         budget = inst.engine.gpu_memory_utilization * g.memory_gib  # GiB vLLM may use
@@ -267,4 +267,4 @@ def memory_violations(point: Point, cluster: Cluster, models: Models) -> list[st
     return [p.message for p in _point_memory_problems(point, "", cluster, models)]
 
 
-__all__ = ["Problem", "check_plan", "memory_violations", "plan_problems"]
+__all__ = ["GpuUsage", "Problem", "check_plan", "gpu_usage", "memory_violations", "plan_problems"]
