@@ -25,6 +25,7 @@ KEYS = {
     "warm_gpu_gib",
     "gpus_used",
     "requests",
+    "refused",
     "per_model",
 }
 
