@@ -32,6 +32,7 @@ _COMMAND_MODULES = [
     "init",
     "example",
     "apply",
+    "state",
     "gateway",
     "adjust",
 ]
