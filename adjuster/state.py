@@ -208,11 +208,7 @@ class StateStore:
         self._db.execute("COMMIT")
 
     def _row(self, r: sqlite3.Row) -> InstanceRow:
-        row = InstanceRow(**{c: r[c] for c in _COLS})
-        bad = row.problem()
-        if bad is not None:
-            raise damaged(self.path, bad)
-        return row
+        return InstanceRow(**{c: r[c] for c in _COLS})
 
     # ------------------------------------------------------------ instances
 
@@ -418,10 +414,16 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             f"the state database has schema version {version}; this planner reads up to "
             f"{SCHEMA_VERSION}",
             file=str(path),
-            fix="use the newer planner that wrote it",
+            fix="use the newer planner that wrote it (`planner state export` saves its rows)",
         )
     if version < SCHEMA_VERSION and not readonly:
         _upgrade(db)
+    for r in db.execute("SELECT * FROM instances"):
+        keys = r.keys()
+        bad = InstanceRow(**{c: r[c] for c in _COLS if c in keys}).problem()
+        if bad is not None:
+            db.close()
+            raise damaged(path, bad)
     return db
 
 

@@ -32,11 +32,17 @@ def _input_path(plan_file: Path, recorded: str) -> Path | None:
     return None
 
 
-def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Path | None):
+def load_plan_inputs(
+    plan_path: Path,
+    cluster_path: Path | None,
+    models_path: Path | None,
+    point: str | None = None,
+):
     """Plan, cluster, models and the models file, the plan checked against them (exit 2).
 
     The one loader of every command that acts on a plan: the plan check
-    (`planner.optimizer.invariants.check_plan`) runs here, before any side effect.
+    (`planner.optimizer.invariants.check_plan`) runs here, before any side effect. `point`,
+    when given, must name a point of the plan.
     """
     from planner.errors import InputError
     from planner.optimizer.invariants import check_plan
@@ -44,6 +50,11 @@ def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Pa
 
     plan_path = Path(plan_path)
     plan = load_plan(plan_path)
+    if point is not None and point not in [p.name for p in plan.points]:
+        raise InputError(
+            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
+            fix=f"use one of {[p.name for p in plan.points]}",
+        )  # fmt: skip
     cp = cluster_path or _input_path(
         plan_path, plan.inputs.get("cluster").path if "cluster" in plan.inputs else ""
     )
@@ -167,7 +178,7 @@ def open_controller(
     from planner.io import sha256_file
 
     plan_path = Path(plan_path)
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     be = make_backend(backend, cl, _device(cl))
     return Controller(
         plan, point, be, StateStore(state_dir),
@@ -226,16 +237,7 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
-    if point is not None and point not in [p.name for p in plan.points]:
-        from planner.errors import InputError
-
-        raise InputError(
-            f"no point {point!r} in the plan",
-            file=str(plan_path),
-            path="--point",
-            fix=f"use one of {[p.name for p in plan.points]}",
-        )
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)

@@ -37,20 +37,11 @@ def explain_cmd(
 
     from planner.cli import inputs as inp
     from planner.cli.apply import _input_path, load_plan_inputs
-    from planner.errors import InputError
     from planner.optimizer.demand import model_demand
     from planner.optimizer.explain import demand_from_summary, explain
 
-    plan, cl, ms, _ = load_plan_inputs(plan_path, cluster, models)
-    try:
-        pt = plan.point(point)
-    except KeyError:
-        raise InputError(
-            f"no point {point!r}",
-            file=str(plan_path),
-            path="--point",
-            fix=f"use one of {[p.name for p in plan.points]}",
-        ) from None
+    plan, cl, ms, _ = load_plan_inputs(plan_path, cluster, models, point)
+    pt = plan.point(point)
     slo_ref = plan.inputs.get("slo")
     slo_path = _input_path(plan_path, slo_ref.path) if slo_ref else None
     sl = inp.slo(slo_path) if slo_path else None

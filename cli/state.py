@@ -29,8 +29,7 @@ def check_cmd(state_dir: StateDirOpt = None, json_out: JsonOpt = False) -> None:
     if problems:
         from planner.errors import InputError
 
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InputError(problems[0] + more, file=str(path), fix=REPAIR_FIX)
+        raise InputError(problems[0], file=str(path), fix=REPAIR_FIX)
 
 
 @app.command("export")
