@@ -206,3 +206,19 @@ def test_unsafe_model_name_in_the_models_file(tmp_path, capsys):
     f.write_text(text)
     code, _, err = _run(["validate", f], capsys)
     assert code == 2 and "models[0].name" in err and "not a safe name" in err
+
+
+def test_a_request_over_the_context_is_refused_by_reason(tmp_path, capsys):
+    """Item 9: a 10-million-token prompt is read, and counted as refused (vLLM would refuse it)."""
+    t = tmp_path / "trace.csv"
+    t.write_text(
+        "timestamp,model,input_tokens,output_tokens\n"
+        "0,planner-7b,1000,100\n1,planner-7b,10000000,100\n2,coder-32b,16384,5\n"
+        "3,summarizer-8b,16383,1\n"
+    )
+    code, out, err = _run(["evaluate", _plan(tmp_path), "--workload", t, "--json"], capsys)
+    assert code == 0, err
+    m = json.loads(out)["points"]["fast-switch"]
+    assert m["refused"] == {"over_context": 2, "no_instance": 0}
+    assert m["per_model"]["planner-7b"]["refused"]["over_context"] == 1
+    assert m["slo_attainment"] <= 0.5  # a refused request never meets its SLO
