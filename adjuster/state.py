@@ -117,18 +117,33 @@ class InstanceRow:
 
     def problem(self) -> str | None:
         """What makes this row unusable (a column another program damaged), or None."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = _COL_TYPES[f.name]
+            if not isinstance(v, want) or isinstance(v, bool):
+                return f"instance {self.id!r}: column {f.name} holds {v!r}"
         try:
             ok = all(isinstance(g, int) for g in self.gpu_list)
         except (json.JSONDecodeError, TypeError):
             ok = False
         if not ok:
-            return f"instance {self.id!r}: column gpus is {self.gpus!r}, not a JSON list of ids"
-        if not isinstance(self.port, int) or not isinstance(self.id, str):
-            return f"instance {self.id!r}: port {self.port!r} is not a number"
+            return f"instance {self.id!r}: column gpus holds {self.gpus!r}, not a JSON list of ids"
         return None
 
 
 _COLS = [f.name for f in fields(InstanceRow)]
+# what each column may hold once read back (SQLite keeps whatever another program wrote)
+_NUM, _NONE = (int, float), type(None)
+_COL_TYPES: dict[str, tuple[type, ...]] = {
+    **{c: (str,) for c in _COLS},
+    "port": (int,),
+    "restarts": (int,),
+    "pid": (int, _NONE),
+    "actor": (str, _NONE),
+    "started_at": (*_NUM, _NONE),
+    "memory_gib": _NUM,
+    "updated_at": _NUM,
+}
 
 
 @dataclass

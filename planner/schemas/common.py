@@ -18,9 +18,12 @@ SafeName = Annotated[
 
 
 class Strict(BaseModel):
-    """A schema object: unknown keys are errors, values are validated on assignment too."""
+    """A schema object: unknown keys are errors, values are validated on assignment too, and
+    numbers are finite (an .inf or .nan in a file is a typo that would poison every formula)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, frozen=False, allow_inf_nan=False
+    )
 
 
 def duplicates(names: Iterable[str]) -> list[str]:
