@@ -381,7 +381,13 @@ def _connect(target: str) -> sqlite3.Connection:
         target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=True
     )
     db.row_factory = sqlite3.Row
+    db.text_factory = lenient_text  # a damaged text cell reads as U+FFFD, not as an exception
     return db
+
+
+def lenient_text(raw: bytes) -> str:
+    """SQLite text as str; bytes that are not UTF-8 (damage) become U+FFFD."""
+    return raw.decode("utf-8", "replace")
 
 
 def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -419,6 +425,8 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         raise damaged(path, f"cannot open the state database: {e}") from None
     except sqlite3.DatabaseError as e:
         raise damaged(path, f"not a readable state database: {e}") from None
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged schema: not UTF-8
+        raise damaged(path, "the state database is damaged (its schema is not text)") from None
     missing = [t for t in TABLES if t not in have]
     if missing:
         db.close()

@@ -20,6 +20,7 @@ from planner.adjuster.state import (
     InstanceRow,
     StateStore,
     default_state_dir,
+    lenient_text,
     open_checked,
 )
 from planner.errors import InputError
@@ -56,14 +57,14 @@ def _read_table(db: sqlite3.Connection, table: str) -> tuple[list[dict[str, Any]
         cur = db.execute(q)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, map(_value, r), strict=True)) for r in cur.fetchall()], ""
-    except sqlite3.DatabaseError:
+    except (sqlite3.DatabaseError, UnicodeDecodeError):
         pass
     rows, bad, misses = [], [], 0
     for rowid in range(1, _ROWID_PROBE):  # row by row: a damaged page costs its own rows
         try:
             cur = db.execute(q + " WHERE rowid = ?", (rowid,))
             r = cur.fetchone()
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, UnicodeDecodeError):
             r = None
             bad.append(rowid)
         if r is None:
@@ -91,11 +92,12 @@ def export(state_dir: str | Path | None) -> dict[str, Any]:
     except sqlite3.Error as e:
         out["unreadable"]["(file)"] = str(e)
         return out
+    db.text_factory = lenient_text
     try:
         try:
             found = db.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall()
             tables = {n: s for n, s in found if not n.startswith("sqlite_")}
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as e:
             out["unreadable"]["(schema)"] = str(e)
             tables = dict.fromkeys(TABLES, "")
         for name, sql in tables.items():

@@ -61,13 +61,14 @@ def synth_spec(path: Path, model_names: list[str] | None = None):
 
     from planner.io import read_yaml
     from planner.optimizer.workload.synth import SynthSpec, default_spec
-    from planner.schemas import validation_to_input_error
+    from planner.schemas import path_key, validation_to_input_error
 
     data = read_yaml(path)
     if not isinstance(data, dict):
         raise InputError(
             "a workload spec is a mapping of fields",
             file=str(path),
+            path="(top level)",
             fix="see `planner workload synth --print-spec`",
         )
     data.pop("kind", None)
@@ -84,7 +85,7 @@ def synth_spec(path: Path, model_names: list[str] | None = None):
                 f"role {role!r} calls {name!r}, which is not in the models file"
                 f"{did_you_mean(name, model_names)}",
                 file=str(path),
-                path=f"roles.{role}.model",
+                path=f"roles.{path_key(role)}.model",
                 fix=f"use one of {list(model_names)}",
             )
     return spec

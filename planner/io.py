@@ -58,8 +58,19 @@ def parse_yaml(text: str, file: str) -> Any:
         raise _too_deep(file) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        pos = getattr(e, "position", None)  # a reader error: a character YAML does not allow
+        if mark is not None:
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+        elif isinstance(pos, int):
+            line = text.count("\n", 0, pos) + 1
+            where = f"line {line}, column {pos - text.rfind(chr(10), 0, pos)}"
+        else:
+            where = "somewhere"
+        problem = (
+            getattr(e, "problem", None)
+            or (f"character {e.character!r}: {e.reason}" if isinstance(pos, int) else None)
+            or str(e).splitlines()[0]
+        )
         raise InputError(
             f"not valid YAML at {where}: {problem}",
             file=file,

@@ -414,6 +414,7 @@ def request_log_rows(path: Path, window: tuple[float, float] | None = None) -> p
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as e:
         raise InputError(f"cannot open SQLite database: {e}", file=str(path)) from None
+    con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # damaged text: U+FFFD
     try:
         cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
         if not cols:
@@ -423,7 +424,7 @@ def request_log_rows(path: Path, window: tuple[float, float] | None = None) -> p
         if window is not None:
             query += " WHERE timestamp >= ? AND timestamp < ?"
         raw = pd.read_sql_query(query, con, params=window)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:  # SQLite quotes damaged bytes in errors
         raise InputError(
             f"cannot read table 'requests': {e}",
             file=str(path),

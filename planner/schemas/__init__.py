@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +48,13 @@ def _loc(loc: tuple[Any, ...]) -> str:
         elif str(part).startswith(("function-", "union[")):
             continue
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{path_key(part)}" if out else path_key(part)
     return out
+
+
+def path_key(key: Any) -> str:
+    """A mapping key as one segment of a field path (odd keys quoted: the path stays a word)."""
+    return str(key) if re.fullmatch(r"[\w-]+", str(key)) else repr(str(key))
 
 
 def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
@@ -118,6 +124,7 @@ def detect_kind(data: Any, file: str) -> str:
         raise InputError(
             f"expected a mapping at the top level, found {type(data).__name__}",
             file=file,
+            path="(top level)",
             fix="start the file with `kind: cluster|models|slo|plan|profile`",
         )
     kind = data.get("kind")
@@ -243,7 +250,7 @@ def check_slo_models(slo: Slo, models: Models, file: str = "<slo>") -> None:
                 f"an override for model {name!r}, which is not in the models file"
                 f"{did_you_mean(name, models.names)}",
                 file=file,
-                path=f"models.{name}",
+                path=f"models.{path_key(name)}",
                 fix=f"use one of {models.names}",
             )
 
