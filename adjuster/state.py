@@ -208,19 +208,19 @@ class StateStore:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         try:
             self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
         except sqlite3.OperationalError as e:
-            if "readonly" in str(e):
-                raise InputError(
-                    "the state database is read-only", file=str(self.path),
-                    fix="run as the user who owns the state dir, or fix its permissions",
-                ) from None  # fmt: skip
-            raise
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            if "readonly" not in str(e):
+                raise
+            raise InputError(
+                "the state database is read-only", file=str(self.path),
+                fix="run as the user who owns the state dir, or fix its permissions",
+            ) from None  # fmt: skip
 
     def _row(self, r: sqlite3.Row) -> InstanceRow:
         return InstanceRow(**{c: r[c] for c in _COLS})

@@ -143,6 +143,7 @@ def test_every_plan_reading_command_refuses_before_any_side_effect(
         ["apply", plan, "--state-dir", state, "--dry-run", "--node", "n0"],
         ["apply", plan, "--state-dir", state, "--node", "n0"],
         ["explain", plan],
+        ["gateway", "--plan", plan, "--state-dir", state, "--port", "1"],
         ["evaluate", plan, "--workload", _trace(tmp_path)],
         ["adjust", "--plan", plan, "--state-dir", state, "--once", "--dry-run"],
     ]

@@ -185,3 +185,16 @@ def test_garbage_request_log_is_refused_by_adjust(tmp_path, capsys):
     argv = ["adjust", "--plan", plan, "--slo", _slo(tmp_path), "--state-dir", state, "--once"]
     code, _, err = _run(argv, capsys)
     assert code == 2 and "requests.sqlite" in err and "Traceback" not in err, err
+
+
+def test_a_read_only_database_is_refused_on_write(tmp_path):
+    """Item 2: a state file that cannot be written. Tests run as root, which writes any file,
+    so a read-only SQLite connection to a real file stands in for the permission bits."""
+    from planner.errors import InputError
+
+    state = tmp_path / "state"
+    _state(state)
+    with StateStore(state, readonly=True) as s:
+        assert len(s.instances()) == 4
+        with pytest.raises(InputError, match="read-only"):
+            s.journal("start", "a-9", "local", "ok")
