@@ -520,7 +520,7 @@ def _show(out: dict[str, Any], json_out: bool) -> None:
         hc = m.get("hop_cost") or {}
         t.add_row(
             name,
-            f"{m['slo_attainment']:.3f}",
+            f"{m['slo_attainment']:.1%}",
             f"{m['switch_p95_s']:.2f}",
             f"{m['warm_gpu_gib']:.1f}",
             f"{m['objective_s']:.2f}",

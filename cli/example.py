@@ -37,6 +37,7 @@ def example_names() -> list[str]:
 def _is_example(p: Traversable) -> bool:
     return p.is_dir() and any(f.name.endswith(".yaml") for f in p.iterdir())
 
+
 CPU_CLUSTER = """\
 # One machine without a GPU: vLLM's CPU build serves tiny models (development and CI).
 kind: cluster

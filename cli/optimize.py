@@ -97,7 +97,7 @@ def optimize_cmd(
             def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
                 desc = (
                     f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
-                    f"attainment {best['slo_attainment']:.3f}"
+                    f"attainment {best['slo_attainment']:.1%}"
                     if best
                     else ""
                 )

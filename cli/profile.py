@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra, serve_extra
 from planner.errors import InputError
 
 profile_app = typer.Typer(
@@ -86,6 +86,10 @@ def hardware_cmd(
     dev = device or _default_device()
     if dev not in ("cuda", "cpu"):
         raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
+    if ray:
+        require_extra("cluster", "`planner profile hardware --ray`")
+    else:
+        require_extra("profile", "`planner profile hardware`")
     if ray:
         from planner.profiler.remote import cluster_nodes, hardware_on_nodes
 
@@ -234,6 +238,7 @@ def engine_cmd(
 
     models = load_models(models_file)
     if ray:
+        require_extra("cluster", "`planner profile engine --ray`")
         _engine_ray(
             models_file,
             cluster_file,
@@ -256,6 +261,7 @@ def engine_cmd(
         return
     info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
     dev = device or ("cuda" if info.gpus else "cpu")
+    require_extra(serve_extra(dev), "`planner profile engine`", ("vllm", "httpx"))
     node_name = node or platform.node()
     if dev == "cuda":
         if not info.gpus:

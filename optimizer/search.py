@@ -352,7 +352,7 @@ class Searcher:
             top = max(e.metrics["slo_attainment"] for e in feasible)
             pool = [e for e in feasible if e.metrics["slo_attainment"] >= top - 0.02]
             notes.append(
-                f"no plan meets the attainment target {target:.3f}; best reached {top:.3f}. "
+                f"no plan meets the attainment target {target:.1%}; best reached {top:.1%}. "
                 f"Binding: {binding_slo(pool[0].metrics, self.slo)}"
             )
         # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
