@@ -463,10 +463,10 @@ def _reoptimize(
 ) -> Path:
     """Optimize again on the window (same inputs and seed, fewer evaluations); write atomically."""
     from planner.cli import inputs as inp
-    from planner.io import atomic_write_text, dump_yaml
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.search import knobs_to_dict, optimize
     from planner.optimizer.workload.characterize import summarize
+    from planner.planfile import write_plan
     from planner.schemas.plan import Plan
 
     seed = int(plan.search.get("seed", 0))
@@ -488,7 +488,7 @@ def _reoptimize(
         selected=result.selected,
         points=result.points,
     )
-    atomic_write_text(new_plan, dump_yaml(new.model_dump(mode="json", exclude_defaults=False)))
+    write_plan(new_plan, new, cl)
     return new_plan
 
 
