@@ -29,6 +29,7 @@ _COMMAND_MODULES = [
     "evaluate",
     "optimize",
     "explain",
+    "plan",
     "profile",
     "init",
     "example",

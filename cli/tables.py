@@ -36,8 +36,8 @@ def fit_table(
     """A table of `rows` ((cells, style) pairs) that fits `width` (default: the console's).
 
     Cells are never cut: columns with `drop > 0` are left out, highest `drop` first, until
-    the table fits, and the caption names what was left out. Only when it still does not
-    fit does rich wrap the text columns.
+    the table fits with its text columns wrapped at no less than TEXT_MIN characters; the
+    caption names what was left out.
     """
     if console is None:
         from planner.cli.common import console as default_console
@@ -49,7 +49,7 @@ def fit_table(
     while True:
         t = _build(title, [cols[i] for i in keep], [([r[i] for i in keep], s) for r, s in rows])
         droppable = [i for i in keep if cols[i].drop > 0]
-        if console.measure(t, options=wide).maximum <= width or not droppable:
+        if console.measure(t, options=wide).minimum <= width or not droppable:
             break
         keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
     left_out = [c.header for i, c in enumerate(cols) if i not in keep]
@@ -60,14 +60,26 @@ def fit_table(
     return t
 
 
+TEXT_MIN = 24  # a text column narrower than this reads badly: leave out a number instead
+
+
 def _build(title: str | None, cols: list[Col], rows: list[tuple[list[str], str | None]]) -> Table:
     t = Table(title=title)
-    for c in cols:
-        # numbers never wrap; text wraps at spaces only when nothing else can give
-        t.add_column(c.header, justify=c.justify, no_wrap=c.justify == "right", overflow="fold")
+    for k, c in enumerate(cols):
+        if c.justify == "right":  # numbers never wrap
+            t.add_column(c.header, justify="right", no_wrap=True)
+        else:  # text wraps at spaces, never below TEXT_MIN (or its longest cell)
+            longest = max((len(_plain(r[k])) for r, _ in rows), default=0)
+            t.add_column(c.header, overflow="fold", min_width=min(longest, TEXT_MIN))
     for cells, style in rows:
         t.add_row(*cells, style=style)
     return t
+
+
+def _plain(cell: str) -> str:
+    from rich.text import Text
+
+    return Text.from_markup(cell).plain
 
 
 def fmt_attainment(x: float | None) -> str:
