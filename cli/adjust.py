@@ -229,9 +229,11 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
     trace = inp.workload(trace_path, ms, int(plan.search.get("seed", 0)))
     perfs = _perfs(plan, cl, ms)
     reopt = _replay_reoptimizer(plan, cl, ms, sl, cfg) if cfg.reoptimize == "auto" else None
+    from planner.cli.tables import REPLAY_SCORING, metrics_table
+
     if json_out:
         out = replay(plan, trace, sl, perfs, cfg, start_point=start_point, reoptimizer=reopt)
-        print_json(out)
+        print_json({**out, "scoring": REPLAY_SCORING})
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -254,14 +256,13 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
             progress=lambda k, n: bar.update(task, completed=k, total=n),
             reoptimizer=reopt,
         )
-    from planner.cli.tables import metrics_table
-
     console.print(
         metrics_table(
             f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
             {"adjusted": out["adjusted"]},
             {f"static {k}": v for k, v in out["static"].items()},
             attainment=sl.attainment,
+            note=REPLAY_SCORING,
         )
     )
     for h in out["hops"]:

@@ -105,6 +105,17 @@ def fmt_num(x: float | None) -> str:
     return f"{x:.{min(6, 2 - math.floor(math.log10(a)))}f}"
 
 
+# Why the same point scores differently in `evaluate` and `adjust --replay` (docs/baselines.md).
+EVALUATE_SCORING = (
+    "one simulation of the whole trace; `planner adjust --replay` scores window by window "
+    "and so differs (docs/baselines.md)"
+)
+REPLAY_SCORING = (
+    "scored window by window: each window is simulated from a fresh start of its point "
+    "(gpu-tier instances awake, no prefix cache carried over), so a point's figures differ "
+    "from `planner evaluate`, which simulates the whole trace in one run"
+)
+
 _METRIC_COLS = [
     Col("point", "left"),
     Col("SLO met"),
@@ -124,10 +135,15 @@ def metrics_table(
     *,
     selected: str | None = None,
     attainment: float | None = None,
+    note: str = "",
 ) -> Table:
-    """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
+    """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs.
+
+    `note` goes under the table (e.g. how the rows were scored)."""
     errors = [f"n/a {n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
-    caption = "P95 latencies; warm: time-average GiB kept on GPUs; * the selected point"
+    caption = "P95 latencies; warm: time-average GiB kept on GPUs"
+    if selected is not None:
+        caption += "; * the selected point"
     rows: list[tuple[list[str], str | None]] = []
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
@@ -156,4 +172,5 @@ def metrics_table(
         row(f"{name} *" if name == selected else name, m)
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
-    return fit_table(title, _METRIC_COLS, rows, caption="\n".join([caption, *errors]))
+    lines = [caption, *([note] if note else []), *errors]
+    return fit_table(title, _METRIC_COLS, rows, caption="\n".join(lines))
