@@ -225,11 +225,7 @@ class Searcher:
                 lines += [
                     "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
                 ]
-            raise InfeasibleError(
-                "\n".join(lines),
-                fix="add a quantized variant (fp8/awq), lower max_context in models.yaml, "
-                "or add GPUs with more memory (or more of them for a larger TP)",
-            )
+            raise InfeasibleError("\n".join(lines), fix=_unplaceable_fix(self.models, missing))
 
     def explain_capacity(self) -> str:
         """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
@@ -343,7 +339,8 @@ class Searcher:
             raise InfeasibleError(
                 "no placement satisfies memory and capacity for any setting tried: "
                 + self.explain_capacity(),
-                fix="add GPUs, add quantized variants, or lower the demand (fewer users / lower headroom)",
+                fix="add GPUs to cluster.yaml or smaller variants to models.yaml, or plan for "
+                "less traffic (fewer users in the workload)",
             )
         target = self.slo.attainment
         meeting = [e for e in feasible if e.metrics["slo_attainment"] >= target - 1e-9]
@@ -475,3 +472,22 @@ def optimize(
 ) -> SearchResult:
     """Search the plans for these inputs; see the module docstring."""
     return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock).run(progress)
+
+
+_FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
+
+
+def _unplaceable_fix(models: Models, missing: list[str]) -> str:
+    """What to change so that the `missing` models fit: a smaller variant only where one could
+    exist (a model already at 4 bits has none), then context length and GPUs."""
+    steps = []
+    for m in missing:
+        have = {v.quantization for v in models.model(m).variants}
+        if not have & _FOUR_BIT:
+            smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
+            steps.append(f"add {smaller} of {m} to models.yaml")
+    steps += [
+        "lower max_context of " + ", ".join(missing) + " in models.yaml",
+        "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
+    ]
+    return "; or ".join(steps)
