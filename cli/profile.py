@@ -171,7 +171,9 @@ def _print_hardware(p) -> None:
 
 @profile_app.command("merge")
 def merge_cmd(
-    sources: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    sources: Annotated[
+        list[Path], typer.Argument(metavar="PROFILE", help="Profile files or directories.")
+    ],
     out: OutOpt = Path("profiles"),
     json_out: JsonOpt = False,
 ) -> None:
@@ -437,7 +439,9 @@ def _f(x: float | None) -> str:
 
 @profile_app.command("calibrate")
 def calibrate_cmd(
-    profiles: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    profiles: Annotated[
+        list[Path], typer.Argument(metavar="PROFILE", help="Profile files or directories.")
+    ],
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the perf model's efficiency and overhead factors; write them into each profile."""
