@@ -42,7 +42,9 @@ def annotate(plan: Plan, cluster: Cluster | None) -> Plan:
             ]
             found = {types[k] for k in sorted(mine) if k in types}
             gpu_type = "+".join(sorted(found)) if found else inst.gpu_type
-            instances.append(inst.model_copy(update={"gpu_type": gpu_type, "shares_gpu_with": shares}))
+            instances.append(
+                inst.model_copy(update={"gpu_type": gpu_type, "shares_gpu_with": shares})
+            )
         points.append(p.model_copy(update={"instances": instances}))
     return plan.model_copy(update={"points": points})
 
