@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="planner")
     except PlannerError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        from rich.markup import escape  # messages hold brackets: planner[serve], nodes[1]
+
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
