@@ -339,8 +339,7 @@ class Searcher:
             raise InfeasibleError(
                 "no placement satisfies memory and capacity for any setting tried: "
                 + self.explain_capacity(),
-                fix="add GPUs to cluster.yaml or smaller variants to models.yaml, or plan for "
-                "less traffic (fewer users in the workload)",
+                fix=_capacity_fix(self.models),
             )
         target = self.slo.attainment
         meeting = [e for e in feasible if e.metrics["slo_attainment"] >= target - 1e-9]
@@ -477,15 +476,32 @@ def optimize(
 _FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
 
 
-def _unplaceable_fix(models: Models, missing: list[str]) -> str:
-    """What to change so that the `missing` models fit: a smaller variant only where one could
-    exist (a model already at 4 bits has none), then context length and GPUs."""
+def _smaller_variant_steps(models: Models, names: list[str]) -> list[str]:
+    """'add a smaller variant of M' for each of `names` that has one to gain (not at 4 bits)."""
     steps = []
-    for m in missing:
+    for m in names:
         have = {v.quantization for v in models.model(m).variants}
         if not have & _FOUR_BIT:
             smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
             steps.append(f"add {smaller} of {m} to models.yaml")
+    return steps
+
+
+def _capacity_fix(models: Models) -> str:
+    """What to change when no placement serves the demand (no flag sets the headroom)."""
+    return "; or ".join(
+        [
+            "add GPUs to cluster.yaml",
+            *_smaller_variant_steps(models, models.names),
+            "plan for less traffic (fewer users in the workload)",
+        ]
+    )
+
+
+def _unplaceable_fix(models: Models, missing: list[str]) -> str:
+    """What to change so that the `missing` models fit: a smaller variant only where one could
+    exist (a model already at 4 bits has none), then context length and GPUs."""
+    steps = _smaller_variant_steps(models, missing)
     steps += [
         "lower max_context of " + ", ".join(missing) + " in models.yaml",
         "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
