@@ -98,14 +98,11 @@ def _load(plan_path: Path):
 
 
 def _recorded(plan: Any, plan_path: Path, kind: str) -> Path | None:
-    """An input recorded in plan.inputs: as written, else relative to the plan's folder."""
+    """An input recorded in plan.inputs, found as `planner apply` finds it."""
+    from planner.cli.apply import _input_path
+
     ref = plan.inputs.get(kind)
-    if ref is None or not ref.path:
-        return None
-    for cand in (Path(ref.path), plan_path.parent / ref.path):
-        if cand.is_file():
-            return cand
-    return None
+    return _input_path(plan_path, ref.path) if ref is not None else None
 
 
 def _capacities(plan: Any, plan_path: Path) -> dict[tuple[str, int], float]:
