@@ -88,15 +88,13 @@ def hardware_cmd(
         raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
     if ray:
         require_extra("cluster", "`planner profile hardware --ray`")
-    else:
-        require_extra("profile", "`planner profile hardware`")
-    if ray:
         from planner.profiler.remote import cluster_nodes, hardware_on_nodes
 
         nodes = cluster_nodes(cluster_file, node)
         with err_console.status(f"profiling hardware on {len(nodes)} node(s) through Ray ..."):
             measured = hardware_on_nodes(nodes, dev, quick=quick)
     else:
+        require_extra("profile", "`planner profile hardware`")
         with _progress() as bar:
 
             def on_target(target):
