@@ -91,18 +91,24 @@ def evaluate_points(
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+    from planner.cli.tables import fmt_num
+
+    return fmt_num(x)
 
 
 def _table(results: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
+    from planner.cli.tables import EVALUATE_SCORING
+
     first = next(iter(results.values()))
     failed = ", ".join(f"{n}: {r.failed}" for n, r in results.items() if r.failed)
     t = Table(
         title="simulated on the workload (P95 latencies, s)",
-        caption=f"{first.requests} requests" + (f"; unserved {failed}" if failed else ""),
+        caption=f"{first.requests} requests"
+        + (f"; unserved {failed}" if failed else "")
+        + f"\n{EVALUATE_SCORING}",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -186,7 +192,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def evaluate(
         plan: Annotated[
-            Path | None, typer.Argument(help="plan.yaml to evaluate (optional with --baseline).")
+            Path | None,
+            typer.Argument(
+                metavar="PLAN", help="plan.yaml to evaluate (optional with --baseline)."
+            ),
         ] = None,
         workload: Annotated[
             Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")

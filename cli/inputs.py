@@ -51,7 +51,7 @@ def synth_spec(path: Path):
     from planner.optimizer.workload.synth import SynthSpec, default_spec
     from planner.schemas import validation_to_input_error
 
-    data = read_yaml(path)
+    data = read_yaml(path, "workload")
     if not isinstance(data, dict):
         raise InputError(
             "a workload spec is a mapping of fields",

@@ -61,9 +61,9 @@ def optimize_cmd(
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
     from planner.cli import inputs as inp
-    from planner.io import atomic_write_text, dump_yaml
     from planner.optimizer.search import knobs_to_dict, optimize
     from planner.optimizer.workload.characterize import summarize
+    from planner.planfile import write_plan
 
     if report is not None and report.suffix not in (".png", ".html"):
         raise InputError(
@@ -97,7 +97,7 @@ def optimize_cmd(
             def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
                 desc = (
                     f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
-                    f"attainment {best['slo_attainment']:.3f}"
+                    f"attainment {best['slo_attainment']:.1%}"
                     if best
                     else ""
                 )
@@ -125,7 +125,7 @@ def optimize_cmd(
         points=result.points,
     )
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
-    atomic_write_text(out, dump_yaml(plan.model_dump(mode="json", exclude_defaults=False)))
+    write_plan(out, plan, cl)
 
     base_metrics: dict[str, dict[str, Any]] = {}
     if baselines:

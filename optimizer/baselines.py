@@ -1,4 +1,4 @@
-"""The three baselines every plan is measured against (DESIGN.md), built as plan points so
+"""The three baselines every plan is measured against (docs/baselines.md), built as plan points so
 they go through the same simulator on the same trace.
 
 - `static`: every model always awake, one instance each, bf16 where it fits else the

@@ -30,7 +30,8 @@ Constraints
     (2) capacity                    sum_{p in P_m} cap_p x_p >= H D_m             for m in M
     (3) at most K replicas          sum_{p in P_m} x_p <= K                       for m in M
     (4) swap slot holds a sleeper   z_j >= a_p x_p                 for p in P_j with t in T_s
-    (5) GPU memory (DESIGN.md)      sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
+    (5) GPU memory (docs/plan-format.md)
+                                    sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
                                       + z_j <= U_j y_j                              for j in J
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
     (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group

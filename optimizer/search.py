@@ -225,11 +225,7 @@ class Searcher:
                 lines += [
                     "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
                 ]
-            raise InfeasibleError(
-                "\n".join(lines),
-                fix="add a quantized variant (fp8/awq), lower max_context in models.yaml, "
-                "or add GPUs with more memory (or more of them for a larger TP)",
-            )
+            raise InfeasibleError("\n".join(lines), fix=_unplaceable_fix(self.models, missing))
 
     def explain_capacity(self) -> str:
         """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
@@ -343,7 +339,7 @@ class Searcher:
             raise InfeasibleError(
                 "no placement satisfies memory and capacity for any setting tried: "
                 + self.explain_capacity(),
-                fix="add GPUs, add quantized variants, or lower the demand (fewer users / lower headroom)",
+                fix=_capacity_fix(self.models),
             )
         target = self.slo.attainment
         meeting = [e for e in feasible if e.metrics["slo_attainment"] >= target - 1e-9]
@@ -352,7 +348,7 @@ class Searcher:
             top = max(e.metrics["slo_attainment"] for e in feasible)
             pool = [e for e in feasible if e.metrics["slo_attainment"] >= top - 0.02]
             notes.append(
-                f"no plan meets the attainment target {target:.3f}; best reached {top:.3f}. "
+                f"no plan meets the attainment target {target:.1%}; best reached {top:.1%}. "
                 f"Binding: {binding_slo(pool[0].metrics, self.slo)}"
             )
         # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
@@ -475,3 +471,39 @@ def optimize(
 ) -> SearchResult:
     """Search the plans for these inputs; see the module docstring."""
     return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock).run(progress)
+
+
+_FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
+
+
+def _smaller_variant_steps(models: Models, names: list[str]) -> list[str]:
+    """'add a smaller variant of M' for each of `names` that has one to gain (not at 4 bits)."""
+    steps = []
+    for m in names:
+        have = {v.quantization for v in models.model(m).variants}
+        if not have & _FOUR_BIT:
+            smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
+            steps.append(f"add {smaller} of {m} to models.yaml")
+    return steps
+
+
+def _capacity_fix(models: Models) -> str:
+    """What to change when no placement serves the demand (no flag sets the headroom)."""
+    return "; or ".join(
+        [
+            "add GPUs to cluster.yaml",
+            *_smaller_variant_steps(models, models.names),
+            "plan for less traffic (fewer users in the workload)",
+        ]
+    )
+
+
+def _unplaceable_fix(models: Models, missing: list[str]) -> str:
+    """What to change so that the `missing` models fit: a smaller variant only where one could
+    exist (a model already at 4 bits has none), then context length and GPUs."""
+    steps = _smaller_variant_steps(models, missing)
+    steps += [
+        "lower max_context of " + ", ".join(missing) + " in models.yaml",
+        "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
+    ]
+    return "; or ".join(steps)

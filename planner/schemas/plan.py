@@ -1,4 +1,4 @@
-"""plan.yaml: Pareto points, each a full placement of instances (DESIGN.md)."""
+"""plan.yaml: Pareto points, each a full placement of instances (docs/plan-format.md)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,16 @@ class Instance(Strict):
     model: str = Field(description="model name from models.yaml")
     variant: str = Field(description="variant name of that model")
     node: str = Field(description="node name from cluster.yaml")
+    gpu_type: str = Field(
+        default="", description="GPU type of `gpus` (cluster.yaml), for readers; '' in old plans"
+    )
     gpus: list[int] = Field(default_factory=list, description="device indices on that node")
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree")
     tier: Tier = Field(default="gpu", description="gpu: always awake; host/disk: sleeps when idle")
+    shares_gpu_with: list[str] = Field(
+        default_factory=list,
+        description="ids of this point's instances on a common GPU (they time-share it)",
+    )
     memory_gib: MemoryGib = Field(description="per GPU, when awake")
     kv_cpu_offload_gib: float = Field(default=0, ge=0, description="KV cache in host RAM, GiB")
     expert_cpu_offload_gib: float = Field(
