@@ -136,8 +136,10 @@ def metrics_table(
     selected: str | None = None,
     attainment: float | None = None,
     note: str = "",
+    twins: dict[str, dict[str, Any]] | None = None,
 ) -> Table:
-    """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs.
+    """One row per point, each followed by its `lru@` twin when given (then one per
+    baseline): attainment, P95s, switches, warm GiB, GPUs.
 
     `note` goes under the table (e.g. how the rows were scored)."""
     errors = [f"n/a {n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
@@ -170,6 +172,8 @@ def metrics_table(
 
     for name, m in points.items():
         row(f"{name} *" if name == selected else name, m)
+        if twins and name in twins:
+            row(f"  lru@{name}", twins[name], style="dim")
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
     lines = [caption, *([note] if note else []), *errors]

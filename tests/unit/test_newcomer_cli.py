@@ -278,7 +278,12 @@ def test_a_model_already_at_4_bits_is_not_told_to_add_a_quantized_variant(tmp_pa
     assert "add an int4 (awq/gptq) variant of big" in err
 
 
-def test_capacity_fix_names_no_setting_without_a_flag(tmp_path, capsys):
+def test_overload_is_said_and_its_fix_names_no_setting_without_a_flag(tmp_path, capsys):
+    """Demand beyond the cluster gets points and a capacity table (issue 13), and the fix
+    offered when nothing is placeable names no setting that has no flag (no headroom)."""
+    from planner.optimizer.search import capacity_fix
+    from planner.schemas import load_models
+
     (tmp_path / "cluster.yaml").write_text(
         "kind: cluster\nnodes:\n  - {name: n0, cpu_memory_gib: 64, gpus: [{type: RTX-3090, count: 1}]}\n"
     )
@@ -290,14 +295,14 @@ def test_capacity_fix_names_no_setting_without_a_flag(tmp_path, capsys):
     roles = ", ".join(f"{r}: {{model: p}}" for r in ("planner", "coder", "reasoner", "reviewer",
                                                      "summarizer", "embed"))  # fmt: skip
     (tmp_path / "w.yaml").write_text(f"users: 400\ndays: 1\nstationary: true\nroles: {{{roles}}}\n")
-    code, _, err = run(
+    code, out, _ = run(
         ["optimize", "-c", str(tmp_path / "cluster.yaml"), "-m", str(tmp_path / "models.yaml"),
          "-s", str(tmp_path / "slo.yaml"), "-w", str(tmp_path / "w.yaml"), "--evals", "4",
          "--no-baselines", "-o", str(tmp_path / "p.yaml")],
         capsys,
     )  # fmt: skip
-    assert code == 2 and "req/s" in err
-    fix = err.split("fix:")[1]
+    assert code == 0 and "demand beyond what the cluster can serve" in out
+    fix = capacity_fix(load_models(tmp_path / "models.yaml"))
     assert "headroom" not in fix and "variant" not in fix and "add GPUs" in fix
 
 
