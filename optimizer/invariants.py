@@ -5,7 +5,7 @@ command that reads a plan, before any side effect. Per instance: its node, GPUs,
 variant exist; `gpus` lists `tp` distinct devices; TP divides the heads; `max_model_len` is
 within the model's `max_context`; the engine's memory budget (`gpu_memory_utilization` x
 device memory) holds what the instance needs. Per point: every model of the models file is
-served. Per GPU, the memory invariant of DESIGN.md: the awake memory of the `gpu`-tier
+served. Per GPU, the memory invariant of docs/plan-format.md: the awake memory of the `gpu`-tier
 instances + the largest awake `host`/`disk` instance + the CUDA contexts the other sleepers
 keep fit the device, and so do the `gpu_memory_utilization` budgets (vLLM refuses to start
 when less than its budget is free). Per node: RAM for `host`-tier weights and CPU offload.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.errors import InputError
+from planner.optimizer.perf import default_calib
 from planner.optimizer.sim.perfs import perf_for_instance
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
@@ -143,9 +144,14 @@ class GpuUsage:
 
 
 def gpu_usage(
-    point: Point, cluster: Cluster, models: Models
+    point: Point, cluster: Cluster, models: Models | None = None
 ) -> tuple[dict[tuple[str, int], GpuUsage], dict[str, float]]:
-    """Per GPU: awake memory, budgets and sleepers; per node: host RAM asked, GiB."""
+    """Per GPU: awake memory, budgets and sleepers; per node: host RAM asked, GiB.
+
+    Without `models`, the plan's recorded memory alone (the optimizer's own points); with
+    them, weights are at least what the perf model gives (module docstring). GPUs the
+    cluster lacks are left out (`plan_problems` names them first).
+    """
     gpus = {
         (n.name, d): GpuUsage(g.spec.name, g.spec.memory_gib, g.spec.arch)
         for n in cluster.nodes
@@ -153,30 +159,38 @@ def gpu_usage(
     }
     ram: dict[str, float] = {}
     for inst in point.instances:
-        perf = perf_for_instance(inst, cluster, models)
         mem = inst.memory_gib
-        awake = max(mem.weights, perf.weights_gib_per_gpu) + mem.kv + mem.overhead  # per GPU, GiB
+        if models is not None:
+            perf = perf_for_instance(inst, cluster, models)
+            weights = max(mem.weights, perf.weights_gib_per_gpu)  # per GPU, GiB
+            ctx = perf.context_gib_per_gpu  # what a sleeping process keeps per GPU, GiB
+        else:
+            first = gpus.get((inst.node, inst.gpus[0])) if inst.gpus else None
+            weights = mem.weights
+            ctx = default_calib(first.arch).context_gib if first else 0.0
+        awake = weights + mem.kv + mem.overhead  # per GPU when awake, GiB
         util = inst.engine.gpu_memory_utilization
         for g in inst.gpus:
-            acc = gpus[(inst.node, g)]
+            acc = gpus.get((inst.node, g))
+            if acc is None:
+                continue
             acc.ids.append(inst.id)
             if inst.tier == "gpu":
                 acc.awake_gib += awake
                 acc.awake_util += util
             else:
-                acc.sleepers.append((awake, util, perf.context_gib_per_gpu))
+                acc.sleepers.append((awake, util, ctx))
         host_gib = inst.kv_cpu_offload_gib + inst.expert_cpu_offload_gib
         if inst.tier == "host":
-            host_gib += perf.weights_host_gib  # weights of every rank while asleep, GiB
+            host_gib += weights * inst.tp  # weights of every rank while asleep, GiB
         ram[inst.node] = ram.get(inst.node, 0.0) + host_gib
     return gpus, ram
 
 
-def _point_memory_problems(
-    point: Point, where: str, cluster: Cluster, models: Models
-) -> list[Problem]:
+def _budget_problems(point: Point, where: str, gpus: dict) -> tuple[list[Problem], list[Problem]]:
+    """(per instance, per GPU): each engine's gpu_memory_utilization budget holds its
+    instance; the budgets of instances awake together fit the device."""
     out: list[Problem] = []
-    gpus, ram = gpu_usage(point, cluster, models)
     for ii, inst in enumerate(point.instances):
         g = gpus[(inst.node, inst.gpus[0])]
         budget = inst.engine.gpu_memory_utilization * g.memory_gib  # GiB vLLM may use
@@ -190,38 +204,55 @@ def _point_memory_problems(
                     "raise gpu_memory_utilization, or re-run `planner optimize`",
                 )
             )
+    per_gpu: list[Problem] = []
     for (node, dev), g in sorted(gpus.items()):
-        if not g.ids:
-            continue
-        gib, util = g.need()
-        on = f"GPU {node}:{dev} ({g.name}, {g.memory_gib:g} GiB) with {', '.join(g.ids)}"
-        if gib > g.memory_gib + _GIB_TOL:
-            out.append(
+        util = g.need()[1]
+        if g.ids and g.arch != "cpu" and util > 1 + _UTIL_TOL:
+            per_gpu.append(
                 Problem(
                     f"{where}.instances",
-                    f"{on} needs {gib:.2f} GiB awake (always-awake instances + the largest "
-                    "sleeper + the other sleepers' contexts): it does not fit",
-                    "move an instance to another GPU, put one to sleep (tier host/disk), or "
-                    "re-run `planner optimize`",
-                )
-            )
-        elif g.arch != "cpu" and util > 1 + _UTIL_TOL:
-            out.append(
-                Problem(
-                    f"{where}.instances",
-                    f"{on}: the gpu_memory_utilization budgets of instances awake together add "
-                    f"up to {util:.2f} of the device; vLLM cannot start the last of them",
+                    f"GPU {node}:{dev} ({g.name}) with {', '.join(g.ids)}: the "
+                    "gpu_memory_utilization budgets of instances awake together add up to "
+                    f"{util:.2f} of the device; vLLM cannot start the last of them",
                     "lower gpu_memory_utilization so they sum to at most 1, or re-run "
                     "`planner optimize`",
                 )
             )
+    return out, per_gpu
+
+
+def _memory_problems(
+    where: str,
+    cluster: Cluster,
+    gpus: dict,
+    ram: dict[str, float],
+    gpu_margin: float = 0.0,
+    host_margin: float = 0.0,
+) -> list[Problem]:
+    """GPUs and nodes where the point does not fit (each keeping a margin free)."""
+    out: list[Problem] = []
+    for (node, dev), g in sorted(gpus.items()):
+        gib = g.need()[0]
+        cap = g.memory_gib * (1 - gpu_margin)
+        if g.ids and gib > cap + _GIB_TOL:
+            out.append(
+                Problem(
+                    f"{where}.instances",
+                    f"GPU {node}:{dev} ({g.name}, {cap:.2f} GiB) with {', '.join(g.ids)} needs "
+                    f"{gib:.2f} GiB awake (always-awake instances + the largest sleeper + the "
+                    "other sleepers' contexts): it does not fit",
+                    "move an instance to another GPU, put one to sleep (tier host/disk), or "
+                    "re-run `planner optimize`",
+                )
+            )
     for n in cluster.nodes:
-        if ram.get(n.name, 0.0) > n.cpu_memory_gib + _GIB_TOL:
+        cap = n.cpu_memory_gib * (1 - host_margin)
+        if ram.get(n.name, 0.0) > cap + _GIB_TOL:
             out.append(
                 Problem(
                     f"{where}.instances",
                     f"node {n.name} needs {ram[n.name]:.1f} GiB of RAM for sleeping weights "
-                    f"and CPU offload, more than its {n.cpu_memory_gib:g} GiB",
+                    f"and CPU offload, more than its {cap:.1f} GiB",
                     "use tier disk for some sleepers, or re-run `planner optimize`",
                 )
             )
@@ -248,7 +279,9 @@ def plan_problems(plan: Plan, cluster: Cluster, models: Models) -> list[Problem]
                     )
                 )
         if not any(p.path.startswith(f"{where}.instances[") for p in mine):
-            mine += _point_memory_problems(point, where, cluster, models)
+            gpus, ram = gpu_usage(point, cluster, models)
+            engines, shares = _budget_problems(point, where, gpus)
+            mine += engines + _memory_problems(where, cluster, gpus, ram) + shares
         out += mine
     return out
 
@@ -262,9 +295,29 @@ def check_plan(plan: Plan, cluster: Cluster, models: Models, file: str = "<plan>
         raise InputError(p.message + more, file=file, path=p.path, fix=p.fix)
 
 
-def memory_violations(point: Point, cluster: Cluster, models: Models) -> list[str]:
-    """The memory problems of one point, as messages; empty when it fits."""
-    return [p.message for p in _point_memory_problems(point, "", cluster, models)]
+def memory_violations(
+    point: Point,
+    cluster: Cluster,
+    models: Models | None = None,
+    *,
+    gpu_margin: float = 0.0,
+    host_margin: float = 0.0,
+) -> list[str]:
+    """Every GPU and node where the point does not fit (a margin kept free); empty when it does.
+
+    The optimizer's check of its own points (recorded memory: no `models`); `plan_problems`
+    runs it with the models, after the per-instance checks and the engine budgets.
+    """
+    gpus, ram = gpu_usage(point, cluster, models)
+    missing = [
+        f"{i.id}: GPU {i.node}:{g} does not exist"
+        for i in point.instances
+        for g in i.gpus
+        if (i.node, g) not in gpus
+    ]
+    return missing + [
+        p.message for p in _memory_problems("", cluster, gpus, ram, gpu_margin, host_margin)
+    ]
 
 
 __all__ = ["GpuUsage", "Problem", "check_plan", "gpu_usage", "memory_violations", "plan_problems"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,10 @@ MAX_YAML_DEPTH = 64  # deepest nesting of mappings and lists an input may have
 MAX_YAML_NODES = 2_000_000  # values in a document, aliases expanded (an alias bomb stops here)
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; an unreadable, empty, oversized or malformed file raises InputError."""
+def read_yaml(path: str | Path, kind: str | None = None) -> Any:
+    """Parse a YAML file; an unreadable, empty, oversized or malformed file raises InputError.
+
+    `kind` (when the caller knows it) names the schema the fix points to."""
     p = Path(path)
     try:
         size = p.stat().st_size
@@ -43,10 +46,10 @@ def read_yaml(path: str | Path) -> Any:
         raise InputError(
             f"cannot read: {e.strerror or e.__class__.__name__}", file=str(p)
         ) from None
-    return parse_yaml(text, str(p))
+    return parse_yaml(text, str(p), kind)
 
 
-def parse_yaml(text: str, file: str) -> Any:
+def parse_yaml(text: str, file: str, kind: str | None = None) -> Any:
     """Parse YAML text read from `file` (named in errors); see read_yaml."""
     if not text.strip():
         raise InputError(
@@ -74,7 +77,8 @@ def parse_yaml(text: str, file: str) -> Any:
         raise InputError(
             f"not valid YAML at {where}: {problem}",
             file=file,
-            fix="the file may be truncated or mis-indented; compare with `planner schema KIND`",
+            fix="the file may be truncated or mis-indented; compare with "
+            + _schema_hint(kind or _kind_line(text)),
         ) from None
     if data is None:
         raise InputError("the file holds no YAML document", file=file)
@@ -110,6 +114,20 @@ def _check_shape(data: Any, file: str) -> None:
             stack.extend((v, depth + 1) for v in obj.values())
         elif isinstance(obj, list):
             stack.extend((v, depth + 1) for v in obj)
+
+
+def _kind_line(text: str) -> str | None:
+    """The `kind:` of a file that does not parse, when its line is readable."""
+    m = re.search(r"^kind:\s*([a-z]+)\s*$", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def _schema_hint(kind: str | None) -> str:
+    if kind == "workload":
+        return "`planner workload synth --print-spec`"
+    if kind:
+        return f"`planner schema {kind}`"
+    return "`planner schema cluster` (or models, slo, plan, profile)"
 
 
 def dump_yaml(data: Any) -> str:

@@ -56,7 +56,7 @@ def _two_on_a_4090(points):
     a, c = _inst(points, 0, "planner-7b-0"), _inst(points, 0, "coder-32b-0")
     a.update(node="n1", gpus=[0], port=8200)
     a["memory_gib"] = {"weights": 5.196, "kv": 2.3, "overhead": 1.2}
-    a["engine"]["gpu_memory_utilization"] = 0.37
+    a["engine"]["gpu_memory_utilization"] = 0.4
     c.update(node="n1", gpus=[0], tp=1, port=8201)
     c["memory_gib"] = {"weights": 18.0, "kv": 0.5, "overhead": 1.2}
     c["engine"]["gpu_memory_utilization"] = 0.83
@@ -111,7 +111,7 @@ def _unknown_node(points):
 CASES = [
     ("two on a 4090", _two_on_a_4090, "points[0].instances", "GPU n1:0 (RTX-4090"),
     ("82 GiB on a 4090", _huge_on_a_4090, "points[0].instances[0].engine", "less than"),
-    ("utilization sum", _utilization_sum, "points[0].instances", "add up to 1."),
+    ("utilization sum", _utilization_sum, "points[0].instances", "awake together add up to"),
     ("weights understated", _weights_understated, "points[0].instances", "GPU n1:0"),
     ("tp 2 with no gpus", _tp_no_gpus, "points[0].instances[1].gpus", "tp=2 needs 2 GPU ids"),
     ("tp 2 on gpu 0 twice", _tp_same_gpu_twice, "points[0].instances[1]", "listed twice"),
@@ -166,10 +166,8 @@ def test_explain_explains_the_file_not_a_re_solve(tmp_path, capsys):
     code, out, err = _run(["explain", _plan(tmp_path, move), "--json"], capsys)
     assert code == 0, err
     by_model = {m["model"]: m for m in json.loads(out)["models"]}
-    assert by_model["summarizer-8b"]["placements"] == [
-        "fp8 (fp8) on n1 GPUs [1] [RTX-4090] tp=1 tier=gpu, 13.0 GiB/GPU awake, "
-        + by_model["summarizer-8b"]["placements"][0].split("awake, ")[1]
-    ]
+    (placed,) = by_model["summarizer-8b"]["placements"]
+    assert placed.startswith("fp8 (fp8) on n1 GPUs [1] [RTX-4090] tp=1 tier=gpu,")
     assert any("GPU n1:1 (RTX-4090" in r for r in by_model["summarizer-8b"]["reasons"])
     coder = by_model["coder-32b"]
     assert coder["placements"][0].startswith("awq (awq) on n0 GPUs [0, 1] [L40S] tp=2")
@@ -179,7 +177,7 @@ def test_explain_explains_the_file_not_a_re_solve(tmp_path, capsys):
 def _multi_node(points):
     p = _inst(points, 0, "planner-7b-0")
     p.update(node="n1", gpus=[0], port=8100)
-    p["engine"]["gpu_memory_utilization"] = 0.37
+    p["engine"]["gpu_memory_utilization"] = 0.45
 
 
 def test_apply_local_refuses_a_multi_node_plan_unless_node_is_given(tmp_path, capsys):
