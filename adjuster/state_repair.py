@@ -14,15 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from planner.adjuster.state import (
-    DB_NAME,
-    TABLES,
-    InstanceRow,
-    StateStore,
-    default_state_dir,
-    lenient_text,
-    open_checked,
-)
+from planner.adjuster.state import StateStore, default_state_dir
+from planner.adjuster.state_file import DB_NAME, TABLES, InstanceRow, lenient_text, open_checked
 from planner.errors import InputError
 
 _ROWID_PROBE = 100_000  # highest rowid tried when a table cannot be read whole

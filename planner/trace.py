@@ -13,8 +13,8 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
 
 Every problem is an InputError that names the file, the row (1-based data row, and the
 line for text files) or the column, and the fix. Limits: token counts up to MAX_TOKENS per
-request (a request longer than a model's context is read, and refused by the simulator as
-vLLM would), a span of at most MAX_SPAN_S, at most MAX_ROWS rows, text files up to
+request (planner.trace_values; a request longer than a model's context is read, and refused by
+the simulator as vLLM would), a span of at most MAX_SPAN_S, at most MAX_ROWS rows, text files up to
 MAX_TEXT_BYTES. Rows out of time order and exact duplicates are kept (sorted) and counted in
 the frame's `attrs["counts"]`.
 """
@@ -33,6 +33,13 @@ import pandas as pd
 
 from planner.errors import InputError
 from planner.io import atomic_write_bytes
+from planner.trace_values import (
+    TOKEN_COLUMNS,
+    check_values,
+    ints_column,
+    seconds_column,
+    where,
+)
 
 COLUMNS = [
     "timestamp",
@@ -54,10 +61,8 @@ DTYPES = {
     "cached_tokens": "int64",
 }
 _STRINGS = ("model", "user", "session")
-_INTS = ("input_tokens", "output_tokens", "cached_tokens")
+_INTS = TOKEN_COLUMNS
 SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
-MAX_TOKENS = 100_000_000  # per request and column: 50x the longest context a model may have
-MAX_SPAN_S = 3660 * 86400.0  # ten years between the first and the last request, s
 MAX_ROWS = 20_000_000  # requests in one trace
 MAX_TEXT_BYTES = 4 << 30  # size of a CSV or JSONL trace, bytes
 
@@ -98,132 +103,6 @@ def empty_trace() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=DTYPES[c]) for c in COLUMNS})
 
 
-def _where(i: int, line_offset: int | None) -> str:
-    """'row 5 (line 6)' for a 0-based position; rows count data rows from 1."""
-    row = f"row {i + 1}"
-    return f"{row} (line {i + 1 + line_offset})" if line_offset is not None else row
-
-
-def _check_values(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> None:
-    """Refuse booleans, lists and mappings in a column (JSONL and Parquet can hold them)."""
-    if pd.api.types.is_bool_dtype(col):
-        raise InputError(
-            f"column '{name}' holds booleans (true/false)", file=file, fix=_FIX_TYPE[name]
-        )
-    if col.dtype != object:
-        return
-    bad = col.map(lambda v: isinstance(v, (bool, np.bool_, list, dict, tuple, np.ndarray)))
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy(dtype=bool))[0])
-        v = col.iloc[i]
-        what = "a boolean" if isinstance(v, (bool, np.bool_)) else f"a {type(v).__name__}"
-        raise InputError(
-            f"{_where(i, line_offset)}, column '{name}': {v!r} is {what}, not a value",
-            file=file,
-            fix=_FIX_TYPE[name],
-        )
-
-
-_FIX_TYPE = {
-    "timestamp": "use seconds from the start (e.g. 12.5) or ISO-8601",
-    "model": "write the model name as a string",
-    "user": "write the user as a string",
-    "session": "write the session id as a string",
-    **{c: f"'{c}' is a token count (an integer)" for c in _INTS},
-}
-
-
-def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
-    """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
-    _check_values(col, "timestamp", file, line_offset)
-    if pd.api.types.is_numeric_dtype(col):
-        out = col.to_numpy(dtype="float64", na_value=np.nan)
-    elif pd.api.types.is_datetime64_any_dtype(col):
-        out = _from_datetimes(col)
-    else:
-        num = pd.to_numeric(col, errors="coerce")
-        if num.notna().all() or num.isna().sum() == col.isna().sum():
-            out = num.to_numpy(dtype="float64", na_value=np.nan)
-        else:
-            dt = pd.to_datetime(col.astype("string"), errors="coerce", utc=True, format="ISO8601")
-            bad = np.flatnonzero(dt.isna().to_numpy() & col.notna().to_numpy())
-            if len(bad):
-                i = int(bad[0])
-                raise InputError(
-                    f"{_where(i, line_offset)}, column 'timestamp': {col.iloc[i]!r} is neither "
-                    f"a number of seconds nor an ISO-8601 time",
-                    file=file,
-                    fix="write seconds from the start (e.g. 12.5) or ISO-8601 "
-                    "(e.g. 2026-01-05T09:00:00Z), one style for the whole file",
-                )
-            out = _from_datetimes(dt)
-    bad = np.flatnonzero(~np.isfinite(out))
-    if len(bad):
-        i = int(bad[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column 'timestamp': missing or not a number",
-            file=file,
-            fix="every request needs an arrival time",
-        )
-    neg = np.flatnonzero(out < 0)
-    if len(neg):
-        i = int(neg[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column 'timestamp': {out[i]} is negative",
-            file=file,
-            fix="timestamps are seconds from the start of the trace (>= 0)",
-        )
-    lo, hi = int(out.argmin()), int(out.argmax())
-    if out[hi] - out[lo] > MAX_SPAN_S:
-        raise InputError(
-            f"{_where(hi, line_offset)}, column 'timestamp': {out[hi]:g} is "
-            f"{(out[hi] - out[lo]) / 86400:,.0f} days after the first request "
-            f"({_where(lo, line_offset)}); a trace spans at most {MAX_SPAN_S / 86400:,.0f} days",
-            file=file,
-            fix="fix the outlier (a timestamp in ms or a typo?), or drop the row",
-        )
-    return out
-
-
-def _from_datetimes(dt: pd.Series) -> np.ndarray:
-    """Seconds since 00:00 UTC of the first timestamp's day (keeps the hour of day)."""
-    dt = pd.to_datetime(dt, utc=True)
-    origin = dt.min().floor("D")
-    return ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(dtype="float64", na_value=np.nan)
-
-
-def _ints(
-    col: pd.Series, name: str, file: str | None, line_offset: int | None, default: int | None
-) -> np.ndarray:
-    """A token-count column as int64 (missing cells: `default`), with the first bad row located."""
-    _check_values(col, name, file, line_offset)
-    num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_numeric_dtype(col) else col
-    arr = num.to_numpy(dtype="float64", na_value=np.nan)
-    if default is not None:
-        arr = np.where(col.isna().to_numpy(), float(default), arr)  # the schema's default
-    with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
-    if len(bad):
-        i = int(bad[0])
-        v = col.iloc[i]
-        what = "missing" if pd.isna(v) else f"{v!r} is not a whole number"
-        raise InputError(
-            f"{_where(i, line_offset)}, column '{name}': {what}",
-            file=file,
-            fix=_FIX_TYPE[name],
-        )
-    big = np.flatnonzero(arr > MAX_TOKENS)
-    if len(big):
-        i = int(big[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column '{name}': {arr[i]:g} is above the limit of "
-            f"{MAX_TOKENS:,} tokens per request",
-            file=file,
-            fix="fix the row (a unit mix-up?), or drop it",
-        )
-    return arr.astype("int64")
-
-
 def normalize(
     df: pd.DataFrame,
     *,
@@ -253,19 +132,19 @@ def normalize(
             file=file,
             fix=f"a trace needs {REQUIRED}; optional {COLUMNS[4:]} (`planner schema trace`)",
         )
-    out: dict[str, Any] = {"timestamp": _seconds(df["timestamp"], file, line_offset)}
+    out: dict[str, Any] = {"timestamp": seconds_column(df["timestamp"], file, line_offset)}
     for name in _STRINGS:
         if name not in df.columns:
             out[name] = np.full(len(df), "", dtype=object)
             continue
         col = df[name]
-        _check_values(col, name, file, line_offset)
+        check_values(col, name, file, line_offset)
         if name == "model":
             na = col.isna().to_numpy() | (col.astype("string").str.strip() == "").to_numpy()
             if na.any():
                 i = int(np.flatnonzero(na)[0])
                 raise InputError(
-                    f"{_where(i, line_offset)}, column 'model': empty",
+                    f"{where(i, line_offset)}, column 'model': empty",
                     file=file,
                     fix="every request names the model it calls",
                 )
@@ -278,13 +157,13 @@ def normalize(
             out[name] = np.zeros(len(df), dtype="int64")
             continue
         default = 0 if name not in REQUIRED else None
-        out[name] = _ints(df[name], name, file, line_offset, default)
+        out[name] = ints_column(df[name], name, file, line_offset, default)
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         bad = np.flatnonzero(out[name] < low)
         if len(bad):
             i = int(bad[0])
             raise InputError(
-                f"{_where(i, line_offset)}, column '{name}': {int(out[name][i])} is below {low}",
+                f"{where(i, line_offset)}, column '{name}': {int(out[name][i])} is below {low}",
                 file=file,
                 fix=f"'{name}' must be >= {low}; drop or fix the row",
             )
@@ -292,7 +171,7 @@ def normalize(
     if len(over):
         i = int(over[0])
         raise InputError(
-            f"{_where(i, line_offset)}, column 'cached_tokens': {int(out['cached_tokens'][i])} "
+            f"{where(i, line_offset)}, column 'cached_tokens': {int(out['cached_tokens'][i])} "
             f"exceeds input_tokens {int(out['input_tokens'][i])}",
             file=file,
             fix="the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
@@ -306,7 +185,7 @@ def normalize(
             first = int(np.flatnonzero(res["model"].isin(absent).to_numpy())[0])
             raise InputError(
                 f"model(s) {absent} are not in the models file (first at "
-                f"{_where(first, line_offset)}); the models file has {list(model_names)}",
+                f"{where(first, line_offset)}); the models file has {list(model_names)}",
                 file=file,
                 fix="rename them in the trace, add them to models.yaml, or import with "
                 "`planner workload import --assign` to map requests onto known models",
