@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from planner.errors import InputError
 from planner.optimizer.perf import default_calib
 from planner.optimizer.sim.perfs import perf_for_instance
-from planner.schemas import tp_divides
+from planner.schemas import tp_problem
 from planner.schemas.cluster import Cluster
 from planner.schemas.common import did_you_mean
 from planner.schemas.models import Models
@@ -95,17 +95,9 @@ def _instance_problems(
                 "use device ids the node has",
             )
         )
-    a = entry.arch
-    if not tp_divides(a.num_attention_heads, a.num_kv_heads, inst.tp):
-        ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(a.num_attention_heads, a.num_kv_heads, t)]
-        out.append(
-            Problem(
-                f"{where}.tp",
-                f"tp={inst.tp} does not divide the {a.num_attention_heads} attention heads / "
-                f"{a.num_kv_heads} KV heads",
-                f"use a TP degree in {ok}",
-            )
-        )
+    bad_tp = tp_problem(entry.arch.num_attention_heads, entry.arch.num_kv_heads, inst.tp)
+    if bad_tp is not None:
+        out.append(Problem(f"{where}.tp", *bad_tp))
     if inst.engine.max_model_len > entry.max_context:
         out.append(
             Problem(

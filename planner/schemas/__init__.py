@@ -260,13 +260,19 @@ def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:
     return num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
 
 
+def tp_problem(num_heads: int, num_kv_heads: int, tp: int) -> tuple[str, str] | None:
+    """(message, fix naming the TP degrees that work) when `tp` does not divide the heads."""
+    if tp_divides(num_heads, num_kv_heads, tp):
+        return None
+    ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(num_heads, num_kv_heads, t)]
+    return (
+        f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
+        f"use a TP degree in {ok}",
+    )
+
+
 def check_tp(num_heads: int, num_kv_heads: int, tp: int, file: str | None, path: str) -> None:
     """InputError naming the TP degrees that work when `tp` does not divide the heads."""
-    if not tp_divides(num_heads, num_kv_heads, tp):
-        ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(num_heads, num_kv_heads, t)]
-        raise InputError(
-            f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
-            file=file,
-            path=path,
-            fix=f"use a TP degree in {ok}",
-        )
+    bad = tp_problem(num_heads, num_kv_heads, tp)
+    if bad is not None:
+        raise InputError(bad[0], file=file, path=path, fix=bad[1])
