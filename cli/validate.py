@@ -78,8 +78,11 @@ def validate_file(
     model_names: list[str] | None,
     cluster: Any = None,
     models: Any = None,
+    parsed: Any = None,
 ) -> dict[str, Any]:
-    """Validate one file; returns a summary, raises InputError on the first problem."""
+    """Validate one file; returns a summary, raises InputError on the first problem.
+
+    `parsed`: the file's schema object when the caller already loaded it (read once)."""
     from planner import schemas
 
     if kind == "trace" or (kind is None and path.suffix.lower() in _TRACE_SUFFIXES):
@@ -92,9 +95,9 @@ def validate_file(
             "file": str(path), "kind": "trace", "ok": True, "rows": len(df),
             **df.attrs.get("counts", {}),
         }  # fmt: skip
-    if kind == "workload" or (kind is None and _looks_like_workload(path)):
+    if parsed is None and (kind == "workload" or (kind is None and _looks_like_workload(path))):
         return _validate_workload(path, model_names)
-    obj = schemas.load(path, kind)
+    obj = parsed if parsed is not None else schemas.load(path, kind)
     found = getattr(obj, "kind", kind)
     out: dict[str, Any] = {"file": str(path), "kind": found, "ok": True}
     if found == "plan":
@@ -142,21 +145,23 @@ def register(app: typer.Typer) -> None:
             )
         models = schemas.load_models(models_file) if models_file else None
         cluster = schemas.load_cluster(cluster_file) if cluster_file else None
-        # files given together can cross-check each other without the flags
-        if models is None or cluster is None:
-            for f in files:
-                if f.suffix.lower() in (".yaml", ".yml") and f.exists():
-                    try:
-                        data = read_yaml(f)
-                        k = schemas.detect_kind(data, str(f))
-                    except InputError:
-                        continue
+        # files given together cross-check each other without the flags (each read once)
+        parsed: dict[Path, Any] = {}
+        for f in files:
+            if kind is None and f.suffix.lower() in (".yaml", ".yml") and f.exists():
+                try:
+                    data = read_yaml(f)
+                    k = schemas.detect_kind(data, str(f))
+                except InputError:
+                    continue  # validate_file reports it
+                if k in ("models", "cluster"):
+                    parsed[f] = schemas.parse(data, k, str(f))
                     if k == "models" and models is None:
-                        models = schemas.load_models(f)
+                        models = parsed[f]
                     elif k == "cluster" and cluster is None:
-                        cluster = schemas.load_cluster(f)
+                        cluster = parsed[f]
         names = models.names if models is not None else None
-        results = [validate_file(f, kind, names, cluster, models) for f in files]
+        results = [validate_file(f, kind, names, cluster, models, parsed.get(f)) for f in files]
         if json_out:
             print_json(results)
             return
