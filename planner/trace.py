@@ -37,6 +37,7 @@ from planner.trace_values import (
     TOKEN_COLUMNS,
     check_values,
     ints_column,
+    refuse_first,
     seconds_column,
     where,
 )
@@ -132,6 +133,7 @@ def normalize(
             file=file,
             fix=f"a trace needs {REQUIRED}; optional {COLUMNS[4:]} (`planner schema trace`)",
         )
+    at = (file, line_offset)
     out: dict[str, Any] = {"timestamp": seconds_column(df["timestamp"], file, line_offset)}
     for name in _STRINGS:
         if name not in df.columns:
@@ -141,13 +143,9 @@ def normalize(
         check_values(col, name, file, line_offset)
         if name == "model":
             na = col.isna().to_numpy() | (col.astype("string").str.strip() == "").to_numpy()
-            if na.any():
-                i = int(np.flatnonzero(na)[0])
-                raise InputError(
-                    f"{where(i, line_offset)}, column 'model': empty",
-                    file=file,
-                    fix="every request names the model it calls",
-                )
+            refuse_first(
+                na, "model", lambda i: "empty", "every request names the model it calls", *at
+            )
         # Whole-number floats (a session id read as 3.0) are written back as "3".
         if pd.api.types.is_float_dtype(col):
             col = col.map(lambda v: "" if pd.isna(v) else (str(int(v)) if v == int(v) else str(v)))
@@ -159,23 +157,17 @@ def normalize(
         default = 0 if name not in REQUIRED else None
         out[name] = ints_column(df[name], name, file, line_offset, default)
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
-        bad = np.flatnonzero(out[name] < low)
-        if len(bad):
-            i = int(bad[0])
-            raise InputError(
-                f"{where(i, line_offset)}, column '{name}': {int(out[name][i])} is below {low}",
-                file=file,
-                fix=f"'{name}' must be >= {low}; drop or fix the row",
-            )
-    over = np.flatnonzero(out["cached_tokens"] > out["input_tokens"])
-    if len(over):
-        i = int(over[0])
-        raise InputError(
-            f"{where(i, line_offset)}, column 'cached_tokens': {int(out['cached_tokens'][i])} "
-            f"exceeds input_tokens {int(out['input_tokens'][i])}",
-            file=file,
-            fix="the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
-        )
+        v = out[name]
+        refuse_first(
+            v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
+            f"'{name}' must be >= {low}; drop or fix the row", *at,
+        )  # fmt: skip
+    inp, cached = out["input_tokens"], out["cached_tokens"]
+    refuse_first(
+        cached > inp, "cached_tokens",
+        lambda i: f"{int(cached[i])} exceeds input_tokens {int(inp[i])}",
+        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens", *at,
+    )  # fmt: skip
     res = pd.DataFrame({c: pd.Series(out[c], dtype=DTYPES[c]) for c in COLUMNS})
     if model_names is not None:
         known = set(model_names)

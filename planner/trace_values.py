@@ -6,6 +6,8 @@ and the fix. Bounds: token counts up to MAX_TOKENS per request; a span of at mos
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -22,6 +24,23 @@ def where(i: int, line_offset: int | None) -> str:
     return f"{row} (line {i + 1 + line_offset})" if line_offset is not None else row
 
 
+def refuse_first(
+    mask: np.ndarray,
+    column: str,
+    what: Callable[[int], str],
+    fix: str,
+    file: str | None,
+    line_offset: int | None,
+) -> None:
+    """InputError at the first row where `mask` holds: `<row>, column '<column>': <what(i)>`."""
+    bad = np.flatnonzero(mask)
+    if len(bad):
+        i = int(bad[0])
+        raise InputError(
+            f"{where(i, line_offset)}, column '{column}': {what(i)}", file=file, fix=fix
+        )
+
+
 def check_values(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> None:
     """Refuse booleans, lists and mappings in a column (JSONL and Parquet can hold them)."""
     if pd.api.types.is_bool_dtype(col):
@@ -31,15 +50,13 @@ def check_values(col: pd.Series, name: str, file: str | None, line_offset: int |
     if col.dtype != object:
         return
     bad = col.map(lambda v: isinstance(v, (bool, np.bool_, list, dict, tuple, np.ndarray)))
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy(dtype=bool))[0])
+
+    def what(i: int) -> str:
         v = col.iloc[i]
-        what = "a boolean" if isinstance(v, (bool, np.bool_)) else f"a {type(v).__name__}"
-        raise InputError(
-            f"{where(i, line_offset)}, column '{name}': {v!r} is {what}, not a value",
-            file=file,
-            fix=FIX_TYPE[name],
-        )
+        kind = "a boolean" if isinstance(v, (bool, np.bool_)) else f"a {type(v).__name__}"
+        return f"{v!r} is {kind}, not a value"
+
+    refuse_first(bad.to_numpy(dtype=bool), name, what, FIX_TYPE[name], file, line_offset)
 
 
 FIX_TYPE = {
@@ -64,33 +81,25 @@ def seconds_column(col: pd.Series, file: str | None, line_offset: int | None) ->
             out = num.to_numpy(dtype="float64", na_value=np.nan)
         else:
             dt = pd.to_datetime(col.astype("string"), errors="coerce", utc=True, format="ISO8601")
-            bad = np.flatnonzero(dt.isna().to_numpy() & col.notna().to_numpy())
-            if len(bad):
-                i = int(bad[0])
-                raise InputError(
-                    f"{where(i, line_offset)}, column 'timestamp': {col.iloc[i]!r} is neither "
-                    f"a number of seconds nor an ISO-8601 time",
-                    file=file,
-                    fix="write seconds from the start (e.g. 12.5) or ISO-8601 "
-                    "(e.g. 2026-01-05T09:00:00Z), one style for the whole file",
-                )
+            refuse_first(
+                dt.isna().to_numpy() & col.notna().to_numpy(),
+                "timestamp",
+                lambda i: f"{col.iloc[i]!r} is neither a number of seconds nor an ISO-8601 time",
+                "write seconds from the start (e.g. 12.5) or ISO-8601 "
+                "(e.g. 2026-01-05T09:00:00Z), one style for the whole file",
+                file,
+                line_offset,
+            )
             out = from_datetimes(dt)
-    bad = np.flatnonzero(~np.isfinite(out))
-    if len(bad):
-        i = int(bad[0])
-        raise InputError(
-            f"{where(i, line_offset)}, column 'timestamp': missing or not a number",
-            file=file,
-            fix="every request needs an arrival time",
-        )
-    neg = np.flatnonzero(out < 0)
-    if len(neg):
-        i = int(neg[0])
-        raise InputError(
-            f"{where(i, line_offset)}, column 'timestamp': {out[i]} is negative",
-            file=file,
-            fix="timestamps are seconds from the start of the trace (>= 0)",
-        )
+    at = (file, line_offset)
+    refuse_first(
+        ~np.isfinite(out), "timestamp", lambda i: "missing or not a number",
+        "every request needs an arrival time", *at,
+    )  # fmt: skip
+    refuse_first(
+        out < 0, "timestamp", lambda i: f"{out[i]} is negative",
+        "timestamps are seconds from the start of the trace (>= 0)", *at,
+    )  # fmt: skip
     lo, hi = int(out.argmin()), int(out.argmax())
     if out[hi] - out[lo] > MAX_SPAN_S:
         raise InputError(
@@ -120,23 +129,15 @@ def ints_column(
     if default is not None:
         arr = np.where(col.isna().to_numpy(), float(default), arr)  # the schema's default
     with np.errstate(invalid="ignore"):
-        bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
-    if len(bad):
-        i = int(bad[0])
-        v = col.iloc[i]
-        what = "missing" if pd.isna(v) else f"{v!r} is not a whole number"
-        raise InputError(
-            f"{where(i, line_offset)}, column '{name}': {what}",
-            file=file,
-            fix=FIX_TYPE[name],
-        )
-    big = np.flatnonzero(arr > MAX_TOKENS)
-    if len(big):
-        i = int(big[0])
-        raise InputError(
-            f"{where(i, line_offset)}, column '{name}': {arr[i]:g} is above the limit of "
-            f"{MAX_TOKENS:,} tokens per request",
-            file=file,
-            fix="fix the row (a unit mix-up?), or drop it",
-        )
+        bad = ~np.isfinite(arr) | (arr != np.round(arr))
+    refuse_first(
+        bad, name,
+        lambda i: "missing" if pd.isna(col.iloc[i]) else f"{col.iloc[i]!r} is not a whole number",
+        FIX_TYPE[name], file, line_offset,
+    )  # fmt: skip
+    refuse_first(
+        arr > MAX_TOKENS, name,
+        lambda i: f"{arr[i]:g} is above the limit of {MAX_TOKENS:,} tokens per request",
+        "fix the row (a unit mix-up?), or drop it", file, line_offset,
+    )  # fmt: skip
     return arr.astype("int64")
