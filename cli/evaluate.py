@@ -33,10 +33,11 @@ def evaluate_points(
     from planner.optimizer.capacity import capacity_report, point_capacity_rps
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
+    from planner.optimizer.invariants import check_plan
     from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
-    from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
+    from planner.schemas import load_cluster, load_models, load_plan, load_slo
     from planner.trace import read_trace
 
     if baseline == "lru-matched" and plan_path is None:

@@ -113,6 +113,7 @@ def simulate(
     )
     router.start(t0)
 
+    over = np.zeros(n, dtype=bool)  # refused: the prompt leaves no room in max_model_len
     routed: list[np.ndarray] = []  # requests that go through the router
     local = np.zeros(n, dtype=np.int64)  # position of a request among its model's requests
     lone: dict[int, tuple[list[float], ...]] = {}  # slot -> lone times for the router path
@@ -121,6 +122,13 @@ def simulate(
         cands = by_model.get(m, [])
         if not len(idx) or not cands:
             continue  # unserved requests stay failed
+        lim = max(perfs[slots[i].id].max_model_len for i in cands)
+        if lim > 0:  # vLLM refuses a prompt that leaves no room for one output token
+            refused = req.input_tokens[idx] >= lim
+            over[idx[refused]] = True
+            idx = idx[~refused]
+            if not len(idx):
+                continue
         local[idx] = np.arange(len(idx))
         inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
         s0 = slots[cands[0]]
@@ -167,7 +175,7 @@ def simulate(
                 if idle_since + sleep_after_idle_s < end_s:
                     router._sleep(s, idle_since + sleep_after_idle_s)
     timeline.close(end_s)
-    return _result(point, req, out, slots, timeline, t0, end_s, slo)
+    return _result(point, req, out, slots, timeline, t0, end_s, slo, over)
 
 
 def _engine_class(compiled: bool | None) -> type:
@@ -377,6 +385,7 @@ def _result(
     t0: float,
     end_s: float,
     slo: Slo,
+    over_context: np.ndarray,
 ) -> SimResult:
     a = req.arrival_s
     ttft = out.first_token_s - a
@@ -428,6 +437,7 @@ def _result(
         preemptions=sum(s.engine.preemptions for s in slots),
         memory_curve=curve,
         instance_models=tuple(s.model for s in slots),
+        over_context=over_context,
     )
 
 

@@ -120,7 +120,7 @@ def test_points_fit_memory_rederived_from_the_catalog(small_plan):
                     slot[key] = max(slot.get(key, 0.0), inst.memory_gib.total)
         for key, cap in gpu_gib.items():
             assert awake.get(key, 0.0) + slot.get(key, 0.0) <= cap, (p.name, key)
-        assert memory_violations(p, cluster) == []
+        assert memory_violations(p, cluster, models) == []
 
 
 def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch):
