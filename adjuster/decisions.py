@@ -17,7 +17,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from planner.adjuster.policy import Action, AdjustState
@@ -45,28 +44,14 @@ def read_window(
     state_dir: str | Path, end_s: float, window_s: float, model_names=None
 ) -> pd.DataFrame:
     """The gateway's requests of the window ending at `end_s` (epoch s); empty if no log."""
-    from planner.trace import COLUMNS, empty_trace, normalize
+    from planner.trace import empty_trace, normalize, request_log_rows
 
     path = Path(state_dir) / REQUEST_LOG
     if not path.is_file():
         return empty_trace()
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
-        if not cols:
-            return empty_trace()
-        want = [c for c in COLUMNS if c in cols]
-        raw = pd.read_sql_query(
-            f"SELECT {', '.join(want)} FROM requests WHERE timestamp >= ? AND timestamp < ?",  # names from COLUMNS
-            con,
-            params=(end_s - window_s, end_s),
-        )
-    finally:
-        con.close()
-    if not len(raw):
+    raw = request_log_rows(path, (end_s - window_s, end_s))  # InputError when damaged
+    if raw is None or not len(raw):
         return empty_trace()
-    ts = raw["timestamp"].astype(float)
-    raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0  # s since 00:00 UTC of day 0
     return normalize(raw, file=str(path), model_names=model_names)
 
 

@@ -229,9 +229,11 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
     trace = inp.workload(trace_path, ms, int(plan.search.get("seed", 0)))
     perfs = _perfs(plan, cl, ms)
     reopt = _replay_reoptimizer(plan, cl, ms, sl, cfg) if cfg.reoptimize == "auto" else None
+    from planner.cli.tables import REPLAY_SCORING, metrics_table
+
     if json_out:
         out = replay(plan, trace, sl, perfs, cfg, start_point=start_point, reoptimizer=reopt)
-        print_json(out)
+        print_json({**out, "scoring": REPLAY_SCORING})
         return
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -254,14 +256,13 @@ def _replay(plan_path, trace_path, cfg, cluster, models, slo, start_point, json_
             progress=lambda k, n: bar.update(task, completed=k, total=n),
             reoptimizer=reopt,
         )
-    from planner.cli.tables import metrics_table
-
     console.print(
         metrics_table(
             f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
             {"adjusted": out["adjusted"]},
             {f"static {k}": v for k, v in out["static"].items()},
             attainment=sl.attainment,
+            note=REPLAY_SCORING,
         )
     )
     for h in out["hops"]:
@@ -463,10 +464,10 @@ def _reoptimize(
 ) -> Path:
     """Optimize again on the window (same inputs and seed, fewer evaluations); write atomically."""
     from planner.cli import inputs as inp
-    from planner.io import atomic_write_text, dump_yaml
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.search import knobs_to_dict, optimize
     from planner.optimizer.workload.characterize import summarize
+    from planner.planfile import write_plan
     from planner.schemas.plan import Plan
 
     seed = int(plan.search.get("seed", 0))
@@ -488,7 +489,7 @@ def _reoptimize(
         selected=result.selected,
         points=result.points,
     )
-    atomic_write_text(new_plan, dump_yaml(new.model_dump(mode="json", exclude_defaults=False)))
+    write_plan(new_plan, new, cl)
     return new_plan
 
 
@@ -520,7 +521,7 @@ def _show(out: dict[str, Any], json_out: bool) -> None:
         hc = m.get("hop_cost") or {}
         t.add_row(
             name,
-            f"{m['slo_attainment']:.3f}",
+            f"{m['slo_attainment']:.1%}",
             f"{m['switch_p95_s']:.2f}",
             f"{m['warm_gpu_gib']:.1f}",
             f"{m['objective_s']:.2f}",

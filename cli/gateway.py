@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import err_console
+from planner.cli.common import err_console, require_extra
 
 
 def open_gateway(
@@ -29,7 +29,7 @@ def open_gateway(
     from planner.errors import InputError
     from planner.io import sha256_file
 
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     if point is not None and point not in [p.name for p in plan.points]:
         raise InputError(
             f"no point {point!r} in the plan", file=str(plan_path), path="--point",
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
         <state-dir>/requests.sqlite (a trace `planner workload` reads). SIGTERM or Ctrl-C:
         stop accepting, finish in-flight requests, exit.
         """
+        require_extra("http", "`planner gateway`", ("aiohttp",))
         from planner.adjuster.gateway import run_forever
 
         gw = open_gateway(

@@ -8,7 +8,10 @@ queue behind that single wake. If no instance of m is awake, one is woken:
   requests, finish what they hold, and sleep (`sleep_s`); the wake (`wake_host_s` for host
   tier, `wake_disk_s` for disk tier) starts when the last of them has slept;
 - with `policy="lru"` only as many awake co-tenants are put to sleep as the GPU memory
-  needs, least recently used first (the reactive-swapping baseline);
+  needs, least recently used first (the reactive-swapping baseline); with a
+  `warm_budget_gib` too, the least recently used awake instances anywhere are put to
+  sleep until the warm memory of the whole point (awake instances, plus the CUDA
+  contexts of sleeping ones) stays within it (the memory-matched `lru@POINT` baseline);
 - among several sleeping instances of m, the one with the fewest awake co-tenants wakes
   (ties: plan order).
 
@@ -65,6 +68,7 @@ class Router:
         policy: str = "plan",
         gpu_memory_gib: dict[tuple[str, int], float] | None = None,
         idle_timeout_s: float | None = None,
+        warm_budget_gib: float | None = None,
     ):
         self.slots = slots
         self.by_model = by_model
@@ -72,6 +76,7 @@ class Router:
         self.policy = policy
         self.capacity = gpu_memory_gib or {}
         self.idle_timeout_s = idle_timeout_s
+        self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (policy "lru" only)
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
@@ -159,10 +164,10 @@ class Router:
     def _conflicts(self, s: Slot) -> list[int]:
         """Awake co-tenants that must sleep before `s` can be awake."""
         awake = [j for j in self.overlaps[s.index] if self.slots[j].awake]
-        if self.policy != "lru" or not awake:
+        if self.policy != "lru" or not (awake or self.warm_budget_gib is not None):
             return awake
         out: set[int] = set()
-        for g in s.gpus:
+        for g in s.gpus if awake else ():
             cap = self.capacity.get(g, math.inf)
             used = s.awake_gib
             for j in self.on_gpu[g]:
@@ -179,4 +184,34 @@ class Router:
                     break
                 out.add(j)
                 used -= self.slots[j].awake_gib - self.slots[j].context_gib
+        if self.warm_budget_gib is not None:
+            self._budget_victims(s, out)
         return sorted(out)
+
+    def _budget_victims(self, s: Slot, out: set[int]) -> None:
+        """Add to `out` the least recently used awake lazy instances (anywhere) until the
+        point's warm memory with `s` awake fits the budget. A wake that cannot fit even with
+        every other instance asleep goes ahead (the budget is then exceeded, not the trace
+        left unserved)."""
+        assert self.warm_budget_gib is not None
+        slots = self.slots
+
+        def extra(o: Slot) -> float:  # GiB an awake instance holds beyond its context
+            return (o.awake_gib - (o.context_gib if o.tier != "gpu" else 0.0)) * len(o.gpus)
+
+        warm = extra(s) + sum(o.context_gib * len(o.gpus) for o in slots if o.tier != "gpu")
+        warm += sum(
+            extra(o) for o in slots if o.awake and o.index != s.index and o.index not in out
+        )
+        if warm <= self.warm_budget_gib + 1e-9:
+            return
+        for o in sorted(
+            (o for o in slots if o.awake and o.tier != "gpu" and o.index != s.index),
+            key=lambda o: (o.last_used_s, o.index),
+        ):
+            if o.index in out:
+                continue
+            out.add(o.index)
+            warm -= extra(o)
+            if warm <= self.warm_budget_gib + 1e-9:
+                return

@@ -120,7 +120,7 @@ def test_points_fit_memory_rederived_from_the_catalog(small_plan):
                     slot[key] = max(slot.get(key, 0.0), inst.memory_gib.total)
         for key, cap in gpu_gib.items():
             assert awake.get(key, 0.0) + slot.get(key, 0.0) <= cap, (p.name, key)
-        assert memory_violations(p, cluster) == []
+        assert memory_violations(p, cluster, models) == []
 
 
 def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch):
@@ -194,7 +194,7 @@ def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys)
     assert code == 2
     assert "model 'big' fits on no GPU" in err
     assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
-    assert "quantized variant" in err
+    assert "add an fp8 or int4 variant of big" in err
     assert not (tmp_path / "p.yaml").exists()
 
 
