@@ -22,7 +22,9 @@ class Calib:
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
-    step_overhead_s: float = 0.002  # scheduler + launches + sampling per engine step, s
+    # beyond the kernels' floors (latency.step_fixed_s): bench/perfmodel_vs_serving.py's fit
+    # to all 744 expressible serving rows (B200/B300/H200) gives 65 us
+    step_overhead_s: float = 65e-6  # scheduler + sampling per engine step, s
     prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
     prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
@@ -91,17 +93,16 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
-    # blackwell: decode and request constants from bench/perfmodel_vs_serving.py's fit to all
-    # 744 expressible serving rows (B200/B300/H200; the fit's own line "all rows"): bandwidth
-    # 0.9, step overhead 65 us, request overhead 54 ms + 1.65 us per prompt token, attention
-    # 0.66. Not its compute efficiency: that fit ran to its bound (1.0); 0.7 stays.
+    # blackwell: from bench/perfmodel_vs_serving.py's fit to all 744 expressible serving rows
+    # (B200/B300/H200; its line "all rows"): bandwidth 0.9, request overhead 54 ms + 1.65 us
+    # per prompt token, attention 0.66. That fit shares one compute efficiency across bf16,
+    # fp8 and fp4 and ran it to its bound (1.0): not taken; 0.7 for all three (a guess).
     "blackwell": dict(
         compute_efficiency=0.7,
         fp8_compute_efficiency=0.7,
         fp4_compute_efficiency=0.7,
         bandwidth_efficiency=0.9,
         attn_efficiency=0.66,
-        step_overhead_s=65e-6,
         prefill_overhead_s=0.054,
         prompt_s_per_token=1.65e-6,
         h2d_gbps=40.0,

@@ -392,3 +392,23 @@ def test_cpu_build_wakes_by_restart():
     p = instance_perf(tiny, "bf16", resolve_gpu("cpu"))
     assert p.fits
     assert p.wake_host_s == p.wake_disk_s == p.cold_start_s
+
+
+def test_a_benchmarks_first_round_queues_every_prompt_at_once():
+    """All clients send at time 0: the first round waits for the whole wave of prompts, so
+    a benchmark's mean TTFT sits above the steady state and falls back to it with rounds."""
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("H100-SXM"), interconnect="nvlink")
+    steady = closed_loop(p, 2048, 256, 32).ttft_s
+    first = closed_loop(p, 2048, 256, 32, rounds=1).ttft_s
+    five, fifty = (closed_loop(p, 2048, 256, 32, rounds=r).ttft_s for r in (5, 50))
+    assert first > 2 * steady and first > five > fifty > steady
+    assert fifty == pytest.approx(steady + (first - steady) / 50)
+
+
+def test_prefix_cache_hits_shorten_ttft_not_the_kv_footprint():
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"))
+    cold, warm = closed_loop(p, 4000, 200, 8), closed_loop(p, 4000, 200, 8, cached_len=3000)
+    assert warm.ttft_s < 0.6 * cold.ttft_s and warm.tpot_s <= cold.tpot_s
+    assert warm.running == cold.running
+    # vLLM computes at least the last prompt token, whatever the cache holds
+    assert closed_loop(p, 4000, 200, 1, cached_len=10**6).ttft_s > 0
