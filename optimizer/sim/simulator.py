@@ -151,6 +151,11 @@ def simulate(
             if trace is req:
                 _remember(key, req, s0, idx, out)
             continue
+        if engine_cls is not Engine and all(slots[i].tier == "gpu" for i in cands):
+            from planner.optimizer.sim.replicas import run_replicas
+
+            run_replicas([slots[i] for i in cands], idx, req, out, perfs)
+            continue
         for i in cands:
             perf = perfs[slots[i].id]
             pf_m, tot_m = lone_times(perf, inp, np.zeros_like(cached), outk)
