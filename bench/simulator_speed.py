@@ -77,7 +77,7 @@ def main() -> None:
         best = cpu = float("inf")
         kw = b.simulate_kwargs()
         for _ in range(args.repeat):
-            simulator._ALONE_CACHE.clear()  # cold: nothing remembered from earlier points
+            simulator.clear_caches()  # cold: nothing remembered from earlier points
             t0, c0 = time.perf_counter(), time.process_time()
             r = simulate(b.point, b.perfs, req, slo, model_names=models.names, **kw)
             best = min(best, time.perf_counter() - t0)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.optimizer.sim.instance import lone_times
 from planner.optimizer.sim.kernel import (
     I_GEN,
     I_LONE,
@@ -26,6 +25,7 @@ from planner.optimizer.sim.kernel import (
     outstanding,
     submit,
 )
+from planner.optimizer.sim.lonememo import lone_pair
 
 
 @_jit
@@ -101,15 +101,15 @@ def route_replicas(
     return inst, hit
 
 
-def run_replicas(slots: list, idx: np.ndarray, req, out, perfs: dict) -> None:
-    """All requests `idx` of one model on its never-sleeping replicas `slots` (module doc),
-    written into the outcome `out`."""
+def run_replicas(
+    slots: list, model: int, idx: np.ndarray, req, out, perfs: dict, *, memo: bool
+) -> None:
+    """All requests `idx` of `model` on its never-sleeping replicas `slots` (module doc),
+    written into the outcome `out`; `memo`: see `lonememo.lone_times_of`."""
     inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
     lone = np.empty((4, len(slots), len(idx)))
     for k, s in enumerate(slots):
-        perf = perfs[s.id]
-        lone[0, k], lone[1, k] = lone_times(perf, inp, np.zeros_like(cached), outk)
-        lone[2:, k] = lone_times(perf, inp, cached, outk) if cached.any() else lone[:2, k]
+        lone[:, k] = lone_pair(req, model, perfs[s.id], inp, cached, outk, memo)
     inst, hit = route_replicas(
         [s.engine for s in slots],
         [s.engine_delay_s for s in slots],

@@ -178,7 +178,7 @@ def test_compiled_engine_gives_identical_numbers():
     for pt, perfs, kw in todo:
         runs = []
         for compiled in (False, True):
-            simulator._ALONE_CACHE.clear()
+            simulator.clear_caches()
             runs.append(simulate(pt, perfs, req, sl, model_names=ms.names, compiled=compiled, **kw))
         a, b = runs
         for k in ("ttft_s", "tpot_s", "switch_wait_s", "instance", "met_slo", "cache_hit"):
