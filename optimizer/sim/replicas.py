@@ -17,8 +17,6 @@ from planner.optimizer.sim.kernel import (
     I_GEN,
     I_LONE,
     I_MAXS,
-    I_NRUN,
-    I_WHEAD,
     I_WLEN,
     FastEngine,
     _jit,
@@ -80,9 +78,7 @@ def route_replicas(
     assert all(not e.iv[I_GEN] and e.iv[I_LONE] < 0 and not e.iv[I_WLEN] for e in engines)
     rows = max(int(e.iv[I_MAXS]) for e in engines) + n + 4  # running rows + a ring for all
     F = np.stack([e.f for e in engines])
-    IV = np.stack([e.iv for e in engines])
-    IV[:, I_NRUN] = 0
-    IV[:, I_WHEAD] = 0
+    IV = np.stack([e.iv for e in engines])  # empty queues: the ring may grow as it is
     Q = np.zeros((k, rows, engines[0].q.shape[1]), dtype=np.int64)
     CO = np.zeros((k, max(len(e.co) for e in engines), engines[0].co.shape[1]))
     for i, e in enumerate(engines):

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.sim import lonememo
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
@@ -156,7 +157,7 @@ def simulate(
                 _remember(key, req, s0, idx, out)
             continue
         if engine_cls is not Engine and all(slots[i].tier == "gpu" for i in cands):
-            from planner.optimizer.sim.replicas import run_replicas
+            from planner.optimizer.sim.replicas import run_replicas  # compiled path: numba
 
             run_replicas([slots[i] for i in cands], m, idx, req, out, perfs, memo=memo)
             continue
@@ -209,8 +210,6 @@ _ALONE_CACHE_SIZE = 64
 
 def clear_caches() -> None:
     """Forget what earlier simulations remembered about their traces (cold timings)."""
-    from planner.optimizer.sim import lonememo
-
     _ALONE_CACHE.clear()
     lonememo.clear()
 
