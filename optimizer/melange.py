@@ -48,8 +48,12 @@ def peak_demand(
 ) -> dict[str, dict[str, float]]:
     """Per model: peak requests/s over `window_s` windows and mean input, cached (prefix
     hit) and output tokens."""
+    import pandas as pd
+
     t = np.asarray(trace["timestamp"], dtype=float)
-    model = np.asarray(trace["model"], dtype=object).astype(str)
+    # model codes straight from the column (no Python string per row)
+    codes, uniques = pd.factorize(pd.Series(trace["model"]), sort=False)
+    code_of = {str(u): k for k, u in enumerate(uniques)}
     inp = np.asarray(trace["input_tokens"], dtype=float)
     out = np.asarray(trace["output_tokens"], dtype=float)
     cached = (
@@ -58,7 +62,7 @@ def peak_demand(
     bins = np.floor((t - (t.min() if len(t) else 0.0)) / window_s).astype(np.int64)
     demand: dict[str, dict[str, float]] = {}
     for name in names:
-        sel = model == name
+        sel = codes == code_of.get(name, -2)
         if not sel.any():
             continue
         counts = np.bincount(bins[sel])
