@@ -97,7 +97,7 @@ def evaluate_points(
         name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
         todo.append((name, b.point, perfs, b.simulate_kwargs()))
     req = to_requests(trace, models.names)
-    demand = model_demand(trace)
+    demand = model_demand(trace) if plan is not None else {}  # for the points' capacity
     cfg = OptimizeConfig()
     results: dict[str, Any] = {}
     capacity: dict[str, Any] = {}
