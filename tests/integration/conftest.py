@@ -85,8 +85,12 @@ def write_cpu_plan(
     *,
     point: str = "dev",
     name: str = "plan.yaml",
+    max_context: int = 2048,
 ) -> Path:
-    """Cluster, models (variant `bf16` at `model_dir`, `bad` at a missing dir) and a plan."""
+    """Cluster, models (variant `bf16` at `model_dir`, `bad` at a missing dir) and a plan.
+
+    `max_context` is what the models file claims; the checkpoint itself has 2048 positions.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "cluster.yaml").write_text(CPU_CLUSTER)
     arch = {
@@ -100,10 +104,10 @@ def write_cpu_plan(
         "vocab_size": 512,
         "total_params_b": 0.0004,
         "active_params_b": 0.0004,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": max_context,
     }
     models = {"kind": "models", "version": 1, "models": [{
-        "name": "tiny-a", "architecture": arch, "max_context": 2048,
+        "name": "tiny-a", "architecture": arch, "max_context": max_context,
         "variants": [{"name": "bf16", "quantization": "bf16", "path": str(model_dir)},
                      {"name": "bad", "quantization": "bf16", "path": str(out_dir / "no-such-model")}],
     }]}  # fmt: skip

@@ -134,6 +134,7 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
     a0 = rows(live.state)["a-0"]
     holder = None
     extra = []
+    claimed_context = 2048
     if kind == "bad_model_path":
         good_port = live.h.free_port()
         extra = [
@@ -144,10 +145,13 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
         holder, busy = _listener()
         extra = [live.h.instance("x-0", busy)]
     else:
-        extra = [
-            live.h.instance("x-0", live.h.free_port(), max_model_len=4096)
-        ]  # the model has 2048 positions
-    plan = live.h.write(live.dir / kind, live.model, live.base + extra)
+        # The models file claims 4096 (so the plan check passes); the checkpoint has 2048
+        # positions, which only the engine finds out.
+        claimed_context = 4096
+        extra = [live.h.instance("x-0", live.h.free_port(), max_model_len=4096)]
+    plan = live.h.write(
+        live.dir / kind, live.model, live.base + extra, max_context=claimed_context
+    )
     try:
         code, out, err = cli(
             [
