@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planner.adjuster.backends.base import Backend, Handle
-from planner.adjuster.reconcile import Action, Observed, diff, spec_sha
+from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff, spec_sha
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import ApplyError, InputError, LaunchError, PlannerError
 from planner.schemas.models import Models
@@ -105,7 +105,11 @@ def handle_of(row: InstanceRow) -> Handle:
 
 
 def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
-    """What runs now: state rows checked against the live process and `/health`."""
+    """What runs now: state rows checked against the live process and `/health`.
+
+    A row left `starting` whose server is not up stays `starting` (an interrupted start, not
+    a crash); an awake or asleep one that does not answer is `failed`.
+    """
     out: dict[str, Observed] = {}
     for row in state.instances():
         status = row.status
@@ -115,7 +119,7 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
             )
             if alive and status == "starting":
                 status = "awake"  # an earlier apply died after the server came up
-            elif not alive:
+            elif not alive and status != "starting":
                 status = "failed"
         out[row.id] = Observed(
             status=status,  # type: ignore[arg-type]
@@ -189,13 +193,12 @@ class _Run:
 
     def _wait_gpu_memory(self, inst: Instance) -> None:
         """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""
-        probe = getattr(self.backend, "gpu_free_gib", None)
-        if probe is None or not inst.gpus:
+        if not inst.gpus:
             return
         need_gib = inst.memory_gib.total  # per GPU, GiB
         deadline = time.monotonic() + self.gpu_free_timeout_s
         while True:
-            free = probe(inst.gpus)
+            free = self.backend.gpu_free_gib(inst.node, inst.gpus)
             if free is None or all(free.get(g, need_gib) >= need_gib for g in inst.gpus):
                 return
             if time.monotonic() >= deadline:
@@ -223,7 +226,7 @@ class _Run:
             if h is None:
                 return "not running"
             self.backend.sleep(h, a.level)
-            if getattr(self.backend, "supports_sleep", True):
+            if self.backend.supports_sleep:
                 self.state.update(a.instance, status="asleep", tier=self.inst(a.instance).tier)
             else:
                 self.state.update(a.instance, status="stopped", pid=None)
@@ -242,7 +245,7 @@ class _Run:
         inst = self.inst(a.instance)
         if row is not None:
             self.backend.stop(handle_of(row), 10.0)
-        crashed = a.reason.startswith("process")
+        crashed = a.reason == PROCESS_DIED  # an interrupted start is no crash
         restarts = (row.restarts if row else 0) + (1 if crashed else 0)
         delay = (
             restart_delay_s(row, time.time(), base_s=self.backoff_base_s,
@@ -365,7 +368,7 @@ def apply_point(
             f"no point {point_name!r} in the plan", path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
         ) from None  # fmt: skip
-    sleep_ok = bool(getattr(backend, "supports_sleep", True))
+    sleep_ok = backend.supports_sleep
     result = ApplyResult(point=point.name)
     if dry_run:
         for a in diff(
@@ -382,12 +385,17 @@ def apply_point(
     with state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s):
         seen = observe(state, backend)
         for r in state.instances():
-            if r.status == "starting" and seen[r.id].status == "awake":
-                # a killed apply left it starting; it came up since: adopt it
-                state.update(r.id, status="awake")
-                state.journal(
-                    "adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its apply died"
-                )
+            if seen[r.id].status != "starting" or (r.pid is None and r.actor is None):
+                continue
+            # Left starting by a killed apply, or being started by the gateway right now:
+            # wait for it (a dead one fails at once) rather than start a second beside it.
+            try:
+                backend.wait_ready(handle_of(r), timeout_s)
+            except ApplyError:
+                continue  # diff restarts it: an interrupted start, not a crash
+            state.update(r.id, status="awake")
+            seen[r.id].status = "awake"
+            state.journal("adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its start")
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(

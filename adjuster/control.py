@@ -12,10 +12,10 @@ import json
 import threading
 import time
 
-from planner.adjuster.apply import ModelPathResolver, _Run, handle_of, restart_delay_s
+from planner.adjuster.apply import ModelPathResolver, _Run, handle_of
 from planner.adjuster.backends.base import Backend, Handle, Status
 from planner.adjuster.reconcile import sleep_level
-from planner.adjuster.state import StateStore
+from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import ApplyError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
@@ -49,7 +49,7 @@ class Controller:
     @property
     def supports_sleep(self) -> bool:
         """Whether sleeping keeps the process (CUDA)."""
-        return bool(getattr(self.backend, "supports_sleep", True))
+        return self.backend.supports_sleep
 
     def follow(self) -> Point:
         """The point in force: the one `planner apply` (or `adjust`) last applied from this
@@ -105,7 +105,11 @@ class Controller:
         return out
 
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
-        """Make the instance awake (wake from sleep, or start it); blocks until ready."""
+        """Make the instance awake (wake from sleep, or start it); blocks until ready.
+
+        An instance that another process (`planner apply`) is starting is waited for, not
+        started a second time beside it.
+        """
         inst = self.instance(instance_id)
         with self._lock:
             row = self.state.get(instance_id)
@@ -117,49 +121,36 @@ class Controller:
                         self.state.update(instance_id, status="awake")
                         self.state.journal("wake", inst.id, inst.node, "ok", "woken")
                     return h
-            run = self._run(timeout_s)
-            if row is not None and row.pid is not None:
-                self.backend.stop(handle_of(row), 10.0)
-            restarts = row.restarts if row is not None else 0
-            try:
-                h = run.launch(inst, restarts=restarts)
-            except ApplyError as e:
-                self.state.journal(
-                    "wake", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
-                )
-                raise
-            self.state.journal("wake", inst.id, inst.node, "ok", f"started pid {h.pid}")
-            return h
+            if row is not None and row.status == "starting" and (row.pid or row.actor):
+                h = handle_of(row)
+                with contextlib.suppress(ApplyError):  # it died starting: start it below
+                    self.backend.wait_ready(h, timeout_s)
+                    return h
+            return self._launch(inst, row, timeout_s, "wake", row.restarts if row else 0)
 
-    def heal(self, instance_id: str, timeout_s: float) -> Handle | None:
-        """Restart an instance whose process died (health loop), with the crash backoff of apply.
-
-        Returns the new handle, or None when it was not dead (or sleeps as a stopped process).
-        The delay is base * 2^restarts (capped) while it keeps crashing soon after starting.
-        """
+    def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        """Start again an instance whose process died: one more restart in its state row
+        (`planner status`), journaled as `restart`. The caller (the gateway) spaces the
+        restarts of a crash loop with its own backoff."""
         inst = self.instance(instance_id)
-        status, _ = self.status()[instance_id]
-        if status != "failed":
-            return None
         with self._lock:
             row = self.state.get(instance_id)
-            now = time.time()
-            delay = restart_delay_s(row, now, base_s=1.0, cap_s=30.0, stable_s=120.0)
-            restarts = (row.restarts if row and delay > 0 else 0) + 1
-            if row is not None and row.pid is not None:
-                self.backend.stop(handle_of(row), 10.0)
-            time.sleep(delay)
-            try:
-                h = self._run(timeout_s).launch(inst, restarts=restarts)
-            except ApplyError as e:
-                self.state.journal(
-                    "restart", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
-                )
-                raise
-            self.state.journal(
-                "restart", inst.id, inst.node, "ok", f"pid {h.pid} after {delay:.0f} s"
-            )
-            return h
+            return self._launch(inst, row, timeout_s, "restart", (row.restarts if row else 0) + 1)
+
+    def _launch(
+        self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int
+    ) -> Handle:
+        """Stop what the row recorded, start the instance, journal it (the caller holds the lock)."""
+        if row is not None and row.pid is not None:
+            self.backend.stop(handle_of(row), 10.0)
+        try:
+            h = self._run(timeout_s).launch(inst, restarts=restarts)
+        except ApplyError as e:
+            self.state.journal(kind, inst.id, inst.node, "failed", str(getattr(e, "reason", e)))
+            raise
+        why = f"restart {restarts}: the process died" if kind == "restart" else "started"
+        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; pid {h.pid}")
+        return h
 
     def sleep(self, instance_id: str) -> None:
         """Put the instance to sleep at its tier's level (stop it without sleep mode)."""

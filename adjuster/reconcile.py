@@ -28,6 +28,7 @@ from typing import Literal
 from planner.schemas.plan import Instance, Point
 
 ActionKind = Literal["start", "stop", "sleep", "wake", "restart"]
+PROCESS_DIED = "process died"  # the reason of a restart that counts as a crash
 ObservedStatus = Literal["awake", "asleep", "stopped", "starting", "failed"]
 
 
@@ -46,7 +47,9 @@ class Action:
 class Observed:
     """What runs now for one instance id."""
 
-    status: ObservedStatus  # `failed`: should run but its process is gone or unhealthy
+    # `failed`: should run but its process is gone or unhealthy; `starting`: its start never
+    # finished (the apply that started it was killed) and it is not up now
+    status: ObservedStatus
     node: str
     gpus: list[int] = field(default_factory=list)
     port: int = 0
@@ -128,7 +131,8 @@ def diff(
             if lazy and not sleep_supported:
                 continue
             must_go_first.update(conflicts(inst))
-            act = Action("restart", inst.id, inst.node, f"process {obs.status}")
+            why = PROCESS_DIED if obs.status == "failed" else "its start was interrupted"
+            act = Action("restart", inst.id, inst.node, why)
         else:
             continue  # awake, or asleep/awake for a lazy tier: the gateway decides which
         if lazy and sleep_supported:

@@ -225,7 +225,7 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
         point = load_plan(path).point(meta.get("point") or None)
     except (PlannerError, KeyError):
         return []
-    sleeps = bool(getattr(be, "supports_sleep", True))
+    sleeps = be.supports_sleep
     return [
         {"id": i.id, "model": i.model, "node": i.node, "tier": i.tier,
          "status": "asleep" if i.tier in ("host", "disk") and not sleeps else "stopped",

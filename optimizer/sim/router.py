@@ -1,16 +1,17 @@
-"""Routing and tiering as the gateway does them.
+"""Routing and tiering as the gateway does them: the choices are `planner.optimizer.tiering`'s,
+the functions the gateway calls too.
 
 A request for model m goes to the awake instance of m with the fewest outstanding requests
 (ties: plan order). A waking instance counts as awake: requests that arrive during a wake
-queue behind that single wake. If no instance of m is awake, one is woken:
+queue behind that single wake. If no instance of m is awake, one is woken
+(`tiering.choose_wake`: the one whose wake displaces the fewest awake co-tenants, then the
+fewest requests in flight on them; ties: plan order):
 
 - its co-tenants (host/disk instances on any of its GPUs, `policy="plan"`) stop taking
   requests, finish what they hold, and sleep (`sleep_s`); the wake (`wake_host_s` for host
   tier, `wake_disk_s` for disk tier) starts when the last of them has slept;
 - with `policy="lru"` only as many awake co-tenants are put to sleep as the GPU memory
-  needs, least recently used first (the reactive-swapping baseline);
-- among several sleeping instances of m, the one with the fewest awake co-tenants wakes
-  (ties: plan order).
+  needs, least recently used first (the reactive-swapping baseline).
 
 A sleeping instance is woken again by the next request for its model, after the instance
 that displaced it has drained in turn: the GPUs pass between models in arrival order.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from planner.optimizer import tiering
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 
@@ -52,6 +54,15 @@ class Slot:
     cache: dict[int, int] = field(default_factory=dict)  # session -> epoch of its last call
     wakes: int = 0
 
+    @property
+    def lazy(self) -> bool:
+        """host/disk tier: may be put to sleep (`tiering.Tenant`)."""
+        return self.tier != "gpu"
+
+
+def _up(s: Slot) -> bool:
+    return s.awake
+
 
 class Router:
     """Chooses the instance of each request and moves instances between tiers."""
@@ -76,11 +87,14 @@ class Router:
         for s in slots:
             for g in s.gpus:
                 self.on_gpu.setdefault(g, []).append(s.index)
-        # Co-tenants a wake may displace: host/disk instances sharing a GPU.
+        # Instances sharing a GPU (plan order), and the host/disk ones a wake may displace.
+        self.near: dict[int, list[Slot]] = {}
         self.overlaps: dict[int, list[int]] = {}
         for s in slots:
-            near = {j for g in s.gpus for j in self.on_gpu[g]} - {s.index}
-            self.overlaps[s.index] = sorted(j for j in near if slots[j].tier != "gpu")
+            near = sorted({j for g in s.gpus for j in self.on_gpu[g]} - {s.index})
+            self.near[s.index] = [slots[j] for j in near]
+            self.overlaps[s.index] = [j for j in near if slots[j].tier != "gpu"]
+        self.cands: dict[int, list[Slot]] = {m: [slots[i] for i in c] for m, c in by_model.items()}
 
     # -- start state --------------------------------------------------------------------------
     def start(self, t0: float) -> None:
@@ -99,30 +113,23 @@ class Router:
     # -- routing ------------------------------------------------------------------------------
     def route(self, model: int, t: float) -> tuple[int, float]:
         """(slot index, time the request can enter its engine); slot -1: no instance."""
-        cands = self.by_model.get(model)
+        cands = self.cands.get(model)
         if not cands:
             return -1, t
-        best, best_load = -1, 0
-        for i in cands:
-            s = self.slots[i]
-            if s.awake and s.tier != "gpu" and self.idle_timeout_s is not None:
-                self._maybe_idle_sleep(s, t)
-            if s.awake:
-                if len(cands) == 1:
-                    best = i
-                    break
-                load = s.engine.outstanding(t)
-                if best < 0 or load < best_load:
-                    best, best_load = i, load
-        if best < 0:
-            best = min(
-                cands,
-                key=lambda i: (sum(1 for j in self.overlaps[i] if self.slots[j].awake), i),
-            )
-            self._wake(self.slots[best], t)
-        s = self.slots[best]
+        if self.idle_timeout_s is not None:
+            for c in cands:
+                if c.awake and c.tier != "gpu":
+                    self._maybe_idle_sleep(c, t)
+
+        def load(c: Slot) -> int:
+            return c.engine.outstanding(t)
+
+        s = tiering.route(cands, _up, load)
+        if s is None:
+            s = tiering.choose_wake(cands, self._conflicts, load)
+            self._wake(s, t)
         s.last_used_s = t
-        return best, (s.ready_s if s.ready_s > t else t)
+        return s.index, (s.ready_s if s.ready_s > t else t)
 
     def _maybe_idle_sleep(self, s: Slot, t: float) -> None:
         assert self.idle_timeout_s is not None
@@ -144,8 +151,7 @@ class Router:
                 if self.slots[j].awake:
                     self._maybe_idle_sleep(self.slots[j], t)
         start = max(t, s.asleep_done_s)
-        for j in self._conflicts(s):
-            c = self.slots[j]
+        for c in self._conflicts(s):
             drained = max(c.engine.drain(), c.ready_s, t)  # finishes what it holds
             self._sleep(c, drained)
             start = max(start, c.asleep_done_s)
@@ -156,27 +162,8 @@ class Router:
         s.engine.free_s = max(s.engine.free_s, s.ready_s)
         self.timeline.awake_from(s.index, start)
 
-    def _conflicts(self, s: Slot) -> list[int]:
+    def _conflicts(self, s: Slot) -> list[Slot]:
         """Awake co-tenants that must sleep before `s` can be awake."""
-        awake = [j for j in self.overlaps[s.index] if self.slots[j].awake]
-        if self.policy != "lru" or not awake:
-            return awake
-        out: set[int] = set()
-        for g in s.gpus:
-            cap = self.capacity.get(g, math.inf)
-            used = s.awake_gib
-            for j in self.on_gpu[g]:
-                if j == s.index:
-                    continue
-                o = self.slots[j]
-                used += o.awake_gib if (o.awake and j not in out) else o.context_gib
-            victims = sorted(
-                (j for j in self.on_gpu[g] if j in awake and j not in out),
-                key=lambda j: (self.slots[j].last_used_s, j),
-            )
-            for j in victims:
-                if used <= cap + 1e-9:
-                    break
-                out.add(j)
-                used -= self.slots[j].awake_gib - self.slots[j].context_gib
-        return sorted(out)
+        return tiering.displaced(
+            s, self.near[s.index], policy=self.policy, capacity_gib=self.capacity
+        )

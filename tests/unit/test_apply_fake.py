@@ -55,6 +55,9 @@ class FakeBackend:
         self.alive[handle.pid] = "up"
         self.log.append(("wake", handle.instance_id))
 
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        return None  # no GPUs to read
+
 
 def inst(iid: str, port: int, gpus=(0,), tier="gpu", variant="bf16") -> dict:
     return {
@@ -219,15 +222,19 @@ def test_controller_uses_sleep_mode_when_present(tmp_path) -> None:
     assert st.get("h-0").status == "asleep" and be.alive[pid] == "asleep"
 
 
-def test_controller_heals_a_dead_instance_and_counts_it(tmp_path) -> None:
+def test_controller_restarts_a_dead_instance_and_counts_it(tmp_path) -> None:
     p = plan(("a", [inst("g-0", 8100)]))
     be, st = FakeBackend(), StateStore(tmp_path)
     run(p, "a", be, st)
     c = Controller(p, None, be, st, model_path_resolver=lambda i: "/m")
-    assert c.heal("g-0", timeout_s=5) is None  # healthy: nothing to do
-    st.update("g-0", started_at=0.0)  # it ran long ago: no backoff wait
-    be.alive.clear()
-    assert c.status()["g-0"][0] == "failed"
-    h = c.heal("g-0", timeout_s=5)
-    assert h is not None and c.status()["g-0"][0] == "awake"
-    assert st.get("g-0").restarts == 1
+    for n in (1, 2):  # two deaths, two restarts: counted and journaled as such
+        be.alive.clear()
+        assert c.status()["g-0"][0] == "failed"
+        h = c.restart("g-0", timeout_s=5)
+        assert c.status()["g-0"][0] == "awake" and st.get("g-0").pid == h.pid
+        assert st.get("g-0").restarts == n
+    journal = [j for j in st.journal_entries() if j["action"] == "restart"]
+    assert [j["detail"].split(";")[0] for j in journal] == [
+        "restart 1: the process died",
+        "restart 2: the process died",
+    ]

@@ -127,6 +127,7 @@ class FakeControl:
     def __init__(
         self, point: Point, awake: set[str], wake_delay_s: float = 0.0, sleep_delay_s: float = 0.0
     ):
+        self.point = point
         self.specs = {i.id: i for i in point.instances}
         self.engines: dict[str, FakeEngine] = {}
         self.calls: list[tuple[str, str]] = []
@@ -158,6 +159,16 @@ class FakeControl:
         if old is not None:
             old.stop()
         return self._start(instance_id)
+
+    def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        with self._lock:
+            self.calls.append(("restart", instance_id))
+        time.sleep(self.wake_delay_s)
+        self.engines.pop(instance_id, None)
+        return self._start(instance_id)
+
+    def follow(self) -> Point:
+        return self.point
 
     def sleep(self, instance_id: str) -> None:
         with self._lock:
@@ -340,9 +351,9 @@ def test_dead_instance_is_restarted(setup):
     )
     ctl.kill("a0")
     deadline = time.monotonic() + 10
-    while ("wake", "a0") not in ctl.calls and time.monotonic() < deadline:
+    while ("restart", "a0") not in ctl.calls and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ("wake", "a0") in ctl.calls
+    assert ("restart", "a0") in ctl.calls
     deadline = time.monotonic() + 10
     while post(th, model="a", prompt="x").status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -354,7 +365,7 @@ def test_refused_connection_restarts_on_the_request_path(setup):
     th, ctl = setup([inst("a0", "a", [0])], {"a0"}, health_interval_s=60)
     ctl.kill("a0")
     r = post(th, model="a", prompt="x")
-    assert r.status_code == 200 and ctl.calls == [("wake", "a0")]
+    assert r.status_code == 200 and ctl.calls == [("restart", "a0")]
 
 
 def test_identity_and_overlap():

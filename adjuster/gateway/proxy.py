@@ -1,0 +1,390 @@
+"""HTTP and streaming pass-through: admission, retries, client disconnects, the request log.
+
+A request goes to the instance `tiering.route` picks (the awake one with the fewest
+requests in flight). When none of its model's instances is awake, it waits for a wake
+(waker.py); when every awake one already holds its admission bound (pool.py), it waits for a
+slot. At most `queue_limit` requests of a model wait in all; the next gets 503 with
+Retry-After. Bytes are streamed through untouched, with one exception: to log token counts
+of a streamed request, the gateway asks the engine for `stream_options.include_usage` when
+the client did not, and drops that extra usage-only chunk (`"choices": []`) before it
+reaches the client. Only SSE events that contain a usage object are parsed.
+
+Failures. An engine that fails before a byte of its answer reached the client (refused,
+reset, died while generating a non-streamed answer, or before the first streamed chunk) is
+probed; a dead one is marked failed (the next pick restarts it) and the request is tried
+again, up to `retries` times; a request that still finds no live instance gets 503 with
+Retry-After, so that the client retries too. A client that leaves cancels its handler
+(aiohttp handler cancellation): the upstream request is closed at once, which makes vLLM
+abort it, streamed or not, and the request is logged as 499 `client gone`.
+
+User and session: `X-User` / `X-Session` headers; without `X-User`, an `Authorization:
+Bearer KEY` becomes the user `key-<first 12 hex of sha256(KEY)>` (the key is never stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yarl
+from aiohttp import web
+
+from planner.adjuster.gateway.pool import Inst, load
+from planner.adjuster.gateway.waker import Unavailable
+from planner.optimizer import tiering
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.server import Gateway
+
+log = logging.getLogger("planner.gateway")
+
+PROXIED = ("/v1/completions", "/v1/chat/completions")
+
+
+class _NoAnswer(Exception):
+    """The engine failed before any byte of its answer reached the client."""
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it left."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(text: str) -> yarl.URL:
+    """Upstream URLs parsed once per instance and path, not once per request."""
+    return yarl.URL(text)
+
+
+def identity(headers: Any) -> tuple[str, str]:
+    """(user, session) from X-User / X-Session, or a hash of the bearer key as the user."""
+    user = headers.get("X-User", "")
+    if not user:
+        auth = headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer " and auth[7:].strip():
+            user = "key-" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]
+    return user, headers.get("X-Session", "")
+
+
+def error(
+    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
+) -> web.Response:
+    """An OpenAI-style JSON error body."""
+    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def unavailable(e: Unavailable) -> web.Response:
+    return error(
+        503, str(e), "ServiceUnavailableError",
+        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
+    )  # fmt: skip
+
+
+class _Req:
+    """One request's bookkeeping for the log."""
+
+    __slots__ = ("model", "session", "t0", "t_arr", "user", "wait_s")
+
+    def __init__(self, user: str, session: str) -> None:
+        self.t_arr = time.time()
+        self.t0 = time.perf_counter()
+        self.user, self.session = user, session
+        self.model = ""
+        self.wait_s = 0.0  # time waiting for a wake, s
+
+    def since_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+class Proxy:
+    """The /v1/completions and /v1/chat/completions handler."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
+
+    def fail(self, r: _Req, status: int, msg: str) -> None:
+        gw = self.gw
+        # Unknown names share one label: clients must not grow the metric without bound.
+        label = r.model if r.model in gw.pool.by_model else "(unknown)"
+        gw.metrics.requests[(label, status)] += 1
+        gw.log.add_failure(
+            (r.t_arr, r.user, r.session, r.model, status, r.since_s(), r.wait_s, msg)
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        r = _Req(*identity(request.headers))
+        try:
+            return await self._handle(request, r)
+        except asyncio.CancelledError:
+            self.fail(r, 499, "client gone")
+            raise
+        except _ClientGone:
+            self.fail(r, 499, "client gone")
+            return web.Response(status=499)  # never sent: the connection is closed
+        except web.HTTPException as e:  # e.g. a body over the size limit
+            self.fail(r, e.status, e.reason)
+            return error(e.status, e.reason, type(e).__name__)
+
+    async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
+        gw = self.gw
+        body = await request.read()
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return error(400, "the body is not JSON", "BadRequestError")
+        model = payload.get("model") if isinstance(payload, dict) else None
+        if not isinstance(model, str) or not model:
+            return error(400, "the body names no `model`", "BadRequestError")
+        r.model = model
+        if model not in gw.pool.by_model:
+            names = sorted(gw.pool.by_model)
+            self.fail(r, 404, "unknown model")
+            return error(
+                404, f"model {model!r} is not served here; models: {names}", "NotFoundError",
+                models=names,
+            )  # fmt: skip
+        stream = bool(payload.get("stream"))
+        strip_usage = False
+        if stream:
+            opts = payload.get("stream_options") or {}
+            if not opts.get("include_usage"):
+                payload["stream_options"] = {**opts, "include_usage": True}
+                body = json.dumps(payload).encode()
+                strip_usage = True
+
+        tries = gw.cfg.retries + 1
+        for attempt in range(tries):
+            try:
+                inst = await self.pick(model, r)
+            except Unavailable as e:
+                self.fail(r, 503, str(e))
+                return unavailable(e)
+            try:
+                return await self.forward(request, inst, body, stream, strip_usage, r)
+            except _NoAnswer as e:
+                # Nothing reached the client: if the engine is gone, route around it (the
+                # next pick restarts it) and follow the point in force (a hop may have
+                # replaced it), then try again.
+                log.warning("instance %s gave no answer: %s", inst.spec.id, e)
+                dead = inst.handle is None or not await gw.health.probe(inst)
+                if dead and inst.status == "awake":
+                    gw.health.mark_dead(inst)
+                    await gw.health.adopt()
+                if attempt + 1 < tries:
+                    continue
+                msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
+                if dead:
+                    self.fail(r, 503, msg)
+                    return unavailable(Unavailable(msg, gw.waker.retry_after_s(model)))
+                self.fail(r, 502, msg)
+                return error(502, msg, "BadGatewayError")
+        raise AssertionError("unreachable")
+
+    async def pick(self, model: str, r: _Req) -> Inst:
+        """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
+        gw = self.gw
+        pool, cfg = gw.pool, gw.cfg
+        wakes = 0
+        while True:
+            inst = tiering.route(pool.by_model[model], Inst.routable, load)
+            if inst is not None:
+                if inst.outstanding < inst.limit and not pool.queued_for_admission(model):
+                    pool.take(inst)
+                    return inst
+                if pool.waiting[model] >= cfg.queue_limit:
+                    raise Unavailable(
+                        f"model {model!r}: every instance holds its {inst.limit} requests and "
+                        f"{pool.waiting[model]} more wait (queue limit {cfg.queue_limit})",
+                        max(1.0, self.latency_s.get(model, 1.0)),
+                    )
+                pool.waiting[model] += 1
+                try:
+                    got = await pool.wait_slot(model)
+                finally:
+                    pool.waiting[model] -= 1
+                if got is None:
+                    continue
+                if got.routable():
+                    return got
+                pool.release(got)
+                continue
+            if wakes >= 3:
+                raise Unavailable(
+                    f"model {model!r} did not stay awake", gw.waker.retry_after_s(model)
+                )
+            wakes += 1
+            t = time.perf_counter()
+            try:
+                await gw.waker.await_wake(model)
+            finally:
+                r.wait_s += time.perf_counter() - t
+
+    async def forward(
+        self,
+        request: web.Request,
+        inst: Inst,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        r: _Req,
+    ) -> web.StreamResponse:
+        """Send the request to `inst` (whose slot the caller took) and pass its answer on."""
+        gw = self.gw
+        session = gw.session
+        assert session is not None
+        usage: dict | None = None
+        ttft_s: float | None = None
+        status = 502
+        resp: web.StreamResponse | None = None
+        inst.last_used_s = time.monotonic()
+        try:
+            async with session.post(
+                _url(inst.url + request.path),
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as up:
+                status = up.status
+                ctype = up.headers.get("Content-Type", "application/json")
+                if not (stream and status == 200 and ctype.startswith("text/event-stream")):
+                    data = await up.read()
+                    ttft_s = r.since_s()
+                    if status == 200:
+                        usage = _usage_in(data)
+                    resp = web.Response(body=data, status=status, content_type=ctype.split(";")[0])
+                else:
+                    resp = web.StreamResponse(
+                        status=200,
+                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                    )
+                    sse = SseUsage(strip_usage)
+                    async for chunk in up.content.iter_any():
+                        if ttft_s is None:
+                            ttft_s = r.since_s()
+                        out = sse.feed(chunk)
+                        if out:
+                            await _send(resp, request, out)
+                    out = sse.close()
+                    if out:
+                        await _send(resp, request, out)
+                    usage = sse.usage
+                    await _send(resp, request, b"", eof=True)
+        except (aiohttp.ClientError, ConnectionError) as e:
+            if resp is None or not resp.prepared:
+                raise _NoAnswer(str(e) or type(e).__name__) from e
+            msg = f"instance {inst.spec.id} failed mid-stream: {e or type(e).__name__}"
+            self.fail(r, 502, msg)
+            return resp
+        except TimeoutError as e:
+            msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
+            self.fail(r, 502, msg)
+            if resp is not None and resp.prepared:
+                return resp
+            return error(502, msg, "BadGatewayError")
+        finally:
+            gw.pool.release(inst)
+        self._done(r, inst, status, ttft_s, usage)
+        return resp
+
+    def _done(
+        self, r: _Req, inst: Inst, status: int, ttft_s: float | None, usage: dict | None
+    ) -> None:
+        """Count and log an answered request."""
+        gw = self.gw
+        latency_s = r.since_s()
+        model = r.model
+        if status != 200:
+            self.fail(r, status, "engine error")
+            return
+        gw.metrics.requests[(model, 200)] += 1
+        gw.metrics.latency[model].observe(latency_s)
+        if r.wait_s > 0.001:  # only requests that waited for a wake
+            gw.metrics.switch_wait[model].observe(r.wait_s)
+        if ttft_s is not None:
+            gw.metrics.ttft[model].observe(ttft_s)
+        prev = self.latency_s.get(model)
+        self.latency_s[model] = latency_s if prev is None else 0.9 * prev + 0.1 * latency_s
+        u = usage or {}
+        details = u.get("prompt_tokens_details") or {}
+        n_in = max(1, int(u.get("prompt_tokens") or 0))
+        cached = min(n_in, int(details.get("cached_tokens") or 0))
+        gw.log.add((
+            r.t_arr, r.user, r.session, model, n_in, max(1, int(u.get("completion_tokens") or 0)),
+            cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id,
+        ))  # fmt: skip
+
+
+async def _send(resp: web.StreamResponse, request: web.Request, data: bytes, eof=False) -> None:
+    """Write to the client (headers first); a client that left raises _ClientGone."""
+    try:
+        if not resp.prepared:
+            await resp.prepare(request)
+        if eof:
+            await resp.write_eof()
+        else:
+            await resp.write(data)
+    except ConnectionError as e:  # aiohttp's ClientConnectionResetError is one too
+        raise _ClientGone(str(e)) from e
+
+
+def _usage_of(obj: Any) -> dict | None:
+    u = obj.get("usage") if isinstance(obj, dict) else None
+    return u if isinstance(u, dict) else None
+
+
+def _usage_in(data: bytes) -> dict | None:
+    try:
+        return _usage_of(json.loads(data))
+    except ValueError:
+        return None
+
+
+class SseUsage:
+    """Passes an SSE byte stream through, reading (and optionally dropping) usage chunks.
+
+    Bytes are held only up to the last complete event (blank line); blocks without the
+    text `"usage"` pass without parsing.
+    """
+
+    def __init__(self, strip: bool):
+        self.strip = strip
+        self.usage: dict | None = None
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to send on, for `chunk` just received."""
+        buf = self._buf + chunk
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        out, self._buf = buf[: end + 2], buf[end + 2 :]
+        return self._scan(out) if b'"usage"' in out else out
+
+    def close(self) -> bytes:
+        """What is left at the end of the stream."""
+        out, self._buf = self._buf, b""
+        return self._scan(out) if b'"usage"' in out else out
+
+    def _scan(self, block: bytes) -> bytes:
+        kept = []
+        for ev in block.split(b"\n\n"):
+            if b'"usage"' in ev and ev.startswith(b"data: {"):
+                try:
+                    obj = json.loads(ev[6:])
+                except ValueError:
+                    obj = None
+                u = _usage_of(obj)
+                if u is not None:
+                    self.usage = u
+                    if self.strip and not obj.get("choices"):
+                        continue
+            kept.append(ev)
+        return b"\n\n".join(kept)
