@@ -10,20 +10,22 @@ right after a success does nothing.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from planner.adjuster.backends.base import Backend, Handle
-from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff, spec_sha
+from planner.adjuster.backends.base import Backend
+from planner.adjuster.launch import (  # re-exported: the names apply's callers know
+    Launcher,
+    ModelPathResolver,
+    handle_of,
+    model_path_resolver,
+    restart_delay_s,
+)
+from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import ApplyError, InputError, LaunchError, PlannerError
-from planner.schemas.models import Models
-from planner.schemas.plan import Instance, Plan, Point
-
-ModelPathResolver = Callable[[Instance], str]
+from planner.schemas.plan import Plan, Point
 
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
@@ -75,35 +77,6 @@ class ApplyResult:
             raise self.error
 
 
-def model_path_resolver(models: Models, base_dir: str | Path | None) -> ModelPathResolver:
-    """Variant `path` of models.yaml; relative paths resolve against the models file's folder."""
-    base = Path(base_dir) if base_dir is not None else None
-
-    def resolve(inst: Instance) -> str:
-        try:
-            v = models.model(inst.model).variant(inst.variant)
-        except KeyError:
-            raise InputError(
-                f"instance {inst.id!r}: model {inst.model!r} / variant {inst.variant!r} not in models file"
-            ) from None
-        if not v.path:
-            return inst.model  # a hub id equal to the model name
-        p = Path(v.path).expanduser()
-        if not p.is_absolute() and base is not None and (base / p).exists():
-            return str((base / p).resolve())
-        return str(p) if p.is_absolute() or p.exists() else v.path
-
-    return resolve
-
-
-def handle_of(row: InstanceRow) -> Handle:
-    """The backend handle recorded for a state row."""
-    return Handle(
-        instance_id=row.id, node=row.node, host=row.host, port=row.port,
-        pid=row.pid, actor=row.actor, log_path=row.log_path,
-    )  # fmt: skip
-
-
 def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
     """What runs now: state rows checked against the live process and `/health`.
 
@@ -133,82 +106,15 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
     return out
 
 
-def restart_delay_s(
-    row: InstanceRow | None, now: float, *, base_s: float, cap_s: float, stable_s: float
-) -> float:
-    """Backoff before restarting a crashed instance: base * 2^restarts, capped; 0 after a stable run."""
-    if row is None or row.started_at is None or now - row.started_at >= stable_s:
-        return 0.0
-    return min(cap_s, base_s * (2**row.restarts))
-
-
 @dataclass
-class _Run:
-    plan_sha: str
-    point: Point
-    backend: Backend
-    state: StateStore
-    resolve: ModelPathResolver
-    timeout_s: float
-    backoff_base_s: float
-    backoff_cap_s: float
-    stable_s: float
-    max_attempts: int
-    gpu_free_timeout_s: float
+class _Run(Launcher):
+    """One apply: the launcher plus the steps, their crash backoff and the rollback."""
+
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 30.0
+    stable_s: float = 120.0
+    max_attempts: int = 3
     existed: set[str] = field(default_factory=set)  # ids with a state row before this run
-    started: list[str] = field(default_factory=list)
-    handles: dict[str, Handle] = field(default_factory=dict)
-
-    def inst(self, iid: str) -> Instance:
-        return next(i for i in self.point.instances if i.id == iid)
-
-    def launch(self, inst: Instance, *, restarts: int) -> Handle:
-        """Start one server and wait until it answers; on failure it is stopped and marked failed."""
-        self._wait_gpu_memory(inst)
-        log = self.state.logs_dir / f"{inst.id}.log"
-        if log.exists():  # classification reads the tail: each launch gets a fresh log
-            log.replace(log.with_suffix(".log.1"))
-        handle = self.backend.start(
-            inst, model_path=self.resolve(inst), served_name=inst.model, log_path=str(log)
-        )
-        self.state.upsert(
-            InstanceRow(
-                id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
-                host=handle.host, port=inst.port, pid=handle.pid, actor=handle.actor,
-                status="starting", tier=inst.tier, plan_sha=self.plan_sha, point=self.point.name,
-                started_at=time.time(), restarts=restarts, log_path=handle.log_path,
-                spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus), memory_gib=inst.memory_gib.total,
-            )
-        )  # fmt: skip
-        self.started.append(inst.id)
-        self.handles[inst.id] = handle
-        try:
-            self.backend.wait_ready(handle, self.timeout_s)
-        except LaunchError:
-            self.backend.stop(handle, 10.0)
-            self.state.update(inst.id, status="failed", pid=None, actor=None)
-            raise
-        self.state.update(inst.id, status="awake", started_at=time.time())
-        return handle
-
-    def _wait_gpu_memory(self, inst: Instance) -> None:
-        """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""
-        if not inst.gpus:
-            return
-        need_gib = inst.memory_gib.total  # per GPU, GiB
-        deadline = time.monotonic() + self.gpu_free_timeout_s
-        while True:
-            free = self.backend.gpu_free_gib(inst.node, inst.gpus)
-            if free is None or all(free.get(g, need_gib) >= need_gib for g in inst.gpus):
-                return
-            if time.monotonic() >= deadline:
-                raise LaunchError(
-                    f"{inst.id}: GPUs {inst.gpus} still lack {need_gib:.1f} GiB free after "
-                    f"{self.gpu_free_timeout_s:.0f} s (free: {free})",
-                    reason="out_of_memory",
-                    fix="stop what else runs on those GPUs",
-                )
-            time.sleep(1.0)
 
     def do(self, a: Action) -> str:
         """Run one action; returns a short detail."""
@@ -354,12 +260,14 @@ def apply_point(
     max_attempts: int = 3,
     gpu_free_timeout_s: float = 60.0,
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
+    lease: bool = True,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
     `gpu_capacity_gib` ((node, device) -> usable GiB, from cluster.yaml) lets a new instance
     start beside the one it replaces on the same GPU when both fit (make-before-break);
-    without it, the old one is stopped first.
+    without it, the old one is stopped first. `lease=False`: the caller holds the state
+    lease already (`planner adjust`, for its whole tick).
     """
     try:
         point = plan.point(point_name)
@@ -382,7 +290,12 @@ def apply_point(
         return result
 
     ttl_s = max(600.0, 4 * timeout_s)
-    with state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s):
+    held = (
+        state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s)
+        if lease
+        else contextlib.nullcontext()
+    )
+    with held:
         seen = observe(state, backend)
         for r in state.instances():
             if seen[r.id].status != "starting" or (r.pid is None and r.actor is None):
@@ -441,3 +354,17 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
             out.append(ActionResult("stop", row.id, row.node, "ok", "down"))
         state.set_meta(point="", plan_sha="")
     return out
+
+
+__all__ = [
+    "ActionResult",
+    "ApplyResult",
+    "ModelPathResolver",
+    "apply_point",
+    "down",
+    "handle_of",
+    "instances_json",
+    "model_path_resolver",
+    "observe",
+    "restart_delay_s",
+]

@@ -12,8 +12,8 @@ import json
 import threading
 import time
 
-from planner.adjuster.apply import ModelPathResolver, _Run, handle_of
 from planner.adjuster.backends.base import Backend, Handle, Status
+from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import ApplyError, InputError
@@ -168,11 +168,10 @@ class Controller:
                 self.state.update(instance_id, status="stopped", pid=None, actor=None)
             self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst.tier)}")
 
-    def _run(self, timeout_s: float) -> _Run:
-        return _Run(
+    def _run(self, timeout_s: float) -> Launcher:
+        return Launcher(
             plan_sha=self.plan_sha, point=self.point, backend=self.backend, state=self.state,
-            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s, backoff_base_s=1.0,
-            backoff_cap_s=30.0, stable_s=120.0, max_attempts=1, gpu_free_timeout_s=60.0,
+            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s,
         )  # fmt: skip
 
     def describe(self) -> list[dict]:

@@ -1,10 +1,10 @@
 """The hop policy of `planner adjust`: one pure decision per window of traffic.
 
-`decide(state, obs) -> (state, actions)` is the same code live (cli/adjust.py), in replay
-(adjuster/replay.py) and in tests. It does no I/O and reads no clock: the caller builds the
-`Observation` (the window, its end time, every plan point's simulated metrics on it, the
-drift reports and the cost of hopping to each point) with `observe(...)`, passing the
-simulator as a `Scorer`.
+`decide(state, obs) -> (state, actions)` is the one decision of `live.tick`, which live
+(`--once`, `--every`) and replay both run, and of the tests. It does no I/O and reads no
+clock: `observe.observe` builds the `Observation` (the window, its end time, every plan
+point's simulated metrics on it, the drift reports, and the price and worth of hopping to
+each point).
 
 Regimes. While the traffic matches the plan (no drift), the plan's choice stands: the
 policy only leaves the current point when drift fires or the point misses the SLO. Once
@@ -40,220 +40,36 @@ Rule, in order:
      hops happened in the last 24 h;
    - the same point clears the bar below in `confirm_windows` consecutive windows (one busy
      hour is not a trend);
-   - the gain J(current) - J(best) exceeds `margin` x J(current) + (`min_gain_s` +
-     `hop_cost_weight` x hop cost) x min(1, requests / `min_requests`) (requests: of the
-     window, or when tracking the forecast of the window the hop lands in; the absolute floor
-     guards against latency noise and the hop cost is paid in delayed requests: both
-     scale with the traffic; a quiet window has neither), where the hop cost
-     is the transition seconds the reconcile diff between the two points implies (cold
-     starts of the instances it starts or restarts, wakes, sleeps of the new lazy ones, a
-     fixed cost per stop) from the perf model.
+   - the gain J(current) - J(best) exceeds `margin` x J(current) + `min_gain_s` x
+     min(1, requests / `min_requests`) (requests: of the window, or when tracking the
+     forecast of the window the hop lands in: the absolute floor guards against latency
+     noise and scales with the traffic; a quiet window has none);
+   - the hop pays for itself (when anyone waits for it): what it saves over the dwell (`min_dwell_s`, at least one
+     window) exceeds the waits it causes. Saved: the switch waits of the requests forecast
+     for the dwell under the current point less under the best one, plus `gib_weight_s` per
+     request per warm GiB given back (J's own exchange rate); caused: the seconds the
+     requests forecast to arrive during the hop wait for it (a model all of whose instances
+     the hop restarts or wakes serves nobody until the first is up; apply runs the steps one
+     after another). The forecast is the same hours a day earlier when tracking, else the
+     last window (observe.py).
      A current point that misses the SLO is left for any meeting point (no margin).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
-metrics and objective, the gain and the threshold it had to pass.
+metrics and objective, the gain and the threshold it had to pass, the hop's price and worth.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
-import numpy as np
-import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
-
-from planner.schemas.plan import Plan, Point
-
-DAY_S = 86400.0
-
-
-class AdjustConfig(BaseModel):
-    """Parameters of the hop policy; each typed, ranged, defaulted and documented."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    window_s: float = Field(
-        default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s"
-    )
-    min_dwell_s: float = Field(
-        default=7200.0,
-        ge=0,
-        le=30 * DAY_S,
-        description="least time a point stays in force before the next hop, s",
-    )
-    max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
-    confirm_windows: int = Field(
-        default=2, ge=1, le=48, description="consecutive windows the same better point must win"
-    )
-    margin: float = Field(
-        default=0.15,
-        ge=0,
-        le=10,
-        description="share of the current objective a better point must win by",
-    )
-    min_gain_s: float = Field(
-        default=0.25, ge=0, le=3600, description="absolute objective gain a hop needs on top, s"
-    )
-    gib_weight_s: float = Field(
-        default=0.01, ge=0, le=100, description="objective seconds one warm GiB is worth (s/GiB)"
-    )
-    hop_cost_weight: float = Field(
-        default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions"
-    )
-    cold_start_weight: float = Field(
-        default=1.0, ge=0, le=100, description="weight of the cold starts and wakes a hop implies"
-    )
-    sleep_weight: float = Field(
-        default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies"
-    )
-    stop_cost_s: float = Field(
-        default=2.0, ge=0, le=600, description="transition seconds charged per stopped instance"
-    )
-    min_requests: int = Field(
-        default=30, ge=1, le=1_000_000, description="fewer requests in a window: hold"
-    )
-    attainment_z: float = Field(
-        default=2.0,
-        ge=0,
-        le=10,
-        description="binomial standard errors of slack on the attainment target",
-    )
-    track_after_drift_s: float = Field(
-        default=DAY_S,
-        ge=0,
-        le=30 * DAY_S,
-        description="drift alarms older than this no longer count towards tracking, s",
-    )
-    track_min_alarms: int = Field(
-        default=2, ge=1, le=1000, description="drift alarms within that time that start tracking"
-    )
-    forecast_windows: int = Field(
-        default=3,
-        ge=0,
-        le=24,
-        description="windows ahead a tracking decision looks (the same hours a day earlier); 0: none",
-    )
-    require_drift: bool = Field(
-        default=True, description="hop only when drift fired or the current point misses the SLO"
-    )
-    sleep_after_idle_s: float | None = Field(
-        default=None,
-        ge=0,
-        le=DAY_S,
-        description="simulate host/disk instances sleeping after this idle time (the gateway's); None: never",
-    )
-    reoptimize: Literal["auto", "suggest", "never"] = Field(
-        default="suggest", description="when no point meets the SLO"
-    )
-    reoptimize_evals: int = Field(
-        default=8, ge=1, le=500, description="evaluations of a warm-started re-optimization"
-    )
-
-
-class AdjustState(BaseModel):
-    """What the policy remembers between windows (JSON in the live journal)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    point: str = Field(description="the point in force")
-    since_s: float | None = Field(
-        default=None, description="when it came in force; None: before the first decision"
-    )
-    chosen_summary: dict[str, Any] | None = Field(
-        default=None,
-        description="workload summary of the window it was chosen on (None: the plan's)",
-    )
-    hop_times_s: list[float] = Field(
-        default_factory=list, description="times of the hops of the last 24 h"
-    )
-    last_reoptimize_s: float | None = Field(
-        default=None, description="when reoptimize/suggest was last issued"
-    )
-    decisions: int = Field(default=0, ge=0, description="decisions taken so far")
-    candidate: str | None = Field(default=None, description="point that won the last windows")
-    candidate_wins: int = Field(default=0, ge=0, description="consecutive windows it won")
-    failing_windows: int = Field(
-        default=0, ge=0, description="consecutive windows in which no point met the SLO"
-    )
-    drift_times_s: list[float] = Field(
-        default_factory=list, description="times of the drift alarms that still count"
-    )
-    config: AdjustConfig = Field(default_factory=AdjustConfig)
-
-
-@dataclass(frozen=True)
-class HopCost:
-    """What moving from one point to another implies, from the reconcile diff."""
-
-    starts: int = 0  # starts and restarts (each a cold start)
-    sleeps: int = 0
-    stops: int = 0
-    cold_start_s: float = 0.0  # sum of the cold starts and wakes, s
-    sleep_s: float = 0.0  # sum of the sleeps, s
-    wakes: int = 0  # asleep instances woken (moved to the gpu tier)
-    # instance id -> s until it serves, for every instance (re)started or woken; the replay
-    # delays a model all of whose instances are in here
-    restarted: dict[str, float] = field(default_factory=dict)
-
-    def seconds(self, cfg: AdjustConfig) -> float:
-        """Transition seconds, weighted as the config says."""
-        return (
-            cfg.cold_start_weight * self.cold_start_s
-            + cfg.sleep_weight * self.sleep_s
-            + cfg.stop_cost_s * self.stops
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "starts": self.starts, "sleeps": self.sleeps, "stops": self.stops,
-            "cold_start_s": round(self.cold_start_s, 3), "sleep_s": round(self.sleep_s, 3),
-            "wakes": self.wakes,
-        }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One window as the policy sees it."""
-
-    end_s: float  # end of the window, s (trace time live: epoch s)
-    window: pd.DataFrame  # the window's requests (trace schema)
-    metrics: dict[str, dict[str, Any]]  # point name -> `SimResult.to_metrics()` on the window
-    hop_costs: dict[str, HopCost]  # point name -> cost of hopping there from the current point
-    target_attainment: float  # the SLO's attainment target
-    drift_plan: Any = None  # DriftReport vs the plan's workload_summary (None: no reference)
-    drift_chosen: Any = None  # DriftReport vs the window the current point was chosen on
-    # point name -> metrics on the forecast (the next windows as they went a day earlier);
-    # empty: no forecast
-    forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # forecast requests in each of the next windows (the first: the one a hop lands in)
-    forecast_window_requests: tuple[int, ...] = ()
-    suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing to do after a window: hold, hop, reoptimize or suggest."""
-
-    kind: Literal["hold", "hop", "reoptimize", "suggest"]
-    point: str  # the point in force after the action (the hop's target for a hop)
-    reason: str  # one line
-    reasons: dict[str, Any] = field(default_factory=dict)  # drift, per-point metrics, thresholds
-    from_point: str = ""
-    command: str = ""  # suggest: the exact command
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind, "point": self.point, "from": self.from_point,
-            "reason": self.reason, "command": self.command, "reasons": self.reasons,
-        }  # fmt: skip
-
-
-class Scorer(Protocol):
-    """Simulates one plan point on one window and returns `SimResult.to_metrics()`."""
-
-    def __call__(self, point: Point, window: pd.DataFrame) -> dict[str, Any]: ...
-
+from planner.adjuster.policy_types import (
+    DAY_S,
+    Action,
+    AdjustConfig,
+    AdjustState,
+    HopCost,
+    Observation,
+)
 
 # ------------------------------------------------------------------------- the decision
 
@@ -405,18 +221,20 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return hold(f"{best} keeps more memory warm and the next 2 windows are forecast quiet")
     if len(recent) >= cfg.max_hops_per_day:
         return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
-    cost = obs.hop_costs.get(best, HopCost())
-    cost_s = cost.seconds(cfg)
     gain = j_cur - score(best)
-    # the hop's transitions fall in the next window: only its traffic feels them
-    nxt = fc_n[0] if ahead and fc_n else n
+    nxt = fc_n[0] if ahead and fc_n else n  # the hop lands in the next window
     felt = min(1.0, nxt / cfg.min_requests)
-    need = cfg.margin * j_cur + (cfg.min_gain_s + cfg.hop_cost_weight * cost_s) * felt
-    reasons["gain_s"] = round(gain, 4)
-    reasons["needed_gain_s"] = round(need, 4)
-    reasons["hop_cost_s"] = round(cost_s, 3)
+    need = cfg.margin * j_cur + cfg.min_gain_s * felt
+    price, worth = _price_and_worth(obs, cur, best, cfg)
+    reasons.update(gain_s=round(gain, 4), needed_gain_s=round(need, 4))
+    reasons.update(hop_waits_s=round(price, 3), dwell_gain_s=round(worth, 3))
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
+    if cur_ok and price > 0 and worth <= price:
+        return hold(
+            f"{best} would save {worth:.0f} request-s over the dwell, not more than the "
+            f"{price:.0f} s the requests arriving during the hop would wait"
+        )
     wins = state.candidate_wins + 1 if state.candidate == best else 1
     if wins < (1 if ahead else cfg.confirm_windows):
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
@@ -428,7 +246,8 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     why = (
         f"{cur} misses the SLO ({table[cur]['slo_attainment']:.3f}); {best} meets it"
         if not cur_ok
-        else f"{best} wins by {gain:.2f} s > {need:.2f} s (margin + hop cost {cost_s:.0f} s)"
+        else f"{best} wins by {gain:.2f} s > {need:.2f} s and saves {worth:.0f} request-s over "
+        f"the dwell > {price:.0f} s of waits the hop causes"
     )
     st = base.model_copy(
         update={
@@ -445,130 +264,31 @@ def _plain(summary: Any) -> dict[str, Any]:
     return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
 
 
-# ------------------------------------------------------------------ building an observation
-
-
-def hop_cost(
-    src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: bool = True
-) -> HopCost:
-    """Cost of turning `src` (as running: gpu tier awake, lazy tiers asleep) into `dst`.
-
-    Uses the apply engine's own diff, so the estimate counts exactly the starts, restarts,
-    sleeps and stops `apply` would run; seconds come from `dst`'s InstancePerf (`perfs`:
-    instance id -> InstancePerf of the target point).
-    """
-    from planner.adjuster.reconcile import Observed, diff, spec_sha
-
-    if src is dst or src.instances == dst.instances:
-        return HopCost()
-    actual = {
-        i.id: Observed(
-            status="awake" if i.tier == "gpu" or not sleep_supported else "asleep",
-            node=i.node,
-            gpus=list(i.gpus),
-            port=i.port,
-            tier=i.tier,
-            spec_sha=spec_sha(i),
-            memory_gib=i.memory_gib.total,
-        )
-        for i in src.instances
-        if i.tier == "gpu" or sleep_supported
-    }
-    starts = sleeps = stops = wakes = 0
-    cold = slp = 0.0
-    restarted: dict[str, float] = {}
-    for a in diff(dst, actual, sleep_supported=sleep_supported):
-        p = perfs.get(a.instance)
-        if a.kind in ("start", "restart", "wake"):
-            if a.kind == "wake":
-                wakes += 1
-                host = actual[a.instance].tier == "host"
-                c = 0.0 if p is None else float(p.wake_host_s if host else p.wake_disk_s)
-            else:
-                starts += 1
-                c = 0.0 if p is None else float(p.cold_start_s)
-            cold += c
-            restarted[a.instance] = c
-        elif a.kind == "sleep":
-            sleeps += 1
-            slp += float(p.sleep_s) if p is not None else 0.0
-        elif a.kind == "stop":
-            stops += 1
-    return HopCost(starts, sleeps, stops, cold, slp, wakes, restarted)
-
-
-def observe(
-    plan: Plan,
-    state: AdjustState,
-    window: pd.DataFrame,
-    end_s: float,
-    scorer: Scorer,
-    perfs: dict[str, dict[str, Any]],
-    target_attainment: float,
-    *,
-    metrics: dict[str, dict[str, Any]] | None = None,
-    sleep_supported: bool = True,
-    suggest_command: str = "",
-    forecast: pd.DataFrame | None = None,
-    forecast_metrics: dict[str, dict[str, Any]] | None = None,
-) -> Observation:
-    """Everything `decide` needs about one window (simulates each point unless `metrics`).
-
-    `perfs`: point name -> (instance id -> InstancePerf). Drift runs only on windows with
-    enough requests (it calls them `too_few_requests` otherwise anyway). `forecast`: the
-    next `forecast_windows` windows as they went a day earlier (None: no history), scored
-    unless `forecast_metrics`.
-    """
-    from planner.optimizer.workload.drift import drift
-
-    if metrics is None:
-        metrics = {p.name: scorer(p, window) for p in plan.points}
-    cfg = state.config
-    if forecast is not None and forecast_metrics is None and cfg.forecast_windows:
-        forecast_metrics = {p.name: scorer(p, forecast) for p in plan.points}
-    cur = plan.point(state.point)
-    costs = {
-        p.name: hop_cost(cur, p, perfs[p.name], sleep_supported=sleep_supported)
-        for p in plan.points
-    }
-    d_plan = d_chosen = None
-    if len(window) >= state.config.min_requests:
-        if plan.workload_summary.get("requests"):
-            d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
-        if state.chosen_summary:
-            d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
-    return Observation(
-        end_s=end_s,
-        window=window,
-        metrics=metrics,
-        hop_costs=costs,
-        target_attainment=target_attainment,
-        drift_plan=d_plan,
-        drift_chosen=d_chosen,
-        suggest_command=suggest_command,
-        forecast=forecast_metrics or {},
-        forecast_window_requests=_per_window(forecast, end_s - DAY_S, cfg)
-        if forecast is not None and cfg.forecast_windows
-        else (),
-    )
-
-
-def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[int, ...]:
-    """Requests in each of the `forecast_windows` windows from `start_s`."""
-    edges = start_s + cfg.window_s * np.arange(cfg.forecast_windows + 1)
-    return tuple(int(c) for c in np.diff(np.searchsorted(df["timestamp"].to_numpy(float), edges)))
+def _price_and_worth(
+    obs: Observation, cur: str, best: str, cfg: AdjustConfig
+) -> tuple[float, float]:
+    """(waits the hop to `best` causes, what it saves over the dwell), request-seconds."""
+    price = obs.hop_waits_s.get(best, 0.0)
+    if obs.basis_span_s <= 0:
+        return price, 0.0
+    dwell_s = max(cfg.min_dwell_s, cfg.window_s)  # in force at least until the next decision
+    scale = dwell_s / obs.basis_span_s
+    waits = obs.wait_sums_s.get(cur, 0.0) - obs.wait_sums_s.get(best, 0.0)
+    gib = float(obs.metrics[cur]["warm_gpu_gib"]) - float(obs.metrics[best]["warm_gpu_gib"])
+    if obs.forecast:  # warm memory where the dwell will be: on the forecast
+        gib = float(obs.forecast[cur]["warm_gpu_gib"]) - float(obs.forecast[best]["warm_gpu_gib"])
+    # s of waits saved + s/GiB x GiB x requests: J's exchange rate, charged per request
+    return price, (waits + cfg.gib_weight_s * gib * obs.basis_requests) * scale
 
 
 __all__ = [
+    "DAY_S",
     "Action",
     "AdjustConfig",
     "AdjustState",
     "HopCost",
     "Observation",
-    "Scorer",
     "decide",
-    "hop_cost",
     "meets_slo",
     "objective_s",
-    "observe",
 ]

@@ -107,9 +107,15 @@ def optimize_cmd(
 
     from planner.schemas.plan import Plan
 
+    out = output or Path("plans") / f"{cl.name}.plan.yaml"
     plan = Plan(
-        inputs=inp.provenance(
-            cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles
+        inputs=inp.provenance(  # relative to the plan: `apply` finds them from any folder
+            base=out.parent,
+            cluster=cluster,
+            models=models,
+            slo=slo,
+            workload=workload,
+            profiles=profiles,
         ),
         workload_summary=summarize(trace),
         search={
@@ -124,7 +130,6 @@ def optimize_cmd(
         selected=result.selected,
         points=result.points,
     )
-    out = output or Path("plans") / f"{cl.name}.plan.yaml"
     atomic_write_text(out, dump_yaml(plan.model_dump(mode="json", exclude_defaults=False)))
 
     base_metrics: dict[str, dict[str, Any]] = {}

@@ -121,6 +121,19 @@ class RequestLogSource:
         self.path = Path(state_dir) / REQUEST_LOG
         self.model_names = model_names
 
+    def first_s(self) -> float | None:
+        """When the first logged request arrived (None: none yet)."""
+        if not self.path.is_file():
+            return None
+        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            row = con.execute("SELECT MIN(timestamp) FROM requests").fetchone()
+        except sqlite3.OperationalError:  # no table yet
+            return None
+        finally:
+            con.close()
+        return None if row is None or row[0] is None else float(row[0])
+
     def window(self, start_s: float, end_s: float) -> pd.DataFrame:
         """Requests that arrived in `[start_s, end_s)` (trace schema, epoch seconds)."""
         from planner.trace import COLUMNS, empty_trace, normalize

@@ -5,14 +5,8 @@ from __future__ import annotations
 import adjust_helpers as h
 import pytest
 
-from planner.adjuster.policy import (
-    AdjustConfig,
-    AdjustState,
-    Observation,
-    decide,
-    hop_cost,
-    observe,
-)
+from planner.adjuster.observe import hop_cost, observe
+from planner.adjuster.policy import AdjustConfig, AdjustState, Observation, decide
 from planner.optimizer.workload.synth import synth
 
 DAY = 86400.0
@@ -36,10 +30,14 @@ def test_hop_cost_counts_the_restarts_of_the_diff(flip):
     _, p, perfs = flip
     a, b = p.point("a-hot"), p.point("b-hot")
     same = hop_cost(a, a, perfs["a-hot"])
-    assert same.starts == 0 and same.seconds(AdjustConfig()) == 0
+    assert same.starts == 0 and same.duration_s == 0 and same.tiers_only
     cost = hop_cost(a, b, perfs["b-hot"])
-    assert cost.starts == 2  # both instances change tier and GPU: restarts
-    assert cost.cold_start_s > 0 and set(cost.restarted) == {"planner-7b-0", "coder-32b-0"}
+    assert cost.starts == 2 and not cost.tiers_only  # both change tier and GPU: restarts
+    assert set(cost.restarted) == {"planner-7b-0", "coder-32b-0"}
+    # apply runs the steps one after another: the second restart is up after both cold
+    # starts, and the host-tier one then sleeps
+    first, second = sorted(cost.restarted.values())
+    assert cost.duration_s > second > first > 0
 
 
 def test_hop_when_a_clearly_better_point_appears_after_the_dwell(flip):
@@ -91,12 +89,25 @@ def test_no_hop_when_the_gain_is_below_the_margin(flip):
     assert acts[0].kind == "hold" and "not the" in acts[0].reason
 
 
-def test_hop_cost_raises_the_bar(flip):
+def test_a_hop_that_makes_requests_wait_must_pay_for_itself(flip):
+    """The price of a hop is the waits of the requests arriving during its restarts; the
+    same winning point is left alone when that price exceeds what it saves over the dwell."""
+    import dataclasses
+
     tr, p, perfs = flip
     t = 2 * DAY + 10 * 3600.0
-    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(hop_cost_weight=10.0))
-    _, acts = decide(st, _obs(p, perfs, st, tr, t))
-    assert acts[0].kind == "hold"  # the restarts cost more than the window gains
+    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(confirm_windows=1))
+    obs = _obs(p, perfs, st, tr, t)
+    assert obs.hop_waits_s["b-hot"] > 0 and obs.hop_waits_s["a-hot"] == 0
+    _, acts = decide(st, obs)
+    r = acts[0].reasons
+    assert acts[0].kind == "hop" and r["dwell_gain_s"] > r["hop_waits_s"] > 0
+    dear = dataclasses.replace(obs, hop_waits_s={"b-hot": r["dwell_gain_s"] + 1.0})
+    _, acts = decide(st, dear)
+    assert acts[0].kind == "hold" and "would wait" in acts[0].reason
+    # nobody arrives during the hop: it costs nothing, and the J gain alone decides
+    free = dataclasses.replace(obs, hop_waits_s={}, wait_sums_s={})
+    assert decide(st, free)[1][0].kind == "hop"
 
 
 def test_never_hops_on_stationary_traffic():
