@@ -166,7 +166,12 @@ class _Run(Launcher):
                 time.sleep(delay)
             try:
                 h = self.launch(inst, restarts=restarts)
-                return f"pid {h.pid} port {h.port} (restart {restarts}, waited {delay:.0f} s)"
+                why = (
+                    f"restart {restarts} after a crash, waited {delay:.0f} s"
+                    if crashed
+                    else a.reason
+                )
+                return f"pid {h.pid} port {h.port} ({why})"
             except LaunchError as e:
                 attempt += 1
                 if not crashed or e.reason in _PERMANENT or attempt >= self.max_attempts:

@@ -188,13 +188,17 @@ class Proxy:
                 return error(502, msg, "BadGatewayError")
         raise AssertionError("unreachable")
 
+    def choose(self, model: str) -> Inst | None:
+        """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""
+        return tiering.route(self.gw.pool.by_model[model], Inst.routable, load)
+
     async def pick(self, model: str, r: _Req) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
         gw = self.gw
         pool, cfg = gw.pool, gw.cfg
         wakes = 0
         while True:
-            inst = tiering.route(pool.by_model[model], Inst.routable, load)
+            inst = self.choose(model)
             if inst is not None:
                 if inst.outstanding < inst.limit and not pool.queued_for_admission(model):
                     pool.take(inst)

@@ -35,6 +35,8 @@ class FakeBackend:
         return Handle(inst.id, inst.node, "127.0.0.1", inst.port, pid=pid, log_path=log_path)
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        if handle.pid not in self.alive:  # a process that is gone never gets ready
+            raise LaunchError(f"{handle.instance_id} exited", reason="unknown")
         reason = self.fail.get(handle.instance_id)
         if reason:
             self.alive.pop(handle.pid, None)

@@ -44,6 +44,9 @@ class FakeEngine:
 
     def __init__(self, name: str, port: int):
         self.name, self.port = name, port
+        self.running = 0  # requests in the handler now
+        self.peak = 0  # the most at once
+        self.aborted = 0  # handlers cancelled because the caller closed the connection
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -61,6 +64,17 @@ class FakeEngine:
 
         async def completions(request: web.Request) -> web.StreamResponse:
             body = await request.json()
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            try:
+                return await answer(request, body)
+            except (asyncio.CancelledError, ConnectionResetError):
+                self.aborted += 1  # as vLLM aborts a request whose caller left
+                raise
+            finally:
+                self.running -= 1
+
+        async def answer(request: web.Request, body: dict) -> web.StreamResponse:
             await asyncio.sleep(float(body.get("delay_s", 0)))
             if body.get("bad"):
                 return web.json_response({"error": {"message": "bad request"}}, status=400)
@@ -75,7 +89,8 @@ class FakeEngine:
                 )
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
-            for tok in "abc":
+            for tok in "abc" * int(body.get("repeat", 1)):
+                await asyncio.sleep(float(body.get("token_delay_s", 0)))
                 ev = json.dumps({"served_by": self.name, "choices": [{"text": tok}]})
                 await resp.write(f"data: {ev}\n\n".encode())
             if (body.get("stream_options") or {}).get("include_usage"):
@@ -100,7 +115,7 @@ class FakeEngine:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            runner = web.AppRunner(self._app())
+            runner = web.AppRunner(self._app(), handler_cancellation=True)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", self.port).start()
             self._ready.set()
