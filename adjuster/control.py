@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 
@@ -16,6 +17,7 @@ from planner.adjuster.backends.base import Backend, Handle, Status
 from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import InstanceRow, StateStore
+from planner.engine import pid_alive
 from planner.errors import ApplyError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
@@ -107,7 +109,7 @@ class Controller:
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
         """Make the instance awake (wake from sleep, or start it); blocks until ready.
 
-        An instance that another process (`planner apply`) is starting is waited for, not
+        An instance that another process is bringing up (`_theirs`) is waited for, not
         started a second time beside it.
         """
         inst = self.instance(instance_id)
@@ -121,11 +123,10 @@ class Controller:
                         self.state.update(instance_id, status="awake")
                         self.state.journal("wake", inst.id, inst.node, "ok", "woken")
                     return h
-            if row is not None and row.status == "starting" and (row.pid or row.actor):
-                h = handle_of(row)
-                with contextlib.suppress(ApplyError):  # it died starting: start it below
-                    self.backend.wait_ready(h, timeout_s)
-                    return h
+            h = self._theirs(instance_id, timeout_s)
+            if h is not None:
+                return h
+            row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "wake", row.restarts if row else 0)
 
     def restart(self, instance_id: str, timeout_s: float) -> Handle:
@@ -134,8 +135,40 @@ class Controller:
         restarts of a crash loop with its own backoff."""
         inst = self.instance(instance_id)
         with self._lock:
+            h = self._theirs(instance_id, timeout_s)
+            if h is not None:
+                return h
             row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "restart", (row.restarts if row else 0) + 1)
+
+    def _theirs(self, instance_id: str, timeout_s: float) -> Handle | None:
+        """The instance as another process brings it up: one it is starting (a row left
+        `starting`), or any while it holds the state lease (`planner apply`/`adjust` may be
+        restarting it): wait for it to be up rather than start a second server beside it.
+        None when nobody else is at work on it (or it did not come up): start it ourselves."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            row = self.state.get(instance_id)
+            if row is not None and (row.pid is not None or row.actor is not None):
+                h = handle_of(row)
+                if row.status == "starting":
+                    with contextlib.suppress(ApplyError):  # it died starting: look again
+                        self.backend.wait_ready(h, max(1.0, deadline - time.monotonic()))
+                        return h
+                elif row.status == "awake" and self.backend.is_alive(h):
+                    return h
+            if not self._lease_elsewhere() or time.monotonic() > deadline:
+                return None
+            time.sleep(0.5)
+
+    def _lease_elsewhere(self) -> bool:
+        """Whether another live process holds the state lease (an apply or adjust running)."""
+        lease = self.state.lease_holder()
+        if lease is None or lease.expires_at <= time.time():
+            return False
+        if lease.holder_host != self.state.host:
+            return True
+        return lease.holder_pid != os.getpid() and pid_alive(lease.holder_pid)
 
     def _launch(
         self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from planner.adjuster.policy import DAY_S, AdjustConfig, AdjustState, HopCost, Observation
+from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost, Observation
 from planner.schemas.plan import Plan, Point
 
 STOP_S = 2.0  # SIGTERM to exit of a vLLM server, s: apply waits for it before the next step
@@ -149,17 +149,48 @@ def _plan_hop(plan: Plan, src: str, dst: str) -> Any:
     return row.get(dst) if isinstance(row, Mapping) else None
 
 
-def _metrics(x: Any) -> dict[str, Any]:
-    return x.to_metrics() if hasattr(x, "to_metrics") else x
+def switch_estimate(
+    waits: np.ndarray, prior_s: float | None, k: float, weights: np.ndarray | None = None
+) -> tuple[float, float]:
+    """(switch P95 estimate, weighted count of requests that waited), s.
+
+    The P95 of the positive waits (weighted: each wait counts `weights` times), shrunk
+    towards `prior_s` by `k` pseudo-waits: a window in which few requests waited cannot
+    show how long the waits at a point are.
+    """
+    w = np.ones(len(waits)) if weights is None else weights
+    pos = np.isfinite(waits) & (waits > 0) & (w > 0)
+    n = float(w[pos].sum())
+    p95 = 0.0
+    if n > 0:
+        order = np.argsort(waits[pos])
+        vals, cum = waits[pos][order], np.cumsum(w[pos][order])
+        p95 = float(vals[min(int(np.searchsorted(cum, 0.95 * n)), len(vals) - 1)])
+    if prior_s is None:
+        return p95, n
+    return (n * p95 + k * prior_s) / max(n + k, 1e-9), n
 
 
-def _wait_sum(x: Any) -> float:
-    """Switch waits of a simulation summed over its requests, s (a metrics dict: its
-    `switch_wait_sum_s`, else 0)."""
-    if hasattr(x, "switch_wait_s"):
-        w = x.switch_wait_s
-        return float(w[np.isfinite(w)].sum())
-    return float(x.get("switch_wait_sum_s", 0.0))
+def _metrics(x: Any, prior_s: float | None, k: float) -> dict[str, Any]:
+    """The metrics of a simulation, with `switch_est_s` (its switch P95 shrunk towards the
+    plan's prediction, `switch_estimate`) and `waited` (requests that did)."""
+    if hasattr(x, "to_metrics"):
+        m, w = x.to_metrics(), x.switch_wait_s
+        waited = int((w[np.isfinite(w)] > 0).sum())
+    else:  # a metrics dict (tests): the wakes stand in for the waits
+        m, waited = dict(x), int(x.get("waited", x.get("switch_count", 0)))
+    p95 = float(m["switch_p95_s"])
+    est = p95 if prior_s is None else (waited * p95 + k * prior_s) / max(waited + k, 1e-9)
+    return {**m, "waited": waited, "switch_est_s": est}
+
+
+def _priors(plan: Plan) -> dict[str, float | None]:
+    """Point name -> its predicted switch P95 (None for all when the plan predicts nothing)."""
+    from planner.schemas.plan import Predicted
+
+    if all(p.predicted == Predicted() for p in plan.points):
+        return {p.name: None for p in plan.points}
+    return {p.name: float(p.predicted.switch_p95_s) for p in plan.points}
 
 
 def observe(
@@ -211,31 +242,32 @@ def observe(
             d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
         if state.chosen_summary:
             d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
-    # the basis of a hop's price and worth: what comes next, as forecast (else as the window)
+    # what comes next, as forecast (else as the window): where a hop's waits are counted
     if forecast is not None and forecast_sims is not None:
         basis, basis_sims = forecast, forecast_sims
         basis_start, span = end_s - DAY_S, cfg.forecast_windows * cfg.window_s
     else:
         basis, basis_sims, basis_start, span = window, sims, end_s - cfg.window_s, cfg.window_s
-    waits = {
-        p.name: float(hop_delays(p, costs[p.name], basis, basis_start).sum()) for p in plan.points
-    }
+    delays = {p.name: hop_delays(p, costs[p.name], basis, basis_start) for p in plan.points}
+    prior, k = _priors(plan), cfg.prior_waits
     return Observation(
         end_s=end_s,
         window=window,
-        metrics={n: _metrics(s) for n, s in sims.items()},
+        metrics={n: _metrics(s, prior.get(n), k) for n, s in sims.items()},
         hop_costs=costs,
         target_attainment=target_attainment,
         drift_plan=d_plan,
         drift_chosen=d_chosen,
         suggest_command=suggest_command,
-        forecast={n: _metrics(s) for n, s in (forecast_sims or {}).items()},
+        forecast={n: _metrics(s, prior.get(n), k) for n, s in (forecast_sims or {}).items()},
         forecast_window_requests=_per_window(forecast, end_s - DAY_S, cfg)
         if forecast is not None
         else (),
-        hop_waits_s=waits,
-        wait_sums_s={n: _wait_sum(s) for n, s in basis_sims.items()},
-        basis_requests=len(basis),
+        basis_waits={
+            n: s.switch_wait_s for n, s in basis_sims.items() if hasattr(s, "switch_wait_s")
+        },
+        hop_delays=delays,
+        priors=prior,
         basis_span_s=span,
     )
 
@@ -246,4 +278,12 @@ def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[in
     return tuple(int(c) for c in np.diff(np.searchsorted(df["timestamp"].to_numpy(float), edges)))
 
 
-__all__ = ["Scorer", "cost_of_steps", "hop_cost", "hop_delays", "observe", "ready_by_model"]
+__all__ = [
+    "Scorer",
+    "cost_of_steps",
+    "hop_cost",
+    "hop_delays",
+    "observe",
+    "ready_by_model",
+    "switch_estimate",
+]

@@ -3,8 +3,7 @@
 `decide(state, obs) -> (state, actions)` is the one decision of `live.tick`, which live
 (`--once`, `--every`) and replay both run, and of the tests. It does no I/O and reads no
 clock: `observe.observe` builds the `Observation` (the window, its end time, every plan
-point's simulated metrics on it, the drift reports, and the price and worth of hopping to
-each point).
+point's simulated metrics on it, the drift reports, and what hopping to each point costs).
 
 Regimes. While the traffic matches the plan (no drift), the plan's choice stands: the
 policy only leaves the current point when drift fires or the point misses the SLO. Once
@@ -31,7 +30,10 @@ Rule, in order:
    0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
    `suggest` (with the exact command) or hold (never), at most once per `min_dwell_s`;
 3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
-   trade-off the optimizer's default scalarization makes);
+   trade-off the optimizer's default scalarization makes), where the switch P95 is the
+   window's shrunk towards the plan's predicted one by `prior_waits` pseudo-waits (a window
+   in which few requests waited cannot show how long the waits at a point are: a lean point
+   looks free on a quiet evening and then makes the night's few requests wait for wakes);
 4. hop to the meeting point with the lowest J only when all of these hold:
    - traffic moved: drift fired against the plan's `workload_summary` or against the window
      the current point was chosen on, or the current point misses the SLO (so stationary
@@ -44,17 +46,16 @@ Rule, in order:
      min(1, requests / `min_requests`) (requests: of the window, or when tracking the
      forecast of the window the hop lands in: the absolute floor guards against latency
      noise and scales with the traffic; a quiet window has none);
-   - the hop pays for itself (when anyone waits for it): what it saves over the dwell (`min_dwell_s`, at least one
-     window) exceeds the waits it causes. Saved: the switch waits of the requests forecast
-     for the dwell under the current point less under the best one, plus `gib_weight_s` per
-     request per warm GiB given back (J's own exchange rate); caused: the seconds the
-     requests forecast to arrive during the hop wait for it (a model all of whose instances
-     the hop restarts or wakes serves nobody until the first is up; apply runs the steps one
-     after another). The forecast is the same hours a day earlier when tracking, else the
-     last window (observe.py).
+   - the hop pays for itself: the requests forecast to arrive while it runs wait for it (a
+     model all of whose instances the hop restarts or wakes serves nobody until the first
+     is up; apply runs the steps one after another), and the gain must clear the same bar
+     with those waits counted in the best point's switch P95 over the dwell (`min_dwell_s`,
+     at least a window): a restart at 3 am delays nobody, one at 10 am may cost more in
+     the tail of the waits than the better point wins. The forecast is the same hours a
+     day earlier when tracking, else the last window (observe.py).
      A current point that misses the SLO is left for any meeting point (no margin).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
-metrics and objective, the gain and the threshold it had to pass, the hop's price and worth.
+metrics and objective, the gain and the threshold it had to pass, the waits a hop causes.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
+import numpy as np
+
+from planner.adjuster.observe import switch_estimate
 from planner.adjuster.policy_types import (
     DAY_S,
     Action,
@@ -75,8 +79,10 @@ from planner.adjuster.policy_types import (
 
 
 def objective_s(m: dict[str, Any], cfg: AdjustConfig) -> float:
-    """J = switch P95 + gib_weight_s x warm GiB, s."""
-    return float(m["switch_p95_s"]) + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
+    """J = switch P95 (as estimated, `switch_est_s`, when observe made one) + gib_weight_s x
+    warm GiB, s."""
+    switch_s = float(m.get("switch_est_s", m["switch_p95_s"]))
+    return switch_s + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
 
 
 def meets_slo(m: dict[str, Any], target: float, cfg: AdjustConfig) -> bool:
@@ -225,15 +231,17 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     nxt = fc_n[0] if ahead and fc_n else n  # the hop lands in the next window
     felt = min(1.0, nxt / cfg.min_requests)
     need = cfg.margin * j_cur + cfg.min_gain_s * felt
-    price, worth = _price_and_worth(obs, cur, best, cfg)
+    j_hop, caused = _with_hop(obs, best, ahead, cfg)
     reasons.update(gain_s=round(gain, 4), needed_gain_s=round(need, 4))
-    reasons.update(hop_waits_s=round(price, 3), dwell_gain_s=round(worth, 3))
+    reasons.update(hop_waits_s=round(caused, 3))
+    if j_hop is not None:
+        reasons["objective_with_hop_s"] = round(j_hop, 4)
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
-    if cur_ok and price > 0 and worth <= price:
+    if cur_ok and j_hop is not None and j_cur - j_hop <= need:
         return hold(
-            f"{best} would save {worth:.0f} request-s over the dwell, not more than the "
-            f"{price:.0f} s the requests arriving during the hop would wait"
+            f"{best} wins by {gain:.2f} s, but with the {caused:.0f} s of waits the hop causes "
+            f"its objective over the dwell is {j_hop:.2f} s (current {j_cur:.2f} s)"
         )
     wins = state.candidate_wins + 1 if state.candidate == best else 1
     if wins < (1 if ahead else cfg.confirm_windows):
@@ -246,8 +254,12 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     why = (
         f"{cur} misses the SLO ({table[cur]['slo_attainment']:.3f}); {best} meets it"
         if not cur_ok
-        else f"{best} wins by {gain:.2f} s > {need:.2f} s and saves {worth:.0f} request-s over "
-        f"the dwell > {price:.0f} s of waits the hop causes"
+        else f"{best} wins by {gain:.2f} s > {need:.2f} s"
+        + (
+            f", {j_cur - j_hop:.2f} s with the {caused:.0f} s of waits the hop causes"
+            if j_hop is not None
+            else ""
+        )
     )
     st = base.model_copy(
         update={
@@ -264,21 +276,27 @@ def _plain(summary: Any) -> dict[str, Any]:
     return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
 
 
-def _price_and_worth(
-    obs: Observation, cur: str, best: str, cfg: AdjustConfig
-) -> tuple[float, float]:
-    """(waits the hop to `best` causes, what it saves over the dwell), request-seconds."""
-    price = obs.hop_waits_s.get(best, 0.0)
-    if obs.basis_span_s <= 0:
-        return price, 0.0
-    dwell_s = max(cfg.min_dwell_s, cfg.window_s)  # in force at least until the next decision
-    scale = dwell_s / obs.basis_span_s
-    waits = obs.wait_sums_s.get(cur, 0.0) - obs.wait_sums_s.get(best, 0.0)
-    gib = float(obs.metrics[cur]["warm_gpu_gib"]) - float(obs.metrics[best]["warm_gpu_gib"])
-    if obs.forecast:  # warm memory where the dwell will be: on the forecast
-        gib = float(obs.forecast[cur]["warm_gpu_gib"]) - float(obs.forecast[best]["warm_gpu_gib"])
-    # s of waits saved + s/GiB x GiB x requests: J's exchange rate, charged per request
-    return price, (waits + cfg.gib_weight_s * gib * obs.basis_requests) * scale
+def _with_hop(
+    obs: Observation, best: str, ahead: bool, cfg: AdjustConfig
+) -> tuple[float | None, float]:
+    """(J of `best` over the dwell with the waits the hop causes counted in, those waits in
+    request-seconds); None when nobody waits for the hop or there is nothing to judge on.
+
+    Over the dwell (`min_dwell_s`, at least one window) the basis repeats: its first pass
+    has the hop's delays added to the waits at `best`, the others not; the switch P95 is
+    taken over all of them (weighted) and shrunk as every estimate is.
+    """
+    delay, waits = obs.hop_delays.get(best), obs.basis_waits.get(best)
+    caused = float(delay.sum()) if delay is not None else 0.0
+    if not caused or waits is None or len(waits) != len(delay) or obs.basis_span_s <= 0:
+        return None, caused
+    scale = max(cfg.min_dwell_s, cfg.window_s) / obs.basis_span_s  # basis passes in the dwell
+    n = len(waits)
+    vals = np.concatenate([waits + delay, waits])  # s
+    wts = np.concatenate([np.full(n, min(scale, 1.0)), np.full(n, max(scale - 1.0, 0.0))])
+    est, _ = switch_estimate(vals, obs.priors.get(best), cfg.prior_waits, wts)
+    m = obs.forecast[best] if ahead else obs.metrics[best]
+    return est + cfg.gib_weight_s * float(m["warm_gpu_gib"]), caused  # s + s/GiB * GiB
 
 
 __all__ = [

@@ -71,6 +71,12 @@ class AdjustConfig(BaseModel):
         le=24,
         description="windows ahead a tracking decision looks (the same hours a day earlier); 0: none",
     )
+    prior_waits: float = Field(
+        default=20.0,
+        ge=0,
+        le=1e6,
+        description="weight, in waits, of the plan's predicted switch P95 in a window's estimate",
+    )
     require_drift: bool = Field(
         default=True, description="hop only when drift fired or the current point misses the SLO"
     )
@@ -167,12 +173,12 @@ class Observation:
     forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
     # forecast requests in each of the next windows (the first: the one a hop lands in)
     forecast_window_requests: tuple[int, ...] = ()
-    # The hop's price and worth, in request-seconds, on the basis (the forecast, else the
-    # window): point -> waits the hop there causes; point -> switch waits summed over the
-    # basis; the basis's requests and span (s).
-    hop_waits_s: dict[str, float] = field(default_factory=dict)
-    wait_sums_s: dict[str, float] = field(default_factory=dict)
-    basis_requests: int = 0
+    # What comes next, as forecast (else as the window): per point, each request's switch
+    # wait there and the wait a hop there adds (s, arrays in request order); the point's
+    # predicted switch P95 (None: the plan predicts nothing); the basis's span (s).
+    basis_waits: dict[str, Any] = field(default_factory=dict)
+    hop_delays: dict[str, Any] = field(default_factory=dict)
+    priors: dict[str, float | None] = field(default_factory=dict)
     basis_span_s: float = 0.0
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
