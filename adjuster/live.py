@@ -20,6 +20,8 @@ length_s)`. One tick:
    plan file; replay: its points join the plan); `suggest`/`reoptimize` call
    `config.on_suggest` with the window (live: written next to the state for the printed
    command); the decision is journaled (the decision log, and one line in the apply journal).
+   A dry run decides and journals the decision as a dry run (not a state to continue from),
+   and does nothing else.
 """
 
 from __future__ import annotations
@@ -176,9 +178,9 @@ def tick(
         new_st, actions = decide(st, obs)
         act = actions[0]
         res = TickResult(now_s, win, st, new_st, act, sims, obs.forecast_window_requests, plan)
-        if act.kind in ("suggest", "reoptimize") and config.on_suggest is not None:
-            config.on_suggest(win)
         if not config.dry_run:
+            if act.kind in ("suggest", "reoptimize") and config.on_suggest is not None:
+                config.on_suggest(win)
             _effects(res, log, backend, store, config)
         res.seq = journal.record(now_s, config.plan_sha, res.state, act, dry_run=config.dry_run)
         if not config.dry_run:

@@ -13,9 +13,11 @@ that later serves it. It lives in the optimizer because `optimizer/` may import 
   whose wake puts the fewest awake co-tenants to sleep, then the one whose displaced
   co-tenants hold the fewest requests in flight (ties: plan order).
 - `displaced`: the co-tenants a wake puts to sleep. Policy `plan` (the gateway's): every
-  awake host/disk-tier instance sharing a GPU with the one that wakes (the plan's memory
-  invariant leaves room for exactly one lazy instance per GPU); `lru` (the reactive-swapping
-  baseline): only as many as the GPU memory needs, least recently used first.
+  awake host/disk-tier instance sharing a GPU with the host/disk-tier one that wakes (the
+  plan's memory invariant leaves room for every gpu-tier instance plus exactly one lazy one
+  per GPU, so a gpu-tier instance coming back, e.g. after a crash, displaces nobody); `lru`
+  (the reactive-swapping baseline): only as many as the GPU memory needs, least recently
+  used first.
 """
 
 from __future__ import annotations
@@ -97,6 +99,8 @@ def displaced(
     `near`: every other instance sharing a GPU with `target`, in plan order, any tier,
     awake or not. `capacity_gib` ((node, device) -> GiB) is read by policy `lru` only.
     """
+    if not target.lazy:  # the plan keeps room for every gpu-tier instance beside one lazy one
+        return []
     awake = [c for c in near if c.awake and c.lazy]
     if policy != "lru" or not awake:
         return awake

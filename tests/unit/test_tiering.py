@@ -66,6 +66,10 @@ SITUATIONS = {
          ("b0", "b", [0, 1], "host", False, 0), ("d0", "d", [2], "host", True, 0)],
         "b", ("b0", "b0", ["a0", "c0"]),
     ),
+    "a gpu-tier instance coming back displaces nobody": (
+        [("g0", "g", [0], "gpu", False, 0), ("a0", "a", [0], "host", True, 2)],
+        "g", ("g0", "g0", []),
+    ),
     "an asleep instance of the model is not routed to": (
         [("a0", "a", [0], "host", False, 0), ("a1", "a", [1], "host", True, 4)],
         "a", ("a1", None, []),
