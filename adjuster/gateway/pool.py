@@ -143,15 +143,17 @@ class Pool:
         """Whether requests of `model` already wait for a slot (newcomers queue behind)."""
         return any(not f.done() for f in self._admit.get(model, ()))
 
-    async def wait_slot(self, model: str) -> Inst:
-        """Wait for a slot on one of the model's instances; returns the instance holding it."""
+    async def wait_slot(self, model: str) -> Inst | None:
+        """Wait for a slot on one of the model's instances: the instance whose slot was handed
+        over, or None when the instances changed (look again)."""
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._admit[model].append(fut)
         try:
             return await fut
         except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():  # handed a slot just as the client left
-                self.release(fut.result())
+            got = fut.result() if fut.done() and not fut.cancelled() else None
+            if got is not None:  # handed a slot just as the client left: pass it on
+                self.release(got)
             raise
 
     def wake_waiters(self, model: str) -> None:

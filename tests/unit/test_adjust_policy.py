@@ -288,3 +288,15 @@ def test_tracking_leaves_a_point_only_when_both_witnesses_see_it_miss():
     bad = {**good, "fast": _m(0.0, 148.0, attainment=0.85, n=1200)}
     new, acts = decide(st, obs(bad))
     assert acts[0].kind == "hop" and new.point == "bal" and "misses the SLO" in acts[0].reason
+
+
+def test_the_plans_hop_table_is_read_when_it_has_one(flip):
+    """`plan.hops[FROM][TO]` (the optimizer's prediction) gives the counts and the cost; the
+    diff still gives which instances the hop restarts and when each serves again."""
+    _, p, perfs = flip
+    a, b = p.point("a-hot"), p.point("b-hot")
+    entry = {"restarts": 0, "wakes": 1, "sleeps": 1, "cost_s": 4.5}
+    cost = hop_cost(a, b, perfs["b-hot"], plan_hop=entry)
+    assert (cost.starts, cost.wakes, cost.sleeps, cost.predicted_s) == (0, 1, 1, 4.5)
+    assert cost.to_json()["plan_cost_s"] == 4.5
+    assert cost.restarted == hop_cost(a, b, perfs["b-hot"]).restarted
