@@ -184,7 +184,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         best_att = max(obs.metrics, key=lambda p: (obs.metrics[p]["slo_attainment"], p))
         why = (
             f"no point meets the SLO on the window (best: {best_att} at "
-            f"{obs.metrics[best_att]['slo_attainment']:.3f} < {obs.target_attainment})"
+            f"{obs.metrics[best_att]['slo_attainment']:.1%} < {obs.target_attainment:.1%})"
         )
         cool = (
             state.last_reoptimize_s is not None and now - state.last_reoptimize_s < cfg.min_dwell_s
@@ -252,7 +252,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     from planner.optimizer.workload.characterize import summarize
 
     why = (
-        f"{cur} misses the SLO ({table[cur]['slo_attainment']:.3f}); {best} meets it"
+        f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
         if not cur_ok
         else f"{best} wins by {gain:.2f} s > {need:.2f} s"
         + (

@@ -125,8 +125,10 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
         else None
     )
     kw = dict(start_point=start_point, reoptimizer=reopt)
+    from planner.cli.tables import REPLAY_SCORING, metrics_table
+
     if json_out:
-        print_json(replay(inp.plan, trace, inp.slo, inp.perfs(), cfg, **kw))
+        print_json({**replay(inp.plan, trace, inp.slo, inp.perfs(), cfg, **kw), "scoring": REPLAY_SCORING})
         return
     from rich.progress import Progress
 
@@ -136,14 +138,13 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
             inp.plan, trace, inp.slo, inp.perfs(), cfg,
             progress=lambda k, n: bar.update(task, completed=k, total=n), **kw,
         )  # fmt: skip
-    from planner.cli.tables import metrics_table
-
     console.print(
         metrics_table(
             f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
             {"adjusted": out["adjusted"]},
             {f"static {k}": v for k, v in out["static"].items()},
             attainment=inp.slo.attainment,
+            note=REPLAY_SCORING,
         )
     )
     for h in out["hops"]:
@@ -228,7 +229,7 @@ def _show(res, dry_run: bool, json_out: bool, state_dir: str) -> None:
             f"{hc['starts']} start(s), {hc['wakes']} wake(s), {hc['duration_s']:.0f} s"
         )  # fmt: skip
         t.add_row(
-            name, f"{m['slo_attainment']:.3f}", f"{m['switch_p95_s']:.2f}",
+            name, f"{m['slo_attainment']:.1%}", f"{m['switch_p95_s']:.2f}",
             f"{m['warm_gpu_gib']:.1f}", f"{m['objective_s']:.2f}", "yes" if m["meets_slo"] else "no",
             hop,
         )  # fmt: skip

@@ -105,11 +105,12 @@ def _optimize(inp: Inputs, trace, evals: int):
     """`planner optimize` on `trace` in-process (the plan's inputs and seed, `evals` evaluations)."""
     from planner.cli import inputs as cin
     from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.scoring import scorer
     from planner.optimizer.search import optimize
 
     ocfg = OptimizeConfig(evals=evals, seed=inp.seed())
     cin.silence_solver_banner()
-    return ocfg, optimize(inp.cluster, inp.models, inp.slo, trace, ocfg, cin.scorer(trace, inp.slo))
+    return ocfg, optimize(inp.cluster, inp.models, inp.slo, trace, ocfg, scorer(trace, inp.slo))
 
 
 def replay_reoptimizer(inp: Inputs, evals: int):
@@ -143,7 +144,7 @@ def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, tim
 
     def reoptimize(recent, now_s: float, plan) -> tuple[None, dict[str, Any]]:
         write_trace(recent, window_file)
-        write_plan(inp, recent, policy.reoptimize_evals, new_plan, window_file)
+        reoptimized_plan(inp, recent, policy.reoptimize_evals, new_plan, window_file)
         return None, {"new_plan": str(new_plan)}
 
     return TickConfig(
@@ -155,11 +156,11 @@ def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, tim
     )  # fmt: skip
 
 
-def write_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: Path) -> Path:
+def reoptimized_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: Path) -> Path:
     """Optimize again on `trace` (same inputs and seed, `evals` evaluations); write atomically."""
     from planner.cli import inputs as cin
-    from planner.io import atomic_write_text, dump_yaml
     from planner.optimizer.search import knobs_to_dict
+    from planner.planfile import write_plan
     from planner.optimizer.workload.characterize import summarize
     from planner.schemas.plan import Plan
 
@@ -182,8 +183,9 @@ def write_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: Path) -
         },
         selected=result.selected,
         points=result.points,
+        hops=result.hops,
     )
-    atomic_write_text(out, dump_yaml(new.model_dump(mode="json", exclude_defaults=False)))
+    write_plan(out, new, inp.cluster)
     return out
 
 

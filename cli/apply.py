@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
 
 StateDirOpt = Annotated[
     Path | None,
@@ -88,6 +88,7 @@ def make_backend(kind: str, cluster: Any = None, device: str | None = None):
 
         return LocalBackend(device)  # type: ignore[arg-type]
     if kind == "ray":
+        require_extra("cluster", "--backend ray")
         from planner.adjuster.backends.ray import RayBackend  # type: ignore[import-not-found]
 
         return RayBackend()  # RAY_ADDRESS, else the local Ray cluster
@@ -177,6 +178,10 @@ def apply_cmd(
             path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
         )
+    if backend == "local" and not dry_run:  # a clear line before anything starts
+        from planner.cli.common import serve_extra
+
+        require_extra(serve_extra(_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",))
     be = make_backend(backend, cl, _device(cl))
     with StateStore(state_dir) as state:
         kw = dict(

@@ -1,21 +1,74 @@
-"""What every command shares: consoles, JSON output, option types."""
+"""What every command shares: consoles, JSON output, option types, optional-dependency checks."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import sys
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-console = Console()
+
+def _stdout_width() -> int | None:
+    """At a terminal rich reads its width (COLUMNS wins when set). In a pipe or a file rich
+    would assume 80 columns and cut tables; there, render wide enough that nothing is cut."""
+    if "COLUMNS" in os.environ or sys.stdout.isatty():
+        return None
+    return 240
+
+
+console = Console(width=_stdout_width())
 err_console = Console(stderr=True)
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+# A plain flag: no `<bool>` metavar in help (`--json` takes no value).
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON on stdout.", metavar="")
+]
 SeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")
 ]
+
+# What the pip extras of pyproject.toml bring that commands import (module names).
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "profile": ("torch",),
+    "http": ("aiohttp", "httpx"),
+    "serve": ("vllm", "aiohttp", "httpx"),
+    "serve-cpu": ("vllm", "torch", "transformers", "tokenizers", "aiohttp", "httpx"),
+    "cluster": ("ray",),
+}
+# The CPU build of vLLM pulls CUDA builds of these, which break `import transformers` (README).
+_SERVE_CPU_THEN = "pip uninstall -y torchvision torchaudio torchcodec"
+
+
+def require_extra(extra: str, needed_by: str, modules: tuple[str, ...] | None = None) -> None:
+    """Raise MissingExtraError (exit 2) unless `modules` (default: all the extra brings) import.
+
+    Called first thing by every command that needs an extra, before it writes or starts
+    anything. Looks the modules up without importing them (`planner --help` stays light).
+    """
+    from planner.errors import MissingExtraError
+
+    missing = [m for m in (modules or EXTRA_MODULES[extra]) if not _importable(m)]
+    if missing:
+        then = _SERVE_CPU_THEN if extra == "serve-cpu" else ""
+        raise MissingExtraError(needed_by, missing, extra, then)
+
+
+def serve_extra(device: str | None) -> str:
+    """The extra that brings the engine: the CPU build of vLLM on `cpu`, else the GPU one."""
+    return "serve-cpu" if device == "cpu" else "serve"
+
+
+def _importable(module: str) -> bool:
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def print_json(data: Any) -> None:

@@ -11,7 +11,7 @@ import typer
 from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
-BASELINE_NAMES = ("static", "lru", "melange")
+BASELINE_NAMES = ("static", "lru", "melange", "lru-matched")
 
 
 def evaluate_points(
@@ -25,15 +25,26 @@ def evaluate_points(
     models_path: Path | None = None,
     slo_path: Path | None = None,
     profiles: Path | None = None,
-) -> dict[str, Any]:
-    """name -> SimResult for the chosen plan points and baseline (in that order)."""
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(name -> SimResult, point name -> CapacityReport) for the chosen plan points and
+    baseline; `lru-matched` runs each point's `lru@` twin right after it."""
     from planner.cli.inputs import calibration, input_path, quiet_c_stdout
-    from planner.optimizer import baselines
+    from planner.optimizer import baselines, scoring
+    from planner.optimizer.capacity import capacity_report, point_capacity_rps
+    from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.demand import model_demand
     from planner.optimizer.sim.perfs import perfs_for_point
+    from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
     from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
     from planner.trace import read_trace
 
+    if baseline == "lru-matched" and plan_path is None:
+        raise InputError(
+            "the lru-matched baseline is one twin per plan point: give a PLAN",
+            path="--baseline",
+            fix="planner evaluate plan.yaml --workload trace.csv --baseline lru-matched",
+        )
     if plan_path is None and baseline is None:
         raise InputError(
             "give a PLAN, or --baseline with --cluster/--models/--slo",
@@ -78,31 +89,86 @@ def evaluate_points(
                 ) from None
         for p in pts:
             todo.append((p.name, p, perfs_for_point(p, cluster, models, calib), {}))
-    if baseline is not None:
+    if baseline is not None and baseline != "lru-matched":
         with quiet_c_stdout():
             b = baselines.build(baseline, cluster, models, slo, trace)
         perfs = perfs_for_point(b.point, cluster, models, calib) if calib else b.perfs
         name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
         todo.append((name, b.point, perfs, b.simulate_kwargs()))
+    req = to_requests(trace, models.names)
+    demand = model_demand(trace)
+    cfg = OptimizeConfig()
     results: dict[str, Any] = {}
+    capacity: dict[str, Any] = {}
     for name, p, perfs, kw in todo:
-        results[name] = simulate(p, perfs, trace, slo, model_names=models.names, **kw)
-    return results
+        results[name] = r = simulate(p, perfs, req, slo, model_names=models.names, **kw)
+        if kw:  # a baseline: no capacity table, no twin
+            continue
+        capacity[name] = capacity_report(trace, point_capacity_rps(p, perfs, demand, slo))
+        if baseline == "lru-matched":
+            results[f"lru@{name}"] = scoring.twin_result(
+                p,
+                perfs,
+                r.warm_gpu_gib,
+                cluster,
+                slo,
+                req,
+                models.names,
+                gpu_margin=cfg.gpu_memory_margin,
+                host_margin=cfg.host_memory_margin,
+            )
+    return results, capacity
+
+
+def capacity_table(report: Any, title: str):
+    """The capacity table: per model, peak hourly demand against capacity, hours beyond."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in (
+        "model",
+        "peak req/h",
+        "prefill tok/s",
+        "decode tok/s",
+        "capacity req/h",
+        "hours over",
+    ):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for r in report.rows:
+        t.add_row(
+            r.model,
+            f"{r.peak_requests_per_h:.0f}",
+            f"{r.peak_prefill_tokens_per_s:.0f}",
+            f"{r.peak_decode_tokens_per_s:.0f}",
+            f"{r.capacity_requests_per_h:.0f}",
+            str(len(r.hours_over)) if r.hours_over else "",
+            style="red" if r.hours_over else None,
+        )
+    if report.hours_over_all:
+        t.caption = report.lines()[-1]
+    return t
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.3g}"
+    from planner.cli.tables import fmt_num
+
+    return fmt_num(x)
 
 
 def _table(results: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
+    from planner.cli.tables import EVALUATE_SCORING
+
     first = next(iter(results.values()))
     failed = ", ".join(f"{n}: {r.failed}" for n, r in results.items() if r.failed)
     t = Table(
         title="simulated on the workload (P95 latencies, s)",
-        caption=f"{first.requests} requests" + (f"; unserved {failed}" if failed else ""),
+        caption=f"{first.requests} requests"
+        + (f"; unserved {failed}" if failed else "")
+        + f"\n{EVALUATE_SCORING}",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -186,7 +252,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def evaluate(
         plan: Annotated[
-            Path | None, typer.Argument(help="plan.yaml to evaluate (optional with --baseline).")
+            Path | None,
+            typer.Argument(
+                metavar="PLAN", help="plan.yaml to evaluate (optional with --baseline)."
+            ),
         ] = None,
         workload: Annotated[
             Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")
@@ -200,7 +269,11 @@ def register(app: typer.Typer) -> None:
         ] = False,
         baseline: Annotated[
             str | None,
-            typer.Option("--baseline", help="Also evaluate a baseline: static, lru or melange."),
+            typer.Option(
+                "--baseline",
+                help="Also evaluate a baseline: static, lru, melange, or lru-matched "
+                "(each point's lru@ twin: reactive LRU on its instances within its warm GiB).",
+            ),
         ] = None,
         cluster: Annotated[
             Path | None, typer.Option("--cluster", help="cluster.yaml (default: the plan's).")
@@ -229,7 +302,7 @@ def register(app: typer.Typer) -> None:
             )
         busy = contextlib.nullcontext() if json_out else console.status("simulating...")
         with busy:
-            results = evaluate_points(
+            results, capacity = evaluate_points(
                 plan,
                 workload,
                 point=point,
@@ -243,8 +316,16 @@ def register(app: typer.Typer) -> None:
         if plot_out is not None:
             plot(results, plot_out)
         if json_out:
-            print_json({"points": {n: r.to_metrics() for n, r in results.items()}})
+            print_json(
+                {
+                    "points": {n: r.to_metrics() for n, r in results.items()},
+                    "capacity": {n: c.to_json() for n, c in capacity.items()},
+                }
+            )
             return
         _table(results)
+        for name, c in capacity.items():
+            if c.overloaded:
+                console.print(capacity_table(c, f"{name}: demand beyond what the point can serve"))
         if plot_out is not None:
             console.print(f"plot: {plot_out}")

@@ -3,23 +3,40 @@
 `cpu` is the development path without a GPU: one node whose only "GPU" is the CPU, two tiny
 random-weight Llama models (built into DIR/models/ on the spot, nothing downloaded) that the
 CPU build of vLLM serves; other YAML files kept in `plans/examples/cpu/` (the workload spec)
-are copied too. Other names copy `plans/examples/NAME/` from the source tree.
+are copied too. Other names (`lab16`) copy `plans/examples/NAME/`.
 Variant paths in models.yaml are relative to the models file.
+
+The examples ship inside the package (`plans/examples/` is the package `planner.examples`,
+see pyproject.toml) and are read with importlib.resources, so an installed wheel has them.
 """
 
 from __future__ import annotations
 
-import shutil
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 import yaml
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
 from planner.tinymodel import tiny_arch
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "plans" / "examples"
+
+def examples_dir() -> Traversable:
+    """The bundled examples: `plans/examples/` in a checkout, package data in a wheel."""
+    return files("planner.examples")
+
+
+def example_names() -> list[str]:
+    """Names `planner example` accepts."""
+    return sorted({"cpu", *(p.name for p in examples_dir().iterdir() if _is_example(p))})
+
+
+def _is_example(p: Traversable) -> bool:
+    return p.is_dir() and any(f.name.endswith(".yaml") for f in p.iterdir())
+
 
 CPU_CLUSTER = """\
 # One machine without a GPU: vLLM's CPU build serves tiny models (development and CI).
@@ -82,12 +99,11 @@ def write_cpu_example(out_dir: Path, *, build_models: bool = True) -> list[Path]
     for name, text in CPU_FILES.items():
         atomic_write_text(out_dir / name, text)
         written.append(out_dir / name)
-    src = EXAMPLES_DIR / "cpu"  # more inputs kept beside them in the source tree (workload.yaml)
-    if src.is_dir():
-        for f in sorted(src.glob("*.yaml")):
-            if f.name not in CPU_FILES:
-                atomic_write_text(out_dir / f.name, f.read_text())
-                written.append(out_dir / f.name)
+    src = examples_dir() / "cpu"  # more inputs kept beside them (workload.yaml)
+    for f in sorted(src.iterdir(), key=lambda f: f.name):
+        if f.name.endswith(".yaml") and f.name not in CPU_FILES:
+            atomic_write_text(out_dir / f.name, f.read_text(encoding="utf-8"))
+            written.append(out_dir / f.name)
     if build_models:
         from planner.tinymodel import build_tiny_model
 
@@ -97,7 +113,9 @@ def write_cpu_example(out_dir: Path, *, build_models: bool = True) -> list[Path]
 
 
 def example_cmd(
-    name: Annotated[str, typer.Argument(help="Example name: cpu, or a folder of plans/examples/.")],
+    name: Annotated[
+        str, typer.Argument(metavar="NAME", help="cpu or lab16 (a folder of plans/examples/).")
+    ],
     out: Annotated[Path, typer.Option("-o", "--out", help="Directory to write into.")],
     no_models: Annotated[
         bool, typer.Option("--no-models", help="cpu: skip building the tiny models.")
@@ -106,29 +124,27 @@ def example_cmd(
 ) -> None:
     """Write an example cluster/models/slo set (cpu: with tiny models vLLM-CPU can serve)."""
     from planner.errors import InputError
+    from planner.io import atomic_write_text
 
     if name == "cpu":
+        if not no_models:  # checked before anything is written: no half-written folder
+            modules = ("torch", "transformers", "tokenizers")
+            require_extra("serve-cpu", "`planner example cpu` (building its tiny models)", modules)
         if json_out or no_models:
             written = write_cpu_example(out, build_models=not no_models)
         else:
             with err_console.status("building the tiny models ..."):
                 written = write_cpu_example(out)
     else:
-        src = EXAMPLES_DIR / name
-        if not src.is_dir():
-            known = (
-                ["cpu", *sorted(p.name for p in EXAMPLES_DIR.iterdir() if p.is_dir())]
-                if EXAMPLES_DIR.is_dir()
-                else ["cpu"]
-            )
+        if name not in example_names():
             raise InputError(
-                f"no example named {name!r}", path="NAME", fix=f"use one of {sorted(set(known))}"
+                f"no example named {name!r}", path="NAME", fix=f"use one of {example_names()}"
             )
-        out.mkdir(parents=True, exist_ok=True)
         written = []
-        for f in sorted(src.glob("*.yaml")):
-            shutil.copyfile(f, out / f.name)
-            written.append(out / f.name)
+        for f in sorted((examples_dir() / name).iterdir(), key=lambda f: f.name):
+            if f.name.endswith((".yaml", ".md")):
+                atomic_write_text(out / f.name, f.read_text(encoding="utf-8"))
+                written.append(out / f.name)
     if json_out:
         print_json({"example": name, "dir": str(out), "files": [str(p) for p in written]})
     else:

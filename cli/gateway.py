@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import err_console
+from planner.cli.common import err_console, require_extra
 
 
 def open_gateway(
@@ -84,6 +84,7 @@ def register(app: typer.Typer) -> None:
         <state-dir>/requests.sqlite (a trace `planner workload` reads). SIGTERM or Ctrl-C:
         stop accepting, finish in-flight requests, exit.
         """
+        require_extra("http", "`planner gateway`", ("aiohttp",))
         from planner.adjuster.gateway import run_forever
 
         gw = open_gateway(

@@ -2,7 +2,7 @@
 
 With `--detect` the cluster describes this node as NVML sees it (GPUs mapped to catalog
 types, their link, RAM); without a GPU it is the `cpu` node serving a tiny model, the
-development path of ENVIRONMENT.md. Every file written validates with `planner validate`.
+development path of docs/environment.md. Every file written validates with `planner validate`.
 """
 
 from __future__ import annotations

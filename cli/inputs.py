@@ -51,7 +51,7 @@ def synth_spec(path: Path):
     from planner.optimizer.workload.synth import SynthSpec, default_spec
     from planner.schemas import validation_to_input_error
 
-    data = read_yaml(path)
+    data = read_yaml(path, "workload")
     if not isinstance(data, dict):
         raise InputError(
             "a workload spec is a mapping of fields",
@@ -146,34 +146,10 @@ def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]
 
 
 def scorer(trace, sl: Slo):
-    """The simulator as the optimizer's scorer: (point, perfs) -> metrics dict."""
-    from planner.optimizer.sim.simulator import simulate
+    """The optimizer's scorer (kept for callers not yet on `planner.optimizer.scoring`)."""
+    from planner.optimizer.scoring import scorer as _scorer
 
-    def score(point, perfs):
-        return simulate(point, perfs, trace, sl).to_metrics()
-
-    return score
-
-
-def baseline_metrics(cl: Cluster, ms: Models, sl: Slo, trace, calib) -> dict[str, dict[str, Any]]:
-    """static / lru / melange through the same simulator; a baseline that cannot be built says why."""
-    from planner.errors import PlannerError
-    from planner.optimizer import baselines
-    from planner.optimizer.sim.perfs import perfs_for_point
-    from planner.optimizer.sim.simulator import simulate
-
-    out: dict[str, dict[str, Any]] = {}
-    for name in baselines.BASELINES:
-        try:
-            b = baselines.build(name, cl, ms, sl, trace)
-        except PlannerError as e:
-            out[name] = {"error": e.message}
-            continue
-        perfs = perfs_for_point(b.point, cl, ms, calib) if calib else b.perfs
-        out[name] = simulate(
-            b.point, perfs, trace, sl, model_names=ms.names, **b.simulate_kwargs()
-        ).to_metrics()
-    return out
+    return _scorer(trace, sl)
 
 
 @contextlib.contextmanager

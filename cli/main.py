@@ -17,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 # Each module adds its commands with `register(app)`; heavy imports stay inside commands.
@@ -28,6 +29,7 @@ _COMMAND_MODULES = [
     "evaluate",
     "optimize",
     "explain",
+    "plan",
     "profile",
     "init",
     "example",
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="planner")
     except PlannerError as e:
-        err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        from rich.markup import escape  # messages hold brackets: planner[serve], nodes[1]
+
+        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -54,16 +54,25 @@ def optimize_cmd(
     baselines: Annotated[
         bool,
         typer.Option(
-            "--baselines/--no-baselines", help="score static/lru/melange beside the points"
+            "--baselines/--no-baselines", help=OptimizeConfig.model_fields["baselines"].description
         ),
-    ] = True,
+    ] = _D.baselines,
+    validate_days: Annotated[
+        int | None,
+        typer.Option(
+            "--validate-days",
+            help=OptimizeConfig.model_fields["validate_days"].description,
+            min=0,
+            max=366,
+        ),
+    ] = _D.validate_days,
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
     from planner.cli import inputs as inp
-    from planner.io import atomic_write_text, dump_yaml
     from planner.optimizer.search import knobs_to_dict, optimize
     from planner.optimizer.workload.characterize import summarize
+    from planner.planfile import write_plan
 
     if report is not None and report.suffix not in (".png", ".html"):
         raise InputError(
@@ -74,12 +83,17 @@ def optimize_cmd(
     sl = inp.slo(slo)
     trace = inp.workload(workload, ms, seed)
     calib = inp.calibration(profiles)
-    cfg = OptimizeConfig(evals=evals, seed=seed, milp_time_limit_s=time_limit)
-    scorer = inp.scorer(trace, sl)
+    cfg = OptimizeConfig(
+        evals=evals,
+        seed=seed,
+        milp_time_limit_s=time_limit,
+        validate_days=validate_days,
+        baselines=baselines,
+    )
     inp.silence_solver_banner()
 
     if json_out:
-        result = optimize(cl, ms, sl, trace, cfg, scorer, calib, clock=time.perf_counter)
+        result = optimize(cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter)
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -97,17 +111,22 @@ def optimize_cmd(
             def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
                 desc = (
                     f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
-                    f"attainment {best['slo_attainment']:.3f}"
+                    f"attainment {best['slo_attainment']:.1%}"
                     if best
                     else ""
                 )
                 bar.update(task, completed=done, total=total, description=desc)
 
-            result = optimize(cl, ms, sl, trace, cfg, scorer, calib, progress, time.perf_counter)
+            result = optimize(cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter)
 
     from planner.schemas.plan import Plan
 
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
+    overload = (
+        ["demand beyond what the cluster can serve:", *result.capacity.lines()]
+        if result.capacity is not None and result.capacity.overloaded
+        else []
+    )
     plan = Plan(
         inputs=inp.provenance(  # relative to the plan: `apply` finds them from any folder
             base=out.parent,
@@ -126,15 +145,19 @@ def optimize_cmd(
             "max_tp": cfg.max_tp,
             "max_replicas": cfg.max_replicas,
             "knobs": {n: knobs_to_dict(k) for n, k in result.knobs.items()},
+            "validate_days": result.validate_days,
+            "fit_requests": result.fit_requests,
+            "held_requests": result.held_requests,
         },
         selected=result.selected,
         points=result.points,
+        notes=[*result.notes, *overload],
+        capacity=result.capacity.rows if overload else [],
+        hops=result.hops,
     )
-    atomic_write_text(out, dump_yaml(plan.model_dump(mode="json", exclude_defaults=False)))
+    write_plan(out, plan, cl)
 
-    base_metrics: dict[str, dict[str, Any]] = {}
-    if baselines:
-        base_metrics = inp.baseline_metrics(cl, ms, sl, trace, calib)
+    base_metrics = result.baselines
     points = result.metrics
     if report is not None:
         from planner.cli.report import draw_report
@@ -146,8 +169,15 @@ def optimize_cmd(
                 "plan": str(out),
                 "selected": plan.selected,
                 "points": points,
+                "points_fit": result.metrics_fit,
+                "twins": {f"lru@{n}": m for n, m in result.twins.items()},
                 "baselines": base_metrics,
-                "notes": result.notes,
+                "notes": plan.notes,
+                "capacity": result.capacity.to_json() if result.capacity else None,
+                "hops": {
+                    a: {b: h.model_dump() for b, h in d.items()} for a, d in plan.hops.items()
+                },
+                "validate_days": result.validate_days,
                 "evaluations": len(result.evaluations),
                 "feasible_evaluations": sum(e.feasible for e in result.evaluations),
                 "milp_time_s": round(result.milp_time_s, 3),
@@ -158,15 +188,26 @@ def optimize_cmd(
         return
     from planner.cli.tables import metrics_table
 
+    days = (
+        f"the {result.validate_days} held-back days ({result.held_requests} requests; "
+        f"fitted on {result.fit_requests})"
+        if result.validate_days
+        else "the whole trace (nothing held back)"
+    )
     console.print(
         metrics_table(
-            "Pareto points (and baselines, same simulator)",
+            f"Pareto points, each beside its lru@ twin, and baselines: simulated on {days}",
             points,
             base_metrics,
             selected=plan.selected,
             attainment=sl.attainment,
+            twins=result.twins,
         )
     )
+    if result.capacity is not None and result.capacity.overloaded:
+        from planner.cli.evaluate import capacity_table
+
+        console.print(capacity_table(result.capacity, "demand beyond what the cluster can serve"))
     for n in result.notes:
         console.print(f"[yellow]note:[/] {n}")
     console.print(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra, serve_extra
 from planner.errors import InputError
 
 profile_app = typer.Typer(
@@ -87,12 +87,14 @@ def hardware_cmd(
     if dev not in ("cuda", "cpu"):
         raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
     if ray:
+        require_extra("cluster", "`planner profile hardware --ray`")
         from planner.profiler.remote import cluster_nodes, hardware_on_nodes
 
         nodes = cluster_nodes(cluster_file, node)
         with err_console.status(f"profiling hardware on {len(nodes)} node(s) through Ray ..."):
             measured = hardware_on_nodes(nodes, dev, quick=quick)
     else:
+        require_extra("profile", "`planner profile hardware`")
         with _progress() as bar:
 
             def on_target(target):
@@ -167,7 +169,9 @@ def _print_hardware(p) -> None:
 
 @profile_app.command("merge")
 def merge_cmd(
-    sources: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    sources: Annotated[
+        list[Path], typer.Argument(metavar="PROFILE", help="Profile files or directories.")
+    ],
     out: OutOpt = Path("profiles"),
     json_out: JsonOpt = False,
 ) -> None:
@@ -234,6 +238,7 @@ def engine_cmd(
 
     models = load_models(models_file)
     if ray:
+        require_extra("cluster", "`planner profile engine --ray`")
         _engine_ray(
             models_file,
             cluster_file,
@@ -256,6 +261,7 @@ def engine_cmd(
         return
     info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
     dev = device or ("cuda" if info.gpus else "cpu")
+    require_extra(serve_extra(dev), "`planner profile engine`", ("vllm", "httpx"))
     node_name = node or platform.node()
     if dev == "cuda":
         if not info.gpus:
@@ -431,7 +437,9 @@ def _f(x: float | None) -> str:
 
 @profile_app.command("calibrate")
 def calibrate_cmd(
-    profiles: Annotated[list[Path], typer.Argument(help="Profile files or directories.")],
+    profiles: Annotated[
+        list[Path], typer.Argument(metavar="PROFILE", help="Profile files or directories.")
+    ],
     json_out: JsonOpt = False,
 ) -> None:
     """Fit the perf model's efficiency and overhead factors; write them into each profile."""

@@ -1,10 +1,131 @@
-"""Rich tables shared by optimize, evaluate and adjust."""
+"""Rich tables for every command: numbers without exponents, one attainment format, and
+tables that fit the terminal by leaving out their least important columns (never `swit…`).
+
+In a pipe or a file the console is wide (cli/common.py), so nothing is left out there unless
+COLUMNS asks for a width.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from rich.console import Console
 from rich.table import Table
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column: its header, alignment, and when it may be left out for width."""
+
+    header: str
+    justify: Literal["left", "right"] = "right"
+    drop: int = 0  # 0: always shown; else left out, highest first, when the table is too wide
+
+
+def fit_table(
+    title: str | None,
+    cols: list[Col],
+    rows: list[tuple[list[str], str | None]],
+    *,
+    caption: str = "",
+    console: Console | None = None,
+    width: int | None = None,
+) -> Table:
+    """A table of `rows` ((cells, style) pairs) that fits `width` (default: the console's).
+
+    Cells are never cut: columns with `drop > 0` are left out, highest `drop` first, until
+    the table fits with its text columns wrapped at no less than TEXT_MIN characters; the
+    caption names what was left out.
+    """
+    if console is None:
+        from planner.cli.common import console as default_console
+
+        console = default_console
+    width = width or console.width
+    keep = list(range(len(cols)))
+    wide = console.options.update(max_width=10_000)
+    while True:
+        t = _build(title, [cols[i] for i in keep], [([r[i] for i in keep], s) for r, s in rows])
+        droppable = [i for i in keep if cols[i].drop > 0]
+        if console.measure(t, options=wide).minimum <= width or not droppable:
+            break
+        keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
+    left_out = [c.header for i, c in enumerate(cols) if i not in keep]
+    lines = [caption] if caption else []
+    if left_out:
+        lines.append(f"left out at {width} columns: {', '.join(left_out)} (widen or use --json)")
+    t.caption = "\n".join(lines) or None
+    return t
+
+
+TEXT_MIN = 24  # a text column narrower than this reads badly: leave out a number instead
+
+
+def _build(title: str | None, cols: list[Col], rows: list[tuple[list[str], str | None]]) -> Table:
+    t = Table(title=title)
+    for k, c in enumerate(cols):
+        if c.justify == "right":  # numbers never wrap
+            t.add_column(c.header, justify="right", no_wrap=True)
+        else:  # text wraps at spaces, never below TEXT_MIN (or its longest cell)
+            longest = max((len(_plain(r[k])) for r, _ in rows), default=0)
+            t.add_column(c.header, overflow="fold", min_width=min(longest, TEXT_MIN))
+    for cells, style in rows:
+        t.add_row(*cells, style=style)
+    return t
+
+
+def _plain(cell: str) -> str:
+    from rich.text import Text
+
+    return Text.from_markup(cell).plain
+
+
+def fmt_attainment(x: float | None) -> str:
+    """SLO attainment, the one format of every command: 98.6%."""
+    if x is None or math.isnan(x):
+        return "-"
+    return f"{100 * x:.1f}%"
+
+
+def fmt_num(x: float | None) -> str:
+    """About three significant digits, never in exponent notation: 0.0187, 2.7, 22.1, 2100."""
+    if x is None or math.isnan(x):
+        return "-"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    a = abs(x)
+    if a >= 100 or x == 0:
+        return f"{x:.0f}"
+    if a >= 10:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    return f"{x:.{min(6, 2 - math.floor(math.log10(a)))}f}"
+
+
+# Why the same point scores differently in `evaluate` and `adjust --replay` (docs/baselines.md).
+EVALUATE_SCORING = (
+    "one simulation of the whole trace; `planner adjust --replay` scores window by window "
+    "and so differs (docs/baselines.md)"
+)
+REPLAY_SCORING = (
+    "scored window by window: each window is simulated from a fresh start of its point "
+    "(gpu-tier instances awake, no prefix cache carried over), so a point's figures differ "
+    "from `planner evaluate`, which simulates the whole trace in one run"
+)
+
+_METRIC_COLS = [
+    Col("point", "left"),
+    Col("SLO met"),
+    Col("TTFT s", drop=2),
+    Col("TPOT ms", drop=3),
+    Col("switch s"),
+    Col("wakes", drop=4),
+    Col("warm GiB"),
+    Col("GPUs", drop=1),
+]
 
 
 def metrics_table(
@@ -14,41 +135,46 @@ def metrics_table(
     *,
     selected: str | None = None,
     attainment: float | None = None,
+    note: str = "",
+    twins: dict[str, dict[str, Any]] | None = None,
 ) -> Table:
-    """One row per point (then per baseline): attainment, P95s, switches, warm GiB, GPUs."""
-    errors = [f"{n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
-    caption = "P95 latencies in s; warm: time-average GPU GiB"
-    t = Table(title=title, caption="\n".join([caption, *(f"n/a {e}" for e in errors)]))
-    t.add_column("point", no_wrap=True)
-    # P95 latencies in s (TPOT in ms); warm: time-average GiB kept on GPUs
-    for col in ("SLO met", "TTFT", "TPOT ms", "switch", "wakes", "warm", "GPUs"):
-        t.add_column(col, justify="right")
+    """One row per point, each followed by its `lru@` twin when given (then one per
+    baseline): attainment, P95s, switches, warm GiB, GPUs.
+
+    `note` goes under the table (e.g. how the rows were scored)."""
+    errors = [f"n/a {n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
+    caption = "P95 latencies; warm: time-average GiB kept on GPUs"
+    if selected is not None:
+        caption += "; * the selected point"
+    rows: list[tuple[list[str], str | None]] = []
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
         if "error" in m:
-            t.add_row(name, "n/a", *[""] * 6, style=style)
+            rows.append(([name, "n/a", *[""] * 6], style))
             return
         att = m["slo_attainment"]
-        att_s = f"{att:.3f}" if attainment is None or att >= attainment else f"[red]{att:.3f}[/]"
-        t.add_row(
-            name,
-            att_s,
-            _num(m["ttft_p95_s"]),
-            _num(1000 * m["tpot_p95_s"]),
-            _num(m["switch_p95_s"]),
-            str(m.get("switch_count", "")),
-            f"{m['warm_gpu_gib']:.1f}",
-            str(m.get("gpus_used", "")),
-            style=style,
+        below = attainment is not None and att < attainment
+        rows.append(
+            (
+                [
+                    name,
+                    f"[red]{fmt_attainment(att)}[/]" if below else fmt_attainment(att),
+                    fmt_num(m["ttft_p95_s"]),
+                    fmt_num(1000 * m["tpot_p95_s"]),
+                    fmt_num(m["switch_p95_s"]),
+                    str(m.get("switch_count", "")),
+                    f"{m['warm_gpu_gib']:.1f}",
+                    str(m.get("gpus_used", "")),
+                ],
+                style,
+            )
         )
 
     for name, m in points.items():
         row(f"{name} *" if name == selected else name, m)
+        if twins and name in twins:
+            row(f"  lru@{name}", twins[name], style="dim")
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
-    return t
-
-
-def _num(x: float) -> str:
-    """Three significant digits, compact for large values (an overloaded baseline's seconds)."""
-    return f"{x:.3g}" if x < 1000 else f"{x:.2g}"
+    lines = [caption, *([note] if note else []), *errors]
+    return fit_table(title, _METRIC_COLS, rows, caption="\n".join(lines))

@@ -75,7 +75,8 @@ def register(app: typer.Typer) -> None:
         files: Annotated[
             list[Path],
             typer.Argument(
-                help="Input files: YAML (cluster, models, slo, plan, profile) or traces."
+                metavar="FILE",
+                help="Input files: YAML (cluster, models, slo, plan, profile) or traces.",
             ),
         ],
         kind: Annotated[
@@ -128,7 +129,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def schema(
-        kind: Annotated[str, typer.Argument(help=f"One of {', '.join(_KINDS)}.")],
+        kind: Annotated[str, typer.Argument(metavar="KIND", help=f"One of {', '.join(_KINDS)}.")],
     ) -> None:
         """Print the JSON Schema of a file kind."""
         from planner import schemas

@@ -119,7 +119,10 @@ def synth_cmd(
 
 def import_cmd(
     src: Annotated[
-        Path, typer.Argument(help="Source file (servegen: a file or a folder of client CSVs).")
+        Path,
+        typer.Argument(
+            metavar="SOURCE", help="Source file (servegen: a file or a folder of client CSVs)."
+        ),
     ],
     fmt: Annotated[
         str, typer.Option("--format", help="azure|mooncake|burstgpt|servegen|csv|jsonl|parquet")
@@ -154,7 +157,9 @@ def import_cmd(
 
 
 def inspect_cmd(
-    trace: Annotated[Path, typer.Argument(help="Trace file (.csv, .jsonl, .parquet, .sqlite).")],
+    trace: Annotated[
+        Path, typer.Argument(metavar="TRACE", help="Trace file (.csv, .jsonl, .parquet, .sqlite).")
+    ],
     json_out: JsonOpt = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write one PNG figure here.")] = None,
     full: Annotated[
@@ -197,8 +202,13 @@ def _load_reference(path: Path) -> dict[str, Any]:
 
 
 def drift_cmd(
-    reference: Annotated[Path, typer.Argument(help="plan.yaml (its workload_summary) or a trace.")],
-    window: Annotated[Path, typer.Argument(help="Trace of the window, or a plan.")],
+    reference: Annotated[
+        Path,
+        typer.Argument(metavar="REFERENCE", help="plan.yaml (its workload_summary) or a trace."),
+    ],
+    window: Annotated[
+        Path, typer.Argument(metavar="WINDOW", help="Trace of the window, or a plan.")
+    ],
     json_out: JsonOpt = False,
 ) -> None:
     """Has the traffic drifted from what the plan was optimized for? Exit 0 either way."""

@@ -1,4 +1,4 @@
-"""The three baselines every plan is measured against (DESIGN.md), built as plan points so
+"""The three baselines every plan is measured against (docs/baselines.md), built as plan points so
 they go through the same simulator on the same trace.
 
 - `static`: every model always awake, one instance each, bf16 where it fits else the
@@ -10,10 +10,15 @@ they go through the same simulator on the same trace.
   `policy="lru"`: as many models awake as GPU memory holds, and a miss wakes its model,
   putting the least recently used co-tenants to sleep until it fits (reactive swapping,
   no plan).
-- `melange`: an integer program picks, per model, how many instances of which GPU type
-  and TP to run so the peak-hour request rate is served within the TPOT/TTFT targets at
-  the least GPU memory bought (memory stands for cost here: it is what this project
-  trades); no tiers, no sharing; then the instances go first-fit onto concrete GPUs.
+- `melange` (optimizer/melange.py): what a careful operator sizes by hand: per model, the
+  variant, GPU type, TP and count that serve its busiest hour within the TTFT/TPOT
+  targets at the least GPU memory bought; no tiers, no sharing.
+- `lru@POINT` (`lru_matched`): a plan point's own instances (GPUs, variants, TP, KV) with
+  no planned tiers: every instance is lazy and the simulator runs `policy="lru"` within
+  the GPU memory and within the point's time-average warm GiB as a cap on the whole
+  point's warm memory at every instant, so its own time-average cannot exceed the
+  point's. This is the fair comparison: reactive swapping against planned tiers on the
+  same hardware at the same memory.
 
 Each builder returns a `Baseline`: the point, its perfs and how to simulate it.
 """
@@ -23,12 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from planner.errors import InfeasibleError
 from planner.optimizer.candidates import GpuSet
 from planner.optimizer.candidates import gpu_sets as candidate_sets
-from planner.optimizer.perf import InstancePerf, instance_perf, steady_state
+from planner.optimizer.perf import InstancePerf, instance_perf
 from planner.optimizer.perf.memory import weights_bytes
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
@@ -52,10 +54,15 @@ class Baseline:
     perfs: dict[str, InstancePerf]
     policy: str = "plan"
     gpu_memory_gib: dict[tuple[str, int], float] = field(default_factory=dict)
+    warm_budget_gib: float | None = None  # cap on the whole point's warm memory, GiB
 
     def simulate_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of `simulate` for this baseline."""
-        return {"policy": self.policy, "gpu_memory_gib": self.gpu_memory_gib or None}
+        return {
+            "policy": self.policy,
+            "gpu_memory_gib": self.gpu_memory_gib or None,
+            "warm_budget_gib": self.warm_budget_gib,
+        }
 
 
 def gpu_sets(cluster: Cluster, tp: int) -> list[GpuSet]:
@@ -234,154 +241,45 @@ def lru(cluster: Cluster, models: Models) -> Baseline:
     )
 
 
-def peak_demand(
-    trace: Any, names: list[str], window_s: float = 3600.0
-) -> dict[str, dict[str, float]]:
-    """Per model: peak requests/s over `window_s` windows and mean input/output tokens."""
-    t = np.asarray(trace["timestamp"], dtype=float)
-    model = np.asarray(trace["model"], dtype=object).astype(str)
-    inp = np.asarray(trace["input_tokens"], dtype=float)
-    out = np.asarray(trace["output_tokens"], dtype=float)
-    cached = (
-        np.asarray(trace["cached_tokens"], dtype=float) if "cached_tokens" in trace else 0 * inp
-    )
-    bins = np.floor((t - (t.min() if len(t) else 0.0)) / window_s).astype(np.int64)
-    demand: dict[str, dict[str, float]] = {}
-    for name in names:
-        sel = model == name
-        if not sel.any():
-            continue
-        counts = np.bincount(bins[sel])
-        demand[name] = {
-            "peak_rps": float(counts.max()) / window_s,
-            "input_tokens": float(inp[sel].mean()),
-            "new_tokens": float((inp[sel] - cached[sel]).mean()),
-            "output_tokens": float(out[sel].mean()),
-        }
-    return demand
+def lru_matched(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    cluster: Cluster,
+    warm_gib: float,
+    *,
+    gpu_margin: float = 0.0,
+    host_margin: float = 0.0,
+) -> Baseline:
+    """`lru@<point>`: the point's instances, all lazy, LRU within its warm GiB (module doc).
 
-
-def capacity_rps(
-    perf: InstancePerf,
-    input_tokens: float,
-    output_tokens: float,
-    tpot_s: float | None,
-    ttft_s: float | None,
-) -> float:
-    """Requests/s one instance sustains with its steady-state TPOT/TTFT within target."""
-    best = 0.0
-    c = 1
-    while c <= perf.max_num_seqs:
-        ttft, tpot, tok_s = steady_state(perf, int(input_tokens), int(max(output_tokens, 1)), c)
-        if (
-            (tpot_s is not None and tpot > tpot_s)
-            or (ttft_s is not None and ttft > ttft_s)
-            or tok_s <= 0
-        ):
-            break
-        best = max(best, tok_s / max(output_tokens, 1.0))
-        c *= 2
-    return best
-
-
-def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
-    """Per-model GPU type/count ILP at minimum GPU memory, meeting peak-hour throughput."""
-    import pulp
-
-    names = models.names
-    demand = peak_demand(trace, names)
-    # Options: (model, variant, GPU type, tp) with a per-instance capacity.
-    types: dict[str, tuple[GpuSet, int]] = {}  # type -> (sample set, GPUs of that type)
-    for node in cluster.nodes:
-        for _, g in node.gpu_list():
-            sample = next(s for s in gpu_sets(cluster, 1) if s.group.spec.name == g.spec.name)
-            prev = types.get(g.spec.name, (sample, 0))
-            types[g.spec.name] = (prev[0], prev[1] + 1)
-    options = []
-    for entry in models.models:
-        d = demand.get(
-            entry.name,
-            {"peak_rps": 0.0, "input_tokens": 2048.0, "new_tokens": 2048.0, "output_tokens": 256.0},
-        )
-        tg = slo.for_model(entry.name)
-        for v in _variants(entry):
-            for tp in (1, 2, 4, 8):
-                if not _tp_ok(entry, tp):
-                    continue
-                for gname, (_, count) in types.items():
-                    sets = [s for s in gpu_sets(cluster, tp) if s.group.spec.name == gname]
-                    if not sets or tp > count:
-                        continue
-                    perf = _perf(entry, v.quantization, sets[0])
-                    if not _fits(perf, entry):
-                        continue
-                    cap = capacity_rps(
-                        perf, d["input_tokens"], d["output_tokens"], tg.tpot_p95_s, tg.ttft_p95_s
-                    )
-                    if cap <= 0:
-                        continue
-                    options.append((entry, v, gname, tp, perf, cap, d["peak_rps"]))
-            if any(o[0] is entry for o in options):
-                break  # bf16 where it serves, else the smallest variant that does
-    prob = pulp.LpProblem("melange", pulp.LpMinimize)
-    x = [
-        prob.add_variable(f"x{k}", lowBound=0, upBound=16, cat="Integer")
-        for k in range(len(options))
-    ]
-    short = {
-        e.name: prob.add_variable(f"short_{k}", lowBound=0) for k, e in enumerate(models.models)
+    An always-awake instance becomes a host-tier sleeper while its node's RAM (less
+    `host_margin`) holds the weights of the host-tier ones, else a disk-tier one.
+    """
+    ram = {n.name: n.cpu_memory_gib * (1 - host_margin) for n in cluster.nodes}
+    for inst in point.instances:
+        if inst.tier == "host":
+            ram[inst.node] -= perfs[inst.id].weights_host_gib
+    insts = []
+    for inst in point.instances:
+        tier = inst.tier
+        if tier == "gpu":
+            need = perfs[inst.id].weights_host_gib
+            tier = "host" if ram[inst.node] >= need else "disk"
+            if tier == "host":
+                ram[inst.node] -= need
+        insts.append(inst.model_copy(update={"tier": tier}))
+    mem = {
+        (n.name, dev): g.spec.memory_gib * (1 - gpu_margin)
+        for n in cluster.nodes
+        for dev, g in n.gpu_list()
     }
-    cost = pulp.lpSum(x[k] * o[3] * types[o[2]][0].memory_gib for k, o in enumerate(options))
-    prob += cost + 1e4 * pulp.lpSum(short.values())  # unmet peak demand is far costlier
-    for entry in models.models:
-        mine = [k for k, o in enumerate(options) if o[0] is entry]
-        if not mine:
-            continue
-        prob += pulp.lpSum(x[k] for k in mine) >= 1
-        peak = options[mine[0]][6]
-        prob += pulp.lpSum(x[k] * options[k][5] for k in mine) + short[entry.name] >= peak
-    for gname, (_, count) in types.items():
-        prob += pulp.lpSum(x[k] * o[3] for k, o in enumerate(options) if o[2] == gname) <= count
-    solver = (
-        pulp.HiGHS(msg=False) if pulp.HiGHS(msg=False).available() else pulp.PULP_CBC_CMD(msg=False)
+    return Baseline(
+        Point(name=f"lru@{point.name}", instances=insts),
+        dict(perfs),
+        policy="lru",
+        gpu_memory_gib=mem,
+        warm_budget_gib=warm_gib,
     )
-    prob.solve(solver)
-    if pulp.LpStatus[prob.status] != "Optimal":
-        raise InfeasibleError(
-            f"melange baseline: no GPU assignment serves every model ({pulp.LpStatus[prob.status]})",
-            fix="add GPUs or drop a model",
-        )
-    used: set[tuple[str, int]] = set()
-    ports = _Ports()
-    insts: list[Instance] = []
-    perfs: dict[str, InstancePerf] = {}
-    notes: list[str] = []
-    count_by_model: dict[str, int] = {}
-    for k, o in enumerate(options):
-        entry, v, gname, tp, perf, _, _ = o
-        for _ in range(round(x[k].value() or 0)):
-            s = next(
-                (
-                    s
-                    for s in gpu_sets(cluster, tp)
-                    if s.group.spec.name == gname and not any((s.node, d) in used for d in s.gpus)
-                ),
-                None,
-            )
-            if s is None:
-                notes.append(f"{entry.name}: no aligned {tp}x{gname} set left")
-                continue
-            used.update((s.node, d) for d in s.gpus)
-            n = count_by_model.get(entry.name, 0)
-            count_by_model[entry.name] = n + 1
-            p = _perf(entry, v.quantization, s)
-            inst = _instance(n, entry, v.name, v.quantization, s, p, "gpu", ports.take(s.node))
-            insts.append(inst)
-            perfs[inst.id] = p
-    for name, var in short.items():
-        if (var.value() or 0) > 1e-9:
-            notes.append(f"{name}: peak demand exceeds the cluster by {var.value():.3g} req/s")
-    return Baseline(Point(name="melange", instances=insts, notes=notes), perfs)
 
 
 def build(name: str, cluster: Cluster, models: Models, slo: Slo, trace: Any = None) -> Baseline:
@@ -393,5 +291,7 @@ def build(name: str, cluster: Cluster, models: Models, slo: Slo, trace: Any = No
     if name == "melange":
         if trace is None:
             raise ValueError("the melange baseline needs the trace (peak demand per model)")
+        from planner.optimizer.melange import melange  # it builds on this module's helpers
+
         return melange(cluster, models, slo, trace)
     raise ValueError(f"unknown baseline {name!r}; use one of {BASELINES}")

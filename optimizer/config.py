@@ -39,3 +39,15 @@ class OptimizeConfig(BaseModel):
         default=(16, 32, 64, 128), description="batch caps searched"
     )
     solver: str = Field(default="auto", pattern="^(auto|highs|cbc)$", description="MILP solver")
+    validate_days: int | None = Field(
+        default=None,
+        ge=0,
+        le=366,
+        description="last days of the trace held back to choose and score the points "
+        "(default: 2 of a trace of 5 or more days, else 0)",
+    )
+    baselines: bool = Field(
+        default=True,
+        description="score static/lru/melange and each point's lru@ twin; add from-<baseline> "
+        "points no point dominates, drop points their twin matches",
+    )

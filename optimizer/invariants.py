@@ -1,4 +1,4 @@
-"""The memory invariant every plan point must satisfy (DESIGN.md), checked from the plan alone."""
+"""The memory invariant every plan point must satisfy (docs/plan-format.md), checked from the plan alone."""
 
 from __future__ import annotations
 

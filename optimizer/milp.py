@@ -27,10 +27,13 @@ Objective
 
 Constraints
     (1) every model served          sum_{p in P_m} x_p >= 1                       for m in M
-    (2) capacity                    sum_{p in P_m} cap_p x_p >= H D_m             for m in M
+    (2) capacity                    sum_{p in P_m} cap_p x_p + u_m >= H D_m       for m in M
+        (u_m >= 0 demand left unserved, priced W_UNSERVED per request/s in the objective: a
+        trace beyond the cluster still gets the placement that serves the most of it)
     (3) at most K replicas          sum_{p in P_m} x_p <= K                       for m in M
     (4) swap slot holds a sleeper   z_j >= a_p x_p                 for p in P_j with t in T_s
-    (5) GPU memory (DESIGN.md)      sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
+    (5) GPU memory (docs/plan-format.md)
+                                    sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
                                       + z_j <= U_j y_j                              for j in J
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
     (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group
@@ -52,6 +55,7 @@ from planner.optimizer.candidates import Candidate, GpuSet
 from planner.optimizer.demand import ModelDemand
 
 TIERS = ("gpu", "host", "disk")
+W_UNSERVED = 1e4  # objective cost of one request/s of peak demand left without capacity
 
 
 @dataclass(frozen=True)
@@ -191,9 +195,11 @@ def solve(
         prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{mi}"
         d = inp.demand.get(m)
         if d is not None and d.peak_rps > 0:
-            # (2) capacity >= headroom x peak-hour demand
+            # (2) capacity >= headroom x peak-hour demand, less what is left unserved
+            u = prob.add_variable(f"u{mi}", lowBound=0)
+            prob.objective += W_UNSERVED * u
             prob += (
-                pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids)
+                pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids) + u
                 >= inp.headroom * d.peak_rps,
                 f"c2_capacity_{mi}",
             )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -27,6 +27,22 @@ def pareto_front(items: Sequence[T], objectives: Callable[[T], tuple[float, ...]
             out.append(items[i])
             seen.add(key)
     return out
+
+
+def dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Metrics `a` dominate `b`: attainment no lower, switch P95 and warm GiB no higher, and
+    one of the three strictly better."""
+    no_worse = (
+        a["slo_attainment"] >= b["slo_attainment"]
+        and a["switch_p95_s"] <= b["switch_p95_s"]
+        and a["warm_gpu_gib"] <= b["warm_gpu_gib"]
+    )
+    better = (
+        a["slo_attainment"] > b["slo_attainment"]
+        or a["switch_p95_s"] < b["switch_p95_s"]
+        or a["warm_gpu_gib"] < b["warm_gpu_gib"]
+    )
+    return no_worse and better
 
 
 def name_points(

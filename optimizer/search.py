@@ -5,7 +5,8 @@ linearly — how much headroom to buy, the KV budget, the batch cap, how to weig
 against warm memory, which models may sleep — is searched by a Gaussian-process optimizer
 (scikit-optimize). Every candidate plan is replayed through the simulator; all evaluated plans
 are kept, and the Pareto set (switch P95 vs warm GiB, among plans meeting the attainment
-target) becomes the plan's points.
+target) becomes the plan's points (see `select` for how they are chosen: held-back days,
+`lru@` twins, baselines, tier variants).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import InfeasibleError
+from planner.optimizer import scoring
 from planner.optimizer.build import build_point
 from planner.optimizer.candidates import (
     Knobs,
@@ -26,18 +28,18 @@ from planner.optimizer.candidates import (
     gpu_sets,
     smallest_footprint,
 )
+from planner.optimizer.capacity import CapacityReport
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.demand import ModelDemand, model_demand
 from planner.optimizer.milp import MilpInput, MilpResult, solve
-from planner.optimizer.pareto import name_points, pareto_front
 from planner.optimizer.perf import Calib
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.scoring import Scorer
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
-from planner.schemas.plan import Point, Predicted
+from planner.schemas.plan import Hop, Point, Predicted
 from planner.schemas.slo import Slo
 
-Scorer = Callable[[Point, dict[str, InstancePerf]], dict[str, Any]]
 Progress = Callable[[int, int, dict[str, Any] | None], None]
 
 
@@ -50,14 +52,22 @@ class Evaluation:
     milp: MilpResult | None
     point: Point | None
     perfs: dict[str, InstancePerf]
-    metrics: dict[str, Any] | None
+    metrics: dict[str, Any] | None  # on the days the search fits to
     milp_s: float = 0.0  # wall time of candidate generation + solve, s
     sim_s: float = 0.0  # wall time of the simulator, s
+    held: dict[str, Any] | None = None  # on the held-back days (None: none held back)
+    origin: str = "milp"  # milp | tiers (a tier variant) | from-<baseline>
 
     @property
     def feasible(self) -> bool:
         """The MILP found a placement and the simulator scored it."""
         return self.metrics is not None
+
+    @property
+    def chosen(self) -> dict[str, Any]:
+        """The metrics points are chosen on: held-back days if any, else the fitted ones."""
+        assert self.metrics is not None
+        return self.held if self.held is not None else self.metrics
 
 
 @dataclass
@@ -72,7 +82,16 @@ class SearchResult:
     sim_time_s: float = 0.0
     milp_max_s: float = 0.0
     knobs: dict[str, Knobs] = field(default_factory=dict)  # point name -> the knobs that made it
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # point name -> simulator's
+    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # point name -> chosen on
+    metrics_fit: dict[str, dict[str, Any]] = field(default_factory=dict)  # on the fitted days
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # same days as `metrics`
+    twins: dict[str, dict[str, Any]] = field(default_factory=dict)  # point -> its lru@ twin's
+    capacity: CapacityReport | None = None
+    hops: dict[str, dict[str, Hop]] = field(default_factory=dict)
+    perfs: dict[str, dict[str, InstancePerf]] = field(default_factory=dict)  # point -> perfs
+    validate_days: int = 0
+    fit_requests: int = 0
+    held_requests: int = 0
 
 
 def _sleep_order(models: Models, demand: dict[str, ModelDemand]) -> list[str]:
@@ -121,15 +140,26 @@ class Searcher:
         slo: Slo,
         trace: pd.DataFrame,
         cfg: OptimizeConfig,
-        scorer: Scorer,
+        scorer: Scorer | None = None,
         calib: dict[str, Calib] | None = None,
         clock: Callable[[], float] = lambda: 0.0,
     ):
         self.clock = clock  # injected (the core reads no clock itself): times MILP and simulator
         self.cluster, self.models, self.slo, self.trace, self.cfg = cluster, models, slo, trace, cfg
-        self.scorer = scorer
         self.calib = calib
-        self.demand = model_demand(trace)
+        names = models.names
+        # A given scorer defines the scoring trace itself: nothing is held back then.
+        self.validate_days = scoring.validate_days(trace, cfg.validate_days) if not scorer else 0
+        self.fit, held = scoring.split_days(trace, self.validate_days)
+        self.held = held if self.validate_days else None
+        self.fit_req = scoring.requests(self.fit, models)
+        self.held_req = scoring.requests(self.held, models) if self.held is not None else None
+        self.scorer = scorer or scoring.scorer(self.fit_req, slo, names)
+        self.held_scorer = (
+            scoring.scorer(self.held_req, slo, names) if self.held_req is not None else None
+        )
+        self._twins: dict[int, dict[str, Any]] = {}
+        self.demand = model_demand(self.fit)
         self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
         self.gpu_usable = {
             (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
@@ -195,10 +225,49 @@ class Searcher:
         if res.status == "infeasible":
             return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
         point, perfs = build_point(f"eval-{index}", res.placements, self.models.names)
+        ev = self.evaluate_point(index, knobs, point, perfs, res)
+        ev.milp_s = t1 - t0
+        return ev
+
+    def evaluate_point(
+        self,
+        index: int,
+        knobs: Knobs,
+        point: Point,
+        perfs: dict[str, InstancePerf],
+        milp: MilpResult | None = None,
+        origin: str = "milp",
+    ) -> Evaluation:
+        """Score a point on the fitted days (and the held-back ones)."""
+        t1 = self.clock()
         metrics = self.scorer(point, perfs)
+        held = self.held_scorer(point, perfs) if self.held_scorer else None
         t2 = self.clock()
-        point.predicted = _predicted(metrics)
-        return Evaluation(index, knobs, res, point, perfs, metrics, milp_s=t1 - t0, sim_s=t2 - t1)
+        point.predicted = _predicted(held or metrics)
+        return Evaluation(
+            index, knobs, milp, point, perfs, metrics, sim_s=t2 - t1, held=held, origin=origin
+        )
+
+    def twin_metrics(self, ev: Evaluation) -> dict[str, Any]:
+        """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
+        if ev.index not in self._twins and all(i.tier == "gpu" for i in ev.point.instances):
+            # Its budget holds every instance awake, as the point does: the same run.
+            self._twins[ev.index] = ev.chosen
+        if ev.index not in self._twins:
+            req = self.held_req if self.held_req is not None else self.fit_req
+            r = scoring.twin_result(
+                ev.point,
+                ev.perfs,
+                ev.chosen["warm_gpu_gib"],
+                self.cluster,
+                self.slo,
+                req,
+                self.models.names,
+                gpu_margin=self.cfg.gpu_memory_margin,
+                host_margin=self.cfg.host_memory_margin,
+            )
+            self._twins[ev.index] = r.to_metrics()
+        return self._twins[ev.index]
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall."""
@@ -210,12 +279,23 @@ class Searcher:
         short = max(0.0, self.slo.attainment - m["slo_attainment"])
         return switch_n + lam * warm_n + 20.0 * short
 
-    def check_placeable(self) -> None:
-        """Raise InfeasibleError naming each model that fits nowhere, before any search."""
-        loosest = Knobs(
+    def loosest_knobs(self) -> Knobs:
+        """The knobs that let the most candidates fit: the least KV and the smallest batch."""
+        return Knobs(
             kv_factor=self.cfg.kv_factor_range[0], max_num_seqs=min(self.cfg.max_num_seqs_choices)
         )
-        cands = self.candidates(loosest)
+
+    def roomiest_knobs(self) -> Knobs:
+        """The knobs of the most capacity per instance: the most KV and the largest batch."""
+        return Knobs(
+            headroom=0.0,
+            kv_factor=self.cfg.kv_factor_range[1],
+            max_num_seqs=max(self.cfg.max_num_seqs_choices),
+        )
+
+    def check_placeable(self) -> None:
+        """Raise InfeasibleError naming each model that fits nowhere, before any search."""
+        cands = self.candidates(self.loosest_knobs())
         have = {c.model for c in cands}
         missing = [m for m in self.models.names if m not in have]
         if missing:
@@ -225,20 +305,11 @@ class Searcher:
                 lines += [
                     "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
                 ]
-            raise InfeasibleError(
-                "\n".join(lines),
-                fix="add a quantized variant (fp8/awq), lower max_context in models.yaml, "
-                "or add GPUs with more memory (or more of them for a larger TP)",
-            )
+            raise InfeasibleError("\n".join(lines), fix=_unplaceable_fix(self.models, missing))
 
     def explain_capacity(self) -> str:
         """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
-        knobs = Knobs(
-            headroom=0.0,
-            kv_factor=self.cfg.kv_factor_range[1],
-            max_num_seqs=max(self.cfg.max_num_seqs_choices),
-        )
-        cands = self.candidates(knobs)
+        cands = self.candidates(self.roomiest_knobs())
         parts = []
         for m in self.models.names:
             d = self.demand.get(m)
@@ -336,53 +407,10 @@ class Searcher:
         return self.finish(evals)
 
     def finish(self, evals: list[Evaluation]) -> SearchResult:
-        """Pareto set, names, selected point and notes."""
-        feasible = [e for e in evals if e.feasible]
-        notes: list[str] = []
-        if not feasible:
-            raise InfeasibleError(
-                "no placement satisfies memory and capacity for any setting tried: "
-                + self.explain_capacity(),
-                fix="add GPUs, add quantized variants, or lower the demand (fewer users / lower headroom)",
-            )
-        target = self.slo.attainment
-        meeting = [e for e in feasible if e.metrics["slo_attainment"] >= target - 1e-9]
-        pool = meeting
-        if not meeting:
-            top = max(e.metrics["slo_attainment"] for e in feasible)
-            pool = [e for e in feasible if e.metrics["slo_attainment"] >= top - 0.02]
-            notes.append(
-                f"no plan meets the attainment target {target:.3f}; best reached {top:.3f}. "
-                f"Binding: {binding_slo(pool[0].metrics, self.slo)}"
-            )
-        # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
-        pool = sorted(pool, key=lambda e: (-e.metrics["slo_attainment"], e.index))
-        front = pareto_front(pool, lambda e: (e.metrics["switch_p95_s"], e.metrics["warm_gpu_gib"]))
-        named = name_points(
-            front, lambda e: e.metrics["warm_gpu_gib"], lambda e: e.metrics["switch_p95_s"]
-        )
-        points: list[Point] = []
-        knobs: dict[str, Knobs] = {}
-        metrics: dict[str, dict[str, Any]] = {}
-        for name, ev in named:
-            knobs[name] = ev.knobs
-            metrics[name] = ev.metrics
-            p = ev.point.model_copy(deep=True)
-            p.name = name
-            p.notes = list(notes)
-            points.append(p)
-        selected = "balanced" if any(p.name == "balanced" for p in points) else points[0].name
-        return SearchResult(
-            evaluations=evals,
-            points=points,
-            selected=selected,
-            notes=notes,
-            milp_time_s=sum(e.milp_s for e in evals),
-            sim_time_s=sum(e.sim_s for e in evals),
-            milp_max_s=max((e.milp.solve_s for e in evals if e.milp), default=0.0),
-            knobs=knobs,
-            metrics=metrics,
-        )
+        """Pareto set, names, selected point, twins, baselines, hops and notes."""
+        from planner.optimizer.select import select_points
+
+        return select_points(self, evals)
 
 
 def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
@@ -468,10 +496,50 @@ def optimize(
     slo: Slo,
     trace: pd.DataFrame,
     cfg: OptimizeConfig,
-    scorer: Scorer,
+    scorer: Scorer | None = None,
     calib: dict[str, Calib] | None = None,
     progress: Progress | None = None,
     clock: Callable[[], float] = lambda: 0.0,
 ) -> SearchResult:
-    """Search the plans for these inputs; see the module docstring."""
+    """Search the plans for these inputs; see the module docstring.
+
+    Without `scorer` the simulator scores on the trace less its held-back days
+    (`cfg.validate_days`); a given `scorer` defines the scoring trace and nothing is held back.
+    """
     return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock).run(progress)
+
+
+_FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
+
+
+def _smaller_variant_steps(models: Models, names: list[str]) -> list[str]:
+    """'add a smaller variant of M' for each of `names` that has one to gain (not at 4 bits)."""
+    steps = []
+    for m in names:
+        have = {v.quantization for v in models.model(m).variants}
+        if not have & _FOUR_BIT:
+            smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
+            steps.append(f"add {smaller} of {m} to models.yaml")
+    return steps
+
+
+def capacity_fix(models: Models) -> str:
+    """What to change when no placement serves the demand (no flag sets the headroom)."""
+    return "; or ".join(
+        [
+            "add GPUs to cluster.yaml",
+            *_smaller_variant_steps(models, models.names),
+            "plan for less traffic (fewer users in the workload)",
+        ]
+    )
+
+
+def _unplaceable_fix(models: Models, missing: list[str]) -> str:
+    """What to change so that the `missing` models fit: a smaller variant only where one could
+    exist (a model already at 4 bits has none), then context length and GPUs."""
+    steps = _smaller_variant_steps(models, missing)
+    steps += [
+        "lower max_context of " + ", ".join(missing) + " in models.yaml",
+        "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
+    ]
+    return "; or ".join(steps)

@@ -39,6 +39,23 @@ class InputError(PlannerError):
         super().__init__(f"{where}: {message}" if where else message, fix=fix)
 
 
+class MissingExtraError(PlannerError):
+    """A command needs an optional dependency (a pip extra) that is not installed. Exit code 2,
+    checked before the command writes or starts anything."""
+
+    exit_code = 2
+
+    def __init__(self, needed_by: str, modules: list[str], extra: str, then: str = ""):
+        self.modules = modules
+        self.extra = extra
+        super().__init__(
+            f"{needed_by} needs {', '.join(modules)}, which {'is' if len(modules) == 1 else 'are'} "
+            "not installed",
+            fix=f"pip install 'planner[{extra}]'  (in a clone: pip install -e '.[{extra}]')"
+            + (f"; then {then}" if then else ""),
+        )
+
+
 class InfeasibleError(PlannerError):
     """No plan satisfies the hard constraints (memory, every model served)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ import yaml
 from planner.errors import InputError
 
 
-def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; an unreadable, empty or malformed file raises InputError."""
+def read_yaml(path: str | Path, kind: str | None = None) -> Any:
+    """Parse a YAML file; an unreadable, empty or malformed file raises InputError.
+
+    `kind` (when the caller knows it) names the schema the fix points to."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -35,11 +38,26 @@ def read_yaml(path: str | Path) -> Any:
         raise InputError(
             f"not valid YAML at {where}: {problem}",
             file=str(p),
-            fix="the file may be truncated or mis-indented; compare with `planner schema KIND`",
+            fix="the file may be truncated or mis-indented; compare with "
+            + _schema_hint(kind or _kind_line(text)),
         ) from None
     if data is None:
         raise InputError("the file holds no YAML document", file=str(p))
     return data
+
+
+def _kind_line(text: str) -> str | None:
+    """The `kind:` of a file that does not parse, when its line is readable."""
+    m = re.search(r"^kind:\s*([a-z]+)\s*$", text, re.MULTILINE)
+    return m.group(1) if m else None
+
+
+def _schema_hint(kind: str | None) -> str:
+    if kind == "workload":
+        return "`planner workload synth --print-spec`"
+    if kind:
+        return f"`planner schema {kind}`"
+    return "`planner schema cluster` (or models, slo, plan, profile)"
 
 
 def dump_yaml(data: Any) -> str:

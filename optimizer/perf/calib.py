@@ -86,7 +86,7 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     "blackwell": dict(
         compute_efficiency=0.7, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0
     ),
-    # CPU build of vLLM: no graphs, no sleep mode, slow start (imports + warm-up, ENVIRONMENT.md).
+    # CPU build of vLLM: no graphs, no sleep mode, slow start (imports + warm-up, docs/environment.md).
     "cpu": dict(
         compute_efficiency=0.3,
         bandwidth_efficiency=0.6,

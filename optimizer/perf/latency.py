@@ -198,9 +198,10 @@ def decode_step_s(perf: InstancePerf, batch: int, context_tokens: float) -> floa
 
 
 def steady_state(
-    perf: InstancePerf, input_len: int, output_len: int, concurrency: int
+    perf: InstancePerf, input_len: int, output_len: int, concurrency: int, cached_len: int = 0
 ) -> tuple[float, float, float]:
-    """(TTFT s, TPOT s, output tokens/s) with `concurrency` clients sending back to back.
+    """(TTFT s, TPOT s, output tokens/s) with `concurrency` clients sending back to back,
+    the first `cached_len` tokens of each prompt a prefix-cache hit (not prefilled).
 
     The batch is capped by max_num_seqs and by how many whole requests the KV cache holds;
     clients beyond it queue (closed loop: wait = concurrency / throughput - service time).
@@ -214,7 +215,7 @@ def steady_state(
     batch = max(1, min(concurrency, perf.max_num_seqs, fit))
     ctx = input_len + output_len / 2.0  # average context of a decoding sequence, tokens
     others = batch - 1  # sequences decoding while one request prefills
-    t_pre, added = _prefill_chunks(perf, input_len, 0, others, others * ctx)
+    t_pre, added = _prefill_chunks(perf, input_len, cached_len, others, others * ctx)
     t_dec = decode_step_s(perf, batch, ctx)
     # over one request's output_len steps, each of the others starts once: its chunks
     # lengthen the steps this request decodes in

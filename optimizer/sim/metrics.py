@@ -8,7 +8,7 @@ Conventions:
   SLO is about), 0 when none did. `switch_count` counts wakes.
 - A request meets its SLOs when each target that applies to its model holds for it:
   ttft - switch wait <= ttft_p95_s (the TTFT target is about a model that is awake,
-  DESIGN.md; the wake itself is what the switch target bounds), tpot <= tpot_p95_s,
+  docs/file-formats.md; the wake itself is what the switch target bounds), tpot <= tpot_p95_s,
   switch wait <= switch_p95_s. A request for a model that has no instance is failed:
   counted, never met. Reported TTFT percentiles include the switch wait (what users feel).
 """

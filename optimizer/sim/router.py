@@ -11,7 +11,11 @@ fewest requests in flight on them; ties: plan order):
   requests, finish what they hold, and sleep (`sleep_s`); the wake (`wake_host_s` for host
   tier, `wake_disk_s` for disk tier) starts when the last of them has slept;
 - with `policy="lru"` only as many awake co-tenants are put to sleep as the GPU memory
-  needs, least recently used first (the reactive-swapping baseline).
+  needs, least recently used first (the reactive-swapping baseline); with a
+  `warm_budget_gib` too, the least recently used awake instances anywhere are put to
+  sleep until the warm memory of the whole point (awake instances, plus the CUDA
+  contexts of sleeping ones) stays within it (the memory-matched `lru@POINT` baseline:
+  the router's own, the gateway has no budget).
 
 A sleeping instance is woken again by the next request for its model, after the instance
 that displaced it has drained in turn: the GPUs pass between models in arrival order.
@@ -76,6 +80,7 @@ class Router:
         policy: str = "plan",
         gpu_memory_gib: dict[tuple[str, int], float] | None = None,
         idle_timeout_s: float | None = None,
+        warm_budget_gib: float | None = None,
     ):
         self.slots = slots
         self.by_model = by_model
@@ -83,6 +88,7 @@ class Router:
         self.policy = policy
         self.capacity = gpu_memory_gib or {}
         self.idle_timeout_s = idle_timeout_s
+        self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (policy "lru" only)
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
@@ -164,6 +170,38 @@ class Router:
 
     def _conflicts(self, s: Slot) -> list[Slot]:
         """Awake co-tenants that must sleep before `s` can be awake."""
-        return tiering.displaced(
+        out = tiering.displaced(
             s, self.near[s.index], policy=self.policy, capacity_gib=self.capacity
         )
+        if self.policy == "lru" and self.warm_budget_gib is not None:
+            out = self._budget_victims(s, out)
+        return out
+
+    def _budget_victims(self, s: Slot, out: list[Slot]) -> list[Slot]:
+        """`out` and the least recently used awake lazy instances (anywhere) until the
+        point's warm memory with `s` awake fits the budget (plan order). A wake that cannot
+        fit even with every other instance asleep goes ahead (the budget is then exceeded,
+        not the trace left unserved)."""
+        assert self.warm_budget_gib is not None
+        slots = self.slots
+        chosen = {o.index for o in out}
+
+        def extra(o: Slot) -> float:  # GiB an awake instance holds beyond its context
+            return (o.awake_gib - (o.context_gib if o.tier != "gpu" else 0.0)) * len(o.gpus)
+
+        warm = extra(s) + sum(o.context_gib * len(o.gpus) for o in slots if o.tier != "gpu")
+        warm += sum(
+            extra(o) for o in slots if o.awake and o.index != s.index and o.index not in chosen
+        )
+        if warm > self.warm_budget_gib + 1e-9:
+            for o in sorted(
+                (o for o in slots if o.awake and o.tier != "gpu" and o.index != s.index),
+                key=lambda o: (o.last_used_s, o.index),
+            ):
+                if o.index in chosen:
+                    continue
+                chosen.add(o.index)
+                warm -= extra(o)
+                if warm <= self.warm_budget_gib + 1e-9:
+                    break
+        return [o for o in slots if o.index in chosen]

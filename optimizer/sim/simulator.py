@@ -48,19 +48,24 @@ def simulate(
     policy: str = "plan",
     gpu_memory_gib: dict[tuple[str, int], float] | None = None,
     model_names: list[str] | None = None,
+    warm_budget_gib: float | None = None,
+    compiled: bool | None = None,
 ) -> SimResult:
     """Serve `trace` (DataFrame, mapping of arrays or `Requests`) with the instances of `point`.
 
     `perfs` maps instance id -> InstancePerf. `sleep_after_idle_s`: host/disk instances also
     sleep after that long with nothing to do. `policy="lru"` lets a wake displace only as
     many co-tenants as GPU memory (`gpu_memory_gib` per (node, device)) requires, least
-    recently used first. `model_names` fixes the model order of the per-model figures
+    recently used first; `warm_budget_gib` also caps the warm memory of the whole point
+    (see `Router`). `compiled`: run engines on the numba loop (`kernel`, same numbers;
+    default: when numba is installed) or on the pure-Python reference. `model_names` fixes the model order of the per-model figures
     (default: the point's models, then any others in the trace). Deterministic: no
     randomness, no clock. Callers that simulate one trace many times should convert it
     once with `planner.optimizer.sim.request.to_requests(df, model_names)` and pass that.
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
+    engine_cls = _engine_class(compiled)
     names = list(model_names or dict.fromkeys(i.model for i in point.instances))
     req = to_requests(trace, names)
     n = len(req)
@@ -90,7 +95,7 @@ def simulate(
                 wake_s=wake_s,
                 sleep_s=perf.sleep_s,
                 engine_delay_s=perf.prefill_overhead_s,
-                engine=Engine(perf, out.first_token_s, out.finish_s),
+                engine=engine_cls(perf, out.first_token_s, out.finish_s),
                 offload_tokens=_offload_tokens(ins.kv_cpu_offload_gib, perf),
                 h2d_s_per_token=_h2d_s_per_token(perf),
             )
@@ -104,6 +109,7 @@ def simulate(
         policy=policy,
         gpu_memory_gib=gpu_memory_gib,
         idle_timeout_s=sleep_after_idle_s,
+        warm_budget_gib=warm_budget_gib if policy == "lru" else None,
     )
     router.start(t0)
 
@@ -120,7 +126,12 @@ def simulate(
         s0 = slots[cands[0]]
         alone = len(cands) == 1 and (
             s0.tier == "gpu"
-            or (not router.overlaps[s0.index] and sleep_after_idle_s is None and s0.awake)
+            or (
+                not router.overlaps[s0.index]
+                and sleep_after_idle_s is None
+                and router.warm_budget_gib is None  # a budget displaces across GPUs
+                and s0.awake
+            )
         )
         key = (id(req), m, perfs[s0.id])
         if alone and trace is req and _recall(key, req, s0, idx, out):
@@ -157,6 +168,22 @@ def simulate(
                     router._sleep(s, idle_since + sleep_after_idle_s)
     timeline.close(end_s)
     return _result(point, req, out, slots, timeline, t0, end_s, slo)
+
+
+def _engine_class(compiled: bool | None) -> type:
+    """The compiled engine when asked (or by default, when numba is installed), else the
+    pure-Python one; numba is imported only here (it takes a second)."""
+    if compiled is False:
+        return Engine
+    try:
+        from planner.optimizer.sim.kernel import AVAILABLE, FastEngine
+    except ImportError:
+        AVAILABLE = False
+    if not AVAILABLE:
+        if compiled:
+            raise ValueError("the compiled simulator engine needs numba (pip install numba)")
+        return Engine
+    return FastEngine
 
 
 # An instance alone with its model's requests gives the same answer whatever else the
@@ -244,7 +271,18 @@ def _run_alone(
     overlap = np.flatnonzero(ta[1:] < ta[:-1] + tot[:-1])
     in_busy = np.zeros(len(idx), dtype=bool)
     eng = s.engine
-    if len(overlap):
+    if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
+        in_busy = eng.run_busy(
+            idx.astype(np.int64),
+            ta,
+            req.input_tokens[idx],
+            cached.astype(np.int64),
+            req.output_tokens[idx],
+            pf,
+            tot,
+            overlap.astype(np.int64),
+        )
+    elif len(overlap):
         # Python scalars for the per-request loop (numpy scalar access is slow).
         rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
         inp_l = req.input_tokens[idx].tolist()

@@ -157,7 +157,7 @@ def _resolve_architectures(models: Models, file: str) -> None:
 def load(path: str | Path, kind: str | None = None) -> Any:
     """Read and validate a YAML input file; `kind` is checked against the file's own."""
     file = str(path)
-    data = read_yaml(path)
+    data = read_yaml(path, kind)
     found = detect_kind(data, file)
     if kind is not None and found != kind:
         raise InputError(

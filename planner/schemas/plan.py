@@ -1,4 +1,4 @@
-"""plan.yaml: Pareto points, each a full placement of instances (DESIGN.md)."""
+"""plan.yaml: Pareto points, each a full placement of instances (docs/plan-format.md)."""
 
 from __future__ import annotations
 
@@ -59,9 +59,16 @@ class Instance(Strict):
     model: str = Field(description="model name from models.yaml")
     variant: str = Field(description="variant name of that model")
     node: str = Field(description="node name from cluster.yaml")
+    gpu_type: str = Field(
+        default="", description="GPU type of `gpus` (cluster.yaml), for readers; '' in old plans"
+    )
     gpus: list[int] = Field(default_factory=list, description="device indices on that node")
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree")
     tier: Tier = Field(default="gpu", description="gpu: always awake; host/disk: sleeps when idle")
+    shares_gpu_with: list[str] = Field(
+        default_factory=list,
+        description="ids of this point's instances on a common GPU (they time-share it)",
+    )
     memory_gib: MemoryGib = Field(description="per GPU, when awake")
     kv_cpu_offload_gib: float = Field(default=0, ge=0, description="KV cache in host RAM, GiB")
     expert_cpu_offload_gib: float = Field(
@@ -92,7 +99,13 @@ class Point(Strict):
     """One Pareto point: a complete placement."""
 
     name: str = Field(min_length=1, description="point name, e.g. balanced")
-    predicted: Predicted = Field(default_factory=Predicted, description="simulator's figures")
+    predicted: Predicted = Field(
+        default_factory=Predicted,
+        description="simulator's figures on the held-back days (on the whole trace if none)",
+    )
+    predicted_fit: Predicted | None = Field(
+        default=None, description="simulator's figures on the days the search fitted to"
+    )
     instances: list[Instance] = Field(default_factory=list, description="the vLLM servers")
     notes: list[str] = Field(default_factory=list, description="binding constraints, warnings")
 
@@ -109,6 +122,28 @@ class Point(Strict):
         return self
 
 
+class Hop(Strict):
+    """What moving from one point to another takes (apply's actions) and its predicted cost."""
+
+    restarts: int = Field(default=0, ge=0, description="instances (re)started: cold starts")
+    wakes: int = Field(default=0, ge=0, description="sleepers moved to the gpu tier")
+    sleeps: int = Field(default=0, ge=0, description="awake instances moved to a lazy tier")
+    cost_s: float = Field(default=0.0, ge=0, description="cold starts + wakes + sleeps, s")
+
+
+class ModelCapacity(Strict):
+    """One model's peak demand against the most the cluster could serve (overload table)."""
+
+    model: str = Field(description="model name")
+    peak_requests_per_h: float = Field(ge=0, description="busiest hour's requests")
+    peak_prefill_tokens_per_s: float = Field(ge=0, description="that hour's new prompt tokens/s")
+    peak_decode_tokens_per_s: float = Field(ge=0, description="that hour's output tokens/s")
+    capacity_requests_per_h: float = Field(ge=0, description="most the GPUs it fits on serve")
+    hours_over: list[int] = Field(
+        default_factory=list, description="hours from the trace's first 00:00 beyond capacity"
+    )
+
+
 class Plan(Strict):
     """kind: plan."""
 
@@ -121,6 +156,13 @@ class Plan(Strict):
     search: dict[str, Any] = Field(default_factory=dict, description="seed, evaluations, solver")
     selected: str = Field(description="the point `apply` uses by default")
     points: list[Point] = Field(min_length=1, description="Pareto points")
+    notes: list[str] = Field(default_factory=list, description="overload and search notes")
+    capacity: list[ModelCapacity] = Field(
+        default_factory=list, description="per model demand vs capacity, when overloaded"
+    )
+    hops: dict[str, dict[str, Hop]] = Field(
+        default_factory=dict, description="FROM point -> TO point -> what the hop takes"
+    )
 
     @model_validator(mode="after")
     def _selected_exists(self) -> Plan:

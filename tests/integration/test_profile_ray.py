@@ -1,7 +1,7 @@
 """`planner profile hardware|engine --ray` on a real two-node Ray cluster on loopback.
 
 Both "nodes" (head `node-a`, worker `node-b`, each a `ray start` declaring its custom
-resource) live in a network namespace that has only loopback (ENVIRONMENT.md); the CLI runs
+resource) live in a network namespace that has only loopback (docs/environment.md); the CLI runs
 inside it too. Each node's profile is measured by a Ray task pinned to that node and written
 here. Finalizer: kill what is left in the namespace (not `ray stop`: machine-wide), delete it.
 """

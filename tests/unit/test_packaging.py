@@ -14,6 +14,7 @@ FOLDERS = {
     "profiler": "planner.profiler",
     "optimizer": "planner.optimizer",
     "adjuster": "planner.adjuster",
+    "plans/examples": "planner.examples",
 }
 
 

@@ -1,0 +1,190 @@
+"""`planner plan show PLAN`: what a plan point puts on each GPU, as a table (or --json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.cli.common import JsonOpt, console, print_json
+
+plan_app = typer.Typer(help="Read plan files.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `plan show`."""
+    app.add_typer(plan_app, name="plan")
+
+
+@plan_app.command("show")
+def show_cmd(
+    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")],
+    point: Annotated[
+        str | None, typer.Option("--point", help="Point to show; default: the selected one.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Memory per GPU of a plan point: weights, KV cache, sleeping instances, and who is there."""
+    from planner.errors import InputError
+
+    plan = _load(plan_path)
+    names = [p.name for p in plan.points]
+    if point is not None and point not in names:
+        raise InputError(
+            f"no point {point!r} in the plan",
+            file=str(plan_path),
+            path="--point",
+            fix=f"use one of {names}",
+        )
+    p = plan.point(point)
+    gpus = gpu_rows(p, _capacities(plan, plan_path))
+    if json_out:
+        print_json(
+            {"plan": str(plan_path), "point": p.name, "predicted": p.predicted, "gpus": gpus}
+        )
+        return
+    _print(plan, p, gpus)
+
+
+def gpu_rows(point: Any, capacity_gib: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
+    """One row per GPU the point uses: awake weights / KV / other GiB, the sleeping slot, who.
+
+    The sleeping slot is the largest awake footprint of the `host`/`disk` instances on the GPU:
+    what must stay free to wake one of them (the memory invariant of docs/plan-format.md).
+    """
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for inst in point.instances:
+        for g in inst.gpus:
+            r = rows.setdefault(
+                (inst.node, g),
+                {
+                    "node": inst.node,
+                    "gpu": g,
+                    "gpu_type": inst.gpu_type,
+                    "weights_gib": 0.0,
+                    "kv_gib": 0.0,
+                    "other_gib": 0.0,
+                    "sleeping_gib": 0.0,
+                    "capacity_gib": capacity_gib.get((inst.node, g)),
+                    "instances": [],
+                },
+            )
+            m = inst.memory_gib
+            if inst.tier == "gpu":
+                r["weights_gib"] += m.weights
+                r["kv_gib"] += m.kv
+                r["other_gib"] += m.overhead
+            else:
+                r["sleeping_gib"] = max(r["sleeping_gib"], m.total)
+            r["instances"].append({"id": inst.id, "tier": inst.tier, "tp": inst.tp})
+    out = [rows[k] for k in sorted(rows)]
+    for r in out:
+        for k in ("weights_gib", "kv_gib", "other_gib", "sleeping_gib"):
+            r[k] = round(r[k], 3)
+    return out
+
+
+def _load(plan_path: Path):
+    """The plan; GPU types filled from the recorded cluster file when the plan predates them."""
+    from planner.planfile import annotate
+    from planner.schemas import load_cluster, load_plan
+
+    plan = load_plan(plan_path)
+    if all(i.gpu_type for p in plan.points for i in p.instances):
+        return plan
+    cluster_file = _recorded(plan, plan_path, "cluster")
+    return annotate(plan, load_cluster(cluster_file)) if cluster_file else plan
+
+
+def _recorded(plan: Any, plan_path: Path, kind: str) -> Path | None:
+    """An input recorded in plan.inputs, found as `planner apply` finds it."""
+    from planner.cli.apply import _input_path
+
+    ref = plan.inputs.get(kind)
+    return _input_path(plan_path, ref.path) if ref is not None else None
+
+
+def _capacities(plan: Any, plan_path: Path) -> dict[tuple[str, int], float]:
+    """(node, device) -> GiB of the GPU, from the recorded cluster file or the GPU catalog."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.errors import PlannerError
+    from planner.schemas import load_cluster
+
+    cluster_file = _recorded(plan, plan_path, "cluster")
+    if cluster_file is not None:
+        try:
+            cl = load_cluster(cluster_file)
+            return {(n.name, i): g.spec.memory_gib for n in cl.nodes for i, g in n.gpu_list()}
+        except PlannerError:
+            pass  # changed since: fall back to the catalog by type
+    out = {}
+    for p in plan.points:
+        for inst in p.instances:
+            try:
+                gib = resolve_gpu(inst.gpu_type).memory_gib
+            except ValueError:
+                continue
+            out |= {(inst.node, g): gib for g in inst.gpus}
+    return out
+
+
+def _print(plan: Any, point: Any, gpus: list[dict[str, Any]]) -> None:
+    from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
+
+    pr = point.predicted
+    cols = [
+        Col("node", "left"),
+        Col("GPU"),
+        Col("type", "left"),
+        Col("weights", drop=3),
+        Col("KV", drop=2),
+        Col("other", drop=4),
+        Col("sleeping", drop=1),
+        Col("used/GiB"),
+        Col("instances (tier, TP)", "left"),
+    ]
+    rows = []
+    for r in gpus:
+        used = r["weights_gib"] + r["kv_gib"] + r["other_gib"] + r["sleeping_gib"]
+        cap = r["capacity_gib"]
+        who = ", ".join(
+            f"{i['id']} ({i['tier']}{', tp' + str(i['tp']) if i['tp'] > 1 else ''})"
+            for i in r["instances"]
+        )
+        rows.append(
+            (
+                [
+                    r["node"],
+                    str(r["gpu"]),
+                    r["gpu_type"] or "-",
+                    fmt_num(r["weights_gib"]),
+                    fmt_num(r["kv_gib"]),
+                    fmt_num(r["other_gib"]),
+                    fmt_num(r["sleeping_gib"]),
+                    f"{fmt_num(used)}/{fmt_num(cap)}" if cap else fmt_num(used),
+                    who,
+                ],
+                None,
+            )
+        )
+    selected = " (selected)" if point.name == plan.selected else ""
+    console.print(
+        fit_table(
+            f"point {point.name}{selected}: {len(point.instances)} instances on {len(gpus)} GPUs",
+            cols,
+            rows,
+            caption="GiB per GPU; weights/KV/other: awake instances; sleeping: kept free to "
+            "wake the largest host/disk instance there",
+        )
+    )
+    console.print(
+        f"predicted: SLO met {fmt_attainment(pr.slo_attainment)}, P95 switch "
+        f"{fmt_num(pr.switch_p95_s)} s, TTFT {fmt_num(pr.ttft_p95_s)} s, TPOT "
+        f"{fmt_num(1000 * pr.tpot_p95_s)} ms; warm {pr.warm_gpu_gib:.1f} GiB on "
+        f"{pr.gpus_used} GPUs",
+        highlight=False,
+    )
+    others = [p.name for p in plan.points if p.name != point.name]
+    if others:
+        console.print(f"other points: {', '.join(others)} (--point NAME)", highlight=False)

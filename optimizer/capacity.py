@@ -1,0 +1,140 @@
+"""Demand against capacity, hour by hour: which models at which hours are beyond what the
+cluster (or a point) can serve, so an overloaded trace is said plainly.
+
+A model's capacity is the requests/s its instances sustain at its TPOT target for its mean
+lengths (`candidates.capacity_rps`): for the cluster, with every GPU it fits on given to it
+(per GPU group, the best variant and TP times the TP groups the group holds); for a point,
+its own instances. An hour is beyond capacity for a model when its requests that hour
+exceed capacity x 3600; for the cluster as a whole when the models' shares of the whole
+cluster (demand / capacity) add up past 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner.optimizer.candidates import Candidate, capacity_rps
+from planner.optimizer.demand import ModelDemand
+from planner.optimizer.perf.types import InstancePerf
+from planner.schemas.cluster import Cluster
+from planner.schemas.plan import ModelCapacity, Point
+from planner.schemas.slo import Slo
+
+HOUR_S = 3600.0
+
+
+@dataclass
+class CapacityReport:
+    """Per-model rows and the hours the models together exceed the cluster."""
+
+    rows: list[ModelCapacity]
+    hours_over_all: list[int] = field(default_factory=list)  # sum of shares > 1
+
+    @property
+    def overloaded(self) -> bool:
+        """Some model, or all together, beyond capacity in some hour."""
+        return bool(self.hours_over_all) or any(r.hours_over for r in self.rows)
+
+    def lines(self) -> list[str]:
+        """The table in words (plan `notes`, printed by optimize and evaluate)."""
+        out = []
+        for r in self.rows:
+            if not r.hours_over:
+                continue
+            out.append(
+                f"{r.model}: peak {r.peak_requests_per_h:.0f} requests/h "
+                f"({r.peak_prefill_tokens_per_s:.0f} prefill + {r.peak_decode_tokens_per_s:.0f} "
+                f"decode tokens/s) > capacity {r.capacity_requests_per_h:.0f} requests/h "
+                f"in {len(r.hours_over)} h: hours {_ranges(r.hours_over)}"
+            )
+        if self.hours_over_all:
+            out.append(
+                f"all models together need more than the whole cluster in "
+                f"{len(self.hours_over_all)} h: hours {_ranges(self.hours_over_all)}"
+            )
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (`--json`)."""
+        return {
+            "overloaded": self.overloaded,
+            "models": [r.model_dump(mode="json") for r in self.rows],
+            "hours_over_all": self.hours_over_all,
+        }
+
+
+def _ranges(hours: list[int]) -> str:
+    """[1, 2, 3, 7] -> '1-3, 7' (at most 8 runs shown)."""
+    runs: list[list[int]] = []
+    for h in hours:
+        if runs and h == runs[-1][1] + 1:
+            runs[-1][1] = h
+        else:
+            runs.append([h, h])
+    txt = [f"{a}-{b}" if b > a else str(a) for a, b in runs[:8]]
+    return ", ".join(txt) + (f" (+{len(runs) - 8} more)" if len(runs) > 8 else "")
+
+
+def cluster_capacity_rps(
+    cluster: Cluster, candidates: tuple[Candidate, ...], models: list[str]
+) -> dict[str, float]:
+    """Per model: requests/s with every GPU it fits on (best candidate per GPU group)."""
+    out = {m: 0.0 for m in models}
+    for node in cluster.nodes:
+        for g in node.gpus:
+            best: dict[str, float] = {}
+            for c in candidates:
+                if c.gpu_type == g.spec.name and c.tp <= g.count:
+                    v = (g.count // c.tp) * c.capacity_rps
+                    best[c.model] = max(best.get(c.model, 0.0), v)
+            for m, v in best.items():
+                out[m] = out.get(m, 0.0) + v
+    return out
+
+
+def point_capacity_rps(
+    point: Point, perfs: dict[str, InstancePerf], demand: dict[str, ModelDemand], slo: Slo
+) -> dict[str, float]:
+    """Per model: requests/s the point's instances of it sustain together."""
+    out: dict[str, float] = {}
+    for i in point.instances:
+        cap = capacity_rps(perfs[i.id], demand.get(i.model), slo.for_model(i.model).tpot_p95_s)
+        out[i.model] = out.get(i.model, 0.0) + cap
+    return out
+
+
+def capacity_report(trace: Any, capacity: dict[str, float]) -> CapacityReport:
+    """Hourly demand of `trace` against `capacity` (model -> requests/s)."""
+    t = np.asarray(trace["timestamp"], dtype=float)
+    if not len(t):
+        return CapacityReport([])
+    hour = (np.floor(t / HOUR_S) - np.floor(t.min() / 86400.0) * 24).astype(np.int64)
+    n_h = int(hour.max()) + 1
+    model = np.asarray(trace["model"], dtype=object).astype(str)
+    inp = np.asarray(trace["input_tokens"], dtype=float)
+    cached = np.asarray(trace["cached_tokens"], dtype=float) if "cached_tokens" in trace else 0.0
+    new = inp - cached  # prompt tokens prefilled, tokens
+    out_tok = np.asarray(trace["output_tokens"], dtype=float)
+    rows = []
+    share = np.zeros(n_h)  # per hour: sum over models of demand / capacity
+    for m in sorted(set(model.tolist()), key=lambda x: (x not in capacity, x)):
+        sel = model == m
+        per_h = np.bincount(hour[sel], minlength=n_h).astype(float)
+        j = int(per_h.argmax())
+        at = sel & (hour == j)
+        cap_h = capacity.get(m, 0.0) * HOUR_S  # requests/h
+        share += per_h / cap_h if cap_h > 0 else np.where(per_h > 0, np.inf, 0.0)
+        rows.append(
+            ModelCapacity(
+                model=m,
+                peak_requests_per_h=float(per_h[j]),
+                peak_prefill_tokens_per_s=round(float(new[at].sum()) / HOUR_S, 3),
+                peak_decode_tokens_per_s=round(float(out_tok[at].sum()) / HOUR_S, 3),
+                capacity_requests_per_h=round(cap_h, 3),
+                hours_over=np.flatnonzero(per_h > cap_h).tolist(),
+            )
+        )
+    return CapacityReport(rows, np.flatnonzero(share > 1.0 + 1e-9).tolist())

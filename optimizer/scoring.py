@@ -1,0 +1,161 @@
+"""Scoring a plan point on a trace: the simulator as the optimizer's scorer, the baselines
+and the memory-matched `lru@POINT` twins beside it, and the held-back days.
+
+Pure: takes the cluster, models, SLO and trace objects; the CLI, the benches and the
+replay call these rather than the simulator directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.optimizer import baselines
+from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.sim.metrics import SimResult
+from planner.optimizer.sim.perfs import perfs_for_point
+from planner.optimizer.sim.request import Requests, to_requests
+from planner.optimizer.sim.simulator import simulate
+from planner.schemas.cluster import Cluster
+from planner.schemas.models import Models
+from planner.schemas.plan import Point
+from planner.schemas.slo import Slo
+
+Scorer = Callable[[Point, dict[str, InstancePerf]], dict[str, Any]]
+DAY_S = 86400.0
+AUTO_VALIDATE_DAYS = 2  # days held back by default ...
+AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
+TWIN_SWITCH_FACTOR = 3.0  # a point's switch P95 must be <= its twin's / this ...
+TWIN_ATTAINMENT_SLACK = 0.01  # ... at attainment >= the twin's - this
+
+
+def requests(trace: Any, models: Models | None = None) -> Requests:
+    """The trace as the simulator's arrays, model order from models.yaml (convert once)."""
+    return to_requests(trace, models.names if models is not None else None)
+
+
+def scorer(trace: Any, slo: Slo, model_names: list[str] | None = None) -> Scorer:
+    """The simulator as the optimizer's scorer: (point, perfs) -> metrics dict.
+
+    The trace is converted to arrays once, so instances shared between points are
+    simulated once (the simulator's per-trace memo)."""
+    req = to_requests(trace, model_names)
+
+    def score(point: Point, perfs: dict[str, InstancePerf]) -> dict[str, Any]:
+        return simulate(point, perfs, req, slo, model_names=model_names).to_metrics()
+
+    return score
+
+
+def trace_days(trace: Any) -> int:
+    """Calendar days the trace touches (timestamps count from 00:00 of its first day)."""
+    t = np.asarray(trace["timestamp"], dtype=float)
+    if not len(t):
+        return 0
+    return int(np.floor(t.max() / DAY_S) - np.floor(t.min() / DAY_S)) + 1
+
+
+def validate_days(trace: Any, asked: int | None) -> int:
+    """Days to hold back: `asked`, or by default 2 of a trace of 5 or more days, else 0."""
+    days = trace_days(trace)
+    if asked is None:
+        return AUTO_VALIDATE_DAYS if days >= AUTO_VALIDATE_MIN_DAYS else 0
+    return asked if asked < days else 0
+
+
+def split_days(trace: Any, held_days: int) -> tuple[Any, Any]:
+    """(fit, held back): the last `held_days` calendar days apart from the rest."""
+    t = np.asarray(trace["timestamp"], dtype=float)
+    day = np.floor(t / DAY_S) - (np.floor(t.min() / DAY_S) if len(t) else 0.0)
+    held = day >= trace_days(trace) - held_days
+    return trace[~held].reset_index(drop=True), trace[held].reset_index(drop=True)
+
+
+def simulate_baseline(
+    b: baselines.Baseline,
+    trace: Any,
+    slo: Slo,
+    models: Models,
+    cluster: Cluster | None = None,
+    calib: dict[str, Any] | None = None,
+) -> SimResult:
+    """A baseline through the same simulator (perfs recomputed under a calibration)."""
+    perfs = b.perfs
+    if calib and cluster is not None and not b.point.name.startswith("lru@"):
+        perfs = perfs_for_point(b.point, cluster, models, calib)
+    return simulate(b.point, perfs, trace, slo, model_names=models.names, **b.simulate_kwargs())
+
+
+def build_baselines(
+    cluster: Cluster, models: Models, slo: Slo, trace: Any, names: tuple[str, ...] | None = None
+) -> dict[str, baselines.Baseline | str]:
+    """name -> Baseline, or the reason it cannot be built (static, lru, melange)."""
+    out: dict[str, baselines.Baseline | str] = {}
+    for name in names or baselines.BASELINES:
+        try:
+            out[name] = baselines.build(name, cluster, models, slo, trace)
+        except PlannerError as e:
+            out[name] = e.message
+    return out
+
+
+def baseline_metrics(
+    cluster: Cluster,
+    models: Models,
+    slo: Slo,
+    trace: Any,
+    calib: dict[str, Any] | None = None,
+    built: dict[str, baselines.Baseline | str] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """static / lru / melange metrics on `trace`; a baseline that cannot be built says why."""
+    built = built if built is not None else build_baselines(cluster, models, slo, trace)
+    return {
+        name: (
+            {"error": b}
+            if isinstance(b, str)
+            else simulate_baseline(b, trace, slo, models, cluster, calib).to_metrics()
+        )
+        for name, b in built.items()
+    }
+
+
+def twin(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    warm_gib: float,
+    cluster: Cluster,
+    *,
+    gpu_margin: float = 0.0,
+    host_margin: float = 0.0,
+) -> baselines.Baseline:
+    """The point's `lru@` twin: its instances, reactive LRU within `warm_gib`."""
+    return baselines.lru_matched(
+        point, perfs, cluster, warm_gib, gpu_margin=gpu_margin, host_margin=host_margin
+    )
+
+
+def twin_result(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    warm_gib: float,
+    cluster: Cluster,
+    slo: Slo,
+    trace: Any,
+    model_names: list[str],
+    **margins: float,
+) -> SimResult:
+    """The twin of `point` (at the point's warm GiB on the same trace) simulated."""
+    b = twin(point, perfs, warm_gib, cluster, **margins)
+    return simulate(b.point, b.perfs, trace, slo, model_names=model_names, **b.simulate_kwargs())
+
+
+def beats_twin(m: dict[str, Any], twin_m: dict[str, Any]) -> bool:
+    """Planned tiers worth a plan: switch P95 <= 1/3 of the twin's (or no switch at all, as
+    the twin) at attainment >= the twin's - 0.01 (issue 13)."""
+    fast = (
+        m["switch_p95_s"] <= twin_m["switch_p95_s"] / TWIN_SWITCH_FACTOR or m["switch_p95_s"] == 0
+    )
+    return fast and m["slo_attainment"] >= twin_m["slo_attainment"] - TWIN_ATTAINMENT_SLACK

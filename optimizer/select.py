@@ -1,0 +1,220 @@
+"""From the search's evaluations to the plan's points.
+
+1. The pool: evaluations meeting the attainment target on the days points are chosen on
+   (the held-back days when there are any), else those within 0.02 of the best.
+2. Tier variants of the knee of the pool's front are scored too, so that points can share
+   its placement and a hop between them is sleeps and wakes (`tiers`).
+3. The front (switch P95 vs warm GiB) keeps no point its own `lru@` twin dominates: where
+   reactive swapping on the same instances at the same memory does as well, a plan has no
+   point. (How much better the rest are, `scoring.beats_twin`, is what the benches report.)
+4. Baselines on the fitted days: a point one dominates (attainment, switch P95, warm GiB)
+   is dropped, and each baseline no point dominates is added as a `from-<baseline>` point,
+   so the set is at least as good as anything the tool itself knows.
+5. Names, the capacity table, and the hop between every pair of points.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import InfeasibleError
+from planner.optimizer import scoring
+from planner.optimizer.candidates import Knobs
+from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
+from planner.optimizer.invariants import memory_violations
+from planner.optimizer.pareto import dominates, name_points, pareto_front
+from planner.optimizer.sim.perfs import perfs_for_point
+from planner.optimizer.tiers import hop_table, tier_variants
+
+if TYPE_CHECKING:
+    from planner.optimizer.search import Evaluation, Searcher, SearchResult
+
+POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
+
+
+def _sw_warm(e: Evaluation) -> tuple[float, float]:
+    return (e.chosen["switch_p95_s"], e.chosen["warm_gpu_gib"])
+
+
+def _front(pool: list[Evaluation]) -> list[Evaluation]:
+    # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
+    pool = sorted(pool, key=lambda e: (-e.chosen["slo_attainment"], e.index))
+    return pareto_front(pool, _sw_warm)
+
+
+def _pool(feasible: list[Evaluation], target: float) -> tuple[list[Evaluation], bool]:
+    """(pool, whether its members meet the target): on the held-back days and, as those may
+    be quiet ones (a weekend), on the fitted days too where some point does."""
+    meeting = [e for e in feasible if e.chosen["slo_attainment"] >= target - 1e-9]
+    both = [e for e in meeting if e.metrics["slo_attainment"] >= target - 1e-9]
+    if both or meeting:
+        return both or meeting, True
+    top = max(e.chosen["slo_attainment"] for e in feasible)
+    return [e for e in feasible if e.chosen["slo_attainment"] >= top - POOL_SLACK], False
+
+
+def _knee(front: list[Evaluation]) -> Evaluation:
+    named = dict(name_points(front, lambda e: e.chosen["warm_gpu_gib"], _sw_warm_switch))
+    return named.get("balanced") or next(iter(named.values()))
+
+
+def _sw_warm_switch(e: Evaluation) -> float:
+    return e.chosen["switch_p95_s"]
+
+
+def _from_baseline(S: Searcher, name: str, b: Any, res: Any, index: int) -> Evaluation:
+    """A plan point built from a baseline: its instances; a reactive baseline's instances go
+    to the gpu tier where the memory invariant lets every one of them stay awake."""
+    point = b.point.model_copy(deep=True)
+    point.name = f"from-{name}"
+    point.notes = []
+    if b.policy == "lru":
+        awake = point.model_copy(
+            update={"instances": [i.model_copy(update={"tier": "gpu"}) for i in point.instances]}
+        )
+        if not memory_violations(awake, S.cluster, gpu_margin=S.cfg.gpu_memory_margin):
+            point = awake
+    perfs = perfs_for_point(point, S.cluster, S.models, S.calib) if S.calib else dict(b.perfs)
+    return S.evaluate_point(index, Knobs(), point, perfs, origin=f"from-{name}")
+
+
+def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
+    """See the module docstring."""
+    from planner.optimizer.search import SearchResult, binding_slo, capacity_fix
+
+    feasible = [e for e in evals if e.feasible]
+    if not feasible:
+        raise InfeasibleError(
+            "no placement satisfies memory and capacity for any setting tried: "
+            + S.explain_capacity(),
+            fix=capacity_fix(S.models),
+        )
+    target = S.slo.attainment
+    notes: list[str] = []
+
+    # 2. tier variants of the knee's placement
+    pool, _ = _pool(feasible, target)
+    knee = _knee(_front(pool))
+    for v in tier_variants(
+        knee.point,
+        S.demand,
+        S.sleep_order,
+        S.cluster,
+        gpu_margin=S.cfg.gpu_memory_margin,
+        host_margin=S.cfg.host_memory_margin,
+    ):
+        ev = S.evaluate_point(len(evals), knee.knobs, v, knee.perfs, origin="tiers")
+        evals.append(ev)
+        feasible.append(ev)
+    pool, meets = _pool(feasible, target)
+    if not meets:
+        top = max(e.chosen["slo_attainment"] for e in pool)
+        notes.append(
+            f"no plan meets the attainment target {target:.1%}; best reached {top:.1%}. "
+            f"Binding: {binding_slo(max(pool, key=lambda e: e.chosen['slo_attainment']).chosen, S.slo)}"
+        )
+
+    # 3. no point its own lru@ twin dominates (reactive swapping at its memory does better)
+    front = _front(pool)
+    if S.cfg.baselines:
+        rejected: set[int] = set()
+        while True:
+            cand = _front([e for e in pool if e.index not in rejected])
+            bad = [e for e in cand if dominates(S.twin_metrics(e), e.chosen)]
+            if not bad:
+                break
+            rejected |= {e.index for e in bad}
+        if cand:
+            front = cand
+            if rejected & {e.index for e in _front(pool)}:
+                notes.append(
+                    "points whose lru@ twin (reactive LRU swapping on the same instances within "
+                    "the same warm GiB) does as well or better were left out"
+                )
+
+    # 4. baselines on the fitted days
+    built = scoring.build_baselines(S.cluster, S.models, S.slo, S.fit) if S.cfg.baselines else {}
+    base_fit: dict[str, dict[str, Any]] = {}
+    base_res: dict[str, Any] = {}
+    for name, b in built.items():
+        if isinstance(b, str):
+            base_fit[name] = {"error": b}
+            continue
+        r = scoring.simulate_baseline(b, S.fit_req, S.slo, S.models, S.cluster, S.calib)
+        base_res[name] = r
+        base_fit[name] = r.to_metrics()
+    ok = {n: m for n, m in base_fit.items() if "error" not in m}
+    front = [e for e in front if not any(dominates(m, e.metrics) for m in ok.values())]
+    extra: list[Evaluation] = []
+    for name, m in ok.items():
+        if any(dominates(e.metrics, m) for e in front):
+            continue
+        ev = _from_baseline(S, name, built[name], base_res[name], len(evals))
+        evals.append(ev)
+        extra.append(ev)
+    if not front and not extra:  # every point dominated and no baseline buildable: keep best
+        front = [max(pool, key=lambda e: (e.chosen["slo_attainment"], -e.index))]
+
+    # 5. names, capacity, hops
+    named = name_points(front, lambda e: e.chosen["warm_gpu_gib"], _sw_warm_switch) if front else []
+    named += [(e.origin, e) for e in extra]
+    points, knobs, metrics, metrics_fit, perfs = [], {}, {}, {}, {}
+    for name, ev in named:
+        knobs[name] = ev.knobs
+        metrics[name] = ev.chosen
+        metrics_fit[name] = ev.metrics
+        p = ev.point.model_copy(deep=True)
+        p.name = name
+        p.notes = list(notes)
+        if ev.held is not None:
+            from planner.optimizer.search import _predicted
+
+            p.predicted_fit = _predicted(ev.metrics)
+        points.append(p)
+        perfs[name] = ev.perfs
+    names = [n for n, _ in named]
+    # the knee; else (two points) the one that best meets the SLO on the days chosen on
+    selected = (
+        "balanced"
+        if "balanced" in names
+        else max(names, key=lambda n: metrics[n]["slo_attainment"])
+    )
+    cap = capacity_report(
+        S.trace,
+        cluster_capacity_rps(S.cluster, S.candidates(S.roomiest_knobs()), S.models.names),
+    )
+    twins: dict[str, dict[str, Any]] = {}
+    if S.cfg.baselines:
+        twins = {n: S.twin_metrics(ev) for n, ev in named}
+    base_shown = base_fit
+    if S.held_req is not None and built:
+        base_shown = {
+            n: (
+                {"error": b}
+                if isinstance(b, str)
+                else scoring.simulate_baseline(
+                    b, S.held_req, S.slo, S.models, S.cluster, S.calib
+                ).to_metrics()
+            )
+            for n, b in built.items()
+        }
+    return SearchResult(
+        evaluations=evals,
+        points=points,
+        selected=selected,
+        notes=notes,
+        milp_time_s=sum(e.milp_s for e in evals),
+        sim_time_s=sum(e.sim_s for e in evals),
+        milp_max_s=max((e.milp.solve_s for e in evals if e.milp), default=0.0),
+        knobs=knobs,
+        metrics=metrics,
+        metrics_fit=metrics_fit,
+        baselines=base_shown,
+        twins=twins,
+        capacity=cap,
+        hops=hop_table(points, perfs),
+        perfs=perfs,
+        validate_days=S.validate_days,
+        fit_requests=len(S.fit_req),
+        held_requests=len(S.held_req) if S.held_req is not None else 0,
+    )

@@ -1,0 +1,501 @@
+"""The engine's batch loop compiled with numba: the same arithmetic as `instance.Engine`, in
+the same order, so both give identical numbers (a test checks it); `Engine` stays the
+readable reference and the path without numba.
+
+State lives in three arrays so one compiled call does a whole busy period:
+- `f` float64: times and the step model (`F_*` below);
+- `iv` int64: counters and the lone request in flight (`I_*`);
+- `q` int64 rows of `instance.RID..EMITTED`: rows [0, max_seqs) are the running batch in
+  admission order, the rest a ring buffer of the waiting queue (head at `I_WHEAD`).
+Compiled functions are cached on disk by numba (first use in a fresh install compiles).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+
+from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.sim.instance import (
+    CTX,
+    DEC,
+    EMITTED,
+    KV,
+    PF,
+    RID,
+    decode_coeffs,
+    steps_time_s,
+    steps_until,
+)
+from planner.optimizer.sim.instance import _first_reaching as _first_reaching_py
+
+try:
+    import numba
+except ImportError:  # the pure-Python engine serves alone
+    numba = None
+
+AVAILABLE = numba is not None
+
+F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
+F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
+I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
+I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
+BIG = 1 << 62  # "no limit yet" for a step count
+
+
+def _jit(fn, **callees):
+    """Compile `fn`; `callees` rebind the globals it calls to their compiled versions (the
+    reference functions of `instance` are compiled as they are, not copied)."""
+    if numba is None:
+        return fn
+    if callees:
+        fn = types.FunctionType(fn.__code__, {**fn.__globals__, **callees}, fn.__name__)
+    return numba.njit(cache=True, nogil=True)(fn)
+
+
+_first_reaching = _jit(_first_reaching_py)
+_steps_time_s = _jit(steps_time_s)
+_steps_until = _jit(steps_until, steps_time_s=_steps_time_s, _first_reaching=_first_reaching)
+
+
+@_jit
+def _push(iv, q, rid, cached, pf, dec, kv, emitted, front):
+    """Append (or, `front`, prepend) a waiting sequence; the caller keeps room."""
+    base = iv[I_MAXS]
+    wcap = q.shape[0] - base
+    if front:
+        iv[I_WHEAD] = (iv[I_WHEAD] - 1) % wcap
+        pos = base + iv[I_WHEAD]
+    else:
+        pos = base + (iv[I_WHEAD] + iv[I_WLEN]) % wcap
+    q[pos, RID] = rid
+    q[pos, CTX] = cached
+    q[pos, PF] = pf
+    q[pos, DEC] = dec
+    q[pos, KV] = kv
+    q[pos, EMITTED] = emitted
+    iv[I_WLEN] += 1
+
+
+@_jit
+def _enqueue(iv, q, rid, inp, cached, out):
+    _push(iv, q, rid, cached, inp - cached, out - 1, 0, 0, False)
+
+
+@_jit
+def _step_time(f, iv, new, kv, pairs):
+    """`StepModel.time_s` (the dense shortcut of `Engine._one_step` where it applies)."""
+    if iv[I_DENSE]:
+        mem = f[F_DENSE] + f[F_KVR] * kv
+        comp = f[F_CPT] * new + f[F_APP] * pairs
+        return f[F_OVH] + (mem if mem > comp else comp)
+    touched = 0.0
+    if f[F_NEXP] != 0 and new > 0:
+        miss = (1.0 - f[F_EPT] / f[F_NEXP]) ** new
+        touched = f[F_NEXP] * (1.0 - miss)
+    mem_s = f[F_DENSE] + f[F_EXPERT] * touched + f[F_KVR] * kv
+    compute_s = f[F_CPT] * new + f[F_APP] * pairs
+    comm_s = f[F_COMML] + f[F_COMMT] * new if f[F_COMML] else 0.0
+    return f[F_OVH] + (compute_s if compute_s > mem_s else mem_s) + comm_s
+
+
+@_jit
+def _retire(iv, q, finish_s, t, kv_used):
+    keep = 0
+    for i in range(iv[I_NRUN]):
+        if q[i, DEC] == 0 and q[i, PF] == 0:
+            finish_s[q[i, RID]] = t
+            kv_used -= q[i, KV]
+        else:
+            if keep != i:
+                q[keep, :] = q[i, :]
+            keep += 1
+    iv[I_NRUN] = keep
+    return kv_used
+
+
+@_jit
+def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c):
+    """`Engine._one_step`."""
+    n_run, max_seqs, cap = iv[I_NRUN], iv[I_MAXS], iv[I_CAP]
+    base = iv[I_MAXS]
+    wcap = q.shape[0] - base
+    if n_run > 1 and kv_used + n_run > cap:
+        n_dec = 0
+        for i in range(n_run):
+            if q[i, PF] == 0:
+                n_dec += 1
+        while n_run > 1 and kv_used + n_dec > cap:
+            v = n_run - 1
+            n_run -= 1
+            kv_used -= q[v, KV]
+            if q[v, PF] == 0:
+                n_dec -= 1
+            iv[I_NRUN] = n_run
+            _push(iv, q, q[v, RID], 0, q[v, CTX] + q[v, PF], q[v, DEC], 0, q[v, EMITTED], True)
+            iv[I_PRE] += 1
+    budget = iv[I_BUDGET]
+    new = 0.0
+    kv = 0.0
+    pairs = 0.0
+    n_dec_step = 0
+    n_chunks = 0
+    for i in range(n_run):
+        if budget <= 0:
+            break
+        if q[i, PF]:
+            c = q[i, PF] if q[i, PF] < budget else budget
+            chunk_i[n_chunks] = i
+            chunk_c[n_chunks] = c
+            n_chunks += 1
+            pairs += c * (q[i, CTX] + (c + 1) / 2)
+        else:
+            c = 1
+            dec[n_dec_step] = i
+            n_dec_step += 1
+            pairs += q[i, CTX] + 1.0
+        budget -= c
+        new += c
+        kv += q[i, CTX]
+    while budget > 0 and iv[I_WLEN] and n_run < max_seqs:
+        h = base + iv[I_WHEAD]
+        need = q[h, CTX] + q[h, PF]
+        if n_run and kv_used + need > cap:
+            break
+        q[n_run, :] = q[h, :]
+        iv[I_WHEAD] = (iv[I_WHEAD] + 1) % wcap
+        iv[I_WLEN] -= 1
+        i = n_run
+        q[i, KV] = need
+        kv_used += need
+        n_run += 1
+        c = q[i, PF] if q[i, PF] < budget else budget
+        chunk_i[n_chunks] = i
+        chunk_c[n_chunks] = c
+        n_chunks += 1
+        budget -= c
+        new += c
+        kv += q[i, CTX]
+        pairs += c * (q[i, CTX] + (c + 1) / 2)
+    iv[I_NRUN] = n_run
+    if not new:
+        return t, busy_s, kv_used
+    dt = _step_time(f, iv, new, kv, pairs)
+    t += dt
+    busy_s += dt
+    finished = False
+    for k in range(n_dec_step):
+        i = dec[k]
+        q[i, CTX] += 1
+        q[i, KV] += 1
+        q[i, DEC] -= 1
+        if not q[i, DEC]:
+            finished = True
+    kv_used += n_dec_step
+    for k in range(n_chunks):
+        i, c = chunk_i[k], chunk_c[k]
+        q[i, CTX] += c
+        q[i, PF] -= c
+        if not q[i, PF]:
+            if q[i, EMITTED]:
+                q[i, DEC] -= 1
+            else:
+                q[i, EMITTED] = 1
+                first_s[q[i, RID]] = t
+            if not q[i, DEC]:
+                finished = True
+    if finished:
+        kv_used = _retire(iv, q, finish_s, t, kv_used)
+    return t, busy_s, kv_used
+
+
+@_jit
+def advance(f, iv, q, co, first_s, finish_s, until_s):
+    """`Engine.advance_to`: whether the engine is still busy at `until_s`."""
+    if f[F_T] >= until_s and (iv[I_NRUN] or iv[I_WLEN]):
+        return True
+    t, kv_used, busy_s = f[F_T], iv[I_KV], f[F_BUSY]
+    cap, max_seqs = iv[I_CAP], iv[I_MAXS]
+    kvr, app = f[F_KVR], f[F_APP]
+    base = iv[I_MAXS]
+    dec = np.empty(max_seqs, np.int64)
+    chunk_i = np.empty(max_seqs, np.int64)
+    chunk_c = np.empty(max_seqs, np.int64)
+    while (iv[I_NRUN] or iv[I_WLEN]) and t < until_s:
+        n = iv[I_NRUN]
+        decode_run = False
+        if not n:
+            if t < f[F_FREE]:
+                t = f[F_FREE]
+                if t >= until_s:
+                    break
+        else:
+            h = base + iv[I_WHEAD]
+            decode_run = not (iv[I_WLEN] and n < max_seqs and kv_used + q[h, CTX] + q[h, PF] <= cap)
+        if decode_run:
+            if n == 1:
+                k = 0 if q[0, PF] else q[0, DEC]
+                kv0 = q[0, CTX]
+            else:
+                k = BIG
+                kv0 = 0
+                prefill = False
+                for i in range(n):
+                    if q[i, PF]:
+                        k = 0
+                        prefill = True
+                        break
+                    if q[i, DEC] < k:
+                        k = q[i, DEC]
+                    kv0 += q[i, CTX]
+                if not prefill:
+                    room = (cap - kv_used) // n
+                    if room < k:
+                        k = room
+            if k > 1:
+                fixed, m0, m1, c0, c1 = co[n, 0], co[n, 1], co[n, 2], co[n, 3], co[n, 4]
+                m0 += kvr * kv0
+                c0 += app * kv0
+                if m0 >= c0 and m1 >= c1:
+                    p = fixed + m0
+                    dt = k * p + m1 * k * (k - 1) * 0.5
+                    left = until_s - t
+                    if dt >= left:
+                        kmax = k
+                        k = _first_reaching(p, m1, left)
+                        if k >= kmax:
+                            k = kmax
+                        else:
+                            dt = k * p + m1 * k * (k - 1) * 0.5
+                            while dt < left and k < kmax:
+                                k += 1
+                                dt = k * p + m1 * k * (k - 1) * 0.5
+                            while k > 1:
+                                prev = dt - fixed - (m0 + m1 * (k - 1))
+                                if prev < left:
+                                    break
+                                k, dt = k - 1, prev
+                elif until_s != math.inf:
+                    k, dt = _steps_until(fixed, m0, m1, c0, c1, until_s - t, k)
+                else:
+                    dt = _steps_time_s(fixed, m0, m1, c0, c1, k)
+                t += dt
+                busy_s += dt
+                kv_used += n * k
+                done = False
+                for i in range(n):
+                    q[i, CTX] += k
+                    q[i, KV] += k
+                    q[i, DEC] -= k
+                    if not q[i, DEC]:
+                        done = True
+                if done:
+                    kv_used = _retire(iv, q, finish_s, t, kv_used)
+                continue
+        t, busy_s, kv_used = _one_step(
+            f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c
+        )
+    f[F_T] = t
+    iv[I_KV] = kv_used
+    f[F_BUSY] = busy_s
+    if not iv[I_NRUN] and not iv[I_WLEN]:
+        iv[I_GEN] = 0
+        f[F_FREE] = t
+        return False
+    return True
+
+
+@_jit
+def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):
+    """`Engine.submit`; False (and nothing done) when the ring needs room first."""
+    if iv[I_NRUN] + iv[I_WLEN] + 3 > q.shape[0] - iv[I_MAXS]:
+        return False
+    while True:
+        if iv[I_GEN]:
+            if f[F_T] < t_s:
+                advance(f, iv, q, co, first_s, finish_s, t_s)
+            if iv[I_GEN]:
+                _enqueue(iv, q, rid, inp, cached, out)
+                return True
+        if iv[I_LONE] < 0 or f[F_LUNTIL] <= t_s:
+            start = t_s if t_s > f[F_FREE] else f[F_FREE]
+            iv[I_LONE] = rid
+            iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
+            f[F_LSTART] = start
+            f[F_LDUR] = total_s
+            f[F_LUNTIL] = f[F_FREE] = start + total_s
+            first_s[rid] = start + pf_s
+            finish_s[rid] = start + total_s
+            f[F_BUSY] += total_s
+            return True
+        # materialize: the lone request in flight becomes a batch simulated from its start
+        lone = iv[I_LONE]
+        f[F_BUSY] -= f[F_LDUR]
+        iv[I_LONE] = -1
+        f[F_LUNTIL] = -math.inf
+        iv[I_GEN] = 1
+        f[F_T] = f[F_FREE] = f[F_LSTART]
+        _enqueue(iv, q, lone, iv[I_LINP], iv[I_LCACHED], iv[I_LOUT])
+
+
+@_jit
+def outstanding(f, iv, q, co, first_s, finish_s, t_s):
+    """`Engine.outstanding`."""
+    if iv[I_GEN]:
+        advance(f, iv, q, co, first_s, finish_s, t_s)
+        if iv[I_GEN]:
+            return iv[I_NRUN] + iv[I_WLEN]
+    return 1 if iv[I_LONE] >= 0 and f[F_LUNTIL] > t_s else 0
+
+
+@_jit
+def run_busy(f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, busy):
+    """The busy periods of `simulator._run_alone` (same loop); the caller sized the ring
+    for every request of the model."""
+    n = len(rid)
+    n_over = len(over)
+    p = 0
+    while p < n_over:
+        j = over[p]
+        k = j
+        while k < n:
+            tk = ta[k]
+            if k > j:
+                if iv[I_GEN] and advance(f, iv, q, co, first_s, finish_s, tk):
+                    _enqueue(iv, q, rid[k], inp[k], cached[k], out[k])
+                    busy[k] = True
+                    k += 1
+                    continue
+                if f[F_FREE] <= tk:
+                    break
+            submit(
+                f,
+                iv,
+                q,
+                co,
+                first_s,
+                finish_s,
+                rid[k],
+                tk,
+                inp[k],
+                cached[k],
+                out[k],
+                pf[k],
+                tot[k],
+            )
+            busy[k] = True
+            k += 1
+        if iv[I_GEN]:
+            advance(f, iv, q, co, first_s, finish_s, math.inf)
+        p = p + np.searchsorted(over[p:], k)
+
+
+class FastEngine:
+    """`instance.Engine`'s interface over the compiled loop (module docstring)."""
+
+    __slots__ = ("co", "f", "finish_s", "first_s", "iv", "q")
+
+    def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
+        st = perf.step
+        max_seqs = max(int(perf.max_num_seqs), 1)
+        self.f = np.zeros(16)
+        self.f[F_FREE] = -math.inf
+        self.f[F_LUNTIL] = -math.inf
+        self.f[F_OVH:] = (
+            st.overhead_s,
+            st.dense_weight_read_s,
+            st.expert_read_s,
+            st.num_experts,
+            st.experts_per_tok,
+            st.kv_read_s_per_token,
+            st.compute_s_per_token,
+            st.attn_s_per_pair,
+            st.comm_s_per_token,
+            st.comm_latency_s,
+        )
+        self.iv = np.zeros(14, dtype=np.int64)
+        self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
+        self.iv[I_MAXS] = max_seqs
+        self.iv[I_BUDGET] = max(int(perf.chunk_tokens), 1)
+        self.iv[I_LONE] = -1
+        self.iv[I_DENSE] = int(not st.num_experts and not st.comm_latency_s)
+        self.q = np.zeros((2 * max_seqs + 2, 6), dtype=np.int64)
+        co = np.zeros((max_seqs + 1, 5))
+        for n in range(1, max_seqs + 1):
+            co[n] = decode_coeffs(st, n, 0.0)
+        self.co = co
+        self.first_s, self.finish_s = first_s, finish_s
+
+    def room(self, more: int) -> None:
+        """Make the waiting ring hold every sequence in the engine plus `more`."""
+        iv, q = self.iv, self.q
+        base = int(iv[I_MAXS])
+        wcap = len(q) - base
+        need = int(iv[I_NRUN] + iv[I_WLEN]) + more + 1
+        if need <= wcap:
+            return
+        new = np.zeros((base + max(need, 2 * wcap), 6), dtype=np.int64)
+        new[:base] = q[:base]
+        h, n = int(iv[I_WHEAD]), int(iv[I_WLEN])
+        new[base : base + n] = q[base + (np.arange(h, h + n) % wcap)]
+        iv[I_WHEAD] = 0
+        self.q = new
+
+    # Engine's attributes that the simulator and the router read and write
+    @property
+    def free_s(self) -> float:
+        return float(self.f[F_FREE])
+
+    @free_s.setter
+    def free_s(self, v: float) -> None:
+        self.f[F_FREE] = v
+
+    @property
+    def busy_s(self) -> float:
+        return float(self.f[F_BUSY])
+
+    @busy_s.setter
+    def busy_s(self, v: float) -> None:
+        self.f[F_BUSY] = v
+
+    @property
+    def preemptions(self) -> int:
+        return int(self.iv[I_PRE])
+
+    @preemptions.setter
+    def preemptions(self, v: int) -> None:
+        self.iv[I_PRE] = v
+
+    @property
+    def general(self) -> bool:
+        return bool(self.iv[I_GEN])
+
+    def submit(
+        self, rid: int, t_s: float, inp: int, cached: int, out: int, pf_s: float, total_s: float
+    ) -> None:
+        """`Engine.submit`."""
+        args = (rid, t_s, inp, cached, out, pf_s, total_s)
+        while not submit(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, *args):
+            self.room(2)
+
+    def outstanding(self, t_s: float) -> int:
+        """`Engine.outstanding`."""
+        return outstanding(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, t_s)
+
+    def drain(self) -> float:
+        """`Engine.drain`."""
+        if self.iv[I_GEN]:
+            advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
+        return float(self.f[F_FREE])
+
+    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over) -> np.ndarray:
+        """The busy periods of one model's requests; which requests were in one."""
+        self.room(len(rid) + 3)  # submit wants room for 3 more
+        busy = np.zeros(len(rid), dtype=np.bool_)
+        run_busy(
+            self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
+            rid, ta, inp, cached, out, pf, tot, over, busy,
+        )  # fmt: skip
+        return busy

@@ -1,0 +1,176 @@
+"""Issue 13: the lru@POINT twin, never-dominated points under overload with the capacity
+table, held-back days, the compiled engine's identical numbers, tier-only hops."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_sim_closed_form import perf, point, step_model, trace
+
+from planner.cli.main import main
+from planner.optimizer import scoring
+from planner.optimizer.pareto import dominates
+from planner.optimizer.sim import simulator
+from planner.optimizer.sim.simulator import simulate
+from planner.optimizer.tiers import hop
+from planner.schemas import load_cluster, load_plan
+from planner.schemas.slo import Slo
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "tests" / "data" / "small"
+P = perf(step_model(dense_weight_read_s=0.01))  # awake 16 GiB per GPU, context 0.5 GiB
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    return int(e.value.code or 0), out, err
+
+
+def test_warm_budget_evicts_the_least_recently_used_anywhere():
+    # Two models on two GPUs: each fits its own GPU, but the budget holds one awake at a time
+    # (16 + 2 x 0.5 < 18 < 2 x 16): the other model, on another GPU, is put to sleep.
+    pt = point(["host", "host"], gpus=[[0], [1]])
+    perfs = {i.id: P for i in pt.instances}
+    tr = trace([10, 20, 30], ["m0", "m1", "m0"], 100, 5)
+    mem = {("n", 0): 40.0, ("n", 1): 40.0}
+    free = simulate(pt, perfs, tr, Slo(), policy="lru", gpu_memory_gib=mem)
+    assert free.wakes == 0
+    r = simulate(pt, perfs, tr, Slo(), policy="lru", gpu_memory_gib=mem, warm_budget_gib=18.0)
+    assert r.wakes == 2 and r.switch_wait_s[1] > 0 and r.switch_wait_s[2] > 0
+    assert r.warm_gpu_gib <= 18.0 + 1e-9
+
+
+def test_twin_keeps_instances_and_stays_within_the_points_warm_gib():
+    cl = load_cluster(SMALL / "cluster.yaml")
+    pt = point(["gpu", "host", "host"], gpus=[[0], [1], [1]])
+    pt = pt.model_copy(
+        update={"instances": [i.model_copy(update={"node": "n0"}) for i in pt.instances]}
+    )
+    perfs = {i.id: P for i in pt.instances}
+    tr = trace([10, 20, 30, 40, 50, 60], ["m0", "m1", "m2", "m1", "m2", "m0"], 100, 5)
+    m = simulate(pt, perfs, tr, Slo()).to_metrics()
+    b = scoring.twin(pt, perfs, m["warm_gpu_gib"], cl)
+    assert b.point.name == f"lru@{pt.name}"
+    for a, t in zip(pt.instances, b.point.instances, strict=True):
+        assert (a.id, a.node, a.gpus, a.variant, a.tp) == (t.id, t.node, t.gpus, t.variant, t.tp)
+        assert t.tier != "gpu"
+    r = simulate(b.point, b.perfs, tr, Slo(), **b.simulate_kwargs())
+    assert r.warm_gpu_gib <= m["warm_gpu_gib"] + 1e-9
+
+
+def test_evaluate_lru_matched_twins_every_point(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    plan = ROOT / "tests" / "golden" / "plan_small.yaml"
+    tr = tmp_path / "t.csv"
+    tr.write_text(
+        "timestamp,model,input_tokens,output_tokens\n"
+        + "".join(
+            f"{10 * k},{m},500,50\n"
+            for k, m in enumerate(["planner-7b", "coder-32b", "summarizer-8b"] * 5)
+        )
+    )
+    args = ["evaluate", str(plan), "--workload", str(tr), "--all-points"]
+    code, out, _ = _run([*args, "--baseline", "lru-matched", "--json"], capsys)
+    assert code == 0
+    got = json.loads(out)
+    names = [p.name for p in load_plan(plan).points]
+    assert list(got["points"]) == [x for n in names for x in (n, f"lru@{n}")]
+    for n in names:
+        assert got["points"][f"lru@{n}"]["warm_gpu_gib"] <= got["points"][n]["warm_gpu_gib"] + 1e-6
+        assert got["capacity"][n]["overloaded"] is False
+    code, _, err = _run(["evaluate", "--workload", str(tr), "--baseline", "lru-matched"], capsys)
+    assert code == 2 and "give a PLAN" in err
+
+
+def test_overload_no_point_dominated_and_capacity_table_names_models_and_hours(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(ROOT)
+    (tmp_path / "w.yaml").write_text("users: 150\ndays: 1\nstationary: true\n")
+    out = tmp_path / "p.yaml"
+    code, stdout, _ = _run(
+        [
+            "optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
+            "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"),
+            "--evals", "4", "--json", "-o", str(out),
+        ],
+        capsys,
+    )  # fmt: skip
+    assert code == 0
+    got = json.loads(stdout)
+    assert got["validate_days"] == 0  # one day: nothing held back
+    bases = [m for m in got["baselines"].values() if "error" not in m]
+    assert len(bases) == 3
+    for name, m in got["points_fit"].items():
+        assert not any(dominates(b, m) for b in bases), name
+    cap = got["capacity"]
+    assert cap["overloaded"]
+    over = {r["model"]: r["hours_over"] for r in cap["models"] if r["hours_over"]}
+    assert "coder-32b" in over and all(9 <= h <= 17 for h in over["coder-32b"])
+    plan = load_plan(out)
+    assert any(n.startswith("coder-32b: peak") and "hours" in n for n in plan.notes)
+    assert [r.model for r in plan.capacity if r.hours_over] == list(over)
+
+
+def test_held_back_days_split_and_default():
+    t = {"timestamp": np.array([0.0, 90000.0, 200000.0, 300000.0, 400000.0])}
+    import pandas as pd
+
+    df = pd.DataFrame({**t, "model": ["a"] * 5})
+    assert scoring.trace_days(df) == 5
+    assert scoring.validate_days(df, None) == 2
+    assert scoring.validate_days(df.iloc[:4], None) == 0
+    fit, held = scoring.split_days(df, 2)
+    assert fit["timestamp"].tolist() == [0.0, 90000.0, 200000.0]
+    assert held["timestamp"].tolist() == [300000.0, 400000.0]
+
+
+def test_hop_between_points_of_one_placement_is_sleeps_and_wakes():
+    plan = load_plan(ROOT / "tests" / "golden" / "plan_small.yaml")
+    a, b = plan.points[0], plan.points[-1]
+    perfs = {i.id: P for i in b.instances}
+    h = hop(a, b, perfs)
+    assert h.restarts == 0 and h.sleeps > 0 and h.cost_s == pytest.approx(h.sleeps * P.sleep_s)
+    moved = b.model_copy(deep=True)
+    moved.instances[0].gpus = [7]
+    assert hop(a, moved, perfs).restarts == 1
+    assert plan.hops[a.name][b.name].restarts == 0
+
+
+@pytest.mark.skipif(
+    not __import__("planner.optimizer.sim.kernel", fromlist=["AVAILABLE"]).AVAILABLE,
+    reason="numba is not installed: only the pure-Python engine runs",
+)
+def test_compiled_engine_gives_identical_numbers():
+    # Busy lab16 week slices (batching, preemption, MoE and TP steps, routed co-tenants).
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench" / "lib"))
+    from lab16 import lab16
+
+    from planner.optimizer import baselines
+
+    cl, ms, sl, tr = lab16(seed=3, users=60)
+    tr = tr[tr["timestamp"] < 86400.0 + 14 * 3600].reset_index(drop=True)
+    req = scoring.requests(tr, ms)
+    built = [baselines.build(n, cl, ms, sl, tr) for n in ("static", "lru")]
+    todo = [(b.point, b.perfs, b.simulate_kwargs()) for b in built]
+    todo.append((built[1].point, built[1].perfs, {}))  # lru's homes, time-shared by plan
+    for pt, perfs, kw in todo:
+        runs = []
+        for compiled in (False, True):
+            simulator._ALONE_CACHE.clear()
+            runs.append(simulate(pt, perfs, req, sl, model_names=ms.names, compiled=compiled, **kw))
+        a, b = runs
+        for k in ("ttft_s", "tpot_s", "switch_wait_s", "instance", "met_slo", "cache_hit"):
+            assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
+        assert (a.warm_gpu_gib, a.preemptions, a.gpu_busy_fraction, a.wakes) == (
+            b.warm_gpu_gib, b.preemptions, b.gpu_busy_fraction, b.wakes,
+        )  # fmt: skip
+    assert os.environ.get("NUMBA_DISABLE_JIT") != "1"
