@@ -7,13 +7,14 @@ slot. At most `queue_limit` requests of a model wait in all; the next gets 503 w
 Retry-After. Bytes are streamed through untouched, with one exception: to log token counts
 of a streamed request, the gateway asks the engine for `stream_options.include_usage` when
 the client did not, and drops that extra usage-only chunk (`"choices": []`) before it
-reaches the client. Only SSE events that contain a usage object are parsed.
+reaches the client (sse.py).
 
 Failures. An engine that fails before a byte of its answer reached the client (refused,
-reset, died while generating a non-streamed answer, or before the first streamed chunk) is
-probed; a dead one is marked failed (the next pick restarts it) and the request is tried
-again, up to `retries` times; a request that still finds no live instance gets 503 with
-Retry-After, so that the client retries too. A client that leaves cancels its handler
+reset, died while generating a non-streamed answer or before the first streamed chunk, or
+answered a server error) is probed; a dead one is marked failed (the next pick restarts it)
+and the request is tried again, up to `retries` times; a live one's error answer is passed
+on. A request that still finds no live instance gets 503 with Retry-After, so that the
+client retries too. A client that leaves cancels its handler
 (aiohttp handler cancellation): the upstream request is closed at once, which makes vLLM
 abort it, streamed or not, and the request is logged as 499 `client gone`.
 
@@ -37,6 +38,7 @@ import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.pool import Inst, load
+from planner.adjuster.gateway.sse import SseUsage, usage_in
 from planner.adjuster.gateway.waker import Unavailable
 from planner.optimizer import tiering
 
@@ -49,7 +51,12 @@ PROXIED = ("/v1/completions", "/v1/chat/completions")
 
 
 class _NoAnswer(Exception):
-    """The engine failed before any byte of its answer reached the client."""
+    """The engine failed before any byte of its answer reached the client: no answer, or a
+    server error (`answer`: passed on when the engine turns out to be alive)."""
+
+    def __init__(self, message: str, answer: web.Response | None = None):
+        super().__init__(message)
+        self.answer = answer
 
 
 class _ClientGone(Exception):
@@ -178,6 +185,9 @@ class Proxy:
                 if dead and inst.status == "awake":
                     gw.health.mark_dead(inst)
                     await gw.health.adopt()
+                if not dead and e.answer is not None:  # a live engine's own error: pass it on
+                    self.fail(r, e.answer.status, "engine error")
+                    return e.answer
                 if attempt + 1 < tries:
                     continue
                 msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
@@ -261,8 +271,10 @@ class Proxy:
                     data = await up.read()
                     ttft_s = r.since_s()
                     if status == 200:
-                        usage = _usage_in(data)
+                        usage = usage_in(data)
                     resp = web.Response(body=data, status=status, content_type=ctype.split(";")[0])
+                    if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
+                        raise _NoAnswer(f"the engine answered {status}", answer=resp)
                 else:
                     resp = web.StreamResponse(
                         status=200,
@@ -336,59 +348,3 @@ async def _send(resp: web.StreamResponse, request: web.Request, data: bytes, eof
             await resp.write(data)
     except ConnectionError as e:  # aiohttp's ClientConnectionResetError is one too
         raise _ClientGone(str(e)) from e
-
-
-def _usage_of(obj: Any) -> dict | None:
-    u = obj.get("usage") if isinstance(obj, dict) else None
-    return u if isinstance(u, dict) else None
-
-
-def _usage_in(data: bytes) -> dict | None:
-    try:
-        return _usage_of(json.loads(data))
-    except ValueError:
-        return None
-
-
-class SseUsage:
-    """Passes an SSE byte stream through, reading (and optionally dropping) usage chunks.
-
-    Bytes are held only up to the last complete event (blank line); blocks without the
-    text `"usage"` pass without parsing.
-    """
-
-    def __init__(self, strip: bool):
-        self.strip = strip
-        self.usage: dict | None = None
-        self._buf = b""
-
-    def feed(self, chunk: bytes) -> bytes:
-        """Bytes to send on, for `chunk` just received."""
-        buf = self._buf + chunk
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            self._buf = buf
-            return b""
-        out, self._buf = buf[: end + 2], buf[end + 2 :]
-        return self._scan(out) if b'"usage"' in out else out
-
-    def close(self) -> bytes:
-        """What is left at the end of the stream."""
-        out, self._buf = self._buf, b""
-        return self._scan(out) if b'"usage"' in out else out
-
-    def _scan(self, block: bytes) -> bytes:
-        kept = []
-        for ev in block.split(b"\n\n"):
-            if b'"usage"' in ev and ev.startswith(b"data: {"):
-                try:
-                    obj = json.loads(ev[6:])
-                except ValueError:
-                    obj = None
-                u = _usage_of(obj)
-                if u is not None:
-                    self.usage = u
-                    if self.strip and not obj.get("choices"):
-                        continue
-            kept.append(ev)
-        return b"\n\n".join(kept)

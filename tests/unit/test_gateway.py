@@ -39,6 +39,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DIED: set[str] = set()  # `die_once` keys whose engine died already (one death per key)
+
+
 class FakeEngine:
     """A tiny OpenAI-like server in a thread: usage in every answer, SSE streams."""
 
@@ -47,6 +50,7 @@ class FakeEngine:
         self.running = 0  # requests in the handler now
         self.peak = 0  # the most at once
         self.aborted = 0  # handlers cancelled because the caller closed the connection
+        self.dead = False  # its engine died: /health answers 503
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -76,6 +80,13 @@ class FakeEngine:
 
         async def answer(request: web.Request, body: dict) -> web.StreamResponse:
             await asyncio.sleep(float(body.get("delay_s", 0)))
+            if body.get("error_500"):  # an error of a live engine
+                return web.json_response({"error": {"message": "boom"}}, status=500)
+            key = body.get("die_once")
+            if key is not None and key not in DIED:  # as vLLM when its EngineCore dies:
+                DIED.add(key)  # a 500 for what it held, and /health 503 from then on
+                self.dead = True
+                return web.json_response({"error": {"message": "EngineCore died"}}, status=500)
             if body.get("bad"):
                 return web.json_response({"error": {"message": "bad request"}}, status=400)
             if not body.get("stream"):
@@ -101,7 +112,7 @@ class FakeEngine:
             return resp
 
         async def health(request: web.Request) -> web.Response:
-            return web.Response(text="")
+            return web.Response(text="", status=503 if self.dead else 200)
 
         app = web.Application()
         app.router.add_post("/v1/completions", completions)

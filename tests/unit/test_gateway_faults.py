@@ -177,3 +177,15 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
     assert e.value.code == 0
     (row,) = json.loads(capsys.readouterr().out)["instances"]
     assert (row["id"], row["restarts"]) == ("a0", 2)
+
+
+def test_a_dying_engines_500_is_retried_a_live_engines_is_passed_on(setup, tmp_path):
+    th, ctl = setup([inst("a0", "a", [0], "gpu")], {"a0"}, health_interval_s=60)
+    r = post(th, model="a", prompt="x", die_once="k1")  # the engine dies answering 500
+    assert r.status_code == 200 and r.json()["served_by"] == "a0"
+    assert ctl.calls == [("restart", "a0")]  # found dead, restarted, the request tried again
+    r = post(th, model="a", prompt="x", error_500=True)  # a live engine's own error
+    assert r.status_code == 500 and r.json()["error"]["message"] == "boom"
+    assert ctl.calls == [("restart", "a0")]
+    fails = wait_rows(tmp_path, 1, "failures")
+    assert [(f["status"], f["error"]) for f in fails] == [(500, "engine error")]
