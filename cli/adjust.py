@@ -128,7 +128,9 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
     from planner.cli.tables import REPLAY_SCORING, metrics_table
 
     if json_out:
-        print_json({**replay(inp.plan, trace, inp.slo, inp.perfs(), cfg, **kw), "scoring": REPLAY_SCORING})
+        print_json(
+            {**replay(inp.plan, trace, inp.slo, inp.perfs(), cfg, **kw), "scoring": REPLAY_SCORING}
+        )
         return
     from rich.progress import Progress
 

@@ -160,8 +160,8 @@ def reoptimized_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: P
     """Optimize again on `trace` (same inputs and seed, `evals` evaluations); write atomically."""
     from planner.cli import inputs as cin
     from planner.optimizer.search import knobs_to_dict
-    from planner.planfile import write_plan
     from planner.optimizer.workload.characterize import summarize
+    from planner.planfile import write_plan
     from planner.schemas.plan import Plan
 
     ocfg, result = _optimize(inp, trace, evals)
