@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost, Observation
-from planner.schemas.plan import Plan, Point
+from planner.schemas.plan import Hop, Plan, Point
 
 STOP_S = 2.0  # SIGTERM to exit of a vLLM server, s: apply waits for it before the next step
 
@@ -41,14 +41,15 @@ def hop_cost(
     perfs: Mapping[str, Any],
     *,
     sleep_supported: bool = True,
-    plan_hop: Mapping[str, Any] | None = None,
+    plan_hop: Hop | None = None,
 ) -> HopCost:
     """What turning `src` (as running) into `dst` takes; `perfs`: instance id -> InstancePerf
     of `dst`. `plan_hop`: the plan's `hops[src][dst]` entry, when it has one."""
     from planner.adjuster.reconcile import Observed, diff, spec_sha
 
+    predicted_s = plan_hop.cost_s if plan_hop is not None else None
     if src is dst or src.instances == dst.instances:
-        return HopCost(predicted_s=_num(plan_hop, "cost_s"))
+        return HopCost(predicted_s=predicted_s)
     actual = {
         i.id: Observed(
             status="awake" if i.tier == "gpu" or not sleep_supported else "asleep",
@@ -68,9 +69,9 @@ def hop_cost(
     if plan_hop is None:
         return cost
     return HopCost(
-        starts=int(_num(plan_hop, "restarts") or 0), sleeps=int(_num(plan_hop, "sleeps") or 0),
-        stops=cost.stops, wakes=int(_num(plan_hop, "wakes") or 0), restarted=cost.restarted,
-        duration_s=cost.duration_s, predicted_s=_num(plan_hop, "cost_s"),
+        starts=plan_hop.restarts, sleeps=plan_hop.sleeps, stops=cost.stops,
+        wakes=plan_hop.wakes, restarted=cost.restarted, duration_s=cost.duration_s,
+        predicted_s=predicted_s,
     )  # fmt: skip
 
 
@@ -134,19 +135,9 @@ def hop_delays(point: Point, cost: HopCost, requests: pd.DataFrame, start_s: flo
     return delay
 
 
-def _num(entry: Mapping[str, Any] | Any, key: str) -> float | None:
-    """A number of a plan `hops` entry (a mapping or a schema object); None when absent."""
-    if entry is None:
-        return None
-    v = entry.get(key) if isinstance(entry, Mapping) else getattr(entry, key, None)
-    return None if v is None else float(v)
-
-
-def _plan_hop(plan: Plan, src: str, dst: str) -> Any:
-    """The plan's predicted hop `src -> dst` (`hops` arrives with the optimizer of issue 14)."""
-    hops = getattr(plan, "hops", None) or {}
-    row = hops.get(src) if isinstance(hops, Mapping) else None
-    return row.get(dst) if isinstance(row, Mapping) else None
+def _plan_hop(plan: Plan, src: str, dst: str) -> Hop | None:
+    """The plan's predicted hop `src -> dst` (its `hops` table), if it has one."""
+    return plan.hops.get(src, {}).get(dst)
 
 
 def switch_estimate(

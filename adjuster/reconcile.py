@@ -58,11 +58,17 @@ class Observed:
     memory_gib: float = 0.0  # per GPU when awake, from the spec it was started with
 
 
+# Instance fields that are not process flags: the tier (the same process serves every tier)
+# and what the plan file notes for its readers (GPU type, co-tenants).
+_NOT_FLAGS = {"tier", "gpu_type", "shares_gpu_with"}
+
+
 def spec_sha(inst: Instance) -> str:
-    """Content hash of an Instance (what a running process was started from), without its
-    tier: the same process serves every tier."""
+    """Content hash of an Instance (what a running process was started from), without the
+    fields that start no other process (`_NOT_FLAGS`): a point that only changes them is a
+    sleep or a wake, and state rows of earlier versions keep their hash."""
     blob = json.dumps(
-        inst.model_dump(mode="json", exclude={"tier"}), sort_keys=True, separators=(",", ":")
+        inst.model_dump(mode="json", exclude=_NOT_FLAGS), sort_keys=True, separators=(",", ":")
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -5,7 +5,8 @@ One rule for the gateway (adjuster/gateway/) and the simulator's router
 (optimizer/sim/router.py), which models the gateway: both call these functions on their own
 instance objects (anything with the `Tenant` attributes), so the plan is scored by the rule
 that later serves it. It lives in the optimizer because `optimizer/` may import only
-`planner` (DESIGN.md), while `adjuster/` may import the optimizer. Pure: no clock, no I/O.
+`planner` (docs/architecture.md), while `adjuster/` may import the optimizer. Pure: no clock,
+no I/O.
 
 - `route`: among the instances of the requested model that are up, the one with the fewest
   requests outstanding (ties: plan order); None when none is up.

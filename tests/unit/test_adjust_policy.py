@@ -295,7 +295,9 @@ def test_the_plans_hop_table_is_read_when_it_has_one(flip):
     diff still gives which instances the hop restarts and when each serves again."""
     _, p, perfs = flip
     a, b = p.point("a-hot"), p.point("b-hot")
-    entry = {"restarts": 0, "wakes": 1, "sleeps": 1, "cost_s": 4.5}
+    from planner.schemas.plan import Hop
+
+    entry = Hop(restarts=0, wakes=1, sleeps=1, cost_s=4.5)
     cost = hop_cost(a, b, perfs["b-hot"], plan_hop=entry)
     assert (cost.starts, cost.wakes, cost.sleeps, cost.predicted_s) == (0, 1, 1, 4.5)
     assert cost.to_json()["plan_cost_s"] == 4.5

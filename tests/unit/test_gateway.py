@@ -172,10 +172,12 @@ class FakeControl:
         return Handle(instance_id=iid, node=spec.node, host="127.0.0.1", port=spec.port)
 
     def status(self):
-        return {
-            iid: ("awake", self._handle(iid)) if iid in self.engines else ("stopped", None)
-            for iid in self.specs
-        }
+        def one(iid: str):
+            if iid not in self.engines:
+                return ("stopped", None)
+            return ("failed", None) if self.engines[iid].dead else ("awake", self._handle(iid))
+
+        return {iid: one(iid) for iid in self.specs}
 
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
         with self._lock:
@@ -190,7 +192,9 @@ class FakeControl:
         with self._lock:
             self.calls.append(("restart", instance_id))
         time.sleep(self.wake_delay_s)
-        self.engines.pop(instance_id, None)
+        old = self.engines.pop(instance_id, None)
+        if old is not None:
+            old.stop()
         return self._start(instance_id)
 
     def follow(self) -> Point:
