@@ -6,105 +6,49 @@ apply lock) and `meta` (the plan and point last applied). WAL mode, so readers (
 gateway) never block the one writer. The lease is taken inside `BEGIN IMMEDIATE`, which
 serialises the check-and-write between processes; a holder that died on this host, or whose
 lease expired, is taken over.
+
+Integrity (planner.adjuster.state_file): a damaged or emptied file is refused (exit 2), never
+recreated. A missing file is a new state dir; read-only opens (`--dry-run`, `status`) of a
+missing file write nothing.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from planner.adjuster.state_file import (
+    COLUMNS,
+    DB_NAME,
+    REPAIR_FIX,
+    SCHEMA,
+    SCHEMA_VERSION,
+    TABLES,
+    InstanceRow,
+    connect,
+    damaged,
+    lenient_text,
+    open_checked,
+)
 from planner.engine import pid_alive
-from planner.errors import LockHeldError
+from planner.errors import InputError, LockHeldError
 
-DB_NAME = "state.sqlite"
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS instances (
-    id TEXT PRIMARY KEY,
-    model TEXT NOT NULL,
-    variant TEXT NOT NULL,
-    node TEXT NOT NULL,
-    host TEXT NOT NULL DEFAULT '127.0.0.1',
-    port INTEGER NOT NULL,
-    pid INTEGER,
-    actor TEXT,
-    status TEXT NOT NULL,
-    tier TEXT NOT NULL DEFAULT 'gpu',
-    plan_sha TEXT NOT NULL DEFAULT '',
-    point TEXT NOT NULL DEFAULT '',
-    started_at REAL,
-    restarts INTEGER NOT NULL DEFAULT 0,
-    log_path TEXT NOT NULL DEFAULT '',
-    spec_sha TEXT NOT NULL DEFAULT '',
-    gpus TEXT NOT NULL DEFAULT '[]',
-    memory_gib REAL NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    ts REAL NOT NULL,
-    action TEXT NOT NULL,
-    instance TEXT NOT NULL DEFAULT '',
-    node TEXT NOT NULL DEFAULT '',
-    result TEXT NOT NULL,
-    detail TEXT NOT NULL DEFAULT ''
-);
-CREATE TABLE IF NOT EXISTS lease (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    holder_pid INTEGER NOT NULL,
-    holder_host TEXT NOT NULL,
-    purpose TEXT NOT NULL DEFAULT '',
-    acquired_at REAL NOT NULL,
-    expires_at REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
+__all__ = [
+    "DB_NAME", "REPAIR_FIX", "SCHEMA_VERSION", "TABLES", "InstanceRow", "Lease", "StateStore",
+    "damaged", "default_state_dir", "lenient_text", "open_checked",
+]  # fmt: skip
 
 
 def default_state_dir() -> Path:
     """`$XDG_STATE_HOME/planner`, else `~/.local/state/planner`."""
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "planner"
-
-
-@dataclass
-class InstanceRow:
-    """One instance this state dir knows about. `status`: awake|asleep|stopped|starting|failed."""
-
-    id: str
-    model: str
-    variant: str
-    node: str
-    port: int
-    status: str
-    host: str = "127.0.0.1"
-    pid: int | None = None
-    actor: str | None = None
-    tier: str = "gpu"
-    plan_sha: str = ""
-    point: str = ""
-    started_at: float | None = None
-    restarts: int = 0
-    log_path: str = ""
-    spec_sha: str = ""  # hash of the plan's Instance: a change means a restart
-    gpus: str = "[]"  # JSON list of device indices
-    memory_gib: float = 0.0  # per GPU when awake, GiB (from the plan it was started from)
-    updated_at: float = 0.0
-
-    @property
-    def gpu_list(self) -> list[int]:
-        """Device indices as a list."""
-        return list(json.loads(self.gpus or "[]"))
-
-
-_COLS = [f.name for f in fields(InstanceRow)]
 
 
 @dataclass
@@ -119,31 +63,29 @@ class Lease:
 
 
 class StateStore:
-    """Access to `<state_dir>/state.sqlite`; safe to open from several processes."""
+    """Access to `<state_dir>/state.sqlite`; safe to open from several processes.
 
-    def __init__(self, state_dir: str | Path | None = None):
+    `readonly`: read what is there and write nothing (a missing file reads as empty).
+    """
+
+    def __init__(self, state_dir: str | Path | None = None, *, readonly: bool = False):
         self.dir = Path(state_dir) if state_dir else default_state_dir()
-        self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / DB_NAME
+        self.readonly = readonly
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        # autocommit mode: every transaction below is explicit
-        self._db = sqlite3.connect(
-            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.executescript(_SCHEMA)
-        self._add_missing_columns()
-
-    def _add_missing_columns(self) -> None:
-        """Files written by an older version get the newer columns (with their defaults)."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(instances)")}
-        extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
-        for col, decl in extra.items():
-            if col not in have:
-                self._db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+        if readonly and not self.path.exists():
+            self._db = connect(":memory:")  # nothing applied here yet
+            self._db.executescript(SCHEMA)
+            return
+        if not readonly:
+            try:
+                self.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise InputError(
+                    f"cannot create the state dir: {e.strerror}", file=str(self.dir)
+                ) from None
+        self._db = open_checked(self.path, readonly=readonly)
 
     def close(self) -> None:
         """Close the connection."""
@@ -164,13 +106,24 @@ class StateStore:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
         try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.OperationalError as e:
+            if "readonly" not in str(e):
+                raise
+            raise InputError(
+                "the state database is read-only", file=str(self.path),
+                fix="run as the user who owns the state dir, or fix its permissions",
+            ) from None  # fmt: skip
+
+    def _row(self, r: sqlite3.Row) -> InstanceRow:
+        return InstanceRow(**{c: r[c] for c in COLUMNS})
 
     # ------------------------------------------------------------ instances
 
@@ -178,14 +131,14 @@ class StateStore:
         """Insert or replace the row of `row.id`."""
         row.updated_at = time.time()
         d = asdict(row)
-        cols = ", ".join(_COLS)
-        marks = ", ".join(f":{c}" for c in _COLS)
+        cols = ", ".join(COLUMNS)
+        marks = ", ".join(f":{c}" for c in COLUMNS)
         with self._tx() as db:
             db.execute(f"INSERT OR REPLACE INTO instances ({cols}) VALUES ({marks})", d)
 
     def update(self, instance_id: str, **changes: object) -> None:
         """Set some columns of one row (KeyError if the row is absent)."""
-        bad = [k for k in changes if k not in _COLS]
+        bad = [k for k in changes if k not in COLUMNS]
         if bad:
             raise ValueError(f"unknown instance columns {bad}")
         changes["updated_at"] = time.time()
@@ -200,12 +153,12 @@ class StateStore:
     def get(self, instance_id: str) -> InstanceRow | None:
         """The row of `instance_id`, or None."""
         r = self._db.execute("SELECT * FROM instances WHERE id = ?", (instance_id,)).fetchone()
-        return InstanceRow(**{c: r[c] for c in _COLS}) if r else None
+        return self._row(r) if r else None
 
     def instances(self) -> list[InstanceRow]:
         """All rows, by id."""
         rows = self._db.execute("SELECT * FROM instances ORDER BY id").fetchall()
-        return [InstanceRow(**{c: r[c] for c in _COLS}) for r in rows]
+        return [self._row(r) for r in rows]
 
     def delete(self, instance_id: str) -> None:
         """Forget an instance (after it was stopped)."""

@@ -1,6 +1,7 @@
 """Start-up cost of the CLI: `planner --help` in a fresh interpreter (best of 5), which heavy
-modules importing planner.cli.main pulls in (must be none of torch, vllm, ray), and how long
-`planner estimate --batch` takes for 1,000 scenario rows (in-process, after start-up)."""
+modules importing planner.cli.main pulls in (must be none of torch, vllm, ray, numba), and
+how long `planner estimate --batch` takes for 1,000 scenario rows (in-process, after
+start-up)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
-HEAVY = ("torch", "vllm", "ray", "transformers", "httpx", "fastapi", "uvicorn", "matplotlib")
+HEAVY = (
+    "torch", "vllm", "ray", "numba", "transformers", "httpx", "fastapi", "uvicorn", "matplotlib",
+)  # fmt: skip
 
 
 def estimate_batch_s(rows: int = 1000) -> float:
@@ -66,12 +69,12 @@ def main() -> int:
         f"planner --help: best {min(times):.3f} s, median {sorted(times)[2]:.3f} s over 5 fresh runs"
     )
     print(f"heavy modules imported by planner.cli.main: {loaded or 'none'}")
-    bad = [m for m in loaded if m in ("torch", "vllm", "ray")]
+    bad = [m for m in loaded if m in ("torch", "vllm", "ray", "numba")]
     batch_s = estimate_batch_s()
     print(f"planner estimate --batch, 1000 rows: {batch_s:.3f} s (in-process)")
     print(
         f"RESULT help_best_s={min(times):.3f} heavy_imports={len(loaded)} torch={int('torch' in loaded)} "
-        f"vllm={int('vllm' in loaded)} ray={int('ray' in loaded)} "
+        f"vllm={int('vllm' in loaded)} ray={int('ray' in loaded)} numba={int('numba' in loaded)} "
         f"estimate_1000_rows_s={batch_s:.3f} pass={int(not bad and batch_s < 1.0)}"
     )
     return 0 if not bad and batch_s < 1.0 else 1

@@ -10,10 +10,14 @@ Then the whole process (issue 13): `planner evaluate` from start to exit on a we
 spec with 132 users (298k requests, written to a temporary Parquet file), against a plan
 `planner optimize` wrote for lab16 (every point and its `lru@` twin), and against each
 baseline; simulated requests per second per point or baseline = requests x simulations /
-wall time (target >= 100,000). Numba's compiled loop is cached on disk by a first run.
-Ends with RESULT; exit 1 when a target is missed.
+wall time (target >= 100,000), the fastest of `--process-repeat` runs, with the CPU time
+(user + system) of the same run beside it: on a shared machine the wall time says more
+about the neighbours than about the code. A first run fills numba's on-disk cache of the
+compiled loops (what a fresh install does once). Ends with RESULT; exit 1 when a target is
+missed.
 
     python bench/simulator_speed.py [--users 10] [--days 7] [--seed 0] [--repeat 9]
+        [--process-repeat 3]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ for _v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -48,6 +53,7 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=7)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=9)  # a shared VM: the best of many
+    ap.add_argument("--process-repeat", type=int, default=3)
     args = ap.parse_args()
     silence_solver_banner()  # melange's MILP would print HiGHS's banner mid-table
     cluster = load_cluster(LAB / "cluster.yaml")
@@ -71,7 +77,7 @@ def main() -> None:
         best = cpu = float("inf")
         kw = b.simulate_kwargs()
         for _ in range(args.repeat):
-            simulator._ALONE_CACHE.clear()  # cold: nothing remembered from earlier points
+            simulator.clear_caches()  # cold: nothing remembered from earlier points
             t0, c0 = time.perf_counter(), time.process_time()
             r = simulate(b.point, b.perfs, req, slo, model_names=models.names, **kw)
             best = min(best, time.perf_counter() - t0)
@@ -96,7 +102,7 @@ def main() -> None:
     out["total_s"] = f"{total_s:.3f}"
     out["min_rps"] = f"{min(float(out[f'{k}_rps']) for k in baselines.BASELINES):.0f}"
     out["week_le_3s"] = str(worst_s <= 3.0).lower()
-    out.update(whole_process(models))
+    out.update(whole_process(models, args.process_repeat))
     met = out["week_le_3s"] == "true" and out["process_ge_100k"] == "true"
     out["met"] = str(met).lower()
     print("RESULT " + " ".join(f"{k}={v}" for k, v in out.items()))
@@ -106,16 +112,26 @@ def main() -> None:
 BIG_USERS = 132  # 298k requests in lab16's week
 
 
-def _planner(*args: str) -> tuple[float, dict]:
-    """Run `planner ARGS --json` as a user would; (wall s, its JSON)."""
+def _planner(*args: str) -> tuple[float, dict, float]:
+    """Run `planner ARGS --json` as a user would; (wall s, its JSON, its CPU s: user +
+    system, which a shared machine inflates less than the wall time)."""
     cmd = [sys.executable, "-m", "planner.cli.main", *args, "--json"]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return time.perf_counter() - t0, json.loads(p.stdout)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return wall, json.loads(p.stdout), cpu
 
 
-def whole_process(models) -> dict[str, str]:
-    """`planner evaluate` start to exit on the big week, per point or baseline."""
+def _best(a: tuple | None, b: tuple) -> tuple:
+    return b if a is None or b[0] < a[0] else a
+
+
+def whole_process(models, repeat: int) -> dict[str, str]:
+    """`planner evaluate` start to exit on the big week, per point or baseline (the fastest
+    of `repeat` runs of each)."""
     from planner.cli.inputs import synth_spec
 
     spec, _ = bind_models(
@@ -124,29 +140,44 @@ def whole_process(models) -> dict[str, str]:
     df = synth(spec, seed=0)
     files = [f"--{k}={LAB / (k + '.yaml')}" for k in ("cluster", "models", "slo")]
     rates: dict[str, float] = {}
+    cpu_rates: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
         week = Path(d) / "week.parquet"
         df.to_parquet(week)
         plan = Path(d) / "plan.yaml"
         _planner("optimize", *files, f"--workload={LAB / 'workload.yaml'}", f"--output={plan}")
-        _planner("evaluate", str(plan), f"--workload={week}", "--baseline=static")  # numba cache
-        wall, out = _planner(
-            "evaluate", str(plan), f"--workload={week}", "--all-points", "--baseline=lru-matched"
-        )
-        n_sims = len(out["points"])
-        rates["points"] = len(df) * n_sims / wall
-        print(
-            f"planner evaluate, whole process, {len(df)} requests: {n_sims} points and twins "
-            f"in {wall:.2f} s = {rates['points']:,.0f} simulated requests/s per point"
-        )
-        for name in baselines.BASELINES:
-            wall, _ = _planner("evaluate", f"--workload={week}", f"--baseline={name}", *files)
-            rates[name] = len(df) / wall
-            print(f"  baseline {name}: {wall:.2f} s = {rates[name]:,.0f} requests/s")
+        # a first run compiles numba's loops into its on-disk cache (a fresh install does once)
+        _planner("evaluate", str(plan), f"--workload={week}", "--all-points", "--baseline=melange")
+        best: dict[str, tuple[float, float, int]] = {}  # name -> (wall, cpu, simulations)
+        for _ in range(repeat):  # a shared machine: the best of a few runs
+            wall, out, cpu = _planner(
+                "evaluate",
+                str(plan),
+                f"--workload={week}",
+                "--all-points",
+                "--baseline=lru-matched",
+            )
+            n_sims = len(out["points"])
+            best["points"] = _best(best.get("points"), (wall, cpu, n_sims))
+            for name in baselines.BASELINES:
+                wall, _, cpu = _planner(
+                    "evaluate", f"--workload={week}", f"--baseline={name}", *files
+                )
+                best[name] = _best(best.get(name), (wall, cpu, 1))
+        for name, (wall, cpu, n_sims) in best.items():
+            rates[name] = len(df) * n_sims / wall
+            cpu_rates[name] = len(df) * n_sims / cpu
+            what = f"{n_sims} points and twins" if name == "points" else f"baseline {name}"
+            print(
+                f"planner evaluate, whole process, {len(df)} requests, {what}: {wall:.2f} s wall "
+                f"= {rates[name]:,.0f} simulated requests/s ({cpu:.2f} s CPU = "
+                f"{cpu_rates[name]:,.0f}/s)"
+            )
     worst = min(rates.values())
     return {
         "process_requests": str(len(df)),
         **{f"process_{k}_rps": f"{v:.0f}" for k, v in rates.items()},
+        **{f"process_{k}_cpu_rps": f"{v:.0f}" for k, v in cpu_rates.items()},
         "process_min_rps": f"{worst:.0f}",
         "process_ge_100k": str(worst >= 100_000).lower(),
     }

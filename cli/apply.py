@@ -33,13 +33,29 @@ def _input_path(plan_file: Path, recorded: str) -> Path | None:
     return None
 
 
-def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Path | None):
-    """Plan, cluster (or None), models and the models file: validated and cross-checked (exit 2)."""
+def load_plan_inputs(
+    plan_path: Path,
+    cluster_path: Path | None,
+    models_path: Path | None,
+    point: str | None = None,
+):
+    """Plan, cluster, models and the models file, the plan checked against them (exit 2).
+
+    The one loader of every command that acts on a plan: the plan check
+    (`planner.optimizer.invariants.check_plan`) runs here, before any side effect. `point`,
+    when given, must name a point of the plan.
+    """
     from planner.errors import InputError
-    from planner.schemas import check_plan, load_cluster, load_models, load_plan
+    from planner.optimizer.invariants import check_plan
+    from planner.schemas import load_cluster, load_models, load_plan
 
     plan_path = Path(plan_path)
     plan = load_plan(plan_path)
+    if point is not None and point not in [p.name for p in plan.points]:
+        raise InputError(
+            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
+            fix=f"use one of {[p.name for p in plan.points]}",
+        )  # fmt: skip
     cp = cluster_path or _input_path(
         plan_path, plan.inputs.get("cluster").path if "cluster" in plan.inputs else ""
     )
@@ -51,11 +67,60 @@ def load_plan_inputs(plan_path: Path, cluster_path: Path | None, models_path: Pa
             "the models file recorded in plan.inputs.models is not found", file=str(plan_path),
             path="inputs.models.path", fix="pass --models MODELS.yaml",
         )  # fmt: skip
+    if cp is None:
+        raise InputError(
+            "the cluster file recorded in plan.inputs.cluster is not found", file=str(plan_path),
+            path="inputs.cluster.path", fix="pass --cluster CLUSTER.yaml",
+        )  # fmt: skip
     models = load_models(mp)
-    cluster = load_cluster(cp) if cp is not None else None
-    if cluster is not None:
-        check_plan(plan, cluster, models, file=str(plan_path))
+    cluster = load_cluster(cp)
+    check_plan(plan, cluster, models, file=str(plan_path))
     return plan, cluster, models, mp
+
+
+def node_share(
+    plan: Any, point: str | None, node: str | None, backend: str, cluster: Any, file: str
+) -> tuple[Any, str]:
+    """The plan to apply on this host and a note: all of it, or with `--node` that node's share.
+
+    The local backend starts every instance on this host, so a point spread over several
+    nodes needs `--node NAME` (this host's share) or `--backend ray`.
+    """
+    from planner.errors import InputError
+
+    pt = plan.point(point)
+    nodes = sorted({i.node for i in pt.instances})
+    if node is None:
+        if backend == "local" and len(nodes) > 1:
+            raise InputError(
+                f"point {pt.name!r} places instances on {len(nodes)} nodes ({', '.join(nodes)}); "
+                "the local backend would start them all on this host",
+                file=file,
+                path="--node",
+                fix="pass --node NAME to apply this host's share (run it on each node), or "
+                "--backend ray to reach every node",
+            )
+        return plan, ""
+    if backend != "local":
+        raise InputError(
+            "--node picks this host's share for the local backend; the ray backend reaches "
+            "every node itself",
+            path="--node",
+            fix="drop --node, or use --backend local",
+        )
+    names = [n.name for n in cluster.nodes]
+    if node not in names:
+        raise InputError(
+            f"no node {node!r} in the cluster", path="--node", fix=f"use one of {names}"
+        )
+    mine = [i for i in pt.instances if i.node == node]
+    others = [n for n in nodes if n != node]
+    note = f"node {node}: {len(mine)} of the {len(pt.instances)} instances of point {pt.name}"
+    if others:
+        note += f"; the others run on {', '.join(others)} (apply there with --node NAME)"
+    share = pt.model_copy(update={"instances": mine})
+    points = [share if p.name == pt.name else p for p in plan.points]
+    return plan.model_copy(update={"points": points}), note
 
 
 def _device(cluster: Any) -> str | None:
@@ -115,7 +180,7 @@ def open_controller(
     from planner.io import sha256_file
 
     plan_path = Path(plan_path)
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     be = make_backend(backend, cl, _device(cl))
     return Controller(
         plan, point, be, StateStore(state_dir),
@@ -161,6 +226,12 @@ def apply_cmd(
     wait_lock: Annotated[
         float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
     ] = 0.0,
+    node: Annotated[
+        str | None,
+        typer.Option(
+            "--node", help="Apply only this node's instances (this host's share; local backend)."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
@@ -168,22 +239,16 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
-    if point is not None and point not in [p.name for p in plan.points]:
-        from planner.errors import InputError
-
-        raise InputError(
-            f"no point {point!r} in the plan",
-            file=str(plan_path),
-            path="--point",
-            fix=f"use one of {[p.name for p in plan.points]}",
-        )
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
+    plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
+    if note:
+        err_console.print(f"note: {note}", highlight=False, markup=False)
     if backend == "local" and not dry_run:  # a clear line before anything starts
         from planner.cli.common import serve_extra
 
         require_extra(serve_extra(_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",))
     be = make_backend(backend, cl, _device(cl))
-    with StateStore(state_dir) as state:
+    with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
             plan_sha=sha256_file(plan_path), lease_wait_s=wait_lock,
@@ -196,7 +261,7 @@ def apply_cmd(
             with err_console.status(f"applying point {point or plan.selected} ..."):
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
-            state.set_meta(plan_path=str(plan_path.resolve()))
+            state.set_meta(plan_path=str(plan_path.resolve()), node=node or "")
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -231,12 +296,13 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
         point = load_plan(path).point(meta.get("point") or None)
     except (PlannerError, KeyError):
         return []
+    node = meta.get("node")  # applied with --node: only that node's share runs from here
     sleeps = be.supports_sleep
     return [
         {"id": i.id, "model": i.model, "node": i.node, "tier": i.tier,
          "status": "asleep" if i.tier in ("host", "disk") and not sleeps else "stopped",
          "healthy": False, "host": "", "port": i.port, "pid": None, "uptime_s": None, "restarts": 0}
-        for i in point.instances if i.id not in known
+        for i in point.instances if i.id not in known and (not node or i.node == node)
     ]  # fmt: skip
 
 
@@ -252,7 +318,7 @@ def status_cmd(
     be = make_backend(backend)
     now = time.time()
     rows = []
-    with StateStore(state_dir) as state:
+    with StateStore(state_dir, readonly=True) as state:
         meta = state.meta()
         for r in state.instances():
             running = r.pid is not None or r.actor is not None

@@ -33,10 +33,11 @@ def evaluate_points(
     from planner.optimizer.capacity import capacity_report, point_capacity_rps
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
+    from planner.optimizer.invariants import check_plan
     from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
-    from planner.schemas import check_plan, load_cluster, load_models, load_plan, load_slo
+    from planner.schemas import load_cluster, load_models, load_plan, load_slo
     from planner.trace import read_trace
 
     if baseline == "lru-matched" and plan_path is None:
@@ -96,7 +97,7 @@ def evaluate_points(
         name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
         todo.append((name, b.point, perfs, b.simulate_kwargs()))
     req = to_requests(trace, models.names)
-    demand = model_demand(trace)
+    demand = model_demand(trace) if plan is not None else {}  # for the points' capacity
     cfg = OptimizeConfig()
     results: dict[str, Any] = {}
     capacity: dict[str, Any] = {}

@@ -29,7 +29,7 @@ def open_gateway(
     from planner.errors import InputError
     from planner.io import sha256_file
 
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models)
+    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     if point is not None and point not in [p.name for p in plan.points]:
         raise InputError(
             f"no point {point!r} in the plan", file=str(plan_path), path="--point",

@@ -12,6 +12,7 @@ from typing import Any
 from planner.errors import InputError
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.cluster import Cluster
+from planner.schemas.common import did_you_mean
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
 
@@ -26,44 +27,68 @@ def models(path: Path) -> Models:
     return load_models(path)
 
 
-def slo(path: Path) -> Slo:
-    """slo.yaml, validated."""
-    return load_slo(path)
+def slo(path: Path, ms: Models | None = None) -> Slo:
+    """slo.yaml, validated; with the models, its per-model overrides must name them."""
+    from planner.schemas import check_slo_models
+
+    out = load_slo(path)
+    if ms is not None:
+        check_slo_models(out, ms, str(path))
+    return out
 
 
 def workload(path: Path, ms: Models, seed: int):
     """A trace file, or a synth spec (.yaml) generated on the fly for the catalog's models."""
+    from planner.cli.common import err_console
     from planner.trace import read_trace
 
-    if path.suffix in (".yaml", ".yml"):
-        from planner.optimizer.workload.synth import bind_models, synth
+    with err_console.status(f"reading the workload {path.name} ..."):
+        if path.suffix in (".yaml", ".yml"):
+            from planner.optimizer.workload.synth import bind_models, synth
 
-        spec, _ = bind_models(synth_spec(path), ms.names)
-        return synth(spec, seed=seed)
-    return read_trace(path, ms.names)
+            spec, _ = bind_models(synth_spec(path, ms.names), ms.names)
+            return synth(spec, seed=seed)
+        return read_trace(path, ms.names)
 
 
-def synth_spec(path: Path):
-    """A workload spec file: its keys overlaid on the default spec (roles merge field by field)."""
+def synth_spec(path: Path, model_names: list[str] | None = None):
+    """A workload spec file: its keys overlaid on the default spec (roles merge field by field).
+
+    With `model_names`, a role the file names a model for must name one of them (roles the
+    file leaves at their defaults are mapped onto the models by `bind_models`).
+    """
     from pydantic import ValidationError
 
     from planner.io import read_yaml
     from planner.optimizer.workload.synth import SynthSpec, default_spec
-    from planner.schemas import validation_to_input_error
+    from planner.schemas import path_key, validation_to_input_error
 
     data = read_yaml(path, "workload")
     if not isinstance(data, dict):
         raise InputError(
             "a workload spec is a mapping of fields",
             file=str(path),
+            path="(top level)",
             fix="see `planner workload synth --print-spec`",
         )
     data.pop("kind", None)
     merged = _deep_merge(default_spec().model_dump(mode="json"), data)
     try:
-        return SynthSpec.model_validate(merged)
+        spec = SynthSpec.model_validate(merged)
     except ValidationError as e:
         raise validation_to_input_error(e, str(path), "workload", SynthSpec) from None
+    check_spec_size(spec, str(path))
+    for role, rs in (data.get("roles") or {}).items():
+        name = rs.get("model") if isinstance(rs, dict) else None
+        if model_names and name is not None and name not in model_names:
+            raise InputError(
+                f"role {role!r} calls {name!r}, which is not in the models file"
+                f"{did_you_mean(name, model_names)}",
+                file=str(path),
+                path=f"roles.{path_key(role)}.model",
+                fix=f"use one of {list(model_names)}",
+            )
+    return spec
 
 
 def _deep_merge(base: dict, over: dict) -> dict:
@@ -179,3 +204,41 @@ def silence_solver_banner() -> None:
         return
     with quiet_c_stdout():
         highspy.Highs()
+
+
+MAX_SYNTH_REQUESTS = 10_000_000  # a workload spec expected to make more requests is refused
+
+
+def check_spec_size(spec: Any, file: str) -> None:
+    """Refuse a spec whose expected request count passes MAX_SYNTH_REQUESTS (named in the error).
+
+    Expected calls per turn: the visits of the role chain before `end`, from its start
+    distribution and hand-off matrix (fundamental matrix of the absorbing chain), capped at
+    `max_calls_per_turn`.
+    """
+    import numpy as np
+
+    roles = list(spec.roles)
+    start = np.array([spec.start_role.get(r, 0.0) for r in roles])
+    hand = np.array([[spec.transitions.get(a, {}).get(b, 0.0) for b in roles] for a in roles])
+    ends = np.array([spec.transitions.get(a, {}).get("end", 0.0) for a in roles])
+    rows = hand.sum(axis=1) + ends
+    hand = np.divide(hand, rows[:, None], out=np.zeros_like(hand), where=rows[:, None] > 0)
+    try:
+        visits = start / start.sum() @ np.linalg.inv(np.eye(len(roles)) - hand)
+        calls = min(float(visits.sum()), spec.max_calls_per_turn)
+    except np.linalg.LinAlgError:  # a chain that never ends: every turn runs to the cap
+        calls = spec.max_calls_per_turn
+    if not np.isfinite(calls) or calls < 0:
+        calls = spec.max_calls_per_turn
+    turns = spec.users * spec.days * spec.sessions_per_day * spec.turns_per_session
+    expected = turns * calls
+    if expected > MAX_SYNTH_REQUESTS:
+        raise InputError(
+            f"users x days x sessions_per_day x turns_per_session x {calls:.1f} calls per turn "
+            f"is about {expected:,.0f} requests, over the limit of {MAX_SYNTH_REQUESTS:,} "
+            "for a generated workload",
+            file=file,
+            path="users",
+            fix="fewer users or days (a week of a team is enough to plan for)",
+        )

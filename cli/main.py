@@ -34,6 +34,7 @@ _COMMAND_MODULES = [
     "init",
     "example",
     "apply",
+    "state",
     "gateway",
     "adjust",
 ]

@@ -80,7 +80,7 @@ def optimize_cmd(
         )
     cl = inp.cluster(cluster)
     ms = inp.models(models)
-    sl = inp.slo(slo)
+    sl = inp.slo(slo, ms)
     trace = inp.workload(workload, ms, seed)
     calib = inp.calibration(profiles)
     cfg = OptimizeConfig(

@@ -28,6 +28,29 @@ def _bar(ax, row: int, left: float, inst, height: float, offset: float) -> None:
     )
 
 
+Series = dict[str, list[tuple[str, float, float]]]
+
+
+def front_series(result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -> Series:
+    """What the left panel draws, as (label, warm GiB, switch P95 s) per series, all on the
+    days the points were chosen on: `evaluated` (every feasible plan), `points`, `twins`
+    (each point's `lru@` twin: its instances, reactive LRU, its warm GiB) and `baselines`."""
+    twins = getattr(result, "twins", None) or {}
+    out: Series = {"evaluated": [], "points": [], "twins": [], "baselines": []}
+    for e in result.evaluations:
+        if e.feasible:
+            out["evaluated"].append(("", e.chosen["warm_gpu_gib"], e.chosen["switch_p95_s"]))
+    for p in plan.points:
+        out["points"].append((p.name, p.predicted.warm_gpu_gib, p.predicted.switch_p95_s))
+        t = twins.get(p.name)
+        if t is not None:
+            out["twins"].append((f"lru@{p.name}", t["warm_gpu_gib"], t["switch_p95_s"]))
+    for name, m in baselines.items():
+        if "error" not in m:
+            out["baselines"].append((name, m["warm_gpu_gib"], m["switch_p95_s"]))
+    return out
+
+
 def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -> None:
     """Write a PNG (or an HTML page holding it) of the search and the selected placement."""
     import matplotlib
@@ -37,42 +60,48 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     from matplotlib.patches import Patch
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
-    evs = [e for e in result.evaluations if e.feasible]
+    ser = front_series(result, plan, baselines)
     ax1.scatter(
-        [e.metrics["warm_gpu_gib"] for e in evs],
-        [e.metrics["switch_p95_s"] for e in evs],
+        [x for _, x, _ in ser["evaluated"]],
+        [y for _, _, y in ser["evaluated"]],
         s=14,
         c="#bbbbbb",
         label="evaluated plans",
     )
-    pts = [(p.name, p.predicted) for p in plan.points]
-    ax1.plot(
-        [p.warm_gpu_gib for _, p in pts],
-        [p.switch_p95_s for _, p in pts],
-        "o-",
-        c="#1f77b4",
-        label="Pareto points",
-    )
-    for k, (name, p) in enumerate(pts):
+    pts = {name: (x, y) for name, x, y in ser["points"]}
+    line = sorted(pts.values())  # the front, from the leanest point to the roomiest
+    ax1.plot([x for x, _ in line], [y for _, y in line], "o-", c="#1f77b4", label="Pareto points")
+    for k, (name, (x, y)) in enumerate(pts.items()):
         ax1.annotate(
             name + (" (selected)" if name == plan.selected else ""),
-            (p.warm_gpu_gib, p.switch_p95_s),
+            (x, y),
             textcoords="offset points",
             xytext=(6, 8 + 12 * (k % 2)),
             fontsize=9,
         )
-    for name, m in baselines.items():
-        if "error" in m:
-            continue
+    for k, (label, x, y) in enumerate(ser["twins"]):
+        px, py = pts[label.removeprefix("lru@")]
+        ax1.plot([px, x], [py, y], ":", c="#d62728", lw=1)  # each point to its twin
         ax1.scatter(
-            [m["warm_gpu_gib"]], [m["switch_p95_s"]], marker="s", s=50, label=f"baseline {name}"
+            [x],
+            [y],
+            marker="D",
+            s=40,
+            facecolors="none",
+            edgecolors="#d62728",
+            label="lru@ twins: same instances, reactive LRU, same warm GiB" if k == 0 else None,
         )
+        ax1.annotate(
+            label, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8, color="#d62728"
+        )
+    for name, x, y in ser["baselines"]:
+        ax1.scatter([x], [y], marker="s", s=50, label=f"baseline {name}")
     ax1.set_xlabel("time-average warm GPU memory (GiB)")
     ax1.set_ylabel("switch latency P95 (s, log above 1 s)")
     ax1.set_yscale("symlog", linthresh=1.0)
     ax1.set_title("Switch latency vs warm GPU memory")
     ax1.grid(alpha=0.3)
-    ax1.legend(fontsize=8)
+    ax1.legend(fontsize=8, loc="center right")  # points sit top left and along the bottom
 
     point = plan.point()
     gpus: list[tuple[str, int]] = sorted({(i.node, g) for i in point.instances for g in i.gpus})

@@ -31,12 +31,45 @@ def _looks_like_workload(path: Path) -> bool:
     return any(k in data for k in _WORKLOAD_KEYS)
 
 
-def _validate_workload(path: Path) -> dict[str, Any]:
+def _validate_workload(path: Path, model_names: list[str] | None) -> dict[str, Any]:
     """A `planner workload synth` spec: its keys overlay the generator's defaults."""
     from planner.cli.inputs import synth_spec
 
-    synth_spec(path)
+    synth_spec(path, model_names)
     return {"file": str(path), "kind": "workload", "ok": True}
+
+
+def _recorded(plan: Any, plan_path: Path, key: str) -> Path | None:
+    """The input file a plan records under `key`; None when it records none."""
+    from planner.cli.apply import _input_path
+
+    ref = plan.inputs.get(key)
+    if ref is None or not ref.path:
+        return None
+    found = _input_path(plan_path, ref.path)
+    if found is None:
+        raise InputError(
+            f"the {key} file the plan records ({ref.path}) is not found",
+            file=str(plan_path),
+            path=f"inputs.{key}.path",
+            fix=f"pass --{key} FILE",
+        )
+    return found
+
+
+def _check_plan(plan: Any, path: Path, cluster: Any, models: Any) -> dict[str, Any]:
+    """The plan check of every plan-reading command, against the given or recorded inputs."""
+    from planner import schemas
+    from planner.optimizer.invariants import check_plan
+
+    if cluster is None and (p := _recorded(plan, path, "cluster")) is not None:
+        cluster = schemas.load_cluster(p)
+    if models is None and (p := _recorded(plan, path, "models")) is not None:
+        models = schemas.load_models(p)
+    if cluster is None or models is None:
+        return {"cross_checked": False}
+    check_plan(plan, cluster, models, file=str(path))
+    return {"cross_checked": True}
 
 
 def validate_file(
@@ -45,8 +78,11 @@ def validate_file(
     model_names: list[str] | None,
     cluster: Any = None,
     models: Any = None,
+    parsed: Any = None,
 ) -> dict[str, Any]:
-    """Validate one file; returns a summary, raises InputError on the first problem."""
+    """Validate one file; returns a summary, raises InputError on the first problem.
+
+    `parsed`: the file's schema object when the caller already loaded it (read once)."""
     from planner import schemas
 
     if kind == "trace" or (kind is None and path.suffix.lower() in _TRACE_SUFFIXES):
@@ -55,15 +91,19 @@ def validate_file(
         from planner.trace import read_trace
 
         df = read_trace(path, model_names)
-        return {"file": str(path), "kind": "trace", "ok": True, "rows": len(df)}
-    if kind == "workload" or (kind is None and _looks_like_workload(path)):
-        return _validate_workload(path)
-    obj = schemas.load(path, kind)
+        return {
+            "file": str(path), "kind": "trace", "ok": True, "rows": len(df),
+            **df.attrs.get("counts", {}),
+        }  # fmt: skip
+    if parsed is None and (kind == "workload" or (kind is None and _looks_like_workload(path))):
+        return _validate_workload(path, model_names)
+    obj = parsed if parsed is not None else schemas.load(path, kind)
     found = getattr(obj, "kind", kind)
     out: dict[str, Any] = {"file": str(path), "kind": found, "ok": True}
-    if found == "plan" and cluster is not None and models is not None:
-        schemas.check_plan(obj, cluster, models, file=str(path))
-        out["cross_checked"] = True
+    if found == "plan":
+        out |= _check_plan(obj, path, cluster, models)
+    elif found == "slo" and models is not None:
+        schemas.check_slo_models(obj, models, file=str(path))
     return out
 
 
@@ -105,26 +145,35 @@ def register(app: typer.Typer) -> None:
             )
         models = schemas.load_models(models_file) if models_file else None
         cluster = schemas.load_cluster(cluster_file) if cluster_file else None
-        # files given together can cross-check each other without the flags
-        if models is None or cluster is None:
-            for f in files:
-                if f.suffix.lower() in (".yaml", ".yml") and f.exists():
-                    try:
-                        data = read_yaml(f)
-                        k = schemas.detect_kind(data, str(f))
-                    except InputError:
-                        continue
+        # files given together cross-check each other without the flags (each read once)
+        parsed: dict[Path, Any] = {}
+        for f in files:
+            if kind is None and f.suffix.lower() in (".yaml", ".yml") and f.exists():
+                try:
+                    data = read_yaml(f)
+                    k = schemas.detect_kind(data, str(f))
+                except InputError:
+                    continue  # validate_file reports it
+                if k in ("models", "cluster"):
+                    parsed[f] = schemas.parse(data, k, str(f))
                     if k == "models" and models is None:
-                        models = schemas.load_models(f)
+                        models = parsed[f]
                     elif k == "cluster" and cluster is None:
-                        cluster = schemas.load_cluster(f)
+                        cluster = parsed[f]
         names = models.names if models is not None else None
-        results = [validate_file(f, kind, names, cluster, models) for f in files]
+        results = [validate_file(f, kind, names, cluster, models, parsed.get(f)) for f in files]
         if json_out:
             print_json(results)
             return
         for r in results:
             extra = f", {r['rows']} rows" if "rows" in r else ""
+            extra += "".join(
+                f", {r[k]} {k.replace('_', ' ')}"
+                for k in ("out_of_order", "duplicates")
+                if r.get(k)
+            )
+            if r.get("cross_checked") is False:
+                extra += "; not checked against a cluster and models (pass --cluster, --models)"
             console.print(f"[green]ok[/] {r['file']} ({r['kind']}{extra})", highlight=False)
 
     @app.command()

@@ -1,13 +1,29 @@
-"""Why each model got its variant, GPUs and tier: binding constraints and the next-best option."""
+"""Why each model of a plan point sits where the plan file puts it.
+
+Pure: the point's instances as the file holds them, the cluster, models, SLO and each
+model's demand in; one explanation per model out. Nothing is re-solved, so what is
+explained is the placement the file contains (a hand-edited file included): for each
+instance, its capacity against the model's peak demand, how full its GPUs are and with
+whom it shares them, what its tier costs or saves, the quality its variant gives up; and,
+as the alternative, what the other variants and tiers would need on the same GPUs.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from planner.optimizer.milp import MilpInput, MilpResult, Placement, solve, switch_delay_s_per_h
+from planner.optimizer.candidates import capacity_rps
+from planner.optimizer.demand import IDLE_GAP_S, ModelDemand
+from planner.optimizer.invariants import gpu_usage
+from planner.optimizer.perf import InstancePerf, instance_perf
+from planner.optimizer.sim.perfs import gpu_group, perf_for_instance
+from planner.schemas.cluster import Cluster
+from planner.schemas.models import Models
+from planner.schemas.plan import Instance, Point
+from planner.schemas.slo import Slo
 
 _TIGHT_GIB = 1.0  # a GPU with less free than this binds, GiB
-_TIGHT_REL = 0.05  # a capacity constraint within 5% of its bound binds
 
 
 @dataclass
@@ -20,78 +36,160 @@ class ModelExplanation:
     alternative: str = ""
 
 
-def _describe(p: Placement) -> str:
-    c = p.cand
+def demand_from_summary(summary: dict[str, Any]) -> dict[str, ModelDemand]:
+    """Per-model demand from a plan's `workload_summary` (what the plan was optimized for)."""
+    out: dict[str, ModelDemand] = {}
+    idle = summary.get("idle_arrivals_per_hour") or {}
+    grid = list(idle.get("idle_s") or [])
+    k = grid.index(IDLE_GAP_S) if IDLE_GAP_S in grid else None
+    total = int(summary.get("requests") or 0)
+    for m in summary.get("models") or []:
+        lengths = (summary.get("lengths") or {}).get(m, {})
+        share = float((summary.get("mix") or {}).get(m, 0.0))
+        rates = idle.get(m) or []
+        out[m] = ModelDemand(
+            requests=round(share * total),
+            peak_rps=float(((summary.get("peak") or {}).get(m) or {}).get("requests_per_s", 0.0)),
+            mean_input_tokens=float(lengths.get("input_mean", 1024.0)),
+            mean_output_tokens=float(lengths.get("output_mean", 256.0)),
+            mean_cached_tokens=float(lengths.get("cached_mean", 0.0)),
+            switch_ins=0,
+            switch_ins_per_hour=float(rates[k]) if k is not None and k < len(rates) else 0.0,
+            share=share,
+        )
+    return out
+
+
+def _describe(inst: Instance, gpu_type: str, perf: InstancePerf, cap: float, quant: str) -> str:
     return (
-        f"{c.variant} ({c.quantization}) on {p.gset.node} GPUs {list(p.gset.gpus)} "
-        f"[{c.gpu_type}] tp={c.tp} tier={p.tier}, {c.perf.awake_gib_per_gpu:.1f} GiB/GPU awake, "
-        f"{c.capacity_rps:.2f} req/s"
+        f"{inst.variant} ({quant}) on {inst.node} GPUs {inst.gpus} [{gpu_type}] tp={inst.tp} "
+        f"tier={inst.tier}, {perf.awake_gib_per_gpu:.1f} GiB/GPU awake, {cap:.2f} req/s"
     )
 
 
-def explain(
-    inp: MilpInput, res: MilpResult, *, time_limit_s: float = 10.0
-) -> list[ModelExplanation]:
-    """One explanation per model, from the solved MILP `res` of `inp`."""
-    out: list[ModelExplanation] = []
-    gpu_keys = sorted(inp.gpu_usable_gib)
-    for mi, m in enumerate(inp.models):
-        mine = [p for p in res.placements if p.cand.model == m]
-        ex = ModelExplanation(m, [_describe(p) for p in mine])
-        d = inp.demand.get(m)
-        cap_slack = res.slack.get(f"c2_capacity_{mi}")
-        if d is not None and cap_slack is not None:
-            need = inp.headroom * d.peak_rps
-            have = sum(p.cand.capacity_rps for p in mine)
-            if need > 0 and cap_slack <= _TIGHT_REL * need:
-                ex.reasons.append(
-                    f"capacity binds: {have:.2f} req/s for {need:.2f} needed "
-                    f"(headroom {inp.headroom:.2f} x peak {d.peak_rps:.3f} req/s)"
-                )
-            else:
-                ex.reasons.append(
-                    f"capacity {have:.2f} req/s covers {need:.2f} needed with room to spare"
-                )
-        for p in mine:
-            for g in p.gset.gpus:
-                k = gpu_keys.index((p.gset.node, g))
-                s = res.slack.get(f"c5_memory_{k}")
-                if s is not None and s < _TIGHT_GIB:
-                    ex.reasons.append(f"GPU {p.gset.node}:{g} memory binds ({s:.2f} GiB left)")
-            if p.tier == "gpu" and m not in inp.may_sleep:
-                share = d.share if d else 0.0
-                ex.reasons.append(
-                    f"always awake: not among the models allowed to sleep at this point "
-                    f"({100 * share:.1f}% of requests)"
-                )
-            elif p.tier == "gpu":
-                ex.reasons.append(
-                    "always awake: sleeping would cost more switch delay than the memory it frees"
-                )
-            else:
-                saved = (
-                    p.cand.perf.awake_gib_per_gpu - p.cand.perf.context_gib_per_gpu
-                ) * p.cand.tp
-                ex.reasons.append(
-                    f"sleeps to {p.tier}: frees up to {saved:.1f} GiB when idle for "
-                    f"~{switch_delay_s_per_h(p, inp.demand):.1f} s/h of expected switch delay"
-                )
-            if p.cand.quality_penalty > 0:
-                ex.reasons.append(
-                    f"quantized variant {p.cand.variant}: quality penalty "
-                    f"{p.cand.quality_penalty:.2f} accepted for its smaller footprint"
-                )
-        forbid = frozenset((p.cand.model, p.cand.variant, p.cand.gpu_type, p.tier) for p in mine)
-        alt = solve(inp, time_limit_s=time_limit_s, forbid=forbid)
-        if alt.status == "infeasible":
-            ex.alternative = "no other option fits: the chosen option is the only feasible one"
+def _room(point: Point, inst: Instance, cluster: Cluster, models: Models) -> float:
+    """GiB per GPU left for `inst` beside its co-tenants (the least over its GPUs)."""
+    rest = point.model_copy(update={"instances": [i for i in point.instances if i.id != inst.id]})
+    usage, _ = gpu_usage(rest, cluster, models)
+    return min(
+        usage[(inst.node, g)].memory_gib - usage[(inst.node, g)].need()[0] for g in inst.gpus
+    )
+
+
+def _alternative(
+    point: Point, inst: Instance, perf: InstancePerf, cluster: Cluster, models: Models
+) -> str:
+    """What the other variants (same GPUs, TP and KV budget) and tiers would need."""
+    entry = models.model(inst.model)
+    gpu = gpu_group(cluster, inst.node, inst.gpus[0])
+    room = _room(point, inst, cluster, models)
+    mine = entry.variant(inst.variant)
+    out = []
+    for v in sorted(entry.variants, key=lambda v: (v.quality_penalty, v.name)):
+        if v.name == inst.variant:
+            continue
+        other = instance_perf(
+            entry.arch, v.quantization, gpu.spec, inst.tp, kv_gib=inst.memory_gib.kv,
+            max_model_len=inst.engine.max_model_len, max_num_seqs=inst.engine.max_num_seqs,
+            interconnect=gpu.interconnect,
+        )  # fmt: skip
+        need = other.awake_gib_per_gpu
+        penalty = f"quality penalty {v.quality_penalty:.2f} vs {mine.quality_penalty:.2f}"
+        if need <= room:
+            out.append(f"{v.name} would also fit ({need:.1f} GiB/GPU, {penalty})")
         else:
-            alt_mine = [p for p in alt.placements if p.cand.model == m]
-            delta = alt.objective - res.objective
-            ex.alternative = (
-                f"next best: {'; '.join(_describe(p) for p in alt_mine)} "
-                f"(objective +{delta:.3f}, {100 * delta / max(abs(res.objective), 1e-9):.1f}% worse)"
+            out.append(
+                f"{v.name} would need {need:.1f} GiB/GPU, {need - room:.1f} GiB more than is "
+                f"free beside the co-tenants ({penalty})"
             )
-        ex.reasons = list(dict.fromkeys(ex.reasons))  # replicas give the same reasons once
+    if inst.tier == "gpu":
+        out.append(
+            f"a sleeping tier would free {perf.awake_gib_per_gpu - perf.context_gib_per_gpu:.1f} "
+            f"GiB/GPU when idle, for a wake of {perf.wake_host_s:.1f} s (host) or "
+            f"{perf.wake_disk_s:.1f} s (disk) on each switch to it"
+        )
+    else:
+        out.append(
+            f"keeping it awake (tier gpu) would hold {perf.awake_gib_per_gpu:.1f} GiB/GPU at "
+            "all times beside the always-awake instances"
+        )
+    if len(entry.variants) == 1:
+        out.insert(0, "no other variant in the models file")
+    return "; ".join(out)
+
+
+def explain(
+    point: Point,
+    cluster: Cluster,
+    models: Models,
+    slo: Slo | None,
+    demand: dict[str, ModelDemand],
+    *,
+    headroom: float = 1.0,
+) -> list[ModelExplanation]:
+    """One explanation per model of the models file, for the point's own instances."""
+    usage, _ = gpu_usage(point, cluster, models)
+    out: list[ModelExplanation] = []
+    for m in models.names:
+        mine = [i for i in point.instances if i.model == m]
+        d = demand.get(m)
+        tpot = slo.for_model(m).tpot_p95_s if slo is not None else None
+        ex = ModelExplanation(m, [])
+        have = 0.0
+        for inst in mine:
+            tag = f"{inst.id}: " if len(mine) > 1 else ""  # replicas: say whose reason it is
+            perf = perf_for_instance(inst, cluster, models)
+            cap = capacity_rps(perf, d, tpot)
+            have += cap
+            quant = models.model(m).variant(inst.variant).quantization
+            gpu_type = usage[(inst.node, inst.gpus[0])].name
+            ex.placements.append(_describe(inst, gpu_type, perf, cap, quant))
+            for g in inst.gpus:
+                u = usage[(inst.node, g)]
+                left = u.memory_gib - u.need()[0]
+                others = [i for i in u.ids if i != inst.id]
+                shared = f", shared with {', '.join(others)}" if others else ""
+                binds = ": memory binds" if left < _TIGHT_GIB else ""
+                ex.reasons.append(
+                    f"{tag}GPU {inst.node}:{g} ({u.name}, {u.memory_gib:g} GiB) has {left:.1f} "
+                    f"GiB left{shared}{binds}"
+                )
+            ex.reasons.append(tag + _tier_reason(inst, perf, d))
+            penalty = models.model(m).variant(inst.variant).quality_penalty
+            if penalty > 0:
+                ex.reasons.append(
+                    f"variant {inst.variant}: quality penalty {penalty:.2f} accepted for its "
+                    "smaller footprint"
+                )
+            ex.alternative = ex.alternative or _alternative(point, inst, perf, cluster, models)
+        if not mine:
+            ex.reasons.append("not served by this point: its requests fail")
+        elif d is None or d.peak_rps <= 0:
+            ex.reasons.append(f"capacity {have:.2f} req/s; no demand recorded for it")
+        else:
+            need = headroom * d.peak_rps
+            verdict = "binds" if have < 1.05 * need else "covers it with room to spare"
+            ex.reasons.insert(
+                0,
+                f"capacity {have:.2f} req/s for a peak of {d.peak_rps:.3f} req/s "
+                f"(x{headroom:.2f} headroom: {need:.3f}): {verdict}",
+            )
+        ex.reasons = list(dict.fromkeys(ex.reasons))  # the variant's reason once
         out.append(ex)
     return out
+
+
+def _tier_reason(inst: Instance, perf: InstancePerf, d: ModelDemand | None) -> str:
+    rate = d.switch_ins_per_hour if d else 0.0
+    share = 100 * d.share if d else 0.0
+    if inst.tier == "gpu":
+        return (
+            f"always awake ({share:.1f}% of requests): sleeping to host would cost a "
+            f"{perf.wake_host_s:.1f} s wake about {rate:.1f} times an hour"
+        )
+    wake_s = perf.wake_host_s if inst.tier == "host" else perf.wake_disk_s
+    return (
+        f"sleeps to {inst.tier} when idle ({share:.1f}% of requests): frees "
+        f"{perf.awake_gib_per_gpu - perf.context_gib_per_gpu:.1f} GiB/GPU for a {wake_s:.1f} s "
+        f"wake about {rate:.1f} times an hour (~{rate * wake_s:.0f} s/h of switch delay)"
+    )

@@ -32,6 +32,7 @@ from planner.optimizer.baselines import (
     _variants,
     gpu_sets,
 )
+from planner.optimizer.milp import run_solver
 from planner.optimizer.perf import InstancePerf, steady_state
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
@@ -48,8 +49,12 @@ def peak_demand(
 ) -> dict[str, dict[str, float]]:
     """Per model: peak requests/s over `window_s` windows and mean input, cached (prefix
     hit) and output tokens."""
+    import pandas as pd
+
     t = np.asarray(trace["timestamp"], dtype=float)
-    model = np.asarray(trace["model"], dtype=object).astype(str)
+    # model codes straight from the column (no Python string per row)
+    codes, uniques = pd.factorize(pd.Series(trace["model"]), sort=False)
+    code_of = {str(u): k for k, u in enumerate(uniques)}
     inp = np.asarray(trace["input_tokens"], dtype=float)
     out = np.asarray(trace["output_tokens"], dtype=float)
     cached = (
@@ -58,7 +63,7 @@ def peak_demand(
     bins = np.floor((t - (t.min() if len(t) else 0.0)) / window_s).astype(np.int64)
     demand: dict[str, dict[str, float]] = {}
     for name in names:
-        sel = model == name
+        sel = codes == code_of.get(name, -2)
         if not sel.any():
             continue
         counts = np.bincount(bins[sel])
@@ -179,13 +184,10 @@ def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
         prob += pulp.lpSum(x[k] * options[k][5] for k in mine) + short[entry.name] >= peak
     for gname, (_, count) in types.items():
         prob += pulp.lpSum(x[k] * o[3] for k, o in enumerate(options) if o[2] == gname) <= count
-    solver = (
-        pulp.HiGHS(msg=False) if pulp.HiGHS(msg=False).available() else pulp.PULP_CBC_CMD(msg=False)
-    )
-    prob.solve(solver)
-    if pulp.LpStatus[prob.status] != "Optimal":
+    status, _ = run_solver(prob, time_limit_s=60.0)
+    if status == "infeasible":
         raise InfeasibleError(
-            f"melange baseline: no GPU assignment serves every model ({pulp.LpStatus[prob.status]})",
+            f"melange baseline: no GPU assignment serves every model ({status})",
             fix="add GPUs or drop a model",
         )
     insts, perfs = _place(cluster, options, [round(v.value() or 0) for v in x], notes)

@@ -239,7 +239,7 @@ def solve(
             # (7) identical GPUs are used in order
             prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
 
-    status, objective = _run(prob, time_limit_s, solver, gap_rel)
+    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
     if status == "infeasible":
         return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x))
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
@@ -253,9 +253,13 @@ def _slack(c: pulp.LpConstraint) -> float:
     return -v if c.sense == pulp.LpConstraintLE else v
 
 
-def _run(
-    prob: pulp.LpProblem, time_limit_s: float, solver: str, gap_rel: float
+def run_solver(
+    prob: pulp.LpProblem, time_limit_s: float, solver: str = "auto", gap_rel: float = 0.0
 ) -> tuple[str, float]:
+    """Solve `prob` single-threaded with a fixed seed (HiGHS, else CBC): (status, objective).
+
+    Every solve in the process goes through here: HiGHS keeps its thread count per process,
+    so one solve with the default threads makes every later `threads=1` solve fail."""
     use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
     if solver == "highs" and not use_highs:
         raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")

@@ -13,37 +13,107 @@ import yaml
 
 from planner.errors import InputError
 
+# libyaml's parser where PyYAML was built with it (about 10x faster); same results.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+MAX_YAML_BYTES = 16 * 1024 * 1024  # an input YAML larger than this is refused, bytes
+MAX_YAML_DEPTH = 64  # deepest nesting of mappings and lists an input may have
+MAX_YAML_NODES = 2_000_000  # values in a document, aliases expanded (an alias bomb stops here)
+
 
 def read_yaml(path: str | Path, kind: str | None = None) -> Any:
-    """Parse a YAML file; an unreadable, empty or malformed file raises InputError.
+    """Parse a YAML file; an unreadable, empty, oversized or malformed file raises InputError.
 
     `kind` (when the caller knows it) names the schema the fix points to."""
     p = Path(path)
     try:
+        size = p.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise InputError(
+                f"the file is {size / 2**20:.1f} MiB, over the {MAX_YAML_BYTES >> 20} MiB limit "
+                "on input YAML files",
+                file=str(p),
+                fix="input files are small: check that this is the file you meant",
+            )
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", file=str(p), fix="check the path") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
-        raise InputError(f"cannot read: {e.__class__.__name__}", file=str(p)) from None
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"not UTF-8 text (byte {e.start})", file=str(p), fix="save the file as UTF-8"
+        ) from None
+    except OSError as e:
+        raise InputError(
+            f"cannot read: {e.strerror or e.__class__.__name__}", file=str(p)
+        ) from None
+    return parse_yaml(text, str(p), kind)
+
+
+def parse_yaml(text: str, file: str, kind: str | None = None) -> Any:
+    """Parse YAML text read from `file` (named in errors); see read_yaml."""
     if not text.strip():
         raise InputError(
-            "the file is empty", file=str(p), fix="write a YAML document starting with `kind:`"
+            "the file is empty", file=file, fix="write a YAML document starting with `kind:`"
         )
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)  # a safe loader: C or Python
+    except RecursionError:  # the pure-Python parser on deep nesting
+        raise _too_deep(file) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "somewhere"
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        pos = getattr(e, "position", None)  # a reader error: a character YAML does not allow
+        if mark is not None:
+            where = f"line {mark.line + 1}, column {mark.column + 1}"
+        elif isinstance(pos, int):
+            line = text.count("\n", 0, pos) + 1
+            where = f"line {line}, column {pos - text.rfind(chr(10), 0, pos)}"
+        else:
+            where = "somewhere"
+        problem = (
+            getattr(e, "problem", None)
+            or (f"character {e.character!r}: {e.reason}" if isinstance(pos, int) else None)
+            or str(e).splitlines()[0]
+        )
         raise InputError(
             f"not valid YAML at {where}: {problem}",
-            file=str(p),
+            file=file,
             fix="the file may be truncated or mis-indented; compare with "
             + _schema_hint(kind or _kind_line(text)),
         ) from None
     if data is None:
-        raise InputError("the file holds no YAML document", file=str(p))
+        raise InputError("the file holds no YAML document", file=file)
+    _check_shape(data, file)
     return data
+
+
+def _too_deep(file: str) -> InputError:
+    return InputError(
+        f"nested more than {MAX_YAML_DEPTH} levels deep (the limit on input YAML)",
+        file=file,
+        fix="input files nest a few levels; check the indentation and brackets",
+    )
+
+
+def _check_shape(data: Any, file: str) -> None:
+    """Refuse documents nested deeper than MAX_YAML_DEPTH or with over MAX_YAML_NODES values."""
+    stack = [(data, 1)]
+    seen = 0
+    while stack:
+        obj, depth = stack.pop()
+        seen += 1
+        if depth > MAX_YAML_DEPTH:
+            raise _too_deep(file)
+        if seen > MAX_YAML_NODES:
+            raise InputError(
+                f"more than {MAX_YAML_NODES:,} values once aliases are expanded "
+                "(the limit on input YAML)",
+                file=file,
+                fix="write the values out instead of repeating large anchors (&/*)",
+            )
+        if isinstance(obj, dict):
+            stack.extend((v, depth + 1) for v in obj.values())
+        elif isinstance(obj, list):
+            stack.extend((v, depth + 1) for v in obj)
 
 
 def _kind_line(text: str) -> str | None:

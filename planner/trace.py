@@ -12,7 +12,11 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
   0..input_tokens (missing: 0), the prefix already computed for this session on this model.
 
 Every problem is an InputError that names the file, the row (1-based data row, and the
-line for text files) or the column, and the fix.
+line for text files) or the column, and the fix. Limits: token counts up to MAX_TOKENS per
+request (planner.trace_values; a request longer than a model's context is read, and refused by
+the simulator as vLLM would), a span of at most MAX_SPAN_S, at most MAX_ROWS rows, text files up to
+MAX_TEXT_BYTES. Rows out of time order and exact duplicates are kept (sorted) and counted in
+the frame's `attrs["counts"]`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,14 @@ import pandas as pd
 
 from planner.errors import InputError
 from planner.io import atomic_write_bytes
+from planner.trace_values import (
+    TOKEN_COLUMNS,
+    check_values,
+    ints_column,
+    refuse_first,
+    seconds_column,
+    where,
+)
 
 COLUMNS = [
     "timestamp",
@@ -50,8 +62,10 @@ DTYPES = {
     "cached_tokens": "int64",
 }
 _STRINGS = ("model", "user", "session")
-_INTS = ("input_tokens", "output_tokens", "cached_tokens")
+_INTS = TOKEN_COLUMNS
 SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
+MAX_ROWS = 20_000_000  # requests in one trace
+MAX_TEXT_BYTES = 4 << 30  # size of a CSV or JSONL trace, bytes
 
 TRACE_JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -90,82 +104,6 @@ def empty_trace() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=DTYPES[c]) for c in COLUMNS})
 
 
-def _where(i: int, line_offset: int | None) -> str:
-    """'row 5 (line 6)' for a 0-based position; rows count data rows from 1."""
-    row = f"row {i + 1}"
-    return f"{row} (line {i + 1 + line_offset})" if line_offset is not None else row
-
-
-def _seconds(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
-    """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
-    if pd.api.types.is_bool_dtype(col):
-        raise InputError(
-            "column 'timestamp' holds booleans", file=file, fix="use seconds or ISO-8601"
-        )
-    if pd.api.types.is_numeric_dtype(col):
-        out = col.to_numpy(dtype="float64", na_value=np.nan)
-    elif pd.api.types.is_datetime64_any_dtype(col):
-        out = _from_datetimes(col)
-    else:
-        num = pd.to_numeric(col, errors="coerce")
-        if num.notna().all() or num.isna().sum() == col.isna().sum():
-            out = num.to_numpy(dtype="float64", na_value=np.nan)
-        else:
-            dt = pd.to_datetime(col.astype("string"), errors="coerce", utc=True, format="ISO8601")
-            bad = np.flatnonzero(dt.isna().to_numpy() & col.notna().to_numpy())
-            if len(bad):
-                i = int(bad[0])
-                raise InputError(
-                    f"{_where(i, line_offset)}, column 'timestamp': {col.iloc[i]!r} is neither "
-                    f"a number of seconds nor an ISO-8601 time",
-                    file=file,
-                    fix="write seconds from the start (e.g. 12.5) or ISO-8601 "
-                    "(e.g. 2026-01-05T09:00:00Z), one style for the whole file",
-                )
-            out = _from_datetimes(dt)
-    bad = np.flatnonzero(~np.isfinite(out))
-    if len(bad):
-        i = int(bad[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column 'timestamp': missing or not a number",
-            file=file,
-            fix="every request needs an arrival time",
-        )
-    neg = np.flatnonzero(out < 0)
-    if len(neg):
-        i = int(neg[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column 'timestamp': {out[i]} is negative",
-            file=file,
-            fix="timestamps are seconds from the start of the trace (>= 0)",
-        )
-    return out
-
-
-def _from_datetimes(dt: pd.Series) -> np.ndarray:
-    """Seconds since 00:00 UTC of the first timestamp's day (keeps the hour of day)."""
-    dt = pd.to_datetime(dt, utc=True)
-    origin = dt.min().floor("D")
-    return ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(dtype="float64", na_value=np.nan)
-
-
-def _ints(col: pd.Series, name: str, file: str | None, line_offset: int | None) -> np.ndarray:
-    """A token-count column as int64, with the first bad row located."""
-    num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_numeric_dtype(col) else col
-    if pd.api.types.is_bool_dtype(num):
-        raise InputError(f"column '{name}' holds booleans", file=file, fix="use whole token counts")
-    arr = num.to_numpy(dtype="float64", na_value=np.nan)
-    bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
-    if len(bad):
-        i = int(bad[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column '{name}': {col.iloc[i]!r} is not a whole number",
-            file=file,
-            fix=f"'{name}' is a token count (an integer)",
-        )
-    return arr.astype("int64")
-
-
 def normalize(
     df: pd.DataFrame,
     *,
@@ -182,6 +120,12 @@ def normalize(
         raise InputError(
             "the trace has no requests", file=file, fix="write at least one row after the header"
         )
+    if len(df) > MAX_ROWS:
+        raise InputError(
+            f"{len(df):,} requests, over the limit of {MAX_ROWS:,} for one trace",
+            file=file,
+            fix="plan on a shorter period (a few weeks is enough)",
+        )
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(
@@ -189,21 +133,19 @@ def normalize(
             file=file,
             fix=f"a trace needs {REQUIRED}; optional {COLUMNS[4:]} (`planner schema trace`)",
         )
-    out: dict[str, Any] = {"timestamp": _seconds(df["timestamp"], file, line_offset)}
+    at = (file, line_offset)
+    out: dict[str, Any] = {"timestamp": seconds_column(df["timestamp"], file, line_offset)}
     for name in _STRINGS:
         if name not in df.columns:
             out[name] = np.full(len(df), "", dtype=object)
             continue
         col = df[name]
+        check_values(col, name, file, line_offset)
         if name == "model":
             na = col.isna().to_numpy() | (col.astype("string").str.strip() == "").to_numpy()
-            if na.any():
-                i = int(np.flatnonzero(na)[0])
-                raise InputError(
-                    f"{_where(i, line_offset)}, column 'model': empty",
-                    file=file,
-                    fix="every request names the model it calls",
-                )
+            refuse_first(
+                na, "model", lambda i: "empty", "every request names the model it calls", *at
+            )
         # Whole-number floats (a session id read as 3.0) are written back as "3".
         if pd.api.types.is_float_dtype(col):
             col = col.map(lambda v: "" if pd.isna(v) else (str(int(v)) if v == int(v) else str(v)))
@@ -212,25 +154,20 @@ def normalize(
         if name not in df.columns:
             out[name] = np.zeros(len(df), dtype="int64")
             continue
-        out[name] = _ints(df[name], name, file, line_offset)
+        default = 0 if name not in REQUIRED else None
+        out[name] = ints_column(df[name], name, file, line_offset, default)
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
-        bad = np.flatnonzero(out[name] < low)
-        if len(bad):
-            i = int(bad[0])
-            raise InputError(
-                f"{_where(i, line_offset)}, column '{name}': {int(out[name][i])} is below {low}",
-                file=file,
-                fix=f"'{name}' must be >= {low}; drop or fix the row",
-            )
-    over = np.flatnonzero(out["cached_tokens"] > out["input_tokens"])
-    if len(over):
-        i = int(over[0])
-        raise InputError(
-            f"{_where(i, line_offset)}, column 'cached_tokens': {int(out['cached_tokens'][i])} "
-            f"exceeds input_tokens {int(out['input_tokens'][i])}",
-            file=file,
-            fix="the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
-        )
+        v = out[name]
+        refuse_first(
+            v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
+            f"'{name}' must be >= {low}; drop or fix the row", *at,
+        )  # fmt: skip
+    inp, cached = out["input_tokens"], out["cached_tokens"]
+    refuse_first(
+        cached > inp, "cached_tokens",
+        lambda i: f"{int(cached[i])} exceeds input_tokens {int(inp[i])}",
+        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens", *at,
+    )  # fmt: skip
     res = pd.DataFrame({c: pd.Series(out[c], dtype=DTYPES[c]) for c in COLUMNS})
     if model_names is not None:
         known = set(model_names)
@@ -240,12 +177,19 @@ def normalize(
             first = int(np.flatnonzero(res["model"].isin(absent).to_numpy())[0])
             raise InputError(
                 f"model(s) {absent} are not in the models file (first at "
-                f"{_where(first, line_offset)}); the models file has {list(model_names)}",
+                f"{where(first, line_offset)}); the models file has {list(model_names)}",
                 file=file,
                 fix="rename them in the trace, add them to models.yaml, or import with "
                 "`planner workload import --assign` to map requests onto known models",
             )
-    return sort_trace(res)
+    ts = res["timestamp"].to_numpy()
+    counts = {
+        "out_of_order": int((ts[1:] < ts[:-1]).sum()),  # rows earlier than the row before
+        "duplicates": int(res.duplicated().sum()),  # rows equal to an earlier one in every column
+    }
+    res = sort_trace(res)
+    res.attrs["counts"] = counts
+    return res
 
 
 def sort_trace(df: pd.DataFrame) -> pd.DataFrame:
@@ -258,6 +202,13 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
     """The file as a raw frame and the row->line offset (None for binary formats)."""
     suffix = p.suffix.lower()
     name = str(p)
+    if suffix in (".csv", ".jsonl") and p.stat().st_size > MAX_TEXT_BYTES:
+        raise InputError(
+            f"{p.stat().st_size / 2**30:.1f} GiB, over the {MAX_TEXT_BYTES >> 30} GiB limit on "
+            "text traces",
+            file=name,
+            fix="write it as Parquet, or plan on a shorter period",
+        )
     if suffix == ".csv":
         try:
             raw = pd.read_csv(
@@ -272,17 +223,30 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
         return raw, 1
     if suffix == ".jsonl":
         rows = []
-        with open(p, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
+        with open(p, "rb") as f:
+            for lineno, raw_line in enumerate(f, start=1):
                 try:
+                    line = raw_line.decode("utf-8")
+                    if not line.strip():
+                        continue
                     obj = json.loads(line)
+                except UnicodeDecodeError as e:
+                    raise InputError(
+                        f"line {lineno}: not UTF-8 (byte {e.start} of the line)",
+                        file=name,
+                        fix="save the file as UTF-8",
+                    ) from None
                 except json.JSONDecodeError as e:
                     raise InputError(
                         f"line {lineno}: not valid JSON ({e.msg})",
                         file=name,
                         fix="one JSON object a line",
+                    ) from None
+                except RecursionError:
+                    raise InputError(
+                        f"line {lineno}: JSON nested too deep",
+                        file=name,
+                        fix="one flat object a line",
                     ) from None
                 if not isinstance(obj, dict):
                     raise InputError(f"line {lineno}: not a JSON object", file=name)
@@ -295,36 +259,58 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
         except Exception as e:  # pyarrow raises several unrelated types for bad files
             raise InputError(f"not a readable Parquet file: {e}", file=name) from None
     if suffix in (".sqlite", ".db"):
-        try:
-            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
-        except sqlite3.Error as e:
-            raise InputError(f"cannot open SQLite database: {e}", file=name) from None
-        try:
-            cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
-            if not cols:
-                raise InputError(
-                    "no table 'requests'",
-                    file=name,
-                    fix="point at the gateway's request log (table `requests`)",
-                )
-            want = [c for c in COLUMNS if c in cols]
-            query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
-            raw = pd.read_sql_query(query, con)
-            if "timestamp" in raw.columns and len(raw):
-                # The gateway logs epoch seconds: count from 00:00 UTC of the first day.
-                ts = pd.to_numeric(raw["timestamp"], errors="coerce")
-                if ts.notna().all():
-                    raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
-            return raw, None
-        except sqlite3.Error as e:
-            raise InputError(f"cannot read table 'requests': {e}", file=name) from None
-        finally:
-            con.close()
+        raw = request_log_rows(p)
+        if raw is None:
+            raise InputError(
+                "no table 'requests'",
+                file=name,
+                fix="point at the gateway's request log (table `requests`)",
+            )
+        return raw, None
     raise InputError(
         f"unknown trace format {suffix!r}",
         file=name,
         fix=f"use one of {', '.join(SUFFIXES)}",
     )
+
+
+def request_log_rows(
+    path: Path, window: tuple[float, float] | None = None, *, epoch: bool = False
+) -> pd.DataFrame | None:
+    """Raw rows of a SQLite request log (table `requests`; None when it has no such table).
+
+    `window`: only rows with `start <= timestamp < end` (epoch s). The gateway logs epoch
+    seconds; they become seconds since 00:00 UTC of the first row's day, unless `epoch`
+    (`planner adjust` keeps the clock's time base). A file that is not SQLite, or damaged,
+    raises InputError.
+    """
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        raise InputError(f"cannot open SQLite database: {e}", file=str(path)) from None
+    con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # damaged text: U+FFFD
+    try:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
+        if not cols:
+            return None
+        want = [c for c in COLUMNS if c in cols]
+        query = f"SELECT {', '.join(want)} FROM requests"  # names come from COLUMNS
+        if window is not None:
+            query += " WHERE timestamp >= ? AND timestamp < ?"
+        raw = pd.read_sql_query(query, con, params=window)
+    except (sqlite3.Error, UnicodeDecodeError) as e:  # SQLite quotes damaged bytes in errors
+        raise InputError(
+            f"cannot read table 'requests': {e}",
+            file=str(path),
+            fix="the request log is damaged: move it aside (the gateway starts a new one)",
+        ) from None
+    finally:
+        con.close()
+    if "timestamp" in raw.columns and len(raw) and not epoch:
+        ts = pd.to_numeric(raw["timestamp"], errors="coerce")
+        if ts.notna().all():
+            raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
+    return raw
 
 
 def read_trace(path: str | Path, model_names: Sequence[str] | None = None) -> pd.DataFrame:

@@ -135,26 +135,14 @@ class RequestLogSource:
         return None if row is None or row[0] is None else float(row[0])
 
     def window(self, start_s: float, end_s: float) -> pd.DataFrame:
-        """Requests that arrived in `[start_s, end_s)` (trace schema, epoch seconds)."""
-        from planner.trace import COLUMNS, empty_trace, normalize
+        """Requests that arrived in `[start_s, end_s)` (trace schema, epoch seconds); a
+        damaged log raises InputError (`planner.trace.request_log_rows`)."""
+        from planner.trace import empty_trace, normalize, request_log_rows
 
         if not self.path.is_file():
             return empty_trace()
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-        try:
-            cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
-            if not cols:
-                return empty_trace()
-            want = [c for c in COLUMNS if c in cols]
-            raw = pd.read_sql_query(
-                f"SELECT {', '.join(want)} FROM requests WHERE timestamp >= ? AND timestamp < ?"
-                " ORDER BY timestamp",  # column names from COLUMNS, not from input
-                con,
-                params=(start_s, end_s),
-            )
-        finally:
-            con.close()
-        if not len(raw):
+        raw = request_log_rows(self.path, (start_s, end_s), epoch=True)
+        if raw is None or not len(raw):
             return empty_trace()
         return normalize(raw, file=str(self.path), model_names=self.model_names)
 

@@ -173,16 +173,21 @@ def lone_times(
     budget = float(max(perf.chunk_tokens, 1))
     ctx = cached_tokens.astype(np.float64)
     left = (input_tokens - cached_tokens).astype(np.float64)
-    pf = np.zeros(len(left))
-    while True:
-        live = left > 0
-        if not live.any():
-            break
-        new = np.minimum(left[live], budget)
-        c = ctx[live]
-        pf[live] += step_time_vec(step, new, c, new * (c + (new + 1) / 2))
-        ctx[live] = c + new
-        left[live] -= new
+    # The first chunk over every request, the rest only over the few long prompts (masks
+    # over the whole trace at every chunk were most of the time); the same sums per request.
+    new = np.minimum(left, budget)
+    pf = np.where(left > 0, step_time_vec(step, new, ctx, new * (ctx + (new + 1) / 2)), 0.0)
+    more = np.flatnonzero(left > budget)
+    ctx, left = ctx[more] + budget, left[more] - budget
+    part = pf[more]
+    while len(left):
+        new = np.minimum(left, budget)
+        part += step_time_vec(step, new, ctx, new * (ctx + (new + 1) / 2))
+        ctx += new
+        left -= new
+        keep = left > 0
+        pf[more] = part
+        more, ctx, left, part = more[keep], ctx[keep], left[keep], part[keep]
     dec = decode_time_vec(step, input_tokens.astype(np.float64), output_tokens - 1)
     return pf, pf + dec
 

@@ -9,8 +9,10 @@ Conventions:
 - A request meets its SLOs when each target that applies to its model holds for it:
   ttft - switch wait <= ttft_p95_s (the TTFT target is about a model that is awake,
   docs/file-formats.md; the wake itself is what the switch target bounds), tpot <= tpot_p95_s,
-  switch wait <= switch_p95_s. A request for a model that has no instance is failed:
-  counted, never met. Reported TTFT percentiles include the switch wait (what users feel).
+  switch wait <= switch_p95_s. A request for a model that has no instance, or whose prompt
+  leaves no room for an output token in its instances' max_model_len (vLLM refuses it), is
+  failed: counted, never met; `refused` counts them by reason. Reported TTFT percentiles
+  include the switch wait (what users feel).
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class SimResult:
     preemptions: int
     memory_curve: tuple[np.ndarray, np.ndarray]  # (times s, warm GiB from each time)
     instance_models: tuple[int, ...]  # model index of every instance (-1: not in the trace)
+    over_context: np.ndarray | None = None  # bool: refused, the prompt exceeds max_model_len
 
     @property
     def requests(self) -> int:
@@ -98,6 +101,15 @@ class SimResult:
     def failed(self) -> int:
         """Requests no instance could serve."""
         return int((self.instance < 0).sum())
+
+    def refused(self, sel: np.ndarray | None = None) -> dict[str, int]:
+        """Unserved requests by reason (of those in `sel`): over_context, no_instance."""
+        sel = np.ones(self.requests, dtype=bool) if sel is None else sel
+        over = self.over_context if self.over_context is not None else np.zeros_like(sel)
+        return {
+            "over_context": int((sel & over).sum()),
+            "no_instance": int((sel & ~over & (self.instance < 0)).sum()),
+        }
 
     @property
     def slo_attainment(self) -> float:
@@ -138,6 +150,7 @@ class SimResult:
             per[name] = {
                 "requests": n,
                 "failed": int((sel & (self.instance < 0)).sum()),
+                "refused": self.refused(sel),
                 "slo_attainment": float(self.met_slo[sel].mean()) if n else 1.0,
                 "ttft_p95_s": s["ttft_s"]["p95"],
                 "tpot_p95_s": s["tpot_s"]["p95"],
@@ -158,5 +171,6 @@ class SimResult:
             "warm_gpu_gib": self.warm_gpu_gib,
             "gpus_used": self.gpus_used,
             "requests": self.requests,
+            "refused": self.refused(),
             "per_model": per,
         }

@@ -35,19 +35,25 @@ def _column(trace: Any, name: str) -> np.ndarray | None:
         v = trace.get(name)
         return None if v is None else np.asarray(v)
     if name in getattr(trace, "columns", ()):
-        col = trace[name]
-        if str(col.dtype) in ("string", "object") or str(col.dtype).startswith("string"):
-            return col.astype(object).where(col.notna(), "").to_numpy(dtype=object)
-        return col.to_numpy()
+        return trace[name].to_numpy()
     return None
 
 
-def _codes(values: np.ndarray) -> np.ndarray:
-    """Dense int codes in order of first appearance (hash based, deterministic)."""
+def _factorize(trace: Any, name: str, n: int) -> tuple[np.ndarray, list[str]]:
+    """(int codes in order of first appearance, the distinct values) of a text column,
+    missing values as "" (a column that is absent: all ""). Factorizing the column as it
+    is (Arrow-backed strings included) avoids a Python object per row."""
     import pandas as pd
 
-    codes, _ = pd.factorize(pd.Series(values, dtype=object), sort=False)
-    return codes.astype(np.int64)
+    if isinstance(trace, Mapping) or name not in getattr(trace, "columns", ()):
+        raw = _column(trace, name)
+        col = pd.Series(raw if raw is not None else np.full(n, "", dtype=object), dtype=object)
+        col = col.fillna("").astype(str)
+    else:
+        col = trace[name]
+        col = col.fillna("") if str(col.dtype) != "object" else col.fillna("").astype(str)
+    codes, uniques = pd.factorize(col, sort=False)
+    return codes.astype(np.int64), [str(u) for u in uniques]
 
 
 def to_requests(trace: Any, model_names: Sequence[str] | None = None) -> Requests:
@@ -64,9 +70,7 @@ def to_requests(trace: Any, model_names: Sequence[str] | None = None) -> Request
 
     t = np.asarray(_column(trace, "timestamp"), dtype=np.float64)
     n = len(t)
-    raw_model = _column(trace, "model")
-    models = pd.Series(raw_model if raw_model is not None else [], dtype=object).astype(str)
-    codes, uniques = pd.factorize(models, sort=False)
+    codes, uniques = _factorize(trace, "model", n)
     names = list(model_names or [])
     for m in uniques:
         if m not in names:
@@ -79,19 +83,16 @@ def to_requests(trace: Any, model_names: Sequence[str] | None = None) -> Request
     out = np.asarray(_column(trace, "output_tokens"), dtype=np.int64)
     cached = _column(trace, "cached_tokens")
     cached = np.zeros(n, np.int64) if cached is None else np.asarray(cached, dtype=np.int64)
-    user = _column(trace, "user")
-    sess = _column(trace, "session")
-    u = pd.Series(user if user is not None else np.full(n, "", dtype=object), dtype=object).fillna(
-        ""
-    )
-    v = pd.Series(sess if sess is not None else np.full(n, "", dtype=object), dtype=object).fillna(
-        ""
-    )
-    u, v = u.astype(str), v.astype(str)
-    known = ((u != "") | (v != "")).to_numpy()
+    # (user, session) pairs as one int key each, numbered in order of first appearance
+    user, users = _factorize(trace, "user", n)
+    sess, sessions = _factorize(trace, "session", n)
+    no_user = users.index("") if "" in users else -1
+    no_sess = sessions.index("") if "" in sessions else -1
+    known = (user != no_user) | (sess != no_sess)
     session = np.full(n, -1, dtype=np.int64)
     if known.any():
-        session[known] = _codes((u[known] + "\x1f" + v[known]).to_numpy(dtype=object))
+        pair = user[known] * len(sessions) + sess[known]
+        session[known] = pd.factorize(pair, sort=False)[0]
     order = np.argsort(t, kind="stable")
     if not np.all(order == np.arange(n)):
         t, model, inp, out, cached, session = (

@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.sim import lonememo
 from planner.optimizer.sim.event import Timeline
-from planner.optimizer.sim.instance import Engine, lone_times
+from planner.optimizer.sim.instance import Engine
+from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
 from planner.optimizer.sim.metrics import SimResult, met_slo
 from planner.optimizer.sim.request import Outcome, Requests, to_requests
 from planner.optimizer.sim.router import Router, Slot
@@ -113,6 +115,7 @@ def simulate(
     )
     router.start(t0)
 
+    over = np.zeros(n, dtype=bool)  # refused: the prompt leaves no room in max_model_len
     routed: list[np.ndarray] = []  # requests that go through the router
     local = np.zeros(n, dtype=np.int64)  # position of a request among its model's requests
     lone: dict[int, tuple[list[float], ...]] = {}  # slot -> lone times for the router path
@@ -121,6 +124,13 @@ def simulate(
         cands = by_model.get(m, [])
         if not len(idx) or not cands:
             continue  # unserved requests stay failed
+        lim = max(perfs[slots[i].id].max_model_len for i in cands)
+        if lim > 0:  # vLLM refuses a prompt that leaves no room for one output token
+            refused = req.input_tokens[idx] >= lim
+            over[idx[refused]] = True
+            idx = idx[~refused]
+            if not len(idx):
+                continue
         local[idx] = np.arange(len(idx))
         inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
         s0 = slots[cands[0]]
@@ -134,23 +144,27 @@ def simulate(
             )
         )
         key = (id(req), m, perfs[s0.id])
-        if alone and trace is req and _recall(key, req, s0, idx, out):
+        memo = trace is req  # a trace the caller keeps: worth remembering things about
+        if alone and memo and _recall(key, req, s0, idx, out):
             continue
         if alone:  # which requests find their prefix cached is known up front
             hit = _session_hits(req.session[idx], cached)
-            pf, tot = lone_times(perfs[s0.id], inp, np.where(hit, cached, 0), outk)
+            pf, tot = lone_times_of(
+                req, m, perfs[s0.id], "sessions", inp, np.where(hit, cached, 0), outk, memo=memo
+            )
             _run_alone(s0, idx, req, out, hit, pf, tot)
-            if trace is req:
+            if memo:
                 _remember(key, req, s0, idx, out)
             continue
+        if engine_cls is not Engine and all(slots[i].tier == "gpu" for i in cands):
+            from planner.optimizer.sim.replicas import run_replicas  # compiled path: numba
+
+            run_replicas([slots[i] for i in cands], m, idx, req, out, perfs, memo=memo)
+            continue
         for i in cands:
-            perf = perfs[slots[i].id]
-            pf_m, tot_m = lone_times(perf, inp, np.zeros_like(cached), outk)
-            if cached.any():
-                pf_h, tot_h = lone_times(perf, inp, cached, outk)
-            else:
-                pf_h, tot_h = pf_m, tot_m
-            lone[i] = (pf_m.tolist(), tot_m.tolist(), pf_h.tolist(), tot_h.tolist())
+            lone[i] = tuple(
+                a.tolist() for a in lone_pair(req, m, perfs[slots[i].id], inp, cached, outk, memo)
+            )
         routed.append(idx)
 
     if routed:
@@ -167,7 +181,7 @@ def simulate(
                 if idle_since + sleep_after_idle_s < end_s:
                     router._sleep(s, idle_since + sleep_after_idle_s)
     timeline.close(end_s)
-    return _result(point, req, out, slots, timeline, t0, end_s, slo)
+    return _result(point, req, out, slots, timeline, t0, end_s, slo, over)
 
 
 def _engine_class(compiled: bool | None) -> type:
@@ -192,6 +206,12 @@ def _engine_class(compiled: bool | None) -> type:
 # the trace alive so its id cannot be reused.
 _ALONE_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 _ALONE_CACHE_SIZE = 64
+
+
+def clear_caches() -> None:
+    """Forget what earlier simulations remembered about their traces (cold timings)."""
+    _ALONE_CACHE.clear()
+    lonememo.clear()
 
 
 def _remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> None:
@@ -377,6 +397,7 @@ def _result(
     t0: float,
     end_s: float,
     slo: Slo,
+    over_context: np.ndarray,
 ) -> SimResult:
     a = req.arrival_s
     ttft = out.first_token_s - a
@@ -428,6 +449,7 @@ def _result(
         preemptions=sum(s.engine.preemptions for s in slots),
         memory_curve=curve,
         instance_models=tuple(s.model for s in slots),
+        over_context=over_context,
     )
 
 

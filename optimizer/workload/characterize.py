@@ -82,8 +82,10 @@ def hour_slots(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Clock-hour slot of each timestamp and how often each hour of day is spanned."""
     slot = np.floor(ts / 3600.0).astype(np.int64)
     first, last = int(slot.min()), int(slot.max())
-    spanned = np.bincount(np.arange(first, last + 1) % 24, minlength=24)
-    return slot, spanned
+    hours = last - first + 1  # clock hours from the first request's to the last's
+    # every hour of day is spanned hours // 24 times, the first hours % 24 of them once more
+    spanned = hours // 24 + ((np.arange(24) - first) % 24 < hours % 24)
+    return slot, spanned.astype(np.int64)
 
 
 def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
@@ -107,8 +109,9 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     hod = slot % 24
     per_hod = _count2(codes, hod, (k, 24))
     rate_hod = per_hod / np.maximum(spanned, 1)[None, :]
-    slot0 = slot - slot.min()
-    n_slots = int(slot0.max()) + 1
+    # Only the clock hours that have requests: memory follows the rows, not the span.
+    busy_slots, slot0 = np.unique(slot, return_inverse=True)
+    n_slots = len(busy_slots)
     slot_counts = _count2(codes, slot0, (k, n_slots))
     slot_in = _count2(codes, slot0, (k, n_slots), inp.astype(float))
     slot_out = _count2(codes, slot0, (k, n_slots), out.astype(float))
@@ -116,7 +119,7 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     for i, m in enumerate(models):
         j = int(slot_counts[i].argmax())
         peak[m] = {
-            "hour_of_day": int((j + slot.min()) % 24),
+            "hour_of_day": int(busy_slots[j] % 24),
             "requests_per_s": _r(slot_counts[i, j] / 3600.0),
             "input_tokens_per_s": _r(slot_in[i, j] / 3600.0),
             "output_tokens_per_s": _r(slot_out[i, j] / 3600.0),
@@ -180,14 +183,11 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
         # The first request of a model always finds it idle.
         idle[m] = [_r((1 + int((gap > T).sum())) / hours) for T in IDLE_GRID_S]
 
-    # Concurrency over busy windows.
+    # Concurrency over busy windows (distinct (window, model) and (window, stream) pairs).
     w = np.floor(ts / CONCURRENCY_WINDOW_S).astype(np.int64)
     w0 = w - w.min()
-    busy = np.unique(w0)
-    models_active = np.bincount(np.unique(w0 * k + codes) // k, minlength=int(w0.max()) + 1)[busy]
-    sess_active = np.bincount(
-        np.unique(w0 * n_streams + stream) // n_streams, minlength=int(w0.max()) + 1
-    )[busy]
+    models_active = np.unique(np.unique(w0 * k + codes) // k, return_counts=True)[1]
+    sess_active = np.unique(np.unique(w0 * n_streams + stream) // n_streams, return_counts=True)[1]
 
     summary: WorkloadSummary = {
         "version": SUMMARY_VERSION,
@@ -216,7 +216,7 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
             "models_active_cdf": _cdf(models_active),
             "sessions_active_cdf": _cdf(sess_active),
         },
-        "noise": _noise(models, burst, slot, spanned, per_hod, slot_counts, total_slot),
+        "noise": _noise(models, burst, busy_slots, spanned, per_hod, slot_counts, total_slot),
     }
     if full:
         summary["switch_per_user"] = _per_user_switch(df, stream, codes, ts, k)
@@ -234,7 +234,7 @@ def _cdf(x: np.ndarray) -> list[float]:
 def _noise(
     models: list[str],
     burst: np.ndarray,
-    slot: np.ndarray,
+    busy_slots: np.ndarray,
     spanned: np.ndarray,
     per_hod: np.ndarray,
     slot_counts: np.ndarray,
@@ -251,8 +251,7 @@ def _noise(
     Drift scales its test statistics by these. `hours` counts the windows used.
     """
     k = len(models)
-    first = int(slot.min())
-    hods = (np.arange(slot_counts.shape[1]) + first) % 24
+    hods = busy_slots % 24  # hour of day of each clock hour with requests
     d = spanned[hods].astype(float)
     usable = (d >= 2) & (total_slot >= _MIN_SLOT_REQUESTS)
     if usable.sum() < 3:

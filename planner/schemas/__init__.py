@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import InputError
 from planner.io import read_yaml
 from planner.schemas.cluster import Cluster
-from planner.schemas.models import Models
+from planner.schemas.common import did_you_mean
+from planner.schemas.models import Models, arch_problem
 from planner.schemas.plan import Plan
 from planner.schemas.profile import Profile
 from planner.schemas.slo import Slo
@@ -31,6 +33,8 @@ _FIXES = {
     "greater_than": "use a value in the allowed range",
     "less_than_equal": "use a value in the allowed range",
     "literal_error": "use one of the allowed values",
+    "string_pattern_mismatch": "use letters, digits and . _ : - only, starting with a letter or digit",
+    "finite_number": "use a finite number",
 }
 
 
@@ -44,8 +48,13 @@ def _loc(loc: tuple[Any, ...]) -> str:
         elif str(part).startswith(("function-", "union[")):
             continue
         else:
-            out += f".{part}" if out else str(part)
+            out += f".{path_key(part)}" if out else path_key(part)
     return out
+
+
+def path_key(key: Any) -> str:
+    """A mapping key as one segment of a field path (odd keys quoted: the path stays a word)."""
+    return str(key) if re.fullmatch(r"[\w-]+", str(key)) else repr(str(key))
 
 
 def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
@@ -70,9 +79,19 @@ def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
                 )
                 if cls:
                     break
-    names = list(getattr(cls, "model_fields", {}) or {})
-    close = difflib.get_close_matches(key, names, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    return did_you_mean(key, getattr(cls, "model_fields", {}) or {})
+
+
+def _misspelt(errs: list[dict[str, Any]]) -> set[int]:
+    """Indices of unknown keys that sit beside a missing field of a similar name (a typo)."""
+    missing = {(e["loc"][:-1], str(e["loc"][-1])) for e in errs if e["type"] == "missing"}
+    out = set()
+    for i, e in enumerate(errs):
+        if e["type"] == "extra_forbidden":
+            here = [name for parent, name in missing if parent == e["loc"][:-1]]
+            if difflib.get_close_matches(str(e["loc"][-1]), here, n=1):
+                out.add(i)
+    return out
 
 
 def validation_to_input_error(
@@ -80,12 +99,20 @@ def validation_to_input_error(
 ) -> InputError:
     """The first pydantic error as one InputError naming file, field path and a fix."""
     errs = e.errors(include_url=False)
-    # Prefer the most specific branch of a union (the longest location).
-    first = max(errs, key=lambda x: (x["type"] != "string_type", len(x["loc"])))
+    typos = _misspelt(errs)
+    # A misspelt key first (its field then reads as missing); else the most specific branch
+    # of a union (the longest location).
+    k = max(
+        range(len(errs)),
+        key=lambda i: (i in typos, errs[i]["type"] != "string_type", len(errs[i]["loc"])),
+    )
+    first = errs[k]
     path = _loc(first["loc"]) or "(top level)"
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = f"unknown key{_extra_hint(model, first['loc'])}"
+        msg = f"unknown key {str(first['loc'][-1])!r}{_extra_hint(model, first['loc'])}"
+    elif first["type"] == "string_pattern_mismatch":
+        msg = f"{first['input']!r} is not a safe name (it names files and processes)"
     fix = _FIXES.get(first["type"], "see `planner schema {kind}`").format(kind=kind)
     more = f" (and {len(errs) - 1} more error(s))" if len(errs) > 1 else ""
     return InputError(msg + more, file=file, path=path, fix=fix)
@@ -97,9 +124,17 @@ def detect_kind(data: Any, file: str) -> str:
         raise InputError(
             f"expected a mapping at the top level, found {type(data).__name__}",
             file=file,
+            path="(top level)",
             fix="start the file with `kind: cluster|models|slo|plan|profile`",
         )
     kind = data.get("kind")
+    if kind is not None and not isinstance(kind, str):
+        raise InputError(
+            f"kind must be a word, found a {type(kind).__name__}",
+            file=file,
+            path="kind",
+            fix="start the file with `kind: cluster|models|slo|plan|profile`",
+        )
     if kind is None:
         if "nodes" in data:
             return "cluster"
@@ -116,10 +151,8 @@ def detect_kind(data: Any, file: str) -> str:
             fix="add `kind: cluster|models|slo|plan|profile`",
         )
     if kind not in KINDS:
-        close = difflib.get_close_matches(str(kind), list(KINDS), n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
         raise InputError(
-            f"unknown kind {kind!r}{hint}",
+            f"unknown kind {kind!r}{did_you_mean(kind, KINDS)}",
             file=file,
             path="kind",
             fix=f"use one of {sorted(KINDS)}",
@@ -143,15 +176,23 @@ def _resolve_architectures(models: Models, file: str) -> None:
     base = Path(file).parent if file and not file.startswith("<") else None
     for i, m in enumerate(models.models):
         m._base_dir = base
+        where = f"models[{i}].architecture"
         try:
-            _ = m.arch
-        except ValueError as e:
+            arch = m.arch
+        except (ValueError, RecursionError) as e:
+            msg = str(e) if isinstance(e, ValueError) else "config.json is nested too deep"
             raise InputError(
-                str(e),
-                file=file,
-                path=f"models[{i}].architecture",
-                fix="use a name from `planner catalog models`",
+                msg, file=file, path=where, fix="use a name from `planner catalog models`"
             ) from None
+        bad = arch_problem(arch)
+        if bad is not None:
+            field, msg = bad
+            raise InputError(
+                msg,
+                file=file,
+                path=f"{where}.{field}" if not isinstance(m.architecture, str) else where,
+                fix="use the numbers of the model's config.json (`planner catalog models`)",
+            )
 
 
 def load(path: str | Path, kind: str | None = None) -> Any:
@@ -201,48 +242,17 @@ def json_schema(kind: str) -> dict[str, Any]:
     return KINDS[kind].model_json_schema()
 
 
-def check_plan(plan: Plan, cluster: Cluster, models: Models, file: str = "<plan>") -> None:
-    """Cross-file checks: nodes, GPUs, models, variants exist; TP divides the heads."""
-    for pi, point in enumerate(plan.points):
-        for ii, inst in enumerate(point.instances):
-            where = f"points[{pi}].instances[{ii}]"
-            try:
-                node = cluster.node(inst.node)
-            except KeyError:
-                raise InputError(
-                    f"node {inst.node!r} is not in the cluster",
-                    file=file,
-                    path=f"{where}.node",
-                    fix=f"use one of {[n.name for n in cluster.nodes]}",
-                ) from None
-            ids = node.device_ids()
-            bad = [g for g in inst.gpus if g not in ids]
-            if bad:
-                raise InputError(
-                    f"GPU ids {bad} do not exist on node {node.name!r} (it has {ids})",
-                    file=file,
-                    path=f"{where}.gpus",
-                    fix="use device ids the node has",
-                )
-            try:
-                m = models.model(inst.model)
-            except KeyError:
-                raise InputError(
-                    f"model {inst.model!r} is not in the models file",
-                    file=file,
-                    path=f"{where}.model",
-                    fix=f"use one of {models.names}",
-                ) from None
-            try:
-                m.variant(inst.variant)
-            except KeyError:
-                raise InputError(
-                    f"variant {inst.variant!r} is not a variant of {m.name!r}",
-                    file=file,
-                    path=f"{where}.variant",
-                    fix=f"use one of {[v.name for v in m.variants]}",
-                ) from None
-            check_tp(m.arch.num_attention_heads, m.arch.num_kv_heads, inst.tp, file, f"{where}.tp")
+def check_slo_models(slo: Slo, models: Models, file: str = "<slo>") -> None:
+    """Every per-model override of `slo` names a model of `models` (a typo is not dropped)."""
+    for name in slo.models:
+        if name not in models.names:
+            raise InputError(
+                f"an override for model {name!r}, which is not in the models file"
+                f"{did_you_mean(name, models.names)}",
+                file=file,
+                path=f"models.{path_key(name)}",
+                fix=f"use one of {models.names}",
+            )
 
 
 def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:
@@ -250,13 +260,19 @@ def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:
     return num_heads % tp == 0 and (num_kv_heads % tp == 0 or tp % num_kv_heads == 0)
 
 
+def tp_problem(num_heads: int, num_kv_heads: int, tp: int) -> tuple[str, str] | None:
+    """(message, fix naming the TP degrees that work) when `tp` does not divide the heads."""
+    if tp_divides(num_heads, num_kv_heads, tp):
+        return None
+    ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(num_heads, num_kv_heads, t)]
+    return (
+        f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
+        f"use a TP degree in {ok}",
+    )
+
+
 def check_tp(num_heads: int, num_kv_heads: int, tp: int, file: str | None, path: str) -> None:
     """InputError naming the TP degrees that work when `tp` does not divide the heads."""
-    if not tp_divides(num_heads, num_kv_heads, tp):
-        ok = [t for t in (1, 2, 4, 8, 16) if tp_divides(num_heads, num_kv_heads, t)]
-        raise InputError(
-            f"tp={tp} does not divide the {num_heads} attention heads / {num_kv_heads} KV heads",
-            file=file,
-            path=path,
-            fix=f"use a TP degree in {ok}",
-        )
+    bad = tp_problem(num_heads, num_kv_heads, tp)
+    if bad is not None:
+        raise InputError(bad[0], file=file, path=path, fix=bad[1])

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from planner.catalog.gpus import GpuSpec, resolve_gpu
-from planner.schemas.common import Strict
+from planner.schemas.common import SafeName, Strict, duplicates
 
 
 class GpuGroup(Strict):
@@ -17,7 +17,7 @@ class GpuGroup(Strict):
         description="built-in catalog name (`planner catalog gpus`) or an inline spec"
     )
     count: int = Field(ge=1, le=64, description="number of GPUs of this type")
-    ids: list[int] | None = Field(
+    ids: list[Annotated[int, Field(ge=0, le=1023)]] | None = Field(
         default=None, description="device indices on the node; default: consecutive"
     )
     interconnect: Literal["pcie", "nvlink"] = Field(
@@ -46,7 +46,7 @@ class GpuGroup(Strict):
 class Node(Strict):
     """One server."""
 
-    name: str = Field(min_length=1, description="node name, unique in the cluster")
+    name: SafeName = Field(description="node name, unique in the cluster")
     address: str = Field(default="localhost", description="host for Ray/remote apply")
     cpu_memory_gib: float = Field(gt=0, le=65536, description="host RAM, GiB")
     disk_read_gbps: float | None = Field(
@@ -56,9 +56,9 @@ class Node(Strict):
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Node:
-        ids = self.device_ids()
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"GPU ids repeat on node {self.name!r}: {ids}")
+        dup = duplicates(self.device_ids())
+        if dup:
+            raise ValueError(f"GPU ids repeat on node {self.name!r}: {dup}")
         return self
 
     def device_ids(self) -> list[int]:
@@ -93,8 +93,7 @@ class Cluster(Strict):
 
     @model_validator(mode="after")
     def _unique_nodes(self) -> Cluster:
-        names = [n.name for n in self.nodes]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = duplicates(n.name for n in self.nodes)
         if dup:
             raise ValueError(f"duplicate node names: {dup}")
         return self

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from planner.catalog.models import ModelArch, resolve_arch
-from planner.schemas.common import Strict
+from planner.schemas.common import SafeName, Strict, duplicates
 
 Quantization = Literal["bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4"]
 
@@ -16,7 +17,7 @@ Quantization = Literal["bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4"]
 class Variant(Strict):
     """One checkpoint of a model in one precision."""
 
-    name: str = Field(min_length=1, description="variant name, unique within the model")
+    name: SafeName = Field(description="variant name, unique within the model")
     quantization: Quantization = Field(description="weight precision")
     path: str = Field(default="", description="checkpoint dir or hub id passed to vLLM")
     quality_penalty: float = Field(
@@ -27,7 +28,7 @@ class Variant(Strict):
 class ModelEntry(Strict):
     """One model agents call by `name`."""
 
-    name: str = Field(min_length=1, description="what agents send as `model`")
+    name: SafeName = Field(description="what agents send as `model`")
     architecture: str | ModelArch = Field(
         description="catalog name, path to a HF config.json, or inline numbers"
     )
@@ -41,8 +42,7 @@ class ModelEntry(Strict):
 
     @model_validator(mode="after")
     def _unique_variants(self) -> ModelEntry:
-        names = [v.name for v in self.variants]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = duplicates(v.name for v in self.variants)
         if dup:
             raise ValueError(f"duplicate variant names in model {self.name!r}: {dup}")
         return self
@@ -72,8 +72,7 @@ class Models(Strict):
     @field_validator("models")
     @classmethod
     def _unique_names(cls, v: list[ModelEntry]) -> list[ModelEntry]:
-        names = [m.name for m in v]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = duplicates(m.name for m in v)
         if dup:
             raise ValueError(f"duplicate model names: {dup}; each model name must be unique")
         return v
@@ -89,3 +88,50 @@ class Models(Strict):
     def names(self) -> list[str]:
         """Model names in file order."""
         return [m.name for m in self.models]
+
+
+# Upper bounds on architecture numbers, with room above the largest published models
+# (hidden 16384 and MLP 53248 in Llama-3.1-405B, 256 experts in DeepSeek-V3, a 10M-token
+# context in Llama-4-Scout): a number past them is a typo, and would overflow the perf model.
+_ARCH_MAX = {
+    "hidden_size": 65536,
+    "num_attention_heads": 1024,
+    "head_dim": 1024,
+    "intermediate_size": 262144,
+    "moe_intermediate_size": 262144,
+    "vocab_size": 4_194_304,
+    "num_experts": 4096,
+    "kv_lora_rank": 65536,
+    "q_lora_rank": 65536,
+    "qk_rope_head_dim": 1024,
+    "qk_nope_head_dim": 1024,
+    "v_head_dim": 1024,
+    "sliding_window": 16_777_216,
+    "max_position_embeddings": 16_777_216,
+    "total_params_b": 10_000.0,
+}
+
+
+def arch_problem(a: ModelArch) -> tuple[str, str] | None:
+    """(field, message) of the first architecture number out of bounds or inconsistent."""
+    for name, top in _ARCH_MAX.items():
+        v = getattr(a, name)
+        if not math.isfinite(v) or v > top:
+            return name, f"{name} {v} of {a.name!r} is above the limit {top:g}"
+    if not math.isfinite(a.active_params_b) or a.active_params_b > a.total_params_b:
+        return "active_params_b", (
+            f"active_params_b {a.active_params_b} exceeds total_params_b {a.total_params_b}"
+        )
+    if a.num_kv_heads > a.num_attention_heads or a.num_attention_heads % a.num_kv_heads:
+        return "num_kv_heads", (
+            f"{a.num_kv_heads} KV heads do not divide {a.num_attention_heads} query heads "
+            "(grouped-query attention shares each KV head among a whole number of query heads)"
+        )
+    if a.num_experts_per_tok > a.num_experts:
+        return "num_experts_per_tok", (
+            f"{a.num_experts_per_tok} experts per token but only {a.num_experts} experts"
+        )
+    for name in ("num_sliding_layers", "first_dense_layers"):
+        if getattr(a, name) > a.num_layers:
+            return name, f"{name} {getattr(a, name)} exceeds num_layers {a.num_layers}"
+    return None

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from planner.schemas.common import Strict
+from planner.schemas.common import SafeName, Strict, duplicates
 
 Tier = Literal["gpu", "host", "disk"]
 
@@ -55,10 +55,10 @@ class EngineArgs(Strict):
 class Instance(Strict):
     """One vLLM server."""
 
-    id: str = Field(min_length=1, description="unique within the point")
-    model: str = Field(description="model name from models.yaml")
-    variant: str = Field(description="variant name of that model")
-    node: str = Field(description="node name from cluster.yaml")
+    id: SafeName = Field(description="unique within the point; names the server's log file")
+    model: SafeName = Field(description="model name from models.yaml")
+    variant: SafeName = Field(description="variant name of that model")
+    node: SafeName = Field(description="node name from cluster.yaml")
     gpu_type: str = Field(
         default="", description="GPU type of `gpus` (cluster.yaml), for readers; '' in old plans"
     )
@@ -81,6 +81,9 @@ class Instance(Strict):
     def _tp_matches_gpus(self) -> Instance:
         if self.gpus and len(self.gpus) != self.tp:
             raise ValueError(f"tp is {self.tp} but {len(self.gpus)} GPUs are listed")
+        dup = duplicates(self.gpus)
+        if dup:
+            raise ValueError(f"GPU ids {dup} are listed twice; an instance uses each GPU once")
         return self
 
 
@@ -111,12 +114,10 @@ class Point(Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> Point:
-        ids = [i.id for i in self.instances]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        dup = duplicates(i.id for i in self.instances)
         if dup:
             raise ValueError(f"duplicate instance ids in point {self.name!r}: {dup}")
-        ports = [(i.node, i.port) for i in self.instances]
-        dupp = sorted({p for p in ports if ports.count(p) > 1})
+        dupp = duplicates((i.node, i.port) for i in self.instances)
         if dupp:
             raise ValueError(f"two instances share a node and port in point {self.name!r}: {dupp}")
         return self
@@ -167,7 +168,7 @@ class Plan(Strict):
     @model_validator(mode="after")
     def _selected_exists(self) -> Plan:
         names = [p.name for p in self.points]
-        dup = sorted({n for n in names if names.count(n) > 1})
+        dup = duplicates(names)
         if dup:
             raise ValueError(f"duplicate point names: {dup}")
         if self.selected not in names:

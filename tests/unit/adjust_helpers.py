@@ -99,10 +99,14 @@ def write_inputs(tmp_path: Path, p: Plan) -> str:
     """cluster.yaml, slo.yaml and plan.yaml (with its `inputs`) in tmp_path; the plan's path."""
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(CLUSTER))
     (tmp_path / "slo.yaml").write_text(yaml.safe_dump(SLO))
+    # the plan serves A and B: a models file of those two (a plan serves every model of its file)
+    lab = yaml.safe_load(MODELS_FILE.read_text())
+    lab["models"] = [m for m in lab["models"] if m["name"] in (A, B)]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(lab))
     data = p.model_dump(mode="json")
     data["inputs"] = {
         "cluster": {"path": "cluster.yaml"},
-        "models": {"path": str(MODELS_FILE)},
+        "models": {"path": "models.yaml"},
         "slo": {"path": "slo.yaml"},
     }
     out = tmp_path / "plan.yaml"

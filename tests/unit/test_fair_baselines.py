@@ -3,6 +3,7 @@ table, held-back days, the compiled engine's identical numbers, tier-only hops."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -162,10 +163,22 @@ def test_compiled_engine_gives_identical_numbers():
     built = [baselines.build(n, cl, ms, sl, tr) for n in ("static", "lru")]
     todo = [(b.point, b.perfs, b.simulate_kwargs()) for b in built]
     todo.append((built[1].point, built[1].perfs, {}))  # lru's homes, time-shared by plan
+    # Replicas that never sleep (one compiled call per model, `sim.replicas`): three of the
+    # coder, two of the reasoner, one of them with a smaller batch cap and KV cache.
+    st = built[0]
+    insts, perfs = [], dict(st.perfs)
+    for i in st.point.instances:
+        insts.append(i)
+        for k in (1, 2) if i.model == "coder-32b" else (1,) if i.model == "reasoner-30b" else ():
+            rep = i.model_copy(update={"id": f"{i.model}-{k}"})
+            insts.append(rep)
+            small = dataclasses.replace(perfs[i.id], max_num_seqs=4, max_kv_tokens=40000)
+            perfs[rep.id] = small if k == 2 or i.model == "reasoner-30b" else perfs[i.id]
+    todo.append((st.point.model_copy(update={"instances": insts}), perfs, {}))
     for pt, perfs, kw in todo:
         runs = []
         for compiled in (False, True):
-            simulator._ALONE_CACHE.clear()
+            simulator.clear_caches()
             runs.append(simulate(pt, perfs, req, sl, model_names=ms.names, compiled=compiled, **kw))
         a, b = runs
         for k in ("ttft_s", "tpot_s", "switch_wait_s", "instance", "met_slo", "cache_hit"):

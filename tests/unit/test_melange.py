@@ -85,3 +85,15 @@ def test_prefix_cache_hits_are_not_prefilled_again(edge6):
     args = (perf, d["input_tokens"], d["output_tokens"], 0.15, 4.0)
     assert capacity_rps(*args) == 0.0  # a cold 13.5k-token prefill misses the 4 s TTFT
     assert capacity_rps(*args, cached_tokens=d["cached_tokens"]) > d["peak_rps"]
+
+
+def test_a_melange_solve_leaves_the_placement_milp_solvable_in_the_same_process(edge6):
+    """HiGHS keeps its thread count per process: a melange solve with the default threads
+    made every later single-threaded placement solve fail, reported as infeasible."""
+    from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.search import optimize
+
+    cl, ms, sl, tr = edge6
+    baselines.build("melange", cl, ms, sl, tr)
+    res = optimize(cl, ms, sl, tr, OptimizeConfig(evals=3, baselines=False, validate_days=0))
+    assert res.points

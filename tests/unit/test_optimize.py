@@ -119,7 +119,7 @@ def test_points_fit_memory_rederived_from_the_catalog(small_plan):
                     slot[key] = max(slot.get(key, 0.0), inst.memory_gib.total)
         for key, cap in gpu_gib.items():
             assert awake.get(key, 0.0) + slot.get(key, 0.0) <= cap, (p.name, key)
-        assert memory_violations(p, cluster) == []
+        assert memory_violations(p, cluster, models) == []
 
 
 def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch):
@@ -133,14 +133,25 @@ def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch)
 
 
 def test_report_png(tmp_path, capsys, monkeypatch):
+    from planner.cli import report
+
     monkeypatch.chdir(ROOT)
+    drawn = []  # what the left panel plotted (the real function, its result recorded)
+    real = report.front_series
+    monkeypatch.setattr(report, "front_series", lambda *a: drawn.append(real(*a)) or drawn[-1])
     png = tmp_path / "r.png"
     args = [a if a != "8" else "4" for a in ARGS]
-    code, _, _ = run(
+    code, out, _ = run(
         [*args, "--json", "-o", str(tmp_path / "p.yaml"), "--report", str(png)], capsys
     )
     assert code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # each point is drawn beside its lru@ twin, at the twin's metrics
+    (ser,) = drawn
+    twins = json.loads(out)["twins"]
+    assert {p for p, _, _ in ser["points"]} == {t.removeprefix("lru@") for t in twins}
+    for label, warm, switch in ser["twins"]:
+        assert (warm, switch) == (twins[label]["warm_gpu_gib"], twins[label]["switch_p95_s"])
 
 
 def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys):

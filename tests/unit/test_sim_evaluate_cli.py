@@ -25,6 +25,7 @@ KEYS = {
     "warm_gpu_gib",
     "gpus_used",
     "requests",
+    "refused",
     "per_model",
 }
 
@@ -128,7 +129,7 @@ def test_baselines_are_valid_points_for_the_inputs():
         load_models(LAB / "models.yaml"),
         load_slo(LAB / "slo.yaml"),
     )
-    from planner.schemas import check_plan
+    from planner.optimizer.invariants import check_plan
 
     for b in (baselines.static(cluster, models), baselines.lru(cluster, models)):
         check_plan(Plan(selected=b.point.name, points=[b.point]), cluster, models)

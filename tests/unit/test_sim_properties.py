@@ -96,11 +96,31 @@ def test_memo_of_alone_instances_gives_the_same_numbers():
     a_pt = point(["gpu", "gpu"], gpus=[[0], [1]])
     b_pt = point(["gpu", "host"], gpus=[[0], [1]])  # m0's instance is the same in both
     perfs = {"i0": PERF, "i1": perf(STEP, max_num_seqs=2, max_kv_tokens=4000, chunk_tokens=256)}
-    simulator._ALONE_CACHE.clear()
+    simulator.clear_caches()
     cold_b = simulate(b_pt, perfs, req, SLO)
-    simulator._ALONE_CACHE.clear()
+    simulator.clear_caches()
     simulate(a_pt, perfs, req, SLO)  # remembers m0 (and m1 on its gpu-tier instance)
     warm_b = simulate(b_pt, perfs, req, SLO)
     assert warm_b.to_metrics() == cold_b.to_metrics()
     np.testing.assert_array_equal(warm_b.e2e_s, cold_b.e2e_s)
     assert warm_b.gpu_busy_fraction == cold_b.gpu_busy_fraction
+
+
+def test_lone_times_memo_returns_the_same_arrays_and_stays_bounded(monkeypatch):
+    from planner.optimizer.sim import lonememo
+    from planner.optimizer.sim.instance import lone_times
+    from planner.optimizer.sim.request import to_requests
+
+    req = to_requests(random_trace(3, 500, ["m0"]), ["m0"])
+    args = (req.input_tokens, req.cached_tokens, req.output_tokens)
+    monkeypatch.setattr(lonememo, "MAX_VALUES", 3 * len(req))  # room for one entry, not two
+    lonememo.clear()
+    a = lonememo.lone_times_of(req, 0, PERF, "hit", *args, memo=True)
+    assert lonememo.lone_times_of(req, 0, PERF, "hit", *args, memo=True)[0] is a[0]  # recalled
+    b = lonememo.lone_times_of(req, 0, perf(STEP, chunk_tokens=256), "hit", *args, memo=True)
+    assert len(lonememo._MEMO) == 1 and lonememo._held <= lonememo.MAX_VALUES  # a went
+    for got, perf_ in ((a, PERF), (b, perf(STEP, chunk_tokens=256))):
+        want = lone_times(perf_, *args)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    lonememo.clear()

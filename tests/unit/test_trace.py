@@ -197,3 +197,79 @@ def test_write_makes_any_frame_canonical(tmp_path):
     p = tmp_path / "t.csv"
     write_trace(_frame(), p)  # unsorted, no optional columns
     assert read_trace(p)["timestamp"].tolist() == [0.5, 1.0, 2.0]
+
+
+# ---- issue 16 items 9-11: outliers, bounds, encodings, defaults, order ----------------------
+
+
+def _validate(path, capsys) -> tuple[int, str, str]:
+    from planner.cli.main import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["validate", str(path)])
+    out = capsys.readouterr()
+    return int(e.value.code or 0), out.out, " ".join(out.err.split())
+
+
+HEAD = "timestamp,model,input_tokens,output_tokens\n"
+
+
+@pytest.mark.parametrize(
+    "rows,needle",
+    [
+        ("0,m,10,1\n5,m,10,1\n1e12,m,10,1\n", "row 3 (line 4), column 'timestamp': 1e+12 is"),
+        ("0,m,1e12,1\n", "column 'input_tokens': 1e+12 is above the limit of 100,000,000"),
+        ("0,m,10,1e30\n", "column 'output_tokens': 1e+30 is above the limit"),
+    ],
+    ids=["outlier timestamp", "1e12 tokens", "1e30 tokens"],
+)
+def test_outliers_are_refused_where_they_are(tmp_path, capsys, rows, needle):
+    p = tmp_path / "t.csv"
+    p.write_text(HEAD + rows)
+    code, _, err = _validate(p, capsys)
+    assert code == 2 and f"{p}:" in err and needle in err and "fix:" in err, err
+
+
+def _jsonl(tmp_path, *rows, raw: bytes = b"") -> str:
+    p = tmp_path / "t.jsonl"
+    p.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in rows) + raw)
+    return p
+
+
+def test_jsonl_defaults_booleans_and_encoding(tmp_path, capsys):
+    row = {"timestamp": 0, "model": "m", "input_tokens": 10, "output_tokens": 2}
+    # a row without cached_tokens takes the schema's default 0
+    p = _jsonl(tmp_path, {**row, "cached_tokens": 4}, {**row, "timestamp": 1})
+    assert read_trace(p)["cached_tokens"].tolist() == [4, 0]
+    # booleans are not counts
+    p = _jsonl(tmp_path, row, {**row, "input_tokens": True})
+    code, _, err = _validate(p, capsys)
+    assert code == 2 and "row 2, column 'input_tokens': True is a boolean" in err, err
+    # invalid UTF-8 is located, not a traceback
+    p = _jsonl(tmp_path, row, raw=b'{"model": "\xff\xfe"}\n')
+    code, _, err = _validate(p, capsys)
+    assert code == 2 and "line 2: not UTF-8" in err and "Traceback" not in err, err
+    # a list where a value goes
+    p = _jsonl(tmp_path, row, {**row, "model": ["m"]})
+    code, _, err = _validate(p, capsys)
+    assert code == 2 and "row 2, column 'model'" in err, err
+
+
+def test_out_of_order_and_duplicate_rows_are_counted(tmp_path, capsys):
+    p = tmp_path / "t.csv"
+    p.write_text(HEAD + "5,m,10,1\n1,m,10,1\n5,m,10,1\n7,m,10,1\n")
+    df = read_trace(p)
+    assert df["timestamp"].tolist() == [1.0, 5.0, 5.0, 7.0]
+    assert df.attrs["counts"] == {"out_of_order": 1, "duplicates": 1}
+    code, out, _ = _validate(p, capsys)
+    assert code == 0 and "4 rows, 1 out of order, 1 duplicates" in " ".join(out.split())
+
+
+@given(st.lists(st.floats(0, 30 * 86400.0), min_size=1, max_size=50))
+@settings(max_examples=100, deadline=None)
+def test_hours_spanned_match_counting_them(ts):
+    from planner.optimizer.workload.characterize import hour_slots
+
+    slot, spanned = hour_slots(np.array(ts))
+    every = np.arange(slot.min(), slot.max() + 1)
+    assert spanned.tolist() == np.bincount(every % 24, minlength=24).tolist()

@@ -1,0 +1,216 @@
+"""The state file: its tables, the instance row, and the integrity check every open runs.
+
+The file carries its schema version (`PRAGMA user_version`). Opening a file that is empty,
+damaged, not SQLite, missing a table, holding a row another program damaged, or from a newer
+version raises InputError (exit 2) naming the file and `planner state check|repair|export`;
+it is never recreated over what it held (its journal and the servers it started).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from planner.errors import InputError
+
+DB_NAME = "state.sqlite"
+SCHEMA_VERSION = 1  # PRAGMA user_version of files this code writes; 0: written before versions
+TABLES = ("instances", "journal", "lease", "meta")
+REPAIR_FIX = (
+    "see `planner state check --state-dir DIR`; `planner state export` saves what is readable, "
+    "`planner state repair` rebuilds the file from it (the damaged file is kept beside it)"
+)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    node TEXT NOT NULL,
+    host TEXT NOT NULL DEFAULT '127.0.0.1',
+    port INTEGER NOT NULL,
+    pid INTEGER,
+    actor TEXT,
+    status TEXT NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'gpu',
+    plan_sha TEXT NOT NULL DEFAULT '',
+    point TEXT NOT NULL DEFAULT '',
+    started_at REAL,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    log_path TEXT NOT NULL DEFAULT '',
+    spec_sha TEXT NOT NULL DEFAULT '',
+    gpus TEXT NOT NULL DEFAULT '[]',
+    memory_gib REAL NOT NULL DEFAULT 0,
+    updated_at REAL NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS journal (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    action TEXT NOT NULL,
+    instance TEXT NOT NULL DEFAULT '',
+    node TEXT NOT NULL DEFAULT '',
+    result TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    holder_pid INTEGER NOT NULL,
+    holder_host TEXT NOT NULL,
+    purpose TEXT NOT NULL DEFAULT '',
+    acquired_at REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+@dataclass
+class InstanceRow:
+    """One instance this state dir knows about. `status`: awake|asleep|stopped|starting|failed."""
+
+    id: str
+    model: str
+    variant: str
+    node: str
+    port: int
+    status: str
+    host: str = "127.0.0.1"
+    pid: int | None = None
+    actor: str | None = None
+    tier: str = "gpu"
+    plan_sha: str = ""
+    point: str = ""
+    started_at: float | None = None
+    restarts: int = 0
+    log_path: str = ""
+    spec_sha: str = ""  # hash of the plan's Instance: a change means a restart
+    gpus: str = "[]"  # JSON list of device indices
+    memory_gib: float = 0.0  # per GPU when awake, GiB (from the plan it was started from)
+    updated_at: float = 0.0
+
+    @property
+    def gpu_list(self) -> list[int]:
+        """Device indices as a list."""
+        return list(json.loads(self.gpus or "[]"))
+
+    def problem(self) -> str | None:
+        """What makes this row unusable (a column another program damaged), or None."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            want = _COL_TYPES[f.name]
+            if not isinstance(v, want) or isinstance(v, bool):
+                return f"instance {self.id!r}: column {f.name} holds {v!r}"
+        try:
+            ok = all(isinstance(g, int) for g in self.gpu_list)
+        except (json.JSONDecodeError, TypeError):
+            ok = False
+        if not ok:
+            return f"instance {self.id!r}: column gpus holds {self.gpus!r}, not a JSON list of ids"
+        return None
+
+
+COLUMNS = [f.name for f in fields(InstanceRow)]
+# what each column may hold once read back (SQLite keeps whatever another program wrote)
+_NUM, _NONE = (int, float), type(None)
+_COL_TYPES: dict[str, tuple[type, ...]] = {
+    **{c: (str,) for c in COLUMNS},
+    "port": (int,),
+    "restarts": (int,),
+    "pid": (int, _NONE),
+    "actor": (str, _NONE),
+    "started_at": (*_NUM, _NONE),
+    "memory_gib": _NUM,
+    "updated_at": _NUM,
+}
+
+
+def damaged(path: Path, what: str) -> InputError:
+    """The error every unusable state file gives (exit 2, before any side effect)."""
+    return InputError(what, file=str(path), fix=REPAIR_FIX)
+
+
+def connect(target: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (every transaction is explicit), rows by name."""
+    db = sqlite3.connect(
+        target, timeout=30.0, isolation_level=None, check_same_thread=False, uri=True
+    )
+    db.row_factory = sqlite3.Row
+    db.text_factory = lenient_text  # a damaged text cell reads as U+FFFD, not as an exception
+    return db
+
+
+def lenient_text(raw: bytes) -> str:
+    """SQLite text as str; bytes that are not UTF-8 (damage) become U+FFFD."""
+    return raw.decode("utf-8", "replace")
+
+
+def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """A connection to the state file at `path`, created when absent; InputError when unusable.
+
+    An existing file must be a whole SQLite database (quick_check) with every table of the
+    schema and a schema version this code knows. A file from before versions is upgraded
+    (unless `readonly`).
+    """
+    if path.is_dir():
+        raise damaged(path, "is a directory, not the state database")
+    new = not path.exists()
+    if not new and path.stat().st_size == 0:
+        raise damaged(
+            path,
+            "the state database is empty (0 bytes): its journal and the record of the servers "
+            "it started are gone; it is not recreated over them",
+        )
+    mode = "ro" if readonly else ("rwc" if new else "rw")
+    try:
+        db = connect(f"file:{path}?mode={mode}")
+        db.execute("PRAGMA busy_timeout=30000")
+        if new:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            return db
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            db.close()
+            raise damaged(path, f"the state database is damaged ({check})")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    except sqlite3.OperationalError as e:
+        raise damaged(path, f"cannot open the state database: {e}") from None
+    except sqlite3.DatabaseError as e:
+        raise damaged(path, f"not a readable state database: {e}") from None
+    except UnicodeDecodeError:  # SQLite's message quotes a damaged schema: not UTF-8
+        raise damaged(path, "the state database is damaged (its schema is not text)") from None
+    missing = [t for t in TABLES if t not in have]
+    if missing:
+        db.close()
+        raise damaged(path, f"the state database lacks table(s) {missing}")
+    if version > SCHEMA_VERSION:
+        db.close()
+        raise InputError(
+            f"the state database has schema version {version}; this planner reads up to "
+            f"{SCHEMA_VERSION}",
+            file=str(path),
+            fix="use the newer planner that wrote it (`planner state export` saves its rows)",
+        )
+    if version < SCHEMA_VERSION and not readonly:
+        _upgrade(db)
+    for r in db.execute("SELECT * FROM instances"):
+        keys = r.keys()
+        bad = InstanceRow(**{c: r[c] for c in COLUMNS if c in keys}).problem()
+        if bad is not None:
+            db.close()
+            raise damaged(path, bad)
+    return db
+
+
+def _upgrade(db: sqlite3.Connection) -> None:
+    """Files written before schema versions get the newer columns (with their defaults)."""
+    have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
+    extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
+    for col, decl in extra.items():
+        if col not in have:
+            db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
