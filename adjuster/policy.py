@@ -35,6 +35,9 @@ Rule, in order:
    in which few requests waited cannot show how long the waits at a point are: a lean point
    looks free on a quiet evening and then makes the night's few requests wait for wakes);
 4. hop to the meeting point with the lowest J only when all of these hold:
+   - it meets the SLO outright (attainment at least the target, on the forecast too when
+     tracking), when the current point meets it: the slack of rule 2 keeps the current
+     point from being left for a noisy miss, not a new one chosen for a noisy pass;
    - traffic moved: drift fired against the plan's `workload_summary` or against the window
      the current point was chosen on, or the current point misses the SLO (so stationary
      traffic, whose drift is calibrated to fire in no window, never hops);
@@ -208,6 +211,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
         meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
         cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
+    if cur_ok:  # leaving a point that meets the SLO: only for one that meets it outright
+        target = obs.target_attainment
+        meeting = [p for p in meeting if p == cur or _outright(p, table, obs, ahead, target)]
     j_cur = score(cur)
     best = min(meeting, key=lambda p: (score(p), p))
     if best == cur:
@@ -270,6 +276,18 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         }
     )
     return st, [Action("hop", best, why, {**reasons, "action": "hop", "to": best}, from_point=cur)]
+
+
+def _outright(
+    p: str, table: dict[str, Any], obs: Observation, ahead: bool, target: float
+) -> bool:
+    """Whether `p`'s attainment is at least the target itself (no noise slack): on the
+    window, and on the forecast too when tracking. The slack keeps the current point from
+    being left for a noisy miss; a new point must not be chosen for a noisy pass."""
+    ok = table[p]["slo_attainment"] >= target
+    if ahead:
+        ok = ok and float(obs.forecast[p]["slo_attainment"]) >= target
+    return ok
 
 
 def _plain(summary: Any) -> dict[str, Any]:
