@@ -278,9 +278,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     return st, [Action("hop", best, why, {**reasons, "action": "hop", "to": best}, from_point=cur)]
 
 
-def _outright(
-    p: str, table: dict[str, Any], obs: Observation, ahead: bool, target: float
-) -> bool:
+def _outright(p: str, table: dict[str, Any], obs: Observation, ahead: bool, target: float) -> bool:
     """Whether `p`'s attainment is at least the target itself (no noise slack): on the
     window, and on the forecast too when tracking. The slack keeps the current point from
     being left for a noisy miss; a new point must not be chosen for a noisy pass."""
