@@ -213,7 +213,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
     if cur_ok:  # leaving a point that meets the SLO: only for one that meets it outright
         target = obs.target_attainment
-        meeting = [p for p in meeting if p == cur or _outright(p, table, obs, ahead, target)]
+        meeting = sorted({cur, *(p for p in meeting if _outright(p, table, obs, ahead, target))})
     j_cur = score(cur)
     best = min(meeting, key=lambda p: (score(p), p))
     if best == cur:
