@@ -302,3 +302,25 @@ def test_the_plans_hop_table_is_read_when_it_has_one(flip):
     assert (cost.starts, cost.wakes, cost.sleeps, cost.predicted_s) == (0, 1, 1, 4.5)
     assert cost.to_json()["plan_cost_s"] == 4.5
     assert cost.restarted == hop_cost(a, b, perfs["b-hot"]).restarted
+
+
+def test_a_point_that_meets_the_slo_is_left_only_for_one_that_meets_it_outright(flip):
+    """The attainment slack keeps the current point from being left for a noisy miss; the
+    new point gets none: one at 94% of a 95% target is not chosen, one at 97% is."""
+    tr, _, _ = flip
+    win = h.window(tr, 2 * DAY + 10 * 3600.0)
+    assert len(win) >= 30
+    cfg = AdjustConfig(require_drift=False, confirm_windows=1, min_dwell_s=0)
+    st = AdjustState(point="bal", since_s=0.0, config=cfg)
+
+    def obs(fast_attainment: float) -> Observation:
+        metrics = {
+            "bal": _m(5.0, 100.0, attainment=0.96, n=len(win)),
+            "fast": _m(0.0, 140.0, attainment=fast_attainment, n=len(win)),
+        }
+        return Observation(end_s=0.0, window=win, metrics=metrics, hop_costs={},
+                           target_attainment=0.95)  # fmt: skip
+
+    _, acts = decide(st, obs(0.94))  # within the slack: it "meets", not outright
+    assert acts[0].kind == "hold" and acts[0].reasons["points"]["fast"]["meets_slo"]
+    assert decide(st, obs(0.97))[1][0].kind == "hop"
