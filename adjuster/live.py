@@ -10,7 +10,8 @@ length_s)`. One tick:
    state dir), else `config.start`, else the point applied from this plan (or the plan's
    selected one) in force since it was applied;
 2. the window (the last `window_s`) and, once the log reaches back a day, the forecast (the
-   next `forecast_windows` windows as they went a day earlier);
+   next `forecast_windows` windows as they went a day earlier, used while the day before
+   foresaw the window: `observe.foresaw`);
 3. every point of the plan simulated on both (`simulate`, the optimizer's scorer), the
    Observation (`observe.observe`) and the decision (`policy.decide`);
 4. its effects, unless `config.dry_run`: a hop is `apply_point` on `backend` (the real one
@@ -37,7 +38,7 @@ import pandas as pd
 from planner.adjuster.apply import ApplyResult, ModelPathResolver, apply_point
 from planner.adjuster.backends.base import Backend
 from planner.adjuster.decisions import DecisionLog
-from planner.adjuster.observe import cost_of_steps, observe
+from planner.adjuster.observe import cost_of_steps, foresaw, observe
 from planner.adjuster.policy import decide
 from planner.adjuster.policy_types import DAY_S, Action, AdjustConfig, AdjustState, HopCost
 from planner.adjuster.state import StateStore
@@ -157,9 +158,11 @@ def tick(
         win = window_at(log, now_s, cfg.window_s)
         ahead_s = cfg.forecast_windows * cfg.window_s
         first = log.first_s()
-        fc = None
+        fc, dropped = None, False
         if ahead_s and first is not None and first <= now_s - DAY_S:  # a day of history
             fc = window_at(log, now_s - DAY_S + ahead_s, ahead_s)
+            dropped = not foresaw(window_at(log, now_s - DAY_S, cfg.window_s), win, cfg)
+            fc = None if dropped else fc
         sims = _simulate(plan, win, config)
         obs = observe(
             plan,
@@ -174,6 +177,7 @@ def tick(
             suggest_command=config.suggest_command,
             forecast=fc,
             forecast_sims=_simulate(plan, fc, config) if fc is not None else None,
+            forecast_dropped=dropped,
         )
         new_st, actions = decide(st, obs)
         act = actions[0]

@@ -198,13 +198,15 @@ def observe(
     suggest_command: str = "",
     forecast: pd.DataFrame | None = None,
     forecast_sims: Mapping[str, Any] | None = None,
+    forecast_dropped: bool = False,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
     `sims` (point name -> SimResult or metrics dict) are the window's simulations; without
     them `scorer` runs. `forecast`: the next `forecast_windows` windows as they went a day
-    earlier (None: no history), simulated unless `forecast_sims`. `perfs`: point name ->
-    (instance id -> InstancePerf). Drift runs only on windows with enough requests.
+    earlier (None: no history, or `forecast_dropped`: the day before did not foresee the
+    window, `foresaw`), simulated unless `forecast_sims`. `perfs`: point name -> (instance
+    id -> InstancePerf). Drift runs only on windows with enough requests.
     """
     from planner.optimizer.workload.drift import drift
 
@@ -260,7 +262,25 @@ def observe(
         hop_delays=delays,
         priors=prior,
         basis_span_s=span,
+        forecast_dropped=forecast_dropped,
     )
+
+
+def foresaw(past: pd.DataFrame, window: pd.DataFrame, cfg: AdjustConfig) -> bool:
+    """Whether the window's hours a day earlier (`past`) foresaw the window: both quiet
+    (under `min_requests`), or both busy without drift between them. Traffic that does not
+    repeat from one day to the next (bursts) makes the day before no forecast at all."""
+    from planner.optimizer.workload.characterize import summarize
+    from planner.optimizer.workload.drift import drift
+
+    busy_then, busy_now = len(past) >= cfg.min_requests, len(window) >= cfg.min_requests
+    if not (busy_then or busy_now):
+        return True
+    if busy_then != busy_now:
+        return False
+    ref = summarize(past)
+    ref = ref.model_dump(mode="json") if hasattr(ref, "model_dump") else dict(ref)
+    return drift(ref, window).verdict != "drift"
 
 
 def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[int, ...]:
@@ -272,6 +292,7 @@ def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[in
 __all__ = [
     "Scorer",
     "cost_of_steps",
+    "foresaw",
     "hop_cost",
     "hop_delays",
     "observe",

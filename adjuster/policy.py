@@ -16,6 +16,8 @@ also looks ahead: each point is judged on the last window and on a forecast of t
 `forecast_windows` windows (the same hours of the day before, when the log has them) and
 scores the worse of the two, so the point for the morning is in force before the morning
 comes and a quiet evening hour does not send the busy hour after it to a lean point. The
+day before is a forecast only while it foresees: when the window's own hours a day earlier
+drift from the window (bursts that do not repeat daily), the forecast is dropped. The
 forecast is the second witness: such a hop needs no further confirming window, and the
 current point is left for missing the SLO only when it misses on both (a peak hour that
 the next hours will not repeat is not worth restarts in the middle of the day). A hop to
@@ -165,6 +167,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         "in_force_s": round(now - since, 1),
         "tracking": tracking,
         "forecast_window_requests": list(obs.forecast_window_requests) if ahead else None,
+        "forecast_dropped": obs.forecast_dropped,
     }
 
     def hold(why: str) -> tuple[AdjustState, list[Action]]:

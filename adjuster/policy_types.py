@@ -180,6 +180,7 @@ class Observation:
     hop_delays: dict[str, Any] = field(default_factory=dict)
     priors: dict[str, float | None] = field(default_factory=dict)
     basis_span_s: float = 0.0
+    forecast_dropped: bool = False  # the day before did not foresee the window: no forecast
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
 

@@ -41,10 +41,11 @@ def write_log(state_dir, df, shift_s: float) -> int:
 
 
 def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
-    """A planner-only day, then a day with coder-32b too, in the gateway's SQLite log with
-    epoch timestamps: every hourly tick sees the same window, the same forecast counts and
-    takes the same decision as the replay of the same requests (trace seconds)."""
-    tr = h.adoption_trace(days=2, adoption_day=1)
+    """A planner-only day, then two days with coder-32b too (the third foreseen by the
+    second), in the gateway's SQLite log with epoch timestamps: every hourly tick sees the
+    same window, the same forecast counts and takes the same decision as the replay of the
+    same requests (trace seconds)."""
+    tr = h.adoption_trace(days=3, adoption_day=1)
     p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
     perfs, slo = h.perfs(p), h.slo()
     cfg = AdjustConfig(min_dwell_s=3600.0)

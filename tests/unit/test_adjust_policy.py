@@ -324,3 +324,18 @@ def test_a_point_that_meets_the_slo_is_left_only_for_one_that_meets_it_outright(
     _, acts = decide(st, obs(0.94))  # within the slack: it "meets", not outright
     assert acts[0].kind == "hold" and acts[0].reasons["points"]["fast"]["meets_slo"]
     assert decide(st, obs(0.97))[1][0].kind == "hop"
+
+
+def test_the_day_before_is_a_forecast_only_while_it_foresees():
+    from planner.adjuster.observe import foresaw
+
+    tr = h.adoption_trace(days=3, adoption_day=1)  # coder-32b adopted on day 1
+
+    def hour(day: int, h_: int):
+        return h.window(tr, day * DAY + h_ * 3600.0)
+
+    cfg = AdjustConfig()
+    assert foresaw(hour(1, 10), hour(2, 10), cfg)  # the new mix repeats from day 1 to day 2
+    assert not foresaw(hour(0, 10), hour(1, 10), cfg)  # the day of the adoption was not foreseen
+    assert not foresaw(hour(0, 3), hour(1, 10), cfg)  # quiet then, busy now
+    assert foresaw(hour(0, 3), hour(1, 3), cfg)  # quiet both
