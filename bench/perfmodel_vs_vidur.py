@@ -1,14 +1,17 @@
-"""Perf model vs measured MLP-layer times (vidur per-operator profiles, A100 / H100 / A40).
+"""Perf model vs measured MLP-layer times (vidur per-operator profiles, A100 / H100 / A40),
+leave one GPU out.
 
 For every (model, TP, num_tokens) row of vidur's mlp.csv the measured time is the sum of the
 medians of mlp_up_proj (fused gate+up GEMM), mlp_act (SiLU * up) and mlp_down_proj. The
 prediction is the perf model's operator roofline (`linear_s`, `elementwise_s`): each GEMM is
 the slower of streaming its weights and doing its FLOPs at the GPU's efficiency factors.
 
-Two figures per GPU: with the spec-sheet defaults, and with ONE compute efficiency and ONE
-bandwidth efficiency fitted per GPU type to these per-operator measurements (a calibration
-from per-op data, as a profile would do; not a fit to end-to-end latencies). RESULT uses the
-fitted factors. Decode-sized: num_tokens <= 128; prefill-sized: num_tokens >= 512.
+Split: ONE compute efficiency and ONE bandwidth efficiency (relative to each GPU's spec
+sheet) are fitted on two GPUs' rows and score the third GPU's; RESULT takes those held-out
+errors. Also printed: the spec-sheet defaults of optimizer/perf/calib.py for the GPU's
+generation (the ampere and hopper defaults cite these vidur tables among their sources, so
+their figure is not out of sample). Decode-sized: num_tokens <= 128; prefill-sized: >= 512.
+Target: held-out MdAPE <= 15% on every GPU.
 """
 
 from __future__ import annotations
@@ -59,46 +62,53 @@ def mdape(pred: np.ndarray, meas: np.ndarray) -> float:
     return float(np.median(np.abs(pred - meas) / meas))
 
 
-def fit(d: pd.DataFrame, gpu, base) -> tuple[float, float]:
-    """Grid search of (compute, bandwidth) efficiency minimizing the mean of the decode-sized
-    and prefill-sized median errors (each regime weighs the same whatever its row count)."""
-    meas = d.measured_s.to_numpy()
-    dec = (d.num_tokens <= 128).to_numpy()
-    best = (np.inf, base.compute_efficiency, base.bandwidth_efficiency)
+def fit(frames: list[tuple[pd.DataFrame, object, object]]) -> tuple[float, float]:
+    """Grid search of one (compute, bandwidth) efficiency pair over several GPUs' rows,
+    minimizing the mean of the decode-sized and prefill-sized median errors of each GPU."""
+    best = (np.inf, 0.7, 0.8)
     for ce in np.arange(0.40, 1.001, 0.02):
         for be in np.arange(0.50, 1.001, 0.02):
-            c = dataclasses.replace(
-                base, compute_efficiency=float(ce), bandwidth_efficiency=float(be)
-            )
-            pred = predict(d, gpu, c)
-            err = (mdape(pred[dec], meas[dec]) + mdape(pred[~dec], meas[~dec])) / 2
-            if err < best[0]:
-                best = (err, float(ce), float(be))
+            errs = []
+            for d, gpu, base in frames:
+                c = dataclasses.replace(
+                    base, compute_efficiency=float(ce), bandwidth_efficiency=float(be)
+                )
+                pred, meas = predict(d, gpu, c), d.measured_s.to_numpy()
+                dec = (d.num_tokens <= 128).to_numpy()
+                errs.append((mdape(pred[dec], meas[dec]) + mdape(pred[~dec], meas[~dec])) / 2)
+            if np.mean(errs) < best[0]:
+                best = (float(np.mean(errs)), float(ce), float(be))
     return best[1], best[2]
 
 
 def main() -> int:
-    results = {}
+    data = {}
     for key, name in GPUS.items():
         gpu = resolve_gpu(name)
         d = load(key)
-        d = d[(d.num_tokens <= 128) | (d.num_tokens >= 512)].reset_index(drop=True)
-        meas = d.measured_s.to_numpy()
+        data[key] = (d[(d.num_tokens <= 128) | (d.num_tokens >= 512)].reset_index(drop=True), gpu)
+    results = {}
+    for key, (d, gpu) in data.items():
         base = default_calib(gpu.arch)
-        spec_err = mdape(predict(d, gpu, base), meas)
-        ce, be = fit(d, gpu, base)
+        train = [(dd, g, default_calib(g.arch)) for k, (dd, g) in data.items() if k != key]
+        ce, be = fit(train)
         cal = dataclasses.replace(base, compute_efficiency=ce, bandwidth_efficiency=be)
+        meas = d.measured_s.to_numpy()
         pred = predict(d, gpu, cal)
+        spec_err = mdape(predict(d, gpu, base), meas)
         dec = (d.num_tokens <= 128).to_numpy()
         print(
-            f"{key} ({name}): {len(d)} rows, models {sorted(d.model.unique())}, TP {sorted(d.num_tensor_parallel_workers.unique())}"
+            f"{key} ({gpu.name}): {len(d)} rows, models {sorted(d.model.unique())}, "
+            f"TP {sorted(d.num_tensor_parallel_workers.unique())}"
         )
         print(
-            f"  spec-sheet defaults (compute {base.compute_efficiency:.2f}, bandwidth {base.bandwidth_efficiency:.2f}): MdAPE {spec_err:.1%}"
+            f"  fitted on {', '.join(k for k in data if k != key)}: compute {ce:.2f}, "
+            f"bandwidth {be:.2f}: held-out MdAPE {mdape(pred, meas):.1%} (decode-sized "
+            f"{mdape(pred[dec], meas[dec]):.1%}, prefill-sized {mdape(pred[~dec], meas[~dec]):.1%})"
         )
         print(
-            f"  fitted from these per-op times: compute {ce:.2f}, bandwidth {be:.2f}: MdAPE {mdape(pred, meas):.1%}"
-            f" (decode-sized {mdape(pred[dec], meas[dec]):.1%}, prefill-sized {mdape(pred[~dec], meas[~dec]):.1%})"
+            f"  calib.py {gpu.arch} defaults (compute {base.compute_efficiency:.2f}, bandwidth "
+            f"{base.bandwidth_efficiency:.2f}; sources include these tables): MdAPE {spec_err:.1%}"
         )
         for tp in sorted(d.num_tensor_parallel_workers.unique()):
             m = (d.num_tensor_parallel_workers == tp).to_numpy()
@@ -106,10 +116,10 @@ def main() -> int:
         results[key] = (mdape(pred, meas), spec_err)
     ok = all(v[0] <= 0.15 for v in results.values())
     print(
-        "RESULT "
-        + " ".join(f"{k}_mdape={v[0]:.3f}" for k, v in results.items())
+        "RESULT split=leave_one_gpu_out "
+        + " ".join(f"{k}_heldout_mdape={v[0]:.3f}" for k, v in results.items())
         + " "
-        + " ".join(f"{k}_spec_mdape={v[1]:.3f}" for k, v in results.items())
+        + " ".join(f"{k}_defaults_mdape={v[1]:.3f}" for k, v in results.items())
         + f" pass={int(ok)}"
     )
     return 0 if ok else 1

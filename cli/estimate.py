@@ -14,8 +14,6 @@ from planner.cli.common import JsonOpt, console, print_json
 from planner.cli.inputs import calibration
 from planner.errors import InputError
 
-_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
-_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 _COLUMNS = (
     "model",
     "gpu",
@@ -25,10 +23,16 @@ _COLUMNS = (
     "input_len",
     "output_len",
     "concurrency",
+    "interconnect",
 )
 _DEFAULTS: dict[str, Any] = dict(
     tp=1, quantization="bf16", kv_cache_dtype="auto", input_len=1024, output_len=256, concurrency=1
 )
+
+
+def default_interconnect(gpu) -> str:
+    """NVLink between the GPUs of SXM boards (the switch joins them all), else PCIe."""
+    return "nvlink" if gpu.nvlink_gbps and "SXM" in gpu.name.upper() else "pcie"
 
 
 @lru_cache(maxsize=1024)
@@ -47,6 +51,7 @@ def estimate_row(
     """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
     from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf import instance_perf, steady_state
+    from planner.optimizer.perf.memory import KV_DTYPES, WEIGHT_QUANTS
     from planner.schemas import check_tp
 
     file, pre = where
@@ -67,19 +72,19 @@ def estimate_row(
             str(e), file=file, path=f("gpu"), fix="use a name from `planner catalog gpus`"
         ) from None
     q, kvd = str(row["quantization"]), str(row["kv_cache_dtype"])
-    if q not in _QUANTS:
+    if q not in WEIGHT_QUANTS:
         raise InputError(
             f"unknown quantization {q!r}",
             file=file,
             path=f("quantization"),
-            fix=f"use one of {list(_QUANTS)}",
+            fix=f"use one of {list(WEIGHT_QUANTS)}",
         )
-    if kvd not in _KV_DTYPES:
+    if kvd not in KV_DTYPES:
         raise InputError(
             f"unknown KV cache dtype {kvd!r}",
             file=file,
             path=f("kv_cache_dtype"),
-            fix=f"use one of {list(_KV_DTYPES)}",
+            fix=f"use one of {list(KV_DTYPES)}",
         )
     nums = {}
     for k, lo in (("tp", 1), ("input_len", 1), ("output_len", 1), ("concurrency", 1)):
@@ -94,8 +99,23 @@ def estimate_row(
                 f"{nums[k]} is below {lo}", file=file, path=f(k), fix=f"use a value >= {lo}"
             )
     check_tp(arch.num_attention_heads, arch.num_kv_heads, nums["tp"], file, f("tp"))
+    link = row.get("interconnect") or default_interconnect(gpu)
+    if link not in ("pcie", "nvlink"):
+        raise InputError(
+            f"unknown interconnect {link!r}",
+            file=file,
+            path=f("interconnect"),
+            fix="use pcie or nvlink",
+        )
     perf = instance_perf(
-        arch, q, gpu, nums["tp"], kv_cache_dtype=kvd, calib=calibs.get(gpu.name), **(engine or {})
+        arch,
+        q,
+        gpu,
+        nums["tp"],
+        kv_cache_dtype=kvd,
+        interconnect=link,
+        calib=calibs.get(gpu.name),
+        **(engine or {}),
     )
     ttft, tpot, tps = steady_state(perf, nums["input_len"], nums["output_len"], nums["concurrency"])
     fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
@@ -104,10 +124,14 @@ def estimate_row(
         "gpu": gpu.name,
         "tp": nums["tp"],
         "quantization": q,
+        "interconnect": link,
         "fits": perf.fits,
         "weights_gib_per_gpu": round(perf.weights_gib_per_gpu, 4),
         "kv_bytes_per_token": perf.kv_bytes_per_token,
         "max_kv_tokens": perf.max_kv_tokens,
+        # what the engine runs with: the flags given, else vLLM's defaults for this GPU
+        "max_num_seqs": perf.max_num_seqs,
+        "max_num_batched_tokens": perf.chunk_tokens,
         "ttft_s": fin(ttft),
         "tpot_s": fin(tpot),
         "output_tokens_per_s": round(tps, 3),
@@ -166,6 +190,9 @@ def _print_human(r: dict[str, Any]) -> None:
     t.add_row("weights per GPU", f"{r['weights_gib_per_gpu']:.2f} GiB")
     t.add_row("KV bytes per token", f"{r['kv_bytes_per_token']:,.0f}")
     t.add_row("max KV tokens", f"{r['max_kv_tokens']:,}")
+    t.add_row(
+        "max_num_seqs / batched tokens", f"{r['max_num_seqs']} / {r['max_num_batched_tokens']}"
+    )
     t.add_row("TTFT", show(r["ttft_s"], ".3f") + " s")
     t.add_row("TPOT", show(r["tpot_s"], ".4f") + " s")
     t.add_row("output tokens/s", f"{r['output_tokens_per_s']:.1f}")
@@ -194,7 +221,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
         quantization: Annotated[
-            str, typer.Option("--quantization", help=f"One of {', '.join(_QUANTS)}.")
+            str,
+            typer.Option(
+                "--quantization",
+                help="bf16, fp16, fp8, awq, gptq, int4, mxfp4 or nvfp4 (fp4 only on Blackwell).",
+            ),
         ] = "bf16",
         kv_cache_dtype: Annotated[
             str, typer.Option("--kv-cache-dtype", help="auto or fp8.")
@@ -219,6 +250,33 @@ def register(app: typer.Typer) -> None:
                 help="Share of GPU memory vLLM may use.",
             ),
         ] = 0.9,
+        max_num_seqs: Annotated[
+            int | None,
+            typer.Option(
+                "--max-num-seqs", min=1, help="Batch cap; default: vLLM's for the GPU (see --json)."
+            ),
+        ] = None,
+        max_num_batched_tokens: Annotated[
+            int | None,
+            typer.Option(
+                "--max-num-batched-tokens",
+                min=16,
+                help="Tokens per step (chunked prefill); default: vLLM's for the GPU.",
+            ),
+        ] = None,
+        interconnect: Annotated[
+            str | None,
+            typer.Option(
+                "--interconnect", help="pcie or nvlink between the TP GPUs; default: nvlink on SXM."
+            ),
+        ] = None,
+        entry_point: Annotated[
+            str,
+            typer.Option(
+                "--entry-point",
+                help="How vLLM is started, which sets its defaults: serve (OpenAI server) or offline (LLM class).",
+            ),
+        ] = "serve",
         profiles: Annotated[
             Path | None,
             typer.Option(
@@ -232,8 +290,22 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
+        from planner.optimizer.perf.vllm_defaults import ENTRY_POINTS
+
+        if entry_point not in ENTRY_POINTS:
+            raise InputError(
+                f"unknown entry point {entry_point!r}",
+                path="--entry-point",
+                fix=f"use one of {list(ENTRY_POINTS)}",
+            )
         calibs = calibration(profiles) or {}
-        engine = dict(max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization)
+        engine = dict(
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max_num_batched_tokens,
+            entry_point=entry_point,
+        )
         if batch is not None:
             rows = _read_batch(batch)
             out = [
@@ -261,6 +333,7 @@ def register(app: typer.Typer) -> None:
             input_len=input_len,
             output_len=output_len,
             concurrency=concurrency,
+            interconnect=interconnect,
         )
         r = estimate_row(row, calibs, (None, ""), engine)
         if json_out:

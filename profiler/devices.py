@@ -79,7 +79,9 @@ def gpu_type_from_name(name: str, memory_gib: float | None = None) -> str | None
     t = _norm(name).split()
     big = memory_gib is not None and memory_gib > 60  # 80 GB class vs 40 GB class
     out: str | None = None
-    if "H200" in t:
+    if "B200" in t or "B300" in t:  # "NVIDIA B200", "NVIDIA B300 SXM6 AC"
+        out = "B300-SXM" if "B300" in t else "B200-SXM"
+    elif "H200" in t:
         out = "H200-NVL" if "NVL" in t else "H200-SXM"
     elif "H100" in t:
         if "NVL" in t:

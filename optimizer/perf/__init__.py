@@ -11,7 +11,8 @@ from functools import lru_cache
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
-from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s, steady_state
+from planner.optimizer.perf.closedloop import closed_loop, steady_state
+from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
 from planner.optimizer.perf.memory import (
     activation_bytes,
@@ -21,6 +22,7 @@ from planner.optimizer.perf.memory import (
     weights_bytes_per_gpu,
 )
 from planner.optimizer.perf.types import InstancePerf, StepModel
+from planner.optimizer.perf.vllm_defaults import EntryPoint, batch_defaults
 from planner.units import GIB
 
 __all__ = [
@@ -30,9 +32,9 @@ __all__ = [
     "activation_bytes",
     "calib_from_profile",
     "checkpoint_read_s",
+    "closed_loop",
     "decode_step_s",
     "default_calib",
-    "default_chunk_tokens",
     "instance_perf",
     "kv_bytes_per_token",
     "prefill_s",
@@ -47,11 +49,6 @@ __all__ = [
 REF_CONTEXT_TOKENS = 4096
 
 
-def default_chunk_tokens(gpu: GpuSpec) -> int:
-    """vLLM's default max_num_batched_tokens: 8192 on >= 70 GiB GPUs, else 2048."""
-    return 8192 if gpu.memory_gib >= 70 else 2048
-
-
 def instance_perf(
     arch: ModelArch,
     quantization: str,
@@ -61,8 +58,9 @@ def instance_perf(
     kv_cache_dtype: str = "auto",
     gpu_memory_utilization: float = 0.9,
     max_model_len: int | None = None,
-    max_num_seqs: int = 64,
+    max_num_seqs: int | None = None,
     max_num_batched_tokens: int | None = None,
+    entry_point: EntryPoint = "serve",
     kv_gib: float | None = None,
     cpu_offload_gib: float = 0.0,
     interconnect: str = "pcie",
@@ -75,7 +73,10 @@ def instance_perf(
     gpu_memory_utilization * memory - weights - (activation peak + CUDA graphs + context).
     A negative remainder gives kv 0 and max_kv_tokens 0; `InstancePerf.fits` is False unless
     the cache holds one max_model_len sequence (vLLM refuses to start otherwise).
+    `max_num_seqs` / `max_num_batched_tokens` left None are what vLLM picks for this GPU and
+    `entry_point` (`vllm_defaults.batch_defaults`).
     """
+    seqs, chunk = batch_defaults(gpu, int(tp), entry_point)
     return _instance_perf(
         arch,
         quantization,
@@ -84,8 +85,8 @@ def instance_perf(
         kv_cache_dtype,
         float(gpu_memory_utilization),
         max_model_len,
-        int(max_num_seqs),
-        max_num_batched_tokens,
+        int(seqs if max_num_seqs is None else max_num_seqs),
+        int(chunk if max_num_batched_tokens is None else max_num_batched_tokens),
         None if kv_gib is None else float(kv_gib),
         float(cpu_offload_gib),
         interconnect,
@@ -104,7 +105,7 @@ def _instance_perf(
     util: float,
     max_model_len: int | None,
     max_num_seqs: int,
-    chunk: int | None,
+    chunk_tokens: int,
     kv_gib: float | None,
     cpu_offload_gib: float,
     interconnect: str,
@@ -114,8 +115,9 @@ def _instance_perf(
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
     cal = calib or default_calib(gpu.arch)
+    if gpu.arch == "cpu" and kv_cache_dtype == "auto":
+        kv_cache_dtype = "float32"  # the CPU build serves in float32 (planner.engine)
     mml = max_model_len or min(arch.max_position_embeddings, 32768)  # tokens
-    chunk_tokens = chunk or default_chunk_tokens(gpu)  # tokens per step
     ref_ctx = min(mml, REF_CONTEXT_TOKENS)  # tokens
     w_gpu = weights_bytes_per_gpu(arch, quantization, tp)  # bytes on each GPU before offload
     offload = min(cpu_offload_gib * GIB, w_gpu)  # bytes kept in host RAM per GPU
@@ -157,6 +159,8 @@ def _instance_perf(
         sleep_s=loads["sleep_s"],
         weights_host_gib=w_res * tp / GIB,
         prefill_overhead_s=cal.prefill_overhead_s,
+        prompt_s_per_token=cal.prompt_s_per_token,
         cpu_offload_gib=offload / GIB,
         max_model_len=mml,
+        step_jitter_cv=cal.step_jitter_cv,
     )

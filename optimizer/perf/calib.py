@@ -18,11 +18,17 @@ class Calib:
     # vLLM's fp8 GEMMs (dynamic activation scaling) reach about a third of the fp8 peak:
     # median 0.31 (L40S), 0.36 (H100), 0.40 (H200) in aiconfigurator's vLLM 0.14 GEMM tables.
     fp8_compute_efficiency: float = 0.35  # achieved / peak dense fp8 FLOP/s
+    fp4_compute_efficiency: float = 0.35  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
-    step_overhead_s: float = 0.002  # scheduler + launches + sampling per engine step, s
+    # beyond the kernels' floors (latency.step_fixed_s): bench/perfmodel_vs_serving.py's fit
+    # to all 744 expressible serving rows (B200/B300/H200) gives 65 us
+    step_overhead_s: float = 65e-6  # scheduler + sampling per engine step, s
     prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
+    # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
+    step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s
@@ -40,13 +46,17 @@ class Calib:
     # ~10 us (they quantize the activations first) against ~2.5 us for bf16
     attn_kernel_latency_s: float = 10e-6  # fixed cost of one attention kernel, s
     fp8_gemm_extra_s: float = 7e-6  # activation quantization before an fp8 GEMM, s
+    # aiconfigurator's fp8_block GEMM tables (H100/H200): smallest 18-20.5 us against 2.5 us
+    fp8_block_gemm_extra_s: float = 16e-6  # per-group (128) quantization before a block-fp8 GEMM, s
     # TP all-reduce, from vidur's NCCL all_reduce.csv (A100/H100, NVLink pairs; 4 GPUs cross
     # PCIe): bus bandwidth 195/300 GB/s on NVLink, 23.7/32 (gen4) and 48.8/64 (gen5) on PCIe;
-    # small-message time 7 us on NVLink, 28-66 us across PCIe.
+    # small-message time 28-66 us across PCIe. On NVLink vLLM runs its custom all-reduce in
+    # CUDA graphs: 4.3-4.8 us for messages up to 16 KiB on 2-8 H100/H200 (aiconfigurator's
+    # vLLM 0.14 custom_allreduce_perf tables, vllm_graph rows).
     link_efficiency: float = 0.75  # achieved / peak PCIe rate in all-reduce
     nvlink_efficiency: float = 0.65  # achieved / peak NVLink rate in all-reduce
     link_latency_s: float = 40e-6  # one all-reduce over PCIe, small message, s
-    nvlink_latency_s: float = 7e-6  # one all-reduce over NVLink, small message, s
+    nvlink_latency_s: float = 4.5e-6  # one all-reduce over NVLink, small message, s
     context_gib: float = 0.5  # CUDA context + non-torch memory a process holds per GPU, GiB
     cuda_graph_gib: float = 0.5  # captured CUDA graphs per GPU, GiB
     nccl_gib: float = (
@@ -83,8 +93,20 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
+    # blackwell: from bench/perfmodel_vs_serving.py's fit to all 744 expressible serving rows
+    # (B200/B300/H200; its line "all rows"): bandwidth 0.9, request overhead 54 ms + 1.65 us
+    # per prompt token, attention 0.66. That fit shares one compute efficiency across bf16,
+    # fp8 and fp4 and ran it to its bound (1.0): not taken; 0.7 for all three (a guess).
     "blackwell": dict(
-        compute_efficiency=0.7, bandwidth_efficiency=0.8, h2d_gbps=40.0, d2h_gbps=40.0
+        compute_efficiency=0.7,
+        fp8_compute_efficiency=0.7,
+        fp4_compute_efficiency=0.7,
+        bandwidth_efficiency=0.9,
+        attn_efficiency=0.66,
+        prefill_overhead_s=0.054,
+        prompt_s_per_token=1.65e-6,
+        h2d_gbps=40.0,
+        d2h_gbps=40.0,
     ),
     # CPU build of vLLM: no graphs, no sleep mode, slow start (imports + warm-up, docs/environment.md).
     "cpu": dict(

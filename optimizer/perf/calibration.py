@@ -4,12 +4,13 @@ Pure: a `Profile` (engine points + microbenchmarks) and the GPU's spec in, the p
 `Calibration` fields out (`calib_from_profile` turns them into a `Calib`).
 
 Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute):
-  step(new, kv, pairs) = o + max(mem / be, lin / ce + attn / ae) + comm
+  step(new, kv, pairs) = o + floor + max(mem / be, lin / ce + attn / ae) + comm
   prefill point (n tokens, first token):     y = po + sum over its chunks of step(...)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
-(efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, o the per-step
-and po the per-request overhead. ae keeps the default attention-to-GEMM ratio.
+(efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
+time of the step's kernels (`latency.step_fixed_s`, 0 on the CPU build), o the rest of the
+per-step and po the per-request overhead. ae keeps the default attention-to-GEMM ratio.
 
 For each (ce, be) on a log grid the overheads (o, po) enter linearly: they are solved by
 non-negative weighted least squares on relative errors; a small penalty pulls (ce, be)
@@ -28,6 +29,7 @@ from planner.catalog.gpus import GpuSpec
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.types import StepModel
+from planner.optimizer.perf.vllm_defaults import batch_defaults
 from planner.schemas.profile import Calibration, EngineRun, Profile
 
 # Bounds of the efficiency search (the schema allows (0, 2]).
@@ -43,6 +45,7 @@ class StepTerms:
     lin_s: float  # linear-layer FLOPs / peak GEMM rate
     attn_s: float  # attention FLOPs / peak rate
     comm_s: float  # TP all-reduce time (efficiency of the link is not fitted here)
+    floor_s: float = 0.0  # the kernels' minimum time (not fitted here)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,8 @@ def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float)
         + sm.kv_read_s_per_token * kv_tokens
     )
     comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
-    return StepTerms(mem, sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs, comm)
+    lin, attn = sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs
+    return StepTerms(mem, lin, attn, comm, sm.overhead_s)
 
 
 def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
@@ -96,7 +100,7 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         if run.status != "ok" or run.arch is None:
             continue
         sm = unit_step_model(run, gpu, base)
-        chunk = run.chunk_tokens or (8192 if gpu.memory_gib >= 70 else 2048)
+        chunk = run.chunk_tokens or batch_defaults(gpu, run.tp)[1]
         for p in run.prefill:
             pts.append(
                 FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))
@@ -113,7 +117,9 @@ def predict(points: list[FitPoint], ce: float, be: float, o: float, po: float) -
     """Model latency of each point, s."""
     out = []
     for p in points:
-        t = sum(o + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps)
+        t = sum(
+            o + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps
+        )
         out.append(t + (po if p.kind == "prefill" else 0.0))
     return np.array(out)
 
@@ -209,6 +215,23 @@ def _median(xs: list[float]) -> float | None:
     return float(np.median(xs)) if xs else None
 
 
+# p90 - p10 of a normal distribution, in standard deviations
+P90_P10_SIGMAS = 2.563
+
+
+def jitter_cv(profile: Profile) -> float | None:
+    """Step-time coefficient of variation from the profile's measured spreads: for every
+    engine point (prefill latency, decode TPOT) its (p90 - p10) / median over the width of
+    a normal's p10-p90 in standard deviations; the median over the points. None: no points."""
+    cvs = []
+    for run in profile.engine:
+        if run.status != "ok":
+            continue
+        stats = [p.latency_s for p in run.prefill] + [d.tpot_s for d in run.decode]
+        cvs += [s.spread / s.median / P90_P10_SIGMAS for s in stats if s.median > 0 and s.n > 1]
+    return float(np.median(cvs)) if cvs else None
+
+
 def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
     ce0, be0 = priors(profile, gpu, base)
@@ -222,6 +245,7 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         d2h_gbps=hw.d2h_pinned_gbps.median if hw.d2h_pinned_gbps else None,
         disk_read_gbps=hw.disk_read_gbps.median if hw.disk_read_gbps else None,
         engine_init_s=_median([max(0.0, x) for x in init]),
+        step_jitter_cv=jitter_cv(profile),
         points=0,
         source="microbenchmarks" if (hw.gemm_tflops or hw.device_copy_gbps) else "defaults",
     )

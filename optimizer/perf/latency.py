@@ -1,4 +1,4 @@
-"""Step time of a continuous-batching engine and the steady state at a concurrency.
+"""Step time of a continuous-batching engine.
 
 `build_step_model` turns a GPU spec, an architecture and efficiency factors into the
 coefficients of `StepModel`; the simulator calls `StepModel.time_s` for every step.
@@ -6,42 +6,64 @@ coefficients of `StepModel`; the simulator calls `StepModel.time_s` for every st
 
 from __future__ import annotations
 
-import math
-
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch, param_counts
 from planner.optimizer.perf.calib import Calib
-from planner.optimizer.perf.memory import bytes_per_param, kv_bytes_per_token, weight_parts_bytes
+from planner.optimizer.perf.memory import (
+    EXPERT_ONLY_QUANTS,
+    bytes_per_param,
+    kv_bytes_per_token,
+    weight_parts_bytes,
+)
 from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.units import GB, GIB, TFLOPS
 
 
-def gemm_flops(gpu: GpuSpec, calib: Calib, quantization: str) -> float:
-    """Achieved dense FLOP/s of the linear layers: fp8 GEMMs where the hardware has fp8.
+def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> tuple[float, float]:
+    """(peak dense FLOP/s, achieved share of it) of a linear layer in `quantization`: fp8 GEMMs
+    where the hardware has fp8, fp4 GEMMs (NVFP4, MXFP4) where it has fp4.
 
-    Ampere has no fp8 tensor cores (fp8 weights are dequantized: bf16 rate); 4-bit formats
-    dequantize to 16-bit in the GEMM (Marlin-style kernels).
+    Elsewhere the weights are dequantized to 16-bit in the GEMM (Marlin-style kernels: fp8 on
+    Ampere, fp4 before Blackwell, every integer 4-bit format): the bf16 rate.
     """
     if quantization == "fp8" and gpu.fp8_tflops:
-        return gpu.fp8_tflops * TFLOPS * calib.fp8_compute_efficiency
+        return gpu.fp8_tflops * TFLOPS, calib.fp8_compute_efficiency
+    if quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
+        return gpu.fp4_tflops * TFLOPS, calib.fp4_compute_efficiency
     peak = gpu.fp16_tflops if quantization == "fp16" else gpu.bf16_tflops
-    return peak * TFLOPS * calib.compute_efficiency
+    return peak * TFLOPS, calib.compute_efficiency
 
 
-def linear_s(
-    gpu: GpuSpec, calib: Calib, tokens: int, in_dim: int, out_dim: int, quantization: str = "bf16"
-) -> float:
-    """One GEMM of `tokens` x in_dim by in_dim x out_dim: the slower of streaming its weights
-    and activations, and its FLOPs, plus a kernel's fixed cost, s (the step model's roofline,
-    one operator at a time)."""
-    bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s
-    flops = gemm_flops(gpu, calib, quantization)  # FLOP/s achieved
+def gemm_flops(gpu: GpuSpec, calib: Calib, quantization: str) -> float:
+    """Achieved dense FLOP/s of a linear layer in `quantization` (see gemm_peak_and_efficiency)."""
+    peak, eff = gemm_peak_and_efficiency(gpu, calib, quantization)
+    return peak * eff
+
+
+def linear_parts(
+    gpu: GpuSpec, calib: Calib, tokens: float, in_dim: int, out_dim: int, quantization: str
+) -> tuple[float, float, float]:
+    """(fixed s, s to stream weights and activations at peak bandwidth, s for the FLOPs at peak
+    rate) of one GEMM of `tokens` x in_dim by in_dim x out_dim."""
     w_bytes = in_dim * out_dim * bytes_per_param(quantization)  # bytes
     act_bytes = tokens * (in_dim + out_dim) * 2.0  # 16-bit input and output, bytes
     fixed = calib.kernel_latency_s  # s
     if quantization == "fp8" and gpu.fp8_tflops:
         fixed += calib.fp8_gemm_extra_s
-    return fixed + max((w_bytes + act_bytes) / bw, 2.0 * tokens * in_dim * out_dim / flops)
+    peak, _ = gemm_peak_and_efficiency(gpu, calib, quantization)
+    mem = (w_bytes + act_bytes) / (gpu.memory_bandwidth_gbps * GB)
+    return fixed, mem, 2.0 * tokens * in_dim * out_dim / peak
+
+
+def linear_s(
+    gpu: GpuSpec, calib: Calib, tokens: int, in_dim: int, out_dim: int, quantization: str = "bf16"
+) -> float:
+    """One GEMM: the slower of streaming its weights and activations and doing its FLOPs at
+    the efficiency factors, plus a kernel's fixed cost, s (the step model's roofline, one
+    operator at a time)."""
+    fixed, mem, comp = linear_parts(gpu, calib, tokens, in_dim, out_dim, quantization)
+    _, eff = gemm_peak_and_efficiency(gpu, calib, quantization)
+    return fixed + max(mem / calib.bandwidth_efficiency, comp / eff)
 
 
 def elementwise_s(gpu: GpuSpec, calib: Calib, n_bytes: float) -> float:
@@ -51,27 +73,31 @@ def elementwise_s(gpu: GpuSpec, calib: Calib, n_bytes: float) -> float:
     )
 
 
+def attention_parts(
+    gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
+) -> tuple[float, float, float]:
+    """(fixed s, s for its FLOPs at the bf16 peak, s to read `kv_bytes` at peak bandwidth) of
+    one attention kernel scoring `pairs` (query, key) pairs at `flops_per_pair`."""
+    flops = pairs * flops_per_pair / (gpu.bf16_tflops * TFLOPS)
+    return calib.attn_kernel_latency_s, flops, kv_bytes / (gpu.memory_bandwidth_gbps * GB)
+
+
 def attention_op_s(
     gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
 ) -> float:
-    """One attention kernel: `pairs` (query, key) scores at `flops_per_pair`, reading
-    `kv_bytes` of KV cache; the slower of the two plus a kernel's fixed cost, s."""
-    flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
-    bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency * calib.kv_read_efficiency
-    return calib.attn_kernel_latency_s + max(pairs * flops_per_pair / flops, kv_bytes / bw)
+    """One attention kernel: the slower of its FLOPs and its KV reads plus a fixed cost, s."""
+    fixed, comp, mem = attention_parts(gpu, calib, pairs, flops_per_pair, kv_bytes)
+    kv_eff = calib.bandwidth_efficiency * calib.kv_read_efficiency
+    return fixed + max(comp / calib.attn_efficiency, mem / kv_eff)
 
 
-def linear_flops_per_token(arch: ModelArch, tp: int) -> float:
-    """FLOPs of the decoder's linear layers for one new token on one GPU (lm_head excluded:
-    vLLM computes logits only for the sampled positions)."""
+def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
+    """(non-expert, routed-expert) FLOPs of the decoder's linear layers for one new token on
+    one GPU (lm_head excluded: vLLM computes logits only for the sampled positions)."""
     pc = param_counts(arch)
-    active = (
-        pc["linear_attn"]
-        + pc["linear_dense_mlp"]
-        + pc["linear_shared_experts"]
-        + pc["one_expert_all_layers"] * arch.num_experts_per_tok
-    )  # params touched per token
-    return 2.0 * active / tp  # multiply + add
+    dense = pc["linear_attn"] + pc["linear_dense_mlp"] + pc["linear_shared_experts"]  # params
+    routed = pc["one_expert_all_layers"] * arch.num_experts_per_tok  # params per token
+    return 2.0 * dense / tp, 2.0 * routed / tp  # multiply + add
 
 
 def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
@@ -94,6 +120,52 @@ def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> fl
             + arch.num_sliding_layers * arch.sliding_window / ref_context_tokens
         )
     return per_layer * layers
+
+
+def act_quant_s(gpu: GpuSpec, calib: Calib, quantization: str, moe: bool) -> float:
+    """Fixed cost a GEMM in `quantization` adds to a 16-bit one, s: quantizing its activations
+    first where the hardware multiplies in that format (fp8 per tensor; the block-scaled fp8 of
+    MoE checkpoints per group of 128: dearer; NVFP4/MXFP4 like fp8). Weight-only formats
+    (int4, AWQ, GPTQ; fp8 or fp4 without the tensor cores) dequantize inside the GEMM: 0."""
+    if quantization == "fp8" and gpu.fp8_tflops:
+        return calib.fp8_block_gemm_extra_s if moe else calib.fp8_gemm_extra_s
+    if quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
+        return calib.fp8_gemm_extra_s
+    return 0.0
+
+
+def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib) -> float:
+    """The GPU time of one step however small its batch, s: the per-step overhead plus the
+    chain of kernels every decoder layer launches, each taking a minimum time even inside a
+    CUDA graph (`kernel_latency_s`; the attention kernel `attn_kernel_latency_s`), plus the
+    activation quantization of each quantized GEMM (`act_quant_s`). The CPU build has no
+    such floor: its fixed costs are in `step_overhead_s`.
+
+    Kernels per layer: GQA attention 5 (norm, QKV, rotary, cache write, output projection)
+    and the attention kernel; MLA 11 (norm, q down/norm/up, latent down/norm, rotary, cache
+    write, the two absorbed products, output projection) and the attention kernel; a dense
+    MLP 4 (norm, gate-up, activation, down); a MoE MLP 8 (norm, router, top-k, token sort,
+    the two grouped expert GEMMs, activation, combine) and 4 more for shared experts.
+    """
+    if gpu.arch == "cpu":
+        return calib.step_overhead_s
+    k = calib.kernel_latency_s  # s per kernel
+    q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
+    dense_q = act_quant_s(gpu, calib, q_dense, arch.is_moe)  # s per non-expert GEMM
+    expert_q = act_quant_s(gpu, calib, quantization, arch.is_moe)  # s per grouped expert GEMM
+    attn_gemms = 4 if arch.is_mla else 2  # quantized projections of the attention block
+    attn = (11 if arch.is_mla else 5) * k + calib.attn_kernel_latency_s + attn_gemms * dense_q
+    mlp = 4 * k + 2 * dense_q  # s, a dense MLP
+    moe = 8 * k + 2 * expert_q  # s, a routed MoE MLP
+    if arch.num_shared_experts:
+        moe += 4 * k + 2 * dense_q
+    dense_layers = arch.num_layers - arch.num_moe_layers
+    return (
+        calib.step_overhead_s
+        + arch.num_layers * attn
+        + dense_layers * mlp
+        + arch.num_moe_layers * moe
+    )
 
 
 def allreduce_coeffs(
@@ -132,8 +204,14 @@ def build_step_model(
 ) -> StepModel:
     """Coefficients of one engine step on this instance (see StepModel)."""
     bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s achieved
-    flops = gemm_flops(gpu, calib, quantization)  # FLOP/s achieved
+    # a MoE checkpoint in a 4-bit expert format runs its other layers in 16 bits
+    q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
     attn_flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
+    flops_dense, flops_routed = linear_flops_per_token(arch, tp)  # FLOP per new token
+    compute_s = flops_dense / gemm_flops(gpu, calib, q_dense) + flops_routed / gemm_flops(
+        gpu, calib, quantization
+    )  # s per new token
+    fixed_s = step_fixed_s(arch, quantization, gpu, calib)  # s per step
     parts = weight_parts_bytes(arch, quantization, tp)
     # every step reads all non-expert weights; the embedding only when it is the tied lm_head
     dense = parts["attn"] + parts["mlp"] + parts["lm_head"] + parts["other"]
@@ -145,13 +223,13 @@ def build_step_model(
     kv_tok = kv_bytes_per_token(arch, kv_cache_dtype, ref_context_tokens, tp=tp)  # bytes/token/GPU
     comm_tok, comm_lat = allreduce_coeffs(arch, gpu, tp, interconnect, calib)
     return StepModel(
-        overhead_s=calib.step_overhead_s,
+        overhead_s=fixed_s,
         dense_weight_read_s=dense_read_s,
         expert_read_s=parts["one_expert"] / bw if arch.is_moe else 0.0,
         num_experts=arch.num_experts,
         experts_per_tok=arch.num_experts_per_tok,
         kv_read_s_per_token=kv_tok / (bw * calib.kv_read_efficiency),
-        compute_s_per_token=linear_flops_per_token(arch, tp) / flops,
+        compute_s_per_token=compute_s,
         attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,
         comm_latency_s=comm_lat,
@@ -195,32 +273,3 @@ def decode_step_s(perf: InstancePerf, batch: int, context_tokens: float) -> floa
     """One decode step of `batch` sequences at an average context of `context_tokens`, s."""
     kv = batch * context_tokens
     return perf.step.time_s(batch, kv, kv)
-
-
-def steady_state(
-    perf: InstancePerf, input_len: int, output_len: int, concurrency: int, cached_len: int = 0
-) -> tuple[float, float, float]:
-    """(TTFT s, TPOT s, output tokens/s) with `concurrency` clients sending back to back,
-    the first `cached_len` tokens of each prompt a prefix-cache hit (not prefilled).
-
-    The batch is capped by max_num_seqs and by how many whole requests the KV cache holds;
-    clients beyond it queue (closed loop: wait = concurrency / throughput - service time).
-    Prefills of the other batch members interleave with a sequence's decode steps.
-    """
-    output_len = max(1, output_len)
-    per_req = input_len + output_len  # KV tokens one request holds at its end
-    fit = perf.max_kv_tokens // per_req if per_req > 0 else 0
-    if fit < 1:
-        return math.inf, math.inf, 0.0
-    batch = max(1, min(concurrency, perf.max_num_seqs, fit))
-    ctx = input_len + output_len / 2.0  # average context of a decoding sequence, tokens
-    others = batch - 1  # sequences decoding while one request prefills
-    t_pre, added = _prefill_chunks(perf, input_len, cached_len, others, others * ctx)
-    t_dec = decode_step_s(perf, batch, ctx)
-    # over one request's output_len steps, each of the others starts once: its chunks
-    # lengthen the steps this request decodes in
-    tpot = t_dec + others * added / output_len
-    ttft0 = perf.prefill_overhead_s + t_pre
-    service = ttft0 + (output_len - 1) * tpot  # one request, admission to last token
-    wait = max(0.0, concurrency * service / batch - service) if concurrency > batch else 0.0
-    return ttft0 + wait, tpot, batch * output_len / service

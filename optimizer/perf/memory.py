@@ -13,8 +13,12 @@ _BF16 = 2.0  # bytes/param
 _FP8 = 1.0  # bytes/param (+ one fp32 scale per output channel, added below)
 _INT4_G128 = 0.5 + (2.0 + 0.5) / 128  # 4-bit weight + fp16 scale and 4-bit zero per group of 128
 _MXFP4 = 0.5 + 1.0 / 32  # 4-bit E2M1 weight + one E8M0 scale byte per block of 32
+_NVFP4 = 0.5 + 1.0 / 16  # 4-bit E2M1 weight + one E4M3 scale byte per block of 16
 
-WEIGHT_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4")
+WEIGHT_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4", "nvfp4")
+# 4-bit formats whose MoE checkpoints quantize the routed experts only (gpt-oss MXFP4, Kimi's
+# int4 experts, NVIDIA's NVFP4 MoE exports): attention and shared experts stay 16-bit.
+EXPERT_ONLY_QUANTS = ("mxfp4", "nvfp4", "int4")
 KV_DTYPES = ("auto", "bfloat16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
@@ -28,6 +32,8 @@ def bytes_per_param(quantization: str) -> float:
         return _INT4_G128
     if quantization == "mxfp4":
         return _MXFP4
+    if quantization == "nvfp4":
+        return _NVFP4
     raise ValueError(f"unknown quantization {quantization!r}; use one of {list(WEIGHT_QUANTS)}")
 
 
@@ -35,8 +41,8 @@ def linear_bytes_per_param(arch: ModelArch, quantization: str, experts: bool) ->
     """Bytes per parameter of a decoder linear layer; `experts`: a routed-expert weight."""
     if quantization == "fp8":
         return _FP8 + 4.0 / arch.hidden_size  # fp32 per-channel scale over ~hidden inputs
-    if quantization == "mxfp4" and arch.is_moe and not experts:
-        return _BF16  # gpt-oss ships only its experts in MXFP4; attention stays 16-bit
+    if quantization in EXPERT_ONLY_QUANTS and arch.is_moe and not experts:
+        return _BF16
     return bytes_per_param(quantization)
 
 
@@ -81,9 +87,12 @@ def weights_bytes_per_gpu(arch: ModelArch, quantization: str, tp: int) -> float:
 
 
 def kv_dtype_bytes(kv_dtype: str, quantization: str = "bf16") -> float:
-    """Bytes per KV element: `auto` follows the activation dtype (16-bit for every variant)."""
+    """Bytes per KV element: `auto` follows the activation dtype (16-bit for every variant;
+    `float32` is what the CPU build's `auto` means, as the planner runs it in float32)."""
     if kv_dtype in ("auto", "bfloat16", "fp16"):
         return 2.0
+    if kv_dtype == "float32":
+        return 4.0
     if kv_dtype in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         return 1.0
     raise ValueError(f"unknown kv cache dtype {kv_dtype!r}; use one of {list(KV_DTYPES)}")

@@ -68,8 +68,10 @@ class InstancePerf:
     sleep_s: float  # awake -> asleep (level 1 offload), s
     weights_host_gib: float  # host RAM a level-1 sleeper holds (all its GPUs' weights), GiB
     prefill_overhead_s: float = 0.0  # fixed per-request cost (tokenize, schedule, detokenize), s
+    prompt_s_per_token: float = 0.0  # per-request cost per prompt token (tokenize, transfer), s
     cpu_offload_gib: float = 0.0  # weights kept in host RAM per GPU and streamed each step, GiB
     max_model_len: int = 0  # longest sequence the engine accepts, tokens (0: unknown)
+    step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator (0: off)
 
     @property
     def fits(self) -> bool:

@@ -14,6 +14,13 @@ Speed. The engine never steps token by token:
   trace (the common case for a small team);
 - otherwise the engine runs its batch, one step per prefill chunk and, while the batch
   only decodes, k steps at once with their summed time in closed form (`decode_time_s`).
+
+Step-time jitter (`InstancePerf.step_jitter_cv` > 0; off by default, and then nothing here
+changes): real steps vary (other processes, clocks, allocator). Multipliers of mean 1 and
+that coefficient of variation (lognormal), drawn from a seeded generator, scale a lone
+request's prefill and its decode (one each, by its position in the trace), each general
+step, and each run of decode steps (one for the run: a slow stretch, as the profiler's
+per-request spreads measure it). Deterministic: the same trace gives the same times.
 """
 
 from __future__ import annotations
@@ -158,6 +165,17 @@ def step_time_vec(
     return step.overhead_s + np.maximum(mem, comp) + comm
 
 
+JITTER_SEED = 0  # step-time jitter is deterministic: one fixed seed per engine and per trace
+_JITTER_BLOCK = 4096  # multipliers an engine draws at a time
+
+
+def jitter(cv: float, n: int, seed: int) -> np.ndarray:
+    """`n` lognormal multipliers of mean 1 and coefficient of variation `cv`."""
+    sigma2 = math.log1p(cv * cv)
+    rng = np.random.default_rng(seed)
+    return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), n)
+
+
 def lone_times(
     perf: InstancePerf,
     input_tokens: np.ndarray,
@@ -189,6 +207,9 @@ def lone_times(
         pf[more] = part
         more, ctx, left, part = more[keep], ctx[keep], left[keep], part[keep]
     dec = decode_time_vec(step, input_tokens.astype(np.float64), output_tokens - 1)
+    if perf.step_jitter_cv > 0:
+        mult = jitter(perf.step_jitter_cv, 2 * len(pf), seed=JITTER_SEED).reshape(2, -1)
+        pf, dec = pf * mult[0], dec * mult[1]
     return pf, pf + dec
 
 
@@ -210,6 +231,11 @@ class Engine:
         "first_s",
         "free_s",
         "general",
+        "jit",
+        "jit_blocks",
+        "jit_cv",
+        "jit_draws",
+        "jit_i",
         "kv_read_s_per_token",
         "kv_used",
         "lone",
@@ -228,6 +254,11 @@ class Engine:
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
         self.step = perf.step
         self.dense = not perf.step.num_experts and not perf.step.comm_latency_s
+        self.jit = perf.step_jitter_cv > 0  # step-time jitter on (see the module docstring)
+        self.jit_cv = perf.step_jitter_cv
+        self.jit_draws: list[float] = []  # the current block of multipliers
+        self.jit_i = 0  # next one in the block
+        self.jit_blocks = 0  # blocks drawn
         self.kv_read_s_per_token = perf.step.kv_read_s_per_token  # hot-loop copies
         self.attn_s_per_pair = perf.step.attn_s_per_pair
         self.cap = max(int(perf.max_kv_tokens), 1)  # KV tokens, all sequences
@@ -360,6 +391,9 @@ class Engine:
                     fixed, m0, m1, c0, c1 = co
                     m0 += kvr * kv0
                     c0 += app * kv0
+                    if self.jit:  # one multiplier scales every step of the run
+                        u = self._jitter()
+                        fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
                     if m0 >= c0 and m1 >= c1:
                         # Memory-bound at every step (small-batch decode): step j takes
                         # p + m1 j, so k steps take one quadratic; inverted here, not in
@@ -414,6 +448,16 @@ class Engine:
             self.free_s = t
             return False
         return True
+
+    def _jitter(self) -> float:
+        """The next step-time multiplier of this engine (drawn in seeded blocks)."""
+        if self.jit_i >= len(self.jit_draws):
+            self.jit_blocks += 1
+            seed = JITTER_SEED * 1_000_003 + self.jit_blocks
+            self.jit_draws = jitter(self.jit_cv, _JITTER_BLOCK, seed).tolist()
+            self.jit_i = 0
+        self.jit_i += 1
+        return self.jit_draws[self.jit_i - 1]
 
     def _retire(self, t: float, kv_used: int) -> int:
         """Finish the sequences with nothing left at `t`; the KV tokens still held."""
@@ -489,6 +533,8 @@ class Engine:
             dt = st.overhead_s + (mem if mem > comp else comp)
         else:
             dt = st.time_s(new, kv, pairs)
+        if self.jit:
+            dt *= self._jitter()
         t += dt
         busy_s += dt
         finished = False

@@ -1,4 +1,5 @@
-"""Built-in model architecture catalog (numbers from each model's official config.json)."""
+"""Built-in model architecture catalog: the rows of `models.yaml` (numbers from each model's
+official config.json, cited per row), the parameter arithmetic, and config.json parsing."""
 
 from __future__ import annotations
 
@@ -6,63 +7,17 @@ import difflib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from planner.catalog.schema import ModelArch, ModelCatalog, load_catalog
 
-
-class ModelArch(BaseModel):
-    """Architecture numbers the perf model needs. Inline specs in models.yaml use these fields."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(description="catalog name: the HF repo name without the organisation")
-    hf_repo: str = Field(default="", description="`org/name` on Hugging Face")
-    family: str = Field(default="llama", description="config.json model_type")
-    num_layers: int = Field(ge=1, le=1000, description="decoder layers")
-    hidden_size: int = Field(ge=1, description="model width")
-    num_attention_heads: int = Field(ge=1, description="query heads")
-    num_kv_heads: int = Field(ge=1, description="key/value heads (GQA)")
-    head_dim: int = Field(ge=1, description="per-head dimension")
-    intermediate_size: int = Field(ge=0, description="dense MLP width (0 when every layer is MoE)")
-    vocab_size: int = Field(ge=1, description="vocabulary size")
-    tie_word_embeddings: bool = Field(default=False, description="lm_head shares the embedding")
-    num_experts: int = Field(default=0, ge=0, description="routed experts per MoE layer; 0: dense")
-    num_experts_per_tok: int = Field(default=0, ge=0, description="routed experts active per token")
-    moe_intermediate_size: int = Field(default=0, ge=0, description="width of one expert's MLP")
-    num_shared_experts: int = Field(default=0, ge=0, description="always-active shared experts")
-    first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
-    kv_lora_rank: int = Field(default=0, ge=0, description="MLA latent KV rank; 0: no MLA")
-    qk_rope_head_dim: int = Field(default=0, ge=0, description="MLA decoupled RoPE key dim")
-    sliding_window: int = Field(default=0, ge=0, description="window of sliding layers, tokens")
-    num_sliding_layers: int = Field(
-        default=0, ge=0, description="layers with sliding-window attention"
-    )
-    total_params_b: float = Field(gt=0, description="total parameters, billions")
-    active_params_b: float = Field(gt=0, description="parameters active per token, billions")
-    max_position_embeddings: int = Field(default=32768, ge=1, description="longest context, tokens")
-    q_lora_rank: int = Field(default=0, ge=0, description="MLA query low-rank dim; 0: full q_proj")
-    qk_nope_head_dim: int = Field(default=0, ge=0, description="MLA per-head non-RoPE q/k dim")
-    v_head_dim: int = Field(default=0, ge=0, description="MLA per-head value dim")
-    source: str = Field(default="inline", description="where these numbers come from")
-
-    @property
-    def is_moe(self) -> bool:
-        """Whether MLP layers route among experts."""
-        return self.num_experts > 0
-
-    @property
-    def is_mla(self) -> bool:
-        """Whether attention caches a compressed latent (DeepSeek MLA)."""
-        return self.kv_lora_rank > 0
-
-    @property
-    def num_full_layers(self) -> int:
-        """Layers with full (global) attention."""
-        return self.num_layers - self.num_sliding_layers
-
-    @property
-    def num_moe_layers(self) -> int:
-        """Layers whose MLP routes among experts."""
-        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+__all__ = [
+    "ALIASES",
+    "MODELS",
+    "ModelArch",
+    "from_hf_config",
+    "param_counts",
+    "resolve_arch",
+    "resolve_arch_name",
+]
 
 
 def param_counts(a: ModelArch) -> dict[str, float]:
@@ -109,372 +64,17 @@ def param_counts(a: ModelArch) -> dict[str, float]:
     return out
 
 
-_MODELS: list[ModelArch] = []  # rows below
-
-MODELS: dict[str, ModelArch] = {}
-
-# Names users write that are not repo names of a row (base checkpoints share the numbers).
-ALIASES: dict[str, str] = {}
-
-
-def _row(aliases: tuple[str, ...] = (), **kw) -> None:
-    arch = ModelArch(**kw)
-    _MODELS.append(arch)
-    for a in aliases:
-        ALIASES[a.lower()] = arch.name
+def _load() -> tuple[dict[str, ModelArch], dict[str, str]]:
+    cat = load_catalog("models")
+    assert isinstance(cat, ModelCatalog)
+    models = {m.name: m.arch() for m in cat.models}
+    aliases = {a.lower(): m.name for m in cat.models for a in m.aliases}
+    return models, aliases
 
 
-def _index() -> None:
-    MODELS.clear()
-    MODELS.update({m.name: m for m in _MODELS})
-
-
-def _hf(repo: str) -> str:
-    return f"https://huggingface.co/{repo}/blob/main/config.json"
-
-
-_L31_8B = dict(
-    family="llama",
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=14336,
-    vocab_size=128256,
-    total_params_b=8.03,
-    active_params_b=8.03,
-    max_position_embeddings=131072,
-)
-_L70B = dict(
-    family="llama",
-    num_layers=80,
-    hidden_size=8192,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=28672,
-    vocab_size=128256,
-    total_params_b=70.55,
-    active_params_b=70.55,
-    max_position_embeddings=131072,
-)
-_Q25_7B = dict(
-    family="qwen2",
-    num_layers=28,
-    hidden_size=3584,
-    num_attention_heads=28,
-    num_kv_heads=4,
-    head_dim=128,
-    intermediate_size=18944,
-    vocab_size=152064,
-    total_params_b=7.62,
-    active_params_b=7.62,
-    max_position_embeddings=32768,
-)
-_row(
-    name="Llama-3.1-8B-Instruct",
-    hf_repo="meta-llama/Llama-3.1-8B-Instruct",
-    source=_hf("meta-llama/Llama-3.1-8B-Instruct"),
-    aliases=("Meta-Llama-3.1-8B-Instruct",),
-    **_L31_8B,
-)
-_row(
-    name="Llama-3.1-8B",
-    hf_repo="meta-llama/Llama-3.1-8B",
-    source=_hf("meta-llama/Llama-3.1-8B"),
-    aliases=("Meta-Llama-3.1-8B",),
-    **_L31_8B,
-)
-_row(
-    name="Llama-3.1-70B-Instruct",
-    hf_repo="meta-llama/Llama-3.1-70B-Instruct",
-    source=_hf("meta-llama/Llama-3.1-70B-Instruct"),
-    **_L70B,
-)
-_row(
-    name="Llama-3.1-70B",
-    hf_repo="meta-llama/Llama-3.1-70B",
-    source=_hf("meta-llama/Llama-3.1-70B"),
-    **_L70B,
-)
-_row(
-    name="Llama-3.3-70B-Instruct",
-    hf_repo="meta-llama/Llama-3.3-70B-Instruct",
-    source=_hf("meta-llama/Llama-3.3-70B-Instruct"),
-    aliases=("Llama-3.3-70B",),
-    **_L70B,
-)
-_row(
-    name="Qwen2.5-7B-Instruct",
-    hf_repo="Qwen/Qwen2.5-7B-Instruct",
-    source=_hf("Qwen/Qwen2.5-7B-Instruct"),
-    aliases=("Qwen2.5-7B",),
-    **_Q25_7B,
-)
-_row(
-    name="Qwen2.5-Coder-7B-Instruct",
-    hf_repo="Qwen/Qwen2.5-Coder-7B-Instruct",
-    source=_hf("Qwen/Qwen2.5-Coder-7B-Instruct"),
-    aliases=("Qwen2.5-Coder-7B",),
-    **_Q25_7B,
-)
-_row(
-    name="Qwen2.5-Coder-32B-Instruct",
-    hf_repo="Qwen/Qwen2.5-Coder-32B-Instruct",
-    source=_hf("Qwen/Qwen2.5-Coder-32B-Instruct"),
-    aliases=("Qwen2.5-Coder-32B",),
-    family="qwen2",
-    num_layers=64,
-    hidden_size=5120,
-    num_attention_heads=40,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=27648,
-    vocab_size=152064,
-    total_params_b=32.76,
-    active_params_b=32.76,
-    max_position_embeddings=32768,
-)
-_row(
-    name="Qwen2.5-14B-Instruct",
-    hf_repo="Qwen/Qwen2.5-14B-Instruct",
-    source=_hf("Qwen/Qwen2.5-14B-Instruct"),
-    aliases=("Qwen2.5-14B",),
-    family="qwen2",
-    num_layers=48,
-    hidden_size=5120,
-    num_attention_heads=40,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=13824,
-    vocab_size=152064,
-    total_params_b=14.77,
-    active_params_b=14.77,
-    max_position_embeddings=32768,
-)
-_row(
-    name="Qwen3-8B",
-    hf_repo="Qwen/Qwen3-8B",
-    source=_hf("Qwen/Qwen3-8B"),
-    family="qwen3",
-    num_layers=36,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=12288,
-    vocab_size=151936,
-    total_params_b=8.19,
-    active_params_b=8.19,
-    max_position_embeddings=40960,
-)
-_row(
-    name="Qwen3-32B",
-    hf_repo="Qwen/Qwen3-32B",
-    source=_hf("Qwen/Qwen3-32B"),
-    family="qwen3",
-    num_layers=64,
-    hidden_size=5120,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=25600,
-    vocab_size=151936,
-    total_params_b=32.76,
-    active_params_b=32.76,
-    max_position_embeddings=40960,
-)
-_row(
-    name="Qwen3-30B-A3B",
-    hf_repo="Qwen/Qwen3-30B-A3B",
-    source=_hf("Qwen/Qwen3-30B-A3B"),
-    family="qwen3_moe",
-    num_layers=48,
-    hidden_size=2048,
-    num_attention_heads=32,
-    num_kv_heads=4,
-    head_dim=128,
-    intermediate_size=6144,
-    vocab_size=151936,
-    num_experts=128,
-    num_experts_per_tok=8,
-    moe_intermediate_size=768,
-    total_params_b=30.53,
-    active_params_b=3.35,
-    max_position_embeddings=40960,
-)
-_row(
-    name="Qwen3-235B-A22B",
-    hf_repo="Qwen/Qwen3-235B-A22B",
-    source=_hf("Qwen/Qwen3-235B-A22B"),
-    family="qwen3_moe",
-    num_layers=94,
-    hidden_size=4096,
-    num_attention_heads=64,
-    num_kv_heads=4,
-    head_dim=128,
-    intermediate_size=12288,
-    vocab_size=151936,
-    num_experts=128,
-    num_experts_per_tok=8,
-    moe_intermediate_size=1536,
-    total_params_b=235.09,
-    active_params_b=22.14,
-    max_position_embeddings=40960,
-)
-_M7B = dict(
-    family="mistral",
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=14336,
-    vocab_size=32768,
-    total_params_b=7.25,
-    active_params_b=7.25,
-    max_position_embeddings=32768,
-)
-_row(
-    name="Mistral-7B-Instruct-v0.3",
-    hf_repo="mistralai/Mistral-7B-Instruct-v0.3",
-    source=_hf("mistralai/Mistral-7B-Instruct-v0.3"),
-    **_M7B,
-)
-_row(
-    name="Mistral-7B-v0.3",
-    hf_repo="mistralai/Mistral-7B-v0.3",
-    source=_hf("mistralai/Mistral-7B-v0.3"),
-    **_M7B,
-)
-_row(
-    name="Mistral-Small-24B-Instruct-2501",
-    hf_repo="mistralai/Mistral-Small-24B-Instruct-2501",
-    source=_hf("mistralai/Mistral-Small-24B-Instruct-2501"),
-    aliases=("Mistral-Small-24B", "Mistral-Small-24B-Base-2501"),
-    family="mistral",
-    num_layers=40,
-    hidden_size=5120,
-    num_attention_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    intermediate_size=32768,
-    vocab_size=131072,
-    total_params_b=23.57,
-    active_params_b=23.57,
-    max_position_embeddings=32768,
-)
-# Gemma 3: 5 local (sliding, 1024 tokens) layers for every global one; 62 layers -> 52 local.
-# total_params_b includes the 0.4B SigLIP vision tower vLLM loads with the -it checkpoint.
-_row(
-    name="gemma-3-27b-it",
-    hf_repo="google/gemma-3-27b-it",
-    source=_hf("google/gemma-3-27b-it"),
-    aliases=("gemma-3-27b", "gemma-3-27b-pt"),
-    family="gemma3",
-    num_layers=62,
-    hidden_size=5376,
-    num_attention_heads=32,
-    num_kv_heads=16,
-    head_dim=128,
-    intermediate_size=21504,
-    vocab_size=262208,
-    tie_word_embeddings=True,
-    sliding_window=1024,
-    num_sliding_layers=52,
-    total_params_b=27.43,
-    active_params_b=27.43,
-    max_position_embeddings=131072,
-)
-# MLA: caches a 512-dim latent + 64-dim RoPE key per layer; layer 0 has a dense MLP.
-_row(
-    name="DeepSeek-V2-Lite",
-    hf_repo="deepseek-ai/DeepSeek-V2-Lite",
-    source=_hf("deepseek-ai/DeepSeek-V2-Lite"),
-    aliases=("DeepSeek-V2-Lite-Chat",),
-    family="deepseek_v2",
-    num_layers=27,
-    hidden_size=2048,
-    num_attention_heads=16,
-    num_kv_heads=16,
-    head_dim=192,
-    intermediate_size=10944,
-    vocab_size=102400,
-    num_experts=64,
-    num_experts_per_tok=6,
-    moe_intermediate_size=1408,
-    num_shared_experts=2,
-    first_dense_layers=1,
-    kv_lora_rank=512,
-    qk_rope_head_dim=64,
-    qk_nope_head_dim=128,
-    v_head_dim=128,
-    total_params_b=15.71,
-    active_params_b=2.66,
-    max_position_embeddings=163840,
-)
-# gpt-oss: layers alternate sliding (128 tokens) and full attention; experts ship in MXFP4.
-_row(
-    name="gpt-oss-20b",
-    hf_repo="openai/gpt-oss-20b",
-    source=_hf("openai/gpt-oss-20b"),
-    family="gpt_oss",
-    num_layers=24,
-    hidden_size=2880,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=64,
-    intermediate_size=0,
-    vocab_size=201088,
-    num_experts=32,
-    num_experts_per_tok=4,
-    moe_intermediate_size=2880,
-    sliding_window=128,
-    num_sliding_layers=12,
-    total_params_b=20.91,
-    active_params_b=3.61,
-    max_position_embeddings=131072,
-)
-_row(
-    name="gpt-oss-120b",
-    hf_repo="openai/gpt-oss-120b",
-    source=_hf("openai/gpt-oss-120b"),
-    family="gpt_oss",
-    num_layers=36,
-    hidden_size=2880,
-    num_attention_heads=64,
-    num_kv_heads=8,
-    head_dim=64,
-    intermediate_size=0,
-    vocab_size=201088,
-    num_experts=128,
-    num_experts_per_tok=4,
-    moe_intermediate_size=2880,
-    sliding_window=128,
-    num_sliding_layers=18,
-    total_params_b=116.83,
-    active_params_b=5.13,
-    max_position_embeddings=131072,
-)
-_row(
-    name="phi-4",
-    hf_repo="microsoft/phi-4",
-    source=_hf("microsoft/phi-4"),
-    aliases=("Phi-4",),
-    family="phi3",
-    num_layers=40,
-    hidden_size=5120,
-    num_attention_heads=40,
-    num_kv_heads=10,
-    head_dim=128,
-    intermediate_size=17920,
-    vocab_size=100352,
-    total_params_b=14.66,
-    active_params_b=14.66,
-    max_position_embeddings=16384,
-)
-_index()
+# Catalog rows by name; ALIASES: lower-cased names users write that are not a row's name
+# (base checkpoints share an instruct model's numbers) -> row name.
+MODELS, ALIASES = _load()
 
 
 def resolve_arch_name(name: str) -> ModelArch:
@@ -507,6 +107,9 @@ _FAMILIES = (
     "deepseek_v3",
     "gpt_oss",
     "phi3",
+    "minimax_m2",
+    "kimi_k25",
+    "kimi_k2",
 )
 
 
@@ -529,6 +132,9 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         raise ValueError("config.json lacks required key 'model_type'")
     if family == "gemma3" and "text_config" in cfg:
         cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}
+    if family == "kimi_k25" and isinstance(cfg.get("text_config"), dict):
+        # the multimodal wrapper: the language model is DeepSeek-V3 (MLA) in text_config
+        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"]}
     if family.startswith("gemma3"):
         # google/gemma-3-*-it text_config leaves these at the transformers defaults
         cfg = {
@@ -585,7 +191,15 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
             moe_intermediate_size=int(r("intermediate_size")),
             intermediate_size=0,
         )
-    elif family in ("deepseek_v2", "deepseek_v3"):
+    elif family == "minimax_m2":
+        # every layer is MoE; config.json's intermediate_size is one expert's width
+        kw.update(
+            num_experts=int(r("num_local_experts")),
+            num_experts_per_tok=int(r("num_experts_per_tok")),
+            moe_intermediate_size=int(r("intermediate_size")),
+            intermediate_size=0,
+        )
+    elif family in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):
         nope, rope = int(r("qk_nope_head_dim")), int(r("qk_rope_head_dim"))
         kw.update(
             num_experts=int(r("n_routed_experts")),

@@ -11,7 +11,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from planner.catalog.models import ModelArch, resolve_arch
 from planner.schemas.common import SafeName, Strict, duplicates
 
-Quantization = Literal["bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4"]
+Quantization = Literal["bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4", "nvfp4"]
 
 
 class Variant(Strict):

@@ -134,6 +134,9 @@ class Calibration(Strict):
     d2h_gbps: float | None = Field(
         default=None, gt=0, description="sleep bandwidth GPU->host, GB/s"
     )
+    step_jitter_cv: float | None = Field(
+        default=None, ge=0, le=2, description="step times' coefficient of variation"
+    )
     points: int | None = Field(default=None, ge=0, description="engine points the fit used")
     source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")

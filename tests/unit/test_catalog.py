@@ -1,10 +1,13 @@
-"""GPU and model catalogs: required rows, resolution by name, config.json parsing."""
+"""GPU and model catalogs: required rows, resolution by name, config.json parsing, the YAML
+data files and the one schema that validates them."""
 
 from __future__ import annotations
 
 import json
+from importlib import resources
 
 import pytest
+import yaml
 
 from planner.catalog.gpus import GPUS, GpuSpec, resolve_gpu
 from planner.catalog.models import (
@@ -31,6 +34,8 @@ REQUIRED_GPUS = [
     "H200-NVL",
     "cpu",
     "A40",
+    "B200-SXM",
+    "B300-SXM",
 ]
 REQUIRED_MODELS = [
     "Llama-3.1-8B",
@@ -50,6 +55,8 @@ REQUIRED_MODELS = [
     "gpt-oss-20b",
     "gpt-oss-120b",
     "Phi-4",
+    "MiniMax-M2.5",
+    "Kimi-K2.5",
 ]
 
 
@@ -64,8 +71,17 @@ def test_ampere_has_no_fp8_and_ada_hopper_do():
     for g in GPUS.values():
         if g.arch == "ampere":
             assert g.fp8_tflops is None, g.name
-        if g.arch in ("ada", "hopper"):
+        if g.arch in ("ada", "hopper", "blackwell"):
             assert g.fp8_tflops and g.fp8_tflops > g.bf16_tflops, g.name
+
+
+def test_fp4_only_on_blackwell():
+    for g in GPUS.values():
+        if g.arch == "blackwell":
+            assert g.fp4_tflops and g.fp4_tflops > g.fp8_tflops, g.name
+        else:
+            assert g.fp4_tflops is None, g.name
+    assert resolve_gpu("B200-SXM").memory_gib > 160  # vLLM's largest batch defaults apply
 
 
 def test_geforce_rates_are_fp32_accumulate():
@@ -316,3 +332,130 @@ def test_from_hf_config_other_families():
     assert q.total_params_b == pytest.approx(7.62, rel=0.01)
     m = from_hf_config(MISTRAL_V01, "m")
     assert (m.num_sliding_layers, m.sliding_window) == (32, 4096)
+
+
+# ---- the catalogs as data: YAML rows in the package, one schema ---------------------------
+
+from planner.catalog.schema import GpuCatalog, ModelCatalog, load_catalog, parse_catalog  # noqa: E402
+from planner.errors import InputError  # noqa: E402
+
+
+def _packaged(name: str) -> dict:
+    return yaml.safe_load(resources.files("planner.catalog").joinpath(name).read_text())
+
+
+def test_catalogs_are_package_data_with_one_row_per_entry():
+    gpus, models = _packaged("gpus.yaml"), _packaged("models.yaml")
+    assert [g["name"] for g in gpus["gpus"]] == list(GPUS)
+    assert [m["name"] for m in models["models"]] == list(MODELS)
+    assert load_catalog("gpus").gpus[0].name == next(iter(GPUS))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_model_row_cites_its_config_json(name):
+    assert MODELS[name].source.startswith("https://huggingface.co/")
+    assert MODELS[name].source.endswith("/config.json")
+    assert MODELS[name].hf_repo in MODELS[name].source
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_every_gpu_row_names_its_source(name):
+    src = GPUS[name].source
+    assert src and src != "inline"
+    if name != "cpu":
+        assert "https://" in src or "github.com/" in src, src
+
+
+def _gpu_doc(**extra) -> dict:
+    row = dict(
+        name="RTX-5090",
+        arch="blackwell",
+        memory_gib=31.36,
+        memory_bandwidth_gbps=1792,
+        bf16_tflops=209.5,
+        fp16_tflops=209.5,
+        source="NVIDIA RTX Blackwell GPU Architecture whitepaper",
+    )
+    return {"gpus": [*_packaged("gpus.yaml")["gpus"], {**row, **extra}]}
+
+
+def test_adding_a_gpu_is_a_data_change():
+    cat = parse_catalog(yaml.safe_dump(_gpu_doc()), GpuCatalog, "gpus.yaml")
+    assert cat.gpus[-1].name == "RTX-5090" and len(cat.gpus) == len(GPUS) + 1
+
+
+@pytest.mark.parametrize(
+    "extra,path,msg",
+    [
+        ({"source": ""}, "gpus[17].source", "must name its source"),
+        ({"source": "inline"}, "gpus[17].source", "must name its source"),
+        ({"name": "l40s"}, "(top level)", "appears twice"),
+        ({"memory_gb": 32}, "gpus[17].memory_gb", "Extra inputs"),
+        ({"memory_gib": -1}, "gpus[17].memory_gib", "greater than 0"),
+    ],
+)
+def test_catalog_schema_rejects_bad_rows_naming_file_and_field(extra, path, msg):
+    with pytest.raises(InputError) as e:
+        parse_catalog(yaml.safe_dump(_gpu_doc(**extra)), GpuCatalog, "gpus.yaml")
+    assert str(e.value).startswith(f"gpus.yaml: {path}: ")
+    assert msg in str(e.value) and e.value.fix
+
+
+def test_model_catalog_rejects_an_alias_used_twice():
+    doc = _packaged("models.yaml")
+    doc["models"][1]["aliases"] = ["Meta-Llama-3.1-8B-Instruct"]
+    with pytest.raises(InputError, match="appears twice"):
+        parse_catalog(yaml.safe_dump(doc), ModelCatalog, "models.yaml")
+
+
+# MiniMaxAI/MiniMax-M2.5 config.json (the MiniMax-M2 architecture), abridged to what the parser reads
+MINIMAX_M25 = {
+    "model_type": "minimax_m2",
+    "vocab_size": 200064,
+    "hidden_size": 3072,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 196608,
+    "num_local_experts": 256,
+    "num_experts_per_tok": 8,
+    "tie_word_embeddings": False,
+}
+# moonshotai/Kimi-K2.5 config.json, abridged: a DeepSeek-V3 (MLA) language model in text_config
+KIMI_K25 = {
+    "model_type": "kimi_k25",
+    "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "deepseek_v3",
+        "vocab_size": 163840,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "n_routed_experts": 384,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "max_position_embeddings": 262144,
+    },
+}
+
+
+@pytest.mark.parametrize("cfg,catalog", [(MINIMAX_M25, "MiniMax-M2.5"), (KIMI_K25, "Kimi-K2.5")])
+def test_new_rows_match_their_config_json(cfg, catalog):
+    a, c = from_hf_config(cfg, name="x"), MODELS[catalog]
+    same = set(c.model_dump()) - {"name", "hf_repo", "family", "source", "total_params_b"}
+    for f in sorted(same - {"active_params_b"}):
+        assert getattr(a, f) == getattr(c, f), f
+    assert a.active_params_b == pytest.approx(c.active_params_b, rel=0.01)
+    assert a.total_params_b == pytest.approx(c.total_params_b, rel=0.01)
+    assert c.is_moe and (c.is_mla == (catalog == "Kimi-K2.5"))

@@ -138,6 +138,9 @@ def test_catalog_json_and_table(what, capsys):
     assert code == 0 and len(json.loads(out)) >= 14
     code, out, _ = _run(["catalog", what], capsys)
     assert code == 0 and "catalog" in out
+    # every row names its source: a column on a wide console (and in a pipe), a reference
+    # under the table at 80 columns
+    assert "https://" in out and ("source" in out or ("src" in out and "[1] " in out))
 
 
 def test_profiles_replace_defaults(tmp_path, capsys):
@@ -155,3 +158,38 @@ def test_profiles_replace_defaults(tmp_path, capsys):
     assert slow["ttft_s"] > 2 * base["ttft_s"]
     assert slow["wake_host_s"] > base["wake_host_s"]
     assert slow["weights_gib_per_gpu"] == base["weights_gib_per_gpu"]
+
+
+@pytest.mark.parametrize(
+    "gpu,extra,seqs,tokens",
+    [
+        ("B200-SXM", [], 1024, 16384),  # >= 160 GiB: vLLM's largest defaults
+        ("H100-SXM", [], 1024, 8192),
+        ("H100-SXM", ["--entry-point", "offline"], 1024, 16384),  # the LLM class
+        ("A100-80GB-SXM", [], 256, 2048),  # A100s keep the small budget
+        ("L40S", [], 256, 2048),
+        ("L40S", ["--max-num-seqs", "8", "--max-num-batched-tokens", "512"], 8, 512),
+    ],
+)
+def test_json_says_which_engine_limits_it_assumed(gpu, extra, seqs, tokens, capsys):
+    argv = ["estimate", "--model", "Llama-3.1-8B-Instruct", "--gpu", gpu, "--json", *extra]
+    code, out, _ = _run(argv, capsys)
+    r = json.loads(out)
+    assert code == 0
+    assert (r["max_num_seqs"], r["max_num_batched_tokens"]) == (seqs, tokens)
+
+
+def test_unknown_entry_point_and_interconnect(capsys):
+    base = ["estimate", "--model", "Qwen3-8B", "--gpu", "L4"]
+    code, _, err = _run([*base, "--entry-point", "llm"], capsys)
+    assert code == 2 and "--entry-point" in err and "serve" in err
+    code, _, err = _run([*base, "--interconnect", "infiniband"], capsys)
+    assert code == 2 and "interconnect" in err
+
+
+def test_nvfp4_estimates_on_blackwell(capsys):
+    argv = ["estimate", "--model", "Kimi-K2.5", "--gpu", "B200-SXM", "--tp", "8"]
+    code, out, _ = _run([*argv, "--quantization", "nvfp4", "--json"], capsys)
+    r = json.loads(out)
+    assert code == 0 and r["fits"] and r["interconnect"] == "nvlink"
+    assert r["tpot_s"] < 0.05

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from planner.catalog.gpus import GPUS, resolve_gpu
@@ -13,6 +13,7 @@ from planner.catalog.models import MODELS, resolve_arch_name
 from planner.optimizer.perf import (
     Calib,
     calib_from_profile,
+    closed_loop,
     decode_step_s,
     default_calib,
     instance_perf,
@@ -206,15 +207,6 @@ def test_prefill_cached_prefix_is_cheaper():
     assert prefill_s(p, 4000, cached_tokens=4000) == 0.0
 
 
-def test_queueing_when_kv_cannot_hold_all():
-    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"), kv_gib=1.0, max_num_seqs=256)
-    fit = p.max_kv_tokens // (2000 + 200)
-    ttft_fit, _, _ = steady_state(p, 2000, 200, max(1, fit))
-    ttft_over, _, tps_over = steady_state(p, 2000, 200, 4 * max(1, fit))
-    assert ttft_over > 3 * ttft_fit
-    assert tps_over > 0
-
-
 # ---- monotonicity (hypothesis) ---------------------------------------------------------------
 
 _ARCHS = st.sampled_from(sorted(MODELS))
@@ -237,25 +229,125 @@ def test_step_time_monotone(arch, gpu, n, kv, dn, dkv):
     assert p.step.time_s(n + dn, kv + dkv, kv + dkv) >= t
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    _ARCHS, st.integers(16, 8000), st.integers(1, 1000), st.integers(1, 128), st.integers(1, 128)
+# ---- the closed loop: invariants of `closed_loop` / `steady_state` (issue 12) ---------------
+# They hold exactly while decoding dominates the loop (prompt <= 4 x output). In prompt-heavy
+# loops (say 6000 prompt tokens for 40 output tokens) most steps carry prompt chunks; there a
+# longer prompt or one more client can shift which chunks share a step and the means may move
+# against the rules by a few percent (up to 10% seen in random search); not tested.
+PROMPT_PER_OUTPUT = 4
+
+
+def _perf_at(arch: str, gpu: str, q: str):
+    """The instance at the smallest TP that fits the model (NVLink between the GPUs)."""
+    a = MODELS[arch]
+    for tp in (1, 2, 4, 8):
+        if a.num_attention_heads % tp or (a.num_kv_heads % tp and tp % a.num_kv_heads):
+            continue
+        p = instance_perf(a, q, GPUS[gpu], tp, interconnect="nvlink")
+        if p.fits:
+            return p
+    return None
+
+
+def _uncapped(p, inp: int, out: int, c: int) -> bool:
+    """No cap binds: every client has a slot and the prompts do not queue for the budget."""
+    r = closed_loop(p, inp, out, c)
+    return r.running == c and not r.budget_bound
+
+
+@st.composite
+def _lengths(draw) -> tuple[int, int]:
+    """(prompt, output) of a decode-dominated loop."""
+    out = draw(st.integers(16, 600))
+    return draw(st.integers(16, PROMPT_PER_OUTPUT * out)), out
+
+
+_LOOP = dict(
+    arch=_ARCHS,
+    gpu=_GPUS,
+    q=st.sampled_from(["bf16", "fp8", "awq"]),
+    lengths=_lengths(),
+    c=st.integers(1, 96),
+    more=st.integers(1, 32),
 )
-def test_steady_state_monotone_in_concurrency_and_input(arch, inp, out, c, dc):
-    p = instance_perf(
-        MODELS[arch], "fp8", GPUS["H200-SXM"], 8 if MODELS[arch].total_params_b > 100 else 1
-    )
-    if not p.fits or p.max_kv_tokens < inp + out:
-        return
+
+
+@settings(max_examples=120, deadline=None)
+@given(**_LOOP)
+def test_ttft_tpot_never_fall_with_concurrency_or_input(arch, gpu, q, lengths, c, more):
+    inp, out = lengths
+    p = _perf_at(arch, gpu, q)
+    assume(p is not None and _uncapped(p, inp + 100, out, c + more))
     t1, o1, _ = steady_state(p, inp, out, c)
-    t2, o2, _ = steady_state(p, inp, out, c + dc)
-    assert t2 >= t1 - 1e-12
-    # MoE: a bigger batch touches more experts, so one-token requests can lose ~0.1% throughput
-    assert o2 >= o1 * (1 - 2e-3)
-    t3, _, _ = (
-        steady_state(p, inp + 100, out, c) if p.max_kv_tokens >= inp + 100 + out else (t1, 0, 0)
-    )
-    assert t3 >= t1 - 1e-12
+    t2, o2, _ = steady_state(p, inp, out, c + more)
+    t3, o3, _ = steady_state(p, inp + 100, out, c)
+    assert t2 >= t1 * (1 - 1e-9) and o2 >= o1 * (1 - 1e-9)
+    assert t3 >= t1 * (1 - 1e-9) and o3 >= o1 * (1 - 1e-9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(**_LOOP)
+def test_one_client_ttft_tpot_never_fall_with_output(arch, gpu, q, lengths, c, more):
+    inp, out = lengths
+    """One client: a longer output only lengthens the context. (With several clients a longer
+    output spaces their prompts out, so less of each step is prompt: the means may fall, as
+    vLLM's own do; e.g. Kimi-K2.5 int4 on 8 B200, 4 clients: TTFT 134.7 ms at 1024 output
+    tokens, 117.1 ms at 8192, bench/data/aiconfigurator/silicon_vllm_agg.csv.)"""
+    p = _perf_at(arch, gpu, q)
+    assume(p is not None and p.max_kv_tokens >= inp + out + more)
+    t1, o1, _ = steady_state(p, inp, out, 1)
+    t2, o2, _ = steady_state(p, inp, out + more, 1)
+    assert t2 >= t1 * (1 - 1e-9) and o2 >= o1 * (1 - 1e-9)
+
+
+@settings(max_examples=120, deadline=None)
+@given(**_LOOP)
+def test_throughput_never_falls_with_concurrency_until_capped(arch, gpu, q, lengths, c, more):
+    inp, out = lengths
+    p = _perf_at(arch, gpu, q)
+    assume(p is not None and _uncapped(p, inp, out, c + more))
+    low, high = steady_state(p, inp, out, c)[2], steady_state(p, inp, out, c + more)[2]
+    assert high >= low * (1 - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(**_LOOP)
+def test_clients_queue_only_when_a_cap_binds(arch, gpu, q, lengths, c, more):
+    inp, out = lengths
+    """Past max_num_seqs or the KV cache the extra clients wait for slots: TTFT grows with
+    every client while TPOT and throughput stay those of the full batch."""
+    p = _perf_at(arch, gpu, q)
+    assume(p is not None)
+    n = closed_loop(p, inp, out, 4096).running
+    assume(0 < n < 4096)
+    at, over = closed_loop(p, inp, out, n), closed_loop(p, inp, out, n + more)
+    assert over.running == at.running == n
+    assert over.ttft_s >= at.ttft_s + more / n * (out - 1) * at.tpot_s  # a hold per wave
+    assert over.tpot_s == pytest.approx(at.tpot_s)
+    assert over.tokens_per_s == pytest.approx(at.tokens_per_s)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    _ARCHS,
+    st.sampled_from([g for g in GPUS if "SXM" in g]),
+    st.sampled_from(["bf16", "fp8"]),
+    st.integers(1, 8),
+    st.integers(16, 4096),
+)
+def test_weight_bound_tpot_does_not_rise_from_tp1_to_tp2_to_tp4_on_nvlink(arch, gpu, q, c, inp):
+    """When reading the weights dominates a decode step, splitting them over more NVLinked
+    GPUs wins more than the all-reduces cost."""
+    a, g = MODELS[arch], GPUS[gpu]
+    assume(not (a.num_attention_heads % 4 or (a.num_kv_heads % 4 and 4 % a.num_kv_heads)))
+    perfs = [instance_perf(a, q, g, tp, interconnect="nvlink") for tp in (1, 2, 4)]
+    assume(all(p.fits and p.max_kv_tokens >= c * (inp + 64) for p in perfs))
+    s1 = perfs[0].step
+    # weight-dominated: reading the weights takes twice the step's fixed costs at TP 4
+    fixed = s1.overhead_s + perfs[2].step.comm_latency_s
+    assume(s1.dense_weight_read_s >= 2 * fixed)
+    tpots = [steady_state(p, inp, 64, c)[1] for p in perfs]
+    assert tpots[1] <= tpots[0] and tpots[2] <= tpots[1]
 
 
 @settings(max_examples=40, deadline=None)
@@ -300,3 +392,23 @@ def test_cpu_build_wakes_by_restart():
     p = instance_perf(tiny, "bf16", resolve_gpu("cpu"))
     assert p.fits
     assert p.wake_host_s == p.wake_disk_s == p.cold_start_s
+
+
+def test_a_benchmarks_first_round_queues_every_prompt_at_once():
+    """All clients send at time 0: the first round waits for the whole wave of prompts, so
+    a benchmark's mean TTFT sits above the steady state and falls back to it with rounds."""
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("H100-SXM"), interconnect="nvlink")
+    steady = closed_loop(p, 2048, 256, 32).ttft_s
+    first = closed_loop(p, 2048, 256, 32, rounds=1).ttft_s
+    five, fifty = (closed_loop(p, 2048, 256, 32, rounds=r).ttft_s for r in (5, 50))
+    assert first > 2 * steady and first > five > fifty > steady
+    assert fifty == pytest.approx(steady + (first - steady) / 50)
+
+
+def test_prefix_cache_hits_shorten_ttft_not_the_kv_footprint():
+    p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"))
+    cold, warm = closed_loop(p, 4000, 200, 8), closed_loop(p, 4000, 200, 8, cached_len=3000)
+    assert warm.ttft_s < 0.6 * cold.ttft_s and warm.tpot_s <= cold.tpot_s
+    assert warm.running == cold.running
+    # vLLM computes at least the last prompt token, whatever the cache holds
+    assert closed_loop(p, 4000, 200, 1, cached_len=10**6).ttft_s > 0

@@ -1,0 +1,197 @@
+"""The measured vLLM serving runs of bench/data/aiconfigurator/silicon_vllm_agg.csv, as the
+planner can express them, and the perf model's and a naive roofline's predictions of them.
+
+Each row: mean TTFT and mean TPOT (ms) of a closed-loop benchmark with `batch_size` clients
+at fixed input (`isl`) and output (`osl`) lengths, on `tp_size` GPUs. The planner expresses
+tensor parallelism only: rows with attention data parallelism or expert parallelism are
+skipped, by reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from planner.catalog.gpus import resolve_gpu
+from planner.catalog.models import resolve_arch_name
+from planner.optimizer.perf import Calib, closed_loop, default_calib, instance_perf
+from planner.optimizer.perf.latency import gemm_flops, linear_flops_per_token
+from planner.optimizer.perf.memory import kv_bytes_per_token, weight_parts_bytes
+from planner.units import GB
+
+CSV = Path(__file__).resolve().parents[1] / "data" / "aiconfigurator" / "silicon_vllm_agg.csv"
+MODELS = {
+    "MiniMaxAI/MiniMax-M2.5": "MiniMax-M2.5",
+    "moonshotai/Kimi-K2.5": "Kimi-K2.5",
+    "meta-llama/Llama-3.1-70B": "Llama-3.1-70B",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
+}
+SYSTEMS = {
+    "b200_sxm": "B200-SXM",
+    "b300_sxm": "B300-SXM",
+    "h100_sxm": "H100-SXM",
+    "h200_sxm": "H200-SXM",
+}
+CONFIG = ["model", "gpu", "quant", "tp", "isl", "osl", "c"]  # what a prediction depends on
+
+
+def _quant(precision: str, model: str) -> str:
+    """The planner's quantization of a row: fp4 is NVFP4 except gpt-oss (its MXFP4 checkpoint);
+    int4 is weight-only (Kimi's int4 experts)."""
+    if precision == "fp4":
+        return "mxfp4" if model == "gpt-oss-120b" else "nvfp4"
+    return precision
+
+
+def load_rows() -> tuple[pd.DataFrame, Counter]:
+    """(expressible rows, skipped rows counted by reason)."""
+    d = pd.read_csv(CSV)
+    skipped: Counter = Counter()
+    keep = []
+    for i, r in enumerate(d.itertuples(index=False)):
+        if r.attention_dp_size > 1:
+            skipped["attention data parallel > 1"] += 1
+        elif r.moe_ep_size > 1:
+            skipped["expert parallel > 1"] += 1
+        elif r.moe_tp_size != r.tp_size or r.pp_size != 1:
+            skipped["MoE TP or PP other than the TP degree"] += 1
+        elif r.model_path not in MODELS or r.system not in SYSTEMS:
+            skipped["model or GPU not in the catalog"] += 1
+        else:
+            keep.append(i)
+    k = d.iloc[keep]
+    model = k.model_path.map(MODELS)
+    rows = pd.DataFrame(
+        {
+            "model": model,
+            "gpu": k.system.map(SYSTEMS),
+            "quant": [_quant(p, m) for p, m in zip(k.precision, model, strict=True)],
+            "tp": k.tp_size.astype(int),
+            "isl": k.isl.astype(int),
+            "osl": k.osl.astype(int),
+            "c": k.batch_size.astype(int),
+            "ttft_ms": k.silicon_ttft_ms.astype(float),
+            "tpot_ms": k.silicon_tpot_ms.astype(float),
+        }
+    ).reset_index(drop=True)
+    return rows, skipped
+
+
+# Fitted constants: shared by every GPU (efficiencies relative to its spec sheet) and model.
+FITTED = (
+    "bandwidth_efficiency",
+    "compute_efficiency",
+    "attn_efficiency",
+    "step_overhead_s",
+    "prefill_overhead_s",
+)
+COMPUTE = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency")
+
+
+def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
+    """The GPU generation's defaults with the fitted constants `theta` laid over them."""
+    upd = {k: v for k, v in theta.items() if k != "compute_efficiency"}
+    upd.update({k: theta["compute_efficiency"] for k in COMPUTE if "compute_efficiency" in theta})
+    return dataclasses.replace(default_calib(resolve_gpu(gpu).arch), **upd)
+
+
+def predict(configs: pd.DataFrame, theta: dict[str, float], rounds: int) -> pd.DataFrame:
+    """Perf-model TTFT and TPOT (ms) of unique configs: vLLM's defaults for the GPU (no flags),
+    the closed loop of `c` clients sending `rounds` requests each, all counted."""
+    out = []
+    for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
+        perf = instance_perf(
+            resolve_arch_name(m), q, resolve_gpu(g), int(tp), interconnect="nvlink",
+            calib=calib_for(g, theta),
+        )  # fmt: skip
+        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=rounds)
+        out.append((r.ttft_s * 1e3, r.tpot_s * 1e3))
+    return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
+
+
+def roofline(configs: pd.DataFrame, e_bw: float, e_fl: float) -> pd.DataFrame:
+    """The naive hand roofline: TPOT = the bytes a decode step reads (weights, the experts a
+    batch of c touches, KV) / bandwidth; TTFT = the prompt's FLOPs / peak rate; one efficiency
+    each."""
+    out = []
+    for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
+        a, gpu = resolve_arch_name(m), resolve_gpu(g)
+        parts = weight_parts_bytes(a, q, int(tp))
+        w = parts["attn"] + parts["mlp"] + parts["lm_head"] + parts["other"]  # bytes
+        if a.is_moe:
+            touched = a.num_experts * (1 - (1 - a.num_experts_per_tok / a.num_experts) ** c)
+            w += parts["one_expert"] * touched
+        kv = c * (isl + osl / 2) * kv_bytes_per_token(a, "auto", isl + osl, tp=int(tp))
+        tpot = (w + kv) / (gpu.memory_bandwidth_gbps * GB * e_bw)
+        dense, routed = linear_flops_per_token(a, int(tp))
+        unit = Calib(compute_efficiency=1.0, fp8_compute_efficiency=1.0, fp4_compute_efficiency=1.0)
+        ttft = isl * (dense + routed) / (gemm_flops(gpu, unit, q) * e_fl)
+        out.append((ttft * 1e3, tpot * 1e3))
+    return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
+
+
+def errors(rows: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
+    """Rows with their predictions and absolute relative errors (`ttft_err`, `tpot_err`)."""
+    j = rows.merge(pred, on=CONFIG, how="left")
+    return j.assign(
+        ttft_err=(j.ttft_pred / j.ttft_ms - 1).abs(),
+        tpot_err=(j.tpot_pred / j.tpot_ms - 1).abs(),
+    )
+
+
+def loss(j: pd.DataFrame, metric: str) -> float:
+    """What a fit minimizes: the mean clipped |log ratio| of `metric` (ttft or tpot)."""
+    r = np.abs(np.log(j[f"{metric}_pred"] / j[f"{metric}_ms"]))
+    return float(np.mean(np.minimum(r.fillna(1.5), 1.5)))
+
+
+def coordinate_fit(
+    f, theta: dict[str, float], bounds: dict, sweeps: int = 3, step: float = 0.5
+) -> tuple[dict, float]:
+    """Minimize f(theta) one constant at a time on a shrinking multiplicative grid."""
+    best = f(theta)
+    for _ in range(sweeps):
+        for k, (lo, hi) in bounds.items():
+            for mult in (1 + step, 1 / (1 + step), (1 + step) ** 2, 1 / (1 + step) ** 2):
+                th = {**theta, k: min(hi, max(lo, theta[k] * mult))}
+                v = f(th)
+                if v < best:
+                    best, theta = v, th
+        step /= 2
+    return theta, best
+
+
+# What each metric's fit moves: TPOT is decode steps (weight and KV streaming, the step's
+# fixed cost); TTFT adds the prompt's compute and the request's overhead.
+TPOT_KEYS = ("bandwidth_efficiency", "step_overhead_s")
+
+
+def fit_model(rows: pd.DataFrame, rounds_choices: tuple[int, ...], start: dict, bounds: dict):
+    """(theta, rounds) that fit `rows` best, in two stages: the decode constants on TPOT, then
+    the rest on TTFT at each choice of the benchmark's requests per client (how much of the
+    mean is its first round, all clients arriving together)."""
+    configs = rows.drop_duplicates(CONFIG)
+
+    def f(theta: dict, rounds: int, metric: str) -> float:
+        return loss(errors(rows, predict(configs, theta, rounds)), metric)
+
+    mid = rounds_choices[len(rounds_choices) // 2]
+    dec = {k: v for k, v in bounds.items() if k in TPOT_KEYS}
+    pre = {k: v for k, v in bounds.items() if k not in TPOT_KEYS}
+    theta, _ = coordinate_fit(lambda t: f(t, mid, "tpot"), start, dec)
+    best = (np.inf, theta, mid)
+    for r in rounds_choices:
+        th, v = coordinate_fit(lambda t, r=r: f(t, r, "ttft"), theta, pre)
+        if v < best[0]:
+            best = (v, th, r)
+    return best[1], best[2]
+
+
+def fit_roofline(rows: pd.DataFrame) -> tuple[float, float]:
+    """The roofline's two efficiencies (medians of measured / predicted at efficiency 1)."""
+    p = errors(rows, roofline(rows.drop_duplicates(CONFIG), 1.0, 1.0))
+    return float(np.median(p.tpot_pred / p.tpot_ms)), float(np.median(p.ttft_pred / p.ttft_ms))
