@@ -46,6 +46,18 @@ class OptimizeConfig(BaseModel):
         description="last days of the trace held back to choose and score the points "
         "(default: 2 of a trace of 5 or more days, else 0)",
     )
+    awake_min_requests_per_h: tuple[float, ...] = Field(
+        default=(0.5, 8.0),
+        description="forecast requests/h from which a lazy instance is kept awake in an hour; "
+        "each value gives every front point a schedule variant (optimizer/schedule.py)",
+    )
+    idle_sleep_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=86400,
+        description="schedule variants: a lazy instance sleeps this long after its last "
+        "request outside its awake hours, s",
+    )
     baselines: bool = Field(
         default=True,
         description="score static/lru/melange and each point's lru@ twin; add from-<baseline> "

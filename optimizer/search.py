@@ -20,7 +20,8 @@ import pandas as pd
 
 from planner.errors import InfeasibleError
 from planner.optimizer import scoring
-from planner.optimizer.build import build_point
+from planner.optimizer import schedule
+from planner.optimizer.build import build_point, substitute_rules
 from planner.optimizer.candidates import (
     Knobs,
     enumerate_candidates,
@@ -171,6 +172,8 @@ class Searcher:
             n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
         }
         self.sleep_order = _sleep_order(models, self.demand)
+        self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
+        self.substitutes = substitute_rules(models, slo)
         self._cands: dict[tuple[float, int], tuple] = {}
         self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
 
@@ -238,7 +241,12 @@ class Searcher:
         milp: MilpResult | None = None,
         origin: str = "milp",
     ) -> Evaluation:
-        """Score a point on the fitted days (and the held-back ones)."""
+        """Score a point on the fitted days (and the held-back ones), with its GPUs' capacity
+        and the models' substitute rules set on it."""
+        point.gpu_usable_gib = schedule.gpu_usable_gib(
+            point, self.cluster, self.cfg.gpu_memory_margin
+        )
+        point.substitutes = dict(self.substitutes)
         t1 = self.clock()
         metrics = self.scorer(point, perfs)
         held = self.held_scorer(point, perfs) if self.held_scorer else None

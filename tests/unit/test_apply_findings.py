@@ -12,6 +12,7 @@ from test_apply_fake import FakeBackend, inst, plan, run
 
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.cli.main import main
+from planner.planfile import write_plan
 from planner.schemas import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +35,12 @@ def test_a_plan_made_in_one_folder_applies_from_another(tmp_path, capsys, monkey
     for key, ref in load_plan(out).inputs.items():  # stored relative to the plan file
         assert not Path(ref.path).is_absolute()
         assert (out.parent / ref.path).resolve() == (ROOT / SMALL / f"{key}.yaml").resolve()
+    # Every instance of the selected point always awake, so that the dry run starts them
+    # (a lazy one is not started where the backend has no sleep mode, as on this machine).
+    p = load_plan(out)
+    sel = p.point()
+    sel.instances = [i.model_copy(update={"tier": "gpu", "awake_hours": []}) for i in sel.instances]
+    write_plan(out, p)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
