@@ -131,6 +131,7 @@ def _instance(
             weights=round(perf.weights_gib_per_gpu, 6),
             kv=round(perf.kv_gib_per_gpu, 6),
             overhead=round(perf.overhead_gib_per_gpu, 6),
+            asleep=round(perf.context_gib_per_gpu, 6),
         ),
         engine=EngineArgs(
             gpu_memory_utilization=util, max_model_len=entry.max_context, max_num_seqs=MAX_NUM_SEQS

@@ -56,6 +56,7 @@ def build_point(
                 weights=round(perf.weights_gib_per_gpu, 3),
                 kv=round(perf.kv_gib_per_gpu, 3),
                 overhead=round(perf.overhead_gib_per_gpu, 3),
+                asleep=round(perf.context_gib_per_gpu, 3),
             ),
             engine=EngineArgs(
                 gpu_memory_utilization=util,

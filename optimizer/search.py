@@ -19,8 +19,7 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import InfeasibleError
-from planner.optimizer import scoring
-from planner.optimizer import schedule
+from planner.optimizer import schedule, scoring
 from planner.optimizer.build import build_point, substitute_rules
 from planner.optimizer.candidates import (
     Knobs,

@@ -40,6 +40,8 @@ class Metrics:
         self.wakes: dict[str, int] = defaultdict(int)
         self.wake_failures: dict[str, int] = defaultdict(int)
         self.restarts: dict[str, int] = defaultdict(int)
+        # (model asked for, stand-in that answered) -> requests
+        self.substitutions: dict[tuple[str, str], int] = defaultdict(int)
 
     def render(self, gauges: Callable[[], dict[str, tuple[str, dict[str, float]]]]) -> str:
         """The exposition text; `gauges()`: name -> (help, model -> value)."""
@@ -69,6 +71,16 @@ class Metrics:
         for (model, status), v in sorted(self.requests.items()):
             out.append(
                 f'planner_gateway_requests_total{{model="{_label(model)}",status="{status}"}} {v}'
+            )
+        out.append(
+            "# HELP planner_gateway_substitutions_total Requests a stand-in answered, by the "
+            "model asked for and the stand-in.\n"
+            "# TYPE planner_gateway_substitutions_total counter"
+        )
+        for (model, by), v in sorted(self.substitutions.items()):
+            out.append(
+                f'planner_gateway_substitutions_total{{model="{_label(model)}",'
+                f'served_by="{_label(by)}"}} {v}'
             )
         hist("planner_gateway_request_latency_seconds", "Arrival to last byte.", self.latency)
         hist("planner_gateway_ttft_seconds", "Arrival to first byte from the engine.", self.ttft)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Handle, Status
@@ -38,6 +40,7 @@ class Inst:
     timeouts: int = 0  # consecutive /health timeouts
     next_restart_at: float = 0.0
     last_used_s: float = -math.inf
+    idle_since_s: float = -math.inf  # clock time its last request ended or its wake did
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -72,7 +75,11 @@ class Inst:
 
     @property
     def context_gib(self) -> float:
-        return 0.0  # read by the `lru` policy only, which the gateway does not run
+        return self.spec.memory_gib.asleep
+
+    @property
+    def awake_hours(self) -> list[int]:
+        return self.spec.awake_hours
 
     def routable(self) -> bool:
         return self._status == "awake" and self.handle is not None and not self.draining
@@ -90,8 +97,9 @@ def failed(inst: Inst) -> bool:
 class Pool:
     """The instances of the point in force, by id and by model, and their admission queues."""
 
-    def __init__(self, point: Point, admit_factor: float):
+    def __init__(self, point: Point, admit_factor: float, clock: Callable[[], float] = time.time):
         self.admit_factor = admit_factor
+        self.clock = clock  # epoch seconds: the hour of day of the plan's awake hours
         self.point = point
         self.instances: dict[str, Inst] = {}
         self.by_model: dict[str, list[Inst]] = defaultdict(list)
@@ -102,6 +110,10 @@ class Pool:
     def set_point(self, point: Point) -> None:
         """Route by `point`: instances kept by id take the new spec (tier), others come or go."""
         self.point = point
+        # (node, device) -> GiB the point may fill: co-tenants awake together up to it
+        self.capacity = {
+            (node, d): gib for node, devs in point.gpu_usable_gib.items() for d, gib in devs.items()
+        }
         old, self.instances = self.instances, {}
         self.by_model = defaultdict(list)
         for spec in point.instances:
@@ -137,6 +149,7 @@ class Pool:
                 return
         inst.outstanding -= 1
         if inst.outstanding == 0:
+            inst.idle_since_s = self.clock()
             inst.idle.set()
 
     def queued_for_admission(self, model: str) -> bool:

@@ -1,9 +1,14 @@
 """HTTP and streaming pass-through: admission, retries, client disconnects, the request log.
 
 A request goes to the instance `tiering.route` picks (the awake one with the fewest
-requests in flight). When none of its model's instances is awake, it waits for a wake
-(waker.py); when every awake one already holds its admission bound (pool.py), it waits for a
-slot. At most `queue_limit` requests of a model wait in all; the next gets 503 with
+requests in flight). When none of its model's instances is awake, it goes to an awake
+stand-in where the point's substitute rule says so (`tiering.substitute`: always while the
+model wakes, or when the wait expected from its last measured wake exceeds its switch SLO;
+before any wake was measured the wait counts as exceeding it), with the body's `model`
+rewritten to the stand-in's and the answer's `model` back to the name asked for, and the
+model's wake starts all the same unless the rule says not to; otherwise it waits for a wake
+(waker.py). Every answer carries `X-Planner-Served-By: MODEL`. When every awake instance
+already holds its admission bound (pool.py), a request waits for a slot. At most `queue_limit` requests of a model wait in all; the next gets 503 with
 Retry-After. Bytes are streamed through untouched, with one exception: to log token counts
 of a streamed request, the gateway asks the engine for `stream_options.include_usage` when
 the client did not, and drops that extra usage-only chunk (`"choices": []`) before it
@@ -38,7 +43,7 @@ import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.pool import Inst, load
-from planner.adjuster.gateway.sse import SseUsage, usage_in
+from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.waker import Unavailable
 from planner.optimizer import tiering
 
@@ -48,6 +53,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("planner.gateway")
 
 PROXIED = ("/v1/completions", "/v1/chat/completions")
+SERVED_BY = "X-Planner-Served-By"  # answer header: the model that answered
+
+
+def _variant(inst: Inst) -> str:
+    return inst.spec.variant
+
+
+def _has_slot(inst: Inst) -> bool:
+    """Awake and below its admission bound: a stand-in takes only what it can serve now."""
+    return inst.routable() and inst.outstanding < inst.limit
 
 
 class _NoAnswer(Exception):
@@ -97,13 +112,14 @@ def unavailable(e: Unavailable) -> web.Response:
 class _Req:
     """One request's bookkeeping for the log."""
 
-    __slots__ = ("model", "session", "t0", "t_arr", "user", "wait_s")
+    __slots__ = ("model", "served_by", "session", "t0", "t_arr", "user", "wait_s")
 
     def __init__(self, user: str, session: str) -> None:
         self.t_arr = time.time()
         self.t0 = time.perf_counter()
         self.user, self.session = user, session
         self.model = ""
+        self.served_by = ""  # the stand-in that answered ("": the model itself)
         self.wait_s = 0.0  # time waiting for a wake, s
 
     def since_s(self) -> float:
@@ -174,8 +190,12 @@ class Proxy:
             except Unavailable as e:
                 self.fail(r, 503, str(e))
                 return unavailable(e)
+            send, rename = body, None
+            if inst.spec.model != model:  # a stand-in answers under the name asked for
+                send = json.dumps({**payload, "model": inst.spec.model}).encode()
+                rename = (inst.spec.model, model)
             try:
-                return await self.forward(request, inst, body, stream, strip_usage, r)
+                return await self.forward(request, inst, send, stream, strip_usage, r, rename)
             except _NoAnswer as e:
                 # Nothing reached the client: if the engine is gone, route around it (the
                 # next pick restarts it) and follow the point in force (a hop may have
@@ -201,6 +221,17 @@ class Proxy:
     def choose(self, model: str) -> Inst | None:
         """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""
         return tiering.route(self.gw.pool.by_model[model], Inst.routable, load)
+
+    def stand_in(self, model: str) -> tuple[Inst, float] | None:
+        """The awake stand-in that answers for `model` now, and its quality penalty
+        (`tiering.substitute`); None: the request waits for the model."""
+        gw = self.gw
+        rule = gw.point.substitutes.get(model)
+        if rule is None:
+            return None
+        pool = gw.pool
+        cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
+        return tiering.substitute(rule, gw.waker.expected_wait_s(model), cands, _has_slot, load)
 
     async def pick(self, model: str, r: _Req) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
@@ -230,6 +261,14 @@ class Proxy:
                     return got
                 pool.release(got)
                 continue
+            got = self.stand_in(model)
+            if got is not None:
+                sub = got[0]
+                pool.take(sub)
+                r.served_by = sub.spec.model
+                if gw.point.substitutes[model].wake:
+                    gw.waker.start_wake(model)
+                return sub
             if wakes >= 3:
                 raise Unavailable(
                     f"model {model!r} did not stay awake", gw.waker.retry_after_s(model)
@@ -249,8 +288,10 @@ class Proxy:
         stream: bool,
         strip_usage: bool,
         r: _Req,
+        rename: tuple[str, str] | None = None,
     ) -> web.StreamResponse:
-        """Send the request to `inst` (whose slot the caller took) and pass its answer on."""
+        """Send the request to `inst` (whose slot the caller took) and pass its answer on
+        (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
         gw = self.gw
         session = gw.session
         assert session is not None
@@ -272,15 +313,26 @@ class Proxy:
                     ttft_s = r.since_s()
                     if status == 200:
                         usage = usage_in(data)
-                    resp = web.Response(body=data, status=status, content_type=ctype.split(";")[0])
+                        if rename:
+                            data = rename_model(data, *rename)
+                    resp = web.Response(
+                        body=data,
+                        status=status,
+                        content_type=ctype.split(";")[0],
+                        headers={SERVED_BY: inst.spec.model},
+                    )
                     if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
                         raise _NoAnswer(f"the engine answered {status}", answer=resp)
                 else:
                     resp = web.StreamResponse(
                         status=200,
-                        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                        headers={
+                            "Content-Type": "text/event-stream",
+                            "Cache-Control": "no-cache",
+                            SERVED_BY: inst.spec.model,
+                        },
                     )
-                    sse = SseUsage(strip_usage)
+                    sse = SseUsage(strip_usage, rename)
                     async for chunk in up.content.iter_any():
                         if ttft_s is None:
                             ttft_s = r.since_s()
@@ -320,6 +372,8 @@ class Proxy:
             self.fail(r, status, "engine error")
             return
         gw.metrics.requests[(model, 200)] += 1
+        if r.served_by:
+            gw.metrics.substitutions[(model, r.served_by)] += 1
         gw.metrics.latency[model].observe(latency_s)
         if r.wait_s > 0.001:  # only requests that waited for a wake
             gw.metrics.switch_wait[model].observe(r.wait_s)
@@ -333,7 +387,8 @@ class Proxy:
         cached = min(n_in, int(details.get("cached_tokens") or 0))
         gw.log.add((
             r.t_arr, r.user, r.session, model, n_in, max(1, int(u.get("completion_tokens") or 0)),
-            cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id,
+            cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id, r.served_by,
+            int(bool(r.served_by)),
         ))  # fmt: skip
 
 

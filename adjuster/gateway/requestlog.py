@@ -2,8 +2,10 @@
 
 Table `requests`: one row per answered request, the columns of the trace schema
 (planner.trace: timestamp in seconds since the epoch, user, session, model, input_tokens,
-output_tokens, cached_tokens) plus ttft_s, latency_s, switch_wait_s (measured from the
-request's arrival at the gateway), status and instance. A request the engine answered counts
+output_tokens, cached_tokens, served_by, substituted) plus ttft_s, latency_s, switch_wait_s
+(measured from the request's arrival at the gateway), status and instance. `model` is the
+model the client asked for; `served_by` the stand-in that answered ('' when the model did)
+and `substituted` 1 then. A log written before these two columns gains them (empty, 0). A request the engine answered counts
 at least one token each way (the trace schema's floor). Table `failures`: every request that
 got no answer from an engine (404, 405, 503, 502, 499 client gone), so `read_trace` on the
 file sees only real traffic. Rows are queued and written in batches by the gateway's flush
@@ -32,7 +34,13 @@ LOG_COLUMNS = (
     "switch_wait_s",
     "status",
     "instance",
+    "served_by",
+    "substituted",
 )
+_ADDED = {  # columns newer than the first logs: added to an old log's table when opened
+    "served_by": "TEXT NOT NULL DEFAULT ''",
+    "substituted": "INTEGER NOT NULL DEFAULT 0",
+}
 FAILURE_COLUMNS = (
     "timestamp",
     "user",
@@ -64,6 +72,10 @@ class RequestLog:
             " ttft_s REAL, latency_s REAL NOT NULL, switch_wait_s REAL NOT NULL DEFAULT 0,"
             " status INTEGER NOT NULL, instance TEXT NOT NULL)"
         )
+        have = {r[1] for r in self._con.execute("PRAGMA table_info(requests)")}
+        for col, decl in _ADDED.items():
+            if col not in have:  # names and declarations are this module's constants
+                self._con.execute(f"ALTER TABLE requests ADD COLUMN {col} {decl}")
         self._con.execute(
             "CREATE TABLE IF NOT EXISTS failures (timestamp REAL NOT NULL, user TEXT NOT NULL,"
             " session TEXT NOT NULL, model TEXT NOT NULL, status INTEGER NOT NULL,"

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.proxy import PROXIED, Proxy, error
 from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
+from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
 from planner.schemas.plan import Point
 
@@ -48,6 +52,7 @@ class GatewayConfig:
     log_flush_s: float = 0.5  # request-log batch period
     control_threads: int = 4  # threads running InstanceControl calls
     adopt_every: int = 2  # every this many health rounds, follow apply (point, instances)
+    tier_interval_s: float = 10.0  # how often the point's awake hours and idle sleeps apply
 
 
 class Gateway:
@@ -60,14 +65,16 @@ class Gateway:
         *,
         state_dir: str | Path,
         config: GatewayConfig | None = None,
+        clock: Callable[[], float] = time.time,
     ):
         self.control = control
         self.cfg = config or GatewayConfig()
-        self.pool = Pool(point, self.cfg.admit_factor)
+        self.pool = Pool(point, self.cfg.admit_factor, clock)
         self.metrics = Metrics()
         self.log = RequestLog(Path(state_dir) / REQUEST_LOG)
         self.waker = Waker(self)
         self.health = Health(self)
+        self.tiers = Tiers(self)
         self.proxy = Proxy(self)
         self.session: aiohttp.ClientSession | None = None
         self._pool = ThreadPoolExecutor(self.cfg.control_threads, thread_name_prefix="control")
@@ -96,6 +103,7 @@ class Gateway:
         self._tasks = [
             asyncio.create_task(self.health.loop()),
             asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self.tiers.loop()),
         ]
 
     async def close(self) -> None:
@@ -121,6 +129,8 @@ class Gateway:
             status, handle = st.get(iid, ("stopped", None))
             inst.status, inst.handle = status, handle
             inst.want_awake = inst.spec.tier == "gpu" or status == "awake"
+            if status == "awake" and inst.idle_since_s == -math.inf:
+                inst.idle_since_s = self.pool.clock()  # idle, as far as the gateway knows
 
     async def _flush_loop(self) -> None:
         while True:

@@ -6,8 +6,10 @@ functions). The mechanics are the gateway's: a wake runs `InstanceControl.wake` 
 in-flight ones finish, at most `drain_timeout_s`) and put to sleep. One wake runs per model at
 a time, under the locks of its GPUs (sorted: no deadlock between wakes); requests that
 arrive meanwhile wait behind it, at most `queue_limit` of them per model, and the next one
-gets 503 with Retry-After. An instance whose process died is started again through
-`InstanceControl.restart` (a counted restart), a sleeping one through `wake`.
+gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
+or ahead of requests at the start of an instance's awake hours (tiers.py). An instance whose
+process died is started again through `InstanceControl.restart` (a counted restart), a
+sleeping one through `wake`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -42,21 +45,50 @@ class Waker:
         self.gw = gw
         self.tasks: dict[str, asyncio.Task] = {}  # model -> its wake in progress
         self.wake_s: dict[str, float] = {}  # last measured wake time per model
+        self.started_s: dict[str, float] = {}  # when the model's running wake started
         self._gpu_locks: dict[tuple[str, int], asyncio.Lock] = {}
 
     def retry_after_s(self, model: str) -> float:
         """How long a refused client should wait: the model's last wake, else the default."""
         return self.wake_s.get(model, self.gw.cfg.retry_after_s)
 
+    def displaces(self, inst: Inst) -> list[Inst]:
+        """The co-tenants a wake of `inst` puts to sleep now (`tiering.displaced`)."""
+        pool = self.gw.pool
+        return tiering.displaced(
+            inst, pool.near(inst), capacity_gib=pool.capacity, t_s=pool.clock()
+        )
+
     def plan(self, model: str) -> tuple[Inst, list[Inst]]:
         """Which instance of `model` to wake and whom that puts to sleep (no side effect)."""
-        pool = self.gw.pool
+        target = tiering.choose_wake(self.gw.pool.by_model[model], self.displaces, load, failed)
+        return target, self.displaces(target)
 
-        def displaces(i: Inst) -> list[Inst]:
-            return tiering.displaced(i, pool.near(i))
+    def expected_wait_s(self, model: str) -> float:
+        """How long a request for `model` would wait for its wake: the last measured wake of
+        the model less the time its running wake has taken; inf before any was measured."""
+        took = self.wake_s.get(model, math.inf)
+        started = self.started_s.get(model) if model in self.tasks else None
+        if started is None:
+            return took
+        return max(took - (time.perf_counter() - started), 0.0)
 
-        target = tiering.choose_wake(pool.by_model[model], displaces, load, failed)
-        return target, displaces(target)
+    def start_wake(self, model: str, target: Inst | None = None) -> asyncio.Task:
+        """The model's wake in progress, started (of `target`, else of `plan`'s) if none runs."""
+        task = self.tasks.get(model)
+        if task is None:
+            task = asyncio.create_task(self._wake_model(model, target))
+            self.tasks[model] = task
+            self.started_s[model] = time.perf_counter()
+
+            def _done(t: asyncio.Task, model: str = model) -> None:
+                if self.tasks.get(model) is t:
+                    del self.tasks[model]
+                if not t.cancelled():
+                    t.exception()  # retrieved here; each waiter gets it through shield
+
+            task.add_done_callback(_done)
+        return task
 
     async def await_wake(self, model: str) -> None:
         """Join the model's wake (starting it if none runs); Unavailable if the queue is full."""
@@ -67,18 +99,7 @@ class Waker:
                 f"(queue limit {limit})",
                 self.retry_after_s(model),
             )
-        task = self.tasks.get(model)
-        if task is None:
-            task = asyncio.create_task(self._wake_model(model))
-            self.tasks[model] = task
-
-            def _done(t: asyncio.Task, model: str = model) -> None:
-                if self.tasks.get(model) is t:
-                    del self.tasks[model]
-                if not t.cancelled():
-                    t.exception()  # retrieved here; each waiter gets it through shield
-
-            task.add_done_callback(_done)
+        task = self.start_wake(model)
         pool.waiting[model] += 1
         try:
             await asyncio.shield(task)
@@ -94,9 +115,10 @@ class Waker:
                 await stack.enter_async_context(lk)
             yield
 
-    async def _wake_model(self, model: str) -> None:
+    async def _wake_model(self, model: str, target: Inst | None = None) -> None:
         gw = self.gw
-        target, _ = self.plan(model)
+        if target is None:
+            target, _ = self.plan(model)
         t0 = time.perf_counter()
         async with self.gpus(target):
             if target.routable():
@@ -127,11 +149,16 @@ class Waker:
             handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
+        inst.idle_since_s = gw.pool.clock()
 
     async def evict(self, target: Inst) -> None:
         """Drain and sleep the co-tenants a wake of `target` displaces."""
+        await self.put_to_sleep(self.displaces(target))
+
+    async def put_to_sleep(self, victims: list[Inst]) -> None:
+        """Drain `victims` (no new requests; in-flight ones finish, at most
+        `drain_timeout_s`) and put them to sleep."""
         gw = self.gw
-        victims = tiering.displaced(target, gw.pool.near(target))
         if not victims:
             return
         for c in victims:

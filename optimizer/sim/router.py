@@ -233,7 +233,7 @@ class Router:
                 if s.awake or not tiering.in_hours(s, tb):
                     continue
                 victims = self._conflicts(s)
-                if tiering.wakes_ahead(s, victims, lambda c: c.engine.outstanding(tb), tb):
+                if tiering.wakes_ahead(s, victims, lambda c, t=tb: c.engine.outstanding(t), tb):
                     self._wake(s, tb)
             self.next_hour_s = tb + tiering.HOUR_S
 

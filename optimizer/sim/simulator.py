@@ -194,9 +194,7 @@ def simulate(
         routed.append(idx)
 
     if routed:
-        _run_routed(
-            np.sort(np.concatenate(routed)), req, out, slots, router, local, lone, perfs
-        )
+        _run_routed(np.sort(np.concatenate(routed)), req, out, slots, router, local, lone, perfs)
 
     for s in slots:
         s.engine.drain()

@@ -25,10 +25,13 @@ class MemoryGib(Strict):
     weights: float = Field(ge=0, description="weights on each GPU, GiB")
     kv: float = Field(ge=0, description="KV cache on each GPU, GiB")
     overhead: float = Field(ge=0, description="activations, CUDA graphs, context, GiB")
+    asleep: float = Field(
+        default=0.0, ge=0, description="what the process keeps on each GPU asleep (context), GiB"
+    )
 
     @property
     def total(self) -> float:
-        """Sum of the three, GiB."""
+        """Awake: weights, KV cache and overhead, GiB."""
         return self.weights + self.kv + self.overhead
 
 
@@ -92,7 +95,9 @@ class Instance(Strict):
             raise ValueError(f"GPU ids {dup} are listed twice; an instance uses each GPU once")
         if self.awake_hours:
             if self.tier == "gpu":
-                raise ValueError("awake_hours is for host/disk instances (gpu-tier ones never sleep)")
+                raise ValueError(
+                    "awake_hours is for host/disk instances (gpu-tier ones never sleep)"
+                )
             if any(not 0 <= h <= 23 for h in self.awake_hours) or duplicates(self.awake_hours):
                 raise ValueError(f"awake_hours {self.awake_hours}: distinct hours 0-23")
         return self
