@@ -66,6 +66,15 @@ def optimize_cmd(
             max=366,
         ),
     ] = _D.validate_days,
+    quality_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--quality-weight",
+            help=OptimizeConfig.model_fields["quality_weight"].description,
+            min=0,
+            max=1e6,
+        ),
+    ] = _D.quality_weight,
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
@@ -89,6 +98,7 @@ def optimize_cmd(
         milp_time_limit_s=time_limit,
         validate_days=validate_days,
         baselines=baselines,
+        quality_weight=quality_weight,
     )
     inp.silence_solver_banner()
 

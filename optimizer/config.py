@@ -58,6 +58,14 @@ class OptimizeConfig(BaseModel):
         description="schedule variants: a lazy instance sleeps this long after its last "
         "request outside its awake hours, s",
     )
+    quality_weight: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="weight of the quality cost of stand-ins in the search's objective (a "
+        "quality cost of 1/weight counts as much as 30 s of switch P95); default: "
+        "1 / slo.yaml max_quality_cost, else 10",
+    )
     baselines: bool = Field(
         default=True,
         description="score static/lru/melange and each point's lru@ twin; add from-<baseline> "

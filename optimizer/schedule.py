@@ -122,9 +122,13 @@ def scheduled(
     min_requests_per_h: float,
     idle_sleep_s: float,
     host_margin: float,
+    no_hours_for: frozenset[str] = frozenset(),
 ) -> Point:
-    """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set."""
+    """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set.
+    The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
+    on demand only."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
+    rates = {m: r for m, r in rates.items() if m not in no_hours_for}
     hours = awake_hours(lazy, perfs, rates, min_requests_per_h)
     insts = [i.model_copy(update={"awake_hours": hours.get(i.id, [])}) for i in lazy.instances]
     return lazy.model_copy(update={"instances": insts, "idle_sleep_s": idle_sleep_s})

@@ -173,6 +173,7 @@ class Searcher:
         self.sleep_order = _sleep_order(models, self.demand)
         self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
         self.substitutes = substitute_rules(models, slo)
+        self.quality_weight = quality_weight(cfg, slo)
         self._cands: dict[tuple[float, int], tuple] = {}
         self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
 
@@ -277,14 +278,16 @@ class Searcher:
         return self._twins[ev.index]
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
-        """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall."""
+        """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall
+        + weighted quality cost of stand-ins (`quality_weight`)."""
         if not ev.feasible:
             return 10.0
         m = ev.metrics
         switch_n = m["switch_p95_s"] / 30.0  # s, against a 30 s reference wake
         warm_n = m["warm_gpu_gib"] / self.total_gpu_gib
         short = max(0.0, self.slo.attainment - m["slo_attainment"])
-        return switch_n + lam * warm_n + 20.0 * short
+        quality = self.quality_weight * m.get("quality_cost", 0.0)
+        return switch_n + lam * warm_n + 20.0 * short + quality
 
     def loosest_knobs(self) -> Knobs:
         """The knobs that let the most candidates fit: the least KV and the smallest batch."""
@@ -418,6 +421,19 @@ class Searcher:
         from planner.optimizer.select import select_points
 
         return select_points(self, evals)
+
+
+DEFAULT_QUALITY_WEIGHT = 10.0  # a quality cost of 0.1 counts as 30 s of switch P95
+
+
+def quality_weight(cfg: OptimizeConfig, slo: Slo) -> float:
+    """The objective's weight of quality cost: given, else 1 / the SLO's max_quality_cost
+    (reaching the limit counts as 30 s of switch P95), else DEFAULT_QUALITY_WEIGHT."""
+    if cfg.quality_weight is not None:
+        return cfg.quality_weight
+    if slo.max_quality_cost:
+        return 1.0 / slo.max_quality_cost
+    return DEFAULT_QUALITY_WEIGHT
 
 
 def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:

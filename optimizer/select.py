@@ -78,9 +78,20 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
     return out
 
 
-def _pool(feasible: list[Evaluation], target: float) -> tuple[list[Evaluation], bool]:
+def _pool(
+    feasible: list[Evaluation], target: float, max_quality_cost: float | None = None
+) -> tuple[list[Evaluation], bool]:
     """(pool, whether its members meet the target): on the held-back days and, as those may
-    be quiet ones (a weekend), on the fitted days too where some point does."""
+    be quiet ones (a weekend), on the fitted days too where some point does; and within the
+    SLO's max_quality_cost on both where it sets one (and some point is)."""
+    if max_quality_cost is not None:
+        within = [
+            e
+            for e in feasible
+            if max(e.chosen.get("quality_cost", 0.0), e.metrics.get("quality_cost", 0.0))
+            <= max_quality_cost + 1e-12
+        ]
+        feasible = within or feasible
     meeting = [e for e in feasible if e.chosen["slo_attainment"] >= target - 1e-9]
     both = [e for e in meeting if e.metrics["slo_attainment"] >= target - 1e-9]
     if both or meeting:
@@ -129,7 +140,8 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     notes: list[str] = []
 
     # 2. tier variants of the knee's placement
-    pool, _ = _pool(feasible, target)
+    max_q = S.slo.max_quality_cost
+    pool, _ = _pool(feasible, target, max_q)
     knee = _knee(_front(pool))
     for v in tier_variants(
         knee.point,
@@ -142,24 +154,28 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         ev = S.evaluate_point(len(evals), knee.knobs, v, knee.perfs, origin="tiers")
         evals.append(ev)
         feasible.append(ev)
-    pool, _ = _pool(feasible, target)
+    pool, _ = _pool(feasible, target, max_q)
+    # with stand-ins declared, also variants where the covered models keep no awake hours
+    covered = [frozenset(), *([frozenset(S.substitutes)] if S.substitutes else [])]
     for e in _front(pool):
         if e.origin == "schedule":
             continue
         for rate in S.cfg.awake_min_requests_per_h:
-            v = scheduled(
-                e.point,
-                e.perfs,
-                S.rates,
-                S.cluster,
-                min_requests_per_h=rate,
-                idle_sleep_s=S.cfg.idle_sleep_s,
-                host_margin=S.cfg.host_memory_margin,
-            )
-            ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
-            evals.append(ev)
-            feasible.append(ev)
-    pool, meets = _pool(feasible, target)
+            for asleep in covered:
+                v = scheduled(
+                    e.point,
+                    e.perfs,
+                    S.rates,
+                    S.cluster,
+                    min_requests_per_h=rate,
+                    idle_sleep_s=S.cfg.idle_sleep_s,
+                    host_margin=S.cfg.host_memory_margin,
+                    no_hours_for=asleep,
+                )
+                ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
+                evals.append(ev)
+                feasible.append(ev)
+    pool, meets = _pool(feasible, target, max_q)
     if not meets:
         top = max(e.chosen["slo_attainment"] for e in pool)
         notes.append(
