@@ -34,7 +34,8 @@ def write_log(state_dir, df, shift_s: float) -> int:
         row = dict(timestamp=r.timestamp + shift_s, user=r.user, session=r.session, model=r.model,
                    input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                    cached_tokens=r.cached_tokens, ttft_s=0.1, latency_s=1.0, switch_wait_s=0.0,
-                   status=200, instance=f"{r.model}-0")  # fmt: skip
+                   status=200, instance=f"{r.model}-0", served_by=r.model,
+                   substituted=0)  # fmt: skip
         log.add(tuple(row[c] for c in LOG_COLUMNS))
     log.close()
     return len(df)
