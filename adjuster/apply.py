@@ -10,20 +10,22 @@ right after a success does nothing.
 
 from __future__ import annotations
 
-import json
+import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from planner.adjuster.backends.base import Backend, Handle
-from planner.adjuster.reconcile import Action, Observed, diff, spec_sha
+from planner.adjuster.backends.base import Backend
+from planner.adjuster.launch import (  # re-exported: the names apply's callers know
+    Launcher,
+    ModelPathResolver,
+    handle_of,
+    model_path_resolver,
+    restart_delay_s,
+)
+from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import ApplyError, InputError, LaunchError, PlannerError
-from planner.schemas.models import Models
-from planner.schemas.plan import Instance, Plan, Point
-
-ModelPathResolver = Callable[[Instance], str]
+from planner.schemas.plan import Plan, Point
 
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
@@ -75,37 +77,12 @@ class ApplyResult:
             raise self.error
 
 
-def model_path_resolver(models: Models, base_dir: str | Path | None) -> ModelPathResolver:
-    """Variant `path` of models.yaml; relative paths resolve against the models file's folder."""
-    base = Path(base_dir) if base_dir is not None else None
-
-    def resolve(inst: Instance) -> str:
-        try:
-            v = models.model(inst.model).variant(inst.variant)
-        except KeyError:
-            raise InputError(
-                f"instance {inst.id!r}: model {inst.model!r} / variant {inst.variant!r} not in models file"
-            ) from None
-        if not v.path:
-            return inst.model  # a hub id equal to the model name
-        p = Path(v.path).expanduser()
-        if not p.is_absolute() and base is not None and (base / p).exists():
-            return str((base / p).resolve())
-        return str(p) if p.is_absolute() or p.exists() else v.path
-
-    return resolve
-
-
-def handle_of(row: InstanceRow) -> Handle:
-    """The backend handle recorded for a state row."""
-    return Handle(
-        instance_id=row.id, node=row.node, host=row.host, port=row.port,
-        pid=row.pid, actor=row.actor, log_path=row.log_path,
-    )  # fmt: skip
-
-
 def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
-    """What runs now: state rows checked against the live process and `/health`."""
+    """What runs now: state rows checked against the live process and `/health`.
+
+    A row left `starting` whose server is not up stays `starting` (an interrupted start, not
+    a crash); an awake or asleep one that does not answer is `failed`.
+    """
     out: dict[str, Observed] = {}
     for row in state.instances():
         status = row.status
@@ -115,7 +92,7 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
             )
             if alive and status == "starting":
                 status = "awake"  # an earlier apply died after the server came up
-            elif not alive:
+            elif not alive and status != "starting":
                 status = "failed"
         out[row.id] = Observed(
             status=status,  # type: ignore[arg-type]
@@ -129,83 +106,15 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
     return out
 
 
-def restart_delay_s(
-    row: InstanceRow | None, now: float, *, base_s: float, cap_s: float, stable_s: float
-) -> float:
-    """Backoff before restarting a crashed instance: base * 2^restarts, capped; 0 after a stable run."""
-    if row is None or row.started_at is None or now - row.started_at >= stable_s:
-        return 0.0
-    return min(cap_s, base_s * (2**row.restarts))
-
-
 @dataclass
-class _Run:
-    plan_sha: str
-    point: Point
-    backend: Backend
-    state: StateStore
-    resolve: ModelPathResolver
-    timeout_s: float
-    backoff_base_s: float
-    backoff_cap_s: float
-    stable_s: float
-    max_attempts: int
-    gpu_free_timeout_s: float
+class _Run(Launcher):
+    """One apply: the launcher plus the steps, their crash backoff and the rollback."""
+
+    backoff_base_s: float = 1.0
+    backoff_cap_s: float = 30.0
+    stable_s: float = 120.0
+    max_attempts: int = 3
     existed: set[str] = field(default_factory=set)  # ids with a state row before this run
-    started: list[str] = field(default_factory=list)
-    handles: dict[str, Handle] = field(default_factory=dict)
-
-    def inst(self, iid: str) -> Instance:
-        return next(i for i in self.point.instances if i.id == iid)
-
-    def launch(self, inst: Instance, *, restarts: int) -> Handle:
-        """Start one server and wait until it answers; on failure it is stopped and marked failed."""
-        self._wait_gpu_memory(inst)
-        log = self.state.logs_dir / f"{inst.id}.log"
-        if log.exists():  # classification reads the tail: each launch gets a fresh log
-            log.replace(log.with_suffix(".log.1"))
-        handle = self.backend.start(
-            inst, model_path=self.resolve(inst), served_name=inst.model, log_path=str(log)
-        )
-        self.state.upsert(
-            InstanceRow(
-                id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
-                host=handle.host, port=inst.port, pid=handle.pid, actor=handle.actor,
-                status="starting", tier=inst.tier, plan_sha=self.plan_sha, point=self.point.name,
-                started_at=time.time(), restarts=restarts, log_path=handle.log_path,
-                spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus), memory_gib=inst.memory_gib.total,
-            )
-        )  # fmt: skip
-        self.started.append(inst.id)
-        self.handles[inst.id] = handle
-        try:
-            self.backend.wait_ready(handle, self.timeout_s)
-        except LaunchError:
-            self.backend.stop(handle, 10.0)
-            self.state.update(inst.id, status="failed", pid=None, actor=None)
-            raise
-        self.state.update(inst.id, status="awake", started_at=time.time())
-        return handle
-
-    def _wait_gpu_memory(self, inst: Instance) -> None:
-        """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""
-        probe = getattr(self.backend, "gpu_free_gib", None)
-        if probe is None or not inst.gpus:
-            return
-        need_gib = inst.memory_gib.total  # per GPU, GiB
-        deadline = time.monotonic() + self.gpu_free_timeout_s
-        while True:
-            free = probe(inst.gpus)
-            if free is None or all(free.get(g, need_gib) >= need_gib for g in inst.gpus):
-                return
-            if time.monotonic() >= deadline:
-                raise LaunchError(
-                    f"{inst.id}: GPUs {inst.gpus} still lack {need_gib:.1f} GiB free after "
-                    f"{self.gpu_free_timeout_s:.0f} s (free: {free})",
-                    reason="out_of_memory",
-                    fix="stop what else runs on those GPUs",
-                )
-            time.sleep(1.0)
 
     def do(self, a: Action) -> str:
         """Run one action; returns a short detail."""
@@ -223,7 +132,7 @@ class _Run:
             if h is None:
                 return "not running"
             self.backend.sleep(h, a.level)
-            if getattr(self.backend, "supports_sleep", True):
+            if self.backend.supports_sleep:
                 self.state.update(a.instance, status="asleep", tier=self.inst(a.instance).tier)
             else:
                 self.state.update(a.instance, status="stopped", pid=None)
@@ -242,7 +151,7 @@ class _Run:
         inst = self.inst(a.instance)
         if row is not None:
             self.backend.stop(handle_of(row), 10.0)
-        crashed = a.reason.startswith("process")
+        crashed = a.reason == PROCESS_DIED  # an interrupted start is no crash
         restarts = (row.restarts if row else 0) + (1 if crashed else 0)
         delay = (
             restart_delay_s(row, time.time(), base_s=self.backoff_base_s,
@@ -257,7 +166,12 @@ class _Run:
                 time.sleep(delay)
             try:
                 h = self.launch(inst, restarts=restarts)
-                return f"pid {h.pid} port {h.port} (restart {restarts}, waited {delay:.0f} s)"
+                why = (
+                    f"restart {restarts} after a crash, waited {delay:.0f} s"
+                    if crashed
+                    else a.reason
+                )
+                return f"pid {h.pid} port {h.port} ({why})"
             except LaunchError as e:
                 attempt += 1
                 if not crashed or e.reason in _PERMANENT or attempt >= self.max_attempts:
@@ -351,12 +265,14 @@ def apply_point(
     max_attempts: int = 3,
     gpu_free_timeout_s: float = 60.0,
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
+    lease: bool = True,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
     `gpu_capacity_gib` ((node, device) -> usable GiB, from cluster.yaml) lets a new instance
     start beside the one it replaces on the same GPU when both fit (make-before-break);
-    without it, the old one is stopped first.
+    without it, the old one is stopped first. `lease=False`: the caller holds the state
+    lease already (`planner adjust`, for its whole tick).
     """
     try:
         point = plan.point(point_name)
@@ -365,7 +281,7 @@ def apply_point(
             f"no point {point_name!r} in the plan", path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
         ) from None  # fmt: skip
-    sleep_ok = bool(getattr(backend, "supports_sleep", True))
+    sleep_ok = backend.supports_sleep
     result = ApplyResult(point=point.name)
     if dry_run:
         for a in diff(
@@ -379,15 +295,25 @@ def apply_point(
         return result
 
     ttl_s = max(600.0, 4 * timeout_s)
-    with state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s):
+    held = (
+        state.lease(purpose="apply", ttl_s=ttl_s, wait_s=lease_wait_s)
+        if lease
+        else contextlib.nullcontext()
+    )
+    with held:
         seen = observe(state, backend)
         for r in state.instances():
-            if r.status == "starting" and seen[r.id].status == "awake":
-                # a killed apply left it starting; it came up since: adopt it
-                state.update(r.id, status="awake")
-                state.journal(
-                    "adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its apply died"
-                )
+            if seen[r.id].status != "starting" or (r.pid is None and r.actor is None):
+                continue
+            # Left starting by a killed apply, or being started by the gateway right now:
+            # wait for it (a dead one fails at once) rather than start a second beside it.
+            try:
+                backend.wait_ready(handle_of(r), timeout_s)
+            except ApplyError:
+                continue  # diff restarts it: an interrupted start, not a crash
+            state.update(r.id, status="awake")
+            seen[r.id].status = "awake"
+            state.journal("adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its start")
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(
@@ -433,3 +359,17 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
             out.append(ActionResult("stop", row.id, row.node, "ok", "down"))
         state.set_meta(point="", plan_sha="")
     return out
+
+
+__all__ = [
+    "ActionResult",
+    "ApplyResult",
+    "ModelPathResolver",
+    "apply_point",
+    "down",
+    "handle_of",
+    "instances_json",
+    "model_path_resolver",
+    "observe",
+    "restart_delay_s",
+]

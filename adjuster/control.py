@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 
-from planner.adjuster.apply import ModelPathResolver, _Run, handle_of, restart_delay_s
 from planner.adjuster.backends.base import Backend, Handle, Status
+from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
 from planner.adjuster.reconcile import sleep_level
-from planner.adjuster.state import StateStore
+from planner.adjuster.state import InstanceRow, StateStore
+from planner.engine import pid_alive
 from planner.errors import ApplyError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
@@ -49,7 +51,7 @@ class Controller:
     @property
     def supports_sleep(self) -> bool:
         """Whether sleeping keeps the process (CUDA)."""
-        return bool(getattr(self.backend, "supports_sleep", True))
+        return self.backend.supports_sleep
 
     def follow(self) -> Point:
         """The point in force: the one `planner apply` (or `adjust`) last applied from this
@@ -105,7 +107,11 @@ class Controller:
         return out
 
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
-        """Make the instance awake (wake from sleep, or start it); blocks until ready."""
+        """Make the instance awake (wake from sleep, or start it); blocks until ready.
+
+        An instance that another process is bringing up (`_theirs`) is waited for, not
+        started a second time beside it.
+        """
         inst = self.instance(instance_id)
         with self._lock:
             row = self.state.get(instance_id)
@@ -117,49 +123,67 @@ class Controller:
                         self.state.update(instance_id, status="awake")
                         self.state.journal("wake", inst.id, inst.node, "ok", "woken")
                     return h
-            run = self._run(timeout_s)
-            if row is not None and row.pid is not None:
-                self.backend.stop(handle_of(row), 10.0)
-            restarts = row.restarts if row is not None else 0
-            try:
-                h = run.launch(inst, restarts=restarts)
-            except ApplyError as e:
-                self.state.journal(
-                    "wake", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
-                )
-                raise
-            self.state.journal("wake", inst.id, inst.node, "ok", f"started pid {h.pid}")
-            return h
-
-    def heal(self, instance_id: str, timeout_s: float) -> Handle | None:
-        """Restart an instance whose process died (health loop), with the crash backoff of apply.
-
-        Returns the new handle, or None when it was not dead (or sleeps as a stopped process).
-        The delay is base * 2^restarts (capped) while it keeps crashing soon after starting.
-        """
-        inst = self.instance(instance_id)
-        status, _ = self.status()[instance_id]
-        if status != "failed":
-            return None
-        with self._lock:
+            h = self._theirs(instance_id, timeout_s)
+            if h is not None:
+                return h
             row = self.state.get(instance_id)
-            now = time.time()
-            delay = restart_delay_s(row, now, base_s=1.0, cap_s=30.0, stable_s=120.0)
-            restarts = (row.restarts if row and delay > 0 else 0) + 1
-            if row is not None and row.pid is not None:
-                self.backend.stop(handle_of(row), 10.0)
-            time.sleep(delay)
-            try:
-                h = self._run(timeout_s).launch(inst, restarts=restarts)
-            except ApplyError as e:
-                self.state.journal(
-                    "restart", inst.id, inst.node, "failed", str(getattr(e, "reason", e))
-                )
-                raise
-            self.state.journal(
-                "restart", inst.id, inst.node, "ok", f"pid {h.pid} after {delay:.0f} s"
-            )
-            return h
+            return self._launch(inst, row, timeout_s, "wake", row.restarts if row else 0)
+
+    def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        """Start again an instance whose process died: one more restart in its state row
+        (`planner status`), journaled as `restart`. The caller (the gateway) spaces the
+        restarts of a crash loop with its own backoff."""
+        inst = self.instance(instance_id)
+        with self._lock:
+            h = self._theirs(instance_id, timeout_s)
+            if h is not None:
+                return h
+            row = self.state.get(instance_id)
+            return self._launch(inst, row, timeout_s, "restart", (row.restarts if row else 0) + 1)
+
+    def _theirs(self, instance_id: str, timeout_s: float) -> Handle | None:
+        """The instance as another process brings it up: one it is starting (a row left
+        `starting`), or any while it holds the state lease (`planner apply`/`adjust` may be
+        restarting it): wait for it to be up rather than start a second server beside it.
+        None when nobody else is at work on it (or it did not come up): start it ourselves."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            row = self.state.get(instance_id)
+            if row is not None and (row.pid is not None or row.actor is not None):
+                h = handle_of(row)
+                if row.status == "starting":
+                    with contextlib.suppress(ApplyError):  # it died starting: look again
+                        self.backend.wait_ready(h, max(1.0, deadline - time.monotonic()))
+                        return h
+                elif row.status == "awake" and self.backend.is_alive(h):
+                    return h
+            if not self._lease_elsewhere() or time.monotonic() > deadline:
+                return None
+            time.sleep(0.5)
+
+    def _lease_elsewhere(self) -> bool:
+        """Whether another live process holds the state lease (an apply or adjust running)."""
+        lease = self.state.lease_holder()
+        if lease is None or lease.expires_at <= time.time():
+            return False
+        if lease.holder_host != self.state.host:
+            return True
+        return lease.holder_pid != os.getpid() and pid_alive(lease.holder_pid)
+
+    def _launch(
+        self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int
+    ) -> Handle:
+        """Stop what the row recorded, start the instance, journal it (the caller holds the lock)."""
+        if row is not None and row.pid is not None:
+            self.backend.stop(handle_of(row), 10.0)
+        try:
+            h = self._run(timeout_s).launch(inst, restarts=restarts)
+        except ApplyError as e:
+            self.state.journal(kind, inst.id, inst.node, "failed", str(getattr(e, "reason", e)))
+            raise
+        why = f"restart {restarts}: the process died" if kind == "restart" else "started"
+        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; pid {h.pid}")
+        return h
 
     def sleep(self, instance_id: str) -> None:
         """Put the instance to sleep at its tier's level (stop it without sleep mode)."""
@@ -177,11 +201,10 @@ class Controller:
                 self.state.update(instance_id, status="stopped", pid=None, actor=None)
             self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst.tier)}")
 
-    def _run(self, timeout_s: float) -> _Run:
-        return _Run(
+    def _run(self, timeout_s: float) -> Launcher:
+        return Launcher(
             plan_sha=self.plan_sha, point=self.point, backend=self.backend, state=self.state,
-            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s, backoff_base_s=1.0,
-            backoff_cap_s=30.0, stable_s=120.0, max_attempts=1, gpu_free_timeout_s=60.0,
+            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s,
         )  # fmt: skip
 
     def describe(self) -> list[dict]:

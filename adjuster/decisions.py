@@ -1,13 +1,9 @@
-"""Live side of `planner adjust`: the gateway's last window, and the decision journal.
+"""The decision journal of `planner adjust`: table `adjust_decisions` in the state store's
+SQLite file (`state.sqlite`, WAL like the rest of it).
 
-- `read_window(state_dir, end_s, window_s)`: the requests the gateway logged in
-  `[end_s - window_s, end_s)` (epoch seconds) from `<state dir>/requests.sqlite`, as a
-  canonical trace whose timestamps count from 00:00 UTC of the window's first day (the hour
-  of day survives, as `planner.trace.read_trace` does for the whole log).
-- `DecisionLog`: table `adjust_decisions` in the state store's SQLite file (`state.sqlite`,
-  WAL like the rest of it): one row per decision with the policy's state after it (JSON),
-  the action, its one-line reason and its full reasons (JSON). The last row of the same plan
-  is the state the next `--once` starts from.
+One row per decision with the policy's state after it (JSON), the action, its one-line
+reason and its full reasons (JSON). The last row of the same plan (dry runs aside) is the
+state the next tick starts from.
 """
 
 from __future__ import annotations
@@ -17,11 +13,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
+from planner.adjuster.policy_types import Action, AdjustState
 
-from planner.adjuster.policy import Action, AdjustState
-
-REQUEST_LOG = "requests.sqlite"  # the gateway's file (adjuster/gateway.py REQUEST_LOG)
 STATE_DB = "state.sqlite"  # the state store's file (adjuster/state.py DB_NAME)
 
 _SCHEMA = """
@@ -40,21 +33,6 @@ CREATE TABLE IF NOT EXISTS adjust_decisions (
 """
 
 
-def read_window(
-    state_dir: str | Path, end_s: float, window_s: float, model_names=None
-) -> pd.DataFrame:
-    """The gateway's requests of the window ending at `end_s` (epoch s); empty if no log."""
-    from planner.trace import empty_trace, normalize, request_log_rows
-
-    path = Path(state_dir) / REQUEST_LOG
-    if not path.is_file():
-        return empty_trace()
-    raw = request_log_rows(path, (end_s - window_s, end_s))  # InputError when damaged
-    if raw is None or not len(raw):
-        return empty_trace()
-    return normalize(raw, file=str(path), model_names=model_names)
-
-
 class DecisionLog:
     """The `adjust_decisions` table beside the apply state."""
 
@@ -63,6 +41,7 @@ class DecisionLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, fast
         self._db.execute(_SCHEMA)
         self._db.commit()
 
@@ -109,4 +88,4 @@ class DecisionLog:
         return [dict(zip(keys, r, strict=True)) for r in reversed(rows)]
 
 
-__all__ = ["DecisionLog", "read_window"]
+__all__ = ["DecisionLog"]

@@ -1,10 +1,9 @@
 """The hop policy of `planner adjust`: one pure decision per window of traffic.
 
-`decide(state, obs) -> (state, actions)` is the same code live (cli/adjust.py), in replay
-(adjuster/replay.py) and in tests. It does no I/O and reads no clock: the caller builds the
-`Observation` (the window, its end time, every plan point's simulated metrics on it, the
-drift reports and the cost of hopping to each point) with `observe(...)`, passing the
-simulator as a `Scorer`.
+`decide(state, obs) -> (state, actions)` is the one decision of `live.tick`, which live
+(`--once`, `--every`) and replay both run, and of the tests. It does no I/O and reads no
+clock: `observe.observe` builds the `Observation` (the window, its end time, every plan
+point's simulated metrics on it, the drift reports, and what hopping to each point costs).
 
 Regimes. While the traffic matches the plan (no drift), the plan's choice stands: the
 policy only leaves the current point when drift fires or the point misses the SLO. Once
@@ -17,6 +16,8 @@ also looks ahead: each point is judged on the last window and on a forecast of t
 `forecast_windows` windows (the same hours of the day before, when the log has them) and
 scores the worse of the two, so the point for the morning is in force before the morning
 comes and a quiet evening hour does not send the busy hour after it to a lean point. The
+day before is a forecast only while it foresees: when the window's own hours a day earlier
+drift from the window (bursts that do not repeat daily), the forecast is dropped. The
 forecast is the second witness: such a hop needs no further confirming window, and the
 current point is left for missing the SLO only when it misses on both (a peak hour that
 the next hours will not repeat is not worth restarts in the middle of the day). A hop to
@@ -31,8 +32,14 @@ Rule, in order:
    0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
    `suggest` (with the exact command) or hold (never), at most once per `min_dwell_s`;
 3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
-   trade-off the optimizer's default scalarization makes);
+   trade-off the optimizer's default scalarization makes), where the switch P95 is the
+   window's shrunk towards the plan's predicted one by `prior_waits` pseudo-waits (a window
+   in which few requests waited cannot show how long the waits at a point are: a lean point
+   looks free on a quiet evening and then makes the night's few requests wait for wakes);
 4. hop to the meeting point with the lowest J only when all of these hold:
+   - it meets the SLO outright (attainment at least the target, on the forecast too when
+     tracking), when the current point meets it: the slack of rule 2 keeps the current
+     point from being left for a noisy miss, not a new one chosen for a noisy pass;
    - traffic moved: drift fired against the plan's `workload_summary` or against the window
      the current point was chosen on, or the current point misses the SLO (so stationary
      traffic, whose drift is calibrated to fire in no window, never hops);
@@ -40,227 +47,47 @@ Rule, in order:
      hops happened in the last 24 h;
    - the same point clears the bar below in `confirm_windows` consecutive windows (one busy
      hour is not a trend);
-   - the gain J(current) - J(best) exceeds `margin` x J(current) + (`min_gain_s` +
-     `hop_cost_weight` x hop cost) x min(1, requests / `min_requests`) (requests: of the
-     window, or when tracking the forecast of the window the hop lands in; the absolute floor
-     guards against latency noise and the hop cost is paid in delayed requests: both
-     scale with the traffic; a quiet window has neither), where the hop cost
-     is the transition seconds the reconcile diff between the two points implies (cold
-     starts of the instances it starts or restarts, wakes, sleeps of the new lazy ones, a
-     fixed cost per stop) from the perf model.
+   - the gain J(current) - J(best) exceeds `margin` x J(current) + `min_gain_s` x
+     min(1, requests / `min_requests`) (requests: of the window, or when tracking the
+     forecast of the window the hop lands in: the absolute floor guards against latency
+     noise and scales with the traffic; a quiet window has none);
+   - the hop pays for itself: the requests forecast to arrive while it runs wait for it (a
+     model all of whose instances the hop restarts or wakes serves nobody until the first
+     is up; apply runs the steps one after another), and the gain must clear the same bar
+     with those waits counted in the best point's switch P95 over the dwell (`min_dwell_s`,
+     at least a window): a restart at 3 am delays nobody, one at 10 am may cost more in
+     the tail of the waits than the better point wins. The forecast is the same hours a
+     day earlier when tracking, else the last window (observe.py).
      A current point that misses the SLO is left for any meeting point (no margin).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
-metrics and objective, the gain and the threshold it had to pass.
+metrics and objective, the gain and the threshold it had to pass, the waits a hop causes.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
 
-from planner.schemas.plan import Plan, Point
-
-DAY_S = 86400.0
-
-
-class AdjustConfig(BaseModel):
-    """Parameters of the hop policy; each typed, ranged, defaulted and documented."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    window_s: float = Field(
-        default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s"
-    )
-    min_dwell_s: float = Field(
-        default=7200.0,
-        ge=0,
-        le=30 * DAY_S,
-        description="least time a point stays in force before the next hop, s",
-    )
-    max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
-    confirm_windows: int = Field(
-        default=2, ge=1, le=48, description="consecutive windows the same better point must win"
-    )
-    margin: float = Field(
-        default=0.15,
-        ge=0,
-        le=10,
-        description="share of the current objective a better point must win by",
-    )
-    min_gain_s: float = Field(
-        default=0.25, ge=0, le=3600, description="absolute objective gain a hop needs on top, s"
-    )
-    gib_weight_s: float = Field(
-        default=0.01, ge=0, le=100, description="objective seconds one warm GiB is worth (s/GiB)"
-    )
-    hop_cost_weight: float = Field(
-        default=0.01, ge=0, le=10, description="objective seconds per second of hop transitions"
-    )
-    cold_start_weight: float = Field(
-        default=1.0, ge=0, le=100, description="weight of the cold starts and wakes a hop implies"
-    )
-    sleep_weight: float = Field(
-        default=1.0, ge=0, le=100, description="weight of the sleeps a hop implies"
-    )
-    stop_cost_s: float = Field(
-        default=2.0, ge=0, le=600, description="transition seconds charged per stopped instance"
-    )
-    min_requests: int = Field(
-        default=30, ge=1, le=1_000_000, description="fewer requests in a window: hold"
-    )
-    attainment_z: float = Field(
-        default=2.0,
-        ge=0,
-        le=10,
-        description="binomial standard errors of slack on the attainment target",
-    )
-    track_after_drift_s: float = Field(
-        default=DAY_S,
-        ge=0,
-        le=30 * DAY_S,
-        description="drift alarms older than this no longer count towards tracking, s",
-    )
-    track_min_alarms: int = Field(
-        default=2, ge=1, le=1000, description="drift alarms within that time that start tracking"
-    )
-    forecast_windows: int = Field(
-        default=3,
-        ge=0,
-        le=24,
-        description="windows ahead a tracking decision looks (the same hours a day earlier); 0: none",
-    )
-    require_drift: bool = Field(
-        default=True, description="hop only when drift fired or the current point misses the SLO"
-    )
-    sleep_after_idle_s: float | None = Field(
-        default=None,
-        ge=0,
-        le=DAY_S,
-        description="simulate host/disk instances sleeping after this idle time (the gateway's); None: never",
-    )
-    reoptimize: Literal["auto", "suggest", "never"] = Field(
-        default="suggest", description="when no point meets the SLO"
-    )
-    reoptimize_evals: int = Field(
-        default=8, ge=1, le=500, description="evaluations of a warm-started re-optimization"
-    )
-
-
-class AdjustState(BaseModel):
-    """What the policy remembers between windows (JSON in the live journal)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    point: str = Field(description="the point in force")
-    since_s: float | None = Field(
-        default=None, description="when it came in force; None: before the first decision"
-    )
-    chosen_summary: dict[str, Any] | None = Field(
-        default=None,
-        description="workload summary of the window it was chosen on (None: the plan's)",
-    )
-    hop_times_s: list[float] = Field(
-        default_factory=list, description="times of the hops of the last 24 h"
-    )
-    last_reoptimize_s: float | None = Field(
-        default=None, description="when reoptimize/suggest was last issued"
-    )
-    decisions: int = Field(default=0, ge=0, description="decisions taken so far")
-    candidate: str | None = Field(default=None, description="point that won the last windows")
-    candidate_wins: int = Field(default=0, ge=0, description="consecutive windows it won")
-    failing_windows: int = Field(
-        default=0, ge=0, description="consecutive windows in which no point met the SLO"
-    )
-    drift_times_s: list[float] = Field(
-        default_factory=list, description="times of the drift alarms that still count"
-    )
-    config: AdjustConfig = Field(default_factory=AdjustConfig)
-
-
-@dataclass(frozen=True)
-class HopCost:
-    """What moving from one point to another implies, from the reconcile diff."""
-
-    starts: int = 0  # starts and restarts (each a cold start)
-    sleeps: int = 0
-    stops: int = 0
-    cold_start_s: float = 0.0  # sum of the cold starts and wakes, s
-    sleep_s: float = 0.0  # sum of the sleeps, s
-    wakes: int = 0  # asleep instances woken (moved to the gpu tier)
-    # instance id -> s until it serves, for every instance (re)started or woken; the replay
-    # delays a model all of whose instances are in here
-    restarted: dict[str, float] = field(default_factory=dict)
-
-    def seconds(self, cfg: AdjustConfig) -> float:
-        """Transition seconds, weighted as the config says."""
-        return (
-            cfg.cold_start_weight * self.cold_start_s
-            + cfg.sleep_weight * self.sleep_s
-            + cfg.stop_cost_s * self.stops
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "starts": self.starts, "sleeps": self.sleeps, "stops": self.stops,
-            "cold_start_s": round(self.cold_start_s, 3), "sleep_s": round(self.sleep_s, 3),
-            "wakes": self.wakes,
-        }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One window as the policy sees it."""
-
-    end_s: float  # end of the window, s (trace time live: epoch s)
-    window: pd.DataFrame  # the window's requests (trace schema)
-    metrics: dict[str, dict[str, Any]]  # point name -> `SimResult.to_metrics()` on the window
-    hop_costs: dict[str, HopCost]  # point name -> cost of hopping there from the current point
-    target_attainment: float  # the SLO's attainment target
-    drift_plan: Any = None  # DriftReport vs the plan's workload_summary (None: no reference)
-    drift_chosen: Any = None  # DriftReport vs the window the current point was chosen on
-    # point name -> metrics on the forecast (the next windows as they went a day earlier);
-    # empty: no forecast
-    forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # forecast requests in each of the next windows (the first: the one a hop lands in)
-    forecast_window_requests: tuple[int, ...] = ()
-    suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
-
-
-@dataclass(frozen=True)
-class Action:
-    """One thing to do after a window: hold, hop, reoptimize or suggest."""
-
-    kind: Literal["hold", "hop", "reoptimize", "suggest"]
-    point: str  # the point in force after the action (the hop's target for a hop)
-    reason: str  # one line
-    reasons: dict[str, Any] = field(default_factory=dict)  # drift, per-point metrics, thresholds
-    from_point: str = ""
-    command: str = ""  # suggest: the exact command
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind, "point": self.point, "from": self.from_point,
-            "reason": self.reason, "command": self.command, "reasons": self.reasons,
-        }  # fmt: skip
-
-
-class Scorer(Protocol):
-    """Simulates one plan point on one window and returns `SimResult.to_metrics()`."""
-
-    def __call__(self, point: Point, window: pd.DataFrame) -> dict[str, Any]: ...
-
+from planner.adjuster.observe import switch_estimate
+from planner.adjuster.policy_types import (
+    DAY_S,
+    Action,
+    AdjustConfig,
+    AdjustState,
+    HopCost,
+    Observation,
+)
 
 # ------------------------------------------------------------------------- the decision
 
 
 def objective_s(m: dict[str, Any], cfg: AdjustConfig) -> float:
-    """J = switch P95 + gib_weight_s x warm GiB, s."""
-    return float(m["switch_p95_s"]) + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
+    """J = switch P95 (as estimated, `switch_est_s`, when observe made one) + gib_weight_s x
+    warm GiB, s."""
+    switch_s = float(m.get("switch_est_s", m["switch_p95_s"]))
+    return switch_s + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
 
 
 def meets_slo(m: dict[str, Any], target: float, cfg: AdjustConfig) -> bool:
@@ -340,6 +167,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         "in_force_s": round(now - since, 1),
         "tracking": tracking,
         "forecast_window_requests": list(obs.forecast_window_requests) if ahead else None,
+        "forecast_dropped": obs.forecast_dropped,
     }
 
     def hold(why: str) -> tuple[AdjustState, list[Action]]:
@@ -386,6 +214,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
         meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
         cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
+    if cur_ok:  # leaving a point that meets the SLO: only for one that meets it outright
+        target = obs.target_attainment
+        meeting = sorted({cur, *(p for p in meeting if _outright(p, table, obs, ahead, target))})
     j_cur = score(cur)
     best = min(meeting, key=lambda p: (score(p), p))
     if best == cur:
@@ -405,18 +236,22 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         return hold(f"{best} keeps more memory warm and the next 2 windows are forecast quiet")
     if len(recent) >= cfg.max_hops_per_day:
         return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
-    cost = obs.hop_costs.get(best, HopCost())
-    cost_s = cost.seconds(cfg)
     gain = j_cur - score(best)
-    # the hop's transitions fall in the next window: only its traffic feels them
-    nxt = fc_n[0] if ahead and fc_n else n
+    nxt = fc_n[0] if ahead and fc_n else n  # the hop lands in the next window
     felt = min(1.0, nxt / cfg.min_requests)
-    need = cfg.margin * j_cur + (cfg.min_gain_s + cfg.hop_cost_weight * cost_s) * felt
-    reasons["gain_s"] = round(gain, 4)
-    reasons["needed_gain_s"] = round(need, 4)
-    reasons["hop_cost_s"] = round(cost_s, 3)
+    need = cfg.margin * j_cur + cfg.min_gain_s * felt
+    j_hop, caused = _with_hop(obs, best, ahead, cfg)
+    reasons.update(gain_s=round(gain, 4), needed_gain_s=round(need, 4))
+    reasons.update(hop_waits_s=round(caused, 3))
+    if j_hop is not None:
+        reasons["objective_with_hop_s"] = round(j_hop, 4)
     if cur_ok and gain <= need:
         return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
+    if cur_ok and j_hop is not None and j_cur - j_hop <= need:
+        return hold(
+            f"{best} wins by {gain:.2f} s, but with the {caused:.0f} s of waits the hop causes "
+            f"its objective over the dwell is {j_hop:.2f} s (current {j_cur:.2f} s)"
+        )
     wins = state.candidate_wins + 1 if state.candidate == best else 1
     if wins < (1 if ahead else cfg.confirm_windows):
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
@@ -428,7 +263,12 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     why = (
         f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
         if not cur_ok
-        else f"{best} wins by {gain:.2f} s > {need:.2f} s (margin + hop cost {cost_s:.0f} s)"
+        else f"{best} wins by {gain:.2f} s > {need:.2f} s"
+        + (
+            f", {j_cur - j_hop:.2f} s with the {caused:.0f} s of waits the hop causes"
+            if j_hop is not None
+            else ""
+        )
     )
     st = base.model_copy(
         update={
@@ -441,134 +281,51 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     return st, [Action("hop", best, why, {**reasons, "action": "hop", "to": best}, from_point=cur)]
 
 
+def _outright(p: str, table: dict[str, Any], obs: Observation, ahead: bool, target: float) -> bool:
+    """Whether `p`'s attainment is at least the target itself (no noise slack): on the
+    window, and on the forecast too when tracking. The slack keeps the current point from
+    being left for a noisy miss; a new point must not be chosen for a noisy pass."""
+    ok = table[p]["slo_attainment"] >= target
+    if ahead:
+        ok = ok and float(obs.forecast[p]["slo_attainment"]) >= target
+    return ok
+
+
 def _plain(summary: Any) -> dict[str, Any]:
     return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
 
 
-# ------------------------------------------------------------------ building an observation
+def _with_hop(
+    obs: Observation, best: str, ahead: bool, cfg: AdjustConfig
+) -> tuple[float | None, float]:
+    """(J of `best` over the dwell with the waits the hop causes counted in, those waits in
+    request-seconds); None when nobody waits for the hop or there is nothing to judge on.
 
-
-def hop_cost(
-    src: Point, dst: Point, perfs: dict[str, Any], *, sleep_supported: bool = True
-) -> HopCost:
-    """Cost of turning `src` (as running: gpu tier awake, lazy tiers asleep) into `dst`.
-
-    Uses the apply engine's own diff, so the estimate counts exactly the starts, restarts,
-    sleeps and stops `apply` would run; seconds come from `dst`'s InstancePerf (`perfs`:
-    instance id -> InstancePerf of the target point).
+    Over the dwell (`min_dwell_s`, at least one window) the basis repeats: its first pass
+    has the hop's delays added to the waits at `best`, the others not; the switch P95 is
+    taken over all of them (weighted) and shrunk as every estimate is.
     """
-    from planner.adjuster.reconcile import Observed, diff, spec_sha
-
-    if src is dst or src.instances == dst.instances:
-        return HopCost()
-    actual = {
-        i.id: Observed(
-            status="awake" if i.tier == "gpu" or not sleep_supported else "asleep",
-            node=i.node,
-            gpus=list(i.gpus),
-            port=i.port,
-            tier=i.tier,
-            spec_sha=spec_sha(i),
-            memory_gib=i.memory_gib.total,
-        )
-        for i in src.instances
-        if i.tier == "gpu" or sleep_supported
-    }
-    starts = sleeps = stops = wakes = 0
-    cold = slp = 0.0
-    restarted: dict[str, float] = {}
-    for a in diff(dst, actual, sleep_supported=sleep_supported):
-        p = perfs.get(a.instance)
-        if a.kind in ("start", "restart", "wake"):
-            if a.kind == "wake":
-                wakes += 1
-                host = actual[a.instance].tier == "host"
-                c = 0.0 if p is None else float(p.wake_host_s if host else p.wake_disk_s)
-            else:
-                starts += 1
-                c = 0.0 if p is None else float(p.cold_start_s)
-            cold += c
-            restarted[a.instance] = c
-        elif a.kind == "sleep":
-            sleeps += 1
-            slp += float(p.sleep_s) if p is not None else 0.0
-        elif a.kind == "stop":
-            stops += 1
-    return HopCost(starts, sleeps, stops, cold, slp, wakes, restarted)
-
-
-def observe(
-    plan: Plan,
-    state: AdjustState,
-    window: pd.DataFrame,
-    end_s: float,
-    scorer: Scorer,
-    perfs: dict[str, dict[str, Any]],
-    target_attainment: float,
-    *,
-    metrics: dict[str, dict[str, Any]] | None = None,
-    sleep_supported: bool = True,
-    suggest_command: str = "",
-    forecast: pd.DataFrame | None = None,
-    forecast_metrics: dict[str, dict[str, Any]] | None = None,
-) -> Observation:
-    """Everything `decide` needs about one window (simulates each point unless `metrics`).
-
-    `perfs`: point name -> (instance id -> InstancePerf). Drift runs only on windows with
-    enough requests (it calls them `too_few_requests` otherwise anyway). `forecast`: the
-    next `forecast_windows` windows as they went a day earlier (None: no history), scored
-    unless `forecast_metrics`.
-    """
-    from planner.optimizer.workload.drift import drift
-
-    if metrics is None:
-        metrics = {p.name: scorer(p, window) for p in plan.points}
-    cfg = state.config
-    if forecast is not None and forecast_metrics is None and cfg.forecast_windows:
-        forecast_metrics = {p.name: scorer(p, forecast) for p in plan.points}
-    cur = plan.point(state.point)
-    costs = {
-        p.name: hop_cost(cur, p, perfs[p.name], sleep_supported=sleep_supported)
-        for p in plan.points
-    }
-    d_plan = d_chosen = None
-    if len(window) >= state.config.min_requests:
-        if plan.workload_summary.get("requests"):
-            d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
-        if state.chosen_summary:
-            d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
-    return Observation(
-        end_s=end_s,
-        window=window,
-        metrics=metrics,
-        hop_costs=costs,
-        target_attainment=target_attainment,
-        drift_plan=d_plan,
-        drift_chosen=d_chosen,
-        suggest_command=suggest_command,
-        forecast=forecast_metrics or {},
-        forecast_window_requests=_per_window(forecast, end_s - DAY_S, cfg)
-        if forecast is not None and cfg.forecast_windows
-        else (),
-    )
-
-
-def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[int, ...]:
-    """Requests in each of the `forecast_windows` windows from `start_s`."""
-    edges = start_s + cfg.window_s * np.arange(cfg.forecast_windows + 1)
-    return tuple(int(c) for c in np.diff(np.searchsorted(df["timestamp"].to_numpy(float), edges)))
+    delay, waits = obs.hop_delays.get(best), obs.basis_waits.get(best)
+    caused = float(delay.sum()) if delay is not None else 0.0
+    if not caused or waits is None or len(waits) != len(delay) or obs.basis_span_s <= 0:
+        return None, caused
+    scale = max(cfg.min_dwell_s, cfg.window_s) / obs.basis_span_s  # basis passes in the dwell
+    n = len(waits)
+    vals = np.concatenate([waits + delay, waits])  # s
+    wts = np.concatenate([np.full(n, min(scale, 1.0)), np.full(n, max(scale - 1.0, 0.0))])
+    est, _ = switch_estimate(vals, obs.priors.get(best), cfg.prior_waits, wts)
+    m = obs.forecast[best] if ahead else obs.metrics[best]
+    return est + cfg.gib_weight_s * float(m["warm_gpu_gib"]), caused  # s + s/GiB * GiB
 
 
 __all__ = [
+    "DAY_S",
     "Action",
     "AdjustConfig",
     "AdjustState",
     "HopCost",
     "Observation",
-    "Scorer",
     "decide",
-    "hop_cost",
     "meets_slo",
     "objective_s",
-    "observe",
 ]

@@ -28,6 +28,7 @@ from typing import Literal
 from planner.schemas.plan import Instance, Point
 
 ActionKind = Literal["start", "stop", "sleep", "wake", "restart"]
+PROCESS_DIED = "process died"  # the reason of a restart that counts as a crash
 ObservedStatus = Literal["awake", "asleep", "stopped", "starting", "failed"]
 
 
@@ -46,7 +47,9 @@ class Action:
 class Observed:
     """What runs now for one instance id."""
 
-    status: ObservedStatus  # `failed`: should run but its process is gone or unhealthy
+    # `failed`: should run but its process is gone or unhealthy; `starting`: its start never
+    # finished (the apply that started it was killed) and it is not up now
+    status: ObservedStatus
     node: str
     gpus: list[int] = field(default_factory=list)
     port: int = 0
@@ -55,11 +58,17 @@ class Observed:
     memory_gib: float = 0.0  # per GPU when awake, from the spec it was started with
 
 
+# Instance fields that are not process flags: the tier (the same process serves every tier)
+# and what the plan file notes for its readers (GPU type, co-tenants).
+_NOT_FLAGS = {"tier", "gpu_type", "shares_gpu_with"}
+
+
 def spec_sha(inst: Instance) -> str:
-    """Content hash of an Instance (what a running process was started from), without its
-    tier: the same process serves every tier."""
+    """Content hash of an Instance (what a running process was started from), without the
+    fields that start no other process (`_NOT_FLAGS`): a point that only changes them is a
+    sleep or a wake, and state rows of earlier versions keep their hash."""
     blob = json.dumps(
-        inst.model_dump(mode="json", exclude={"tier"}), sort_keys=True, separators=(",", ":")
+        inst.model_dump(mode="json", exclude=_NOT_FLAGS), sort_keys=True, separators=(",", ":")
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -128,7 +137,8 @@ def diff(
             if lazy and not sleep_supported:
                 continue
             must_go_first.update(conflicts(inst))
-            act = Action("restart", inst.id, inst.node, f"process {obs.status}")
+            why = PROCESS_DIED if obs.status == "failed" else "its start was interrupted"
+            act = Action("restart", inst.id, inst.node, why)
         else:
             continue  # awake, or asleep/awake for a lazy tier: the gateway decides which
         if lazy and sleep_supported:

@@ -20,6 +20,14 @@
    SLO in two consecutive windows, optimize runs on the last 24 h (same seed, 8 evaluations)
    and its points join the plan; compared with that first plan's point held all week.
 
+5. Scenario 3, "a real trace's shape": a week whose hourly rates have the shape of the Azure
+   2023 code and conversation traces (bench/lib/realweek.py: each model its own slice of a
+   trace, fine buckets onto hours, scaled to the lab16 team's volume), planned on its day 0
+   only and scored on all seven days. Targets (exit 1 when missed): the adjusted switch P95
+   is at most that of every point held all week whose warm GiB is at most the adjusted
+   run's; attainment at least the SLO's target; at most 3 hops a day. The share of hops
+   that are sleeps and wakes only is reported.
+
 "Best single point at equal or lower warm memory": among the points held all week that meet
 the attainment target and whose time-average warm memory is at most the adjusted run's, the
 one with the lowest switch P95 (adjusting beats it when its switch P95 is lower: no single
@@ -29,7 +37,7 @@ meeting the target. The table lists every point with its J.
 
     python bench/adjust_replay.py [--evals 16] [--cluster bench/data/adjust/cluster.yaml]
 
-Ends with `RESULT adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
+Ends with `RESULT real_...=.. adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
 best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..
 reopt_...=..` (the reopt_ keys: scenario 2).
 """
@@ -37,8 +45,13 @@ reopt_...=..` (the reopt_ keys: scenario 2).
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from realweek import real_week
 
 from planner.adjuster.policy import AdjustConfig, objective_s
 from planner.adjuster.replay import replay
@@ -179,9 +192,10 @@ def main() -> None:
     for h in out2["hops"]:
         d, hh = divmod(h["at_s"] / 3600.0, 24)
         print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']}: {h['reason']}")
+    real = real_week_scenario(cl, ms, sl, week, plan_for, acfg, args.seed)
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(
-        f"RESULT adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
+        f"RESULT {real['result']} adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
         f"adjusted_warm_gib={a['warm_gpu_gib']:.2f} best_static_warm_gib={b['warm_gpu_gib']:.2f} "
         f"adjusted_attainment={a['slo_attainment']:.4f} max_hops_per_day={out['max_hops_per_day']} "
         f"stationary_hops={len(still['hops'])} best_static={best} best_static_rule={rule} "
@@ -193,6 +207,60 @@ def main() -> None:
         f"reopt_runs={sum(x['kind'] == 'reoptimize' for x in out2['actions'])} "
         f"reopt_max_hops_per_day={out2['max_hops_per_day']}"
     )
+
+    if not real["ok"]:
+        sys.exit(1)
+
+
+def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, seed: int) -> dict:
+    """Scenario 3: a week whose hourly rates have a real trace's shape (bench/lib/realweek.py),
+    planned on its first day, scored on all seven. Targets: the adjusted switch P95 is at
+    most that of every point held all week whose warm GiB is at most the adjusted run's,
+    attainment at least the SLO's target, at most 3 hops a day."""
+    hours = 7 * 24
+    rates = (synth_week.groupby("model").size() / hours).to_dict()  # the lab16 team's volume
+    week = real_week(rates, {m.name: m.max_context for m in ms.models}, seed=seed)
+    plan = plan_for(week[week["timestamp"] < 86400.0])
+    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
+    out = replay(plan, week, sl, perfs, acfg)
+    a = out["adjusted"]
+    print(
+        f"\nreal-shape week (Azure 2023 code/conv rate shapes, tests/data): {len(week)} requests, "
+        f"planned on day 0 ({[p.name for p in plan.points]}, selected {plan.selected}), "
+        "scored on days 0-6"
+    )
+    for name, m in {"adjusted": a, **{f"static {k}": v for k, v in out["static"].items()}}.items():
+        print(
+            f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+        )
+    for h in out["hops"]:
+        d, hh = divmod(h["at_s"] / 3600.0, 24)
+        kind = "sleep/wake only" if h["tiers_only"] else f"{h['restarts']} restart(s)"
+        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']} [{kind}]: {h['reason']}")
+    cheaper = {k: v for k, v in out["static"].items() if v["warm_gpu_gib"] <= a["warm_gpu_gib"]}
+    worse_than = [k for k, v in cheaper.items() if a["switch_p95_s"] > v["switch_p95_s"] + 1e-9]
+    n_hops = len(out["hops"])
+    share = out["tiers_only_hops"] / n_hops if n_hops else 0.0
+    checks = {
+        "switch P95 <= every point held at <= its warm GiB": not worse_than,
+        f"attainment >= {sl.attainment}": a["slo_attainment"] >= sl.attainment,
+        "<= 3 hops a day": out["max_hops_per_day"] <= 3,
+    }
+    for what, ok in checks.items():
+        print(f"  target {what}: {'met' if ok else 'MISSED'}")
+    if worse_than:
+        print(f"  points held all week with a lower switch P95 at <= its memory: {worse_than}")
+    print(f"  hops: {n_hops}, sleep/wake only: {out['tiers_only_hops']} ({share:.0%})")
+    ok = all(checks.values())
+    result = (
+        f"real_adjusted_switch_p95_s={a['switch_p95_s']:.3f} real_adjusted_warm_gib="
+        f"{a['warm_gpu_gib']:.2f} real_adjusted_attainment={a['slo_attainment']:.4f} "
+        f"real_cheaper_points={len(cheaper)} real_beaten_by={len(worse_than)} "
+        f"real_hops={n_hops} real_max_hops_per_day={out['max_hops_per_day']} "
+        f"real_tiers_only_share={share:.2f} real_target_met={int(ok)}"
+    )
+    return {"ok": ok, "result": result}
 
 
 if __name__ == "__main__":

@@ -22,11 +22,12 @@ BackendOpt = Annotated[
 
 
 def _input_path(plan_file: Path, recorded: str) -> Path | None:
-    """A path recorded in plan.inputs: as given, else relative to the plan's folder."""
+    """A path recorded in plan.inputs: relative to the plan's folder (as `optimize` stores
+    it), else as given (plans written before paths were stored that way)."""
     if not recorded:
         return None
     p = Path(recorded).expanduser()
-    for cand in (p, plan_file.parent / p):
+    for cand in (plan_file.parent / p, p):
         if cand.is_file():
             return cand
     return None
@@ -296,7 +297,7 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
     except (PlannerError, KeyError):
         return []
     node = meta.get("node")  # applied with --node: only that node's share runs from here
-    sleeps = bool(getattr(be, "supports_sleep", True))
+    sleeps = be.supports_sleep
     return [
         {"id": i.id, "model": i.model, "node": i.node, "tier": i.tier,
          "status": "asleep" if i.tier in ("host", "disk") and not sleeps else "stopped",

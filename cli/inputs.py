@@ -121,7 +121,7 @@ def calibration(profiles: Path | None) -> dict[str, Any] | None:
 
 
 def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:
-    """An input file: the flag, else the path recorded in the plan (as given, then next to it)."""
+    """An input file: the flag, else the path recorded in the plan (next to the plan, then as given)."""
     if given is not None:
         return given
     ref = plan.inputs.get(key) if plan is not None else None
@@ -133,14 +133,18 @@ def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) 
             path=f"--{key}",
             fix=f"pass --{key} FILE",
         )
-    p = Path(ref.path)
-    if not p.exists() and plan_path is not None and (plan_path.parent / p).exists():
-        p = plan_path.parent / p
+    p = Path(ref.path).expanduser()
+    if not p.is_absolute() and plan_path is not None and (plan_path.parent / p).exists():
+        return plan_path.parent / p
     return p
 
 
-def provenance(**paths: Path | None) -> dict[str, Any]:
-    """{name: {path, sha256}} for each input given (a folder hashes its YAML files)."""
+def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]:
+    """{name: {path, sha256}} for each input given (a folder hashes its YAML files).
+
+    `base`: the folder of the plan file being written: paths are stored relative to it
+    (absolute when no relative path exists), so the plan finds its inputs from any folder.
+    """
     import hashlib
 
     from planner.io import sha256_file
@@ -150,13 +154,19 @@ def provenance(**paths: Path | None) -> dict[str, Any]:
     for name, p in paths.items():
         if p is None:
             continue
+        stored = str(p)
+        if base is not None:
+            try:
+                stored = os.path.relpath(p.resolve(), Path(base).resolve())
+            except ValueError:  # another drive (Windows): keep it absolute
+                stored = str(p.resolve())
         if p.is_dir():
             h = hashlib.sha256()
             for f in sorted(p.glob("*.yaml")):
                 h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
-            out[name] = InputRef(path=str(p), sha256=h.hexdigest())
+            out[name] = InputRef(path=stored, sha256=h.hexdigest())
         else:
-            out[name] = InputRef(path=str(p), sha256=sha256_file(p))
+            out[name] = InputRef(path=stored, sha256=sha256_file(p))
     return out
 
 

@@ -66,6 +66,15 @@ def optimize_cmd(
             max=366,
         ),
     ] = _D.validate_days,
+    quality_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--quality-weight",
+            help=OptimizeConfig.model_fields["quality_weight"].description,
+            min=0,
+            max=1e6,
+        ),
+    ] = _D.quality_weight,
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
@@ -89,6 +98,7 @@ def optimize_cmd(
         milp_time_limit_s=time_limit,
         validate_days=validate_days,
         baselines=baselines,
+        quality_weight=quality_weight,
     )
     inp.silence_solver_banner()
 
@@ -121,14 +131,20 @@ def optimize_cmd(
 
     from planner.schemas.plan import Plan
 
+    out = output or Path("plans") / f"{cl.name}.plan.yaml"
     overload = (
         ["demand beyond what the cluster can serve:", *result.capacity.lines()]
         if result.capacity is not None and result.capacity.overloaded
         else []
     )
     plan = Plan(
-        inputs=inp.provenance(
-            cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles
+        inputs=inp.provenance(  # relative to the plan: `apply` finds them from any folder
+            base=out.parent,
+            cluster=cluster,
+            models=models,
+            slo=slo,
+            workload=workload,
+            profiles=profiles,
         ),
         workload_summary=summarize(trace),
         search={
@@ -149,7 +165,6 @@ def optimize_cmd(
         capacity=result.capacity.rows if overload else [],
         hops=result.hops,
     )
-    out = output or Path("plans") / f"{cl.name}.plan.yaml"
     write_plan(out, plan, cl)
 
     base_metrics = result.baselines

@@ -126,6 +126,7 @@ _METRIC_COLS = [
     Col("warm GiB"),
     Col("GPUs", drop=1),
 ]
+_QUALITY_COL = Col("quality cost", drop=1)  # shown when a stand-in answered some request
 
 
 def metrics_table(
@@ -139,18 +140,24 @@ def metrics_table(
     twins: dict[str, dict[str, Any]] | None = None,
 ) -> Table:
     """One row per point, each followed by its `lru@` twin when given (then one per
-    baseline): attainment, P95s, switches, warm GiB, GPUs.
+    baseline): attainment, P95s, switches, warm GiB, GPUs, and the quality cost of
+    stand-ins when any answered.
 
     `note` goes under the table (e.g. how the rows were scored)."""
     errors = [f"n/a {n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
+    every = [*points.values(), *(twins or {}).values(), *(baselines or {}).values()]
+    quality = any(m.get("quality_cost", 0.0) > 0 for m in every)
+    cols = [*_METRIC_COLS, _QUALITY_COL] if quality else _METRIC_COLS
     caption = "P95 latencies; warm: time-average GiB kept on GPUs"
+    if quality:
+        caption += "; quality cost: stand-ins' quality penalties per request"
     if selected is not None:
         caption += "; * the selected point"
     rows: list[tuple[list[str], str | None]] = []
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
         if "error" in m:
-            rows.append(([name, "n/a", *[""] * 6], style))
+            rows.append(([name, "n/a", *[""] * (len(cols) - 2)], style))
             return
         att = m["slo_attainment"]
         below = attainment is not None and att < attainment
@@ -165,6 +172,7 @@ def metrics_table(
                     str(m.get("switch_count", "")),
                     f"{m['warm_gpu_gib']:.1f}",
                     str(m.get("gpus_used", "")),
+                    *([fmt_num(m.get("quality_cost", 0.0))] if quality else []),
                 ],
                 style,
             )
@@ -177,4 +185,4 @@ def metrics_table(
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
     lines = [caption, *([note] if note else []), *errors]
-    return fit_table(title, _METRIC_COLS, rows, caption="\n".join(lines))
+    return fit_table(title, cols, rows, caption="\n".join(lines))

@@ -32,6 +32,7 @@ from planner.optimizer.candidates import GpuSet
 from planner.optimizer.candidates import gpu_sets as candidate_sets
 from planner.optimizer.perf import InstancePerf, instance_perf
 from planner.optimizer.perf.memory import weights_bytes
+from planner.optimizer.schedule import all_lazy
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import ModelEntry, Models
@@ -130,6 +131,7 @@ def _instance(
             weights=round(perf.weights_gib_per_gpu, 6),
             kv=round(perf.kv_gib_per_gpu, 6),
             overhead=round(perf.overhead_gib_per_gpu, 6),
+            asleep=round(perf.context_gib_per_gpu, 6),
         ),
         engine=EngineArgs(
             gpu_memory_utilization=util, max_model_len=entry.max_context, max_num_seqs=MAX_NUM_SEQS
@@ -255,26 +257,16 @@ def lru_matched(
     An always-awake instance becomes a host-tier sleeper while its node's RAM (less
     `host_margin`) holds the weights of the host-tier ones, else a disk-tier one.
     """
-    ram = {n.name: n.cpu_memory_gib * (1 - host_margin) for n in cluster.nodes}
-    for inst in point.instances:
-        if inst.tier == "host":
-            ram[inst.node] -= perfs[inst.id].weights_host_gib
-    insts = []
-    for inst in point.instances:
-        tier = inst.tier
-        if tier == "gpu":
-            need = perfs[inst.id].weights_host_gib
-            tier = "host" if ram[inst.node] >= need else "disk"
-            if tier == "host":
-                ram[inst.node] -= need
-        insts.append(inst.model_copy(update={"tier": tier}))
+    lazy = all_lazy(point, perfs, cluster, host_margin)
+    # Reactive: no awake hours, no idle sleeps; the point's stand-ins (the same gateway).
+    insts = [i.model_copy(update={"awake_hours": []}) for i in lazy.instances]
     mem = {
         (n.name, dev): g.spec.memory_gib * (1 - gpu_margin)
         for n in cluster.nodes
         for dev, g in n.gpu_list()
     }
     return Baseline(
-        Point(name=f"lru@{point.name}", instances=insts),
+        Point(name=f"lru@{point.name}", instances=insts, substitutes=point.substitutes),
         dict(perfs),
         policy="lru",
         gpu_memory_gib=mem,

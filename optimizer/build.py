@@ -6,7 +6,9 @@ import math
 
 from planner.optimizer.milp import Placement
 from planner.optimizer.perf.types import InstancePerf
-from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point
+from planner.schemas.models import Models
+from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point, SubstituteRule
+from planner.schemas.slo import Slo
 
 BASE_PORT = 8100  # first engine port on each node; the gateway defaults to 8000
 
@@ -54,6 +56,7 @@ def build_point(
                 weights=round(perf.weights_gib_per_gpu, 3),
                 kv=round(perf.kv_gib_per_gpu, 3),
                 overhead=round(perf.overhead_gib_per_gpu, 3),
+                asleep=round(perf.context_gib_per_gpu, 3),
             ),
             engine=EngineArgs(
                 gpu_memory_utilization=util,
@@ -67,3 +70,18 @@ def build_point(
         instances.append(inst)
         perfs[inst.id] = perf
     return Point(name=name, instances=instances), perfs
+
+
+def substitute_rules(models: Models, slo: Slo) -> dict[str, SubstituteRule]:
+    """The points' substitute rules from models.yaml (`substitutes`, `substitute_when`,
+    `wake_on_substitute`) and each model's switch SLO (the wait a stand-in saves it from)."""
+    return {
+        m.name: SubstituteRule(
+            when=m.substitute_when,
+            max_wait_s=slo.for_model(m.name).switch_p95_s,
+            wake=m.wake_on_substitute,
+            to=list(m.substitutes),
+        )
+        for m in models.models
+        if m.substitutes and m.substitute_when != "never"
+    }

@@ -46,6 +46,26 @@ class OptimizeConfig(BaseModel):
         description="last days of the trace held back to choose and score the points "
         "(default: 2 of a trace of 5 or more days, else 0)",
     )
+    awake_min_requests_per_h: tuple[float, ...] = Field(
+        default=(0.5, 8.0),
+        description="forecast requests/h from which a lazy instance is kept awake in an hour; "
+        "each value gives every front point a schedule variant (optimizer/schedule.py)",
+    )
+    idle_sleep_s: float = Field(
+        default=1800.0,
+        gt=0,
+        le=86400,
+        description="schedule variants: a lazy instance sleeps this long after its last "
+        "request outside its awake hours, s",
+    )
+    quality_weight: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="weight of the quality cost of stand-ins in the search's objective (a "
+        "quality cost of 1/weight counts as much as 30 s of switch P95); default: "
+        "1 / slo.yaml max_quality_cost, else 10",
+    )
     baselines: bool = Field(
         default=True,
         description="score static/lru/melange and each point's lru@ twin; add from-<baseline> "

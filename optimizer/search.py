@@ -19,8 +19,8 @@ from typing import Any
 import pandas as pd
 
 from planner.errors import InfeasibleError
-from planner.optimizer import scoring
-from planner.optimizer.build import build_point
+from planner.optimizer import schedule, scoring
+from planner.optimizer.build import build_point, substitute_rules
 from planner.optimizer.candidates import (
     Knobs,
     enumerate_candidates,
@@ -171,6 +171,9 @@ class Searcher:
             n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
         }
         self.sleep_order = _sleep_order(models, self.demand)
+        self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
+        self.substitutes = substitute_rules(models, slo)
+        self.quality_weight = quality_weight(cfg, slo)
         self._cands: dict[tuple[float, int], tuple] = {}
         self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
 
@@ -238,7 +241,12 @@ class Searcher:
         milp: MilpResult | None = None,
         origin: str = "milp",
     ) -> Evaluation:
-        """Score a point on the fitted days (and the held-back ones)."""
+        """Score a point on the fitted days (and the held-back ones), with its GPUs' capacity
+        and the models' substitute rules set on it."""
+        point.gpu_usable_gib = schedule.gpu_usable_gib(
+            point, self.cluster, self.cfg.gpu_memory_margin
+        )
+        point.substitutes = dict(self.substitutes)
         t1 = self.clock()
         metrics = self.scorer(point, perfs)
         held = self.held_scorer(point, perfs) if self.held_scorer else None
@@ -270,14 +278,16 @@ class Searcher:
         return self._twins[ev.index]
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
-        """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall."""
+        """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall
+        + weighted quality cost of stand-ins (`quality_weight`)."""
         if not ev.feasible:
             return 10.0
         m = ev.metrics
         switch_n = m["switch_p95_s"] / 30.0  # s, against a 30 s reference wake
         warm_n = m["warm_gpu_gib"] / self.total_gpu_gib
         short = max(0.0, self.slo.attainment - m["slo_attainment"])
-        return switch_n + lam * warm_n + 20.0 * short
+        quality = self.quality_weight * m.get("quality_cost", 0.0)
+        return switch_n + lam * warm_n + 20.0 * short + quality
 
     def loosest_knobs(self) -> Knobs:
         """The knobs that let the most candidates fit: the least KV and the smallest batch."""
@@ -411,6 +421,19 @@ class Searcher:
         from planner.optimizer.select import select_points
 
         return select_points(self, evals)
+
+
+DEFAULT_QUALITY_WEIGHT = 10.0  # a quality cost of 0.1 counts as 30 s of switch P95
+
+
+def quality_weight(cfg: OptimizeConfig, slo: Slo) -> float:
+    """The objective's weight of quality cost: given, else 1 / the SLO's max_quality_cost
+    (reaching the limit counts as 30 s of switch P95), else DEFAULT_QUALITY_WEIGHT."""
+    if cfg.quality_weight is not None:
+        return cfg.quality_weight
+    if slo.max_quality_cost:
+        return 1.0 / slo.max_quality_cost
+    return DEFAULT_QUALITY_WEIGHT
 
 
 def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:

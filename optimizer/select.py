@@ -3,14 +3,18 @@
 1. The pool: evaluations meeting the attainment target on the days points are chosen on
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
-   its placement and a hop between them is sleeps and wakes (`tiers`).
-3. The front (switch P95 vs warm GiB) keeps no point its own `lru@` twin dominates: where
-   reactive swapping on the same instances at the same memory does as well, a plan has no
-   point. (How much better the rest are, `scoring.beats_twin`, is what the benches report.)
+   its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
+   of every point of the front, one per `awake_min_requests_per_h` (`schedule`).
+3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
+   raise, differences under `ATTAINMENT_TIE` counting as none) keeps no point its own `lru@`
+   twin dominates: where reactive swapping on the same instances at the same memory does as
+   well, a plan has no point. (How much better the rest are, `scoring.beats_twin`, is what
+   the benches report.)
 4. Baselines on the fitted days: a point one dominates (attainment, switch P95, warm GiB)
    is dropped, and each baseline no point dominates is added as a `from-<baseline>` point,
    so the set is at least as good as anything the tool itself knows.
-5. Names, the capacity table, and the hop between every pair of points.
+5. Names, the selected point (the one that holds the SLO best over every day of the trace),
+   the capacity table, and the hop between every pair of points.
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from planner.optimizer import scoring
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.invariants import memory_violations
-from planner.optimizer.pareto import dominates, name_points, pareto_front
+from planner.optimizer.pareto import dominates, name_points
+from planner.optimizer.schedule import scheduled
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.tiers import hop_table, tier_variants
 
@@ -30,21 +35,63 @@ if TYPE_CHECKING:
     from planner.optimizer.search import Evaluation, Searcher, SearchResult
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
+ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
 
 
-def _sw_warm(e: Evaluation) -> tuple[float, float]:
-    return (e.chosen["switch_p95_s"], e.chosen["warm_gpu_gib"])
+def _held_up(e: Evaluation) -> float:
+    """The attainment a point can be trusted with: over every day of the trace (the days
+    points are chosen on are few, possibly a quiet weekend), weighted by requests."""
+    if e.held is None:
+        return e.metrics["slo_attainment"]
+    n_fit, n_held = e.metrics["requests"], e.held["requests"]
+    met = e.metrics["slo_attainment"] * n_fit + e.held["slo_attainment"] * n_held
+    return met / max(n_fit + n_held, 1)
 
 
 def _front(pool: list[Evaluation]) -> list[Evaluation]:
-    # Among equal (switch, warm) plans the higher attainment comes first and is the one kept.
+    """Evaluations no other beats: switch P95, warm GiB and quality cost (stand-ins) no
+    higher, attainment over every day no lower than `ATTAINMENT_TIE` below, and one of them
+    better. A point with more memory stays when it holds the SLO clearly better."""
+    # Among equal plans the higher attainment comes first and is the one kept.
     pool = sorted(pool, key=lambda e: (-e.chosen["slo_attainment"], e.index))
-    return pareto_front(pool, _sw_warm)
+    vals = [
+        (
+            e.chosen["switch_p95_s"],
+            e.chosen["warm_gpu_gib"],
+            e.chosen.get("quality_cost", 0.0),
+            _held_up(e),
+        )
+        for e in pool
+    ]
+
+    def beats(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+        no_worse = all(x <= y for x, y in zip(a[:3], b[:3], strict=True))
+        no_worse = no_worse and a[3] >= b[3] - ATTAINMENT_TIE
+        return no_worse and (any(x < y for x, y in zip(a[:3], b[:3], strict=True)) or a[3] > b[3])
+
+    out, seen = [], set()
+    for i, v in enumerate(vals):
+        if v in seen or any(beats(w, v) for j, w in enumerate(vals) if j != i):
+            continue
+        out.append(pool[i])
+        seen.add(v)
+    return out
 
 
-def _pool(feasible: list[Evaluation], target: float) -> tuple[list[Evaluation], bool]:
+def _pool(
+    feasible: list[Evaluation], target: float, max_quality_cost: float | None = None
+) -> tuple[list[Evaluation], bool]:
     """(pool, whether its members meet the target): on the held-back days and, as those may
-    be quiet ones (a weekend), on the fitted days too where some point does."""
+    be quiet ones (a weekend), on the fitted days too where some point does; and within the
+    SLO's max_quality_cost on both where it sets one (and some point is)."""
+    if max_quality_cost is not None:
+        within = [
+            e
+            for e in feasible
+            if max(e.chosen.get("quality_cost", 0.0), e.metrics.get("quality_cost", 0.0))
+            <= max_quality_cost + 1e-12
+        ]
+        feasible = within or feasible
     meeting = [e for e in feasible if e.chosen["slo_attainment"] >= target - 1e-9]
     both = [e for e in meeting if e.metrics["slo_attainment"] >= target - 1e-9]
     if both or meeting:
@@ -93,7 +140,8 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     notes: list[str] = []
 
     # 2. tier variants of the knee's placement
-    pool, _ = _pool(feasible, target)
+    max_q = S.slo.max_quality_cost
+    pool, _ = _pool(feasible, target, max_q)
     knee = _knee(_front(pool))
     for v in tier_variants(
         knee.point,
@@ -106,7 +154,28 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         ev = S.evaluate_point(len(evals), knee.knobs, v, knee.perfs, origin="tiers")
         evals.append(ev)
         feasible.append(ev)
-    pool, meets = _pool(feasible, target)
+    pool, _ = _pool(feasible, target, max_q)
+    # with stand-ins declared, also variants where the covered models keep no awake hours
+    covered = [frozenset(), *([frozenset(S.substitutes)] if S.substitutes else [])]
+    for e in _front(pool):
+        if e.origin == "schedule":
+            continue
+        for rate in S.cfg.awake_min_requests_per_h:
+            for asleep in covered:
+                v = scheduled(
+                    e.point,
+                    e.perfs,
+                    S.rates,
+                    S.cluster,
+                    min_requests_per_h=rate,
+                    idle_sleep_s=S.cfg.idle_sleep_s,
+                    host_margin=S.cfg.host_memory_margin,
+                    no_hours_for=asleep,
+                )
+                ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
+                evals.append(ev)
+                feasible.append(ev)
+    pool, meets = _pool(feasible, target, max_q)
     if not meets:
         top = max(e.chosen["slo_attainment"] for e in pool)
         notes.append(
@@ -172,13 +241,17 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
             p.predicted_fit = _predicted(ev.metrics)
         points.append(p)
         perfs[name] = ev.perfs
-    names = [n for n, _ in named]
-    # the knee; else (two points) the one that best meets the SLO on the days chosen on
-    selected = (
-        "balanced"
-        if "balanced" in names
-        else max(names, key=lambda n: metrics[n]["slo_attainment"])
-    )
+    # the one that holds the SLO best over every day (to 0.001), then the knee, then the
+    # least switch and warm memory
+    selected = max(
+        named,
+        key=lambda ne: (
+            round(_held_up(ne[1]), 3),
+            ne[0] == "balanced",
+            -ne[1].chosen["switch_p95_s"],
+            -ne[1].chosen["warm_gpu_gib"],
+        ),
+    )[0]
     cap = capacity_report(
         S.trace,
         cluster_capacity_rps(S.cluster, S.candidates(S.roomiest_knobs()), S.models.names),

@@ -578,7 +578,9 @@ def import_trace(
         )
     df = _sessions(df, "r", summary.rules)
     df = _assign(df, assign, model_names, seed, summary.rules)
-    df = pd.DataFrame({c: pd.Series(df[c].to_numpy(), dtype=DTYPES[c]) for c in COLUMNS})
+    df = pd.DataFrame(
+        {c: pd.Series(df[c].to_numpy(), dtype=DTYPES[c]) for c in COLUMNS if c in df.columns}
+    )
     out = normalize(df, file=str(p), model_names=model_names)
     summary.rows_kept = len(out)
     if summary.rows_kept + sum(skipped.values()) != n and fmt != "servegen":

@@ -9,7 +9,10 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
   epoch seconds of a SQLite request log (the gateway's table `requests`).
 - `model` string; `input_tokens` int64 >= 1; `output_tokens` int64 >= 1;
 - optional `user`, `session` string (missing: ""), `cached_tokens` int64 in
-  0..input_tokens (missing: 0), the prefix already computed for this session on this model.
+  0..input_tokens (missing: 0), the prefix already computed for this session on this model;
+  `served_by` string, the model that answered when a stand-in did (missing: "", the model
+  itself) and `substituted` int64 0/1, whether a stand-in answered (missing: 0): the
+  gateway's request log records both.
 
 Every problem is an InputError that names the file, the row (1-based data row, and the
 line for text files) or the column, and the fix. Limits: token counts up to MAX_TOKENS per
@@ -50,6 +53,8 @@ COLUMNS = [
     "user",
     "session",
     "cached_tokens",
+    "served_by",
+    "substituted",
 ]
 REQUIRED = ["timestamp", "model", "input_tokens", "output_tokens"]
 DTYPES = {
@@ -60,8 +65,10 @@ DTYPES = {
     "user": "string",
     "session": "string",
     "cached_tokens": "int64",
+    "served_by": "string",
+    "substituted": "int64",
 }
-_STRINGS = ("model", "user", "session")
+_STRINGS = ("model", "user", "session", "served_by")
 _INTS = TOKEN_COLUMNS
 SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
 MAX_ROWS = 20_000_000  # requests in one trace
@@ -94,6 +101,18 @@ TRACE_JSON_SCHEMA: dict[str, Any] = {
             "default": 0,
             "description": "prompt prefix already computed for this session on this model "
             "(at most input_tokens)",
+        },
+        "served_by": {
+            "type": "string",
+            "default": "",
+            "description": "the stand-in model that answered ('': the model itself)",
+        },
+        "substituted": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1,
+            "default": 0,
+            "description": "1 when a stand-in answered",
         },
     },
 }
@@ -150,7 +169,7 @@ def normalize(
         if pd.api.types.is_float_dtype(col):
             col = col.map(lambda v: "" if pd.isna(v) else (str(int(v)) if v == int(v) else str(v)))
         out[name] = col.astype("string").fillna("")
-    for name in _INTS:
+    for name in (*_INTS, "substituted"):
         if name not in df.columns:
             out[name] = np.zeros(len(df), dtype="int64")
             continue
@@ -162,6 +181,11 @@ def normalize(
             v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
             f"'{name}' must be >= {low}; drop or fix the row", *at,
         )  # fmt: skip
+    sub = out["substituted"]
+    refuse_first(
+        (sub < 0) | (sub > 1), "substituted", lambda i: f"{int(sub[i])} is neither 0 nor 1",
+        "'substituted' is 1 when a stand-in answered, else 0", *at,
+    )  # fmt: skip
     inp, cached = out["input_tokens"], out["cached_tokens"]
     refuse_first(
         cached > inp, "cached_tokens",
@@ -274,12 +298,15 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
     )
 
 
-def request_log_rows(path: Path, window: tuple[float, float] | None = None) -> pd.DataFrame | None:
+def request_log_rows(
+    path: Path, window: tuple[float, float] | None = None, *, epoch: bool = False
+) -> pd.DataFrame | None:
     """Raw rows of a SQLite request log (table `requests`; None when it has no such table).
 
     `window`: only rows with `start <= timestamp < end` (epoch s). The gateway logs epoch
-    seconds; they become seconds since 00:00 UTC of the first row's day. A file that is not
-    SQLite, or damaged, raises InputError.
+    seconds; they become seconds since 00:00 UTC of the first row's day, unless `epoch`
+    (`planner adjust` keeps the clock's time base). A file that is not SQLite, or damaged,
+    raises InputError.
     """
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -303,7 +330,7 @@ def request_log_rows(path: Path, window: tuple[float, float] | None = None) -> p
         ) from None
     finally:
         con.close()
-    if "timestamp" in raw.columns and len(raw):
+    if "timestamp" in raw.columns and len(raw) and not epoch:
         ts = pd.to_numeric(raw["timestamp"], errors="coerce")
         if ts.notna().all():
             raw["timestamp"] = ts - np.floor(ts.min() / 86400.0) * 86400.0
@@ -342,7 +369,11 @@ def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
             [
                 pa.field(
                     c,
-                    pa.float64() if c == "timestamp" else pa.int64() if c in _INTS else pa.string(),
+                    pa.float64()
+                    if c == "timestamp"
+                    else pa.int64()
+                    if DTYPES[c] == "int64"
+                    else pa.string(),
                 )
                 for c in COLUMNS
             ]

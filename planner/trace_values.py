@@ -64,6 +64,8 @@ FIX_TYPE = {
     "model": "write the model name as a string",
     "user": "write the user as a string",
     "session": "write the session id as a string",
+    "served_by": "write the stand-in's model name as a string",
+    "substituted": "'substituted' is 0 or 1",
     **{c: f"'{c}' is a token count (an integer)" for c in TOKEN_COLUMNS},
 }
 

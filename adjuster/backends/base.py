@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from planner.schemas.plan import Instance
+from planner.schemas.plan import Instance, Point
 
 Status = Literal["awake", "asleep", "stopped", "starting", "failed"]
 
@@ -30,9 +30,20 @@ class Handle:
 
 
 class Backend(Protocol):
-    """Starts, stops, sleeps and wakes engine processes."""
+    """Starts, stops, sleeps and wakes engine processes.
+
+    Every caller uses exactly these members (no `getattr` defaults): a backend that cannot
+    sleep says so with `supports_sleep = False`, one that cannot read GPU memory returns None
+    from `gpu_free_gib`.
+    """
 
     name: str
+
+    @property
+    def supports_sleep(self) -> bool:
+        """Whether `sleep`/`wake` keep the process (vLLM sleep mode, CUDA); False: a sleeping
+        instance is a stopped process and `wake` is unsupported (start it instead)."""
+        ...
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         """Spawn the server; returns at once (readiness is `wait_ready`)."""
@@ -51,11 +62,15 @@ class Backend(Protocol):
         ...
 
     def sleep(self, handle: Handle, level: int) -> None:
-        """vLLM sleep mode (level 1: weights to host RAM; 2: discard). CPU build: unsupported."""
+        """vLLM sleep mode (level 1: weights to host RAM; 2: discard); without it: stop."""
         ...
 
     def wake(self, handle: Handle) -> None:
-        """vLLM `POST /wake_up`."""
+        """vLLM `POST /wake_up` (ApplyError without sleep mode)."""
+        ...
+
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        """Free memory of each listed GPU of `node`, GiB; None where it cannot be read."""
         ...
 
 
@@ -72,4 +87,12 @@ class InstanceControl(Protocol):
 
     def sleep(self, instance_id: str) -> None:
         """Put the instance to sleep at its tier's level (stop on the CPU build)."""
+        ...
+
+    def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        """Start again an instance whose process died; counts and journals the restart."""
+        ...
+
+    def follow(self) -> Point:
+        """The point in force (another point of the same plan after `apply`/`adjust`)."""
         ...

@@ -9,7 +9,7 @@ from typing import Literal
 
 from planner import engine
 from planner.adjuster.backends.base import Handle
-from planner.errors import ApplyError
+from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
 
@@ -75,8 +75,18 @@ class LocalBackend:
         return self._procs.get(handle.pid, handle.pid)
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
-        """Block until `/v1/models` answers; LaunchError (classified) if the process dies."""
-        engine.wait_ready(handle.host, handle.port, self._proc(handle), handle.log_path, timeout_s)
+        """Block until `/v1/models` answers; LaunchError (classified) if the process dies.
+
+        A server started by another process (pid only) that is not there any more, or whose
+        pid now belongs to another program, fails at once.
+        """
+        proc = self._proc(handle)
+        if isinstance(proc, int) and not engine.pid_is_server(proc, handle.port):
+            raise LaunchError(
+                f"{handle.instance_id}: pid {proc} is not a server on port {handle.port}",
+                reason="unknown",
+            )
+        engine.wait_ready(handle.host, handle.port, proc, handle.log_path, timeout_s)
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""
@@ -127,8 +137,9 @@ class LocalBackend:
         except (OSError, ValueError):
             return None
 
-    def gpu_free_gib(self, gpus: list[int]) -> dict[int, float] | None:
-        """Free memory of each listed GPU from nvidia-smi, GiB; None without CUDA."""
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        """Free memory of each listed GPU of this host (`node` is this host) from nvidia-smi,
+        GiB; None without CUDA."""
         if self.device != "cuda":
             return None
         smi = shutil.which("nvidia-smi")

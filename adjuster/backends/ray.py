@@ -109,6 +109,9 @@ class NodeAgent:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
 
+    def gpu_free_gib(self, gpus: list[int]) -> dict[int, float] | None:
+        return self.local.gpu_free_gib(self.node, gpus)
+
 
 class RayBackend:
     """Backend over a Ray cluster: each call goes to the agent of the instance's node."""
@@ -210,6 +213,10 @@ class RayBackend:
 
     def wake(self, handle: Handle) -> None:
         self._raise(self._get(self._agent_of(handle).wake.remote(handle), 600.0))
+
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        """Free memory of the GPUs of `node`, read by its agent (None without CUDA there)."""
+        return self._get(self.agent(node).gpu_free_gib.remote(gpus))
 
     def where(self, node: str) -> dict:
         """Where the node's agent runs (node name, address, Ray node id, pid)."""

@@ -13,6 +13,10 @@ Conventions:
   leaves no room for an output token in its instances' max_model_len (vLLM refuses it), is
   failed: counted, never met; `refused` counts them by reason. Reported TTFT percentiles
   include the switch wait (what users feel).
+- A request a stand-in answered (the model's `substitutes`) waited for no wake: it meets the
+  switch target, and its TTFT/TPOT are the stand-in's, held to the requested model's
+  targets. `substituted_share` is the share of requests stand-ins answered, `quality_cost`
+  the sum of their quality penalties over all requests (overall and per requested model).
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ class SimResult:
     memory_curve: tuple[np.ndarray, np.ndarray]  # (times s, warm GiB from each time)
     instance_models: tuple[int, ...]  # model index of every instance (-1: not in the trace)
     over_context: np.ndarray | None = None  # bool: refused, the prompt exceeds max_model_len
+    substituted: np.ndarray | None = None  # bool: a stand-in answered
+    quality_penalty: np.ndarray | None = None  # its quality penalty (0: the model itself)
 
     @property
     def requests(self) -> int:
@@ -121,6 +127,14 @@ class SimResult:
         """Mask of requests that waited for a wake."""
         return self.switch_wait_s > 0
 
+    def stand_ins(self, sel: np.ndarray | None = None) -> tuple[float, float]:
+        """(substituted share, quality cost) of the requests in `sel` (default: all)."""
+        sel = np.ones(self.requests, dtype=bool) if sel is None else sel
+        n = int(sel.sum())
+        if not n or self.substituted is None or self.quality_penalty is None:
+            return 0.0, 0.0
+        return float(self.substituted[sel].mean()), float(self.quality_penalty[sel].sum() / n)
+
     def _summary(self, sel: np.ndarray) -> dict[str, Any]:
         sw = self.switch_wait_s[sel & self.switched]
         return {
@@ -147,6 +161,7 @@ class SimResult:
             sel = self.model == m
             s = self._summary(sel)
             n = int(sel.sum())
+            share, cost = self.stand_ins(sel)
             per[name] = {
                 "requests": n,
                 "failed": int((sel & (self.instance < 0)).sum()),
@@ -160,8 +175,11 @@ class SimResult:
                     for w, im in zip(self.wakes_by_instance, self.instance_models, strict=True)
                     if im == m
                 ),
+                "substituted_share": share,
+                "quality_cost": cost,
             }
         o = self.overall
+        share, cost = self.stand_ins()
         return {
             "slo_attainment": self.slo_attainment,
             "ttft_p95_s": o["ttft_s"]["p95"],
@@ -172,5 +190,7 @@ class SimResult:
             "gpus_used": self.gpus_used,
             "requests": self.requests,
             "refused": self.refused(),
+            "substituted_share": share,
+            "quality_cost": cost,
             "per_model": per,
         }

@@ -118,6 +118,8 @@ class Outcome:
     switch_wait_s: np.ndarray  # time spent waiting for a wake, s (0: none)
     instance: np.ndarray  # index of the serving instance, -1: none (failed)
     cache_hit: np.ndarray  # bool: the cached prefix was reused
+    substituted: np.ndarray  # bool: a stand-in model answered
+    quality_penalty: np.ndarray  # the stand-in's quality penalty (0: the model itself)
 
     @classmethod
     def empty(cls, n: int) -> Outcome:
@@ -128,4 +130,6 @@ class Outcome:
             switch_wait_s=np.zeros(n),
             instance=np.full(n, -1, dtype=np.int64),
             cache_hit=np.zeros(n, dtype=bool),
+            substituted=np.zeros(n, dtype=bool),
+            quality_penalty=np.zeros(n),
         )

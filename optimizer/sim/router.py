@@ -1,24 +1,34 @@
-"""Routing and tiering as the gateway does them.
+"""Routing and tiering as the gateway does them: the choices are `planner.optimizer.tiering`'s,
+the functions the gateway calls too.
 
 A request for model m goes to the awake instance of m with the fewest outstanding requests
 (ties: plan order). A waking instance counts as awake: requests that arrive during a wake
-queue behind that single wake. If no instance of m is awake, one is woken:
+queue behind that single wake. If no instance of m is awake, one is woken
+(`tiering.choose_wake`: the one whose wake displaces the fewest awake co-tenants, then the
+fewest requests in flight on them; ties: plan order):
 
-- its co-tenants (host/disk instances on any of its GPUs, `policy="plan"`) stop taking
-  requests, finish what they hold, and sleep (`sleep_s`); the wake (`wake_host_s` for host
-  tier, `wake_disk_s` for disk tier) starts when the last of them has slept;
-- with `policy="lru"` only as many awake co-tenants are put to sleep as the GPU memory
-  needs, least recently used first (the reactive-swapping baseline); with a
-  `warm_budget_gib` too, the least recently used awake instances anywhere are put to
-  sleep until the warm memory of the whole point (awake instances, plus the CUDA
-  contexts of sleeping ones) stays within it (the memory-matched `lru@POINT` baseline);
-- among several sleeping instances of m, the one with the fewest awake co-tenants wakes
-  (ties: plan order).
+- the co-tenants it displaces (`tiering.displaced`: host/disk instances on its GPUs, as many
+  as the GPU memory needs, those outside their awake hours first; every awake one where the
+  point gives no GPU capacity) stop taking requests, finish what they hold, and sleep
+  (`sleep_s`); the wake (`wake_host_s` for host tier, `wake_disk_s` for disk tier) starts
+  when the last of them has slept;
+- with `policy="lru"` the least recently used go first (the reactive-swapping baseline);
+  with a `warm_budget_gib` too, the least recently used awake instances anywhere are put to
+  sleep until the warm memory of the whole point (awake instances, plus the CUDA contexts of
+  sleeping ones) stays within it (the memory-matched `lru@POINT` baseline: the router's
+  own, the gateway has no budget).
+
+Planned tiers (`Slot.hours`, `idle_timeout_s`): at the start of each hour a sleeping
+instance wakes ahead of its requests when the hour is one of its awake hours
+(`tiering.wakes_ahead`), and an awake host/disk instance with nothing to do sleeps
+`idle_timeout_s` after its last request once outside its awake hours (`tiering.sleep_due_s`).
+Stand-ins (`substitutes`): a request that would wait goes to a ready instance of a stand-in
+model when the model's rule says so (`tiering.substitute`); the wake still happens unless
+the rule says not to.
 
 A sleeping instance is woken again by the next request for its model, after the instance
 that displaced it has drained in turn: the GPUs pass between models in arrival order.
-`gpu`-tier instances never sleep. With `idle_timeout_s`, an awake host/disk instance that
-has had nothing to do for that long goes to sleep by itself.
+`gpu`-tier instances never sleep.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from planner.optimizer import tiering
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
+from planner.schemas.plan import SubstituteRule
 
 
 @dataclass
@@ -54,6 +66,22 @@ class Slot:
     last_used_s: float = -math.inf
     cache: dict[int, int] = field(default_factory=dict)  # session -> epoch of its last call
     wakes: int = 0
+    hours: frozenset[int] = frozenset()  # hours of the day it is kept awake (host/disk)
+    variant: str = ""
+
+    @property
+    def lazy(self) -> bool:
+        """host/disk tier: may be put to sleep (`tiering.Tenant`)."""
+        return self.tier != "gpu"
+
+    @property
+    def awake_hours(self) -> frozenset[int]:
+        """`tiering.Tenant`."""
+        return self.hours
+
+
+def _up(s: Slot) -> bool:
+    return s.awake
 
 
 class Router:
@@ -69,6 +97,7 @@ class Router:
         gpu_memory_gib: dict[tuple[str, int], float] | None = None,
         idle_timeout_s: float | None = None,
         warm_budget_gib: float | None = None,
+        substitutes: dict[int, tuple[SubstituteRule, list[tuple[Slot, float]]]] | None = None,
     ):
         self.slots = slots
         self.by_model = by_model
@@ -77,20 +106,30 @@ class Router:
         self.capacity = gpu_memory_gib or {}
         self.idle_timeout_s = idle_timeout_s
         self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (policy "lru" only)
+        # model -> (its rule, the stand-in slots with their quality penalty)
+        self.substitutes = substitutes or {}
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
                 self.on_gpu.setdefault(g, []).append(s.index)
-        # Co-tenants a wake may displace: host/disk instances sharing a GPU.
+        # Instances sharing a GPU (plan order), and the host/disk ones a wake may displace.
+        self.near: dict[int, list[Slot]] = {}
         self.overlaps: dict[int, list[int]] = {}
         for s in slots:
-            near = {j for g in s.gpus for j in self.on_gpu[g]} - {s.index}
-            self.overlaps[s.index] = sorted(j for j in near if slots[j].tier != "gpu")
+            near = sorted({j for g in s.gpus for j in self.on_gpu[g]} - {s.index})
+            self.near[s.index] = [slots[j] for j in near]
+            self.overlaps[s.index] = [j for j in near if slots[j].tier != "gpu"]
+        self.cands: dict[int, list[Slot]] = {m: [slots[i] for i in c] for m, c in by_model.items()}
+        self.lazy = [s for s in slots if s.lazy]
+        self.scheduled = [s for s in self.lazy if s.hours]  # woken ahead of their requests
+        self.next_hour_s = math.inf  # next hour start the schedule acts on
+        self.now_s = -math.inf  # time of the decision being made
 
     # -- start state --------------------------------------------------------------------------
     def start(self, t0: float) -> None:
         """Who is awake at the start: every gpu-tier instance, and host/disk instances in
         plan order as long as they displace nobody already awake."""
+        self.now_s = t0
         for s in self.slots:
             s.awake = s.tier == "gpu"
         for s in self.slots:
@@ -100,42 +139,110 @@ class Router:
             s.engine.free_s = t0
             if s.awake:
                 self.timeline.awake_from(s.index, t0, counted=False)
+        if self.scheduled:
+            self.next_hour_s = tiering.next_hour_s(t0)
 
     # -- routing ------------------------------------------------------------------------------
-    def route(self, model: int, t: float) -> tuple[int, float]:
-        """(slot index, time the request can enter its engine); slot -1: no instance."""
-        cands = self.by_model.get(model)
+    def route(self, model: int, t: float) -> tuple[int, float, float]:
+        """(slot index, time the request can enter its engine, quality penalty: -1 unless a
+        stand-in serves it); slot -1: no instance."""
+        if t >= self.next_hour_s:
+            self._hours_until(t)
+        self.now_s = t
+        cands = self.cands.get(model)
         if not cands:
-            return -1, t
-        best, best_load = -1, 0
-        for i in cands:
-            s = self.slots[i]
-            if s.awake and s.tier != "gpu" and self.idle_timeout_s is not None:
-                self._maybe_idle_sleep(s, t)
-            if s.awake:
-                if len(cands) == 1:
-                    best = i
-                    break
-                load = s.engine.outstanding(t)
-                if best < 0 or load < best_load:
-                    best, best_load = i, load
-        if best < 0:
-            best = min(
-                cands,
-                key=lambda i: (sum(1 for j in self.overlaps[i] if self.slots[j].awake), i),
-            )
-            self._wake(self.slots[best], t)
-        s = self.slots[best]
-        s.last_used_s = t
-        return best, (s.ready_s if s.ready_s > t else t)
+            return -1, t, -1.0
+        if self.idle_timeout_s is not None:
+            for c in cands:
+                self._settle(c, t)
 
-    def _maybe_idle_sleep(self, s: Slot, t: float) -> None:
-        assert self.idle_timeout_s is not None
+        def load(c: Slot) -> int:
+            return c.engine.outstanding(t)
+
+        if len(cands) == 1:  # `tiering.route` of one instance, without its calls
+            s = cands[0] if cands[0].awake else None
+        else:
+            s = tiering.route(cands, _up, load)
+        if s is not None and s.ready_s <= t:
+            s.last_used_s = t
+            return s.index, t, -1.0
+        sub = self.substitutes.get(model)
+        if s is None:
+            s = tiering.choose_wake(cands, self._conflicts, load)
+            if sub is None or sub[0].wake:
+                self._wake(s, t)
+        if sub is not None:
+            wait_s = s.ready_s - t if s.awake else self._wait_estimate_s(s, t)
+            got = self._stand_in(sub, wait_s, t)
+            if got is not None:
+                return got
+            if not s.awake:  # no stand-in ready after all: the model wakes
+                self._wake(s, t)
+        s.last_used_s = t
+        return s.index, (s.ready_s if s.ready_s > t else t), -1.0
+
+    def _stand_in(
+        self, sub: tuple[SubstituteRule, list[tuple[Slot, float]]], wait_s: float, t: float
+    ) -> tuple[int, float, float] | None:
+        rule, cands = sub
+        if self.idle_timeout_s is not None:
+            for c, _ in cands:
+                self._settle(c, t)
+
+        def ready(c: Slot) -> bool:
+            return c.awake and c.ready_s <= t
+
+        got = tiering.substitute(rule, wait_s, cands, ready, lambda c: c.engine.outstanding(t))
+        if got is None:
+            return None
+        c, penalty = got
+        c.last_used_s = t
+        return c.index, t, penalty
+
+    def _wait_estimate_s(self, s: Slot, t: float) -> float:
+        """The wait a wake of `s` would cause, without waking it: its co-tenants' sleeps
+        and its wake (their drains are not known before they happen)."""
+        start = max(t, s.asleep_done_s)
+        for c in self._conflicts(s):
+            start = max(start, max(c.engine.free_s, c.ready_s, t) + c.sleep_s)
+        return start + s.wake_s - t
+
+    def _settle(self, s: Slot, t: float) -> None:
+        """Put `s` to sleep at the time its idle timeout ran out, if that is before `t`."""
+        if self.idle_timeout_s is None or not s.awake or s.tier == "gpu":
+            return
+        # Idle since its last request or its wake at the earliest: nothing due before.
+        if t <= max(s.last_used_s, s.ready_s) + self.idle_timeout_s:
+            return
         if s.engine.outstanding(t):
             return
         idle_since = max(s.engine.free_s, s.ready_s)
-        if idle_since + self.idle_timeout_s < t:
-            self._sleep(s, idle_since + self.idle_timeout_s)
+        at = tiering.sleep_due_s(s, idle_since, self.idle_timeout_s)
+        if at < t:
+            self._sleep(s, at)
+
+    def _hours_until(self, t: float) -> None:
+        """Wake, at the start of each hour up to `t`, the sleeping instances whose awake
+        hours begin (the instances' idle sleeps before it first)."""
+        while self.next_hour_s <= t:
+            tb = self.next_hour_s
+            self.now_s = tb
+            for s in self.lazy:
+                self._settle(s, tb)
+            for s in self.scheduled:
+                if s.awake or not tiering.in_hours(s, tb):
+                    continue
+                victims = self._conflicts(s)
+                if tiering.wakes_ahead(s, victims, lambda c, t=tb: c.engine.outstanding(t), tb):
+                    self._wake(s, tb)
+            self.next_hour_s = tb + tiering.HOUR_S
+
+    def settle_until(self, end_s: float) -> None:
+        """The end of the trace: the hour starts and idle sleeps due before `end_s`."""
+        if end_s >= self.next_hour_s:
+            self._hours_until(end_s)
+        for s in self.lazy:
+            self._settle(s, end_s)
 
     # -- tier changes -------------------------------------------------------------------------
     def _sleep(self, s: Slot, at_s: float) -> None:
@@ -146,11 +253,9 @@ class Router:
     def _wake(self, s: Slot, t: float) -> None:
         if self.idle_timeout_s is not None:  # co-tenants idle past the timeout slept already
             for j in self.overlaps[s.index]:
-                if self.slots[j].awake:
-                    self._maybe_idle_sleep(self.slots[j], t)
+                self._settle(self.slots[j], t)
         start = max(t, s.asleep_done_s)
-        for j in self._conflicts(s):
-            c = self.slots[j]
+        for c in self._conflicts(s):
             drained = max(c.engine.drain(), c.ready_s, t)  # finishes what it holds
             self._sleep(c, drained)
             start = max(start, c.asleep_done_s)
@@ -161,57 +266,40 @@ class Router:
         s.engine.free_s = max(s.engine.free_s, s.ready_s)
         self.timeline.awake_from(s.index, start)
 
-    def _conflicts(self, s: Slot) -> list[int]:
-        """Awake co-tenants that must sleep before `s` can be awake."""
-        awake = [j for j in self.overlaps[s.index] if self.slots[j].awake]
-        if self.policy != "lru" or not (awake or self.warm_budget_gib is not None):
-            return awake
-        out: set[int] = set()
-        for g in s.gpus if awake else ():
-            cap = self.capacity.get(g, math.inf)
-            used = s.awake_gib
-            for j in self.on_gpu[g]:
-                if j == s.index:
-                    continue
-                o = self.slots[j]
-                used += o.awake_gib if (o.awake and j not in out) else o.context_gib
-            victims = sorted(
-                (j for j in self.on_gpu[g] if j in awake and j not in out),
-                key=lambda j: (self.slots[j].last_used_s, j),
-            )
-            for j in victims:
-                if used <= cap + 1e-9:
-                    break
-                out.add(j)
-                used -= self.slots[j].awake_gib - self.slots[j].context_gib
-        if self.warm_budget_gib is not None:
-            self._budget_victims(s, out)
-        return sorted(out)
+    def _conflicts(self, s: Slot) -> list[Slot]:
+        """Awake co-tenants that must sleep before `s` can be awake (at `now_s`)."""
+        out = tiering.displaced(
+            s, self.near[s.index], policy=self.policy, capacity_gib=self.capacity, t_s=self.now_s
+        )
+        if self.policy == "lru" and self.warm_budget_gib is not None:
+            out = self._budget_victims(s, out)
+        return out
 
-    def _budget_victims(self, s: Slot, out: set[int]) -> None:
-        """Add to `out` the least recently used awake lazy instances (anywhere) until the
-        point's warm memory with `s` awake fits the budget. A wake that cannot fit even with
-        every other instance asleep goes ahead (the budget is then exceeded, not the trace
-        left unserved)."""
+    def _budget_victims(self, s: Slot, out: list[Slot]) -> list[Slot]:
+        """`out` and the least recently used awake lazy instances (anywhere) until the
+        point's warm memory with `s` awake fits the budget (plan order). A wake that cannot
+        fit even with every other instance asleep goes ahead (the budget is then exceeded,
+        not the trace left unserved)."""
         assert self.warm_budget_gib is not None
         slots = self.slots
+        chosen = {o.index for o in out}
 
         def extra(o: Slot) -> float:  # GiB an awake instance holds beyond its context
             return (o.awake_gib - (o.context_gib if o.tier != "gpu" else 0.0)) * len(o.gpus)
 
         warm = extra(s) + sum(o.context_gib * len(o.gpus) for o in slots if o.tier != "gpu")
         warm += sum(
-            extra(o) for o in slots if o.awake and o.index != s.index and o.index not in out
+            extra(o) for o in slots if o.awake and o.index != s.index and o.index not in chosen
         )
-        if warm <= self.warm_budget_gib + 1e-9:
-            return
-        for o in sorted(
-            (o for o in slots if o.awake and o.tier != "gpu" and o.index != s.index),
-            key=lambda o: (o.last_used_s, o.index),
-        ):
-            if o.index in out:
-                continue
-            out.add(o.index)
-            warm -= extra(o)
-            if warm <= self.warm_budget_gib + 1e-9:
-                return
+        if warm > self.warm_budget_gib + 1e-9:
+            for o in sorted(
+                (o for o in slots if o.awake and o.tier != "gpu" and o.index != s.index),
+                key=lambda o: (o.last_used_s, o.index),
+            ):
+                if o.index in chosen:
+                    continue
+                chosen.add(o.index)
+                warm -= extra(o)
+                if warm <= self.warm_budget_gib + 1e-9:
+                    break
+        return [o for o in slots if o.index in chosen]

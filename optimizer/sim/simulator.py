@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from planner.optimizer import tiering
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim import lonememo
 from planner.optimizer.sim.event import Timeline
-from planner.optimizer.sim.instance import Engine
+from planner.optimizer.sim.instance import Engine, lone_times
 from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
 from planner.optimizer.sim.metrics import SimResult, met_slo
 from planner.optimizer.sim.request import Outcome, Requests, to_requests
@@ -56,10 +57,12 @@ def simulate(
     """Serve `trace` (DataFrame, mapping of arrays or `Requests`) with the instances of `point`.
 
     `perfs` maps instance id -> InstancePerf. `sleep_after_idle_s`: host/disk instances also
-    sleep after that long with nothing to do. `policy="lru"` lets a wake displace only as
-    many co-tenants as GPU memory (`gpu_memory_gib` per (node, device)) requires, least
-    recently used first; `warm_budget_gib` also caps the warm memory of the whole point
-    (see `Router`). `compiled`: run engines on the numba loop (`kernel`, same numbers;
+    sleep after that long with nothing to do, outside their awake hours (default: the
+    point's `idle_sleep_s`). A wake displaces only as many co-tenants as GPU memory
+    (`gpu_memory_gib` per (node, device), default: the point's `gpu_usable_gib`) requires;
+    `policy="lru"` takes the least recently used first and `warm_budget_gib` also caps the
+    warm memory of the whole point (see `Router`). The point's `substitutes` send requests
+    to stand-ins (`tiering.substitute`). `compiled`: run engines on the numba loop (`kernel`, same numbers;
     default: when numba is installed) or on the pure-Python reference. `model_names` fixes the model order of the per-model figures
     (default: the point's models, then any others in the trace). Deterministic: no
     randomness, no clock. Callers that simulate one trace many times should convert it
@@ -77,6 +80,12 @@ def simulate(
     t0 = float(req.arrival_s[0]) if n else 0.0
     midx = {m: k for k, m in enumerate(req.model_names)}
 
+    if sleep_after_idle_s is None:
+        sleep_after_idle_s = point.idle_sleep_s
+    if gpu_memory_gib is None and policy == "plan":
+        gpu_memory_gib = {
+            (node, d): gib for node, devs in point.gpu_usable_gib.items() for d, gib in devs.items()
+        }
     slots: list[Slot] = []
     by_model: dict[int, list[int]] = {}
     missing = [i.id for i in point.instances if i.id not in perfs]
@@ -102,9 +111,14 @@ def simulate(
                 engine=engine_cls(perf, out.first_token_s, out.finish_s),
                 offload_tokens=_offload_tokens(ins.kv_cpu_offload_gib, perf),
                 h2d_s_per_token=_h2d_s_per_token(perf),
+                hours=frozenset(ins.awake_hours),
+                variant=ins.variant,
             )
         )
         by_model.setdefault(m, []).append(k)
+    subs = _substitutes(point, slots, by_model, midx)
+    # Stand-ins take requests of other models: every model of a rule goes through the router.
+    routed_models = set(subs) | {c.model for _, cs in subs.values() for c, _ in cs}
     timeline = Timeline(start_s=t0)
     router = Router(
         slots,
@@ -114,6 +128,7 @@ def simulate(
         gpu_memory_gib=gpu_memory_gib,
         idle_timeout_s=sleep_after_idle_s,
         warm_budget_gib=warm_budget_gib if policy == "lru" else None,
+        substitutes=subs,
     )
     router.start(t0)
 
@@ -136,13 +151,18 @@ def simulate(
         local[idx] = np.arange(len(idx))
         inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
         s0 = slots[cands[0]]
-        alone = len(cands) == 1 and (
-            s0.tier == "gpu"
-            or (
-                not router.overlaps[s0.index]
-                and sleep_after_idle_s is None
-                and router.warm_budget_gib is None  # a budget displaces across GPUs
-                and s0.awake
+        alone = (
+            len(cands) == 1
+            and m not in routed_models
+            and (
+                s0.tier == "gpu"
+                or (
+                    not router.overlaps[s0.index]
+                    and sleep_after_idle_s is None
+                    and not s0.hours
+                    and router.warm_budget_gib is None  # a budget displaces across GPUs
+                    and s0.awake
+                )
             )
         )
         key = (id(req), m, perfs[s0.id])
@@ -158,7 +178,11 @@ def simulate(
             if memo:
                 _remember(key, req, s0, idx, out)
             continue
-        if engine_cls is not Engine and all(slots[i].tier == "gpu" for i in cands):
+        if (
+            engine_cls is not Engine
+            and m not in routed_models
+            and all(slots[i].tier == "gpu" for i in cands)
+        ):
             from planner.optimizer.sim.replicas import run_replicas  # compiled path: numba
 
             run_replicas([slots[i] for i in cands], m, idx, req, out, perfs, memo=memo)
@@ -170,20 +194,34 @@ def simulate(
         routed.append(idx)
 
     if routed:
-        _run_routed(np.sort(np.concatenate(routed)), req, out, slots, router, local, lone)
+        _run_routed(np.sort(np.concatenate(routed)), req, out, slots, router, local, lone, perfs)
 
     for s in slots:
         s.engine.drain()
     done = out.finish_s[np.isfinite(out.finish_s)]
     end_s = max(float(done.max()) if len(done) else t0, float(req.arrival_s[-1]) if n else t0)
-    if sleep_after_idle_s is not None:
-        for s in slots:
-            if s.awake and s.tier != "gpu":
-                idle_since = max(s.engine.free_s, s.ready_s)
-                if idle_since + sleep_after_idle_s < end_s:
-                    router._sleep(s, idle_since + sleep_after_idle_s)
+    router.settle_until(end_s)
     timeline.close(end_s)
     return _result(point, req, out, slots, timeline, t0, end_s, slo, over)
+
+
+def _substitutes(
+    point: Point, slots: list[Slot], by_model: dict[int, list[int]], midx: dict[str, int]
+) -> dict[int, tuple[Any, list[tuple[Slot, float]]]]:
+    """model index -> (its substitute rule, the stand-in slots and their quality penalty),
+    for the models of the point's rules that are in the trace and have a stand-in."""
+    out = {}
+    for name, rule in point.substitutes.items():
+        if name not in midx:
+            continue
+
+        def instances_of(model: str) -> list[Slot]:
+            return [slots[i] for i in by_model.get(midx.get(model, -2), [])]
+
+        cands = tiering.stand_ins(rule, instances_of, lambda s: s.variant)
+        if cands:
+            out[midx[name]] = (rule, cands)
+    return out
 
 
 def _engine_class(compiled: bool | None) -> type:
@@ -347,6 +385,7 @@ def _run_routed(
     router: Router,
     local: np.ndarray,
     lone: dict[int, tuple[list[float], ...]],
+    perfs: dict[str, InstancePerf],
 ) -> None:
     """Requests of routed models, one by one in arrival order."""
     arrival = req.arrival_s[order].tolist()
@@ -363,12 +402,20 @@ def _run_routed(
     route = router.route
     for q, rid in enumerate(rids):
         t = arrival[q]
-        i, t_in = route(model[q], t)
+        i, t_in, penalty = route(model[q], t)
         s = slots[i]
         t_in += s.engine_delay_s
+        inst_of[rid] = i
+        if penalty >= 0:  # a stand-in answers: its own lone times, no prefix of this session
+            out.substituted[rid] = True
+            out.quality_penalty[rid] = penalty
+            pf, tot = lone_times(
+                perfs[s.id], np.array([inp[q]]), np.zeros(1, np.int64), np.array([outk[q]])
+            )
+            s.engine.submit(rid, t_in, inp[q], 0, outk[q], float(pf[0]), float(tot[0]))
+            continue
         if t_in > t + s.engine_delay_s:
             wait[rid] = t_in - t - s.engine_delay_s
-        inst_of[rid] = i
         j = loc[q]
         key = sess[q]
         c = cached[q]
@@ -452,6 +499,8 @@ def _result(
         memory_curve=curve,
         instance_models=tuple(s.model for s in slots),
         over_context=over_context,
+        substituted=out.substituted,
+        quality_penalty=out.quality_penalty,
     )
 
 

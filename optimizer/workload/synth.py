@@ -572,5 +572,7 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
         "user": user_names[s_user[c_sess[idx]]],
         "session": sess_names[c_sess[idx]],
         "cached_tokens": cached[idx],
+        "served_by": np.full(len(idx), "", dtype=object),
+        "substituted": np.zeros(len(idx), dtype=np.int64),
     }
     return pd.DataFrame({c: pd.Series(cols[c], dtype=DTYPES[c]) for c in COLUMNS})

@@ -169,7 +169,66 @@ def parse(data: Any, kind: str, file: str = "<data>") -> BaseModel:
         raise validation_to_input_error(e, file, kind, model) from None
     if isinstance(obj, Models):
         _resolve_architectures(obj, file)
+        check_substitutes(obj, file)
     return obj
+
+
+def check_substitutes(models: Models, file: str = "<models>") -> None:
+    """Declared stand-ins name known models and variants other than the model itself, hold
+    the model's whole context, and never lead back to it (no cycle of stand-ins)."""
+    names = models.names
+    for i, m in enumerate(models.models):
+        for j, sub in enumerate(m.substitutes):
+            where = f"models[{i}].substitutes[{j}]"
+            if sub.model not in names:
+                raise InputError(
+                    f"stand-in {sub.model!r} of {m.name!r} is not a model of this file"
+                    f"{did_you_mean(sub.model, names)}",
+                    file=file,
+                    path=f"{where}.model",
+                    fix=f"name one of {names}",
+                )
+            other = models.model(sub.model)
+            if sub.variant is not None and sub.variant not in [v.name for v in other.variants]:
+                raise InputError(
+                    f"{sub.model!r} has no variant {sub.variant!r}",
+                    file=file,
+                    path=f"{where}.variant",
+                    fix=f"use one of {[v.name for v in other.variants]} or leave it out",
+                )
+            if other.max_context < m.max_context:
+                raise InputError(
+                    f"stand-in {sub.model!r} holds {other.max_context} tokens of context, fewer "
+                    f"than {m.name!r}'s max_context {m.max_context}",
+                    file=file,
+                    path=f"{where}.model",
+                    fix=f"name a model with max_context >= {m.max_context}, or lower "
+                    f"models[{i}].max_context",
+                )
+        cycle = _substitute_cycle(models, m.name)
+        if cycle:
+            raise InputError(
+                "stand-ins form a cycle: " + " -> ".join(cycle),
+                file=file,
+                path=f"models[{i}].substitutes",
+                fix=f"remove {cycle[1]!r} from the substitutes of {m.name!r} (or the link "
+                "back): a model cannot stand in for a model that stands in for it",
+            )
+
+
+def _substitute_cycle(models: Models, start: str) -> list[str]:
+    """A chain of stand-ins from `start` back to itself ([] when there is none)."""
+    stack = [(start, [start])]
+    seen: set[str] = set()
+    while stack:
+        name, path = stack.pop()
+        for sub in models.model(name).substitutes:
+            if sub.model == start:
+                return [*path, start]
+            if sub.model not in seen:
+                seen.add(sub.model)
+                stack.append((sub.model, [*path, sub.model]))
+    return []
 
 
 def _resolve_architectures(models: Models, file: str) -> None:

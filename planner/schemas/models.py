@@ -25,6 +25,21 @@ class Variant(Strict):
     )
 
 
+class Substitute(Strict):
+    """A model whose awake instances may answer for another while that one wakes."""
+
+    model: SafeName = Field(description="name of the stand-in model (models.yaml)")
+    variant: SafeName | None = Field(
+        default=None, description="only instances running this variant stand in; None: any"
+    )
+    quality_penalty: float = Field(
+        default=0.0, ge=0, le=1, description="quality lost when it answers instead, 0..1"
+    )
+
+
+SubstituteWhen = Literal["never", "wake_exceeds_slo", "always_while_waking"]
+
+
 class ModelEntry(Strict):
     """One model agents call by `name`."""
 
@@ -37,6 +52,17 @@ class ModelEntry(Strict):
         default=32768, ge=16, le=2_097_152, description="longest context, tokens"
     )
     priority: int = Field(default=1, ge=0, le=100, description="higher: served first when short")
+    substitutes: list[Substitute] = Field(
+        default_factory=list, description="awake models that may answer while this one wakes"
+    )
+    substitute_when: SubstituteWhen = Field(
+        default="never",
+        description="when a stand-in answers: the predicted wake exceeds the switch SLO, "
+        "or always while waking",
+    )
+    wake_on_substitute: bool = Field(
+        default=True, description="a request a stand-in answers still wakes this model"
+    )
     _arch: ModelArch | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)
 

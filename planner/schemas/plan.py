@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from planner.schemas.common import SafeName, Strict, duplicates
+from planner.schemas.models import Substitute
 
 Tier = Literal["gpu", "host", "disk"]
 
@@ -24,10 +25,13 @@ class MemoryGib(Strict):
     weights: float = Field(ge=0, description="weights on each GPU, GiB")
     kv: float = Field(ge=0, description="KV cache on each GPU, GiB")
     overhead: float = Field(ge=0, description="activations, CUDA graphs, context, GiB")
+    asleep: float = Field(
+        default=0.0, ge=0, description="what the process keeps on each GPU asleep (context), GiB"
+    )
 
     @property
     def total(self) -> float:
-        """Sum of the three, GiB."""
+        """Awake: weights, KV cache and overhead, GiB."""
         return self.weights + self.kv + self.overhead
 
 
@@ -65,6 +69,11 @@ class Instance(Strict):
     gpus: list[int] = Field(default_factory=list, description="device indices on that node")
     tp: int = Field(default=1, ge=1, le=64, description="tensor-parallel degree")
     tier: Tier = Field(default="gpu", description="gpu: always awake; host/disk: sleeps when idle")
+    awake_hours: list[int] = Field(
+        default_factory=list,
+        description="host/disk: hours of the day (UTC, 0-23) it is woken ahead of its requests "
+        "and kept awake; []: woken by requests only",
+    )
     shares_gpu_with: list[str] = Field(
         default_factory=list,
         description="ids of this point's instances on a common GPU (they time-share it)",
@@ -84,6 +93,13 @@ class Instance(Strict):
         dup = duplicates(self.gpus)
         if dup:
             raise ValueError(f"GPU ids {dup} are listed twice; an instance uses each GPU once")
+        if self.awake_hours:
+            if self.tier == "gpu":
+                raise ValueError(
+                    "awake_hours is for host/disk instances (gpu-tier ones never sleep)"
+                )
+            if any(not 0 <= h <= 23 for h in self.awake_hours) or duplicates(self.awake_hours):
+                raise ValueError(f"awake_hours {self.awake_hours}: distinct hours 0-23")
         return self
 
 
@@ -96,6 +112,19 @@ class Predicted(Strict):
     slo_attainment: float = 1.0
     warm_gpu_gib: float = 0.0
     gpus_used: int = 0
+
+
+class SubstituteRule(Strict):
+    """When a model's requests go to an awake stand-in (models.yaml `substitutes`)."""
+
+    when: Literal["wake_exceeds_slo", "always_while_waking"] = Field(
+        description="the predicted wait exceeds max_wait_s, or any wait"
+    )
+    max_wait_s: float | None = Field(
+        default=None, ge=0, description="the model's switch SLO; None: no target, never exceeded"
+    )
+    wake: bool = Field(default=True, description="the model still wakes")
+    to: list[Substitute] = Field(min_length=1, description="the stand-ins, in declared order")
 
 
 class Point(Strict):
@@ -111,6 +140,20 @@ class Point(Strict):
     )
     instances: list[Instance] = Field(default_factory=list, description="the vLLM servers")
     notes: list[str] = Field(default_factory=list, description="binding constraints, warnings")
+    idle_sleep_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="host/disk instances sleep after this long without a request, outside "
+        "their awake_hours, s; None: only when a co-tenant's wake needs the memory",
+    )
+    gpu_usable_gib: dict[str, dict[int, float]] = Field(
+        default_factory=dict,
+        description="node -> device -> GiB the plan may fill (co-tenants awake together up to "
+        "it); a GPU not listed holds one host/disk instance awake at a time",
+    )
+    substitutes: dict[str, SubstituteRule] = Field(
+        default_factory=dict, description="model -> when its requests go to a stand-in"
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Point:

@@ -33,6 +33,12 @@ class Slo(Strict):
     attainment: float = Field(
         default=0.99, gt=0, le=1, description="share of requests that must meet every target"
     )
+    max_quality_cost: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="most quality lost to stand-ins (penalties summed over requests / requests)",
+    )
 
     def for_model(self, model: str) -> Targets:
         """Default targets overlaid with the model's overrides."""

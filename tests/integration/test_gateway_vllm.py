@@ -51,6 +51,13 @@ class Recording:
         self.calls.append(("sleep", instance_id))
         self.inner.sleep(instance_id)
 
+    def restart(self, instance_id: str, timeout_s: float):
+        self.calls.append(("restart", instance_id))
+        return self.inner.restart(instance_id, timeout_s)
+
+    def follow(self):
+        return self.inner.follow()
+
 
 def _instance(iid: str, model: str, port: int) -> dict:
     return {
@@ -215,8 +222,77 @@ def test_killed_instance_is_restarted(gw):
     os.killpg(h.pid, signal.SIGKILL)
     r = gw.c.post("/v1/completions", json={"model": "tiny-b", "prompt": "again", "max_tokens": 2})
     assert r.status_code == 200, r.text
-    assert gw.control.calls[-1] == ("wake", "b0")
+    assert gw.control.calls[-1] == ("restart", "b0")
     assert gw.control.status()["b0"][1].pid != h.pid
+    assert gw.state.get("b0").restarts == 1  # counted (`planner status`) and journaled
+    assert any(
+        j["action"] == "restart" and j["instance"] == "b0" for j in gw.state.journal_entries()
+    )
+
+
+def _engine_metric(port: int, name: str) -> float:
+    """A counter or gauge of the engine's Prometheus /metrics (summed over its labels)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(name + "{") or line.startswith(name + " ")
+    )
+
+
+def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
+    """Non-streaming, the gateway closes the upstream request when its client leaves: vLLM
+    stops generating (fewer tokens than asked), and the gateway logs 499, not 502."""
+    import socket
+
+    port = gw.control.status()["b0"][1].port
+    gen0 = _engine_metric(port, "vllm:generation_tokens_total")
+    body = json.dumps({"model": "tiny-b", "prompt": "count", "max_tokens": 900,
+                       "ignore_eos": True}).encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", gw.th.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                  + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while _engine_metric(port, "vllm:num_requests_running") < 1:  # it reached the engine
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    deadline = time.monotonic() + 120
+    while _engine_metric(port, "vllm:num_requests_running") > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert _engine_metric(port, "vllm:generation_tokens_total") - gen0 < 900  # aborted
+    failures = _wait_failures(gw.dir, lambda r: r["status"] == 499)
+    assert failures[-1]["error"] == "client gone"
+    assert 'status="502"' not in gw.c.get("/metrics").text
+
+
+def test_an_awake_model_queues_past_its_bound_then_refuses(gw):
+    """tiny-b (max_num_seqs 4, admit factor 2) takes 8 requests at once, queues 1 more
+    (queue limit 1), and refuses the rest with 503 and Retry-After."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = {"model": "tiny-b", "prompt": "x", "max_tokens": 200, "ignore_eos": True}
+    with ThreadPoolExecutor(16) as ex:
+        got = list(ex.map(lambda _: gw.c.post("/v1/completions", json=body), range(16)))
+    codes = sorted(r.status_code for r in got)
+    assert codes.count(200) >= 9 and set(codes) <= {200, 503} and 503 in codes, codes
+    assert all(int(r.headers["Retry-After"]) >= 1 for r in got if r.status_code == 503)
+
+
+def _wait_failures(d: Path, pred) -> list[dict]:
+    import sqlite3
+
+    deadline = time.monotonic() + 10
+    while True:
+        con = sqlite3.connect(d / "state" / "requests.sqlite")
+        con.row_factory = sqlite3.Row
+        try:
+            rows = [dict(r) for r in con.execute("SELECT * FROM failures ORDER BY timestamp")]
+        finally:
+            con.close()
+        if any(pred(r) for r in rows) or time.monotonic() > deadline:
+            return [r for r in rows if pred(r)]
+        time.sleep(0.1)
 
 
 def test_request_log_reads_as_a_trace(gw):

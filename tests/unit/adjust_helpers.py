@@ -178,11 +178,14 @@ def window(df: pd.DataFrame, start_s: float, length_s: float = 3600.0) -> pd.Dat
 
 
 def mix_scorer(point, win: pd.DataFrame) -> dict:
-    """A stand-in simulator: a point pays 20 s of switch P95 per unit share of its cold model."""
+    """A stand-in simulator: a point pays 20 s of switch P95 per unit share of its cold model,
+    and each request of its cold model waits 10 s."""
     hot = A if point.name == "a-hot" else B
     n = len(win)
-    cold_share = float((win["model"].astype(str) != hot).mean()) if n else 0.0
+    cold = int((win["model"].astype(str) != hot).sum()) if n else 0
+    cold_share = cold / n if n else 0.0
     return {
+        "switch_wait_sum_s": 10.0 * cold,
         "slo_attainment": 0.99,
         "ttft_p95_s": 1.0,
         "tpot_p95_s": 0.05,

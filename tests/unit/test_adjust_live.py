@@ -1,4 +1,8 @@
-"""`planner adjust --once` against a state dir: the gateway's log, the journal, the lease, apply."""
+"""`planner adjust` live: `live.tick` on the gateway's request log, the journal, the lease, apply.
+
+The request log here is a real SQLite file written by the gateway's own `RequestLog`, with
+epoch timestamps as the gateway writes them.
+"""
 
 from __future__ import annotations
 
@@ -9,27 +13,67 @@ import time
 
 import adjust_helpers as h
 import pytest
+from test_apply_fake import FakeBackend
 
-from planner.adjuster.decisions import DecisionLog, read_window
-from planner.adjuster.gateway import LOG_COLUMNS, RequestLog
+from planner.adjuster.decisions import DecisionLog
+from planner.adjuster.gateway import LOG_COLUMNS, RequestLog, RequestLogSource
+from planner.adjuster.live import TickConfig, tick, window_at
+from planner.adjuster.policy import AdjustConfig, AdjustState
+from planner.adjuster.replay import replay
+from planner.adjuster.state import StateStore
 from planner.cli.main import main
 
 DAY = 86400.0
+EPOCH0 = 1_699_920_000.0  # a UTC midnight: the hour of day survives the shift
 
 
-def _log_window(state_dir, df, start_s: float, now: float) -> int:
-    """The trace rows of [start_s, start_s + 1 h) as the gateway's log of the last hour."""
-    win = h.window(df, start_s)
+def write_log(state_dir, df, shift_s: float) -> int:
+    """The trace's rows as the gateway logs them (timestamps + `shift_s`)."""
     log = RequestLog(state_dir / "requests.sqlite")
-    for r in win.itertuples():
-        t = now - 3600.0 + (r.timestamp - start_s)
-        row = dict(timestamp=t, user=r.user, session=r.session, model=r.model,
+    for r in df.itertuples():
+        row = dict(timestamp=r.timestamp + shift_s, user=r.user, session=r.session, model=r.model,
                    input_tokens=r.input_tokens, output_tokens=r.output_tokens,
                    cached_tokens=r.cached_tokens, ttft_s=0.1, latency_s=1.0, switch_wait_s=0.0,
-                   status=200, instance=f"{r.model}-0")  # fmt: skip
+                   status=200, instance=f"{r.model}-0", served_by=r.model,
+                   substituted=0)  # fmt: skip
         log.add(tuple(row[c] for c in LOG_COLUMNS))
     log.close()
-    return len(win)
+    return len(df)
+
+
+def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
+    """A planner-only day, then two days with coder-32b too (the third foreseen by the
+    second), in the gateway's SQLite log with epoch timestamps: every hourly tick sees the
+    same window, the same forecast counts and takes the same decision as the replay of the
+    same requests (trace seconds)."""
+    tr = h.adoption_trace(days=3, adoption_day=1)
+    p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
+    perfs, slo = h.perfs(p), h.slo()
+    cfg = AdjustConfig(min_dwell_s=3600.0)
+    out = replay(p, tr, slo, perfs, cfg)
+    state = tmp_path / "state"
+    write_log(state, tr, EPOCH0)
+    src = RequestLogSource(state)
+    assert len(window_at(src, EPOCH0 + DAY + 10 * 3600, 3600)) == len(h.window(tr, DAY + 9 * 3600))
+    tcfg = TickConfig(
+        policy=cfg, slo=slo, perfs=perfs, plan_sha="live",
+        start=AdjustState(point=p.selected, since_s=EPOCH0, config=cfg),
+        model_names=[h.A, h.B],
+    )  # fmt: skip
+    be = FakeBackend(supports_sleep=True)
+    live = []
+    with StateStore(state) as store:
+        for d in out["decisions"]:
+            res = tick(EPOCH0 + d["at_s"], src, be, store, p, tcfg)
+            live.append({
+                "at_s": res.now_s - EPOCH0, "kind": res.action.kind, "from": res.action.from_point,
+                "point": res.action.point, "requests": len(res.window),
+                "forecast_window_requests": list(res.forecast_requests),
+            })  # fmt: skip
+    tracked = [d for d in out["decisions"] if any(d["forecast_window_requests"])]
+    assert tracked, "the replay never looked ahead: the test proves nothing"
+    assert any(d["kind"] == "hop" for d in out["decisions"])
+    assert live == out["decisions"]
 
 
 @pytest.fixture
@@ -40,7 +84,9 @@ def setup(tmp_path):
     plan_file = h.write_inputs(tmp_path, p)
     state = tmp_path / "state"
     state.mkdir()
-    n = _log_window(state, tr, DAY + 14 * 3600.0, time.time())  # shared thrashes
+    start = DAY + 14 * 3600.0  # shared thrashes in this hour
+    now = time.time()
+    n = write_log(state, h.window(tr, start), now - 3600.0 - start)
     return plan_file, state, n
 
 
@@ -54,15 +100,6 @@ def _run(argv, capsys) -> tuple[int, dict | str]:
         return e.value.code, out
 
 
-def test_read_window_keeps_the_hour_of_day(setup):
-    _, state, n = setup
-    now = time.time()
-    win = read_window(state, now, 3600.0)
-    assert len(win) == n
-    assert win["timestamp"].between(0, 2 * DAY).all()
-    assert len(read_window(state, now - 7200.0, 3600.0)) == 0
-
-
 def test_dry_run_decides_and_journals_without_applying(setup, capsys):
     plan_file, state, n = setup
     code, out = _run(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once",
@@ -73,40 +110,38 @@ def test_dry_run_decides_and_journals_without_applying(setup, capsys):
     assert d["kind"] == "hop" and d["from"] == "shared" and d["point"] == "split"
     assert set(d["reasons"]["points"]) == {"shared", "split"}
     assert d["reasons"]["drift_plan"]["verdict"] == "drift"
-    assert out["apply"] is None
+    assert out["apply"] is None and out["hop"] is None
     with DecisionLog(state) as log:
         rows = log.entries()
         assert [r["action"] for r in rows] == ["hop"] and rows[0]["dry_run"] == 1
         assert log.last_state("x") is None  # a dry run is not a state to continue from
 
 
-def test_once_applies_the_hop_then_holds_in_the_dwell(setup, capsys, monkeypatch):
-    from test_apply_fake import FakeBackend
+def test_tick_applies_the_hop_then_holds_in_the_dwell(setup):
+    """`tick` with the fake backend: the hop is applied, journaled, and the next tick
+    continues from the journaled state (no CLI monkeypatching needed)."""
+    from planner.cli import adjust_inputs
 
-    import planner.cli.apply as cli_apply
-
-    be = FakeBackend(supports_sleep=True)
-    monkeypatch.setattr(cli_apply, "make_backend", lambda *a, **k: be)
     plan_file, state, _ = setup
-    argv = ["adjust", "--plan", plan_file, "--state-dir", str(state), "--once", "--json"]
-    code, out = _run([*argv, "--min-dwell", "0", "--confirm", "1"], capsys)
-    assert code == 0, out
-    assert out["decision"]["kind"] == "hop" and out["apply"]["point"] == "split"
-    assert {a["instance"] for a in out["apply"]["actions"]} >= {"planner-7b-0", "coder-32b-0"}
-    from planner.adjuster.state import StateStore
-
-    with StateStore(state) as st:
-        assert st.meta()["point"] == "split"
-        assert any(j["action"] == "adjust" for j in st.journal_entries())
-    code, out = _run([*argv, "--min-dwell", "2h"], capsys)  # the next run starts from the journal
-    assert code == 0
-    assert out["decision"]["kind"] == "hold" and out["decision"]["from"] == "split"
+    inp = adjust_inputs.load(plan_file, None, None, None)
+    be = FakeBackend(supports_sleep=True)
+    cfg = AdjustConfig(min_dwell_s=0, confirm_windows=1)
+    with StateStore(state) as store:
+        tcfg = adjust_inputs.tick_config(inp, cfg, state_dir=state, dry_run=False, timeout_s=5)
+        res = tick(time.time(), RequestLogSource(state), be, store, inp.plan, tcfg)
+        assert res.action.kind == "hop" and res.apply is not None and res.apply.ok
+        assert res.hop is not None and res.hop.starts >= 1
+        assert {a.instance for a in res.apply.actions} >= {"planner-7b-0", "coder-32b-0"}
+        assert store.meta()["point"] == "split"
+        assert any(j["action"] == "adjust" for j in store.journal_entries())
+        tcfg.policy = AdjustConfig(min_dwell_s=7200.0)
+        res = tick(time.time(), RequestLogSource(state), be, store, inp.plan, tcfg)
+    assert res.action.kind == "hold" and res.state_before.point == "split"
+    assert res.state_before.hop_times_s  # the journaled state of the first tick
 
 
 def test_lease_held_exits_3(setup, capsys):
     plan_file, state, _ = setup
-    from planner.adjuster.state import StateStore
-
     with StateStore(state) as st:
         pass
     db = sqlite3.connect(state / "state.sqlite")

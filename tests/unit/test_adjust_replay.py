@@ -44,7 +44,9 @@ def test_replay_keys_and_request_counts(flip):
         assert m["warm_gpu_gib"] > 0
     assert 24 <= out["windows"] <= 48  # clock hours from 00:00 of day 0 to the last request
     for hop in out["hops"]:
-        assert set(hop) == {"at_s", "from", "to", "reason"}
+        assert set(hop) == {
+            "at_s", "from", "to", "reason", "restarts", "wakes", "sleeps", "stops", "tiers_only",
+        }  # fmt: skip
 
 
 def test_replay_hops_when_a_model_is_adopted(flip):

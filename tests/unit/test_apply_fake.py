@@ -35,6 +35,8 @@ class FakeBackend:
         return Handle(inst.id, inst.node, "127.0.0.1", inst.port, pid=pid, log_path=log_path)
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        if handle.pid not in self.alive:  # a process that is gone never gets ready
+            raise LaunchError(f"{handle.instance_id} exited", reason="unknown")
         reason = self.fail.get(handle.instance_id)
         if reason:
             self.alive.pop(handle.pid, None)
@@ -54,6 +56,9 @@ class FakeBackend:
     def wake(self, handle: Handle) -> None:
         self.alive[handle.pid] = "up"
         self.log.append(("wake", handle.instance_id))
+
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        return None  # no GPUs to read
 
 
 def inst(iid: str, port: int, gpus=(0,), tier="gpu", variant="bf16") -> dict:
@@ -219,15 +224,19 @@ def test_controller_uses_sleep_mode_when_present(tmp_path) -> None:
     assert st.get("h-0").status == "asleep" and be.alive[pid] == "asleep"
 
 
-def test_controller_heals_a_dead_instance_and_counts_it(tmp_path) -> None:
+def test_controller_restarts_a_dead_instance_and_counts_it(tmp_path) -> None:
     p = plan(("a", [inst("g-0", 8100)]))
     be, st = FakeBackend(), StateStore(tmp_path)
     run(p, "a", be, st)
     c = Controller(p, None, be, st, model_path_resolver=lambda i: "/m")
-    assert c.heal("g-0", timeout_s=5) is None  # healthy: nothing to do
-    st.update("g-0", started_at=0.0)  # it ran long ago: no backoff wait
-    be.alive.clear()
-    assert c.status()["g-0"][0] == "failed"
-    h = c.heal("g-0", timeout_s=5)
-    assert h is not None and c.status()["g-0"][0] == "awake"
-    assert st.get("g-0").restarts == 1
+    for n in (1, 2):  # two deaths, two restarts: counted and journaled as such
+        be.alive.clear()
+        assert c.status()["g-0"][0] == "failed"
+        h = c.restart("g-0", timeout_s=5)
+        assert c.status()["g-0"][0] == "awake" and st.get("g-0").pid == h.pid
+        assert st.get("g-0").restarts == n
+    journal = [j for j in st.journal_entries() if j["action"] == "restart"]
+    assert [j["detail"].split(";")[0] for j in journal] == [
+        "restart 1: the process died",
+        "restart 2: the process died",
+    ]

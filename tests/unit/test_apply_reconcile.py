@@ -157,6 +157,8 @@ def test_a_tier_change_is_a_sleep_or_a_wake_not_a_restart() -> None:
     a_host = g.model_copy(update={"tier": "host"})
     b_gpu = h.model_copy(update={"tier": "gpu"})
     assert spec_sha(g) == spec_sha(a_host)  # the same process serves both tiers
+    noted = a_host.model_copy(update={"gpu_type": "L40S", "shares_gpu_with": ["b-0"]})
+    assert spec_sha(noted) == spec_sha(g)  # what the plan file notes for readers: no restart
     actual = {"a-0": running(g), "b-0": running(h, "asleep")}
     acts = diff(point(a_host, b_gpu), actual)
     # a sleeps first: its memory goes to b's wake on the same GPU

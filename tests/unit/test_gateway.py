@@ -39,11 +39,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+DIED: set[str] = set()  # `die_once` keys whose engine died already (one death per key)
+
+
 class FakeEngine:
     """A tiny OpenAI-like server in a thread: usage in every answer, SSE streams."""
 
     def __init__(self, name: str, port: int):
         self.name, self.port = name, port
+        self.running = 0  # requests in the handler now
+        self.peak = 0  # the most at once
+        self.aborted = 0  # handlers cancelled because the caller closed the connection
+        self.dead = False  # its engine died: /health answers 503
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -61,7 +68,25 @@ class FakeEngine:
 
         async def completions(request: web.Request) -> web.StreamResponse:
             body = await request.json()
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            try:
+                return await answer(request, body)
+            except (asyncio.CancelledError, ConnectionResetError):
+                self.aborted += 1  # as vLLM aborts a request whose caller left
+                raise
+            finally:
+                self.running -= 1
+
+        async def answer(request: web.Request, body: dict) -> web.StreamResponse:
             await asyncio.sleep(float(body.get("delay_s", 0)))
+            if body.get("error_500"):  # an error of a live engine
+                return web.json_response({"error": {"message": "boom"}}, status=500)
+            key = body.get("die_once")
+            if key is not None and key not in DIED:  # as vLLM when its EngineCore dies:
+                DIED.add(key)  # a 500 for what it held, and /health 503 from then on
+                self.dead = True
+                return web.json_response({"error": {"message": "EngineCore died"}}, status=500)
             if body.get("bad"):
                 return web.json_response({"error": {"message": "bad request"}}, status=400)
             if not body.get("stream"):
@@ -75,7 +100,8 @@ class FakeEngine:
                 )
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
-            for tok in "abc":
+            for tok in "abc" * int(body.get("repeat", 1)):
+                await asyncio.sleep(float(body.get("token_delay_s", 0)))
                 ev = json.dumps({"served_by": self.name, "choices": [{"text": tok}]})
                 await resp.write(f"data: {ev}\n\n".encode())
             if (body.get("stream_options") or {}).get("include_usage"):
@@ -86,7 +112,7 @@ class FakeEngine:
             return resp
 
         async def health(request: web.Request) -> web.Response:
-            return web.Response(text="")
+            return web.Response(text="", status=503 if self.dead else 200)
 
         app = web.Application()
         app.router.add_post("/v1/completions", completions)
@@ -100,7 +126,7 @@ class FakeEngine:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            runner = web.AppRunner(self._app())
+            runner = web.AppRunner(self._app(), handler_cancellation=True)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", self.port).start()
             self._ready.set()
@@ -127,6 +153,7 @@ class FakeControl:
     def __init__(
         self, point: Point, awake: set[str], wake_delay_s: float = 0.0, sleep_delay_s: float = 0.0
     ):
+        self.point = point
         self.specs = {i.id: i for i in point.instances}
         self.engines: dict[str, FakeEngine] = {}
         self.calls: list[tuple[str, str]] = []
@@ -145,10 +172,12 @@ class FakeControl:
         return Handle(instance_id=iid, node=spec.node, host="127.0.0.1", port=spec.port)
 
     def status(self):
-        return {
-            iid: ("awake", self._handle(iid)) if iid in self.engines else ("stopped", None)
-            for iid in self.specs
-        }
+        def one(iid: str):
+            if iid not in self.engines:
+                return ("stopped", None)
+            return ("failed", None) if self.engines[iid].dead else ("awake", self._handle(iid))
+
+        return {iid: one(iid) for iid in self.specs}
 
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
         with self._lock:
@@ -158,6 +187,18 @@ class FakeControl:
         if old is not None:
             old.stop()
         return self._start(instance_id)
+
+    def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        with self._lock:
+            self.calls.append(("restart", instance_id))
+        time.sleep(self.wake_delay_s)
+        old = self.engines.pop(instance_id, None)
+        if old is not None:
+            old.stop()
+        return self._start(instance_id)
+
+    def follow(self) -> Point:
+        return self.point
 
     def sleep(self, instance_id: str) -> None:
         with self._lock:
@@ -340,9 +381,9 @@ def test_dead_instance_is_restarted(setup):
     )
     ctl.kill("a0")
     deadline = time.monotonic() + 10
-    while ("wake", "a0") not in ctl.calls and time.monotonic() < deadline:
+    while ("restart", "a0") not in ctl.calls and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ("wake", "a0") in ctl.calls
+    assert ("restart", "a0") in ctl.calls
     deadline = time.monotonic() + 10
     while post(th, model="a", prompt="x").status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -354,7 +395,7 @@ def test_refused_connection_restarts_on_the_request_path(setup):
     th, ctl = setup([inst("a0", "a", [0])], {"a0"}, health_interval_s=60)
     ctl.kill("a0")
     r = post(th, model="a", prompt="x")
-    assert r.status_code == 200 and ctl.calls == [("wake", "a0")]
+    assert r.status_code == 200 and ctl.calls == [("restart", "a0")]
 
 
 def test_identity_and_overlap():

@@ -26,6 +26,8 @@ KEYS = {
     "gpus_used",
     "requests",
     "refused",
+    "substituted_share",
+    "quality_cost",
     "per_model",
 }
 

@@ -1,0 +1,60 @@
+"""A backend without processes: what `planner adjust --replay` applies hops to.
+
+The replay runs the same `live.tick` as the live adjuster, so a hop is the same
+`apply_point` against this backend: the reconcile diff is computed and every step is
+recorded, but nothing starts; what the steps cost comes from the perf model
+(`observe.cost_of_steps`). `supports_sleep` says which engine it stands for (True: CUDA
+with sleep mode, as the plans are made for).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from planner.adjuster.backends.base import Handle
+from planner.errors import ApplyError, LaunchError
+from planner.schemas.plan import Instance
+
+
+class SimBackend:
+    """Processes as entries of a dict: pid -> `up` | `asleep`."""
+
+    name = "sim"
+
+    def __init__(self, supports_sleep: bool = True):
+        self._sleep = supports_sleep
+        self.alive: dict[int, str] = {}
+        self._pids = itertools.count(1)
+
+    @property
+    def supports_sleep(self) -> bool:
+        return self._sleep
+
+    def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
+        pid = next(self._pids)
+        self.alive[pid] = "up"
+        return Handle(inst.id, inst.node, "127.0.0.1", inst.port, pid=pid, log_path=log_path)
+
+    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
+        if handle.pid not in self.alive:
+            raise LaunchError(f"{handle.instance_id} is not running", reason="unknown")
+
+    def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
+        self.alive.pop(handle.pid or -1, None)
+
+    def is_alive(self, handle: Handle) -> bool:
+        return handle.pid in self.alive
+
+    def sleep(self, handle: Handle, level: int) -> None:
+        if not self._sleep:
+            self.stop(handle)
+            return
+        self.alive[handle.pid or -1] = "asleep"
+
+    def wake(self, handle: Handle) -> None:
+        if not self._sleep:
+            raise ApplyError(f"{handle.instance_id}: no sleep mode; start the instance instead")
+        self.alive[handle.pid or -1] = "up"
+
+    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
+        return None

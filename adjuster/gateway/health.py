@@ -1,0 +1,146 @@
+"""The health loop: probe the instances that should be awake, restart dead ones, follow apply.
+
+Every `health_interval_s` the gateway probes `/health` of each instance that should be awake
+(tier gpu, or woken by the gateway); a dead one (refused, or three timeouts in a row) is
+started again through `InstanceControl.restart` (a counted, journaled restart) after a
+capped exponential backoff (`backoff_base_s` * 2^(failures-1), at most `backoff_cap_s`;
+`failures` resets only when a probe finds it healthy again). Every `adopt_every` rounds, and
+whenever a request finds an instance dead, the gateway asks the controller for the point in
+force (`follow`: after a hop of `planner adjust` to another point of the same plan it routes
+by the new point's instances and tiers; requests in flight finish where they are) and for
+the instances' status (instances started elsewhere, e.g. by `planner apply`, are routed to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import aiohttp
+
+from planner.adjuster.gateway.pool import Inst
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.server import Gateway
+
+log = logging.getLogger("planner.gateway")
+
+
+class Health:
+    """Probes, restarts and adoption for the gateway."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self._adopting: asyncio.Lock | None = None
+
+    async def loop(self) -> None:
+        n = 0
+        while True:
+            await asyncio.sleep(self.gw.cfg.health_interval_s)
+            n += 1
+            if n % self.gw.cfg.adopt_every == 0:
+                try:
+                    await self.adopt()
+                except Exception as e:
+                    log.warning("reading the controller's status: %s", e)
+            for inst in list(self.gw.pool.instances.values()):
+                try:
+                    await self.check(inst)
+                except Exception as e:  # one instance's trouble must not stop the loop
+                    log.warning("health check of %s: %s", inst.spec.id, e)
+
+    async def adopt(self) -> None:
+        """Follow the point in force; take over instances that became awake outside the
+        gateway (e.g. `planner apply`). Concurrent calls share one read."""
+        if self._adopting is None:
+            self._adopting = asyncio.Lock()
+        if self._adopting.locked():
+            async with self._adopting:  # someone else is reading: wait for their answer
+                return
+        async with self._adopting:
+            await self._adopt()
+
+    async def _adopt(self) -> None:
+        gw = self.gw
+        point = await gw.call(gw.control.follow)
+        if point.name != gw.pool.point.name:
+            log.info("following point %s (was %s)", point.name, gw.pool.point.name)
+            gw.pool.set_point(point)
+        insts = gw.pool.instances
+        epochs = {iid: i.epoch for iid, i in insts.items()}
+        st = await gw.call(gw.control.status)
+        for iid, inst in list(insts.items()):
+            status, handle = st.get(iid, ("stopped", None))
+            busy = (
+                inst.spec.model in gw.waker.tasks
+                or inst.draining
+                or inst.epoch != epochs.get(iid, inst.epoch)
+            )
+            if status == "awake" and handle is not None and not inst.routable() and not busy:
+                inst.status, inst.handle, inst.want_awake = "awake", handle, True
+                gw.pool.wake_waiters(inst.spec.model)
+
+    async def probe(self, inst: Inst) -> bool | None:
+        """True: healthy; False: dead; None: no answer in time (busy or hung)."""
+        session = self.gw.session
+        assert session is not None
+        try:
+            async with session.get(
+                inst.url + "/health",
+                timeout=aiohttp.ClientTimeout(total=self.gw.cfg.health_timeout_s),
+            ) as r:
+                return r.status == 200
+        except TimeoutError:
+            return None
+        except aiohttp.ClientError:
+            return False
+
+    def backoff_s(self, inst: Inst) -> float:
+        cfg = self.gw.cfg
+        return min(cfg.backoff_cap_s, cfg.backoff_base_s * 2 ** max(0, inst.failures - 1))
+
+    def mark_dead(self, inst: Inst) -> None:
+        """The instance's process is gone: route around it, restart after the backoff."""
+        if inst.status != "failed":
+            log.warning("instance %s is dead", inst.spec.id)
+            inst.status, inst.timeouts = "failed", 0
+            inst.failures += 1
+            inst.next_restart_at = time.monotonic() + self.backoff_s(inst)
+
+    async def check(self, inst: Inst) -> None:
+        """Probe one instance that should be awake; restart it after its backoff if dead."""
+        gw = self.gw
+        if not inst.want_awake or inst.draining or inst.spec.model in gw.waker.tasks:
+            return
+        if inst.status == "awake" and inst.handle is not None:
+            epoch = inst.epoch
+            ok = await self.probe(inst)
+            if inst.epoch != epoch or inst.draining or not inst.want_awake:
+                return  # put to sleep or restarted meanwhile: the answer is about the old one
+            if ok is None:
+                inst.timeouts += 1
+                if inst.timeouts < 3:
+                    return
+            elif ok:
+                inst.timeouts = inst.failures = 0
+                return
+            self.mark_dead(inst)
+        if time.monotonic() < inst.next_restart_at:
+            return
+        async with gw.waker.gpus(inst):
+            if inst.routable() or not inst.want_awake:  # a wake or a sleep came first
+                return
+            try:
+                await gw.waker.bring_up(inst)
+            except Exception as e:
+                inst.failures += 1
+                inst.status = "failed"
+                inst.next_restart_at = time.monotonic() + self.backoff_s(inst)
+                log.warning(
+                    "restart of %s failed (%d in a row): %s", inst.spec.id, inst.failures, e
+                )
+                return
+            # `failures` stays until a probe finds it healthy: a crash loop keeps backing off.
+        gw.pool.wake_waiters(inst.spec.model)

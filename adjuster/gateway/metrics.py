@@ -1,0 +1,109 @@
+"""Prometheus metrics of the gateway, rendered as text exposition format 0.0.4."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class Histogram:
+    """Cumulative-on-render latency histogram, s."""
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(_LATENCY_BUCKETS_S)
+        self.total = 0
+        self.sum = 0.0
+
+    def observe(self, v: float) -> None:
+        self.total += 1
+        self.sum += v
+        for i, le in enumerate(_LATENCY_BUCKETS_S):
+            if v <= le:
+                self.counts[i] += 1
+                break
+
+
+def _label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    """Counters and histograms the gateway updates; gauges come from `gauges()` at render."""
+
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = defaultdict(int)
+        self.latency: dict[str, Histogram] = defaultdict(Histogram)
+        self.ttft: dict[str, Histogram] = defaultdict(Histogram)
+        self.switch_wait: dict[str, Histogram] = defaultdict(Histogram)
+        self.wakes: dict[str, int] = defaultdict(int)
+        self.wake_failures: dict[str, int] = defaultdict(int)
+        self.restarts: dict[str, int] = defaultdict(int)
+        # (model asked for, stand-in that answered) -> requests
+        self.substitutions: dict[tuple[str, str], int] = defaultdict(int)
+
+    def render(self, gauges: Callable[[], dict[str, tuple[str, dict[str, float]]]]) -> str:
+        """The exposition text; `gauges()`: name -> (help, model -> value)."""
+        out: list[str] = []
+
+        def counter(name: str, doc: str, label: str, data: dict) -> None:
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} counter")
+            for k, v in sorted(data.items()):
+                out.append(f'{name}{{{label}="{_label(k)}"}} {v}')
+
+        def hist(name: str, doc: str, data: dict[str, Histogram]) -> None:
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} histogram")
+            for model, h in sorted(data.items()):
+                m = _label(model)
+                acc = 0
+                for le, c in zip(_LATENCY_BUCKETS_S, h.counts, strict=True):
+                    acc += c
+                    out.append(f'{name}_bucket{{model="{m}",le="{le}"}} {acc}')
+                out.append(f'{name}_bucket{{model="{m}",le="+Inf"}} {h.total}')
+                out.append(f'{name}_sum{{model="{m}"}} {h.sum:.6f}')
+                out.append(f'{name}_count{{model="{m}"}} {h.total}')
+
+        out.append(
+            "# HELP planner_gateway_requests_total Requests by model and HTTP status.\n"
+            "# TYPE planner_gateway_requests_total counter"
+        )
+        for (model, status), v in sorted(self.requests.items()):
+            out.append(
+                f'planner_gateway_requests_total{{model="{_label(model)}",status="{status}"}} {v}'
+            )
+        out.append(
+            "# HELP planner_gateway_substitutions_total Requests a stand-in answered, by the "
+            "model asked for and the stand-in.\n"
+            "# TYPE planner_gateway_substitutions_total counter"
+        )
+        for (model, by), v in sorted(self.substitutions.items()):
+            out.append(
+                f'planner_gateway_substitutions_total{{model="{_label(model)}",'
+                f'served_by="{_label(by)}"}} {v}'
+            )
+        hist("planner_gateway_request_latency_seconds", "Arrival to last byte.", self.latency)
+        hist("planner_gateway_ttft_seconds", "Arrival to first byte from the engine.", self.ttft)
+        hist(
+            "planner_gateway_switch_wait_seconds",
+            "Time requests waited for a wake.",
+            self.switch_wait,
+        )
+        counter("planner_gateway_wakes_total", "Completed wakes by model.", "model", self.wakes)
+        counter(
+            "planner_gateway_wake_failures_total",
+            "Failed wakes by model.",
+            "model",
+            self.wake_failures,
+        )
+        counter(
+            "planner_gateway_restarts_total",
+            "Restarts of instances that died.",
+            "instance",
+            self.restarts,
+        )
+        for name, (doc, data) in gauges().items():
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge")
+            for k, v in sorted(data.items()):
+                out.append(f'{name}{{model="{_label(k)}"}} {v}')
+        return "\n".join(out) + "\n"

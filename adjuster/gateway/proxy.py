@@ -1,0 +1,405 @@
+"""HTTP and streaming pass-through: admission, retries, client disconnects, the request log.
+
+A request goes to the instance `tiering.route` picks (the awake one with the fewest
+requests in flight). When none of its model's instances is awake, it goes to an awake
+stand-in where the point's substitute rule says so (`tiering.substitute`: always while the
+model wakes, or when the wait expected from its last measured wake exceeds its switch SLO;
+before any wake was measured the wait counts as exceeding it), with the body's `model`
+rewritten to the stand-in's and the answer's `model` back to the name asked for, and the
+model's wake starts all the same unless the rule says not to; otherwise it waits for a wake
+(waker.py). Every answer carries `X-Planner-Served-By: MODEL`. When every awake instance
+already holds its admission bound (pool.py), a request waits for a slot. At most `queue_limit` requests of a model wait in all; the next gets 503 with
+Retry-After. Bytes are streamed through untouched, with one exception: to log token counts
+of a streamed request, the gateway asks the engine for `stream_options.include_usage` when
+the client did not, and drops that extra usage-only chunk (`"choices": []`) before it
+reaches the client (sse.py).
+
+Failures. An engine that fails before a byte of its answer reached the client (refused,
+reset, died while generating a non-streamed answer or before the first streamed chunk, or
+answered a server error) is probed; a dead one is marked failed (the next pick restarts it)
+and the request is tried again, up to `retries` times; a live one's error answer is passed
+on. A request that still finds no live instance gets 503 with Retry-After, so that the
+client retries too. A client that leaves cancels its handler
+(aiohttp handler cancellation): the upstream request is closed at once, which makes vLLM
+abort it, streamed or not, and the request is logged as 499 `client gone`.
+
+User and session: `X-User` / `X-Session` headers; without `X-User`, an `Authorization:
+Bearer KEY` becomes the user `key-<first 12 hex of sha256(KEY)>` (the key is never stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import yarl
+from aiohttp import web
+
+from planner.adjuster.gateway.pool import Inst, load
+from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
+from planner.adjuster.gateway.waker import Unavailable
+from planner.optimizer import tiering
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.server import Gateway
+
+log = logging.getLogger("planner.gateway")
+
+PROXIED = ("/v1/completions", "/v1/chat/completions")
+SERVED_BY = "X-Planner-Served-By"  # answer header: the model that answered
+
+
+def _variant(inst: Inst) -> str:
+    return inst.spec.variant
+
+
+def _has_slot(inst: Inst) -> bool:
+    """Awake and below its admission bound: a stand-in takes only what it can serve now."""
+    return inst.routable() and inst.outstanding < inst.limit
+
+
+class _NoAnswer(Exception):
+    """The engine failed before any byte of its answer reached the client: no answer, or a
+    server error (`answer`: passed on when the engine turns out to be alive)."""
+
+    def __init__(self, message: str, answer: web.Response | None = None):
+        super().__init__(message)
+        self.answer = answer
+
+
+class _ClientGone(Exception):
+    """Writing to the client failed: it left."""
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(text: str) -> yarl.URL:
+    """Upstream URLs parsed once per instance and path, not once per request."""
+    return yarl.URL(text)
+
+
+def identity(headers: Any) -> tuple[str, str]:
+    """(user, session) from X-User / X-Session, or a hash of the bearer key as the user."""
+    user = headers.get("X-User", "")
+    if not user:
+        auth = headers.get("Authorization", "")
+        if auth[:7].lower() == "bearer " and auth[7:].strip():
+            user = "key-" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]
+    return user, headers.get("X-Session", "")
+
+
+def error(
+    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
+) -> web.Response:
+    """An OpenAI-style JSON error body."""
+    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def unavailable(e: Unavailable) -> web.Response:
+    return error(
+        503, str(e), "ServiceUnavailableError",
+        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
+    )  # fmt: skip
+
+
+class _Req:
+    """One request's bookkeeping for the log."""
+
+    __slots__ = ("model", "served_by", "session", "t0", "t_arr", "user", "wait_s")
+
+    def __init__(self, user: str, session: str) -> None:
+        self.t_arr = time.time()
+        self.t0 = time.perf_counter()
+        self.user, self.session = user, session
+        self.model = ""
+        self.served_by = ""  # the stand-in that answered ("": the model itself)
+        self.wait_s = 0.0  # time waiting for a wake, s
+
+    def since_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+class Proxy:
+    """The /v1/completions and /v1/chat/completions handler."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
+
+    def fail(self, r: _Req, status: int, msg: str) -> None:
+        gw = self.gw
+        # Unknown names share one label: clients must not grow the metric without bound.
+        label = r.model if r.model in gw.pool.by_model else "(unknown)"
+        gw.metrics.requests[(label, status)] += 1
+        gw.log.add_failure(
+            (r.t_arr, r.user, r.session, r.model, status, r.since_s(), r.wait_s, msg)
+        )
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        r = _Req(*identity(request.headers))
+        try:
+            return await self._handle(request, r)
+        except asyncio.CancelledError:
+            self.fail(r, 499, "client gone")
+            raise
+        except _ClientGone:
+            self.fail(r, 499, "client gone")
+            return web.Response(status=499)  # never sent: the connection is closed
+        except web.HTTPException as e:  # e.g. a body over the size limit
+            self.fail(r, e.status, e.reason)
+            return error(e.status, e.reason, type(e).__name__)
+
+    async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
+        gw = self.gw
+        body = await request.read()
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            return error(400, "the body is not JSON", "BadRequestError")
+        model = payload.get("model") if isinstance(payload, dict) else None
+        if not isinstance(model, str) or not model:
+            return error(400, "the body names no `model`", "BadRequestError")
+        r.model = model
+        if model not in gw.pool.by_model:
+            names = sorted(gw.pool.by_model)
+            self.fail(r, 404, "unknown model")
+            return error(
+                404, f"model {model!r} is not served here; models: {names}", "NotFoundError",
+                models=names,
+            )  # fmt: skip
+        stream = bool(payload.get("stream"))
+        strip_usage = False
+        if stream:
+            opts = payload.get("stream_options") or {}
+            if not opts.get("include_usage"):
+                payload["stream_options"] = {**opts, "include_usage": True}
+                body = json.dumps(payload).encode()
+                strip_usage = True
+
+        tries = gw.cfg.retries + 1
+        for attempt in range(tries):
+            try:
+                inst = await self.pick(model, r)
+            except Unavailable as e:
+                self.fail(r, 503, str(e))
+                return unavailable(e)
+            send, rename = body, None
+            if inst.spec.model != model:  # a stand-in answers under the name asked for
+                send = json.dumps({**payload, "model": inst.spec.model}).encode()
+                rename = (inst.spec.model, model)
+            try:
+                return await self.forward(request, inst, send, stream, strip_usage, r, rename)
+            except _NoAnswer as e:
+                # Nothing reached the client: if the engine is gone, route around it (the
+                # next pick restarts it) and follow the point in force (a hop may have
+                # replaced it), then try again.
+                log.warning("instance %s gave no answer: %s", inst.spec.id, e)
+                dead = inst.handle is None or not await gw.health.probe(inst)
+                if dead and inst.status == "awake":
+                    gw.health.mark_dead(inst)
+                    await gw.health.adopt()
+                if not dead and e.answer is not None:  # a live engine's own error: pass it on
+                    self.fail(r, e.answer.status, "engine error")
+                    return e.answer
+                if attempt + 1 < tries:
+                    continue
+                msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
+                if dead:
+                    self.fail(r, 503, msg)
+                    return unavailable(Unavailable(msg, gw.waker.retry_after_s(model)))
+                self.fail(r, 502, msg)
+                return error(502, msg, "BadGatewayError")
+        raise AssertionError("unreachable")
+
+    def choose(self, model: str) -> Inst | None:
+        """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""
+        return tiering.route(self.gw.pool.by_model[model], Inst.routable, load)
+
+    def stand_in(self, model: str) -> tuple[Inst, float] | None:
+        """The awake stand-in that answers for `model` now, and its quality penalty
+        (`tiering.substitute`); None: the request waits for the model."""
+        gw = self.gw
+        rule = gw.point.substitutes.get(model)
+        if rule is None:
+            return None
+        pool = gw.pool
+        cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
+        return tiering.substitute(rule, gw.waker.expected_wait_s(model), cands, _has_slot, load)
+
+    async def pick(self, model: str, r: _Req) -> Inst:
+        """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
+        gw = self.gw
+        pool, cfg = gw.pool, gw.cfg
+        wakes = 0
+        while True:
+            inst = self.choose(model)
+            if inst is not None:
+                if inst.outstanding < inst.limit and not pool.queued_for_admission(model):
+                    pool.take(inst)
+                    return inst
+                if pool.waiting[model] >= cfg.queue_limit:
+                    raise Unavailable(
+                        f"model {model!r}: every instance holds its {inst.limit} requests and "
+                        f"{pool.waiting[model]} more wait (queue limit {cfg.queue_limit})",
+                        max(1.0, self.latency_s.get(model, 1.0)),
+                    )
+                pool.waiting[model] += 1
+                try:
+                    got = await pool.wait_slot(model)
+                finally:
+                    pool.waiting[model] -= 1
+                if got is None:
+                    continue
+                if got.routable():
+                    return got
+                pool.release(got)
+                continue
+            got = self.stand_in(model)
+            if got is not None:
+                sub = got[0]
+                pool.take(sub)
+                r.served_by = sub.spec.model
+                if gw.point.substitutes[model].wake:
+                    gw.waker.start_wake(model)
+                return sub
+            if wakes >= 3:
+                raise Unavailable(
+                    f"model {model!r} did not stay awake", gw.waker.retry_after_s(model)
+                )
+            wakes += 1
+            t = time.perf_counter()
+            try:
+                await gw.waker.await_wake(model)
+            finally:
+                r.wait_s += time.perf_counter() - t
+
+    async def forward(
+        self,
+        request: web.Request,
+        inst: Inst,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        r: _Req,
+        rename: tuple[str, str] | None = None,
+    ) -> web.StreamResponse:
+        """Send the request to `inst` (whose slot the caller took) and pass its answer on
+        (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
+        gw = self.gw
+        session = gw.session
+        assert session is not None
+        usage: dict | None = None
+        ttft_s: float | None = None
+        status = 502
+        resp: web.StreamResponse | None = None
+        inst.last_used_s = time.monotonic()
+        try:
+            async with session.post(
+                _url(inst.url + request.path),
+                data=body,
+                headers={"Content-Type": "application/json"},
+            ) as up:
+                status = up.status
+                ctype = up.headers.get("Content-Type", "application/json")
+                if not (stream and status == 200 and ctype.startswith("text/event-stream")):
+                    data = await up.read()
+                    ttft_s = r.since_s()
+                    if status == 200:
+                        usage = usage_in(data)
+                        if rename:
+                            data = rename_model(data, *rename)
+                    resp = web.Response(
+                        body=data,
+                        status=status,
+                        content_type=ctype.split(";")[0],
+                        headers={SERVED_BY: inst.spec.model},
+                    )
+                    if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
+                        raise _NoAnswer(f"the engine answered {status}", answer=resp)
+                else:
+                    resp = web.StreamResponse(
+                        status=200,
+                        headers={
+                            "Content-Type": "text/event-stream",
+                            "Cache-Control": "no-cache",
+                            SERVED_BY: inst.spec.model,
+                        },
+                    )
+                    sse = SseUsage(strip_usage, rename)
+                    async for chunk in up.content.iter_any():
+                        if ttft_s is None:
+                            ttft_s = r.since_s()
+                        out = sse.feed(chunk)
+                        if out:
+                            await _send(resp, request, out)
+                    out = sse.close()
+                    if out:
+                        await _send(resp, request, out)
+                    usage = sse.usage
+                    await _send(resp, request, b"", eof=True)
+        except (aiohttp.ClientError, ConnectionError) as e:
+            if resp is None or not resp.prepared:
+                raise _NoAnswer(str(e) or type(e).__name__) from e
+            msg = f"instance {inst.spec.id} failed mid-stream: {e or type(e).__name__}"
+            self.fail(r, 502, msg)
+            return resp
+        except TimeoutError as e:
+            msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
+            self.fail(r, 502, msg)
+            if resp is not None and resp.prepared:
+                return resp
+            return error(502, msg, "BadGatewayError")
+        finally:
+            gw.pool.release(inst)
+        self._done(r, inst, status, ttft_s, usage)
+        return resp
+
+    def _done(
+        self, r: _Req, inst: Inst, status: int, ttft_s: float | None, usage: dict | None
+    ) -> None:
+        """Count and log an answered request."""
+        gw = self.gw
+        latency_s = r.since_s()
+        model = r.model
+        if status != 200:
+            self.fail(r, status, "engine error")
+            return
+        gw.metrics.requests[(model, 200)] += 1
+        if r.served_by:
+            gw.metrics.substitutions[(model, r.served_by)] += 1
+        gw.metrics.latency[model].observe(latency_s)
+        if r.wait_s > 0.001:  # only requests that waited for a wake
+            gw.metrics.switch_wait[model].observe(r.wait_s)
+        if ttft_s is not None:
+            gw.metrics.ttft[model].observe(ttft_s)
+        prev = self.latency_s.get(model)
+        self.latency_s[model] = latency_s if prev is None else 0.9 * prev + 0.1 * latency_s
+        u = usage or {}
+        details = u.get("prompt_tokens_details") or {}
+        n_in = max(1, int(u.get("prompt_tokens") or 0))
+        cached = min(n_in, int(details.get("cached_tokens") or 0))
+        gw.log.add((
+            r.t_arr, r.user, r.session, model, n_in, max(1, int(u.get("completion_tokens") or 0)),
+            cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id, r.served_by,
+            int(bool(r.served_by)),
+        ))  # fmt: skip
+
+
+async def _send(resp: web.StreamResponse, request: web.Request, data: bytes, eof=False) -> None:
+    """Write to the client (headers first); a client that left raises _ClientGone."""
+    try:
+        if not resp.prepared:
+            await resp.prepare(request)
+        if eof:
+            await resp.write_eof()
+        else:
+            await resp.write(data)
+    except ConnectionError as e:  # aiohttp's ClientConnectionResetError is one too
+        raise _ClientGone(str(e)) from e

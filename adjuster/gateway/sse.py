@@ -1,0 +1,82 @@
+"""Server-sent events passed through while reading the usage chunk vLLM sends at the end.
+
+To log token counts of a streamed request, the gateway asks the engine for
+`stream_options.include_usage` when the client did not, and drops that extra usage-only
+chunk (`"choices": []`) before it reaches the client. Only SSE events that contain a usage
+object are parsed; all others pass as they come, except that an answer from a stand-in
+names the model the client asked for (`rename_model`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+
+def rename_model(data: bytes, old: str, new: str) -> bytes:
+    """JSON text (one answer, or SSE events) with its `"model": "old"` fields naming `new`
+    (a quoted name inside a string value is escaped, so it does not match)."""
+    pat = rb'("model"\s*:\s*)"' + re.escape(old.encode()) + rb'"'
+    return re.sub(pat, lambda m: m.group(1) + json.dumps(new).encode(), data)
+
+
+def usage_of(obj: Any) -> dict | None:
+    u = obj.get("usage") if isinstance(obj, dict) else None
+    return u if isinstance(u, dict) else None
+
+
+def usage_in(data: bytes) -> dict | None:
+    try:
+        return usage_of(json.loads(data))
+    except ValueError:
+        return None
+
+
+class SseUsage:
+    """Passes an SSE byte stream through, reading (and optionally dropping) usage chunks.
+
+    Bytes are held only up to the last complete event (blank line); blocks without the
+    text `"usage"` pass without parsing.
+    """
+
+    def __init__(self, strip: bool, rename: tuple[str, str] | None = None):
+        self.strip = strip
+        self.rename = rename  # (stand-in, asked-for): the model name the client sees
+        self.usage: dict | None = None
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Bytes to send on, for `chunk` just received."""
+        buf = self._buf + chunk
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        out, self._buf = buf[: end + 2], buf[end + 2 :]
+        return self._pass(out)
+
+    def close(self) -> bytes:
+        """What is left at the end of the stream."""
+        out, self._buf = self._buf, b""
+        return self._pass(out)
+
+    def _pass(self, out: bytes) -> bytes:
+        out = self._scan(out) if b'"usage"' in out else out
+        return rename_model(out, *self.rename) if self.rename else out
+
+    def _scan(self, block: bytes) -> bytes:
+        kept = []
+        for ev in block.split(b"\n\n"):
+            if b'"usage"' in ev and ev.startswith(b"data: {"):
+                try:
+                    obj = json.loads(ev[6:])
+                except ValueError:
+                    obj = None
+                u = usage_of(obj)
+                if u is not None:
+                    self.usage = u
+                    if self.strip and not obj.get("choices"):
+                        continue
+            kept.append(ev)
+        return b"\n\n".join(kept)

@@ -1,0 +1,88 @@
+"""The plan's tiers over the day: wakes ahead of requests and idle sleeps, as the simulator
+models them (`planner.optimizer.tiering`: `wakes_ahead`, `sleep_due_s`).
+
+Every `tier_interval_s` the gateway looks at the point's host/disk instances:
+- at the start of an hour (the first look in a new hour of the day, UTC), a sleeping one
+  whose awake hours hold that hour is woken, unless that would put to sleep a co-tenant
+  within its own awake hours or one serving requests;
+- an awake one that has served nothing for the point's `idle_sleep_s`, outside its awake
+  hours, is put to sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from planner.adjuster.gateway.pool import Inst, load
+from planner.optimizer import tiering
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.server import Gateway
+
+log = logging.getLogger("planner.gateway")
+
+
+class Tiers:
+    """Applies the point's awake hours and idle sleeps."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self.hour: int | None = None  # hour of day of the last look
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.gw.cfg.tier_interval_s)
+            try:
+                await self.tick()
+            except Exception as e:  # a failed sleep or wake must not end the loop
+                log.warning("tier change failed: %s", e)
+
+    async def tick(self) -> None:
+        """One look (see the module docstring)."""
+        gw = self.gw
+        now = gw.pool.clock()
+        for inst in self.due_sleeps(now):
+            await self.sleep(inst)
+        hour = tiering.hour_of_day(now)
+        if hour == self.hour:
+            return
+        self.hour = hour
+        for inst in self.due_wakes(now):
+            gw.waker.start_wake(inst.spec.model, inst)
+
+    def due_wakes(self, now: float) -> list[Inst]:
+        """Sleeping host/disk instances to wake ahead of their requests at an hour start."""
+        waker = self.gw.waker
+        return [
+            i
+            for i in self.gw.pool.instances.values()
+            if i.status in ("asleep", "stopped")  # stopped: asleep without sleep mode
+            and i.awake_hours
+            and i.spec.model not in waker.tasks
+            and tiering.wakes_ahead(i, waker.displaces(i), load, now)
+        ]
+
+    def due_sleeps(self, now: float) -> list[Inst]:
+        """Awake host/disk instances with nothing to do past their idle sleep."""
+        idle_s = self.gw.point.idle_sleep_s
+        return [
+            i
+            for i in self.gw.pool.instances.values()
+            if i.lazy
+            and i.routable()
+            and i.outstanding == 0
+            and tiering.sleep_due_s(i, i.idle_since_s, idle_s) <= now
+        ]
+
+    async def sleep(self, inst: Inst) -> None:
+        """Put an idle instance to sleep, under its GPUs' locks (no wake runs meanwhile)."""
+        waker = self.gw.waker
+        if inst.spec.model in waker.tasks:
+            return
+        async with waker.gpus(inst):
+            if not inst.routable() or inst.outstanding:
+                return  # taken meanwhile
+            await waker.put_to_sleep([inst])
+        log.info("%s slept after %.0f s idle", inst.spec.id, self.gw.point.idle_sleep_s)

@@ -1,0 +1,178 @@
+"""Wake and evict scheduling: which sleeping instance wakes, whom it puts to sleep, and when.
+
+The choices are `planner.optimizer.tiering`'s (the simulator's router calls the same
+functions). The mechanics are the gateway's: a wake runs `InstanceControl.wake` in a thread
+(the event loop keeps serving); first its displaced co-tenants are drained (no new requests;
+in-flight ones finish, at most `drain_timeout_s`) and put to sleep. One wake runs per model at
+a time, under the locks of its GPUs (sorted: no deadlock between wakes); requests that
+arrive meanwhile wait behind it, at most `queue_limit` of them per model, and the next one
+gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
+or ahead of requests at the start of an instance's awake hours (tiers.py). An instance whose
+process died is started again through `InstanceControl.restart` (a counted restart), a
+sleeping one through `wake`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+from planner.adjuster.gateway.pool import Inst, failed, load
+from planner.optimizer import tiering
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.server import Gateway
+
+log = logging.getLogger("planner.gateway")
+
+
+class Unavailable(Exception):
+    """No instance can take the request now; becomes a 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Waker:
+    """Wakes models on demand for the gateway."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+        self.tasks: dict[str, asyncio.Task] = {}  # model -> its wake in progress
+        self.wake_s: dict[str, float] = {}  # last measured wake time per model
+        self.started_s: dict[str, float] = {}  # when the model's running wake started
+        self._gpu_locks: dict[tuple[str, int], asyncio.Lock] = {}
+
+    def retry_after_s(self, model: str) -> float:
+        """How long a refused client should wait: the model's last wake, else the default."""
+        return self.wake_s.get(model, self.gw.cfg.retry_after_s)
+
+    def displaces(self, inst: Inst) -> list[Inst]:
+        """The co-tenants a wake of `inst` puts to sleep now (`tiering.displaced`)."""
+        pool = self.gw.pool
+        return tiering.displaced(
+            inst, pool.near(inst), capacity_gib=pool.capacity, t_s=pool.clock()
+        )
+
+    def plan(self, model: str) -> tuple[Inst, list[Inst]]:
+        """Which instance of `model` to wake and whom that puts to sleep (no side effect)."""
+        target = tiering.choose_wake(self.gw.pool.by_model[model], self.displaces, load, failed)
+        return target, self.displaces(target)
+
+    def expected_wait_s(self, model: str) -> float:
+        """How long a request for `model` would wait for its wake: the last measured wake of
+        the model less the time its running wake has taken; inf before any was measured."""
+        took = self.wake_s.get(model, math.inf)
+        started = self.started_s.get(model) if model in self.tasks else None
+        if started is None:
+            return took
+        return max(took - (time.perf_counter() - started), 0.0)
+
+    def start_wake(self, model: str, target: Inst | None = None) -> asyncio.Task:
+        """The model's wake in progress, started (of `target`, else of `plan`'s) if none runs."""
+        task = self.tasks.get(model)
+        if task is None:
+            task = asyncio.create_task(self._wake_model(model, target))
+            self.tasks[model] = task
+            self.started_s[model] = time.perf_counter()
+
+            def _done(t: asyncio.Task, model: str = model) -> None:
+                if self.tasks.get(model) is t:
+                    del self.tasks[model]
+                if not t.cancelled():
+                    t.exception()  # retrieved here; each waiter gets it through shield
+
+            task.add_done_callback(_done)
+        return task
+
+    async def await_wake(self, model: str) -> None:
+        """Join the model's wake (starting it if none runs); Unavailable if the queue is full."""
+        pool, limit = self.gw.pool, self.gw.cfg.queue_limit
+        if pool.waiting[model] >= limit:
+            raise Unavailable(
+                f"model {model!r} is waking and {pool.waiting[model]} requests already wait "
+                f"(queue limit {limit})",
+                self.retry_after_s(model),
+            )
+        task = self.start_wake(model)
+        pool.waiting[model] += 1
+        try:
+            await asyncio.shield(task)
+        finally:
+            pool.waiting[model] -= 1
+
+    @contextlib.asynccontextmanager
+    async def gpus(self, inst: Inst):
+        """Hold the locks of the instance's GPUs (sorted order: no deadlock between wakes)."""
+        locks = [self._gpu_locks.setdefault(g, asyncio.Lock()) for g in sorted(inst.gpus)]
+        async with contextlib.AsyncExitStack() as stack:
+            for lk in locks:
+                await stack.enter_async_context(lk)
+            yield
+
+    async def _wake_model(self, model: str, target: Inst | None = None) -> None:
+        gw = self.gw
+        if target is None:
+            target, _ = self.plan(model)
+        t0 = time.perf_counter()
+        async with self.gpus(target):
+            if target.routable():
+                return
+            try:
+                await self.bring_up(target)
+            except Exception as e:
+                gw.metrics.wake_failures[model] += 1
+                target.status = "failed"
+                target.want_awake = not target.lazy
+                log.warning("wake of %s failed: %s", target.spec.id, e)
+                raise Unavailable(
+                    f"could not wake {target.spec.id}: {e}", self.retry_after_s(model)
+                ) from e
+        self.wake_s[model] = time.perf_counter() - t0
+        gw.metrics.wakes[model] += 1
+        gw.pool.wake_waiters(model)
+
+    async def bring_up(self, inst: Inst) -> None:
+        """Evict its co-tenants, then wake it (restart it when its process died). The caller
+        holds its GPU locks."""
+        gw = self.gw
+        await self.evict(inst)
+        if inst.status == "failed":
+            handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
+            gw.metrics.restarts[inst.spec.id] += 1
+        else:
+            handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+        inst.status, inst.handle, inst.want_awake = "awake", handle, True
+        inst.timeouts = 0
+        inst.idle_since_s = gw.pool.clock()
+
+    async def evict(self, target: Inst) -> None:
+        """Drain and sleep the co-tenants a wake of `target` displaces."""
+        await self.put_to_sleep(self.displaces(target))
+
+    async def put_to_sleep(self, victims: list[Inst]) -> None:
+        """Drain `victims` (no new requests; in-flight ones finish, at most
+        `drain_timeout_s`) and put them to sleep."""
+        gw = self.gw
+        if not victims:
+            return
+        for c in victims:
+            c.draining = True
+        try:
+            waits = [asyncio.create_task(c.idle.wait()) for c in victims]
+            _, pending = await asyncio.wait(waits, timeout=gw.cfg.drain_timeout_s)
+            for t in pending:
+                t.cancel()
+            for c in victims:
+                if c.outstanding:
+                    log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
+                await gw.call(gw.control.sleep, c.spec.id)
+                c.status, c.handle, c.want_awake = "asleep", None, False
+        finally:
+            for c in victims:
+                c.draining = False

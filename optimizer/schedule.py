@@ -1,0 +1,137 @@
+"""Planned tiers by hour: which lazy instances a point keeps awake in which hours of the day.
+
+What a plan knows that reactive swapping does not is when each model is asked for. The
+forecast is the mean number of requests per hour of day of each model over the days the
+plan fits to (`hourly_rates`). A schedule variant of a point (`scheduled`) makes every
+instance lazy (host tier while its node's RAM holds the weights, else disk), then, hour by
+hour, keeps awake the instances whose model's forecast reaches `min_requests_per_h`,
+busiest first, while they fit their GPUs together (`gpu_usable_gib`). The gateway and the
+simulator wake them at the start of those hours, before their requests
+(`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
+request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
+working day instead of its peak, and the models that alternate in the same hours are awake
+together instead of evicting each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.tiering import DAY_H, HOUR_S
+from planner.schemas.cluster import Cluster
+from planner.schemas.plan import Point
+
+DAY_S = DAY_H * HOUR_S
+
+
+def hourly_rates(trace: Any) -> dict[str, np.ndarray]:
+    """model -> mean requests in each hour of the day (24 values) over the calendar days the
+    trace touches."""
+    t = np.asarray(trace["timestamp"], dtype=float)
+    if not len(t):
+        return {}
+    days = int(np.floor(t.max() / DAY_S) - np.floor(t.min() / DAY_S)) + 1
+    hour = (np.floor(t / HOUR_S) % DAY_H).astype(np.int64)
+    models = np.asarray(trace["model"])
+    out = {}
+    for m in dict.fromkeys(models.tolist()):
+        out[str(m)] = np.bincount(hour[models == m], minlength=DAY_H) / days
+    return out
+
+
+def gpu_usable_gib(point: Point, cluster: Cluster, margin: float) -> dict[str, dict[int, float]]:
+    """node -> device -> GiB the point may fill (device memory less `margin`), for the GPUs
+    its instances use."""
+    mem = {(n.name, d): g.spec.memory_gib for n in cluster.nodes for d, g in n.gpu_list()}
+    out: dict[str, dict[int, float]] = {}
+    for i in point.instances:
+        for d in i.gpus:
+            if (i.node, d) in mem:
+                out.setdefault(i.node, {})[d] = round(mem[(i.node, d)] * (1 - margin), 3)
+    return out
+
+
+def all_lazy(
+    point: Point, perfs: dict[str, InstancePerf], cluster: Cluster, host_margin: float
+) -> Point:
+    """`point` with every gpu-tier instance lazy: host tier while its node's RAM (less
+    `host_margin`) holds the weights of the host-tier ones, else disk."""
+    ram = {n.name: n.cpu_memory_gib * (1 - host_margin) for n in cluster.nodes}
+    for inst in point.instances:
+        if inst.tier == "host":
+            ram[inst.node] -= perfs[inst.id].weights_host_gib
+    insts = []
+    for inst in point.instances:
+        tier = inst.tier
+        if tier == "gpu":
+            need = perfs[inst.id].weights_host_gib
+            tier = "host" if ram[inst.node] >= need else "disk"
+            if tier == "host":
+                ram[inst.node] -= need
+        insts.append(inst.model_copy(update={"tier": tier}))
+    return point.model_copy(update={"instances": insts})
+
+
+def awake_hours(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    rates: dict[str, np.ndarray],
+    min_requests_per_h: float,
+) -> dict[str, list[int]]:
+    """instance id -> the hours it is kept awake (see the module docstring); GPUs the point
+    gives no capacity for hold one lazy instance awake at a time."""
+    cap = {(n, d): gib for n, devs in point.gpu_usable_gib.items() for d, gib in devs.items()}
+    base: dict[tuple[str, int], float] = {}  # GiB held whatever the hour
+    for i in point.instances:
+        p = perfs[i.id]
+        for d in i.gpus:
+            held = p.awake_gib_per_gpu if i.tier == "gpu" else p.context_gib_per_gpu
+            base[(i.node, d)] = base.get((i.node, d), 0.0) + held
+    lazy = [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+    out: dict[str, list[int]] = {i.id: [] for i in lazy}
+    for h in range(DAY_H):
+        used = dict(base)
+        lazy_awake: set[tuple[str, int]] = set()
+        for i in sorted(lazy, key=lambda i: -rates[i.model][h]):
+            if rates[i.model][h] < min_requests_per_h:
+                break
+            p = perfs[i.id]
+            gpus = [(i.node, d) for d in i.gpus]
+            extra = p.awake_gib_per_gpu - p.context_gib_per_gpu  # GiB its wake adds per GPU
+            if any(
+                (g not in cap and g in lazy_awake) or used[g] + extra > cap.get(g, np.inf) + 1e-9
+                for g in gpus
+            ):
+                continue
+            for g in gpus:
+                used[g] += extra
+                lazy_awake.add(g)
+            out[i.id].append(h)
+    return out
+
+
+def scheduled(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    rates: dict[str, np.ndarray],
+    cluster: Cluster,
+    *,
+    min_requests_per_h: float,
+    idle_sleep_s: float,
+    host_margin: float,
+    no_hours_for: frozenset[str] = frozenset(),
+) -> Point:
+    """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set.
+    The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
+    on demand only."""
+    lazy = all_lazy(point, perfs, cluster, host_margin)
+    rates = {m: r for m, r in rates.items() if m not in no_hours_for}
+    hours = awake_hours(lazy, perfs, rates, min_requests_per_h)
+    insts = [i.model_copy(update={"awake_hours": hours.get(i.id, [])}) for i in lazy.instances]
+    return lazy.model_copy(update={"instances": insts, "idle_sleep_s": idle_sleep_s})
+
+
+__all__ = ["all_lazy", "awake_hours", "gpu_usable_gib", "hourly_rates", "scheduled"]
