@@ -20,7 +20,8 @@ changes): real steps vary (other processes, clocks, allocator). Multipliers of m
 that coefficient of variation (lognormal), drawn from a seeded generator, scale a lone
 request's prefill and its decode (one each, by its position in the trace), each general
 step, and each run of decode steps (one for the run: a slow stretch, as the profiler's
-per-request spreads measure it). Deterministic: the same trace gives the same times.
+per-request spreads measure it). Deterministic: the same trace gives the same times; the
+compiled engine (`kernel`) draws the same multipliers in the same order.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def step_time_vec(
 
 
 JITTER_SEED = 0  # step-time jitter is deterministic: one fixed seed per engine and per trace
-_JITTER_BLOCK = 4096  # multipliers an engine draws at a time
+JITTER_BLOCK = 4096  # multipliers an engine draws at a time
 
 
 def jitter(cv: float, n: int, seed: int) -> np.ndarray:
@@ -174,6 +175,11 @@ def jitter(cv: float, n: int, seed: int) -> np.ndarray:
     sigma2 = math.log1p(cv * cv)
     rng = np.random.default_rng(seed)
     return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), n)
+
+
+def jitter_block(cv: float, blocks: int) -> np.ndarray:
+    """An engine's `blocks`-th block of step-time multipliers (1-based; both engines)."""
+    return jitter(cv, JITTER_BLOCK, JITTER_SEED * 1_000_003 + blocks)
 
 
 def lone_times(
@@ -453,8 +459,7 @@ class Engine:
         """The next step-time multiplier of this engine (drawn in seeded blocks)."""
         if self.jit_i >= len(self.jit_draws):
             self.jit_blocks += 1
-            seed = JITTER_SEED * 1_000_003 + self.jit_blocks
-            self.jit_draws = jitter(self.jit_cv, _JITTER_BLOCK, seed).tolist()
+            self.jit_draws = jitter_block(self.jit_cv, self.jit_blocks).tolist()
             self.jit_i = 0
         self.jit_i += 1
         return self.jit_draws[self.jit_i - 1]
