@@ -39,20 +39,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 from serving import CONFIG, errors, fit_model, fit_roofline, load_rows, predict, roofline
 
 TPOT_TARGET, TTFT_TARGET, GROUP_TPOT_TARGET = 0.10, 0.20, 0.25
-ROUNDS = (2, 3, 5)  # the benchmark's requests per client, chosen inside each training fold
+import os
+ROUNDS = tuple(None if x == "none" else int(x) for x in os.environ.get("ROUNDS", "2,3,5").split(","))  # the benchmark's requests per client, chosen inside each training fold
 START = {
     "bandwidth_efficiency": 0.8,
-    "compute_efficiency": 0.5,
-    "attn_efficiency": 0.5,
     "step_overhead_s": 3e-4,
+    "compute_efficiency": 0.5,
+    "moe_compute_efficiency": 0.5,
+    "attn_efficiency": 0.5,
+    "eager_layer_s": 3e-4,
     "prefill_overhead_s": 0.02,
     "prompt_s_per_token": 2e-6,
 }
 BOUNDS = {
     "bandwidth_efficiency": (0.3, 1.0),
-    "compute_efficiency": (0.1, 1.0),
-    "attn_efficiency": (0.05, 1.0),
     "step_overhead_s": (1e-5, 1e-2),
+    "compute_efficiency": (0.1, 1.0),
+    "moe_compute_efficiency": (0.05, 1.0),
+    "attn_efficiency": (0.05, 1.0),
+    "eager_layer_s": (1e-6, 3e-3),
     "prefill_overhead_s": (1e-3, 0.2),
     "prompt_s_per_token": (1e-8, 2e-5),
 }

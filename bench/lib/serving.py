@@ -165,27 +165,18 @@ def coordinate_fit(
     return theta, best
 
 
-# What each metric's fit moves: TPOT is decode steps (weight and KV streaming, the step's
-# fixed cost); TTFT adds the prompt's compute and the request's overhead.
-TPOT_KEYS = ("bandwidth_efficiency", "step_overhead_s")
-
-
 def fit_model(rows: pd.DataFrame, rounds_choices: tuple[int, ...], start: dict, bounds: dict):
-    """(theta, rounds) that fit `rows` best, in two stages: the decode constants on TPOT, then
-    the rest on TTFT at each choice of the benchmark's requests per client (how much of the
-    mean is its first round, all clients arriving together)."""
+    """(theta, rounds) that fit `rows` best: every constant at once on TTFT and TPOT together
+    (the sum of both losses), at each choice of the benchmark's requests per client."""
     configs = rows.drop_duplicates(CONFIG)
 
-    def f(theta: dict, rounds: int, metric: str) -> float:
-        return loss(errors(rows, predict(configs, theta, rounds)), metric)
+    def f(theta: dict, rounds) -> float:
+        j = errors(rows, predict(configs, theta, rounds))
+        return loss(j, "ttft") + loss(j, "tpot")
 
-    mid = rounds_choices[len(rounds_choices) // 2]
-    dec = {k: v for k, v in bounds.items() if k in TPOT_KEYS}
-    pre = {k: v for k, v in bounds.items() if k not in TPOT_KEYS}
-    theta, _ = coordinate_fit(lambda t: f(t, mid, "tpot"), start, dec)
-    best = (np.inf, theta, mid)
+    best = (np.inf, start, rounds_choices[0])
     for r in rounds_choices:
-        th, v = coordinate_fit(lambda t, r=r: f(t, r, "ttft"), theta, pre)
+        th, v = coordinate_fit(lambda t, r=r: f(t, r), start, bounds, sweeps=4)
         if v < best[0]:
             best = (v, th, r)
     return best[1], best[2]

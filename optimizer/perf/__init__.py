@@ -141,6 +141,8 @@ def _instance_perf(
         ref_context_tokens=ref_ctx,
         cpu_offload_gib=cpu_offload_gib,
         interconnect=interconnect,
+        # vLLM's max_cudagraph_capture_size: min(2 max_num_seqs, 512, max_num_batched_tokens)
+        graph_max_tokens=min(2 * max_num_seqs, 512, chunk_tokens),
     )
     loads = load_times(weights_bytes(arch, quantization), w_res, gpu, cal, disk_read_gbps)
     return InstancePerf(

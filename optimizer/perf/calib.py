@@ -22,6 +22,15 @@ class Calib:
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
+    # vLLM's W4A16 MoE kernel (Marlin: int4 experts dequantized to 16 bits in registers, then
+    # mma.sync) is bound by each SM's dequantize-and-multiply pipeline, not by memory: on H20
+    # (78 SMs, 4.0 TB/s) it reads DeepSeek-V3's routed experts (256 x 7168 x 2048, top 8, GPTQ
+    # 4-bit) in 1.395 ms for 16 tokens and 2.973 ms for 64 (FlagGems PR #3609, vLLM Marlin
+    # column): 1.66-1.70 TB/s of the experts those batches touch, 21.3-21.8 GB/s per SM.
+    w4a16_moe_gbps_per_sm: float = 21.5  # W4A16 expert weights read per SM, GB/s
+    # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
+    moe_compute_efficiency: float = 1.0  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
+    eager_layer_s: float = 0.0  # per decoder layer of a step run without CUDA graphs, s
     # beyond the kernels' floors (latency.step_fixed_s): bench/perfmodel_vs_serving.py's fit
     # to all 744 expressible serving rows (B200/B300/H200) gives 65 us
     step_overhead_s: float = 65e-6  # scheduler + sampling per engine step, s
