@@ -15,10 +15,11 @@ class Calib:
     """Achieved/peak factors and fixed costs of one GPU type."""
 
     compute_efficiency: float = 0.7  # achieved / peak dense bf16 tensor FLOP/s on large GEMMs
-    # vLLM's fp8 GEMMs (dynamic activation scaling) reach about a third of the fp8 peak:
-    # median 0.31 (L40S), 0.36 (H100), 0.40 (H200) in aiconfigurator's vLLM 0.14 GEMM tables.
-    fp8_compute_efficiency: float = 0.35  # achieved / peak dense fp8 FLOP/s
-    fp4_compute_efficiency: float = 0.35  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
+    # vLLM's fp8 GEMMs (dynamic activation scaling) reach well under half the fp8 peak where
+    # compute binds (m >= 512, n and k >= 4096): median 0.35-0.39 (H100), 0.41-0.47 (H200) in
+    # aiconfigurator's vLLM 0.14 GEMM tables; fp4 GEMMs taken alike (no table).
+    fp8_compute_efficiency: float = 0.42  # achieved / peak dense fp8 FLOP/s
+    fp4_compute_efficiency: float = 0.42  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
@@ -102,18 +103,10 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
-    # blackwell: from bench/perfmodel_vs_serving.py's fit to all 744 expressible serving rows
-    # (B200/B300/H200; its line "all rows"): bandwidth 0.9, request overhead 54 ms + 1.65 us
-    # per prompt token, attention 0.66. That fit shares one compute efficiency across bf16,
-    # fp8 and fp4 and ran it to its bound (1.0): not taken; 0.7 for all three (a guess).
+    # blackwell: no per-operator table; GEMM and attention efficiencies as Hopper's (above).
     "blackwell": dict(
-        compute_efficiency=0.7,
-        fp8_compute_efficiency=0.7,
-        fp4_compute_efficiency=0.7,
-        bandwidth_efficiency=0.9,
-        attn_efficiency=0.66,
-        prefill_overhead_s=0.054,
-        prompt_s_per_token=1.65e-6,
+        compute_efficiency=0.78,
+        attn_efficiency=0.48,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),

@@ -104,14 +104,15 @@ def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
 def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
     """FLOPs of attention for one (new token, context token) pair on one GPU.
 
-    QK^T and PV, 2 FLOPs each per head dim. MLA scores against the latent (absorbed form).
+    QK^T and PV, 2 FLOPs each per head dim. MLA as vLLM prefills it (where attention compute
+    matters): the latent expanded to per-head keys (nope + rope dims) and values; its decode
+    scores against the latent (absorbed form), bound by reading it (the step's KV side).
     Sliding layers only see their window: at the reference context they weigh window/context.
     """
     heads = arch.num_attention_heads / tp
     if arch.is_mla:
-        per_layer = (
-            2 * heads * (arch.kv_lora_rank + arch.qk_rope_head_dim) + 2 * heads * arch.kv_lora_rank
-        )
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim  # key dim per head
+        per_layer = 2 * heads * qk + 2 * heads * arch.v_head_dim
     else:
         per_layer = 4 * heads * arch.head_dim
     layers = float(arch.num_layers)
