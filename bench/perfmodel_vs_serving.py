@@ -86,7 +86,9 @@ def out_of_sample(rows: pd.DataFrame, by: str) -> tuple[pd.DataFrame, pd.DataFra
         theta = fit_model(train, START, BOUNDS)
         model_parts.append(errors(test, predict(test.drop_duplicates(CONFIG), theta)))
         roof = fit_roofline(train)
-        roof_parts.append(errors(test, roofline(roofline_parts(test.drop_duplicates(CONFIG)), roof)))
+        roof_parts.append(
+            errors(test, roofline(roofline_parts(test.drop_duplicates(CONFIG)), roof))
+        )
         fitted = ", ".join(f"{k} {v:.3g}" for k, v in theta.items())
         shown = ", ".join(f"{k} {v:.3g}" for k, v in roof.items())
         notes.append(
@@ -141,9 +143,7 @@ def main() -> int:
         })  # fmt: skip
         ok &= t_tpot <= TPOT_TARGET and t_ttft <= TTFT_TARGET and worst.max() <= GROUP_TPOT_TARGET
         print(f"  worst (model, system) TPOT: {worst.idxmax()} {worst.max():.1%}")
-    print(
-        "\nall rows (the source of the fitted defaults in optimizer/perf/calib.py; not scored):"
-    )
+    print("\nall rows (the source of the fitted defaults in optimizer/perf/calib.py; not scored):")
     theta = fit_model(rows, START, BOUNDS)
     print("  " + ", ".join(f"{k} {v:.3g}" for k, v in theta.items()))
     print(

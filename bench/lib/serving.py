@@ -123,7 +123,12 @@ def roofline_parts(configs: pd.DataFrame) -> pd.DataFrame:
         kv = c * (isl + osl / 2) * kv_bytes_per_token(a, "auto", isl + osl, tp=int(tp))
         dense, routed = linear_flops_per_token(a, int(tp))
         unit = Calib(compute_efficiency=1.0, fp8_compute_efficiency=1.0, fp4_compute_efficiency=1.0)
-        out.append(((w + kv) / (gpu.memory_bandwidth_gbps * GB), isl * (dense + routed) / gemm_flops(gpu, unit, q)))
+        out.append(
+            (
+                (w + kv) / (gpu.memory_bandwidth_gbps * GB),
+                isl * (dense + routed) / gemm_flops(gpu, unit, q),
+            )
+        )
     return configs[CONFIG].assign(mem_s=[o[0] for o in out], flop_s=[o[1] for o in out])
 
 

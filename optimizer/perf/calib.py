@@ -29,14 +29,15 @@ class Calib:
     # 4-bit) in 1.395 ms for 16 tokens and 2.973 ms for 64 (FlagGems PR #3609, vLLM Marlin
     # column): 1.66-1.70 TB/s of the experts those batches touch, 21.3-21.8 GB/s per SM.
     w4a16_moe_gbps_per_sm: float = 21.5  # W4A16 expert weights read per SM, GB/s
+    # Fitted to the 744 expressible serving rows (B200/B300/H200; bench/perfmodel_vs_serving.py,
+    # its line "all rows"), like step_overhead_s and the request overheads below:
     # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
-    moe_compute_efficiency: float = 1.0  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
-    eager_layer_s: float = 0.0  # per decoder layer of a step run without CUDA graphs, s
-    # beyond the kernels' floors (latency.step_fixed_s): bench/perfmodel_vs_serving.py's fit
-    # to all 744 expressible serving rows (B200/B300/H200) gives 65 us
-    step_overhead_s: float = 65e-6  # scheduler + sampling per engine step, s
-    prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
-    prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
+    moe_compute_efficiency: float = 0.28  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
+    # a step of more tokens than vLLM captures as CUDA graphs launches every kernel from the CPU
+    eager_layer_s: float = 4.5e-4  # per decoder layer of a step run without CUDA graphs, s
+    step_overhead_s: float = 82e-6  # beyond the kernels' floors: scheduler + sampling, s/step
+    prefill_overhead_s: float = 0.0157  # per request: HTTP, tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 8.9e-7  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
@@ -103,9 +104,14 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
-    # blackwell: no per-operator table; GEMM and attention efficiencies as Hopper's (above).
+    # blackwell: no per-operator table; GEMM and prefill attention efficiencies as Hopper's
+    # (above); its decode kernels' KV read rate keeps the generic default.
+    # Bandwidth: the serving fit (all rows) runs it to its bound, 1.0: decode steps cost about
+    # 10% less than the bytes the model counts at the spec-sheet rate (most likely fewer
+    # distinct experts than uniform routing touches).
     "blackwell": dict(
-        compute_efficiency=0.78,
+        compute_efficiency=0.75,
+        bandwidth_efficiency=1.0,
         attn_efficiency=0.48,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
@@ -116,6 +122,10 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         bandwidth_efficiency=0.6,
         attn_efficiency=0.2,
         step_overhead_s=0.01,
+        prefill_overhead_s=0.01,
+        prompt_s_per_token=0.0,
+        moe_compute_efficiency=1.0,
+        eager_layer_s=0.0,
         engine_init_s=55.0,
         h2d_gbps=5.0,
         d2h_gbps=5.0,

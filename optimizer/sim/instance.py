@@ -46,7 +46,7 @@ def _comm_s(step: StepModel, new_tokens: float) -> float:
 def decode_coeffs(step: StepModel, n: int, kv0: float) -> tuple[float, float, float, float, float]:
     """Decode step j of n sequences holding kv0 context tokens takes
     fixed + max(m0 + m1 j, c0 + c1 j) seconds (memory side, compute side)."""
-    fixed = step.overhead_s + _comm_s(step, n)  # s per step
+    fixed = step.fixed_s(n) + _comm_s(step, n)  # s per step
     m0 = step.dense_weight_read_s + step.expert_read_s * step.experts_touched(n)
     m0 += step.kv_read_s_per_token * kv0  # s: context KV read
     m1 = step.kv_read_s_per_token * n  # s per step: context grows by n tokens
@@ -163,7 +163,8 @@ def step_time_vec(
         mem = mem + step.expert_read_s * step.num_experts * (1.0 - miss)
     comp = step.compute_s_per_token * new + step.attn_s_per_pair * pairs
     comm = step.comm_latency_s + step.comm_s_per_token * new if step.comm_latency_s else 0.0
-    return step.overhead_s + np.maximum(mem, comp) + comm
+    fixed = step.overhead_s + np.where(new > step.graph_max_tokens, step.eager_s, 0.0)
+    return fixed + np.maximum(mem, comp) + comm
 
 
 JITTER_SEED = 0  # step-time jitter is deterministic: one fixed seed per engine and per trace
@@ -535,7 +536,7 @@ class Engine:
         if self.dense:  # StepModel.time_s without its MoE and TP terms (both zero here)
             mem = st.dense_weight_read_s + st.kv_read_s_per_token * kv
             comp = st.compute_s_per_token * new + st.attn_s_per_pair * pairs
-            dt = st.overhead_s + (mem if mem > comp else comp)
+            dt = st.fixed_s(new) + (mem if mem > comp else comp)
         else:
             dt = st.time_s(new, kv, pairs)
         if self.jit:

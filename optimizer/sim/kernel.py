@@ -49,7 +49,8 @@ _objmode = numba.objmode if numba is not None else contextlib.nullcontext
 
 F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
-F_JCV, F_JBUF = 16, 17  # jitter's coefficient of variation (0: off); its block from F_JBUF
+F_EAGER, F_GMAX = 16, 17  # StepModel.eager_s, graph_max_tokens
+F_JCV, F_JBUF = 18, 19  # jitter's coefficient of variation (0: off); its block from F_JBUF
 F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
 I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
@@ -120,10 +121,11 @@ def _enqueue(iv, q, rid, inp, cached, out):
 @_jit
 def _step_time(f, iv, new, kv, pairs):
     """`StepModel.time_s` (the dense shortcut of `Engine._one_step` where it applies)."""
+    fixed = f[F_OVH] + (f[F_EAGER] if new > f[F_GMAX] else 0.0)
     if iv[I_DENSE]:
         mem = f[F_DENSE] + f[F_KVR] * kv
         comp = f[F_CPT] * new + f[F_APP] * pairs
-        return f[F_OVH] + (mem if mem > comp else comp)
+        return fixed + (mem if mem > comp else comp)
     touched = 0.0
     if f[F_NEXP] != 0 and new > 0:
         miss = (1.0 - f[F_EPT] / f[F_NEXP]) ** new
@@ -131,7 +133,7 @@ def _step_time(f, iv, new, kv, pairs):
     mem_s = f[F_DENSE] + f[F_EXPERT] * touched + f[F_KVR] * kv
     compute_s = f[F_CPT] * new + f[F_APP] * pairs
     comm_s = f[F_COMML] + f[F_COMMT] * new if f[F_COMML] else 0.0
-    return f[F_OVH] + (compute_s if compute_s > mem_s else mem_s) + comm_s
+    return fixed + (compute_s if compute_s > mem_s else mem_s) + comm_s
 
 
 @_jit
@@ -452,6 +454,8 @@ class FastEngine:
             st.attn_s_per_pair,
             st.comm_s_per_token,
             st.comm_latency_s,
+            st.eager_s,
+            float(st.graph_max_tokens),
         )
         self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
         self.iv = np.zeros(I_LEN, dtype=np.int64)
