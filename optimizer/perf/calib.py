@@ -98,7 +98,7 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     ),
     "hopper": dict(
         compute_efficiency=0.75,
-        bandwidth_efficiency=0.85,
+        bandwidth_efficiency=1.0,  # the serving fit's (H200 rows; blackwell below)
         attn_efficiency=0.48,
         kv_read_efficiency=0.62,
         h2d_gbps=40.0,
@@ -106,9 +106,11 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     ),
     # blackwell: no per-operator table; GEMM and prefill attention efficiencies as Hopper's
     # (above); its decode kernels' KV read rate keeps the generic default.
-    # Bandwidth: the serving fit (all rows) runs it to its bound, 1.0: decode steps cost about
-    # 10% less than the bytes the model counts at the spec-sheet rate (most likely fewer
-    # distinct experts than uniform routing touches).
+    # Bandwidth (hopper and blackwell): an isolated GEMM streams at 0.86 of peak (the tables
+    # above), but the serving fit (all rows: B200/B300/H200, dense and MoE) runs the whole
+    # step's rate to its bound, 1.0: a decode step costs about 10% less than the bytes and
+    # kernel floors this model counts (floors that overlap inside a CUDA graph, and MoE
+    # batches touching fewer distinct experts than uniform routing, are the likely causes).
     "blackwell": dict(
         compute_efficiency=0.75,
         bandwidth_efficiency=1.0,
