@@ -81,42 +81,37 @@ def load_rows() -> tuple[pd.DataFrame, Counter]:
     return rows, skipped
 
 
-# Fitted constants: shared by every GPU (efficiencies relative to its spec sheet) and model.
-FITTED = (
-    "bandwidth_efficiency",
-    "compute_efficiency",
-    "attn_efficiency",
-    "step_overhead_s",
-    "prefill_overhead_s",
-)
-COMPUTE = ("compute_efficiency", "fp8_compute_efficiency", "fp4_compute_efficiency")
+# The benchmark's clients, sending fixed-length requests in lockstep, stay partly in step:
+# `burst_share` of the requests arrive with the other clients' (as in a first round, every
+# client sending at once: closed_loop's `rounds` = 1 / burst_share); it is fitted with the
+# engine's constants but is no engine property, so it is not a Calib field.
+BURST = "burst_share"
 
 
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
-    upd = {k: v for k, v in theta.items() if k != "compute_efficiency"}
-    upd.update({k: theta["compute_efficiency"] for k in COMPUTE if "compute_efficiency" in theta})
+    upd = {k: v for k, v in theta.items() if k != BURST}
     return dataclasses.replace(default_calib(resolve_gpu(gpu).arch), **upd)
 
 
-def predict(configs: pd.DataFrame, theta: dict[str, float], rounds: int) -> pd.DataFrame:
+def predict(configs: pd.DataFrame, theta: dict[str, float]) -> pd.DataFrame:
     """Perf-model TTFT and TPOT (ms) of unique configs: vLLM's defaults for the GPU (no flags),
-    the closed loop of `c` clients sending `rounds` requests each, all counted."""
+    the closed loop of `c` clients, `theta[BURST]` of the requests arriving in a burst."""
     out = []
     for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
         perf = instance_perf(
             resolve_arch_name(m), q, resolve_gpu(g), int(tp), interconnect="nvlink",
             calib=calib_for(g, theta),
         )  # fmt: skip
-        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=rounds)
+        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=1.0 / theta[BURST])
         out.append((r.ttft_s * 1e3, r.tpot_s * 1e3))
     return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
 
 
-def roofline(configs: pd.DataFrame, e_bw: float, e_fl: float) -> pd.DataFrame:
-    """The naive hand roofline: TPOT = the bytes a decode step reads (weights, the experts a
-    batch of c touches, KV) / bandwidth; TTFT = the prompt's FLOPs / peak rate; one efficiency
-    each."""
+def roofline_parts(configs: pd.DataFrame) -> pd.DataFrame:
+    """The naive hand roofline's two sums per config: the bytes a decode step reads (weights,
+    the experts a batch of c touches, KV) over peak bandwidth, and the prompt's FLOPs over peak
+    rate, s."""
     out = []
     for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
         a, gpu = resolve_arch_name(m), resolve_gpu(g)
@@ -126,12 +121,24 @@ def roofline(configs: pd.DataFrame, e_bw: float, e_fl: float) -> pd.DataFrame:
             touched = a.num_experts * (1 - (1 - a.num_experts_per_tok / a.num_experts) ** c)
             w += parts["one_expert"] * touched
         kv = c * (isl + osl / 2) * kv_bytes_per_token(a, "auto", isl + osl, tp=int(tp))
-        tpot = (w + kv) / (gpu.memory_bandwidth_gbps * GB * e_bw)
         dense, routed = linear_flops_per_token(a, int(tp))
         unit = Calib(compute_efficiency=1.0, fp8_compute_efficiency=1.0, fp4_compute_efficiency=1.0)
-        ttft = isl * (dense + routed) / (gemm_flops(gpu, unit, q) * e_fl)
-        out.append((ttft * 1e3, tpot * 1e3))
-    return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
+        out.append(
+            (
+                (w + kv) / (gpu.memory_bandwidth_gbps * GB),
+                isl * (dense + routed) / gemm_flops(gpu, unit, q),
+            )
+        )
+    return configs[CONFIG].assign(mem_s=[o[0] for o in out], flop_s=[o[1] for o in out])
+
+
+def roofline(parts: pd.DataFrame, p: dict[str, float]) -> pd.DataFrame:
+    """The roofline with its four fitted constants: TPOT = step_s + bytes / (bandwidth x
+    bw_eff); TTFT = request_s + FLOPs / (peak x flop_eff), ms."""
+    return parts[CONFIG].assign(
+        tpot_pred=(p["step_s"] + parts.mem_s / p["bw_eff"]) * 1e3,
+        ttft_pred=(p["request_s"] + parts.flop_s / p["flop_eff"]) * 1e3,
+    )
 
 
 def errors(rows: pd.DataFrame, pred: pd.DataFrame) -> pd.DataFrame:
@@ -165,33 +172,30 @@ def coordinate_fit(
     return theta, best
 
 
-# What each metric's fit moves: TPOT is decode steps (weight and KV streaming, the step's
-# fixed cost); TTFT adds the prompt's compute and the request's overhead.
-TPOT_KEYS = ("bandwidth_efficiency", "step_overhead_s")
-
-
-def fit_model(rows: pd.DataFrame, rounds_choices: tuple[int, ...], start: dict, bounds: dict):
-    """(theta, rounds) that fit `rows` best, in two stages: the decode constants on TPOT, then
-    the rest on TTFT at each choice of the benchmark's requests per client (how much of the
-    mean is its first round, all clients arriving together)."""
+def fit_model(rows: pd.DataFrame, start: dict, bounds: dict) -> dict[str, float]:
+    """The constants in `bounds` that fit `rows` best, all at once, on TTFT and TPOT together
+    (the sum of both losses); the others stay at `start`."""
     configs = rows.drop_duplicates(CONFIG)
 
-    def f(theta: dict, rounds: int, metric: str) -> float:
-        return loss(errors(rows, predict(configs, theta, rounds)), metric)
+    def f(theta: dict) -> float:
+        j = errors(rows, predict(configs, theta))
+        return loss(j, "ttft") + loss(j, "tpot")
 
-    mid = rounds_choices[len(rounds_choices) // 2]
-    dec = {k: v for k, v in bounds.items() if k in TPOT_KEYS}
-    pre = {k: v for k, v in bounds.items() if k not in TPOT_KEYS}
-    theta, _ = coordinate_fit(lambda t: f(t, mid, "tpot"), start, dec)
-    best = (np.inf, theta, mid)
-    for r in rounds_choices:
-        th, v = coordinate_fit(lambda t, r=r: f(t, r, "ttft"), theta, pre)
-        if v < best[0]:
-            best = (v, th, r)
-    return best[1], best[2]
+    return coordinate_fit(f, start, bounds, sweeps=4)[0]
 
 
-def fit_roofline(rows: pd.DataFrame) -> tuple[float, float]:
-    """The roofline's two efficiencies (medians of measured / predicted at efficiency 1)."""
-    p = errors(rows, roofline(rows.drop_duplicates(CONFIG), 1.0, 1.0))
-    return float(np.median(p.tpot_pred / p.tpot_ms)), float(np.median(p.ttft_pred / p.ttft_ms))
+ROOF_START = {"bw_eff": 0.8, "step_s": 1e-3, "flop_eff": 0.5, "request_s": 0.02}
+ROOF_BOUNDS = {
+    "bw_eff": (0.05, 1.0), "step_s": (1e-5, 0.05), "flop_eff": (0.01, 1.0), "request_s": (1e-3, 1.0),
+}  # fmt: skip
+
+
+def fit_roofline(rows: pd.DataFrame) -> dict[str, float]:
+    """The roofline's four constants fitted to `rows` (the same loss as the model's)."""
+    parts = roofline_parts(rows.drop_duplicates(CONFIG))
+
+    def f(p: dict) -> float:
+        j = errors(rows, roofline(parts, p))
+        return loss(j, "ttft") + loss(j, "tpot")
+
+    return coordinate_fit(f, ROOF_START, ROOF_BOUNDS, sweeps=6)[0]

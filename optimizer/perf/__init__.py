@@ -11,7 +11,7 @@ from functools import lru_cache
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
-from planner.optimizer.perf.closedloop import closed_loop, steady_state
+from planner.optimizer.perf.closedloop import BURST_SHARE, closed_loop, steady_state
 from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
 from planner.optimizer.perf.memory import (
@@ -26,6 +26,7 @@ from planner.optimizer.perf.vllm_defaults import EntryPoint, batch_defaults
 from planner.units import GIB
 
 __all__ = [
+    "BURST_SHARE",
     "Calib",
     "InstancePerf",
     "StepModel",
@@ -141,6 +142,8 @@ def _instance_perf(
         ref_context_tokens=ref_ctx,
         cpu_offload_gib=cpu_offload_gib,
         interconnect=interconnect,
+        # vLLM's max_cudagraph_capture_size: min(2 max_num_seqs, 512, max_num_batched_tokens)
+        graph_max_tokens=min(2 * max_num_seqs, 512, chunk_tokens),
     )
     loads = load_times(weights_bytes(arch, quantization), w_res, gpu, cal, disk_read_gbps)
     return InstancePerf(

@@ -15,18 +15,29 @@ class Calib:
     """Achieved/peak factors and fixed costs of one GPU type."""
 
     compute_efficiency: float = 0.7  # achieved / peak dense bf16 tensor FLOP/s on large GEMMs
-    # vLLM's fp8 GEMMs (dynamic activation scaling) reach about a third of the fp8 peak:
-    # median 0.31 (L40S), 0.36 (H100), 0.40 (H200) in aiconfigurator's vLLM 0.14 GEMM tables.
-    fp8_compute_efficiency: float = 0.35  # achieved / peak dense fp8 FLOP/s
-    fp4_compute_efficiency: float = 0.35  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
+    # vLLM's fp8 GEMMs (dynamic activation scaling) reach well under half the fp8 peak where
+    # compute binds (m >= 512, n and k >= 4096): median 0.35-0.39 (H100), 0.41-0.47 (H200) in
+    # aiconfigurator's vLLM 0.14 GEMM tables; fp4 GEMMs taken alike (no table).
+    fp8_compute_efficiency: float = 0.42  # achieved / peak dense fp8 FLOP/s
+    fp4_compute_efficiency: float = 0.42  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
-    # beyond the kernels' floors (latency.step_fixed_s): bench/perfmodel_vs_serving.py's fit
-    # to all 744 expressible serving rows (B200/B300/H200) gives 65 us
-    step_overhead_s: float = 65e-6  # scheduler + sampling per engine step, s
-    prefill_overhead_s: float = 0.01  # per request: tokenize, schedule, detokenize, s
-    prompt_s_per_token: float = 0.0  # per prompt token: tokenize and hand to the engine, s
+    # vLLM's W4A16 MoE kernel (Marlin: int4 experts dequantized to 16 bits in registers, then
+    # mma.sync) is bound by each SM's dequantize-and-multiply pipeline, not by memory: on H20
+    # (78 SMs, 4.0 TB/s) it reads DeepSeek-V3's routed experts (256 x 7168 x 2048, top 8, GPTQ
+    # 4-bit) in 1.395 ms for 16 tokens and 2.973 ms for 64 (FlagGems PR #3609, vLLM Marlin
+    # column): 1.66-1.70 TB/s of the experts those batches touch, 21.3-21.8 GB/s per SM.
+    w4a16_moe_gbps_per_sm: float = 21.5  # W4A16 expert weights read per SM, GB/s
+    # Fitted to the 744 expressible serving rows (B200/B300/H200; bench/perfmodel_vs_serving.py,
+    # its line "all rows"), like step_overhead_s and the request overheads below:
+    # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
+    moe_compute_efficiency: float = 0.28  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
+    # a step of more tokens than vLLM captures as CUDA graphs launches every kernel from the CPU
+    eager_layer_s: float = 4.5e-4  # per decoder layer of a step run without CUDA graphs, s
+    step_overhead_s: float = 82e-6  # beyond the kernels' floors: scheduler + sampling, s/step
+    prefill_overhead_s: float = 0.0157  # per request: HTTP, tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 8.9e-7  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
@@ -87,24 +98,23 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     ),
     "hopper": dict(
         compute_efficiency=0.75,
-        bandwidth_efficiency=0.85,
+        bandwidth_efficiency=1.0,  # the serving fit's (H200 rows; blackwell below)
         attn_efficiency=0.48,
         kv_read_efficiency=0.62,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
-    # blackwell: from bench/perfmodel_vs_serving.py's fit to all 744 expressible serving rows
-    # (B200/B300/H200; its line "all rows"): bandwidth 0.9, request overhead 54 ms + 1.65 us
-    # per prompt token, attention 0.66. That fit shares one compute efficiency across bf16,
-    # fp8 and fp4 and ran it to its bound (1.0): not taken; 0.7 for all three (a guess).
+    # blackwell: no per-operator table; GEMM and prefill attention efficiencies as Hopper's
+    # (above); its decode kernels' KV read rate keeps the generic default.
+    # Bandwidth (hopper and blackwell): an isolated GEMM streams at 0.86 of peak (the tables
+    # above), but the serving fit (all rows: B200/B300/H200, dense and MoE) runs the whole
+    # step's rate to its bound, 1.0: a decode step costs about 10% less than the bytes and
+    # kernel floors this model counts (floors that overlap inside a CUDA graph, and MoE
+    # batches touching fewer distinct experts than uniform routing, are the likely causes).
     "blackwell": dict(
-        compute_efficiency=0.7,
-        fp8_compute_efficiency=0.7,
-        fp4_compute_efficiency=0.7,
-        bandwidth_efficiency=0.9,
-        attn_efficiency=0.66,
-        prefill_overhead_s=0.054,
-        prompt_s_per_token=1.65e-6,
+        compute_efficiency=0.75,
+        bandwidth_efficiency=1.0,
+        attn_efficiency=0.48,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
@@ -114,6 +124,10 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         bandwidth_efficiency=0.6,
         attn_efficiency=0.2,
         step_overhead_s=0.01,
+        prefill_overhead_s=0.01,
+        prompt_s_per_token=0.0,
+        moe_compute_efficiency=1.0,
+        eager_layer_s=0.0,
         engine_init_s=55.0,
         h2d_gbps=5.0,
         d2h_gbps=5.0,

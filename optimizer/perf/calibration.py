@@ -79,7 +79,7 @@ def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float)
     )
     comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
     lin, attn = sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs
-    return StepTerms(mem, lin, attn, comm, sm.overhead_s)
+    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens))
 
 
 def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:

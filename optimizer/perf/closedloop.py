@@ -19,7 +19,9 @@ periodic steady state, fast enough for every candidate of a search):
   prompt token) after it is sent (HTTP, tokenization), waits for the step running then (the
   clients still decoding), then takes its `s` chunk steps;
 - a benchmark's first round differs: every client sends at time 0, so the prompts queue for
-  the budget together; `rounds` (requests per client) weighs it into the means.
+  the budget together; `rounds` (requests per client) weighs it into the means. Clients
+  sending fixed-length requests stay partly in step after it: a fractional `rounds` (1 /
+  the share of requests that arrive in such a burst) weighs that in.
 
 Pure: numbers in, numbers out.
 """
@@ -45,6 +47,12 @@ class LoopResult:
 
 INFEASIBLE = LoopResult(math.inf, math.inf, 0.0, 0, False)
 
+# Clients sending fixed-length requests back to back (a serving benchmark) stay partly in
+# step: this share of their requests arrive with the other clients' as in a first round.
+# Fitted with the engine's constants to the 744 serving rows (bench/perfmodel_vs_serving.py,
+# its line "all rows"); `closed_loop(..., rounds=1 / BURST_SHARE)` applies it.
+BURST_SHARE = 0.167
+
 
 def closed_loop(
     perf: InstancePerf,
@@ -52,7 +60,7 @@ def closed_loop(
     output_len: int,
     clients: int,
     *,
-    rounds: int | None = None,
+    rounds: float | None = None,
     cached_len: int = 0,
 ) -> LoopResult:
     """Mean TTFT and TPOT of `clients` clients sending `input_len`-token prompts for

@@ -11,6 +11,7 @@ from planner.catalog.models import ModelArch, param_counts
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.memory import (
     EXPERT_ONLY_QUANTS,
+    W4A16_QUANTS,
     bytes_per_param,
     kv_bytes_per_token,
     weight_parts_bytes,
@@ -103,14 +104,15 @@ def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
 def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
     """FLOPs of attention for one (new token, context token) pair on one GPU.
 
-    QK^T and PV, 2 FLOPs each per head dim. MLA scores against the latent (absorbed form).
+    QK^T and PV, 2 FLOPs each per head dim. MLA as vLLM prefills it (where attention compute
+    matters): the latent expanded to per-head keys (nope + rope dims) and values; its decode
+    scores against the latent (absorbed form), bound by reading it (the step's KV side).
     Sliding layers only see their window: at the reference context they weigh window/context.
     """
     heads = arch.num_attention_heads / tp
     if arch.is_mla:
-        per_layer = (
-            2 * heads * (arch.kv_lora_rank + arch.qk_rope_head_dim) + 2 * heads * arch.kv_lora_rank
-        )
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim  # key dim per head
+        per_layer = 2 * heads * qk + 2 * heads * arch.v_head_dim
     else:
         per_layer = 4 * heads * arch.head_dim
     layers = float(arch.num_layers)
@@ -201,6 +203,7 @@ def build_step_model(
     ref_context_tokens: int = 4096,
     cpu_offload_gib: float = 0.0,
     interconnect: str = "pcie",
+    graph_max_tokens: int = 512,
 ) -> StepModel:
     """Coefficients of one engine step on this instance (see StepModel)."""
     bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s achieved
@@ -208,9 +211,8 @@ def build_step_model(
     q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
     attn_flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
     flops_dense, flops_routed = linear_flops_per_token(arch, tp)  # FLOP per new token
-    compute_s = flops_dense / gemm_flops(gpu, calib, q_dense) + flops_routed / gemm_flops(
-        gpu, calib, quantization
-    )  # s per new token
+    routed_flops = gemm_flops(gpu, calib, quantization) * calib.moe_compute_efficiency  # FLOP/s
+    compute_s = flops_dense / gemm_flops(gpu, calib, q_dense) + flops_routed / routed_flops
     fixed_s = step_fixed_s(arch, quantization, gpu, calib)  # s per step
     parts = weight_parts_bytes(arch, quantization, tp)
     # every step reads all non-expert weights; the embedding only when it is the tied lm_head
@@ -220,12 +222,15 @@ def build_step_model(
     offload = min(cpu_offload_gib * GIB, dense + parts["experts"])  # bytes streamed over PCIe
     h2d = min(calib.h2d_gbps, gpu.pcie_gbps) * GB  # bytes/s over the host link
     dense_read_s = max(0.0, dense - offload) / bw + offload / h2d
+    expert_bw = bw  # bytes/s reading routed experts
+    if quantization in W4A16_QUANTS and gpu.sm_count:  # SM-bound (Calib.w4a16_moe_gbps_per_sm)
+        expert_bw = min(bw, gpu.sm_count * calib.w4a16_moe_gbps_per_sm * GB)
     kv_tok = kv_bytes_per_token(arch, kv_cache_dtype, ref_context_tokens, tp=tp)  # bytes/token/GPU
     comm_tok, comm_lat = allreduce_coeffs(arch, gpu, tp, interconnect, calib)
     return StepModel(
         overhead_s=fixed_s,
         dense_weight_read_s=dense_read_s,
-        expert_read_s=parts["one_expert"] / bw if arch.is_moe else 0.0,
+        expert_read_s=parts["one_expert"] / expert_bw if arch.is_moe else 0.0,
         num_experts=arch.num_experts,
         experts_per_tok=arch.num_experts_per_tok,
         kv_read_s_per_token=kv_tok / (bw * calib.kv_read_efficiency),
@@ -233,6 +238,8 @@ def build_step_model(
         attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,
         comm_latency_s=comm_lat,
+        graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,
+        eager_s=arch.num_layers * calib.eager_layer_s,
     )
 
 

@@ -12,6 +12,9 @@ from planner.catalog.models import ModelArch, param_counts
 _BF16 = 2.0  # bytes/param
 _FP8 = 1.0  # bytes/param (+ one fp32 scale per output channel, added below)
 _INT4_G128 = 0.5 + (2.0 + 0.5) / 128  # 4-bit weight + fp16 scale and 4-bit zero per group of 128
+# `int4`: compressed-tensors pack-quantized W4A16, symmetric, one bf16 scale per group of 32
+# (Kimi K2's native format: its routed experts, group_size 32 in the checkpoint's config.json)
+_INT4_G32 = 0.5 + 2.0 / 32  # bytes/param
 _MXFP4 = 0.5 + 1.0 / 32  # 4-bit E2M1 weight + one E8M0 scale byte per block of 32
 _NVFP4 = 0.5 + 1.0 / 16  # 4-bit E2M1 weight + one E4M3 scale byte per block of 16
 
@@ -19,6 +22,8 @@ WEIGHT_QUANTS = ("bf16", "fp16", "fp8", "awq", "gptq", "int4", "mxfp4", "nvfp4")
 # 4-bit formats whose MoE checkpoints quantize the routed experts only (gpt-oss MXFP4, Kimi's
 # int4 experts, NVIDIA's NVFP4 MoE exports): attention and shared experts stay 16-bit.
 EXPERT_ONLY_QUANTS = ("mxfp4", "nvfp4", "int4")
+# integer 4-bit weights with 16-bit activations (W4A16): dequantized inside the GEMM
+W4A16_QUANTS = ("awq", "gptq", "int4")
 KV_DTYPES = ("auto", "bfloat16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
@@ -28,8 +33,10 @@ def bytes_per_param(quantization: str) -> float:
         return _BF16
     if quantization == "fp8":
         return _FP8
-    if quantization in ("awq", "gptq", "int4"):
+    if quantization in ("awq", "gptq"):
         return _INT4_G128
+    if quantization == "int4":
+        return _INT4_G32
     if quantization == "mxfp4":
         return _MXFP4
     if quantization == "nvfp4":

@@ -25,6 +25,10 @@ class StepModel:
     attn_s_per_pair: float  # attention for one (new token, context token) pair, s
     comm_s_per_token: float  # TP all-reduce payload of one new token, s/token
     comm_latency_s: float  # TP all-reduce latency per step (2 per layer), s
+    # vLLM replays CUDA graphs only for steps of at most min(2 max_num_seqs, 512) tokens
+    # (its max_cudagraph_capture_size); larger steps launch every kernel from the CPU
+    graph_max_tokens: int = 1 << 62  # largest step (new tokens) that runs as a CUDA graph
+    eager_s: float = 0.0  # what a step without CUDA graphs adds (kernel launches), s
 
     def experts_touched(self, new_tokens: float) -> float:
         """Expected distinct routed experts a step of `new_tokens` tokens reads per layer."""
@@ -46,7 +50,11 @@ class StepModel:
         comm_s = (
             self.comm_latency_s + self.comm_s_per_token * new_tokens if self.comm_latency_s else 0.0
         )
-        return self.overhead_s + max(mem_s, compute_s) + comm_s
+        return self.fixed_s(new_tokens) + max(mem_s, compute_s) + comm_s
+
+    def fixed_s(self, new_tokens: float) -> float:
+        """The fixed cost of a step of `new_tokens` tokens: with or without CUDA graphs, s."""
+        return self.overhead_s + (self.eager_s if new_tokens > self.graph_max_tokens else 0.0)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ changes): real steps vary (other processes, clocks, allocator). Multipliers of m
 that coefficient of variation (lognormal), drawn from a seeded generator, scale a lone
 request's prefill and its decode (one each, by its position in the trace), each general
 step, and each run of decode steps (one for the run: a slow stretch, as the profiler's
-per-request spreads measure it). Deterministic: the same trace gives the same times.
+per-request spreads measure it). Deterministic: the same trace gives the same times; the
+compiled engine (`kernel`) draws the same multipliers in the same order.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _comm_s(step: StepModel, new_tokens: float) -> float:
 def decode_coeffs(step: StepModel, n: int, kv0: float) -> tuple[float, float, float, float, float]:
     """Decode step j of n sequences holding kv0 context tokens takes
     fixed + max(m0 + m1 j, c0 + c1 j) seconds (memory side, compute side)."""
-    fixed = step.overhead_s + _comm_s(step, n)  # s per step
+    fixed = step.fixed_s(n) + _comm_s(step, n)  # s per step
     m0 = step.dense_weight_read_s + step.expert_read_s * step.experts_touched(n)
     m0 += step.kv_read_s_per_token * kv0  # s: context KV read
     m1 = step.kv_read_s_per_token * n  # s per step: context grows by n tokens
@@ -162,11 +163,12 @@ def step_time_vec(
         mem = mem + step.expert_read_s * step.num_experts * (1.0 - miss)
     comp = step.compute_s_per_token * new + step.attn_s_per_pair * pairs
     comm = step.comm_latency_s + step.comm_s_per_token * new if step.comm_latency_s else 0.0
-    return step.overhead_s + np.maximum(mem, comp) + comm
+    fixed = step.overhead_s + np.where(new > step.graph_max_tokens, step.eager_s, 0.0)
+    return fixed + np.maximum(mem, comp) + comm
 
 
 JITTER_SEED = 0  # step-time jitter is deterministic: one fixed seed per engine and per trace
-_JITTER_BLOCK = 4096  # multipliers an engine draws at a time
+JITTER_BLOCK = 4096  # multipliers an engine draws at a time
 
 
 def jitter(cv: float, n: int, seed: int) -> np.ndarray:
@@ -174,6 +176,11 @@ def jitter(cv: float, n: int, seed: int) -> np.ndarray:
     sigma2 = math.log1p(cv * cv)
     rng = np.random.default_rng(seed)
     return rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), n)
+
+
+def jitter_block(cv: float, blocks: int) -> np.ndarray:
+    """An engine's `blocks`-th block of step-time multipliers (1-based; both engines)."""
+    return jitter(cv, JITTER_BLOCK, JITTER_SEED * 1_000_003 + blocks)
 
 
 def lone_times(
@@ -453,8 +460,7 @@ class Engine:
         """The next step-time multiplier of this engine (drawn in seeded blocks)."""
         if self.jit_i >= len(self.jit_draws):
             self.jit_blocks += 1
-            seed = JITTER_SEED * 1_000_003 + self.jit_blocks
-            self.jit_draws = jitter(self.jit_cv, _JITTER_BLOCK, seed).tolist()
+            self.jit_draws = jitter_block(self.jit_cv, self.jit_blocks).tolist()
             self.jit_i = 0
         self.jit_i += 1
         return self.jit_draws[self.jit_i - 1]
@@ -530,7 +536,7 @@ class Engine:
         if self.dense:  # StepModel.time_s without its MoE and TP terms (both zero here)
             mem = st.dense_weight_read_s + st.kv_read_s_per_token * kv
             comp = st.compute_s_per_token * new + st.attn_s_per_pair * pairs
-            dt = st.overhead_s + (mem if mem > comp else comp)
+            dt = st.fixed_s(new) + (mem if mem > comp else comp)
         else:
             dt = st.time_s(new, kv, pairs)
         if self.jit:

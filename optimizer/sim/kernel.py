@@ -3,15 +3,20 @@ the same order, so both give identical numbers (a test checks it); `Engine` stay
 readable reference and the path without numba.
 
 State lives in three arrays so one compiled call does a whole busy period:
-- `f` float64: times and the step model (`F_*` below);
-- `iv` int64: counters and the lone request in flight (`I_*`);
+- `f` float64: times, the step model and the step-time jitter's current block of
+  multipliers (`F_*` below);
+- `iv` int64: counters, the lone request in flight and the jitter's place (`I_*`);
 - `q` int64 rows of `instance.RID..EMITTED`: rows [0, max_seqs) are the running batch in
   admission order, the rest a ring buffer of the waiting queue (head at `I_WHEAD`).
 Compiled functions are cached on disk by numba (first use in a fresh install compiles).
+
+Step-time jitter draws the reference engine's multipliers: the same seeded blocks
+(`instance.jitter`, drawn by numpy in object mode once per block), taken in the same order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import types
 
@@ -22,10 +27,12 @@ from planner.optimizer.sim.instance import (
     CTX,
     DEC,
     EMITTED,
+    JITTER_BLOCK,
     KV,
     PF,
     RID,
     decode_coeffs,
+    jitter_block,
     steps_time_s,
     steps_until,
 )
@@ -37,27 +44,54 @@ except ImportError:  # the pure-Python engine serves alone
     numba = None
 
 AVAILABLE = numba is not None
+# numpy's seeded generator is not compiled: a block of multipliers is drawn in object mode
+_objmode = numba.objmode if numba is not None else contextlib.nullcontext
 
 F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
+F_EAGER, F_GMAX = 16, 17  # StepModel.eager_s, graph_max_tokens
+F_JCV, F_JBUF = 18, 19  # jitter's coefficient of variation (0: off); its block from F_JBUF
+F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
 I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
+I_JI, I_JBLOCKS = 14, 15  # next multiplier in the block; blocks drawn
+I_LEN = 16
 BIG = 1 << 62  # "no limit yet" for a step count
 
 
-def _jit(fn, **callees):
+def _jit(fn=None, *, nogil: bool = True, **callees):
     """Compile `fn`; `callees` rebind the globals it calls to their compiled versions (the
     reference functions of `instance` are compiled as they are, not copied)."""
+    if fn is None:
+        return lambda f: _jit(f, nogil=nogil, **callees)
     if numba is None:
         return fn
     if callees:
         fn = types.FunctionType(fn.__code__, {**fn.__globals__, **callees}, fn.__name__)
-    return numba.njit(cache=True, nogil=True)(fn)
+    return numba.njit(cache=True, nogil=nogil)(fn)
 
 
 _first_reaching = _jit(_first_reaching_py)
 _steps_time_s = _jit(steps_time_s)
 _steps_until = _jit(steps_until, steps_time_s=_steps_time_s, _first_reaching=_first_reaching)
+
+
+def _fill_block(f, blocks):
+    """Draw the engine's next block of multipliers into `f` (numpy, object mode)."""
+    f[F_JBUF:] = jitter_block(f[F_JCV], blocks)
+
+
+@_jit(nogil=False)  # it takes the GIL back for numpy anyway
+def _jitter(f, iv):
+    """`Engine._jitter`: the next step-time multiplier of this engine."""
+    if iv[I_JI] >= JITTER_BLOCK:
+        iv[I_JBLOCKS] += 1
+        blocks = iv[I_JBLOCKS]
+        with _objmode():
+            _fill_block(f, blocks)
+        iv[I_JI] = 0
+    iv[I_JI] += 1
+    return f[F_JBUF + iv[I_JI] - 1]
 
 
 @_jit
@@ -87,10 +121,11 @@ def _enqueue(iv, q, rid, inp, cached, out):
 @_jit
 def _step_time(f, iv, new, kv, pairs):
     """`StepModel.time_s` (the dense shortcut of `Engine._one_step` where it applies)."""
+    fixed = f[F_OVH] + (f[F_EAGER] if new > f[F_GMAX] else 0.0)
     if iv[I_DENSE]:
         mem = f[F_DENSE] + f[F_KVR] * kv
         comp = f[F_CPT] * new + f[F_APP] * pairs
-        return f[F_OVH] + (mem if mem > comp else comp)
+        return fixed + (mem if mem > comp else comp)
     touched = 0.0
     if f[F_NEXP] != 0 and new > 0:
         miss = (1.0 - f[F_EPT] / f[F_NEXP]) ** new
@@ -98,7 +133,7 @@ def _step_time(f, iv, new, kv, pairs):
     mem_s = f[F_DENSE] + f[F_EXPERT] * touched + f[F_KVR] * kv
     compute_s = f[F_CPT] * new + f[F_APP] * pairs
     comm_s = f[F_COMML] + f[F_COMMT] * new if f[F_COMML] else 0.0
-    return f[F_OVH] + (compute_s if compute_s > mem_s else mem_s) + comm_s
+    return fixed + (compute_s if compute_s > mem_s else mem_s) + comm_s
 
 
 @_jit
@@ -183,6 +218,8 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
     if not new:
         return t, busy_s, kv_used
     dt = _step_time(f, iv, new, kv, pairs)
+    if f[F_JCV] > 0:
+        dt *= _jitter(f, iv)
     t += dt
     busy_s += dt
     finished = False
@@ -258,6 +295,9 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
                 fixed, m0, m1, c0, c1 = co[n, 0], co[n, 1], co[n, 2], co[n, 3], co[n, 4]
                 m0 += kvr * kv0
                 c0 += app * kv0
+                if f[F_JCV] > 0:  # one multiplier scales every step of the run
+                    u = _jitter(f, iv)
+                    fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
                 if m0 >= c0 and m1 >= c1:
                     p = fixed + m0
                     dt = k * p + m1 * k * (k - 1) * 0.5
@@ -400,10 +440,10 @@ class FastEngine:
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
         st = perf.step
         max_seqs = max(int(perf.max_num_seqs), 1)
-        self.f = np.zeros(16)
+        self.f = np.zeros(F_LEN)
         self.f[F_FREE] = -math.inf
         self.f[F_LUNTIL] = -math.inf
-        self.f[F_OVH:] = (
+        self.f[F_OVH:F_JCV] = (
             st.overhead_s,
             st.dense_weight_read_s,
             st.expert_read_s,
@@ -414,8 +454,12 @@ class FastEngine:
             st.attn_s_per_pair,
             st.comm_s_per_token,
             st.comm_latency_s,
+            st.eager_s,
+            float(st.graph_max_tokens),
         )
-        self.iv = np.zeros(14, dtype=np.int64)
+        self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
+        self.iv = np.zeros(I_LEN, dtype=np.int64)
+        self.iv[I_JI] = JITTER_BLOCK  # no block drawn yet
         self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
         self.iv[I_MAXS] = max_seqs
         self.iv[I_BUDGET] = max(int(perf.chunk_tokens), 1)

@@ -71,8 +71,6 @@ def simulate(
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     engine_cls = _engine_class(compiled)
-    if any(p.step_jitter_cv > 0 for p in perfs.values()):
-        engine_cls = Engine  # step-time jitter lives in the reference engine (instance.py)
     names = list(model_names or dict.fromkeys(i.model for i in point.instances))
     req = to_requests(trace, names)
     n = len(req)

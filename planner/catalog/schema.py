@@ -48,6 +48,9 @@ class GpuSpec(BaseModel):
     nvlink_gbps: float | None = Field(
         default=None, gt=0, description="GPU<->GPU NVLink bandwidth per direction, GB/s; None: none"
     )
+    sm_count: int | None = Field(
+        default=None, ge=1, le=1024, description="streaming multiprocessors; None: unknown"
+    )
     source: str = Field(default="inline", description="where these numbers come from")
 
 

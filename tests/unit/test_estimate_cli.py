@@ -193,3 +193,23 @@ def test_nvfp4_estimates_on_blackwell(capsys):
     r = json.loads(out)
     assert code == 0 and r["fits"] and r["interconnect"] == "nvlink"
     assert r["tpot_s"] < 0.05
+
+
+def test_json_echoes_the_scenario_and_its_clients_burst_share(capsys):
+    """A benchmark's fixed-length clients stay partly in step: the TTFT is the closed loop's
+    with the fitted burst share, which the JSON names (as it names the scenario)."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.catalog.models import resolve_arch_name
+    from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+
+    argv = ["estimate", "--model", "Qwen3-8B", "--gpu", "H100-SXM", "--concurrency", "32"]
+    code, out, _ = _run([*argv, "--input-len", "2048", "--json"], capsys)
+    r = json.loads(out)
+    assert code == 0
+    assert (r["input_len"], r["output_len"], r["concurrency"]) == (2048, 256, 32)
+    assert r["burst_share"] == BURST_SHARE
+    perf = instance_perf(resolve_arch_name("Qwen3-8B"), "bf16", resolve_gpu("H100-SXM"))
+    loop = closed_loop(perf, 2048, 256, 32, rounds=1 / BURST_SHARE)
+    steady = closed_loop(perf, 2048, 256, 32)
+    assert r["ttft_s"] == pytest.approx(loop.ttft_s, rel=1e-5) and loop.ttft_s > steady.ttft_s
+    assert r["tpot_s"] == pytest.approx(steady.tpot_s, rel=1e-5)

@@ -149,7 +149,7 @@ def test_hop_between_points_of_one_placement_is_sleeps_and_wakes():
     reason="numba is not installed: only the pure-Python engine runs",
 )
 def test_compiled_engine_gives_identical_numbers():
-    # Busy lab16 week slices (batching, preemption, MoE and TP steps, routed co-tenants).
+    # Busy lab16 week slices, without and with step-time jitter (batching, preemption, MoE and TP steps, routed co-tenants).
     import sys
 
     sys.path.insert(0, str(ROOT / "bench" / "lib"))
@@ -175,6 +175,11 @@ def test_compiled_engine_gives_identical_numbers():
             small = dataclasses.replace(perfs[i.id], max_num_seqs=4, max_kv_tokens=40000)
             perfs[rep.id] = small if k == 2 or i.model == "reasoner-30b" else perfs[i.id]
     todo.append((st.point.model_copy(update={"instances": insts}), perfs, {}))
+    # The same with step-time jitter (each engine draws several seeded blocks of multipliers)
+    todo += [
+        (pt, {k: dataclasses.replace(p, step_jitter_cv=0.25) for k, p in perfs.items()}, kw)
+        for pt, perfs, kw in todo
+    ]
     for pt, perfs, kw in todo:
         runs = []
         for compiled in (False, True):

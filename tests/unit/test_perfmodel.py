@@ -412,3 +412,54 @@ def test_prefix_cache_hits_shorten_ttft_not_the_kv_footprint():
     assert warm.running == cold.running
     # vLLM computes at least the last prompt token, whatever the cache holds
     assert closed_loop(p, 4000, 200, 1, cached_len=10**6).ttft_s > 0
+
+
+# ---- what the serving runs taught (bench/perfmodel_vs_serving.py) --------------------------
+
+
+def test_int4_is_w4a16_with_a_bf16_scale_per_32_weights():
+    from planner.optimizer.perf.memory import bytes_per_param
+
+    assert bytes_per_param("int4") == 0.5 + 2.0 / 32  # Kimi K2's compressed-tensors experts
+    assert bytes_per_param("awq") == bytes_per_param("gptq") < bytes_per_param("int4")
+
+
+def test_w4a16_expert_reads_are_bound_by_the_sms_not_the_memory():
+    from planner.optimizer.perf.memory import weight_parts_bytes
+
+    kimi, cal = A("Kimi-K2.5"), default_calib("blackwell")
+    for gpu in (resolve_gpu("B200-SXM"), resolve_gpu("H200-SXM")):
+        one = weight_parts_bytes(kimi, "int4", 8)["one_expert"]  # bytes per GPU
+        st = instance_perf(kimi, "int4", gpu, 8, calib=cal).step
+        assert st.expert_read_s == pytest.approx(one / (gpu.sm_count * 21.5e9))
+        fp4 = instance_perf(kimi, "nvfp4", gpu, 8, calib=cal).step
+        fp4_one = weight_parts_bytes(kimi, "nvfp4", 8)["one_expert"]
+        assert fp4.expert_read_s == pytest.approx(
+            fp4_one / (gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency)
+        )
+    unknown = resolve_gpu("B200-SXM").model_copy(update={"sm_count": None})
+    st = instance_perf(kimi, "int4", unknown, 8, calib=cal).step
+    assert st.expert_read_s == pytest.approx(
+        weight_parts_bytes(kimi, "int4", 8)["one_expert"] / (8000e9 * cal.bandwidth_efficiency)
+    )
+
+
+def test_steps_larger_than_the_cuda_graphs_pay_for_launching_every_kernel():
+    a, g = A("Llama-3.1-70B"), resolve_gpu("H200-SXM")
+    st = instance_perf(a, "fp8", g, 2, interconnect="nvlink").step
+    assert st.graph_max_tokens == 512  # min(2 x 1024 sequences, 512)
+    assert st.eager_s == pytest.approx(80 * default_calib("hopper").eager_layer_s)
+    jump = st.time_s(513, 513, 513) - st.time_s(512, 512, 512)
+    assert jump > st.eager_s
+    assert instance_perf(a, "fp8", g, 2, max_num_seqs=16).step.graph_max_tokens == 32
+    # the CPU build has no CUDA graphs: its per-step cost is in step_overhead_s
+    cpu = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("cpu")).step
+    assert cpu.eager_s == 0.0 and cpu.graph_max_tokens > 10**9
+
+
+def test_mla_prefill_attention_counts_the_expanded_heads():
+    from planner.optimizer.perf.latency import attn_flops_per_pair
+
+    k = A("Kimi-K2.5")  # 61 layers, 64 heads, keys 128 + 64 dims, values 128
+    assert attn_flops_per_pair(k, 1, 1024) == 61 * 64 * (2 * 192 + 2 * 128)
+    assert attn_flops_per_pair(k, 8, 1024) == attn_flops_per_pair(k, 1, 1024) / 8
