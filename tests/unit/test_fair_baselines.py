@@ -133,15 +133,26 @@ def test_held_back_days_split_and_default():
 
 
 def test_hop_between_points_of_one_placement_is_sleeps_and_wakes():
+    """Same processes on other tiers: sleeps and wakes, no restart; another GPU restarts."""
     plan = load_plan(ROOT / "tests" / "golden" / "plan_small.yaml")
-    a, b = plan.points[0], plan.points[-1]
+    b = plan.points[0]
+    a = b.model_copy(
+        update={"instances": [i.model_copy(update={"tier": "gpu"}) for i in b.instances]}
+    )
+    assert any(i.tier != "gpu" for i in b.instances)
     perfs = {i.id: P for i in b.instances}
     h = hop(a, b, perfs)
     assert h.restarts == 0 and h.sleeps > 0 and h.cost_s == pytest.approx(h.sleeps * P.sleep_s)
+    assert hop(b, a, perfs).wakes == h.sleeps
     moved = b.model_copy(deep=True)
     moved.instances[0].gpus = [7]
     assert hop(a, moved, perfs).restarts == 1
-    assert plan.hops[a.name][b.name].restarts == 0
+    # the table the plan stores counts as the same function does (its perfs are the plan's)
+    x, y = plan.points[0], plan.points[1]
+    stored, counted = plan.hops[x.name][y.name], hop(x, y, perfs)
+    assert (stored.restarts, stored.wakes, stored.sleeps) == (
+        counted.restarts, counted.wakes, counted.sleeps
+    )
 
 
 @pytest.mark.skipif(

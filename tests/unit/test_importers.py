@@ -243,7 +243,8 @@ def test_property_azure_accounts_for_every_row(tmp_path_factory, rows):
     try:
         df, s = import_trace("azure", p, assign="m=1")
     except InputError as e:
-        assert "no usable requests" in str(e)
+        # all rows unusable, or epoch seconds mixed with dates (a span past the bound)
+        assert "no usable requests" in str(e) or "a trace spans at most" in str(e)
         return
     assert s.rows_read == len(rows)
     assert s.rows_kept + sum(s.skipped.values()) == s.rows_read

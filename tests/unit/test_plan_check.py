@@ -51,9 +51,17 @@ def _inst(points, pid: int, iid: str) -> dict:
     return next(i for i in points[pid]["instances"] if i["id"] == iid)
 
 
+def _always_awake(inst: dict) -> dict:
+    """`inst` on the gpu tier: it never sleeps, so its memory is always held."""
+    inst["tier"] = "gpu"
+    inst.pop("awake_hours", None)
+    inst["memory_gib"].pop("asleep", None)
+    return inst
+
+
 def _two_on_a_4090(points):
     """Item 4: 8.7 GiB and 19.7 GiB, both always awake, on one 24 GiB RTX 4090."""
-    a, c = _inst(points, 0, "planner-7b-0"), _inst(points, 0, "coder-32b-0")
+    a, c = (_always_awake(_inst(points, 0, i)) for i in ("planner-7b-0", "coder-32b-0"))
     a.update(node="n1", gpus=[0], port=8200)
     a["memory_gib"] = {"weights": 5.196, "kv": 2.3, "overhead": 1.2}
     a["engine"]["gpu_memory_utilization"] = 0.4
@@ -73,7 +81,7 @@ def _huge_on_a_4090(points):
 def _utilization_sum(points):
     """Item 4: two always-awake instances at gpu_memory_utilization 0.8 on one L40S."""
     for iid in ("planner-7b-0", "summarizer-8b-0"):
-        _inst(points, 0, iid)["engine"]["gpu_memory_utilization"] = 0.8
+        _always_awake(_inst(points, 0, iid))["engine"]["gpu_memory_utilization"] = 0.8
 
 
 def _weights_understated(points):
@@ -159,7 +167,7 @@ def test_explain_explains_the_file_not_a_re_solve(tmp_path, capsys):
     """Item 6: the explanation names the GPUs the file gives each model, even edited ones."""
 
     def move(points):
-        s = _inst(points, 0, "summarizer-8b-0")
+        s = _always_awake(_inst(points, 0, "summarizer-8b-0"))
         s.update(node="n1", gpus=[1], port=8200)
         s["engine"]["gpu_memory_utilization"] = 0.6
 
@@ -175,7 +183,7 @@ def test_explain_explains_the_file_not_a_re_solve(tmp_path, capsys):
 
 
 def _multi_node(points):
-    p = _inst(points, 0, "planner-7b-0")
+    p = _always_awake(_inst(points, 0, "planner-7b-0"))
     p.update(node="n1", gpus=[0], port=8100)
     p["engine"]["gpu_memory_utilization"] = 0.45
 
