@@ -149,9 +149,7 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
         # positions, which only the engine finds out.
         claimed_context = 4096
         extra = [live.h.instance("x-0", live.h.free_port(), max_model_len=4096)]
-    plan = live.h.write(
-        live.dir / kind, live.model, live.base + extra, max_context=claimed_context
-    )
+    plan = live.h.write(live.dir / kind, live.model, live.base + extra, max_context=claimed_context)
     try:
         code, out, err = cli(
             [

@@ -151,7 +151,9 @@ def test_hop_between_points_of_one_placement_is_sleeps_and_wakes():
     x, y = plan.points[0], plan.points[1]
     stored, counted = plan.hops[x.name][y.name], hop(x, y, perfs)
     assert (stored.restarts, stored.wakes, stored.sleeps) == (
-        counted.restarts, counted.wakes, counted.sleeps
+        counted.restarts,
+        counted.wakes,
+        counted.sleeps,
     )
 
 
