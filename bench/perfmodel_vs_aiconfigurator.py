@@ -17,6 +17,7 @@ prefill <= 25%, attention decode <= 35%, on every GPU.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ import pandas as pd
 
 from planner.catalog.gpus import resolve_gpu
 from planner.optimizer.perf import default_calib
-from planner.optimizer.perf.latency import attention_parts, linear_parts
+from planner.optimizer.perf.latency import attention_parts, attn_units_s, linear_parts
 
 DATA = Path(__file__).parent / "data" / "aiconfigurator" / "data"
 GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "l40s": "L40S"}
@@ -74,7 +75,10 @@ def family_parts(key: str) -> dict[str, tuple[np.ndarray, ...]]:
             for p, h, d, b in zip(pairs, gen.num_heads, gen.head_dim, kvb, strict=True)
         ]
     )
-    out["attn_decode"] = (*parts.T, gen.latency.to_numpy() / 1e3, None)
+    # its (sequence, KV head) work units, as s per SM cycle each unit costs (fitted: "cyc")
+    units = (gen.batch_size * gen.num_key_value_heads).to_numpy()
+    per_cycle = attn_units_s(gpu, replace(cal, attn_unit_cycles=1.0), units)
+    out["attn_decode"] = (*parts.T, gen.latency.to_numpy() / 1e3, per_cycle)
     return out
 
 
@@ -84,6 +88,8 @@ def error(family: str, parts: tuple, f: dict[str, float]) -> float:
     if family.startswith("gemm"):
         pred = fixed + np.maximum(a / f["bw"], b / f["ce"])
         return (mdape(pred[dec], meas[dec]) + mdape(pred[~dec], meas[~dec])) / 2
+    if family == "attn_decode":  # dec: s per cycle of its work units
+        fixed = fixed + dec * f["cyc"]
     return mdape(fixed + np.maximum(a / f["ae"], b / f["kv"]), meas)  # a: FLOPs, b: KV reads
 
 
@@ -91,15 +97,16 @@ FREE = {
     "gemm_bf16": ("ce", "bw"),
     "gemm_fp8": ("ce",),
     "attn_prefill": ("ae",),
-    "attn_decode": ("kv",),
+    "attn_decode": ("kv", "cyc"),
 }
+GRIDS = {"cyc": np.geomspace(300.0, 30000.0, 41)}  # SM cycles per work unit; others: GRID
 
 
 def fit(family: str, train: list[tuple], fixed: dict[str, float]) -> dict[str, float]:
     """Grid search of the family's factors over the training GPUs' mean error."""
     free = FREE[family]
     best = (np.inf, fixed)
-    grids = np.meshgrid(*[GRID] * len(free), indexing="ij")
+    grids = np.meshgrid(*[GRIDS.get(k, GRID) for k in free], indexing="ij")
     for vals in zip(*(g.ravel() for g in grids), strict=True):
         f = {**fixed, **dict(zip(free, vals, strict=True))}
         e = float(np.mean([error(family, p, f) for p in train]))
@@ -112,7 +119,10 @@ def defaults(key: str, family: str) -> dict[str, float]:
     c = default_calib(resolve_gpu(GPUS[key]).arch)
     ce = c.fp8_compute_efficiency if family == "gemm_fp8" else c.compute_efficiency
     kv = c.bandwidth_efficiency * c.kv_read_efficiency
-    return {"ce": ce, "bw": c.bandwidth_efficiency, "ae": c.attn_efficiency, "kv": kv}
+    return {
+        "ce": ce, "bw": c.bandwidth_efficiency, "ae": c.attn_efficiency, "kv": kv,
+        "cyc": c.attn_unit_cycles,
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -125,13 +135,13 @@ def main() -> int:
             if family not in parts[key]:
                 continue
             train = [parts[k][family] for k in GPUS if k != key and family in parts[k]]
-            start = {"ce": 0.7, "bw": 0.8, "ae": 0.5, "kv": 0.6, **bf16}
+            start = {"ce": 0.7, "bw": 0.8, "ae": 0.5, "kv": 0.6, "cyc": 0.0, **bf16}
             f = fit(family, train, start)
             if family == "gemm_bf16":
                 bf16 = {"bw": f["bw"]}  # fp8 GEMMs stream their weights at the same rate
             held = error(family, parts[key][family], f)
             spec = error(family, parts[key][family], defaults(key, family))
-            shown = ", ".join(f"{k} {f[k]:.2f}" for k in FREE[family])
+            shown = ", ".join(f"{k} {f[k]:.3g}" for k in FREE[family])
             print(
                 f"  {family:13} n={len(parts[key][family][3]):6d}: held-out MdAPE {held:6.1%} "
                 f"(fitted on the other GPUs: {shown}); calib.py defaults {spec:6.1%}"

@@ -52,6 +52,9 @@ class Calib:
     wake_fixed_s: float = 0.2  # wake_up call + KV re-allocation, s
     sleep_fixed_s: float = 0.1  # sleep call bookkeeping, s
     reload_fixed_s: float = 1.0  # level-2 wake: re-open the checkpoint, re-init buffers, s
+    # Kernel floors below are times at this clock (H100/H200 SXM, where they were read); a
+    # GPU's floors scale with floor_clock_mhz / its boost clock (GpuSpec.boost_clock_mhz).
+    floor_clock_mhz: float = 1980.0  # SM clock the kernel floors were measured at, MHz
     kernel_latency_s: float = 3e-6  # fixed cost of one GPU kernel (aiconfigurator's constant), s
     # smallest measured kernels in aiconfigurator's vLLM tables: attention ~10 us; fp8 GEMMs
     # ~10 us (they quantize the activations first) against ~2.5 us for bf16
@@ -59,6 +62,14 @@ class Calib:
     fp8_gemm_extra_s: float = 7e-6  # activation quantization before an fp8 GEMM, s
     # aiconfigurator's fp8_block GEMM tables (H100/H200): smallest 18-20.5 us against 2.5 us
     fp8_block_gemm_extra_s: float = 16e-6  # per-group (128) quantization before a block-fp8 GEMM, s
+    # Decode attention runs one work unit per (sequence, KV head) (GQA packs a KV head's query
+    # heads together); each unit costs this many SM cycles beyond its KV reads (load the
+    # queries, softmax, combine the splits, write), units spread over the SMs. Fitted to
+    # aiconfigurator's vLLM 0.14 decode-attention tables of all four GPUs (A100, H100, H200,
+    # L40S, bf16 KV) with kv_read_efficiency (bench/perfmodel_vs_aiconfigurator.py scores it
+    # leave one GPU out); the operator formula (`attention_parts`) only: the step model does
+    # not charge it yet.
+    attn_unit_cycles: float = 6700.0  # SM cycles per (sequence, KV head) of decode attention
     # TP all-reduce, from vidur's NCCL all_reduce.csv (A100/H100, NVLink pairs; 4 GPUs cross
     # PCIe): bus bandwidth 195/300 GB/s on NVLink, 23.7/32 (gen4) and 48.8/64 (gen5) on PCIe;
     # small-message time 28-66 us across PCIe. On NVLink vLLM runs its custom all-reduce in

@@ -20,6 +20,12 @@ from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.units import GB, GIB, TFLOPS
 
 
+def clock_scale(gpu: GpuSpec, calib: Calib) -> float:
+    """A kernel floor on `gpu` over the same floor at `calib.floor_clock_mhz`: fixed work in
+    SM cycles takes longer on a slower clock (1 where the clock is unknown)."""
+    return calib.floor_clock_mhz / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
+
+
 def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> tuple[float, float]:
     """(peak dense FLOP/s, achieved share of it) of a linear layer in `quantization`: fp8 GEMMs
     where the hardware has fp8, fp4 GEMMs (NVFP4, MXFP4) where it has fp4.
@@ -51,6 +57,7 @@ def linear_parts(
     fixed = calib.kernel_latency_s  # s
     if quantization == "fp8" and gpu.fp8_tflops:
         fixed += calib.fp8_gemm_extra_s
+    fixed *= clock_scale(gpu, calib)
     peak, _ = gemm_peak_and_efficiency(gpu, calib, quantization)
     mem = (w_bytes + act_bytes) / (gpu.memory_bandwidth_gbps * GB)
     return fixed, mem, 2.0 * tokens * in_dim * out_dim / peak
@@ -69,25 +76,48 @@ def linear_s(
 
 def elementwise_s(gpu: GpuSpec, calib: Calib, n_bytes: float) -> float:
     """A memory-bound elementwise kernel moving `n_bytes`, s."""
-    return calib.kernel_latency_s + n_bytes / (
+    return calib.kernel_latency_s * clock_scale(gpu, calib) + n_bytes / (
         gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency
     )
 
 
+def attn_units_s(gpu: GpuSpec, calib: Calib, units: float) -> float:
+    """What `units` (sequence, KV head) work units of decode attention cost beyond their KV
+    reads, spread over the SMs (`Calib.attn_unit_cycles` each), s; 0 where the SM count is
+    unknown."""
+    if not gpu.sm_count:
+        return 0.0
+    hz = (gpu.boost_clock_mhz or calib.floor_clock_mhz) * 1e6  # SM cycles per s
+    return units * calib.attn_unit_cycles / (gpu.sm_count * hz)
+
+
 def attention_parts(
-    gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
+    gpu: GpuSpec,
+    calib: Calib,
+    pairs: float,
+    flops_per_pair: float,
+    kv_bytes: float,
+    decode_units: float = 0.0,
 ) -> tuple[float, float, float]:
     """(fixed s, s for its FLOPs at the bf16 peak, s to read `kv_bytes` at peak bandwidth) of
-    one attention kernel scoring `pairs` (query, key) pairs at `flops_per_pair`."""
+    one attention kernel scoring `pairs` (query, key) pairs at `flops_per_pair`; a decode
+    kernel's `decode_units` (sequences x KV heads) add to its fixed time (`attn_units_s`)."""
     flops = pairs * flops_per_pair / (gpu.bf16_tflops * TFLOPS)
-    return calib.attn_kernel_latency_s, flops, kv_bytes / (gpu.memory_bandwidth_gbps * GB)
+    fixed = calib.attn_kernel_latency_s * clock_scale(gpu, calib)  # s
+    fixed += attn_units_s(gpu, calib, decode_units)
+    return fixed, flops, kv_bytes / (gpu.memory_bandwidth_gbps * GB)
 
 
 def attention_op_s(
-    gpu: GpuSpec, calib: Calib, pairs: float, flops_per_pair: float, kv_bytes: float
+    gpu: GpuSpec,
+    calib: Calib,
+    pairs: float,
+    flops_per_pair: float,
+    kv_bytes: float,
+    decode_units: float = 0.0,
 ) -> float:
     """One attention kernel: the slower of its FLOPs and its KV reads plus a fixed cost, s."""
-    fixed, comp, mem = attention_parts(gpu, calib, pairs, flops_per_pair, kv_bytes)
+    fixed, comp, mem = attention_parts(gpu, calib, pairs, flops_per_pair, kv_bytes, decode_units)
     kv_eff = calib.bandwidth_efficiency * calib.kv_read_efficiency
     return fixed + max(comp / calib.attn_efficiency, mem / kv_eff)
 
@@ -130,18 +160,21 @@ def act_quant_s(gpu: GpuSpec, calib: Calib, quantization: str, moe: bool) -> flo
     MoE checkpoints per group of 128: dearer; NVFP4/MXFP4 like fp8). Weight-only formats
     (int4, AWQ, GPTQ; fp8 or fp4 without the tensor cores) dequantize inside the GEMM: 0."""
     if quantization == "fp8" and gpu.fp8_tflops:
-        return calib.fp8_block_gemm_extra_s if moe else calib.fp8_gemm_extra_s
-    if quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
-        return calib.fp8_gemm_extra_s
-    return 0.0
+        extra = calib.fp8_block_gemm_extra_s if moe else calib.fp8_gemm_extra_s  # s
+    elif quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
+        extra = calib.fp8_gemm_extra_s  # s
+    else:
+        return 0.0
+    return extra * clock_scale(gpu, calib)
 
 
 def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib) -> float:
     """The GPU time of one step however small its batch, s: the per-step overhead plus the
     chain of kernels every decoder layer launches, each taking a minimum time even inside a
     CUDA graph (`kernel_latency_s`; the attention kernel `attn_kernel_latency_s`), plus the
-    activation quantization of each quantized GEMM (`act_quant_s`). The CPU build has no
-    such floor: its fixed costs are in `step_overhead_s`.
+    activation quantization of each quantized GEMM (`act_quant_s`), all scaled to the GPU's
+    SM clock (`clock_scale`). The CPU build has no such floor: its fixed costs are in
+    `step_overhead_s`.
 
     Kernels per layer: GQA attention 5 (norm, QKV, rotary, cache write, output projection)
     and the attention kernel; MLA 11 (norm, q down/norm/up, latent down/norm, rotary, cache
@@ -151,12 +184,14 @@ def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib)
     """
     if gpu.arch == "cpu":
         return calib.step_overhead_s
-    k = calib.kernel_latency_s  # s per kernel
+    clock = clock_scale(gpu, calib)  # the floors take longer on a slower SM clock
+    k = calib.kernel_latency_s * clock  # s per kernel
     q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
     dense_q = act_quant_s(gpu, calib, q_dense, arch.is_moe)  # s per non-expert GEMM
     expert_q = act_quant_s(gpu, calib, quantization, arch.is_moe)  # s per grouped expert GEMM
     attn_gemms = 4 if arch.is_mla else 2  # quantized projections of the attention block
-    attn = (11 if arch.is_mla else 5) * k + calib.attn_kernel_latency_s + attn_gemms * dense_q
+    attn = (11 if arch.is_mla else 5) * k + calib.attn_kernel_latency_s * clock
+    attn += attn_gemms * dense_q
     mlp = 4 * k + 2 * dense_q  # s, a dense MLP
     moe = 8 * k + 2 * expert_q  # s, a routed MoE MLP
     if arch.num_shared_experts:

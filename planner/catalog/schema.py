@@ -51,6 +51,9 @@ class GpuSpec(BaseModel):
     sm_count: int | None = Field(
         default=None, ge=1, le=1024, description="streaming multiprocessors; None: unknown"
     )
+    boost_clock_mhz: float | None = Field(
+        default=None, gt=0, le=5000, description="boost clock of the SMs, MHz; None: unknown"
+    )
     source: str = Field(default="inline", description="where these numbers come from")
 
 
