@@ -8,7 +8,7 @@ The prediction is the planner's own: `instance_perf` with vLLM's defaults for th
 runs record no engine flags) and `closed_loop`, the clients' closed loop. Constants that
 per-operator tables or published kernel measurements give stay as shipped (GEMM and
 attention efficiencies, kernel floors, activation quantization, all-reduce latency, the
-W4A16 MoE kernel's rate per SM: optimizer/perf/calib.py). Seven constants shared by every GPU
+W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Seven constants shared by every GPU
 and model are fitted: bandwidth efficiency, step overhead, the routed-expert GEMMs' share of
 a dense GEMM's rate, the cost per decoder layer of a step too large for vLLM's CUDA graphs,
 the request overhead (fixed and per prompt token), and the share of requests that arrive in

@@ -29,15 +29,21 @@ class Calib:
     # 4-bit) in 1.395 ms for 16 tokens and 2.973 ms for 64 (FlagGems PR #3609, vLLM Marlin
     # column): 1.66-1.70 TB/s of the experts those batches touch, 21.3-21.8 GB/s per SM.
     w4a16_moe_gbps_per_sm: float = 21.5  # W4A16 expert weights read per SM, GB/s
+    # The same kernels multiply with mma.sync, the pre-Hopper tensor-core instruction, not
+    # Hopper's wgmma or Blackwell's tcgen05: no SM does more of it per clock than a Hopper SM's
+    # dense bf16 rate (H100 SXM datasheet: 989 TFLOP/s / (132 SMs x 1980 MHz)). Blackwell
+    # doubled the per-SM rate of its own instructions only; the serving runs of Kimi-K2.5's
+    # W4A16 experts show B200 prefilling about as fast per SM as H200.
+    w4a16_flops_per_sm_cycle: float = 989e12 / (132 * 1980e6)  # W4A16 FLOPs/SM/clock, at most
     # Fitted to the 744 expressible serving rows (B200/B300/H200; bench/perfmodel_vs_serving.py,
     # its line "all rows"), like step_overhead_s and the request overheads below:
     # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
     moe_compute_efficiency: float = 0.28  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
     # a step of more tokens than vLLM captures as CUDA graphs launches every kernel from the CPU
-    eager_layer_s: float = 4.5e-4  # per decoder layer of a step run without CUDA graphs, s
+    eager_layer_s: float = 4.24e-4  # per decoder layer of a step run without CUDA graphs, s
     step_overhead_s: float = 82e-6  # beyond the kernels' floors: scheduler + sampling, s/step
-    prefill_overhead_s: float = 0.0157  # per request: HTTP, tokenize, schedule, detokenize, s
-    prompt_s_per_token: float = 8.9e-7  # per prompt token: tokenize and hand to the engine, s
+    prefill_overhead_s: float = 0.0177  # per request: HTTP, tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 7.9e-7  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s

@@ -31,14 +31,18 @@ def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> t
     where the hardware has fp8, fp4 GEMMs (NVFP4, MXFP4) where it has fp4.
 
     Elsewhere the weights are dequantized to 16-bit in the GEMM (Marlin-style kernels: fp8 on
-    Ampere, fp4 before Blackwell, every integer 4-bit format): the bf16 rate.
+    Ampere, fp4 before Blackwell, every integer 4-bit format): the bf16 rate, and for the
+    integer 4-bit formats no more per SM than `Calib.w4a16_flops_per_sm_cycle`.
     """
     if quantization == "fp8" and gpu.fp8_tflops:
         return gpu.fp8_tflops * TFLOPS, calib.fp8_compute_efficiency
     if quantization in ("nvfp4", "mxfp4") and gpu.fp4_tflops:
         return gpu.fp4_tflops * TFLOPS, calib.fp4_compute_efficiency
-    peak = gpu.fp16_tflops if quantization == "fp16" else gpu.bf16_tflops
-    return peak * TFLOPS, calib.compute_efficiency
+    peak = (gpu.fp16_tflops if quantization == "fp16" else gpu.bf16_tflops) * TFLOPS  # FLOP/s
+    if quantization in W4A16_QUANTS and gpu.sm_count:  # mma.sync: a per-SM cap
+        hz = (gpu.boost_clock_mhz or calib.floor_clock_mhz) * 1e6  # SM cycles per s
+        peak = min(peak, gpu.sm_count * hz * calib.w4a16_flops_per_sm_cycle)
+    return peak, calib.compute_efficiency
 
 
 def gemm_flops(gpu: GpuSpec, calib: Calib, quantization: str) -> float:

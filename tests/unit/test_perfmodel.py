@@ -463,3 +463,51 @@ def test_mla_prefill_attention_counts_the_expanded_heads():
     k = A("Kimi-K2.5")  # 61 layers, 64 heads, keys 128 + 64 dims, values 128
     assert attn_flops_per_pair(k, 1, 1024) == 61 * 64 * (2 * 192 + 2 * 128)
     assert attn_flops_per_pair(k, 8, 1024) == attn_flops_per_pair(k, 1, 1024) / 8
+
+
+def test_kernel_floors_scale_with_the_sm_clock():
+    from planner.optimizer.perf.latency import attention_parts, linear_parts, step_fixed_s
+
+    cal, h100 = default_calib("ampere"), resolve_gpu("H100-SXM")
+    a100 = resolve_gpu("A100-80GB-SXM")  # 1410 MHz against the floors' 1980
+    assert a100.boost_clock_mhz == 1410 and h100.boost_clock_mhz == cal.floor_clock_mhz
+    ratio = 1980 / 1410
+    assert linear_parts(a100, cal, 1, 64, 64, "bf16")[0] == pytest.approx(3e-6 * ratio)
+    assert linear_parts(h100, cal, 1, 64, 64, "bf16")[0] == pytest.approx(3e-6)
+    assert attention_parts(a100, cal, 1, 1, 1)[0] == pytest.approx(10e-6 * ratio)
+    llama = A("Llama-3.1-8B")
+    fixed = step_fixed_s(llama, "bf16", a100, cal) - cal.step_overhead_s
+    assert fixed == pytest.approx(
+        (step_fixed_s(llama, "bf16", h100, cal) - cal.step_overhead_s) * ratio
+    )
+    # no published clock (Blackwell): the floors as measured
+    b200 = resolve_gpu("B200-SXM")
+    assert b200.boost_clock_mhz is None
+    assert linear_parts(b200, cal, 1, 64, 64, "bf16")[0] == pytest.approx(3e-6)
+
+
+def test_decode_attention_pays_per_sequence_and_kv_head_over_the_sms():
+    from planner.optimizer.perf.latency import attention_parts
+
+    cal, gpu = default_calib("hopper"), resolve_gpu("H100-SXM")
+    base = attention_parts(gpu, cal, 1000, 512, 1e6)[0]
+    per_unit = cal.attn_unit_cycles / (132 * 1980e6)  # s, one unit's cycles over the SMs
+    for units in (8, 64, 4096):  # sequences x KV heads
+        fixed = attention_parts(gpu, cal, 1000, 512, 1e6, decode_units=units)[0]
+        assert fixed == pytest.approx(base + units * per_unit)
+    unknown = gpu.model_copy(update={"sm_count": None})
+    assert attention_parts(unknown, cal, 1000, 512, 1e6, decode_units=64)[0] == base
+
+
+def test_w4a16_gemms_multiply_no_faster_per_sm_than_hopper():
+    from planner.optimizer.perf.latency import gemm_peak_and_efficiency
+
+    cal = default_calib("blackwell")
+    b200, h200 = resolve_gpu("B200-SXM"), resolve_gpu("H200-SXM")
+    # Blackwell's bf16 peak is its own instructions'; mma.sync stays at Hopper's rate per SM
+    assert gemm_peak_and_efficiency(b200, cal, "int4")[0] == pytest.approx(989e12 * 148 / 132)
+    assert gemm_peak_and_efficiency(b200, cal, "bf16")[0] == pytest.approx(2250e12)
+    # Hopper and Ampere reach their bf16 peak (within the per-SM cap)
+    assert gemm_peak_and_efficiency(h200, cal, "int4")[0] == pytest.approx(989e12)
+    a100 = resolve_gpu("A100-80GB-SXM")
+    assert gemm_peak_and_efficiency(a100, cal, "gptq")[0] == pytest.approx(312e12)
