@@ -6,14 +6,15 @@ of MiniMax-M2.5, Kimi-K2.5, Llama-3.1-70B and gpt-oss-120b on B200, B300, H100 a
 
 The prediction is the planner's own: `instance_perf` with vLLM's defaults for the GPU (the
 runs record no engine flags) and `closed_loop`, the clients' closed loop. Constants that
-per-operator tables or published kernel measurements give stay as shipped (GEMM and
-attention efficiencies, kernel floors, activation quantization, all-reduce latency, the
-W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Seven constants shared by every GPU
-and model are fitted: bandwidth efficiency, step overhead, the routed-expert GEMMs' share of
-a dense GEMM's rate, the cost per decoder layer of a step too large for vLLM's CUDA graphs,
-the request overhead (fixed and per prompt token), and the share of requests that arrive in
-a burst with the other clients' (fixed-length clients stay partly in step, as in a first
-round). Every fit leaves out the group it predicts:
+per-operator tables or published kernel measurements give stay as shipped (Hopper's GEMM
+and attention efficiencies, kernel floors, activation quantization, all-reduce latency, the
+W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Eight constants are
+fitted, seven shared by every GPU and model: bandwidth efficiency, step overhead, the
+routed-expert GEMMs' share of a dense GEMM's rate, the cost per decoder layer of a step too
+large for vLLM's CUDA graphs, the request overhead (fixed and per prompt token), and the
+share of requests that arrive in a burst with the other clients' (fixed-length clients stay
+partly in step, as in a first round); and Blackwell's fp8/fp4 GEMM efficiency (no per-op
+table; Blackwell rows only). Every fit leaves out the group it predicts:
 
 - leave one model out: fit on the other three models' rows, score the held-out model's;
 - leave one system out: fit on the other GPUs' rows, score the held-out GPU's.
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 from serving import (
     BURST,
     CONFIG,
+    LOWP_BLACKWELL,
     errors,
     fit_model,
     fit_roofline,
@@ -60,6 +62,7 @@ START = {
     "prefill_overhead_s": 0.02,
     "prompt_s_per_token": 2e-6,
     BURST: 0.2,
+    LOWP_BLACKWELL: 0.42,
 }
 BOUNDS = {
     "bandwidth_efficiency": (0.3, 1.0),
@@ -69,6 +72,7 @@ BOUNDS = {
     "prefill_overhead_s": (1e-3, 0.2),
     "prompt_s_per_token": (1e-8, 2e-5),
     BURST: (0.01, 1.0),
+    LOWP_BLACKWELL: (0.1, 1.0),
 }
 
 

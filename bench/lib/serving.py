@@ -88,10 +88,19 @@ def load_rows() -> tuple[pd.DataFrame, Counter]:
 BURST = "burst_share"
 
 
+# Blackwell has no per-operator table: the achieved share of its fp8 and fp4 tensor-core
+# peaks is fitted with the engine's constants (Blackwell GPUs only; Hopper keeps its tables').
+LOWP_BLACKWELL = "blackwell_lowp_efficiency"
+
+
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
-    upd = {k: v for k, v in theta.items() if k != BURST}
-    return dataclasses.replace(default_calib(resolve_gpu(gpu).arch), **upd)
+    arch = resolve_gpu(gpu).arch
+    upd = {k: v for k, v in theta.items() if k not in (BURST, LOWP_BLACKWELL)}
+    if arch == "blackwell" and LOWP_BLACKWELL in theta:
+        eff = theta[LOWP_BLACKWELL]
+        upd.update(fp8_compute_efficiency=eff, fp4_compute_efficiency=eff)
+    return dataclasses.replace(default_calib(arch), **upd)
 
 
 def predict(configs: pd.DataFrame, theta: dict[str, float]) -> pd.DataFrame:

@@ -17,7 +17,8 @@ class Calib:
     compute_efficiency: float = 0.7  # achieved / peak dense bf16 tensor FLOP/s on large GEMMs
     # vLLM's fp8 GEMMs (dynamic activation scaling) reach well under half the fp8 peak where
     # compute binds (m >= 512, n and k >= 4096): median 0.35-0.39 (H100), 0.41-0.47 (H200) in
-    # aiconfigurator's vLLM 0.14 GEMM tables; fp4 GEMMs taken alike (no table).
+    # aiconfigurator's vLLM 0.14 GEMM tables; fp4 GEMMs taken alike (no table). Blackwell's
+    # both come from the serving fit (_ARCH_DEFAULTS below).
     fp8_compute_efficiency: float = 0.42  # achieved / peak dense fp8 FLOP/s
     fp4_compute_efficiency: float = 0.42  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
@@ -38,12 +39,12 @@ class Calib:
     # Fitted to the 744 expressible serving rows (B200/B300/H200; bench/perfmodel_vs_serving.py,
     # its line "all rows"), like step_overhead_s and the request overheads below:
     # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
-    moe_compute_efficiency: float = 0.28  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
+    moe_compute_efficiency: float = 0.30  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
     # a step of more tokens than vLLM captures as CUDA graphs launches every kernel from the CPU
-    eager_layer_s: float = 4.24e-4  # per decoder layer of a step run without CUDA graphs, s
-    step_overhead_s: float = 82e-6  # beyond the kernels' floors: scheduler + sampling, s/step
-    prefill_overhead_s: float = 0.0177  # per request: HTTP, tokenize, schedule, detokenize, s
-    prompt_s_per_token: float = 7.9e-7  # per prompt token: tokenize and hand to the engine, s
+    eager_layer_s: float = 5.62e-4  # per decoder layer of a step run without CUDA graphs, s
+    step_overhead_s: float = 88e-6  # beyond the kernels' floors: scheduler + sampling, s/step
+    prefill_overhead_s: float = 0.012  # per request: HTTP, tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 1.87e-6  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
@@ -121,8 +122,11 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
-    # blackwell: no per-operator table; GEMM and prefill attention efficiencies as Hopper's
-    # (above); its decode kernels' KV read rate keeps the generic default.
+    # blackwell: no per-operator table; bf16 GEMM and prefill attention efficiencies as
+    # Hopper's (above); its decode kernels' KV read rate keeps the generic default. Its fp8 and
+    # fp4 GEMMs' share of their peaks comes from the serving fit (all rows, fitted to the
+    # B200/B300 rows only: bench/perfmodel_vs_serving.py, blackwell_lowp_efficiency), 0.63
+    # against Hopper's 0.42 in the per-op tables.
     # Bandwidth (hopper and blackwell): an isolated GEMM streams at 0.86 of peak (the tables
     # above), but the serving fit (all rows: B200/B300/H200, dense and MoE) runs the whole
     # step's rate to its bound, 1.0: a decode step costs about 10% less than the bytes and
@@ -130,6 +134,8 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     # batches touching fewer distinct experts than uniform routing, are the likely causes).
     "blackwell": dict(
         compute_efficiency=0.75,
+        fp8_compute_efficiency=0.63,
+        fp4_compute_efficiency=0.63,
         bandwidth_efficiency=1.0,
         attn_efficiency=0.48,
         h2d_gbps=40.0,
