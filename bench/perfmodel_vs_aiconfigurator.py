@@ -4,12 +4,15 @@ H200, L40S), per operator family, leave one GPU out.
 Families and the factors each fits (relative to the GPU's spec sheet, shared by the GPUs):
 GEMM bf16 (compute and bandwidth efficiency), GEMM fp8 (fp8 compute efficiency; the bf16
 bandwidth), attention prefill (attention efficiency; isl >= 512), attention decode (KV read
-efficiency: one new token per sequence over isl + step context tokens). Decode-sized GEMMs:
-m <= 128; prefill-sized: m >= 512; a GEMM family's error is the mean of the two medians.
+efficiency: one new token per sequence over isl + step context tokens; and the SM cycles of
+each (sequence, KV head) work unit, spread over the SMs). Kernel floors scale with the GPU's
+SM clock (catalog boost_clock_mhz). Decode-sized GEMMs: m <= 128; prefill-sized: m >= 512;
+a GEMM family's error is the mean of the two medians.
 
 Split: the factors are fitted on the other GPUs' tables and score the held-out GPU's. Also
 printed: the generation defaults of optimizer/perf/calib.py, which were read off these same
-tables (ampere: A100; ada: L40S; hopper: H100/H200), so that figure is in sample.
+tables (ampere: A100; ada: L40S; hopper: H100/H200; the decode work unit's cycles: all
+four), so that figure is in sample.
 Targets (held-out median absolute error): GEMM bf16 <= 20%, GEMM fp8 <= 30%, attention
 prefill <= 25%, attention decode <= 35%, on every GPU.
 """
