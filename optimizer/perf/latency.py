@@ -112,20 +112,6 @@ def attention_parts(
     return fixed, flops, kv_bytes / (gpu.memory_bandwidth_gbps * GB)
 
 
-def attention_op_s(
-    gpu: GpuSpec,
-    calib: Calib,
-    pairs: float,
-    flops_per_pair: float,
-    kv_bytes: float,
-    decode_units: float = 0.0,
-) -> float:
-    """One attention kernel: the slower of its FLOPs and its KV reads plus a fixed cost, s."""
-    fixed, comp, mem = attention_parts(gpu, calib, pairs, flops_per_pair, kv_bytes, decode_units)
-    kv_eff = calib.bandwidth_efficiency * calib.kv_read_efficiency
-    return fixed + max(comp / calib.attn_efficiency, mem / kv_eff)
-
-
 def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
     """(non-expert, routed-expert) FLOPs of the decoder's linear layers for one new token on
     one GPU (lm_head excluded: vLLM computes logits only for the sampled positions)."""
