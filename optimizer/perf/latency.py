@@ -20,10 +20,15 @@ from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.units import GB, GIB, TFLOPS
 
 
+def sm_hz(gpu: GpuSpec, calib: Calib) -> float:
+    """The GPU's SM clock, cycles/s (the kernel floors' clock where the catalog has none)."""
+    return (gpu.boost_clock_mhz or calib.floor_clock_mhz) * 1e6
+
+
 def clock_scale(gpu: GpuSpec, calib: Calib) -> float:
     """A kernel floor on `gpu` over the same floor at `calib.floor_clock_mhz`: fixed work in
     SM cycles takes longer on a slower clock (1 where the clock is unknown)."""
-    return calib.floor_clock_mhz / gpu.boost_clock_mhz if gpu.boost_clock_mhz else 1.0
+    return calib.floor_clock_mhz * 1e6 / sm_hz(gpu, calib)
 
 
 def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> tuple[float, float]:
@@ -40,8 +45,7 @@ def gemm_peak_and_efficiency(gpu: GpuSpec, calib: Calib, quantization: str) -> t
         return gpu.fp4_tflops * TFLOPS, calib.fp4_compute_efficiency
     peak = (gpu.fp16_tflops if quantization == "fp16" else gpu.bf16_tflops) * TFLOPS  # FLOP/s
     if quantization in W4A16_QUANTS and gpu.sm_count:  # mma.sync: a per-SM cap
-        hz = (gpu.boost_clock_mhz or calib.floor_clock_mhz) * 1e6  # SM cycles per s
-        peak = min(peak, gpu.sm_count * hz * calib.w4a16_flops_per_sm_cycle)
+        peak = min(peak, gpu.sm_count * sm_hz(gpu, calib) * calib.w4a16_flops_per_sm_cycle)
     return peak, calib.compute_efficiency
 
 
@@ -91,8 +95,7 @@ def attn_units_s(gpu: GpuSpec, calib: Calib, units: float) -> float:
     unknown."""
     if not gpu.sm_count:
         return 0.0
-    hz = (gpu.boost_clock_mhz or calib.floor_clock_mhz) * 1e6  # SM cycles per s
-    return units * calib.attn_unit_cycles / (gpu.sm_count * hz)
+    return units * calib.attn_unit_cycles / (gpu.sm_count * sm_hz(gpu, calib))
 
 
 def attention_parts(
