@@ -30,6 +30,8 @@ AUTO_VALIDATE_DAYS = 2  # days held back by default ...
 AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
 TWIN_SWITCH_FACTOR = 3.0  # a point's switch P95 must be <= its twin's / this ...
 TWIN_ATTAINMENT_SLACK = 0.01  # ... at attainment >= the twin's - this
+TWIN_CAP_STEPS = 6  # bisection runs that find the twin's warm cap
+TWIN_GIB_TOL = 1e-6  # the twin's time-average warm GiB may exceed the point's by this, GiB
 
 
 def requests(trace: Any, models: Models | None = None) -> Requests:
@@ -147,9 +149,34 @@ def twin_result(
     model_names: list[str],
     **margins: float,
 ) -> SimResult:
-    """The twin of `point` (at the point's warm GiB on the same trace) simulated."""
+    """The twin of `point` on `trace`, as strong as its memory lets it be: LRU under the
+    highest cap on its instantaneous warm memory at which its time-average warm GiB stays
+    within `warm_gib` (the point's on the same trace). The point's own warm memory rises
+    above its average at its busy hours; a cap at the average alone would hold the twin
+    below it at every instant. The cap is found by bisection (`TWIN_CAP_STEPS` runs,
+    deterministic) between `warm_gib` and every instance awake."""
     b = twin(point, perfs, warm_gib, cluster, **margins)
-    return simulate(b.point, b.perfs, trace, slo, model_names=model_names, **b.simulate_kwargs())
+
+    def run(cap_gib: float) -> SimResult:
+        kw = {**b.simulate_kwargs(), "warm_budget_gib": cap_gib}
+        return simulate(b.point, b.perfs, trace, slo, model_names=model_names, **kw)
+
+    best = run(warm_gib)
+    lo = warm_gib
+    hi = sum(perfs[i.id].awake_gib_per_gpu * max(len(i.gpus), 1) for i in point.instances)
+    if hi <= lo or best.warm_gpu_gib > warm_gib + TWIN_GIB_TOL:
+        return best  # no room above the average, or no cap holds it (a wake that cannot fit)
+    top = run(hi)
+    if top.warm_gpu_gib <= warm_gib + TWIN_GIB_TOL:
+        return top
+    for _ in range(TWIN_CAP_STEPS):
+        mid = (lo + hi) / 2
+        r = run(mid)
+        if r.warm_gpu_gib <= warm_gib + TWIN_GIB_TOL:
+            lo, best = mid, r
+        else:
+            hi = mid
+    return best
 
 
 def beats_twin(m: dict[str, Any], twin_m: dict[str, Any]) -> bool:
