@@ -30,7 +30,11 @@ AUTO_VALIDATE_DAYS = 2  # days held back by default ...
 AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
 TWIN_SWITCH_FACTOR = 3.0  # a point's switch P95 must be <= its twin's / this ...
 TWIN_ATTAINMENT_SLACK = 0.01  # ... at attainment >= the twin's - this
-TWIN_CAP_STEPS = 6  # bisection runs that find the twin's warm cap
+# Runs beyond the first that raise the twin's warm cap, each one more simulation of the trace
+# (2 got the twins of the bundled examples little further and cost evaluate's whole-process
+# figure a fifth more time, `bench/simulator_speed.py`).
+TWIN_CAP_STEPS = 1
+TWIN_GIB_STEP_MIN = 0.5  # a step raises the cap by at least this, GiB
 TWIN_GIB_TOL = 1e-6  # the twin's time-average warm GiB may exceed the point's by this, GiB
 
 
@@ -149,33 +153,32 @@ def twin_result(
     model_names: list[str],
     **margins: float,
 ) -> SimResult:
-    """The twin of `point` on `trace`, as strong as its memory lets it be: LRU under the
-    highest cap on its instantaneous warm memory at which its time-average warm GiB stays
-    within `warm_gib` (the point's on the same trace). The point's own warm memory rises
-    above its average at its busy hours; a cap at the average alone would hold the twin
-    below it at every instant. The cap is found by bisection (`TWIN_CAP_STEPS` runs,
-    deterministic) between `warm_gib` and every instance awake."""
+    """The twin of `point` on `trace`, as strong as its memory lets it be: LRU under a cap on
+    its warm memory at every instant, raised from `warm_gib` (the point's time-average on the
+    same trace) while its own time-average stays within it. The point's warm memory rises
+    above its average at busy hours; a cap at the average alone would hold the twin below
+    it at every instant, leaving memory unused where instances do not fill the cap. Each
+    step raises the cap by the memory the twin left unused on average, or tries half the
+    last step where that took the twin past the point's average (`TWIN_CAP_STEPS` runs
+    beyond the first: the twin costs at most 1 + that many simulations; deterministic)."""
     b = twin(point, perfs, warm_gib, cluster, **margins)
 
     def run(cap_gib: float) -> SimResult:
         kw = {**b.simulate_kwargs(), "warm_budget_gib": cap_gib}
         return simulate(b.point, b.perfs, trace, slo, model_names=model_names, **kw)
 
-    best = run(warm_gib)
-    lo = warm_gib
-    hi = sum(perfs[i.id].awake_gib_per_gpu * max(len(i.gpus), 1) for i in point.instances)
-    if hi <= lo or best.warm_gpu_gib > warm_gib + TWIN_GIB_TOL:
-        return best  # no room above the average, or no cap holds it (a wake that cannot fit)
-    top = run(hi)
-    if top.warm_gpu_gib <= warm_gib + TWIN_GIB_TOL:
-        return top
+    cap = warm_gib
+    best = run(cap)
+    step = warm_gib - best.warm_gpu_gib  # GiB the twin left unused, on average
     for _ in range(TWIN_CAP_STEPS):
-        mid = (lo + hi) / 2
-        r = run(mid)
+        if step < TWIN_GIB_STEP_MIN:
+            break  # at the point's average already, or no cap holds it (a wake that cannot fit)
+        r = run(cap + step)
         if r.warm_gpu_gib <= warm_gib + TWIN_GIB_TOL:
-            lo, best = mid, r
+            cap, best = cap + step, r
+            step = warm_gib - r.warm_gpu_gib
         else:
-            hi = mid
+            step /= 2  # past the point's average: half the step
     return best
 
 
