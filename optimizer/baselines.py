@@ -17,8 +17,8 @@ they go through the same simulator on the same trace.
   no planned tiers: every instance is lazy and the simulator runs `policy="lru"` within
   the GPU memory and within a cap on the whole point's warm memory at every instant
   (`warm_gib`). `scoring.twin_result` raises that cap from the point's time-average warm
-  GiB as far as the twin's own time-average stays within the point's: the strongest
-  reactive swapping at the same memory. This is the fair comparison: reactive swapping
+  GiB while the twin's own time-average stays within the point's: reactive swapping as
+  strong as the same memory lets it be. This is the fair comparison: reactive swapping
   against planned tiers on the same hardware at the same memory.
 
 Each builder returns a `Baseline`: the point, its perfs and how to simulate it.

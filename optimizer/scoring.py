@@ -31,8 +31,9 @@ AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
 TWIN_SWITCH_FACTOR = 3.0  # a point's switch P95 must be <= its twin's / this ...
 TWIN_ATTAINMENT_SLACK = 0.01  # ... at attainment >= the twin's - this
 # Runs beyond the first that raise the twin's warm cap, each one more simulation of the trace
-# (2 got the twins of the bundled examples little further and cost evaluate's whole-process
-# figure a fifth more time, `bench/simulator_speed.py`).
+# (2 made some twins of the bundled examples stronger, lab16's balanced from 3.00 to 2.54 s
+# of switch P95, and cost `planner evaluate --baseline lru-matched` a fifth more CPU time
+# on the 298k-request week).
 TWIN_CAP_STEPS = 1
 TWIN_GIB_STEP_MIN = 0.5  # a step raises the cap by at least this, GiB
 TWIN_GIB_TOL = 1e-6  # the twin's time-average warm GiB may exceed the point's by this, GiB
