@@ -15,10 +15,11 @@ they go through the same simulator on the same trace.
   targets at the least GPU memory bought; no tiers, no sharing.
 - `lru@POINT` (`lru_matched`): a plan point's own instances (GPUs, variants, TP, KV) with
   no planned tiers: every instance is lazy and the simulator runs `policy="lru"` within
-  the GPU memory and within the point's time-average warm GiB as a cap on the whole
-  point's warm memory at every instant, so its own time-average cannot exceed the
-  point's. This is the fair comparison: reactive swapping against planned tiers on the
-  same hardware at the same memory.
+  the GPU memory and within a cap on the whole point's warm memory at every instant
+  (`warm_gib`). `scoring.twin_result` raises that cap from the point's time-average warm
+  GiB while the twin's own time-average stays within the point's: reactive swapping as
+  strong as the same memory lets it be. This is the fair comparison: reactive swapping
+  against planned tiers on the same hardware at the same memory.
 
 Each builder returns a `Baseline`: the point, its perfs and how to simulate it.
 """

@@ -8,10 +8,11 @@ State lives in three arrays so one compiled call does a whole busy period:
 - `iv` int64: counters, the lone request in flight and the jitter's place (`I_*`);
 - `q` int64 rows of `instance.RID..EMITTED`: rows [0, max_seqs) are the running batch in
   admission order, the rest a ring buffer of the waiting queue (head at `I_WHEAD`).
-Compiled functions are cached on disk by numba (first use in a fresh install compiles).
+Compiled functions are cached on disk by numba (first use in a fresh install compiles);
+the entry points and `FastEngine` over them are `fastengine`'s.
 
 Step-time jitter draws the reference engine's multipliers: the same seeded blocks
-(`instance.jitter`, drawn by numpy in object mode once per block), taken in the same order.
+(`steptime.jitter`, drawn by numpy in object mode once per block), taken in the same order.
 """
 
 from __future__ import annotations
@@ -22,21 +23,14 @@ import types
 
 import numpy as np
 
-from planner.optimizer.perf.types import InstancePerf
-from planner.optimizer.sim.instance import (
-    CTX,
-    DEC,
-    EMITTED,
+from planner.optimizer.sim.instance import CTX, DEC, EMITTED, KV, PF, RID
+from planner.optimizer.sim.steptime import (
     JITTER_BLOCK,
-    KV,
-    PF,
-    RID,
-    decode_coeffs,
     jitter_block,
     steps_time_s,
     steps_until,
 )
-from planner.optimizer.sim.instance import _first_reaching as _first_reaching_py
+from planner.optimizer.sim.steptime import _first_reaching as _first_reaching_py
 
 try:
     import numba
@@ -345,201 +339,3 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
         f[F_FREE] = t
         return False
     return True
-
-
-@_jit
-def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):
-    """`Engine.submit`; False (and nothing done) when the ring needs room first."""
-    if iv[I_NRUN] + iv[I_WLEN] + 3 > q.shape[0] - iv[I_MAXS]:
-        return False
-    while True:
-        if iv[I_GEN]:
-            if f[F_T] < t_s:
-                advance(f, iv, q, co, first_s, finish_s, t_s)
-            if iv[I_GEN]:
-                _enqueue(iv, q, rid, inp, cached, out)
-                return True
-        if iv[I_LONE] < 0 or f[F_LUNTIL] <= t_s:
-            start = t_s if t_s > f[F_FREE] else f[F_FREE]
-            iv[I_LONE] = rid
-            iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
-            f[F_LSTART] = start
-            f[F_LDUR] = total_s
-            f[F_LUNTIL] = f[F_FREE] = start + total_s
-            first_s[rid] = start + pf_s
-            finish_s[rid] = start + total_s
-            f[F_BUSY] += total_s
-            return True
-        # materialize: the lone request in flight becomes a batch simulated from its start
-        lone = iv[I_LONE]
-        f[F_BUSY] -= f[F_LDUR]
-        iv[I_LONE] = -1
-        f[F_LUNTIL] = -math.inf
-        iv[I_GEN] = 1
-        f[F_T] = f[F_FREE] = f[F_LSTART]
-        _enqueue(iv, q, lone, iv[I_LINP], iv[I_LCACHED], iv[I_LOUT])
-
-
-@_jit
-def outstanding(f, iv, q, co, first_s, finish_s, t_s):
-    """`Engine.outstanding`."""
-    if iv[I_GEN]:
-        advance(f, iv, q, co, first_s, finish_s, t_s)
-        if iv[I_GEN]:
-            return iv[I_NRUN] + iv[I_WLEN]
-    return 1 if iv[I_LONE] >= 0 and f[F_LUNTIL] > t_s else 0
-
-
-@_jit
-def run_busy(f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, busy):
-    """The busy periods of `simulator._run_alone` (same loop); the caller sized the ring
-    for every request of the model."""
-    n = len(rid)
-    n_over = len(over)
-    p = 0
-    while p < n_over:
-        j = over[p]
-        k = j
-        while k < n:
-            tk = ta[k]
-            if k > j:
-                if iv[I_GEN] and advance(f, iv, q, co, first_s, finish_s, tk):
-                    _enqueue(iv, q, rid[k], inp[k], cached[k], out[k])
-                    busy[k] = True
-                    k += 1
-                    continue
-                if f[F_FREE] <= tk:
-                    break
-            submit(
-                f,
-                iv,
-                q,
-                co,
-                first_s,
-                finish_s,
-                rid[k],
-                tk,
-                inp[k],
-                cached[k],
-                out[k],
-                pf[k],
-                tot[k],
-            )
-            busy[k] = True
-            k += 1
-        if iv[I_GEN]:
-            advance(f, iv, q, co, first_s, finish_s, math.inf)
-        p = p + np.searchsorted(over[p:], k)
-
-
-class FastEngine:
-    """`instance.Engine`'s interface over the compiled loop (module docstring)."""
-
-    __slots__ = ("co", "f", "finish_s", "first_s", "iv", "q")
-
-    def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
-        st = perf.step
-        max_seqs = max(int(perf.max_num_seqs), 1)
-        self.f = np.zeros(F_LEN)
-        self.f[F_FREE] = -math.inf
-        self.f[F_LUNTIL] = -math.inf
-        self.f[F_OVH:F_JCV] = (
-            st.overhead_s,
-            st.dense_weight_read_s,
-            st.expert_read_s,
-            st.num_experts,
-            st.experts_per_tok,
-            st.kv_read_s_per_token,
-            st.compute_s_per_token,
-            st.attn_s_per_pair,
-            st.comm_s_per_token,
-            st.comm_latency_s,
-            st.eager_s,
-            float(st.graph_max_tokens),
-        )
-        self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
-        self.iv = np.zeros(I_LEN, dtype=np.int64)
-        self.iv[I_JI] = JITTER_BLOCK  # no block drawn yet
-        self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
-        self.iv[I_MAXS] = max_seqs
-        self.iv[I_BUDGET] = max(int(perf.chunk_tokens), 1)
-        self.iv[I_LONE] = -1
-        self.iv[I_DENSE] = int(not st.num_experts and not st.comm_latency_s)
-        self.q = np.zeros((2 * max_seqs + 2, 6), dtype=np.int64)
-        co = np.zeros((max_seqs + 1, 5))
-        for n in range(1, max_seqs + 1):
-            co[n] = decode_coeffs(st, n, 0.0)
-        self.co = co
-        self.first_s, self.finish_s = first_s, finish_s
-
-    def room(self, more: int) -> None:
-        """Make the waiting ring hold every sequence in the engine plus `more`."""
-        iv, q = self.iv, self.q
-        base = int(iv[I_MAXS])
-        wcap = len(q) - base
-        need = int(iv[I_NRUN] + iv[I_WLEN]) + more + 1
-        if need <= wcap:
-            return
-        new = np.zeros((base + max(need, 2 * wcap), 6), dtype=np.int64)
-        new[:base] = q[:base]
-        h, n = int(iv[I_WHEAD]), int(iv[I_WLEN])
-        new[base : base + n] = q[base + (np.arange(h, h + n) % wcap)]
-        iv[I_WHEAD] = 0
-        self.q = new
-
-    # Engine's attributes that the simulator and the router read and write
-    @property
-    def free_s(self) -> float:
-        return float(self.f[F_FREE])
-
-    @free_s.setter
-    def free_s(self, v: float) -> None:
-        self.f[F_FREE] = v
-
-    @property
-    def busy_s(self) -> float:
-        return float(self.f[F_BUSY])
-
-    @busy_s.setter
-    def busy_s(self, v: float) -> None:
-        self.f[F_BUSY] = v
-
-    @property
-    def preemptions(self) -> int:
-        return int(self.iv[I_PRE])
-
-    @preemptions.setter
-    def preemptions(self, v: int) -> None:
-        self.iv[I_PRE] = v
-
-    @property
-    def general(self) -> bool:
-        return bool(self.iv[I_GEN])
-
-    def submit(
-        self, rid: int, t_s: float, inp: int, cached: int, out: int, pf_s: float, total_s: float
-    ) -> None:
-        """`Engine.submit`."""
-        args = (rid, t_s, inp, cached, out, pf_s, total_s)
-        while not submit(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, *args):
-            self.room(2)
-
-    def outstanding(self, t_s: float) -> int:
-        """`Engine.outstanding`."""
-        return outstanding(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, t_s)
-
-    def drain(self) -> float:
-        """`Engine.drain`."""
-        if self.iv[I_GEN]:
-            advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
-        return float(self.f[F_FREE])
-
-    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over) -> np.ndarray:
-        """The busy periods of one model's requests; which requests were in one."""
-        self.room(len(rid) + 3)  # submit wants room for 3 more
-        busy = np.zeros(len(rid), dtype=np.bool_)
-        run_busy(
-            self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, ta, inp, cached, out, pf, tot, over, busy,
-        )  # fmt: skip
-        return busy

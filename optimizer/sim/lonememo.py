@@ -15,8 +15,8 @@ from collections import OrderedDict
 import numpy as np
 
 from planner.optimizer.perf.types import InstancePerf
-from planner.optimizer.sim.instance import lone_times
 from planner.optimizer.sim.request import Requests
+from planner.optimizer.sim.steptime import lone_times
 
 MAX_VALUES = 8_000_000  # floats held by all entries together (64 MB)
 _MEMO: OrderedDict[tuple, tuple[Requests, np.ndarray, np.ndarray]] = OrderedDict()

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.optimizer.sim.fastengine import FastEngine, outstanding, submit
 from planner.optimizer.sim.kernel import (
     I_GEN,
     I_LONE,
     I_MAXS,
     I_WLEN,
-    FastEngine,
     _jit,
-    outstanding,
-    submit,
 )
 from planner.optimizer.sim.lonememo import lone_pair
 

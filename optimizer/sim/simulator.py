@@ -5,7 +5,7 @@ Two paths, the same engine:
   host/disk instance with no host/disk co-tenant and no idle timeout) sees exactly its
   model's requests at their arrival times. Its requests are computed with numpy: all as
   lone requests, then only the busy periods (a request arriving before the previous one
-  finished) are re-run through the batch engine;
+  finished) are re-run through the batch engine (`alone`);
 - every other request goes through the router one by one in arrival order (wakes,
   co-tenant drains, least-loaded routing), and its instance's engine either takes it as a
   lone request (closed form) or simulates the batch.
@@ -19,21 +19,20 @@ enters the engine. Prefix eviction under GPU memory pressure is not modelled.
 
 from __future__ import annotations
 
-import bisect
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
 from planner.optimizer import tiering
 from planner.optimizer.perf.types import InstancePerf
-from planner.optimizer.sim import lonememo
+from planner.optimizer.sim import alone, lonememo
 from planner.optimizer.sim.event import Timeline
-from planner.optimizer.sim.instance import Engine, lone_times
+from planner.optimizer.sim.instance import Engine
 from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
 from planner.optimizer.sim.metrics import SimResult, met_slo
 from planner.optimizer.sim.request import Outcome, Requests, to_requests
 from planner.optimizer.sim.router import Router, Slot
+from planner.optimizer.sim.steptime import lone_times
 from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 from planner.units import GIB
@@ -149,7 +148,7 @@ def simulate(
         local[idx] = np.arange(len(idx))
         inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
         s0 = slots[cands[0]]
-        alone = (
+        by_itself = (
             len(cands) == 1
             and m not in routed_models
             and (
@@ -165,16 +164,16 @@ def simulate(
         )
         key = (id(req), m, perfs[s0.id])
         memo = trace is req  # a trace the caller keeps: worth remembering things about
-        if alone and memo and _recall(key, req, s0, idx, out):
+        if by_itself and memo and alone.recall(key, req, s0, idx, out):
             continue
-        if alone:  # which requests find their prefix cached is known up front
-            hit = _session_hits(req.session[idx], cached)
+        if by_itself:  # which requests find their prefix cached is known up front
+            hit = alone.session_hits(req.session[idx], cached)
             pf, tot = lone_times_of(
                 req, m, perfs[s0.id], "sessions", inp, np.where(hit, cached, 0), outk, memo=memo
             )
-            _run_alone(s0, idx, req, out, hit, pf, tot)
+            alone.run_alone(s0, idx, req, out, hit, pf, tot)
             if memo:
-                _remember(key, req, s0, idx, out)
+                alone.remember(key, req, s0, idx, out)
             continue
         if (
             engine_cls is not Engine
@@ -228,7 +227,8 @@ def _engine_class(compiled: bool | None) -> type:
     if compiled is False:
         return Engine
     try:
-        from planner.optimizer.sim.kernel import AVAILABLE, FastEngine
+        from planner.optimizer.sim.fastengine import FastEngine
+        from planner.optimizer.sim.kernel import AVAILABLE
     except ImportError:
         AVAILABLE = False
     if not AVAILABLE:
@@ -238,47 +238,10 @@ def _engine_class(compiled: bool | None) -> type:
     return FastEngine
 
 
-# An instance alone with its model's requests gives the same answer whatever else the
-# point holds; the optimizer simulates many points sharing such instances on one trace
-# (passed as the same `Requests`). Keyed by (trace identity, model, perf); the entry keeps
-# the trace alive so its id cannot be reused.
-_ALONE_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
-_ALONE_CACHE_SIZE = 64
-
-
 def clear_caches() -> None:
     """Forget what earlier simulations remembered about their traces (cold timings)."""
-    _ALONE_CACHE.clear()
+    alone.clear()
     lonememo.clear()
-
-
-def _remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> None:
-    eng = s.engine
-    _ALONE_CACHE[key] = (
-        req,
-        out.first_token_s[idx].copy(),
-        out.finish_s[idx].copy(),
-        out.cache_hit[idx].copy(),
-        eng.busy_s,
-        eng.preemptions,
-        eng.free_s,
-    )
-    if len(_ALONE_CACHE) > _ALONE_CACHE_SIZE:
-        _ALONE_CACHE.popitem(last=False)
-
-
-def _recall(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
-    hit = _ALONE_CACHE.get(key)
-    if hit is None or hit[0] is not req:
-        return False
-    _ALONE_CACHE.move_to_end(key)
-    _, first, finish, cache_hit, busy_s, preemptions, free_s = hit
-    out.first_token_s[idx] = first
-    out.finish_s[idx] = finish
-    out.cache_hit[idx] = cache_hit
-    out.instance[idx] = s.index
-    s.engine.busy_s, s.engine.preemptions, s.engine.free_s = busy_s, preemptions, free_s
-    return True
 
 
 def _offload_tokens(kv_cpu_offload_gib: float, perf: InstancePerf) -> float:
@@ -294,85 +257,6 @@ def _h2d_s_per_token(perf: InstancePerf) -> float:
     if perf.weights_host_gib <= 0 or perf.wake_host_s <= 0:
         return 0.0
     return perf.wake_host_s / (perf.weights_host_gib * GIB) * perf.kv_bytes_per_token  # s/token
-
-
-def _session_hits(sess: np.ndarray, cached: np.ndarray) -> np.ndarray:
-    """Whether each request finds its cached prefix on an instance that never sleeps: it has
-    cached tokens and an earlier call of the same session exists."""
-    seen = np.zeros(len(sess), dtype=bool)
-    known = np.flatnonzero(sess >= 0)
-    if len(known):
-        _, first = np.unique(sess[known], return_index=True)
-        seen[known] = True
-        seen[known[first]] = False
-    return seen & (cached > 0)
-
-
-def _run_alone(
-    s: Slot,
-    idx: np.ndarray,
-    req: Requests,
-    out: Outcome,
-    hit: np.ndarray,
-    pf: np.ndarray,
-    tot: np.ndarray,
-) -> None:
-    """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
-    are their lone times with the prefix cache where `hit`."""
-    ta = req.arrival_s[idx] + s.engine_delay_s
-    cached = np.where(hit, req.cached_tokens[idx], 0)
-    out.first_token_s[idx] = ta + pf
-    out.finish_s[idx] = ta + tot
-    out.instance[idx] = s.index
-    out.cache_hit[idx] = hit
-    # Busy periods: request j+1 arrives before request j (alone) would have finished.
-    overlap = np.flatnonzero(ta[1:] < ta[:-1] + tot[:-1])
-    in_busy = np.zeros(len(idx), dtype=bool)
-    eng = s.engine
-    if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
-        in_busy = eng.run_busy(
-            idx.astype(np.int64),
-            ta,
-            req.input_tokens[idx],
-            cached.astype(np.int64),
-            req.output_tokens[idx],
-            pf,
-            tot,
-            overlap.astype(np.int64),
-        )
-    elif len(overlap):
-        # Python scalars for the per-request loop (numpy scalar access is slow).
-        rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
-        inp_l = req.input_tokens[idx].tolist()
-        out_l = req.output_tokens[idx].tolist()
-        cached_l = cached.tolist()
-        busy_l = [False] * len(idx)
-        n = len(idx)
-        over_l = overlap.tolist()
-        n_over = len(over_l)
-        advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
-        p = 0
-        while p < n_over:
-            j = over_l[p]
-            k = j
-            while k < n:
-                tk = ta_l[k]
-                if k > j:
-                    if eng.general and advance(tk):  # still busy at tk: k joins the batch
-                        enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
-                        busy_l[k] = True
-                        k += 1
-                        continue
-                    if eng.free_s <= tk:
-                        break  # the engine is empty when k arrives: k is alone again
-                submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
-                busy_l[k] = True
-                k += 1
-            eng.drain()
-            p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
-        in_busy = np.array(busy_l, dtype=bool)
-    eng.busy_s += float(tot[~in_busy].sum())
-    eng.free_s = max(eng.free_s, float((ta + tot)[-1]) if len(idx) else eng.free_s)
 
 
 def _run_routed(

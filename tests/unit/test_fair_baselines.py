@@ -65,6 +65,29 @@ def test_twin_keeps_instances_and_stays_within_the_points_warm_gib():
     assert r.warm_gpu_gib <= m["warm_gpu_gib"] + 1e-9
 
 
+def test_twin_raises_its_warm_cap_as_far_as_its_time_average_allows():
+    # The point holds ~30 GiB on average. A twin capped at that at every instant cannot hold
+    # both 16-GiB instances awake (its own average drops to ~22 GiB) and swaps more; the
+    # twin's cap rises by what it left unused while its time-average stays within the
+    # point's, so it swaps less at the same memory (issue 13: same or lower time-average).
+    cl = load_cluster(SMALL / "cluster.yaml")
+    pt = point(["host", "host", "host"], gpus=[[1], [0], [1]])
+    pt = pt.model_copy(
+        update={"instances": [i.model_copy(update={"node": "n0"}) for i in pt.instances]}
+    )
+    small = perf(step_model(dense_weight_read_s=0.01), weights_gib_per_gpu=4.0, kv_gib_per_gpu=2.0)
+    perfs = {"i0": P, "i1": P, "i2": small}
+    ts = [15, 294, 435, 485, 930, 1061, 1397, 1691]
+    tr = trace(ts, ["m1", "m0", "m2", "m2", "m0", "m0", "m1", "m0"], 100, 5)
+    warm = simulate(pt, perfs, tr, Slo()).warm_gpu_gib
+    b = scoring.twin(pt, perfs, warm, cl)
+    at_avg = simulate(b.point, b.perfs, tr, Slo(), **b.simulate_kwargs())
+    got = scoring.twin_result(pt, perfs, warm, cl, Slo(), tr, None)
+    assert got.warm_gpu_gib <= warm + 1e-6
+    assert got.warm_gpu_gib > at_avg.warm_gpu_gib + 4.0
+    assert got.wakes < at_avg.wakes
+
+
 def test_evaluate_lru_matched_twins_every_point(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     plan = ROOT / "tests" / "golden" / "plan_small.yaml"

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from planner.optimizer.perf.types import InstancePerf, StepModel
-from planner.optimizer.sim.instance import DEC, Engine, decode_time_s, lone_times
+from planner.optimizer.sim.instance import DEC, Engine
 from planner.optimizer.sim.simulator import simulate
+from planner.optimizer.sim.steptime import decode_time_s, lone_times
 from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
 

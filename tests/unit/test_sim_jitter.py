@@ -10,8 +10,8 @@ from test_sim_closed_form import perf, point, step_model, trace
 from test_sim_properties import SLO
 
 from planner.optimizer.perf.calibration import P90_P10_SIGMAS, jitter_cv
-from planner.optimizer.sim.instance import jitter
 from planner.optimizer.sim.simulator import simulate
+from planner.optimizer.sim.steptime import jitter
 from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint, Profile, Stat
 
 STEP = step_model(

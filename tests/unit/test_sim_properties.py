@@ -108,8 +108,8 @@ def test_memo_of_alone_instances_gives_the_same_numbers():
 
 def test_lone_times_memo_returns_the_same_arrays_and_stays_bounded(monkeypatch):
     from planner.optimizer.sim import lonememo
-    from planner.optimizer.sim.instance import lone_times
     from planner.optimizer.sim.request import to_requests
+    from planner.optimizer.sim.steptime import lone_times
 
     req = to_requests(random_trace(3, 500, ["m0"]), ["m0"])
     args = (req.input_tokens, req.cached_tokens, req.output_tokens)

@@ -1,0 +1,137 @@
+"""An instance alone with its model's requests: the only one of its model and never displaced
+(`simulator`'s first path). Its requests are computed with numpy: all as lone requests, then
+only the busy periods (a request arriving before the previous one finished) are re-run
+through the batch engine; and, as the answer does not depend on the rest of the point, it is
+remembered per trace for the next point that holds the same instance.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+
+import numpy as np
+
+from planner.optimizer.sim.instance import Engine
+from planner.optimizer.sim.request import Outcome, Requests
+from planner.optimizer.sim.router import Slot
+
+# An instance alone with its model's requests gives the same answer whatever else the
+# point holds; the optimizer simulates many points sharing such instances on one trace
+# (passed as the same `Requests`). Keyed by (trace identity, model, perf); the entry keeps
+# the trace alive so its id cannot be reused.
+_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
+CACHE_SIZE = 64
+
+
+def remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> None:
+    eng = s.engine
+    _CACHE[key] = (
+        req,
+        out.first_token_s[idx].copy(),
+        out.finish_s[idx].copy(),
+        out.cache_hit[idx].copy(),
+        eng.busy_s,
+        eng.preemptions,
+        eng.free_s,
+    )
+    if len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
+
+
+def recall(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not req:
+        return False
+    _CACHE.move_to_end(key)
+    _, first, finish, cache_hit, busy_s, preemptions, free_s = hit
+    out.first_token_s[idx] = first
+    out.finish_s[idx] = finish
+    out.cache_hit[idx] = cache_hit
+    out.instance[idx] = s.index
+    s.engine.busy_s, s.engine.preemptions, s.engine.free_s = busy_s, preemptions, free_s
+    return True
+
+
+def session_hits(sess: np.ndarray, cached: np.ndarray) -> np.ndarray:
+    """Whether each request finds its cached prefix on an instance that never sleeps: it has
+    cached tokens and an earlier call of the same session exists."""
+    seen = np.zeros(len(sess), dtype=bool)
+    known = np.flatnonzero(sess >= 0)
+    if len(known):
+        _, first = np.unique(sess[known], return_index=True)
+        seen[known] = True
+        seen[known[first]] = False
+    return seen & (cached > 0)
+
+
+def run_alone(
+    s: Slot,
+    idx: np.ndarray,
+    req: Requests,
+    out: Outcome,
+    hit: np.ndarray,
+    pf: np.ndarray,
+    tot: np.ndarray,
+) -> None:
+    """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
+    are their lone times with the prefix cache where `hit`."""
+    ta = req.arrival_s[idx] + s.engine_delay_s
+    cached = np.where(hit, req.cached_tokens[idx], 0)
+    out.first_token_s[idx] = ta + pf
+    out.finish_s[idx] = ta + tot
+    out.instance[idx] = s.index
+    out.cache_hit[idx] = hit
+    # Busy periods: request j+1 arrives before request j (alone) would have finished.
+    overlap = np.flatnonzero(ta[1:] < ta[:-1] + tot[:-1])
+    in_busy = np.zeros(len(idx), dtype=bool)
+    eng = s.engine
+    if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
+        in_busy = eng.run_busy(
+            idx.astype(np.int64),
+            ta,
+            req.input_tokens[idx],
+            cached.astype(np.int64),
+            req.output_tokens[idx],
+            pf,
+            tot,
+            overlap.astype(np.int64),
+        )
+    elif len(overlap):
+        # Python scalars for the per-request loop (numpy scalar access is slow).
+        rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
+        inp_l = req.input_tokens[idx].tolist()
+        out_l = req.output_tokens[idx].tolist()
+        cached_l = cached.tolist()
+        busy_l = [False] * len(idx)
+        n = len(idx)
+        over_l = overlap.tolist()
+        n_over = len(over_l)
+        advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
+        p = 0
+        while p < n_over:
+            j = over_l[p]
+            k = j
+            while k < n:
+                tk = ta_l[k]
+                if k > j:
+                    if eng.general and advance(tk):  # still busy at tk: k joins the batch
+                        enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
+                        busy_l[k] = True
+                        k += 1
+                        continue
+                    if eng.free_s <= tk:
+                        break  # the engine is empty when k arrives: k is alone again
+                submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
+                busy_l[k] = True
+                k += 1
+            eng.drain()
+            p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
+        in_busy = np.array(busy_l, dtype=bool)
+    eng.busy_s += float(tot[~in_busy].sum())
+    eng.free_s = max(eng.free_s, float((ta + tot)[-1]) if len(idx) else eng.free_s)
+
+
+def clear() -> None:
+    """Forget the remembered answers."""
+    _CACHE.clear()
