@@ -8,7 +8,7 @@ import sys
 import typer
 
 from planner import __version__
-from planner.cli.common import err_console
+from planner.cli.common import err_console, print_error
 from planner.errors import PlannerError
 
 app = typer.Typer(
@@ -62,9 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="planner")
     except PlannerError as e:
-        from rich.markup import escape  # messages hold brackets: planner[serve], nodes[1]
-
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
