@@ -232,6 +232,7 @@ def engine_cmd(
 ) -> None:
     """Start real vLLM servers: cold start, prefill latency, TPOT vs concurrency, KV capacity, sleep/wake."""
     from planner.profiler import engine_bench as eb
+    from planner.profiler import engine_runs as er
     from planner.profiler import store
     from planner.profiler.devices import discover_node
     from planner.schemas import load_cluster, load_models
@@ -293,7 +294,7 @@ def engine_cmd(
             gpu_type = n.gpus[0].spec.name
             devices = n.gpus[0].count if dev == "cuda" else 1
     try:
-        runs, skipped = eb.plan_runs(
+        runs, skipped = er.plan_runs(
             models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tp
         )
     except KeyError:
@@ -305,7 +306,7 @@ def engine_cmd(
         ) from None
     if variant is not None and not runs and not skipped:
         raise InputError(f"no variant {variant!r}", file=str(models_file), path="--variant")
-    cfg = eb.BenchConfig.for_device(
+    cfg = er.BenchConfig.for_device(
         dev,
         quick=quick,
         max_model_len=max_model_len,
@@ -315,7 +316,7 @@ def engine_cmd(
     )
     path = store.profile_path(out, node_name, gpu_type)
     prof = store.load_or_new(out, node_name, gpu_type)
-    todo = [r for r in runs if not eb.is_done(prof, r.key, retry_failed=retry_failed)]
+    todo = [r for r in runs if not er.is_done(prof, r.key, retry_failed=retry_failed)]
     done_keys = [r.key for r in runs if r not in todo]
     for key, why in skipped:
         err_console.print(f"[yellow]skip[/] {key[0]}/{key[1]} tp={key[2]}: {why}")
@@ -323,7 +324,7 @@ def engine_cmd(
         err_console.print(f"[dim]already profiled[/] {key[0]}/{key[1]} tp={key[2]}")
     results = []
     with _progress() as bar:
-        task = bar.add_task("engine", total=max(1, len(todo) * eb.steps_of(cfg)))
+        task = bar.add_task("engine", total=max(1, len(todo) * er.steps_of(cfg)))
         for spec in todo:
             label = f"{spec.model.name}/{spec.variant.name} tp={spec.tp}"
             bar.update(task, description=f"{label}: starting")
@@ -333,7 +334,7 @@ def engine_cmd(
 
             res = eb.profile_run(spec, cfg, log_dir=out / "logs", port=port, tick=tick)
             if res.run.status == "failed":
-                bar.update(task, advance=max(0, eb.steps_of(cfg) - 1))  # skip its remaining ticks
+                bar.update(task, advance=max(0, er.steps_of(cfg) - 1))  # skip its remaining ticks
             prof = store.load_or_new(out, node_name, gpu_type)  # keep other writers' runs
             store.upsert_run(prof, res.run)
             if not prof.environment.created_at:
