@@ -60,7 +60,8 @@ from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.search import optimize
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
-from planner.optimizer.workload.synth import bind_models, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]

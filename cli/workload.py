@@ -38,7 +38,7 @@ def _check_out(out: Path) -> None:
 
 
 def _spec(path: Path | None):
-    from planner.optimizer.workload.synth import default_spec
+    from planner.optimizer.workload.synth_spec import default_spec
 
     if path is None:
         return default_spec()
@@ -73,7 +73,8 @@ def synth_cmd(
     ] = False,
 ) -> None:
     """Generate agent traffic of a developer team (same seed, same bytes)."""
-    from planner.optimizer.workload.synth import bind_models, default_spec_yaml, synth
+    from planner.optimizer.workload.synth import synth
+    from planner.optimizer.workload.synth_spec import bind_models, default_spec_yaml
 
     if print_spec:
         typer.echo(default_spec_yaml(), nl=False)
