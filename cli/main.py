@@ -9,10 +9,12 @@ import typer
 
 from planner import __version__
 from planner.cli.common import err_console, print_error
+from planner.cli.helpfmt import HelpGroup, use_help_classes
 from planner.errors import PlannerError
 
 app = typer.Typer(
     name="planner",
+    cls=HelpGroup,
     help="Plan, apply and adjust where a small team's LLMs live on a small mixed GPU cluster.",
     no_args_is_help=True,
     add_completion=False,
@@ -51,6 +53,7 @@ def _root(
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"planner.cli.{_name}").register(app)
+use_help_classes(app)
 
 
 def main(argv: list[str] | None = None) -> None:
