@@ -51,7 +51,7 @@ def hardware_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Torch microbenchmarks: GEMM TFLOP/s, memory copy, host<->device, disk and RAM GB/s."""
-    from planner.profiler import hardware as hwmod
+    from planner.profiler import hardware_targets as hwmodt
     from planner.profiler import store
 
     dev = device or _default_device()
@@ -81,7 +81,7 @@ def hardware_cmd(
 
                 return on_plan, on_step
 
-            measured = hwmod.profile_hardware(
+            measured = hwmodt.profile_hardware(
                 dev,
                 node or platform.node(),
                 quick=quick,

@@ -124,7 +124,7 @@ def engine_cmd(
     if dev == "cuda":
         if not info.gpus:
             raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
-        from planner.profiler.hardware import type_for
+        from planner.profiler.hardware_targets import type_for
 
         gpu_type = type_for(
             info.gpus[0].name, info.gpus[0].memory_gib

@@ -181,7 +181,7 @@ def run_node(
 
     from planner.profiler import store
     from planner.profiler.devices import discover_node
-    from planner.profiler.hardware import type_for
+    from planner.profiler.hardware_targets import type_for
     from planner.schemas import parse
 
     models = parse(models_data, "models", models_file)
