@@ -45,7 +45,7 @@ from planner.profiler import engine_client as ec
 from planner.profiler import engine_measure as em
 from planner.profiler import engine_runs as er
 from planner.profiler import hardware as hwmod
-from planner.profiler import hardware_targets as hwmodt
+from planner.profiler import hardware_targets as hwt
 from planner.profiler import store
 from planner.schemas import parse
 from planner.schemas.profile import Profile
@@ -150,8 +150,8 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     import torch
 
     prof = Profile(node="local", gpu_type="cpu")
-    cpu_target = hwmodt.targets(torch, "cpu")[0]
-    prof.hardware = hwmodt.measure_target(
+    cpu_target = hwt.targets(torch, "cpu")[0]
+    prof.hardware = hwt.measure_target(
         torch, cpu_target, hwmod.plan_config("cpu", quick=True), disk_dir=work, node_steps=True
     )
     cfg = er.BenchConfig.for_device(

@@ -51,8 +51,8 @@ def hardware_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Torch microbenchmarks: GEMM TFLOP/s, memory copy, host<->device, disk and RAM GB/s."""
-    from planner.profiler import hardware_targets as hwmodt
     from planner.profiler import store
+    from planner.profiler.hardware_targets import profile_hardware
 
     dev = device or _default_device()
     if dev not in ("cuda", "cpu"):
@@ -81,7 +81,7 @@ def hardware_cmd(
 
                 return on_plan, on_step
 
-            measured = hwmodt.profile_hardware(
+            measured = profile_hardware(
                 dev,
                 node or platform.node(),
                 quick=quick,
