@@ -184,6 +184,21 @@ def _priors(plan: Plan) -> dict[str, float | None]:
     return {p.name: float(p.predicted.switch_p95_s) for p in plan.points}
 
 
+UNFIT_SLACK = 0.02  # predicted attainment this far below the target (or the best) is a miss
+
+
+def unfit_points(plan: Plan, target: float) -> frozenset[str]:
+    """Points whose predicted attainment is more than UNFIT_SLACK below the target (or below
+    the best point's, when none reaches it): the plan says they miss the SLO on the traffic
+    it was made for, so a quiet window in which they pass is no reason to hop there."""
+    from planner.schemas.plan import Predicted
+
+    if all(p.predicted == Predicted() for p in plan.points):
+        return frozenset()
+    bar = min(target, max(p.predicted.slo_attainment for p in plan.points)) - UNFIT_SLACK
+    return frozenset(p.name for p in plan.points if p.predicted.slo_attainment < bar)
+
+
 def observe(
     plan: Plan,
     state: AdjustState,
@@ -263,6 +278,7 @@ def observe(
         priors=prior,
         basis_span_s=span,
         forecast_dropped=forecast_dropped,
+        unfit=unfit_points(plan, target_attainment),
     )
 
 
@@ -298,4 +314,5 @@ __all__ = [
     "observe",
     "ready_by_model",
     "switch_estimate",
+    "unfit_points",
 ]

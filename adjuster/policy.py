@@ -36,7 +36,10 @@ Rule, in order:
    window's shrunk towards the plan's predicted one by `prior_waits` pseudo-waits (a window
    in which few requests waited cannot show how long the waits at a point are: a lean point
    looks free on a quiet evening and then makes the night's few requests wait for wakes);
-4. hop to the meeting point with the lowest J only when all of these hold:
+4. hop to the meeting point with the lowest J only when all of these hold (a point whose
+   predicted attainment in the plan misses the target, `observe.unfit_points`, is never a
+   target: a quiet window in which a point that serves only some models passes says
+   nothing about the busy hours);
    - it meets the SLO outright (attainment at least the target, on the forecast too when
      tracking), when the current point meets it: the slack of rule 2 keeps the current
      point from being left for a noisy miss, not a new one chosen for a noisy pass;
@@ -185,7 +188,12 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if cur not in obs.metrics:
         raise ValueError(f"no metrics for the current point {cur!r}")
 
-    meeting = [p for p in sorted(obs.metrics) if table[p]["meets_slo"]]
+    # a point the plan predicts to miss the SLO is no target, however a window went there
+    meeting = [
+        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in obs.unfit)
+    ]
+    if obs.unfit:
+        reasons["plan_predicts_miss"] = sorted(obs.unfit)
     if not meeting:
         best_att = max(obs.metrics, key=lambda p: (obs.metrics[p]["slo_attainment"], p))
         why = (

@@ -181,6 +181,9 @@ class Observation:
     priors: dict[str, float | None] = field(default_factory=dict)
     basis_span_s: float = 0.0
     forecast_dropped: bool = False  # the day before did not foresee the window: no forecast
+    # points the plan itself predicts to miss the SLO on the workload it was optimized for
+    # (e.g. a baseline that serves only some models): never a hop's target
+    unfit: frozenset[str] = frozenset()
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
 

@@ -60,7 +60,8 @@ from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.search import optimize
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
-from planner.optimizer.workload.synth import bind_models, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas.plan import Plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +131,8 @@ def main() -> None:
     print("\nhops:")
     for h in out["hops"]:
         d, hh = divmod(h["at_s"] / 3600.0, 24)
-        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']}: {h['reason']}")
+        kind = "sleep/wake only" if h["tiers_only"] else f"{h['restarts']} restart(s)"
+        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']} [{kind}]: {h['reason']}")
     for a in out["actions"]:
         print(f"  {a['kind']} at {a['at_s'] / 3600:.0f} h: {a['reason']}")
 
@@ -198,6 +200,7 @@ def main() -> None:
         f"RESULT {real['result']} adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
         f"adjusted_warm_gib={a['warm_gpu_gib']:.2f} best_static_warm_gib={b['warm_gpu_gib']:.2f} "
         f"adjusted_attainment={a['slo_attainment']:.4f} max_hops_per_day={out['max_hops_per_day']} "
+        f"hops={len(out['hops'])} tiers_only_hops={out['tiers_only_hops']} "
         f"stationary_hops={len(still['hops'])} best_static={best} best_static_rule={rule} "
         f"all_days_adjusted_switch_p95_s={whole['switch_p95_s']:.3f} "
         f"all_days_adjusted_warm_gib={whole['warm_gpu_gib']:.2f} "

@@ -23,7 +23,8 @@ from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.milp import Placement, placement_options
 from planner.optimizer.search import Evaluation, Searcher
-from planner.optimizer.workload.synth import bind_models, default_spec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models, default_spec
 from planner.schemas import parse
 
 LAM = 1.0  # the balanced phase's weight of warm memory

@@ -41,7 +41,8 @@ from planner.optimizer import baselines  # noqa: E402
 from planner.optimizer.sim import simulator  # noqa: E402
 from planner.optimizer.sim.request import to_requests  # noqa: E402
 from planner.optimizer.sim.simulator import simulate  # noqa: E402
-from planner.optimizer.workload.synth import bind_models, default_spec, synth  # noqa: E402
+from planner.optimizer.workload.synth import synth  # noqa: E402
+from planner.optimizer.workload.synth_spec import bind_models, default_spec  # noqa: E402
 from planner.schemas import load_cluster, load_models, load_slo  # noqa: E402
 
 LAB = Path(__file__).resolve().parents[1] / "plans" / "examples" / "lab16"

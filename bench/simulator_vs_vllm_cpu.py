@@ -41,7 +41,11 @@ from planner.optimizer.perf.calibration import calibrate, fit_points, predict
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.sim.simulator import simulate
 from planner.profiler import engine_bench as eb
+from planner.profiler import engine_client as ec
+from planner.profiler import engine_measure as em
+from planner.profiler import engine_runs as er
 from planner.profiler import hardware as hwmod
+from planner.profiler import hardware_targets as hwt
 from planner.profiler import store
 from planner.schemas import parse
 from planner.schemas.profile import Profile
@@ -100,20 +104,20 @@ async def replay(
     """
     n = len(trace["timestamp"])
     ttft, tpot = np.full(n, np.nan), np.full(n, np.nan)
-    prompts = [eb.prompt_ids(int(k), vocab, rng) for k in trace["input_tokens"]]
+    prompts = [ec.prompt_ids(int(k), vocab, rng) for k in trace["input_tokens"]]
     t0 = time.perf_counter() + 0.5
 
     async def one(i: int) -> None:
         await asyncio.sleep(max(0.0, t0 + float(trace["timestamp"][i]) - time.perf_counter()))
         out = int(trace["output_tokens"][i])
-        sent, chunks = await eb.stream_completion(
-            "127.0.0.1", port, eb.stream_body("tiny", prompts[i], out)
+        sent, chunks = await ec.stream_completion(
+            "127.0.0.1", port, ec.stream_body("tiny", prompts[i], out)
         )
         ttft[i] = chunks[0][0] - sent
-        if eb.burst(chunks, out):
+        if em.burst(chunks, out):
             bursts.append(i)
             return
-        t = eb.tpot_of(chunks)
+        t = ec.tpot_of(chunks)
         if out > 1 and t is not None:
             tpot[i] = t
 
@@ -125,11 +129,11 @@ def serve(model_dir: str, log: Path) -> tuple[object, int]:
     """Start the replay server with the profile's settings; (process, port)."""
     models = parse(models_doc(model_dir), "models")
     m = models.models[0]
-    cfg = eb.BenchConfig.for_device(
+    cfg = er.BenchConfig.for_device(
         "cpu", enforce_eager=True, max_num_seqs=MAX_NUM_SEQS, kv_gib=KV_GIB
     )
-    port = eb.free_port()
-    inst = eb.instance_for(eb.RunSpec(m, m.variants[0], 1, model_dir), cfg, port)
+    port = ec.free_port()
+    inst = er.instance_for(er.RunSpec(m, m.variants[0], 1, model_dir), cfg, port)
     argv, env = engine.build_argv(inst, model_path=model_dir, served_name="tiny", device="cpu")
     proc = engine.start_server(argv, env, log)
     engine.wait_ready("127.0.0.1", port, proc, log, 900)
@@ -146,11 +150,11 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     import torch
 
     prof = Profile(node="local", gpu_type="cpu")
-    cpu_target = hwmod.targets(torch, "cpu")[0]
-    prof.hardware = hwmod.measure_target(
+    cpu_target = hwt.targets(torch, "cpu")[0]
+    prof.hardware = hwt.measure_target(
         torch, cpu_target, hwmod.plan_config("cpu", quick=True), disk_dir=work, node_steps=True
     )
-    cfg = eb.BenchConfig.for_device(
+    cfg = er.BenchConfig.for_device(
         "cpu",
         enforce_eager=True,
         max_num_seqs=MAX_NUM_SEQS,
@@ -162,14 +166,14 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         decode_output_tokens=32,
         decode_rounds=2,
     )
-    run = eb.base_run(eb.RunSpec(m, m.variants[0], 1, model_dir), cfg)
+    run = eb.base_run(er.RunSpec(m, m.variants[0], 1, model_dir), cfg)
     run.cold_start_s = cold_start_s
-    vocab = eb.vocab_size_of(model_dir, 512)
-    client = eb.Client(port, "tiny", 300)
+    vocab = ec.vocab_size_of(model_dir, 512)
+    client = ec.Client(port, "tiny", 300)
     try:
-        run.prefill = eb.measure_prefill(client, cfg, vocab, rng, lambda _s: None)
-        pre = eb.prefill_at(run.prefill, cfg.decode_prompt_tokens)
-        run.decode = eb.measure_decode(client, cfg, vocab, rng, lambda _s: None, run.notes, pre)
+        run.prefill = em.measure_prefill(client, cfg, vocab, rng, lambda _s: None)
+        pre = em.prefill_at(run.prefill, cfg.decode_prompt_tokens)
+        run.decode = em.measure_decode(client, cfg, vocab, rng, lambda _s: None, run.notes, pre)
     finally:
         client.close()
     prof.engine = [run]
@@ -242,7 +246,7 @@ def main() -> int:
     proc, port = serve(model_dir, work / "logs" / "server.log")
     cold_start_s = time.monotonic() - t_start
     try:
-        vocab = eb.vocab_size_of(model_dir, 512)
+        vocab = ec.vocab_size_of(model_dir, 512)
         # Warm-up before anything is timed: the trace once, with other prompts (no prefix
         # hits later). The CPU build creates its kernels for each new batch shape on first
         # use; a fresh server meets hundreds here (two replays in a row on a fresh server:

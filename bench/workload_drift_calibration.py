@@ -25,7 +25,8 @@ import pandas as pd
 
 from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.drift import drift
-from planner.optimizer.workload.synth import default_spec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import default_spec
 
 CHANGE_H = 12
 CALIBRATION_SEEDS = range(60)  # what drift.py's thresholds were set on

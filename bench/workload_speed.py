@@ -14,7 +14,8 @@ import statistics
 import time
 
 from planner.optimizer.workload.characterize import summarize
-from planner.optimizer.workload.synth import default_spec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import default_spec
 
 GEN_TARGET_ROWS_PER_S = 200_000
 CHAR_TARGET_S = 2.0

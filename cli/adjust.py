@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_error, print_json
 from planner.errors import InputError
 
 
@@ -68,6 +68,7 @@ def adjust_cmd(
         list[str] | None,
         typer.Option(
             "--policy",
+            metavar="KEY=VALUE",
             help="Any policy setting as KEY=VALUE (repeatable): the fields of "
             "AdjustConfig, e.g. min_gain_s=0.1 forecast_windows=2.",
         ),
@@ -96,6 +97,7 @@ def adjust_cmd(
     from planner.cli import adjust_inputs
 
     cfg = adjust_inputs.policy_config(window, reoptimize, min_dwell, margin, confirm, policy or [])
+    every_s = adjust_inputs.duration_s(every, "--every") if every is not None else None
     if print_cron:
         text = adjust_inputs.cron_text(plan_path, state_dir, window)
         console.print(text, highlight=False, markup=False, soft_wrap=True)
@@ -104,7 +106,6 @@ def adjust_cmd(
     if replay_trace is not None:
         _replay(inp, replay_trace, cfg, start_point, json_out)
         return
-    every_s = adjust_inputs.duration_s(every, "--every") if every is not None else None
     _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s)
 
 
@@ -175,9 +176,15 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.adjuster.live import tick
     from planner.adjuster.state import StateStore
     from planner.cli import adjust_inputs
+    from planner.cli.adjust_show import show_tick
     from planner.cli.apply import _device, make_backend
+    from planner.cli.common import require_extra, serve_extra
     from planner.errors import PlannerError
 
+    if backend == "local" and not dry_run:  # a hop starts vLLM: say so before the first tick
+        require_extra(
+            serve_extra(_device(inp.cluster)), "`planner adjust` (a hop starts vLLM)", ("vllm",)
+        )
     be = make_backend(backend, inp.cluster, _device(inp.cluster))
     stop = threading.Event()
     old = {}
@@ -192,13 +199,13 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
                         inp, cfg, state_dir=store.dir, dry_run=dry_run, timeout_s=timeout
                     )
                     res = tick(time.time(), RequestLogSource(store.dir), be, store, inp.plan, tcfg)
-                _show(res, dry_run, json_out, str(store.dir))
+                show_tick(res, dry_run, json_out, str(store.dir))
                 if res.error is not None and every_s is None:
                     raise typer.Exit(res.error.exit_code)
             except PlannerError as e:
                 if every_s is None:
                     raise
-                err_console.print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+                print_error(str(e))
             if every_s is None or stop.wait(max(0.0, every_s - (time.monotonic() - t0))):
                 break
     finally:
@@ -206,46 +213,3 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
             signal.signal(s, h)
     if every_s is not None:
         err_console.print("adjust: stopped")
-
-
-def _show(res, dry_run: bool, json_out: bool, state_dir: str) -> None:
-    out = {**res.to_json(), "dry_run": dry_run, "state_dir": state_dir}
-    if json_out:
-        print_json(out)
-        return
-    d = out["decision"]
-    tag = " (dry run)" if dry_run else ""
-    console.print(
-        f"window: {out['window']['requests']} requests; decision{tag}: [bold]{d['kind']}[/] "
-        f"{d['from']} -> {d['point']}: {d['reason']}",
-        highlight=False,
-    )
-    from rich.table import Table
-
-    t = Table(title="points on the window")
-    for c in ("point", "SLO met", "switch P95 s", "warm GiB", "objective s", "meets", "hop"):
-        t.add_column(c)
-    for name, m in d["reasons"].get("points", {}).items():
-        hc = m.get("hop_cost") or {}
-        hop = "-" if not hc.get("duration_s") else (
-            f"{hc['starts']} start(s), {hc['wakes']} wake(s), {hc['duration_s']:.0f} s"
-        )  # fmt: skip
-        t.add_row(
-            name, f"{m['slo_attainment']:.1%}", f"{m['switch_p95_s']:.2f}",
-            f"{m['warm_gpu_gib']:.1f}", f"{m['objective_s']:.2f}", "yes" if m["meets_slo"] else "no",
-            hop,
-        )  # fmt: skip
-    console.print(t)
-    for key in ("drift_plan", "drift_chosen"):
-        rep = d["reasons"].get(key)
-        if rep:
-            console.print(f"{key}: {rep['verdict']} {', '.join(rep['fired'])}", highlight=False)
-    if d["kind"] == "suggest":
-        console.print(f"run: {d['command']}", highlight=False, soft_wrap=True)
-    if out.get("new_plan"):
-        console.print(
-            f"wrote {out['new_plan']}; apply it with `planner apply {out['new_plan']}`",
-            highlight=False,
-        )
-    if out.get("error"):
-        err_console.print(f"[bold red]error:[/] {out['error']}", highlight=False, soft_wrap=True)

@@ -276,11 +276,9 @@ def apply_cmd(
         if result.ok:
             console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
     if result.error is not None:
-        from rich.markup import escape
+        from planner.cli.common import print_error
 
-        err_console.print(
-            f"[bold red]error:[/] {escape(str(result.error))}", highlight=False, soft_wrap=True
-        )
+        print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
 
 

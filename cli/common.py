@@ -71,6 +71,13 @@ def _importable(module: str) -> bool:
         return False
 
 
+def print_error(message: str) -> None:
+    """`error: MESSAGE` on stderr; the message is escaped (it holds brackets: planner[serve])."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def print_json(data: Any) -> None:
     """JSON on stdout, nothing else (scripts parse it)."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=_default) + "\n")

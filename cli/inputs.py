@@ -44,7 +44,8 @@ def workload(path: Path, ms: Models, seed: int):
 
     with err_console.status(f"reading the workload {path.name} ..."):
         if path.suffix in (".yaml", ".yml"):
-            from planner.optimizer.workload.synth import bind_models, synth
+            from planner.optimizer.workload.synth import synth
+            from planner.optimizer.workload.synth_spec import bind_models
 
             spec, _ = bind_models(synth_spec(path, ms.names), ms.names)
             return synth(spec, seed=seed)
@@ -60,7 +61,7 @@ def synth_spec(path: Path, model_names: list[str] | None = None):
     from pydantic import ValidationError
 
     from planner.io import read_yaml
-    from planner.optimizer.workload.synth import SynthSpec, default_spec
+    from planner.optimizer.workload.synth_spec import SynthSpec, default_spec
     from planner.schemas import path_key, validation_to_input_error
 
     data = read_yaml(path, "workload")

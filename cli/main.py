@@ -8,11 +8,13 @@ import sys
 import typer
 
 from planner import __version__
-from planner.cli.common import err_console
+from planner.cli.common import err_console, print_error
+from planner.cli.helpfmt import HelpGroup, use_help_classes
 from planner.errors import PlannerError
 
 app = typer.Typer(
     name="planner",
+    cls=HelpGroup,
     help="Plan, apply and adjust where a small team's LLMs live on a small mixed GPU cluster.",
     no_args_is_help=True,
     add_completion=False,
@@ -51,6 +53,7 @@ def _root(
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"planner.cli.{_name}").register(app)
+use_help_classes(app)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,9 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="planner")
     except PlannerError as e:
-        from rich.markup import escape  # messages hold brackets: planner[serve], nodes[1]
-
-        err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
+        print_error(str(e))
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

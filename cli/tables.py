@@ -113,7 +113,8 @@ EVALUATE_SCORING = (
 REPLAY_SCORING = (
     "scored window by window: each window is simulated from a fresh start of its point "
     "(gpu-tier instances awake, no prefix cache carried over), so a point's figures differ "
-    "from `planner evaluate`, which simulates the whole trace in one run"
+    "from `planner evaluate`, which simulates the whole trace in one run; the adjusted "
+    "series also pays for its hops (requests wait while instances restart or wake)"
 )
 
 _METRIC_COLS = [

@@ -193,7 +193,7 @@ def register(app: typer.Typer) -> None:
             print_json(TRACE_JSON_SCHEMA)
             return
         if kind == "workload":
-            from planner.optimizer.workload.synth import SynthSpec
+            from planner.optimizer.workload.synth_spec import SynthSpec
 
             print_json(SynthSpec.model_json_schema())
             return

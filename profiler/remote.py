@@ -43,7 +43,7 @@ def _hardware_task(node: str, device: str, quick: bool) -> list[dict[str, Any]]:
     """Runs on the node: its hardware profile(s) as plain data."""
     import tempfile
 
-    from planner.profiler.hardware import profile_hardware
+    from planner.profiler.hardware_targets import profile_hardware
 
     profs = profile_hardware(device, node, quick=quick, disk_dir=Path(tempfile.gettempdir()))
     return [p.model_dump(mode="json") for p in profs]

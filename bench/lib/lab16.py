@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.cli import inputs
-from planner.optimizer.workload.synth import bind_models, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas import load_cluster, load_models, load_slo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -29,9 +29,11 @@ def test_nvml_names_every_visible_gpu_as_a_catalog_type(torch_cuda):
 
 
 def test_quick_hardware_profile_agrees_with_the_catalog(torch_cuda, tmp_path):
-    from planner.profiler import gpucheck, hardware, store
+    from planner.profiler import gpucheck, hardware_targets, store
 
-    for prof in hardware.profile_hardware("cuda", "gpu-check", quick=True, disk_dir=tmp_path):
+    for prof in hardware_targets.profile_hardware(
+        "cuda", "gpu-check", quick=True, disk_dir=tmp_path
+    ):
         store.save(prof, store.profile_path(tmp_path, prof.node, prof.gpu_type))
     found, problems = gpucheck.check_dir(tmp_path)
     assert not problems, problems

@@ -13,7 +13,8 @@ import yaml
 
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
-from planner.optimizer.workload.synth import SynthSpec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import SynthSpec
 from planner.schemas import load_models
 from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Plan

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import time
 
@@ -157,3 +158,34 @@ def test_lease_held_exits_3(setup, capsys):
         main(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once"])
     assert e.value.code == 3
     assert "apply" in capsys.readouterr().err
+
+
+def test_live_adjust_without_vllm_names_the_extra_before_deciding(setup, capsys, monkeypatch):
+    """Issue 15: live `adjust` may start vLLM on a hop; without it, exit 2 with the pip line
+    before anything is decided or journaled. A dry run starts nothing and needs no engine."""
+    import sys
+
+    plan_file, state, _ = setup
+    # Stand-in for a base install: Python's own marker of a module that cannot be imported.
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    argv = ["adjust", "--plan", plan_file, "--state-dir", str(state), "--once"]
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "needs vllm" in err and re.search(r"pip install 'planner\[serve(-cpu)?\]'", err)
+    assert not (state / "state.sqlite").exists()  # nothing decided, nothing journaled
+    code, out = _run([*argv, "--dry-run", "--json"], capsys)
+    assert code == 0 and out["decision"]["kind"] in ("hop", "hold")
+
+
+def test_adjust_errors_keep_their_brackets(capsys):
+    """Issue 15: error text is not read as rich markup (`planner[serve]`, `nodes[1]`)."""
+    from planner.cli.common import print_error
+
+    print_error("needs vllm: pip install 'planner[serve]' (nodes[1])")
+    assert "pip install 'planner[serve]' (nodes[1])" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["adjust", "--plan", "p.yaml", "--every", "[1h]"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "not a duration: '[1h]'" in err and "Traceback" not in err

@@ -339,3 +339,28 @@ def test_the_day_before_is_a_forecast_only_while_it_foresees():
     assert not foresaw(hour(0, 10), hour(1, 10), cfg)  # the day of the adoption was not foreseen
     assert not foresaw(hour(0, 3), hour(1, 10), cfg)  # quiet then, busy now
     assert foresaw(hour(0, 3), hour(1, 3), cfg)  # quiet both
+
+
+def test_a_point_the_plan_predicts_to_miss_the_slo_is_never_a_target(flip):
+    """A point whose predicted attainment misses the target (a baseline serving only some
+    models) can pass a quiet window; the policy does not hop there (bench/adjust_replay.py
+    once hopped to such a `from-static` at 21:00 and restarted everything at 10:00)."""
+    from dataclasses import replace
+
+    from planner.adjuster.observe import unfit_points
+    from planner.schemas.plan import Predicted
+
+    now = 2 * DAY + 22 * 3600.0
+    quiet = {"lean": _m(0.0, 78.0, n=0), "fast": _m(0.0, 148.0, n=0)}
+    st = AdjustState(point="fast", since_s=0.0, drift_times_s=[now - 7 * 3600.0, now - 6 * 3600.0])
+    obs = replace(_quiet_obs(now, quiet, (0, 0, 0)), unfit=frozenset({"lean"}))
+    new, acts = decide(st, obs)
+    assert acts[0].kind == "hold" and new.point == "fast"
+    assert acts[0].reasons["plan_predicts_miss"] == ["lean"]
+    _, p, _ = flip
+    pts = [
+        pt.model_copy(update={"predicted": Predicted(slo_attainment=a)})
+        for pt, a in zip(p.points, (0.99, 0.30), strict=True)
+    ]
+    assert unfit_points(p.model_copy(update={"points": pts}), 0.95) == {pts[1].name}
+    assert unfit_points(p, 0.95) == frozenset()  # the plan predicts nothing: no verdict

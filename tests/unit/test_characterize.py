@@ -77,7 +77,8 @@ def test_summary_is_plain_data(tiny):
 
 
 def test_noise_of_a_week():
-    from planner.optimizer.workload.synth import default_spec, synth
+    from planner.optimizer.workload.synth import synth
+    from planner.optimizer.workload.synth_spec import default_spec
 
     s = summarize(synth(default_spec().model_copy(update={"stationary": True}), seed=0))
     assert s["noise"]["hours"] > 50

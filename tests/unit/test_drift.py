@@ -12,7 +12,8 @@ import pytest
 
 from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.drift import DriftReport, chi2_quantile, drift
-from planner.optimizer.workload.synth import default_spec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import default_spec
 
 SEEDS = [0, 1, 2, 3, 4, 5]
 CHANGE_H = 12

@@ -13,7 +13,8 @@ from planner.optimizer import baselines
 from planner.optimizer.baselines import gpu_sets
 from planner.optimizer.melange import capacity_rps, peak_demand
 from planner.optimizer.perf import instance_perf
-from planner.optimizer.workload.synth import bind_models, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas import load_cluster, load_models, load_slo
 
 EDGE6 = Path(__file__).resolve().parents[2] / "plans" / "examples" / "edge6"

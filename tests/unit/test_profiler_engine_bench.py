@@ -10,8 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.profiler import engine_bench as eb
+from planner.profiler import engine_client as ec
+from planner.profiler import engine_measure as em
+from planner.profiler import engine_runs as er
 from planner.schemas import parse
-from planner.schemas.profile import EngineRun, PrefillPoint, Profile, Stat
+from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint, Profile, Stat
 
 TINY = {
     "name": "tiny-llama",
@@ -60,7 +63,7 @@ def _models():
 
 
 def test_plan_runs_smallest_tp_that_fits():
-    runs, skipped = eb.plan_runs(_models(), devices=4, memory_gib=80.0)
+    runs, skipped = er.plan_runs(_models(), devices=4, memory_gib=80.0)
     keys = [r.key for r in runs]
     assert ("tiny", "bf16", 1) in keys and ("tiny", "awq", 1) in keys
     assert (
@@ -72,57 +75,57 @@ def test_plan_runs_smallest_tp_that_fits():
 
 
 def test_plan_runs_filters_and_explicit_tp():
-    runs, skipped = eb.plan_runs(
+    runs, skipped = er.plan_runs(
         _models(), devices=2, memory_gib=24.0, model="tiny", variant="bf16", tps=[1, 2, 4]
     )
     assert [r.key for r in runs] == [("tiny", "bf16", 1), ("tiny", "bf16", 2)]
     assert skipped[0][0] == ("tiny", "bf16", 4) and "devices" in skipped[0][1]
     with pytest.raises(KeyError):
-        eb.plan_runs(_models(), devices=1, memory_gib=24.0, model="nope")
+        er.plan_runs(_models(), devices=1, memory_gib=24.0, model="nope")
 
 
 def test_tp_divides():
-    assert eb.tp_divides(32, 8, 4)
-    assert eb.tp_divides(32, 8, 16)  # KV heads replicate past 8
-    assert not eb.tp_divides(12, 4, 8)
+    assert er.tp_divides(32, 8, 4)
+    assert er.tp_divides(32, 8, 16)  # KV heads replicate past 8
+    assert not er.tp_divides(12, 4, 8)
 
 
 def test_is_done_resume_rules():
     p = Profile(node="n", gpu_type="cpu")
     key = ("tiny", "bf16", 1)
-    assert not eb.is_done(p, key)
+    assert not er.is_done(p, key)
     p.engine = [EngineRun(model="tiny", variant="bf16", status="failed", reason="timeout")]
-    assert eb.is_done(p, key) and not eb.is_done(p, key, retry_failed=True)
+    assert er.is_done(p, key) and not er.is_done(p, key, retry_failed=True)
     s = Stat(median=0.1)
     p.engine = [
         EngineRun(
             model="tiny", variant="bf16", prefill=[PrefillPoint(prompt_tokens=4, latency_s=s)]
         )
     ]
-    assert not eb.is_done(p, key)  # no decode points yet: measure again
-    p.engine[0].decode = [eb.DecodePoint(concurrency=1, tpot_s=s)]
-    assert eb.is_done(p, key)
+    assert not er.is_done(p, key)  # no decode points yet: measure again
+    p.engine[0].decode = [DecodePoint(concurrency=1, tpot_s=s)]
+    assert er.is_done(p, key)
 
 
 def test_precheck_path(tmp_path):
-    assert eb.precheck_path("") == "the variant has no path"
-    assert "not a directory" in eb.precheck_path(str(tmp_path / "nope"))
-    assert "no config.json" in eb.precheck_path(str(tmp_path))
+    assert er.precheck_path("") == "the variant has no path"
+    assert "not a directory" in er.precheck_path(str(tmp_path / "nope"))
+    assert "no config.json" in er.precheck_path(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")
-    assert eb.precheck_path(str(tmp_path)) is None
-    assert eb.precheck_path("Qwen/Qwen2.5-7B-Instruct") is None  # a hub id: vLLM decides
-    assert eb.looks_local("models/tiny/bf16")
+    assert er.precheck_path(str(tmp_path)) is None
+    assert er.precheck_path("Qwen/Qwen2.5-7B-Instruct") is None  # a hub id: vLLM decides
+    assert er.looks_local("models/tiny/bf16")
 
 
 def test_vocab_size_of(tmp_path):
     (tmp_path / "config.json").write_text('{"vocab_size": 321}')
-    assert eb.vocab_size_of(str(tmp_path), 9) == 321
-    assert eb.vocab_size_of(str(tmp_path / "x"), 9) == 9
+    assert ec.vocab_size_of(str(tmp_path), 9) == 321
+    assert ec.vocab_size_of(str(tmp_path / "x"), 9) == 9
 
 
 @given(st.integers(1, 300), st.integers(2, 200000))
 def test_prompt_ids_in_vocab(n, vocab):
-    ids = eb.prompt_ids(n, vocab, np.random.default_rng(0))
+    ids = ec.prompt_ids(n, vocab, np.random.default_rng(0))
     assert len(ids) == n
     assert all(0 < i < vocab for i in ids)
 
@@ -133,8 +136,8 @@ def test_parse_kv_capacity():
         "INFO [kv_cache_utils.py:2] Maximum concurrency for 2,048 tokens per request: 512.00x\n"
         "(EngineCore_DP0 pid=7) INFO GPU KV cache size: 2,000,000 tokens, Maximum concurrency ...\n"
     )
-    assert eb.parse_kv_capacity(log) == 2_000_000
-    assert eb.parse_kv_capacity("nothing here") is None
+    assert ec.parse_kv_capacity(log) == 2_000_000
+    assert ec.parse_kv_capacity("nothing here") is None
 
 
 def test_parse_metrics_kv():
@@ -142,50 +145,50 @@ def test_parse_metrics_kv():
         "# HELP vllm:cache_config_info Information\n"
         'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="4096"} 1.0\n'
     )
-    assert eb.parse_metrics_kv(text) == 65536
-    assert eb.parse_metrics_kv('vllm:cache_config_info{engine="0"} 1.0') is None
-    assert eb.parse_metrics_kv("") is None
+    assert ec.parse_metrics_kv(text) == 65536
+    assert ec.parse_metrics_kv('vllm:cache_config_info{engine="0"} 1.0') is None
+    assert ec.parse_metrics_kv("") is None
 
 
 def test_tpot_of():
-    assert eb.tpot_of([(1.0, 1), (1.1, 2), (1.2, 3), (1.3, 4)]) == pytest.approx(0.1)
-    assert eb.tpot_of([(1.0, 1), (1.3, 7)]) == pytest.approx(0.05)  # coalesced chunks: 6 tokens
-    assert eb.tpot_of([(1.0, -1), (1.1, -1), (1.2, -1)]) == pytest.approx(
+    assert ec.tpot_of([(1.0, 1), (1.1, 2), (1.2, 3), (1.3, 4)]) == pytest.approx(0.1)
+    assert ec.tpot_of([(1.0, 1), (1.3, 7)]) == pytest.approx(0.05)  # coalesced chunks: 6 tokens
+    assert ec.tpot_of([(1.0, -1), (1.1, -1), (1.2, -1)]) == pytest.approx(
         0.1
     )  # no counts: 1 a chunk
-    assert eb.tpot_of([(1.0, 1)]) is None
-    assert eb.tpot_of([(1.0, 3), (2.0, 3)]) is None
+    assert ec.tpot_of([(1.0, 1)]) is None
+    assert ec.tpot_of([(1.0, 3), (2.0, 3)]) is None
 
 
 def test_chunk_tokens():
     tok = 'data: {"choices": [{"text": "ab"}], "usage": {"completion_tokens": 5}}'
-    assert eb.chunk_tokens(tok) == 5
-    assert eb.chunk_tokens('data: {"choices": [{"text": "a"}]}') == -1
-    assert eb.chunk_tokens('data: {"choices": [], "usage": {"completion_tokens": 9}}') is None
-    assert eb.chunk_tokens("data: [DONE]") is None
-    assert eb.chunk_tokens("") is None
-    assert eb.chunk_tokens("data: {not json") is None
+    assert ec.chunk_tokens(tok) == 5
+    assert ec.chunk_tokens('data: {"choices": [{"text": "a"}]}') == -1
+    assert ec.chunk_tokens('data: {"choices": [], "usage": {"completion_tokens": 9}}') is None
+    assert ec.chunk_tokens("data: [DONE]") is None
+    assert ec.chunk_tokens("") is None
+    assert ec.chunk_tokens("data: {not json") is None
 
 
 def test_instance_and_argv_cpu_and_cuda():
     from planner import engine
 
     m = _models().models[0]
-    spec = eb.RunSpec(m, m.variants[0], 1)
-    cpu = eb.BenchConfig.for_device("cpu", quick=True, kv_gib=2.0)
+    spec = er.RunSpec(m, m.variants[0], 1)
+    cpu = er.BenchConfig.for_device("cpu", quick=True, kv_gib=2.0)
     argv, env = engine.build_argv(
-        eb.instance_for(spec, cpu, 8123), model_path="/x/tiny", served_name="tiny", device="cpu"
+        er.instance_for(spec, cpu, 8123), model_path="/x/tiny", served_name="tiny", device="cpu"
     )
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert "--enable-sleep-mode" not in argv and "8123" in argv and "2048" in argv
-    cuda = eb.BenchConfig.for_device("cuda")
-    spec2 = eb.RunSpec(m, m.variants[0], 2)
+    cuda = er.BenchConfig.for_device("cuda")
+    spec2 = er.RunSpec(m, m.variants[0], 2)
     argv, env = engine.build_argv(
-        eb.instance_for(spec2, cuda, 8124), model_path="/x/tiny", served_name="tiny", device="cuda"
+        er.instance_for(spec2, cuda, 8124), model_path="/x/tiny", served_name="tiny", device="cuda"
     )
     assert "--enable-sleep-mode" in argv  # sleep/wake is measured on CUDA
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
-    awq = eb.instance_for(eb.RunSpec(m, m.variants[1], 1), cuda, 8125)
+    awq = er.instance_for(er.RunSpec(m, m.variants[1], 1), cuda, 8125)
     assert awq.engine.quantization == "awq"
 
 
@@ -208,13 +211,13 @@ class FakeClient:
 
 
 def test_measure_loops_with_fake_client():
-    cfg = eb.BenchConfig.for_device("cpu", quick=True, prefill_idle_s=0.0)
+    cfg = er.BenchConfig.for_device("cpu", quick=True, prefill_idle_s=0.0)
     ticks = []
     rng = np.random.default_rng(0)
-    pre = eb.measure_prefill(FakeClient(), cfg, 512, rng, ticks.append)
+    pre = em.measure_prefill(FakeClient(), cfg, 512, rng, ticks.append)
     assert [p.prompt_tokens for p in pre] == list(cfg.prompt_lens)
     assert pre[-1].latency_s.median == pytest.approx(0.001 * cfg.prompt_lens[-1])
-    dec = eb.measure_decode(FakeClient(), cfg, 512, rng, ticks.append)
+    dec = em.measure_decode(FakeClient(), cfg, 512, rng, ticks.append)
     assert [d.concurrency for d in dec] == list(cfg.concurrencies)
     assert dec[0].tpot_s.median == pytest.approx(0.01)
     assert dec[0].ttft_s.median == pytest.approx(0.001 * cfg.decode_prompt_tokens)
@@ -227,7 +230,7 @@ def test_measure_sleep_sequence_with_fake_client():
     """The CUDA sleep/wake sequence (sleep mode needs a GPU; fake client here)."""
     c = FakeClient()
     run = EngineRun(model="m", variant="v")
-    eb.measure_sleep(c, run)
+    em.measure_sleep(c, run)
     assert [p for p, _ in c.posts] == [
         "/sleep?level=1",
         "/wake_up",
@@ -239,14 +242,14 @@ def test_measure_sleep_sequence_with_fake_client():
     assert run.sleep_l1_s == 0.5 and run.wake_l1_s == 0.5 and run.wake_l2_s == 1.0
     c2 = FakeClient({"/sleep?level=1": 404})
     run2 = EngineRun(model="m", variant="v")
-    eb.measure_sleep(c2, run2)
+    em.measure_sleep(c2, run2)
     assert run2.sleep_l1_s is None and "VLLM_SERVER_DEV_MODE" in run2.notes[0]
 
 
 def test_profile_run_bad_path_needs_no_server(tmp_path):
     m = _models().models[0]
     res = eb.profile_run(
-        eb.RunSpec(m, m.variants[0], 1), eb.BenchConfig.for_device("cpu"), log_dir=tmp_path
+        er.RunSpec(m, m.variants[0], 1), er.BenchConfig.for_device("cpu"), log_dir=tmp_path
     )
     assert res.run.status == "failed" and res.run.reason == "bad_model_path"
     assert res.run.arch is not None and res.run.quantization == "bf16"
@@ -264,7 +267,7 @@ def test_relative_paths_resolve_against_models_file(tmp_path):
         "  - {name: b, quantization: bf16, path: org/hub-id}\n"
     )
     (tmp_path / "models" / "t").mkdir(parents=True)
-    runs, _ = eb.plan_runs(load(f, "models"), devices=1, memory_gib=8.0)
+    runs, _ = er.plan_runs(load(f, "models"), devices=1, memory_gib=8.0)
     assert [r.path for r in runs] == [str(tmp_path / "models" / "t"), "org/hub-id"]
 
 
@@ -305,8 +308,8 @@ def test_stream_completion_decodes_chunked_sse():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            return await eb.stream_completion(
-                "127.0.0.1", port, eb.stream_body("m", [5, 6], 3), 10.0
+            return await ec.stream_completion(
+                "127.0.0.1", port, ec.stream_body("m", [5, 6], 3), 10.0
             )
 
     t0, chunks = asyncio.run(go())
@@ -318,46 +321,46 @@ def test_stream_completion_decodes_chunked_sse():
 
 def test_burst_streams_are_detected_and_left_out():
     smooth = [(0.01 * i, i + 1) for i in range(16)]
-    assert not eb.burst(smooth, 16)
-    assert eb.burst([(0.0, 1), (0.01, 16)], 16)  # one chunk carries 15 tokens
-    assert eb.burst(
+    assert not em.burst(smooth, 16)
+    assert em.burst([(0.0, 1), (0.01, 16)], 16)  # one chunk carries 15 tokens
+    assert em.burst(
         [(0.05 + 1e-5 * i, i + 1) for i in range(16)], 16
     )  # one token a chunk, all read at once
-    assert eb.burst([(1e-5 * i, -1) for i in range(16)], 16)  # no counts: a chunk is a token
-    assert not eb.burst([(0.0, 1), (0.01, 2)], 2)
+    assert em.burst([(1e-5 * i, -1) for i in range(16)], 16)  # no counts: a chunk is a token
+    assert not em.burst([(0.0, 1), (0.01, 2)], 2)
 
     class Gulping(FakeClient):
         def streams(self, prompts, out):
             return [(0.0, [(0.05, 1), (0.0501, out)]), *super().streams(prompts[1:], out)]
 
-    cfg = eb.BenchConfig.for_device("cpu", quick=True)
+    cfg = er.BenchConfig.for_device("cpu", quick=True)
     notes = []
-    dec = eb.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, notes)
+    dec = em.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, notes)
     # without a prefill latency gulped streams are left out: concurrency 1 has none left
     assert [d.concurrency for d in dec] == [4]
     assert dec[0].tpot_s.median == pytest.approx(0.01)  # the gulped stream is not a 0.0001 s TPOT
     assert dec[0].tpot_s.n == 2 * 3
     assert notes and "burst" in notes[0]
-    dec = eb.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, [], 0.0)
+    dec = em.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, [], 0.0)
     assert [d.tpot_s.n for d in dec] == [8, 8]  # estimated from end-to-end time
 
 
 def test_gulped_tpot_and_prefill_at():
     # 16 tokens all read at 0.2 s after sending; prefill took 0.05 s: 15 later tokens in 0.15 s
     chunks = [(0.2 + 1e-6 * i, i + 1) for i in range(16)]
-    assert eb.gulped_tpot(0.0, chunks, 16, 0.05) == pytest.approx(0.01, rel=1e-3)
-    assert eb.gulped_tpot(0.0, chunks, 1, 0.05) is None
+    assert em.gulped_tpot(0.0, chunks, 16, 0.05) == pytest.approx(0.01, rel=1e-3)
+    assert em.gulped_tpot(0.0, chunks, 1, 0.05) is None
     pts = [PrefillPoint(prompt_tokens=n, latency_s=Stat(median=n / 1000)) for n in (16, 128, 512)]
-    assert eb.prefill_at(pts, 100) == 0.128
-    assert eb.prefill_at([], 100) is None
+    assert em.prefill_at(pts, 100) == 0.128
+    assert em.prefill_at([], 100) is None
 
 
 def test_fit_to_context_drops_prompts_that_do_not_fit():
-    cfg = eb.BenchConfig.for_device("cpu", quick=True)  # prompts 16, 128, 512; decode 16 + 16
-    small = eb.fit_to_context(cfg, 512)
+    cfg = er.BenchConfig.for_device("cpu", quick=True)  # prompts 16, 128, 512; decode 16 + 16
+    small = er.fit_to_context(cfg, 512)
     assert small.prompt_lens == (16, 128)
-    assert eb.fit_to_context(cfg, 24).decode_prompt_tokens == 8
-    assert eb.fit_to_context(cfg, 4096) == cfg
+    assert er.fit_to_context(cfg, 24).decode_prompt_tokens == 8
+    assert er.fit_to_context(cfg, 4096) == cfg
 
 
 def test_parse_weight_load_zero_is_a_value():

@@ -10,6 +10,7 @@ import pytest
 
 from planner.errors import ProfileError
 from planner.profiler import hardware as hw
+from planner.profiler import hardware_targets as hwt
 from planner.schemas.profile import Stat
 
 
@@ -64,10 +65,10 @@ def test_cpu_path_runs_for_real(tmp_path):
         reps=3,
         target_s=0.005,
     )
-    target = hw.targets(torch, "cpu")[0]
+    target = hwt.targets(torch, "cpu")[0]
     assert target.gpu_type == "cpu" and target.index is None
     seen = []
-    res = hw.measure_target(
+    res = hwt.measure_target(
         torch,
         target,
         cfg,
@@ -118,7 +119,7 @@ class FakeCuda:
 def test_cuda_targets_one_device_per_type():
     """CUDA-path logic with a fake torch (needs no GPU)."""
     fake = SimpleNamespace(cuda=FakeCuda(), _scaled_mm=object(), float8_e4m3fn=object())
-    t = hw.targets(fake, "cuda")
+    t = hwt.targets(fake, "cuda")
     assert [(x.gpu_type, x.index) for x in t] == [("H200-SXM", 0), ("L40S", 2)]
     assert hw.fp8_supported(fake)
     fake.cuda.get_device_capability = lambda: (8, 0)  # Ampere: no fp8 tensor cores
@@ -131,7 +132,7 @@ def test_cuda_targets_one_device_per_type():
 def test_cuda_targets_without_cuda_raises():
     fake = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False))
     with pytest.raises(ProfileError, match="no CUDA device"):
-        hw.targets(fake, "cuda")
+        hwt.targets(fake, "cuda")
 
 
 def test_cuda_step_plan():
@@ -150,5 +151,5 @@ def test_cuda_step_plan():
 
 
 def test_type_for_unknown_name_is_file_safe():
-    assert hw.type_for("Tesla T4", 15.0) == "Tesla-T4"
-    assert hw.type_for("NVIDIA H200 NVL", 140.0) == "H200-NVL"
+    assert hwt.type_for("Tesla T4", 15.0) == "Tesla-T4"
+    assert hwt.type_for("NVIDIA H200 NVL", 140.0) == "H200-NVL"

@@ -10,7 +10,8 @@ import pytest
 from planner.cli.main import main
 from planner.io import dump_yaml
 from planner.optimizer import baselines
-from planner.optimizer.workload.synth import bind_models, default_spec, synth
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import bind_models, default_spec
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.plan import InputRef, Plan
 from planner.trace import write_trace

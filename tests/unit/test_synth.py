@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from planner.optimizer.workload.synth import (
+from planner.optimizer.workload.synth import synth
+from planner.optimizer.workload.synth_spec import (
     DEFAULT_ROLE_MODELS,
     SynthSpec,
     bind_models,
     default_spec,
     default_spec_yaml,
-    synth,
 )
 from planner.trace import COLUMNS, DTYPES, normalize, trace_bytes
 

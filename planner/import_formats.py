@@ -1,0 +1,165 @@
+"""Readers of the trace formats with one row per request: azure, burstgpt, mooncake, and
+our own csv/jsonl/parquet (planner/importers.py documents each format)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from planner.errors import InputError
+from planner.import_rows import clean_rows, need_columns, read_csv, to_num, to_str
+from planner.trace import _read_raw
+
+MOONCAKE_BLOCK_TOKENS = 512  # tokens per prompt block of `hash_ids`
+
+
+def read_azure(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    raw = read_csv(p)
+    need_columns(raw, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], p)
+    n = len(raw)
+    df = clean_rows(
+        {
+            "timestamp": raw["TIMESTAMP"],
+            "input_tokens": to_num(raw["ContextTokens"], n),
+            "output_tokens": to_num(raw["GeneratedTokens"], n),
+        },
+        n,
+        skipped,
+        iso=True,
+    )
+    return df, n
+
+
+def read_burstgpt(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    raw = read_csv(p)
+    need_columns(raw, ["Timestamp", "Model", "Request tokens", "Response tokens"], p)
+    n = len(raw)
+    df = clean_rows(
+        {
+            "timestamp": to_num(raw["Timestamp"], n),
+            "model": to_str(raw["Model"], n),
+            "model_required": True,
+            "input_tokens": to_num(raw["Request tokens"], n),
+            "output_tokens": to_num(raw["Response tokens"], n),
+            "session": to_str(raw.get("Session ID"), n),
+        },
+        n,
+        skipped,
+    )
+    return df, n
+
+
+def read_mooncake(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    rows: list[tuple[float, float, float, float]] = []
+    seen: set[Any] = set()
+    n = 0
+    for obj in json_lines(p, skipped):
+        n += 1
+        if obj is None:
+            continue
+        if not all(k in obj for k in ("timestamp", "input_length", "output_length")):
+            skipped["missing timestamp/input_length/output_length"] += 1
+            continue
+        hashes = obj.get("hash_ids") or []
+        if not isinstance(hashes, list):
+            skipped["hash_ids not a list"] += 1
+            continue
+        try:
+            ts = float(obj["timestamp"]) / 1000.0  # ms -> s
+            inp, out = float(obj["input_length"]), float(obj["output_length"])
+        except (TypeError, ValueError):
+            skipped["timestamp/lengths not numbers"] += 1
+            continue
+        hit = 0
+        for h in hashes:  # longest prefix of blocks all computed before
+            if h not in seen:
+                break
+            hit += 1
+        seen.update(h for h in hashes if isinstance(h, (int, str)))
+        rows.append((ts, inp, out, min(hit * MOONCAKE_BLOCK_TOKENS, inp)))
+    arr = np.array(rows, dtype="float64").reshape(-1, 4)
+    m = len(arr)
+    df = clean_rows(
+        {
+            "timestamp": arr[:, 0],
+            "input_tokens": arr[:, 1],
+            "output_tokens": arr[:, 2],
+            "cached_tokens": np.nan_to_num(arr[:, 3], nan=0.0),
+        },
+        m,
+        skipped,
+    )
+    return df, n
+
+
+def read_own(p: Path, fmt: str, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    if p.suffix.lower() != f".{fmt}":
+        raise InputError(f"--format {fmt} but the file ends in {p.suffix!r}", file=str(p))
+    if fmt == "jsonl":
+        raw, n = jsonl_rows(p, skipped)
+    else:
+        raw, _ = _read_raw(p)
+        n = len(raw)
+    missing = [
+        c for c in ("timestamp", "model", "input_tokens", "output_tokens") if c not in raw.columns
+    ]
+    if missing and len(raw):
+        raise InputError(
+            f"missing column(s) {missing}", file=str(p), fix="see `planner schema trace`"
+        )
+    m = len(raw)
+    ts_col = raw["timestamp"] if m else pd.Series([], dtype=float)
+    num = pd.to_numeric(ts_col, errors="coerce")
+    iso = bool(m) and num.isna().all() and ts_col.notna().any()
+    df = clean_rows(
+        {
+            "timestamp": ts_col if iso else num.to_numpy(dtype="float64", na_value=np.nan),
+            "model": to_str(raw.get("model"), m),
+            "model_required": True,
+            "input_tokens": to_num(raw.get("input_tokens"), m),
+            "output_tokens": to_num(raw.get("output_tokens"), m),
+            "cached_tokens": np.nan_to_num(to_num(raw.get("cached_tokens"), m), nan=0.0)
+            if "cached_tokens" in raw.columns
+            else np.zeros(m),
+            "user": to_str(raw.get("user"), m),
+            "session": to_str(raw.get("session"), m),
+        },
+        m,
+        skipped,
+        iso=iso,
+    )
+    return df, n
+
+
+def json_lines(p: Path, skipped: Counter) -> Iterator[dict | None]:
+    """The JSON object of each non-blank line; None (counted in `skipped`) for one that is not."""
+    with open(p, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                skipped["invalid JSON"] += 1
+                yield None
+                continue
+            if not isinstance(obj, dict):
+                skipped["not a JSON object"] += 1
+                yield None
+                continue
+            yield obj
+
+
+def jsonl_rows(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+    rows, n = [], 0
+    for obj in json_lines(p, skipped):
+        n += 1
+        if obj is not None:
+            rows.append(obj)
+    return pd.DataFrame(rows), n

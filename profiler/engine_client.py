@@ -1,0 +1,231 @@
+"""Talking to one vLLM server for `planner profile engine`: token-id prompts, streamed
+completions time-stamped chunk by chunk, and the KV capacity the engine reports."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+
+def vocab_size_of(path: str, fallback: int) -> int:
+    """Vocabulary size from a local checkpoint's config.json, else `fallback`."""
+    try:
+        cfg = json.loads((Path(path).expanduser() / "config.json").read_text())
+        return int(cfg.get("vocab_size") or fallback)
+    except (OSError, ValueError, TypeError):
+        return fallback
+
+
+def prompt_ids(n_tokens: int, vocab: int, rng: Any) -> list[int]:
+    """`n_tokens` random token ids, clear of the low ids that tokenizers reserve for specials."""
+    lo = min(16, max(1, vocab // 4))
+    hi = max(lo + 1, min(vocab, 30000))
+    return [int(x) for x in rng.integers(lo, hi, size=n_tokens)]
+
+
+_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU)[\w +]* KV cache size: ([\d,]+) tokens")
+_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
+_BLOCK_SIZE = re.compile(r"block_size\D{1,5}(\d+)")
+
+
+def parse_kv_capacity(log_text: str) -> int | None:
+    """Tokens the engine's KV cache holds, from its start-up log (last report wins)."""
+    found = _KV_TOKENS.findall(log_text)
+    if found:
+        return int(found[-1].replace(",", ""))
+    return None
+
+
+def parse_metrics_kv(metrics_text: str) -> int | None:
+    """KV capacity from `/metrics` (`vllm:cache_config_info` num_gpu_blocks x block_size)."""
+    for line in metrics_text.splitlines():
+        if line.startswith("vllm:cache_config_info{"):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+            try:
+                return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+            except (KeyError, ValueError):
+                return None
+    return None
+
+
+Chunk = tuple[float, int]  # (arrival time s, completion tokens so far; -1: not reported)
+
+# Every streamed chunk carries the running token count (a chunk may hold several tokens).
+STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+
+
+def chunk_tokens(line: str) -> int | None:
+    """Completion tokens so far from one SSE line; None for lines that carry no token.
+
+    The final usage-only chunk (no choices) and `[DONE]` are not tokens; -1 when a token
+    chunk has no usage (a server without continuous usage stats).
+    """
+    if not line.startswith("data:"):
+        return None
+    payload = line[5:].strip()
+    if payload == "[DONE]":
+        return None
+    try:
+        d = json.loads(payload)
+    except ValueError:
+        return None
+    if not d.get("choices"):
+        return None
+    n = (d.get("usage") or {}).get("completion_tokens")
+    return int(n) if n is not None else -1
+
+
+def tpot_of(chunks: list[Chunk]) -> float | None:
+    """Time per output token of one stream: (last - first chunk) / tokens between them.
+
+    Without token counts each chunk counts as one token.
+    """
+    if len(chunks) < 2:
+        return None
+    (t0, n0), (t1, n1) = chunks[0], chunks[-1]
+    tokens = n1 - n0 if n0 >= 0 and n1 >= 0 else len(chunks) - 1
+    return (t1 - t0) / tokens if tokens > 0 else None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:
+    """A streamed completion of exactly `out_tokens` tokens, with running token counts."""
+    return {
+        "model": served,
+        "prompt": ids,
+        "max_tokens": out_tokens,
+        "min_tokens": out_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": STREAM_OPTIONS,
+    }
+
+
+async def stream_completion(
+    host: str, port: int, body: dict, timeout_s: float = 600.0
+) -> tuple[float, list[Chunk]]:
+    """POST a streamed completion over a bare asyncio connection; (send time, token chunks).
+
+    A full HTTP client costs enough CPU per chunk that, with many concurrent streams on a
+    small host, chunks wait in the socket and are time-stamped late and in bursts. This
+    reader does only what the measurement needs: one HTTP/1.1 request, then chunked
+    transfer decoding and SSE `data:` lines, each time-stamped as it is decoded.
+    """
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+
+    async def run() -> tuple[float, list[Chunk]]:
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            t0 = time.perf_counter()
+            writer.write(head + payload)
+            await writer.drain()
+            status = (await reader.readline()).decode(errors="replace")
+            if " 200 " not in status:
+                raise RuntimeError(f"completion request failed: {status.strip()}")
+            chunked = False
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"transfer-encoding:") and b"chunked" in line.lower():
+                    chunked = True
+            chunks: list[Chunk] = []
+            buf = b""
+            while True:
+                if chunked:
+                    size_line = await reader.readline()
+                    if not size_line:
+                        break
+                    size = int(size_line.split(b";")[0].strip() or b"0", 16)
+                    if size == 0:
+                        break
+                    data = (await reader.readexactly(size + 2))[:-2]  # chunk + CRLF
+                else:
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    n = chunk_tokens(raw.decode(errors="replace").strip())
+                    if n is not None:
+                        chunks.append((time.perf_counter(), n))
+            return t0, chunks
+        finally:
+            writer.close()
+
+    return await asyncio.wait_for(run(), timeout_s)
+
+
+class Client:
+    """Timed requests to one server (httpx imported here: the CLI stays light)."""
+
+    def __init__(self, port: int, served: str, timeout_s: float, host: str = "127.0.0.1"):
+        import httpx
+
+        self.base = f"http://{host}:{port}"
+        self.host, self.port = host, port
+        self.served = served
+        self.timeout_s = timeout_s
+        self.http = httpx.Client(base_url=self.base, timeout=timeout_s)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def complete_s(self, ids: list[int], max_tokens: int = 1) -> float:
+        """Wall time of one non-streamed completion, s."""
+        body = {
+            "model": self.served,
+            "prompt": ids,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+        t0 = time.perf_counter()
+        r = self.http.post("/v1/completions", json=body)
+        dt = time.perf_counter() - t0
+        r.raise_for_status()
+        return dt
+
+    def post_s(self, path: str, body: dict | None = None) -> tuple[float, int]:
+        """(seconds, status) of a POST to a dev endpoint."""
+        t0 = time.perf_counter()
+        r = self.http.post(path, json=body) if body is not None else self.http.post(path)
+        return time.perf_counter() - t0, r.status_code
+
+    def metrics(self) -> str:
+        r = self.http.get("/metrics")
+        return r.text if r.status_code == 200 else ""
+
+    def streams(self, prompts: list[list[int]], out_tokens: int) -> list[tuple[float, list[Chunk]]]:
+        """Start every prompt at once as a stream; per request (start, token chunks)."""
+
+        async def go() -> list[tuple[float, list[Chunk]]]:
+            return list(
+                await asyncio.gather(
+                    *(
+                        stream_completion(
+                            self.host,
+                            self.port,
+                            stream_body(self.served, p, out_tokens),
+                            self.timeout_s,
+                        )
+                        for p in prompts
+                    )
+                )
+            )
+
+        return asyncio.run(go())

@@ -1,0 +1,161 @@
+"""The measurements of one engine run: prefill latency vs prompt length, TPOT vs
+concurrency (streams read in one gulp handled apart), sleep/wake times."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from planner.profiler.engine_client import Chunk, Client, prompt_ids, tpot_of
+from planner.profiler.engine_runs import BenchConfig
+from planner.profiler.stats import summarize
+from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint
+
+
+def measure_prefill(
+    client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
+) -> list[PrefillPoint]:
+    """Time to the first streamed token of one prompt at each prompt length.
+
+    Streamed, like the TTFT a user sees and the simulator predicts: the response's own
+    assembly after the token is not part of it.
+    """
+    out: list[PrefillPoint] = []
+    for n in cfg.prompt_lens:
+        samples = []
+        for _ in range(cfg.prefill_reps):
+            time.sleep(
+                cfg.prefill_idle_s
+            )  # an idle engine parks its threads; waking them is part of TTFT
+            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[
+                0
+            ]  # a real stream goes on
+            if not chunks:
+                raise RuntimeError(f"a {n}-token prompt streamed no token")
+            samples.append(chunks[0][0] - start)
+        out.append(PrefillPoint(prompt_tokens=n, latency_s=summarize(samples)))
+        tick(f"prefill {n} tokens")
+    return out
+
+
+GULP_GAP_S = 0.0002  # chunks closer than this were read together, not produced a step apart
+
+
+def burst(chunks: list[Chunk], out_tokens: int) -> bool:
+    """Whether half a stream's tokens or more arrived in one gulp.
+
+    The engine emits a token per stream per step (a millisecond or more apart). Tokens that
+    arrive within `GULP_GAP_S` of each other were held back, by a reader or by the server's
+    HTTP process starved of CPU, and their spacing says nothing about the engine's steps.
+    """
+    if out_tokens < 4 or not chunks:
+        return False
+    big = run = 0
+    prev_t, prev_n = None, 0
+    for t, n in chunks:
+        step = n - prev_n if n >= 0 and prev_n >= 0 else 1  # tokens this chunk carries
+        run = run + step if prev_t is not None and t - prev_t < GULP_GAP_S else step
+        big = max(big, run)
+        prev_t, prev_n = t, n
+    return big >= out_tokens / 2
+
+
+def gulped_tpot(
+    start: float, chunks: list[Chunk], out_tokens: int, prefill_s: float
+) -> float | None:
+    """TPOT of a stream read in one burst: end-to-end time minus the prefill, per later token.
+
+    Its chunk spacing is meaningless, but its last token still arrives after the whole
+    generation: (last arrival - send - prefill latency) / (tokens - 1).
+    """
+    if out_tokens < 2 or not chunks:
+        return None
+    return max(0.0, chunks[-1][0] - start - prefill_s) / (out_tokens - 1)
+
+
+def measure_decode(
+    client: Client,
+    cfg: BenchConfig,
+    vocab: int,
+    rng: Any,
+    tick: Callable[[str], None],
+    notes: list[str] | None = None,
+    prefill_s: float | None = None,
+) -> list[DecodePoint]:
+    """TPOT (and TTFT) of `c` streams started together, for each concurrency `c`.
+
+    A stream read in one burst (`burst`) gets `gulped_tpot` when the prefill latency of
+    its prompt (`prefill_s`) is known, else it is left out; `notes` counts them.
+    """
+    out: list[DecodePoint] = []
+    o = cfg.decode_output_tokens
+    for c in cfg.concurrencies:
+        tpots: list[float] = []
+        ttfts: list[float] = []
+        bursts = 0
+        # enough rounds that even concurrency 1 gives `decode_min_samples` streams
+        for _ in range(max(cfg.decode_rounds, math.ceil(cfg.decode_min_samples / c))):
+            prompts = [prompt_ids(cfg.decode_prompt_tokens, vocab, rng) for _ in range(c)]
+            for start, chunks in client.streams(prompts, o):
+                if burst(chunks, o):
+                    bursts += 1
+                    t = gulped_tpot(start, chunks, o, prefill_s) if prefill_s is not None else None
+                else:
+                    t = tpot_of(chunks)
+                    if chunks:
+                        ttfts.append(chunks[0][0] - start)  # a gulped stream's first token is late
+                if t is not None:
+                    tpots.append(t)
+        if tpots:
+            out.append(
+                DecodePoint(
+                    concurrency=c,
+                    output_tokens=o,
+                    prompt_tokens=cfg.decode_prompt_tokens,
+                    tpot_s=summarize(tpots),
+                    ttft_s=summarize(ttfts) if ttfts else None,
+                )
+            )
+        if bursts and notes is not None:
+            how = (
+                "TPOT from end-to-end time minus prefill"
+                if prefill_s is not None
+                else "not in TPOT"
+            )
+            notes.append(
+                f"decode x{c}: {bursts} stream(s) arrived in one burst (HTTP process starved of CPU); {how}"
+            )
+        tick(f"decode x{c}")
+    return out
+
+
+def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:
+    """Median prefill latency at the measured prompt length closest to `prompt_tokens`."""
+    if not points:
+        return None
+    return min(points, key=lambda p: abs(p.prompt_tokens - prompt_tokens)).latency_s.median
+
+
+def measure_sleep(client: Client, run: EngineRun) -> None:
+    """Sleep/wake times of levels 1 and 2 (CUDA builds with sleep mode and dev endpoints)."""
+    s1, st = client.post_s("/sleep?level=1")
+    if st != 200:
+        run.notes.append(f"POST /sleep?level=1 answered {st}: is VLLM_SERVER_DEV_MODE=1 set?")
+        return
+    w1, st = client.post_s("/wake_up")
+    run.sleep_l1_s, run.wake_l1_s = s1, w1
+    if st != 200:
+        run.notes.append(f"POST /wake_up answered {st}")
+        return
+    s2, st = client.post_s("/sleep?level=2")
+    if st != 200:
+        run.notes.append(f"POST /sleep?level=2 answered {st}")
+        return
+    w2, st = client.post_s("/wake_up")
+    # level 2 dropped the weights: waking means reading them again from the checkpoint
+    r2, st2 = client.post_s("/collective_rpc", {"method": "reload_weights"})
+    run.sleep_l2_s, run.wake_l2_s = s2, w2 + r2
+    if st2 != 200:
+        run.notes.append(f"reload_weights answered {st2}: wake_l2_s lacks the weight reload")
