@@ -155,20 +155,25 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         evals.append(ev)
         feasible.append(ev)
     pool, _ = _pool(feasible, target, max_q)
-    # with stand-ins declared, also variants where the covered models keep no awake hours
-    covered = [frozenset(), *([frozenset(S.substitutes)] if S.substitutes else [])]
+    # with stand-ins declared, also variants where the covered models keep no awake hours,
+    # and sleep sooner when idle (a stand-in answers while they wake again)
+    variants = [(frozenset(), S.cfg.idle_sleep_s)]
+    if S.substitutes:
+        covered = frozenset(S.substitutes)
+        idle = sorted({S.cfg.idle_sleep_s, S.cfg.covered_idle_sleep_s}, reverse=True)
+        variants += [(covered, s) for s in idle]
     for e in _front(pool):
         if e.origin == "schedule":
             continue
         for rate in S.cfg.awake_min_requests_per_h:
-            for asleep in covered:
+            for asleep, idle_s in variants:
                 v = scheduled(
                     e.point,
                     e.perfs,
                     S.rates,
                     S.cluster,
                     min_requests_per_h=rate,
-                    idle_sleep_s=S.cfg.idle_sleep_s,
+                    idle_sleep_s=idle_s,
                     host_margin=S.cfg.host_memory_margin,
                     no_hours_for=asleep,
                 )
