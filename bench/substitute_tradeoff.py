@@ -43,8 +43,8 @@ EXAMPLES = ("lab16", "edge6")
 # cluster -> covered model -> (stand-in, quality penalty): a smaller sibling that is awake
 # most of the day answers while the covered model wakes.
 DECLARED = {
-    "lab16": {"reviewer-14b": ("coder-32b", 0.05), "tools-20b": ("planner-7b", 0.08)},
-    "edge6": {"reviewer-14b": ("coder-32b", 0.05), "tools-7b": ("planner-8b", 0.03)},
+    "lab16": {"reviewer-14b": ("planner-7b", 0.10), "reasoner-30b": ("coder-32b", 0.08)},
+    "edge6": {"reviewer-14b": ("coder-32b", 0.05), "reasoner-30b": ("planner-8b", 0.05)},
 }
 SWITCH_S = 1.0  # switch P95 the new point must hold, s
 SAVING = 0.20  # warm GiB below the best point without substitutes
@@ -152,7 +152,8 @@ def run(name: str, evals: int, folder: Path) -> tuple[dict[str, str], list, list
 
 
 def plot(curves: dict[str, tuple[list, list]], png: Path) -> None:
-    """Warm GiB vs switch P95 per cluster, points coloured by quality cost."""
+    """Warm GiB vs switch P95 per cluster, the points with substitutes coloured by their
+    quality cost."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -160,6 +161,9 @@ def plot(curves: dict[str, tuple[list, list]], png: Path) -> None:
 
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4.5), squeeze=False)
     for ax, (name, (base, subs)) in zip(axes[0], curves.items(), strict=True):
+        # the from-<baseline> points both runs share sit far right: printed, not drawn
+        base = [r for r in base if not r["point"].startswith("from-")]
+        subs = [r for r in subs if not r["point"].startswith("from-")]
         ax.scatter(
             [r["warm_gib"] for r in base],
             [r["switch_p95_s"] for r in base],
@@ -180,7 +184,6 @@ def plot(curves: dict[str, tuple[list, list]], png: Path) -> None:
             ax.annotate(r["point"], (r["warm_gib"], r["switch_p95_s"]), fontsize=7)
         fig.colorbar(sc, ax=ax, label="quality cost")
         ax.axhline(SWITCH_S, color="red", lw=0.8, ls="--")
-        ax.set_xscale("log")
         ax.set_xlabel("warm GPU memory, GiB (time average)")
         ax.set_ylabel("switch P95, s")
         ax.set_title(f"{name} (held-back days)")

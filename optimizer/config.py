@@ -59,7 +59,7 @@ class OptimizeConfig(BaseModel):
         "request outside its awake hours, s",
     )
     covered_idle_sleep_s: float = Field(
-        default=600.0,
+        default=300.0,
         gt=0,
         le=86400,
         description="schedule variants of models stand-ins cover: their lazy instances sleep "
