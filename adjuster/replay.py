@@ -36,9 +36,8 @@ request a stand-in answered waits for no hop of its own model.
 
 Aggregation: per-request arrays of all windows are concatenated and the percentiles
 recomputed (switch P95 over requests that waited, as `SimResult`; substituted share and
-quality cost over all requests); warm GiB is the
-time-average over windows (each window's simulated average weighted by the window length);
-`gpus_used` is the most any window used.
+quality cost over all requests); warm GiB is the time-average over windows (each window's
+simulated average weighted by the window length); `gpus_used` is the most any window used.
 """
 
 from __future__ import annotations

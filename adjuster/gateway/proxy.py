@@ -231,7 +231,7 @@ class Proxy:
             return None
         pool = gw.pool
         cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
-        victims = gw.waker.plan(model)[1] if rule.wake else []
+        victims = gw.waker.plan(model)[1] if rule.wake and pool.by_model.get(model) else []
         wait_s = gw.waker.expected_wait_s(model)
         return tiering.substitute(rule, wait_s, cands, _has_slot, load, victims)
 
