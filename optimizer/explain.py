@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.optimizer.candidates import capacity_rps
+from planner.optimizer.capacity import ranges
 from planner.optimizer.demand import IDLE_GAP_S, ModelDemand
 from planner.optimizer.invariants import gpu_usage
 from planner.optimizer.perf import InstancePerf, instance_perf
@@ -214,7 +215,7 @@ def stand_in_reasons(point: Point, model: str) -> list[str]:
             else:
                 hours = sorted({h for i in subs for h in i.awake_hours})
                 ready = (
-                    f"awake here in hours {_hours(hours)} or while called"
+                    f"awake here in hours {ranges(hours)} or while called"
                     if hours
                     else "asleep here until called: it stands in only while awake"
                 )
@@ -231,17 +232,6 @@ def stand_in_reasons(point: Point, model: str) -> list[str]:
                     f"(quality penalty {sub.quality_penalty:.2f})"
                 )
     return out
-
-
-def _hours(hours: list[int]) -> str:
-    """Hours of the day as ranges: [8, 9, 10, 14] -> '8-10, 14'."""
-    runs: list[list[int]] = []
-    for h in hours:
-        if runs and h == runs[-1][1] + 1:
-            runs[-1][1] = h
-        else:
-            runs.append([h, h])
-    return ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
 
 
 def _tier_reason(inst: Instance, perf: InstancePerf, d: ModelDemand | None) -> str:
