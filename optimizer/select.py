@@ -4,7 +4,9 @@
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
    its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
-   of every point of the front, one per `awake_min_requests_per_h` (`schedule`).
+   of every point of the front, one per `awake_min_requests_per_h` (`schedule`), with
+   stand-ins declared also ones where the covered models keep no awake hours (idle sleep
+   `idle_sleep_s` and `covered_idle_sleep_s`).
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
    raise, differences under `ATTAINMENT_TIE` counting as none) keeps no point its own `lru@`
    twin dominates: where reactive swapping on the same instances at the same memory does as
