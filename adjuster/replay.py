@@ -30,10 +30,14 @@ decision runs it on the last `reoptimize_lookback_s` of traffic and its points j
 (named `<name>@<hour>h`, scored from the next window on; `static` keeps only the plan's own
 points). `reoptimizations` lists every one with its reason, like `hops`.
 
+Stand-ins: the tick's `simulate` routes by each point's `substitutes` as the optimizer's
+scorer does, so a point is scored here with substitution on, exactly as it was chosen; a
+request a stand-in answered waits for no hop of its own model.
+
 Aggregation: per-request arrays of all windows are concatenated and the percentiles
-recomputed (switch P95 over requests that waited, as `SimResult`); warm GiB is the
-time-average over windows (each window's simulated average weighted by the window length);
-`gpus_used` is the most any window used.
+recomputed (switch P95 over requests that waited, as `SimResult`; substituted share and
+quality cost over all requests); warm GiB is the time-average over windows (each window's
+simulated average weighted by the window length); `gpus_used` is the most any window used.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class _Series:
     tpot: list[np.ndarray] = field(default_factory=list)
     wait: list[np.ndarray] = field(default_factory=list)
     met: list[np.ndarray] = field(default_factory=list)
+    penalty: list[np.ndarray] = field(default_factory=list)  # quality penalty, 0: not a stand-in
+    subst: list[np.ndarray] = field(default_factory=list)  # a stand-in answered
     wakes: int = 0
     gib_s: float = 0.0  # warm GiB x seconds
     span_s: float = 0.0
@@ -81,6 +87,11 @@ class _Series:
         self.tpot.append(sim.tpot_s)
         self.wait.append(sim.switch_wait_s if wait is None else wait)
         self.met.append(sim.met_slo if met is None else met)
+        n = len(sim.ttft_s)
+        self.subst.append(sim.substituted if sim.substituted is not None else np.zeros(n, bool))
+        self.penalty.append(
+            sim.quality_penalty if sim.quality_penalty is not None else np.zeros(n, float)
+        )
         self.wakes += sim.wakes + extra_wakes
         self.gib_s += sim.warm_gpu_gib * window_s  # GiB x s
         self.span_s += window_s
@@ -91,6 +102,7 @@ class _Series:
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
         ttft, tpot, wait = cat(self.ttft, float), cat(self.tpot, float), cat(self.wait, float)
         met = cat(self.met, bool)
+        subst, penalty = cat(self.subst, bool), cat(self.penalty, float)
         return {
             "slo_attainment": float(met.mean()) if len(met) else 1.0,
             "ttft_p95_s": percentiles(ttft)["p95"],
@@ -100,6 +112,8 @@ class _Series:
             "warm_gpu_gib": self.gib_s / self.span_s if self.span_s > 0 else 0.0,
             "gpus_used": int(self.gpus),
             "requests": len(met),
+            "substituted_share": float(subst.mean()) if len(subst) else 0.0,
+            "quality_cost": float(penalty.sum() / len(penalty)) if len(penalty) else 0.0,
         }
 
 
@@ -108,6 +122,8 @@ def _charge_hop(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TTFT, switch wait and SLO mask of a window's requests after a hop at `start_s`."""
     delay = hop_delays(point, cost, window, start_s)
+    if sim.substituted is not None:  # a stand-in answered: it waited for no instance of its own
+        delay = np.where(sim.substituted, 0.0, delay)
     if not delay.any():
         return sim.ttft_s, sim.switch_wait_s, sim.met_slo
     delay = np.where(np.isfinite(sim.ttft_s), delay, 0.0)  # failed requests stay failed

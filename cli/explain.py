@@ -60,6 +60,8 @@ def explain_cmd(
             console.print(f"  runs as {p}", highlight=False, markup=False)
         for r in e.reasons:
             console.print(f"  - {r}", highlight=False, markup=False)
+        for r in e.stand_ins:
+            console.print(f"  - {r}", highlight=False, markup=False)
         console.print(
             f"  alternatives: {e.alternative}", style="dim", highlight=False, markup=False
         )

@@ -48,12 +48,12 @@ class CapacityReport:
                 f"{r.model}: peak {r.peak_requests_per_h:.0f} requests/h "
                 f"({r.peak_prefill_tokens_per_s:.0f} prefill + {r.peak_decode_tokens_per_s:.0f} "
                 f"decode tokens/s) > capacity {r.capacity_requests_per_h:.0f} requests/h "
-                f"in {len(r.hours_over)} h: hours {_ranges(r.hours_over)}"
+                f"in {len(r.hours_over)} h: hours {ranges(r.hours_over)}"
             )
         if self.hours_over_all:
             out.append(
                 f"all models together need more than the whole cluster in "
-                f"{len(self.hours_over_all)} h: hours {_ranges(self.hours_over_all)}"
+                f"{len(self.hours_over_all)} h: hours {ranges(self.hours_over_all)}"
             )
         return out
 
@@ -66,7 +66,7 @@ class CapacityReport:
         }
 
 
-def _ranges(hours: list[int]) -> str:
+def ranges(hours: list[int]) -> str:
     """[1, 2, 3, 7] -> '1-3, 7' (at most 8 runs shown)."""
     runs: list[list[int]] = []
     for h in hours:

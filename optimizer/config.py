@@ -58,6 +58,13 @@ class OptimizeConfig(BaseModel):
         description="schedule variants: a lazy instance sleeps this long after its last "
         "request outside its awake hours, s",
     )
+    covered_idle_sleep_s: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="schedule variants of models stand-ins cover: their lazy instances sleep "
+        "this long after their last request too (a stand-in answers while they wake), s",
+    )
     quality_weight: float | None = Field(
         default=None,
         ge=0,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.optimizer.candidates import capacity_rps
+from planner.optimizer.capacity import ranges
 from planner.optimizer.demand import IDLE_GAP_S, ModelDemand
 from planner.optimizer.invariants import gpu_usage
 from planner.optimizer.perf import InstancePerf, instance_perf
@@ -34,6 +35,7 @@ class ModelExplanation:
     placements: list[str]
     reasons: list[str] = field(default_factory=list)
     alternative: str = ""
+    stand_ins: list[str] = field(default_factory=list)  # who answers for it, for whom it does
 
 
 def demand_from_summary(summary: dict[str, Any]) -> dict[str, ModelDemand]:
@@ -175,7 +177,60 @@ def explain(
                 f"(x{headroom:.2f} headroom: {need:.3f}): {verdict}",
             )
         ex.reasons = list(dict.fromkeys(ex.reasons))  # the variant's reason once
+        ex.stand_ins = stand_in_reasons(point, m)
         out.append(ex)
+    return out
+
+
+def stand_in_reasons(point: Point, model: str) -> list[str]:
+    """Which stand-ins `model` relies on in `point` (the point's `substitutes`) and how
+    available each is there, and for which models it stands in itself."""
+    out = []
+    rule = point.substitutes.get(model)
+    if rule is not None:
+        when = (
+            "whenever it must wake"
+            if rule.when == "always_while_waking"
+            else f"when its wake would exceed {rule.max_wait_s:g} s (its switch SLO)"
+            if rule.max_wait_s is not None
+            else "never (no switch SLO to exceed)"
+        )
+        mine = [i for i in point.instances if i.model == model]
+        if mine and all(i.tier != "gpu" and not i.awake_hours for i in mine):
+            out.append(
+                "kept awake in no hour of the day: it relies on its stand-ins, and wakes only "
+                "on demand"
+            )
+        for sub in rule.to:
+            subs = [
+                i
+                for i in point.instances
+                if i.model == sub.model and (sub.variant is None or i.variant == sub.variant)
+            ]
+            name = sub.model + (f" ({sub.variant})" if sub.variant else "")
+            if not subs:
+                ready = "has no instance in this point: it cannot stand in"
+            elif any(i.tier == "gpu" for i in subs):
+                ready = "always awake here"
+            else:
+                hours = sorted({h for i in subs for h in i.awake_hours})
+                ready = (
+                    f"awake here in hours {ranges(hours)} or while called"
+                    if hours
+                    else "asleep here until called: it stands in only while awake"
+                )
+            out.append(
+                f"relies on stand-in {name} {when} (quality penalty {sub.quality_penalty:.2f}); "
+                f"{ready}; the model itself {'still wakes' if rule.wake else 'does not wake'}"
+            )
+    for other, r in point.substitutes.items():
+        for sub in r.to:
+            if sub.model == model:
+                only = f" (its {sub.variant} instances)" if sub.variant else ""
+                out.append(
+                    f"stands in for {other}{only} while {other} wakes "
+                    f"(quality penalty {sub.quality_penalty:.2f})"
+                )
     return out
 
 

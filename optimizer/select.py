@@ -4,7 +4,9 @@
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
    its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
-   of every point of the front, one per `awake_min_requests_per_h` (`schedule`).
+   of every point of the front, one per `awake_min_requests_per_h` (`schedule`), with
+   stand-ins declared also ones where the covered models keep no awake hours (idle sleep
+   `idle_sleep_s` and `covered_idle_sleep_s`).
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
    raise, differences under `ATTAINMENT_TIE` counting as none) keeps no point its own `lru@`
    twin dominates: where reactive swapping on the same instances at the same memory does as
@@ -155,20 +157,25 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         evals.append(ev)
         feasible.append(ev)
     pool, _ = _pool(feasible, target, max_q)
-    # with stand-ins declared, also variants where the covered models keep no awake hours
-    covered = [frozenset(), *([frozenset(S.substitutes)] if S.substitutes else [])]
+    # with stand-ins declared, also variants where the covered models keep no awake hours,
+    # and sleep sooner when idle (a stand-in answers while they wake again)
+    variants = [(frozenset(), S.cfg.idle_sleep_s)]
+    if S.substitutes:
+        covered = frozenset(S.substitutes)
+        idle = sorted({S.cfg.idle_sleep_s, S.cfg.covered_idle_sleep_s}, reverse=True)
+        variants += [(covered, s) for s in idle]
     for e in _front(pool):
         if e.origin == "schedule":
             continue
         for rate in S.cfg.awake_min_requests_per_h:
-            for asleep in covered:
+            for asleep, idle_s in variants:
                 v = scheduled(
                     e.point,
                     e.perfs,
                     S.rates,
                     S.cluster,
                     min_requests_per_h=rate,
-                    idle_sleep_s=S.cfg.idle_sleep_s,
+                    idle_sleep_s=idle_s,
                     host_margin=S.cfg.host_memory_margin,
                     no_hours_for=asleep,
                 )

@@ -30,7 +30,8 @@ UTC epoch seconds at the gateway).
   last request, once outside its awake hours.
 - `substitute`: a request whose model would make it wait goes to the least loaded ready
   stand-in (ties: declared order) when the rule says so: any wait (`always_while_waking`)
-  or a predicted wait beyond the model's switch SLO (`wake_exceeds_slo`).
+  or a predicted wait beyond the model's switch SLO (`wake_exceeds_slo`); a stand-in that
+  the model's wake puts to sleep (a co-tenant) does not answer.
 """
 
 from __future__ import annotations
@@ -247,14 +248,18 @@ def substitute(
     cands: Sequence[tuple[T, float]],
     ready: Callable[[T], bool],
     load: Callable[[T], int],
+    victims: Sequence[T] = (),
 ) -> tuple[T, float] | None:
     """The stand-in (and its quality penalty) that answers a request its own model would make
-    wait `wait_s`; None: the request waits (no rule, no need, or no stand-in ready)."""
+    wait `wait_s`; None: the request waits (no rule, no need, or no stand-in ready).
+    `victims`: whom the model's wake puts to sleep (`displaced`; none when the rule does not
+    wake it): they are going to sleep, so they do not stand in."""
     if rule is None or wait_s <= 0:
         return None
     if rule.when == "wake_exceeds_slo" and (rule.max_wait_s is None or wait_s <= rule.max_wait_s):
         return None
-    best = route([c for c, _ in cands], ready, load)
+    going = {id(v) for v in victims} if rule.wake else set()
+    best = route([c for c, _ in cands if id(c) not in going], ready, load)
     if best is None:
         return None
     return next((c, p) for c, p in cands if c is best)

@@ -231,7 +231,9 @@ class Proxy:
             return None
         pool = gw.pool
         cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
-        return tiering.substitute(rule, gw.waker.expected_wait_s(model), cands, _has_slot, load)
+        victims = gw.waker.plan(model)[1] if rule.wake and pool.by_model.get(model) else []
+        wait_s = gw.waker.expected_wait_s(model)
+        return tiering.substitute(rule, wait_s, cands, _has_slot, load, victims)
 
     async def pick(self, model: str, r: _Req) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""

@@ -20,6 +20,8 @@ KEYS = {
     "warm_gpu_gib",
     "gpus_used",
     "requests",
+    "substituted_share",
+    "quality_cost",
 }
 
 

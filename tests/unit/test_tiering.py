@@ -140,6 +140,16 @@ SITUATIONS = {
         "a", None, {"a": _rule("always_while_waking", None, True, ("s", "awq", 0.05))},
         ("s1", "a0", [], 0.05),
     ),
+    "a stand-in the wake puts to sleep does not answer": (
+        [R("a0", "a", [0], "host", False, 0), R("s0", "s", [0], "host", True, 0)],
+        "a", None, {"a": _rule("always_while_waking", None, True, ("s", None, 0.1))},
+        ("a0", "a0", ["s0"], None),
+    ),
+    "a co-tenant stand-in answers when the model does not wake": (
+        [R("a0", "a", [0], "host", False, 0), R("s0", "s", [0], "host", True, 0)],
+        "a", None, {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
+        ("s0", None, [], 0.1),
+    ),
     "no stand-in awake: the request waits for the wake": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "host", False, 0)],
         "a", None, {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
