@@ -21,8 +21,9 @@ from planner.cli import inputs
 from planner.optimizer.build import build_point
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.milp import Placement, placement_options
-from planner.optimizer.search import Evaluation, Searcher
+from planner.optimizer.search import Searcher
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models, default_spec
 from planner.schemas import parse

@@ -159,7 +159,7 @@ def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, tim
 def reoptimized_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: Path) -> Path:
     """Optimize again on `trace` (same inputs and seed, `evals` evaluations); write atomically."""
     from planner.cli import inputs as cin
-    from planner.optimizer.search import knobs_to_dict
+    from planner.optimizer.evaluation import knobs_to_dict
     from planner.optimizer.workload.characterize import summarize
     from planner.planfile import write_plan
     from planner.schemas.plan import Plan

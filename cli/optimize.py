@@ -79,7 +79,8 @@ def optimize_cmd(
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
     from planner.cli import inputs as inp
-    from planner.optimizer.search import knobs_to_dict, optimize
+    from planner.optimizer.evaluation import knobs_to_dict
+    from planner.optimizer.search import optimize
     from planner.optimizer.workload.characterize import summarize
     from planner.planfile import write_plan
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from planner.errors import InfeasibleError
 from planner.optimizer import schedule, scoring
+from planner.optimizer.advice import unplaceable_fix
 from planner.optimizer.build import build_point, substitute_rules
 from planner.optimizer.candidates import (
     Knobs,
@@ -28,106 +29,26 @@ from planner.optimizer.candidates import (
     gpu_sets,
     smallest_footprint,
 )
-from planner.optimizer.capacity import CapacityReport
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.demand import ModelDemand, model_demand
+from planner.optimizer.demand import model_demand
+from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.milp import MilpInput, MilpResult, solve
 from planner.optimizer.perf import Calib
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.scoring import Scorer
+from planner.optimizer.space import (
+    better,
+    knobs_from_vector,
+    knobs_vector,
+    search_space,
+    sleep_order,
+)
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
-from planner.schemas.plan import Hop, Point, Predicted
+from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 
 Progress = Callable[[int, int, dict[str, Any] | None], None]
-
-
-@dataclass
-class Evaluation:
-    """One knob setting, its MILP outcome and the simulator's metrics."""
-
-    index: int
-    knobs: Knobs
-    milp: MilpResult | None
-    point: Point | None
-    perfs: dict[str, InstancePerf]
-    metrics: dict[str, Any] | None  # on the days the search fits to
-    milp_s: float = 0.0  # wall time of candidate generation + solve, s
-    sim_s: float = 0.0  # wall time of the simulator, s
-    held: dict[str, Any] | None = None  # on the held-back days (None: none held back)
-    origin: str = "milp"  # milp | tiers (a tier variant) | from-<baseline>
-
-    @property
-    def feasible(self) -> bool:
-        """The MILP found a placement and the simulator scored it."""
-        return self.metrics is not None
-
-    @property
-    def chosen(self) -> dict[str, Any]:
-        """The metrics points are chosen on: held-back days if any, else the fitted ones."""
-        assert self.metrics is not None
-        return self.held if self.held is not None else self.metrics
-
-
-@dataclass
-class SearchResult:
-    """All evaluations, the chosen points and where time went."""
-
-    evaluations: list[Evaluation]
-    points: list[Point]
-    selected: str
-    notes: list[str] = field(default_factory=list)
-    milp_time_s: float = 0.0
-    sim_time_s: float = 0.0
-    milp_max_s: float = 0.0
-    knobs: dict[str, Knobs] = field(default_factory=dict)  # point name -> the knobs that made it
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # point name -> chosen on
-    metrics_fit: dict[str, dict[str, Any]] = field(default_factory=dict)  # on the fitted days
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # same days as `metrics`
-    twins: dict[str, dict[str, Any]] = field(default_factory=dict)  # point -> its lru@ twin's
-    capacity: CapacityReport | None = None
-    hops: dict[str, dict[str, Hop]] = field(default_factory=dict)
-    perfs: dict[str, dict[str, InstancePerf]] = field(default_factory=dict)  # point -> perfs
-    validate_days: int = 0
-    fit_requests: int = 0
-    held_requests: int = 0
-
-
-def _sleep_order(models: Models, demand: dict[str, ModelDemand]) -> list[str]:
-    """Models in the order they are allowed to sleep: least requested first, then by priority."""
-
-    def key(m):
-        d = demand.get(m.name)
-        return (m.priority, d.share if d else 0.0, m.name)
-
-    return [m.name for m in sorted(models.models, key=key)]
-
-
-def knobs_from_vector(v: list[Any], sleep_order: list[str]) -> Knobs:
-    """Decode one search vector into knobs (see `_space`)."""
-    headroom, kv_factor, seqs, log_ws, log_wm, n_sleep = v
-    return Knobs(
-        headroom=float(headroom),
-        kv_factor=float(kv_factor),
-        max_num_seqs=int(seqs),
-        w_switch=10.0 ** float(log_ws),
-        w_memory=10.0 ** float(log_wm),
-        may_sleep=frozenset(sleep_order[: int(n_sleep)]),
-    )
-
-
-def _space(cfg: OptimizeConfig, n_models: int):
-    from skopt.space import Categorical, Integer, Real
-
-    return [
-        Real(*cfg.headroom_range, name="headroom"),
-        Real(*cfg.kv_factor_range, name="kv_factor"),
-        Categorical(list(cfg.max_num_seqs_choices), name="max_num_seqs"),
-        Real(-2.0, 2.0, name="log10_w_switch"),
-        Real(-2.0, 1.0, name="log10_w_memory"),
-        Integer(0, n_models, name="n_may_sleep"),
-    ]
 
 
 class Searcher:
@@ -170,7 +91,7 @@ class Searcher:
         self.node_ram = {
             n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
         }
-        self.sleep_order = _sleep_order(models, self.demand)
+        self.sleep_order = sleep_order(models, self.demand)
         self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
         self.substitutes = substitute_rules(models, slo)
         self.quality_weight = quality_weight(cfg, slo)
@@ -251,7 +172,7 @@ class Searcher:
         metrics = self.scorer(point, perfs)
         held = self.held_scorer(point, perfs) if self.held_scorer else None
         t2 = self.clock()
-        point.predicted = _predicted(held or metrics)
+        point.predicted = predicted(held or metrics)
         return Evaluation(
             index, knobs, milp, point, perfs, metrics, sim_s=t2 - t1, held=held, origin=origin
         )
@@ -315,7 +236,7 @@ class Searcher:
                 lines += [
                     "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
                 ]
-            raise InfeasibleError("\n".join(lines), fix=_unplaceable_fix(self.models, missing))
+            raise InfeasibleError("\n".join(lines), fix=unplaceable_fix(self.models, missing))
 
     def explain_capacity(self) -> str:
         """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
@@ -359,7 +280,7 @@ class Searcher:
             nonlocal best
             ev = self.evaluate(len(evals), knobs)
             evals.append(ev)
-            best = _better(best, ev, self.slo.attainment)
+            best = better(best, ev, self.slo.attainment)
             if progress:
                 progress(len(evals), total, best)
             return ev
@@ -369,7 +290,7 @@ class Searcher:
         for phase, lam in enumerate(lams):
             if len(evals) >= total - n_refine:
                 break
-            space = _space(cfg, n_models)
+            space = search_space(cfg, n_models)
             # With a few dozen points a fitted kernel is poorly determined and its L-BFGS fit
             # dominated the search's time: keep skopt's Matern kernel at unit length scales on
             # the normalized space. Sampling the acquisition keeps each ask cheap too; one
@@ -386,7 +307,7 @@ class Searcher:
                 random_state=cfg.seed * 7919 + phase,
             )
             opt.tell(
-                [_vector(ev.knobs, self.sleep_order) for ev in evals],
+                [knobs_vector(ev.knobs, self.sleep_order) for ev in evals],
                 [self.scalar(ev, lam) for ev in evals],
             )
             for _ in range(per_phase):
@@ -436,83 +357,6 @@ def quality_weight(cfg: OptimizeConfig, slo: Slo) -> float:
     return DEFAULT_QUALITY_WEIGHT
 
 
-def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
-    """Which SLO the worst model misses by the most (relative), in words."""
-    worst = ("none", 0.0)
-    for model, pm in sorted(metrics.get("per_model", {}).items()):
-        t = slo.for_model(model)
-        for key, target in (
-            ("ttft_p95_s", t.ttft_p95_s),
-            ("tpot_p95_s", t.tpot_p95_s),
-            ("switch_p95_s", t.switch_p95_s),
-        ):
-            if target and pm.get(key, 0.0) > target:
-                ratio = pm[key] / target
-                if ratio > worst[1]:
-                    worst = (f"{model} {key} {pm[key]:.2f} s > target {target:.2f} s", ratio)
-    return (
-        worst[0]
-        if worst[1]
-        else "attainment below target with every P95 within target (tail of the per-request distribution)"
-    )
-
-
-def knobs_to_dict(k: Knobs) -> dict[str, Any]:
-    """Knobs as plain data (plan.yaml `search.knobs`)."""
-    return {
-        "headroom": round(k.headroom, 6),
-        "kv_factor": round(k.kv_factor, 6),
-        "max_num_seqs": k.max_num_seqs,
-        "w_switch": round(k.w_switch, 6),
-        "w_memory": round(k.w_memory, 6),
-        "w_quality": k.w_quality,
-        "w_gpus": k.w_gpus,
-        "may_sleep": sorted(k.may_sleep),
-    }
-
-
-def knobs_from_dict(d: dict[str, Any]) -> Knobs:
-    """Inverse of knobs_to_dict."""
-    return Knobs(**{**d, "may_sleep": frozenset(d.get("may_sleep", ()))})
-
-
-def _vector(k: Knobs, sleep_order: list[str]) -> list[Any]:
-    return [
-        k.headroom,
-        k.kv_factor,
-        k.max_num_seqs,
-        math.log10(k.w_switch),
-        math.log10(k.w_memory),
-        len(k.may_sleep),
-    ]
-
-
-def _better(best: dict[str, Any] | None, ev: Evaluation, target: float) -> dict[str, Any] | None:
-    if not ev.feasible:
-        return best
-    m = ev.metrics
-    cand = {
-        "switch_p95_s": m["switch_p95_s"],
-        "warm_gpu_gib": m["warm_gpu_gib"],
-        "slo_attainment": m["slo_attainment"],
-    }
-    if best is None:
-        return cand
-    key = lambda d: (d["slo_attainment"] < target, d["switch_p95_s"] + d["warm_gpu_gib"] / 100.0)  # noqa: E731
-    return cand if key(cand) < key(best) else best
-
-
-def _predicted(m: dict[str, Any]) -> Predicted:
-    return Predicted(
-        switch_p95_s=round(float(m["switch_p95_s"]), 4),
-        ttft_p95_s=round(float(m["ttft_p95_s"]), 4),
-        tpot_p95_s=round(float(m["tpot_p95_s"]), 5),
-        slo_attainment=round(float(m["slo_attainment"]), 5),
-        warm_gpu_gib=round(float(m["warm_gpu_gib"]), 3),
-        gpus_used=int(m["gpus_used"]),
-    )
-
-
 def optimize(
     cluster: Cluster,
     models: Models,
@@ -530,39 +374,3 @@ def optimize(
     (`cfg.validate_days`); a given `scorer` defines the scoring trace and nothing is held back.
     """
     return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock).run(progress)
-
-
-_FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
-
-
-def _smaller_variant_steps(models: Models, names: list[str]) -> list[str]:
-    """'add a smaller variant of M' for each of `names` that has one to gain (not at 4 bits)."""
-    steps = []
-    for m in names:
-        have = {v.quantization for v in models.model(m).variants}
-        if not have & _FOUR_BIT:
-            smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
-            steps.append(f"add {smaller} of {m} to models.yaml")
-    return steps
-
-
-def capacity_fix(models: Models) -> str:
-    """What to change when no placement serves the demand (no flag sets the headroom)."""
-    return "; or ".join(
-        [
-            "add GPUs to cluster.yaml",
-            *_smaller_variant_steps(models, models.names),
-            "plan for less traffic (fewer users in the workload)",
-        ]
-    )
-
-
-def _unplaceable_fix(models: Models, missing: list[str]) -> str:
-    """What to change so that the `missing` models fit: a smaller variant only where one could
-    exist (a model already at 4 bits has none), then context length and GPUs."""
-    steps = _smaller_variant_steps(models, missing)
-    steps += [
-        "lower max_context of " + ", ".join(missing) + " in models.yaml",
-        "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
-    ]
-    return "; or ".join(steps)

@@ -34,7 +34,8 @@ from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.tiers import hop_table, tier_variants
 
 if TYPE_CHECKING:
-    from planner.optimizer.search import Evaluation, Searcher, SearchResult
+    from planner.optimizer.evaluation import Evaluation, SearchResult
+    from planner.optimizer.search import Searcher
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
@@ -129,7 +130,8 @@ def _from_baseline(S: Searcher, name: str, b: Any, res: Any, index: int) -> Eval
 
 def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     """See the module docstring."""
-    from planner.optimizer.search import SearchResult, binding_slo, capacity_fix
+    from planner.optimizer.advice import binding_slo, capacity_fix
+    from planner.optimizer.evaluation import SearchResult
 
     feasible = [e for e in evals if e.feasible]
     if not feasible:
@@ -243,9 +245,9 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         p.name = name
         p.notes = list(notes)
         if ev.held is not None:
-            from planner.optimizer.search import _predicted
+            from planner.optimizer.evaluation import predicted
 
-            p.predicted_fit = _predicted(ev.metrics)
+            p.predicted_fit = predicted(ev.metrics)
         points.append(p)
         perfs[name] = ev.perfs
     # the one that holds the SLO best over every day (to 0.001), then the knee, then the

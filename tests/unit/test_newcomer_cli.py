@@ -281,7 +281,7 @@ def test_a_model_already_at_4_bits_is_not_told_to_add_a_quantized_variant(tmp_pa
 def test_overload_is_said_and_its_fix_names_no_setting_without_a_flag(tmp_path, capsys):
     """Demand beyond the cluster gets points and a capacity table (issue 13), and the fix
     offered when nothing is placeable names no setting that has no flag (no headroom)."""
-    from planner.optimizer.search import capacity_fix
+    from planner.optimizer.advice import capacity_fix
     from planner.schemas import load_models
 
     (tmp_path / "cluster.yaml").write_text(

@@ -13,7 +13,8 @@ from planner.cli import inputs
 from planner.optimizer.build import substitute_rules
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.search import DEFAULT_QUALITY_WEIGHT, Evaluation, optimize, quality_weight
+from planner.optimizer.evaluation import Evaluation
+from planner.optimizer.search import DEFAULT_QUALITY_WEIGHT, optimize, quality_weight
 from planner.optimizer.select import _pool
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.models import Substitute

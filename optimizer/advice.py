@@ -1,0 +1,65 @@
+"""What to tell a user whose inputs cannot be served: the binding SLO and the fixes that fit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.schemas.models import Models
+from planner.schemas.slo import Slo
+
+
+def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
+    """Which SLO the worst model misses by the most (relative), in words."""
+    worst = ("none", 0.0)
+    for model, pm in sorted(metrics.get("per_model", {}).items()):
+        t = slo.for_model(model)
+        for key, target in (
+            ("ttft_p95_s", t.ttft_p95_s),
+            ("tpot_p95_s", t.tpot_p95_s),
+            ("switch_p95_s", t.switch_p95_s),
+        ):
+            if target and pm.get(key, 0.0) > target:
+                ratio = pm[key] / target
+                if ratio > worst[1]:
+                    worst = (f"{model} {key} {pm[key]:.2f} s > target {target:.2f} s", ratio)
+    return (
+        worst[0]
+        if worst[1]
+        else "attainment below target with every P95 within target (tail of the per-request distribution)"
+    )
+
+
+_FOUR_BIT = {"awq", "gptq", "int4", "mxfp4"}
+
+
+def smaller_variant_steps(models: Models, names: list[str]) -> list[str]:
+    """'add a smaller variant of M' for each of `names` that has one to gain (not at 4 bits)."""
+    steps = []
+    for m in names:
+        have = {v.quantization for v in models.model(m).variants}
+        if not have & _FOUR_BIT:
+            smaller = "an int4 (awq/gptq) variant" if "fp8" in have else "an fp8 or int4 variant"
+            steps.append(f"add {smaller} of {m} to models.yaml")
+    return steps
+
+
+def capacity_fix(models: Models) -> str:
+    """What to change when no placement serves the demand (no flag sets the headroom)."""
+    return "; or ".join(
+        [
+            "add GPUs to cluster.yaml",
+            *smaller_variant_steps(models, models.names),
+            "plan for less traffic (fewer users in the workload)",
+        ]
+    )
+
+
+def unplaceable_fix(models: Models, missing: list[str]) -> str:
+    """What to change so that the `missing` models fit: a smaller variant only where one could
+    exist (a model already at 4 bits has none), then context length and GPUs."""
+    steps = smaller_variant_steps(models, missing)
+    steps += [
+        "lower max_context of " + ", ".join(missing) + " in models.yaml",
+        "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
+    ]
+    return "; or ".join(steps)
