@@ -2,7 +2,8 @@
 
 One aiohttp server in front of the applied point's vLLM instances, in modules by job:
 `server` (life cycle, routes, running it), `proxy` (HTTP and streaming pass-through,
-admission, retries, client disconnects), `sse` (the usage chunk of a stream), `waker` (wake/evict scheduling), `health` (probes,
+admission, retries, client disconnects), `answers` (caller identity, JSON error answers),
+`sse` (the usage chunk of a stream), `waker` (wake/evict scheduling), `health` (probes,
 restarts, following apply), `pool` (the instances' state and admission), `requestlog` (the
 SQLite request log) and `metrics` (Prometheus). The choice of instance, of whom to wake and
 of whom to evict is `planner.optimizer.tiering`'s, shared with the simulator.
@@ -23,7 +24,7 @@ _EXPORTS = {
     "run_forever": "server",
     "serve": "server",
     "SseUsage": "sse",
-    "identity": "proxy",
+    "identity": "answers",
     "Unavailable": "waker",
     "overlaps": "pool",
     "LOG_COLUMNS": "requestlog",

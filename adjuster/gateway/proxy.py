@@ -31,17 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import json
 import logging
-import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 import yarl
 from aiohttp import web
 
+from planner.adjuster.gateway.answers import error, identity, unavailable
 from planner.adjuster.gateway.pool import Inst, load
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.waker import Unavailable
@@ -82,31 +81,6 @@ class _ClientGone(Exception):
 def _url(text: str) -> yarl.URL:
     """Upstream URLs parsed once per instance and path, not once per request."""
     return yarl.URL(text)
-
-
-def identity(headers: Any) -> tuple[str, str]:
-    """(user, session) from X-User / X-Session, or a hash of the bearer key as the user."""
-    user = headers.get("X-User", "")
-    if not user:
-        auth = headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer " and auth[7:].strip():
-            user = "key-" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]
-    return user, headers.get("X-Session", "")
-
-
-def error(
-    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
-) -> web.Response:
-    """An OpenAI-style JSON error body."""
-    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def unavailable(e: Unavailable) -> web.Response:
-    return error(
-        503, str(e), "ServiceUnavailableError",
-        headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
-    )  # fmt: skip
 
 
 class _Req:

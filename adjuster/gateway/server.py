@@ -22,10 +22,11 @@ import aiohttp
 from aiohttp import web
 
 from planner.adjuster.backends.base import InstanceControl
+from planner.adjuster.gateway.answers import error
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
-from planner.adjuster.gateway.proxy import PROXIED, Proxy, error
+from planner.adjuster.gateway.proxy import PROXIED, Proxy
 from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
