@@ -86,7 +86,7 @@ def profile_run(
     """Start a server for `spec`, measure it, stop it; a failed start becomes a failed run."""
     import numpy as np
 
-    from planner import engine
+    from planner import engine, engine_log
 
     run = base_run(spec, cfg)
     cfg = fit_to_context(cfg, run.max_model_len or spec.model.max_context)
@@ -117,7 +117,7 @@ def profile_run(
             return RunResult(run, log_path)
         run.cold_start_s = time.monotonic() - t0
         log = engine.read_tail(log_path, max_bytes=4_000_000)
-        timings = engine.parse_startup_log(log)
+        timings = engine_log.parse_startup_log(log)
         run.weight_load_s = timings.get("weight_load_s")
         run.engine_init_s = timings.get("engine_init_s")
         run.kv_capacity_tokens = parse_kv_capacity(log)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.engine import classify_failure, parse_startup_log
+from planner.engine_log import classify_failure, parse_startup_log
 
 PORT = """\
   File "/x/vllm/entrypoints/launchers/launcher.py", line 348, in create_server_socket

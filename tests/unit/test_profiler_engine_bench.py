@@ -364,7 +364,7 @@ def test_fit_to_context_drops_prompts_that_do_not_fit():
 
 
 def test_parse_weight_load_zero_is_a_value():
-    from planner.engine import parse_startup_log
+    from planner.engine_log import parse_startup_log
 
     log = "(Worker pid=1) INFO 11-29 11:52:21 [default_loader.py:501] Loading weights took 0.00 seconds\n"
     assert parse_startup_log(log)["weight_load_s"] == 0.0
