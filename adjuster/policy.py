@@ -29,8 +29,14 @@ Rule, in order:
    judge on);
 2. a point "meets the SLO" on the window when its attainment is at least the target less
    `attainment_z` binomial standard errors (a window of 100 requests cannot tell 0.95 from
-   0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
-   `suggest` (with the exact command) or hold (never), at most once per `min_dwell_s`;
+   0.93); no point meets it in `confirm_windows` consecutive windows, or in one window
+   whose traffic is beyond the plan (a model's rate over `beyond_peak_factor` x the peak the
+   points were fitted to, `observe.beyond_plan`: the load is the second witness):
+   `reoptimize` (auto), `suggest` (with the exact command) or hold (never), at most once per
+   `min_dwell_s`. A point seen missing the SLO on traffic beyond the plan lacks capacity
+   that traffic needs (it comes back: busy days); it is no target from then on, and while it
+   is the current point it counts as missing the SLO and is left without a confirming
+   window;
 3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
    trade-off the optimizer's default scalarization makes), where the switch P95 is the
    window's shrunk towards the plan's predicted one by `prior_waits` pseudo-waits (a window
