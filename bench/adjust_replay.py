@@ -24,10 +24,11 @@
    2023 code and conversation traces (bench/lib/realweek.py: each model its own slice of a
    trace, fine buckets onto hours, scaled to the lab16 team's volume), planned on its day 0
    only, adjusted with `--reoptimize auto` (its busy days carry 3x day 0's traffic: only a
-   re-plan on the traffic seen so far can serve them) and scored on all seven days. Targets (exit 1 when missed): the adjusted switch P95
-   is at most that of every point held all week whose warm GiB is at most the adjusted
-   run's; attainment at least the SLO's target; at most 3 hops a day. The share of hops
-   that are sleeps and wakes only is reported.
+   re-plan on the traffic seen so far can serve them) and scored on all seven days.
+   Targets (exit 1 when missed): the adjusted switch P95 is at most that of every point held
+   all week whose warm GiB is at most the adjusted run's; attainment at least the SLO's
+   target; at most 3 hops a day. The share of hops that are sleeps and wakes only is
+   reported.
 
 "Best single point at equal or lower warm memory": among the points held all week that meet
 the attainment target and whose time-average warm memory is at most the adjusted run's, the
