@@ -293,7 +293,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     from planner.optimizer.workload.characterize import summarize
 
     why = (
-        f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
+        f"{cur} missed the SLO on traffic beyond the plan; {best} meets it"
+        if cur in failed
+        else f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
         if not cur_ok
         else f"{best} wins by {gain:.2f} s > {need:.2f} s"
         + (

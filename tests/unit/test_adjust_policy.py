@@ -429,6 +429,7 @@ def test_a_point_seen_failing_beyond_the_plan_is_left_and_not_chosen_again():
     st = AdjustState(point="fast", since_s=0.0, failed_beyond_plan=["fast", "lean"])
     new, acts = decide(st, _busy_obs(now, quiet))
     assert acts[0].kind == "hop" and new.point == "big"  # no confirming window needed
+    assert acts[0].reason.startswith("fast missed the SLO on traffic beyond the plan")
     assert acts[0].reasons["failed_beyond_plan"] == ["fast", "lean"]
     loose = AdjustConfig(require_drift=False)  # the objective alone may move it
     later = new.model_copy(update={"since_s": 0.0, "hop_times_s": [], "config": loose})
