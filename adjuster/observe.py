@@ -258,6 +258,7 @@ def observe(
         basis, basis_sims, basis_start, span = window, sims, end_s - cfg.window_s, cfg.window_s
     delays = {p.name: hop_delays(p, costs[p.name], basis, basis_start) for p in plan.points}
     prior, k = _priors(plan), cfg.prior_waits
+    rates = window_rates(window, cfg.window_s)
     return Observation(
         end_s=end_s,
         window=window,
@@ -279,7 +280,37 @@ def observe(
         basis_span_s=span,
         forecast_dropped=forecast_dropped,
         unfit=unfit_points(plan, target_attainment),
+        window_rate_rps=rates,
+        beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
     )
+
+
+def window_rates(window: pd.DataFrame, window_s: float) -> dict[str, float]:
+    """Per model, the window's requests per second."""
+    counts = window["model"].astype(str).value_counts() if len(window) else {}
+    return {str(m): int(c) / window_s for m, c in dict(counts).items()}  # 1/s
+
+
+def beyond_plan(
+    rates: Mapping[str, float],
+    summary: Mapping[str, Any],
+    state: AdjustState,
+    cfg: AdjustConfig,
+) -> tuple[str, ...]:
+    """Models whose window rate is over `beyond_peak_factor` x the peak the points were fitted
+    to: the plan's peak hour (workload_summary `peak`), or the window a re-optimization was
+    last issued on when that was higher. A model the plan never saw has a peak of 0. Without
+    a summary (a hand-made plan) nothing is known to be beyond it."""
+    if not summary.get("requests"):
+        return ()
+    peaks = summary.get("peak") or {}
+    out = []
+    for m, r in sorted(rates.items()):
+        fitted = float((peaks.get(m) or {}).get("requests_per_s", 0.0))
+        fitted = max(fitted, state.fitted_peak_rps.get(m, 0.0))  # req/s
+        if r > cfg.beyond_peak_factor * fitted:
+            out.append(m)
+    return tuple(out)
 
 
 def foresaw(past: pd.DataFrame, window: pd.DataFrame, cfg: AdjustConfig) -> bool:
@@ -307,6 +338,7 @@ def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[in
 
 __all__ = [
     "Scorer",
+    "beyond_plan",
     "cost_of_steps",
     "foresaw",
     "hop_cost",
@@ -315,4 +347,5 @@ __all__ = [
     "ready_by_model",
     "switch_estimate",
     "unfit_points",
+    "window_rates",
 ]

@@ -29,8 +29,14 @@ Rule, in order:
    judge on);
 2. a point "meets the SLO" on the window when its attainment is at least the target less
    `attainment_z` binomial standard errors (a window of 100 requests cannot tell 0.95 from
-   0.93); no point meets it in `confirm_windows` consecutive windows: `reoptimize` (auto),
-   `suggest` (with the exact command) or hold (never), at most once per `min_dwell_s`;
+   0.93); no point meets it in `confirm_windows` consecutive windows, or in one window
+   whose traffic is beyond the plan (a model's rate over `beyond_peak_factor` x the peak the
+   points were fitted to, `observe.beyond_plan`: the load is the second witness):
+   `reoptimize` (auto), `suggest` (with the exact command) or hold (never), at most once per
+   `min_dwell_s`. A point seen missing the SLO on traffic beyond the plan lacks capacity
+   that traffic needs (it comes back: busy days); it is no target from then on, and while it
+   is the current point it counts as missing the SLO and is left without a confirming
+   window;
 3. objective of a point, in seconds: J = switch P95 + `gib_weight_s` x warm GiB (the same
    trade-off the optimizer's default scalarization makes), where the switch P95 is the
    window's shrunk towards the plan's predicted one by `prior_waits` pseudo-waits (a window
@@ -137,6 +143,14 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         }
     )
     n = len(obs.window)
+    # a point seen missing the SLO (beyond the noise slack) on traffic beyond the plan lacks
+    # the capacity that traffic needs, and it comes back (busy days): it stays unfit
+    failed = set(state.failed_beyond_plan)
+    if obs.beyond_plan:
+        target = obs.target_attainment
+        failed |= {p for p, m in obs.metrics.items() if not meets_slo(m, target, cfg)}
+    base = base.model_copy(update={"failed_beyond_plan": sorted(failed)})
+    unfit = obs.unfit | failed
     table = {
         name: {
             "slo_attainment": round(float(m["slo_attainment"]), 5),
@@ -171,6 +185,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         "tracking": tracking,
         "forecast_window_requests": list(obs.forecast_window_requests) if ahead else None,
         "forecast_dropped": obs.forecast_dropped,
+        "beyond_plan": list(obs.beyond_plan),
     }
 
     def hold(why: str) -> tuple[AdjustState, list[Action]]:
@@ -190,10 +205,13 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
 
     # a point the plan predicts to miss the SLO is no target, however a window went there
     meeting = [
-        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in obs.unfit)
+        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in unfit)
     ]
     if obs.unfit:
         reasons["plan_predicts_miss"] = sorted(obs.unfit)
+    if failed:
+        reasons["failed_beyond_plan"] = sorted(failed)
+        meeting = [p for p in meeting if p not in failed] or meeting
     if not meeting:
         best_att = max(obs.metrics, key=lambda p: (obs.metrics[p]["slo_attainment"], p))
         why = (
@@ -206,13 +224,18 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         if cfg.reoptimize == "never" or cool:
             return hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
         fails = state.failing_windows + 1
-        if fails < cfg.confirm_windows:
+        if obs.beyond_plan:  # the load the points were fitted to is exceeded: no noise
+            why += f"; traffic beyond the plan's peak for {', '.join(obs.beyond_plan)}"
+        elif fails < cfg.confirm_windows:
             base = base.model_copy(update={"failing_windows": fails})
             return hold(f"{why}; {fails} of {cfg.confirm_windows} windows")
         kind: Literal["reoptimize", "suggest"] = (
             "reoptimize" if cfg.reoptimize == "auto" else "suggest"
         )
-        st = base.model_copy(update={"last_reoptimize_s": now})
+        peaks = dict(state.fitted_peak_rps)  # what the next points will have been fitted to
+        for m, r in obs.window_rate_rps.items():
+            peaks[m] = max(peaks.get(m, 0.0), r)
+        st = base.model_copy(update={"last_reoptimize_s": now, "fitted_peak_rps": peaks})
         act = Action(
             kind, cur, why, {**reasons, "action": kind}, from_point=cur, command=obs.suggest_command
         )
@@ -222,6 +245,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
         meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
         cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
+    cur_ok = cur_ok and cur not in failed
     if cur_ok:  # leaving a point that meets the SLO: only for one that meets it outright
         target = obs.target_attainment
         meeting = sorted({cur, *(p for p in meeting if _outright(p, table, obs, ahead, target))})
@@ -261,7 +285,7 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
             f"its objective over the dwell is {j_hop:.2f} s (current {j_cur:.2f} s)"
         )
     wins = state.candidate_wins + 1 if state.candidate == best else 1
-    if wins < (1 if ahead else cfg.confirm_windows):
+    if wins < (1 if ahead or cur in failed else cfg.confirm_windows):  # a witness already
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
         return hold(
             f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows"
@@ -269,7 +293,9 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     from planner.optimizer.workload.characterize import summarize
 
     why = (
-        f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
+        f"{cur} missed the SLO on traffic beyond the plan; {best} meets it"
+        if cur in failed
+        else f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
         if not cur_ok
         else f"{best} wins by {gain:.2f} s > {need:.2f} s"
         + (

@@ -95,6 +95,12 @@ class AdjustConfig(BaseModel):
     reoptimize_lookback_s: float = Field(
         default=DAY_S, ge=60, le=30 * DAY_S, description="traffic a re-optimization plans for, s"
     )
+    beyond_peak_factor: float = Field(
+        default=1.5,
+        ge=1,
+        le=1000,
+        description="a model's window rate above this multiple of its fitted peak: beyond the plan",
+    )
 
 
 class AdjustState(BaseModel):
@@ -124,6 +130,14 @@ class AdjustState(BaseModel):
     )
     drift_times_s: list[float] = Field(
         default_factory=list, description="times of the drift alarms that still count"
+    )
+    fitted_peak_rps: dict[str, float] = Field(
+        default_factory=dict,
+        description="per model, the highest window rate a re-optimization was issued on, req/s",
+    )
+    failed_beyond_plan: list[str] = Field(
+        default_factory=list,
+        description="points seen missing the SLO on traffic beyond the plan: no longer targets",
     )
     config: AdjustConfig = Field(default_factory=AdjustConfig)
 
@@ -185,6 +199,11 @@ class Observation:
     # (e.g. a baseline that serves only some models): never a hop's target
     unfit: frozenset[str] = frozenset()
     suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
+    # per model, the window's rate (req/s), and the models whose rate is beyond the plan:
+    # over `beyond_peak_factor` x the peak it was fitted to (the plan's workload_summary or
+    # the last re-optimization's window, whichever is higher)
+    window_rate_rps: dict[str, float] = field(default_factory=dict)
+    beyond_plan: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

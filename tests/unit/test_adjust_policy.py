@@ -149,7 +149,10 @@ def test_never_hops_on_stationary_traffic():
 def test_no_point_meets_the_slo(flip, mode, kind):
     tr, p, perfs = flip
     t = 2 * DAY + 10 * 3600.0
-    st = AdjustState(point="a-hot", since_s=0.0, config=AdjustConfig(reoptimize=mode))
+    # the flipped day is beyond the plan's peak, which re-optimizes at once (the test below);
+    # here the load stays within what the plan was fitted to
+    cfg = AdjustConfig(reoptimize=mode, beyond_peak_factor=1000)
+    st = AdjustState(point="a-hot", since_s=0.0, config=cfg)
     cmd = "planner optimize --cluster c.yaml ..."
     st, acts = decide(st, _obs(p, perfs, st, tr, t - 3600.0, h.failing_scorer, cmd))
     assert acts[0].kind == "hold"  # one failing window is not yet a trend
@@ -364,3 +367,80 @@ def test_a_point_the_plan_predicts_to_miss_the_slo_is_never_a_target(flip):
     ]
     assert unfit_points(p.model_copy(update={"points": pts}), 0.95) == {pts[1].name}
     assert unfit_points(p, 0.95) == frozenset()  # the plan predicts nothing: no verdict
+
+
+def test_beyond_plan_is_a_rate_over_the_fitted_peak():
+    """A model's window rate over `beyond_peak_factor` x the plan's peak hour (or the window
+    the last re-optimization was issued on, when higher) is beyond the plan; a model the plan
+    never saw is beyond it at any rate; a plan without a summary knows no peak."""
+    from planner.adjuster.observe import beyond_plan, window_rates
+
+    summary = {"requests": 100, "peak": {"a": {"requests_per_s": 0.01}}}
+    cfg = AdjustConfig(beyond_peak_factor=1.5)
+    st = AdjustState(point="p", config=cfg)
+    assert beyond_plan({"a": 0.016}, summary, st, cfg) == ("a",)
+    assert beyond_plan({"a": 0.014}, summary, st, cfg) == ()
+    assert beyond_plan({"a": 0.014, "b": 0.001}, summary, st, cfg) == ("b",)
+    seen = st.model_copy(update={"fitted_peak_rps": {"a": 0.02}})
+    assert beyond_plan({"a": 0.016}, summary, seen, cfg) == ()
+    assert beyond_plan({"a": 1.0}, {}, st, cfg) == ()
+    win = h.window(h.flipping_trace(), 2 * DAY + 10 * 3600.0)
+    rates = window_rates(win, 3600.0)
+    assert sum(rates.values()) * 3600.0 == pytest.approx(len(win))
+
+
+def _busy_obs(now: float, metrics: dict, beyond: tuple = ()) -> Observation:
+    tr = h.flipping_trace()
+    return Observation(
+        end_s=now,
+        window=h.window(tr, 2 * DAY + 10 * 3600.0),  # a busy hour (only its size is read)
+        metrics=metrics,
+        hop_costs={},
+        target_attainment=0.95,
+        window_rate_rps={"coder": 0.2},
+        beyond_plan=beyond,
+    )
+
+
+@pytest.mark.parametrize("mode", ["auto", "suggest"])
+def test_a_miss_on_traffic_beyond_the_plan_reoptimizes_at_once(mode):
+    """No point meets the SLO on traffic the plan never saw (bench/adjust_replay.py's real
+    week: busy days at 3x the planning day's): the load itself is the second witness, so
+    re-optimize after the first such window, not after `confirm_windows` of them (the
+    misses came in alternate hours and never two in a row)."""
+    now = DAY + 10 * 3600.0
+    failing = {"lean": _m(1.0, 30.0, 0.80, n=500), "fast": _m(0.2, 86.0, 0.90, n=500)}
+    st = AdjustState(point="fast", since_s=0.0, config=AdjustConfig(reoptimize=mode))
+    new, acts = decide(st, _busy_obs(now, failing))
+    assert acts[0].kind == "hold" and "1 of 2 windows" in acts[0].reason
+    new, acts = decide(st, _busy_obs(now, failing, ("coder",)))
+    assert acts[0].kind == ("reoptimize" if mode == "auto" else "suggest")
+    assert "beyond the plan's peak for coder" in acts[0].reason
+    assert new.fitted_peak_rps == {"coder": 0.2}  # the next points are fitted to this load
+    assert new.failed_beyond_plan == ["fast", "lean"]
+
+
+def test_a_point_seen_failing_beyond_the_plan_is_left_and_not_chosen_again():
+    """A point that missed the SLO on traffic beyond the plan lacks capacity that traffic
+    needs, and busy days come back: it is left at once for a point that meets the SLO even
+    in a quiet window where it passes too (lower objective or not), and is no target later."""
+    now = 2 * DAY + 2 * 3600.0
+    quiet = {"fast": _m(0.2, 86.0, n=100), "big": _m(1.5, 66.0, n=100), "lean": _m(1.0, 30.0)}
+    st = AdjustState(point="fast", since_s=0.0, failed_beyond_plan=["fast", "lean"])
+    new, acts = decide(st, _busy_obs(now, quiet))
+    assert acts[0].kind == "hop" and new.point == "big"  # no confirming window needed
+    assert acts[0].reason.startswith("fast missed the SLO on traffic beyond the plan")
+    assert acts[0].reasons["failed_beyond_plan"] == ["fast", "lean"]
+    loose = AdjustConfig(require_drift=False)  # the objective alone may move it
+    later = new.model_copy(update={"since_s": 0.0, "hop_times_s": [], "config": loose})
+    cheap = {**quiet, "big": _m(3.0, 66.0, n=100)}  # `fast` and `lean` now win clearly
+    for k in range(3):
+        later, acts = decide(later, _busy_obs(now + (k + 1) * 3600.0, cheap))
+        assert acts[0].kind == "hold" and later.point == "big"
+    # without that record, the same windows would hop to `lean`
+    free = later.model_copy(update={"failed_beyond_plan": []})
+    kinds = []
+    for k in range(3):
+        free, acts = decide(free, _busy_obs(now + (k + 1) * 3600.0, cheap))
+        kinds.append(acts[0].kind)
+    assert "hop" in kinds

@@ -156,6 +156,29 @@ def test_replay_reoptimize_adds_points(flip):
     assert out["adjusted"]["slo_attainment"] > out["static"]["shared"]["slo_attainment"]
 
 
+def test_replay_reoptimizes_on_the_first_miss_beyond_the_plan(flip):
+    """coder-32b, which the plan never saw, arrives on day 1: a window in which no point
+    meets the SLO re-optimizes, saying the load is beyond the plan (no later than with the
+    check off), the adjuster moves to the new point and never returns to `shared`, which it
+    saw failing that traffic."""
+    tr, p, perfs = flip
+    only = p.model_copy(update={"points": [p.point("shared")]})
+
+    def reoptimizer(window):
+        return [p.point("split")], {"split": perfs["split"]}
+
+    def run(factor: float) -> dict:
+        cfg = AdjustConfig(reoptimize="auto", min_dwell_s=3600.0, beyond_peak_factor=factor)
+        return replay(only, tr, h.slo(), {"shared": perfs["shared"]}, cfg, reoptimizer=reoptimizer)
+
+    now, old = run(1.5), run(1000.0)
+    first = now["reoptimizations"][0]
+    assert "beyond the plan's peak for coder-32b" in first["reason"]
+    assert first["at_s"] <= old["reoptimizations"][0]["at_s"]
+    assert [hop["to"] for hop in now["hops"]] == [first["added_points"][0]]
+    assert now["adjusted"]["slo_attainment"] >= old["adjusted"]["slo_attainment"]
+
+
 def test_evaluate_and_replay_say_why_their_figures_differ(tmp_path, capsys, flip):
     """Issue 15 item 8: the same point scores differently in `evaluate` (one run over the
     whole trace) and `adjust --replay` (window by window, hops charged); both say so."""
