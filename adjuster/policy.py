@@ -150,7 +150,6 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
         target = obs.target_attainment
         failed |= {p for p, m in obs.metrics.items() if not meets_slo(m, target, cfg)}
     base = base.model_copy(update={"failed_beyond_plan": sorted(failed)})
-    unfit = obs.unfit | failed
     table = {
         name: {
             "slo_attainment": round(float(m["slo_attainment"]), 5),
@@ -203,9 +202,10 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
     if cur not in obs.metrics:
         raise ValueError(f"no metrics for the current point {cur!r}")
 
-    # a point the plan predicts to miss the SLO is no target, however a window went there
+    # a point the plan predicts to miss the SLO is no target, however a window went there;
+    # one seen failing traffic beyond the plan is one only when no other point meets the SLO
     meeting = [
-        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in unfit)
+        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in obs.unfit)
     ]
     if obs.unfit:
         reasons["plan_predicts_miss"] = sorted(obs.unfit)
