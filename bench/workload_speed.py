@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 from planner.optimizer.workload.characterize import summarize
@@ -65,12 +66,15 @@ def main() -> None:
         f"generation, 200 users: {len(big_df)} requests in {big_s:.2f} s "
         f"= {len(big_df) / big_s:,.0f} rows/s"
     )
+    gen_ok, char_ok = gen_rate >= GEN_TARGET_ROWS_PER_S, char_s <= CHAR_TARGET_S
     print(
         f"RESULT rows={rows} gen_s={gen_s:.4f} gen_rows_per_s={gen_rate:.0f} "
         f"char_s={char_s:.4f} char_rows_per_s={char_rate:.0f} "
         f"gen_rows_per_s_200users={len(big_df) / big_s:.0f} "
-        f"gen_target_met={gen_rate >= GEN_TARGET_ROWS_PER_S} char_target_met={char_s <= CHAR_TARGET_S}"
+        f"gen_target_met={gen_ok} char_target_met={char_ok}"
     )
+    if not (gen_ok and char_ok):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
