@@ -35,6 +35,10 @@ from planner.schemas.profile import Calibration, EngineRun, Profile
 # Bounds of the efficiency search (the schema allows (0, 2]).
 EFF_MIN, EFF_MAX = 1e-4, 2.0
 PRIOR_WEIGHT = 1e-4  # a prior's squared log-ratio vs one point's squared rel. error: decides flat directions only
+# A point whose relative error after the first fit exceeds both OUTLIER_REL and
+# OUTLIER_X x the median is left out of the refit (a measurement the host disturbed, e.g. a
+# 2-core machine whose HTTP process starved: decode x4/x8 read 2-3x their neighbours).
+OUTLIER_REL, OUTLIER_X = 0.25, 3.0
 
 
 @dataclass(frozen=True)
@@ -195,6 +199,18 @@ def fit_engine(
     return ce, be, o, po, float(np.median(rel))
 
 
+def outliers(points: list[FitPoint], ce: float, be: float, o: float, po: float) -> list[int]:
+    """Indices of the points the fit misses by more than OUTLIER_REL and OUTLIER_X x the
+    median miss, worst first; at most a third of the points, and none of a fit of < 4."""
+    if len(points) < 4:
+        return []
+    y = np.array([p.y_s for p in points])
+    rel = np.abs(predict(points, ce, be, o, po) - y) / y
+    bound = max(OUTLIER_REL, OUTLIER_X * float(np.median(rel)))
+    worst = [int(i) for i in np.argsort(-rel) if rel[i] > bound]
+    return worst[: len(points) // 3]
+
+
 def _clip(x: float) -> float:
     return min(EFF_MAX, max(EFF_MIN, x))
 
@@ -253,6 +269,10 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     prior = "microbenchmark" if out.source == "microbenchmarks" else "default"
     if len(pts) >= 2:
         ce, be, o, po, rel = fit_engine(pts, ce0, be0)
+        drop = outliers(pts, ce, be, o, po)
+        if drop:  # refit without the points the host disturbed
+            pts = [p for i, p in enumerate(pts) if i not in drop]
+            ce, be, o, po, rel = fit_engine(pts, ce0, be0)
         out.compute_efficiency = ce
         out.bandwidth_efficiency = be
         out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)
@@ -260,7 +280,8 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         out.prefill_overhead_s = po
         out.residual_rel = rel
         out.points = len(pts)
-        out.source = f"engine fit ({len(pts)} points) with {prior} priors"
+        left_out = f", {len(drop)} outlier(s) left out" if drop else ""
+        out.source = f"engine fit ({len(pts)} points{left_out}) with {prior} priors"
     return out
 
 

@@ -94,6 +94,27 @@ def test_overhead_bound_cpu_points_fit_overheads():
     assert cal.source.startswith("engine fit")
 
 
+def test_points_the_host_disturbed_are_left_out_of_the_fit():
+    """Two decode points read 2x and 3x their truth (a starved HTTP process on a 2-core
+    host): the refit without them recovers the truth; with them kept it could not."""
+    base = default_calib("hopper")
+    truth = replace(base, compute_efficiency=0.55, bandwidth_efficiency=0.72, step_overhead_s=0.004)
+    prof, gpu = _synthetic(
+        "H100-SXM",
+        "Llama-3.1-8B-Instruct",
+        truth,
+        prompts=[256, 1024, 2048, 4096, 8192],
+        concs=[1, 4, 8, 16, 32, 64],
+    )
+    for d, x in zip(prof.engine[0].decode[1:3], (2.0, 3.0), strict=True):
+        d.tpot_s = Stat(median=d.tpot_s.median * x)
+    cal = calibrate(prof, gpu, base)
+    assert cal.points == 9 and "2 outlier(s) left out" in cal.source
+    assert cal.residual_rel < 0.02
+    assert cal.bandwidth_efficiency == pytest.approx(0.72, rel=0.05)
+    assert cal.step_overhead_s == pytest.approx(0.004, rel=0.1)
+
+
 def test_priors_from_microbenchmarks():
     gpu = resolve_gpu("H200-SXM")
     prof = Profile(
