@@ -131,7 +131,7 @@ def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, tim
     from planner.adjuster.live import TickConfig
     from planner.cli.apply import gpu_capacity
     from planner.io import sha256_file
-    from planner.trace import write_trace
+    from planner.trace_write import write_trace
 
     window_file = state_dir / "adjust-window.csv"
     stem = inp.plan_path.name.removesuffix(".yaml").removesuffix(".plan")

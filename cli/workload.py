@@ -106,7 +106,7 @@ def synth_cmd(
         s, notes = bind_models(s, names)
         for note in notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False)
-    from planner.trace import write_trace
+    from planner.trace_write import write_trace
 
     with console.status("generating"):
         df = synth(s, seed=seed)
@@ -139,7 +139,7 @@ def import_cmd(
 ) -> None:
     """Import a public trace into the planner schema; skipped rows are counted by reason."""
     from planner.importers import import_trace
-    from planner.trace import write_trace
+    from planner.trace_write import write_trace
 
     _check_out(out)
     names = _model_names(models)

@@ -1,4 +1,4 @@
-"""Request traces: the schema, reading (CSV, JSONL, Parquet, SQLite) and writing.
+"""Request traces: the schema and reading (CSV, JSONL, Parquet, SQLite); writing: trace_write.
 
 One row a request. The canonical in-memory form is a pandas DataFrame sorted by
 `timestamp` with exactly the columns of `COLUMNS` and the dtypes of `DTYPES`:
@@ -24,7 +24,6 @@ the frame's `attrs["counts"]`.
 
 from __future__ import annotations
 
-import io
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -35,7 +34,6 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InputError
-from planner.io import atomic_write_bytes
 from planner.trace_values import (
     TOKEN_COLUMNS,
     check_values,
@@ -349,54 +347,3 @@ def read_trace(path: str | Path, model_names: Sequence[str] | None = None) -> pd
         raise InputError("is a directory, not a trace file", file=str(p))
     raw, line_offset = _read_raw(p)
     return normalize(raw, file=str(p), model_names=model_names, line_offset=line_offset)
-
-
-def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
-    """The canonical trace serialized for a file suffix; same frame, same bytes."""
-    if list(df.columns) != COLUMNS or any(str(df[c].dtype) != DTYPES[c] for c in COLUMNS):
-        df = normalize(df)  # any other frame is validated and made canonical first
-    suffix = suffix.lower()
-    if suffix == ".csv":
-        return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
-    if suffix == ".jsonl":
-        text = df.to_json(orient="records", lines=True, double_precision=15, force_ascii=False)
-        return (text if text.endswith("\n") else text + "\n").encode("utf-8")
-    if suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        schema = pa.schema(
-            [
-                pa.field(
-                    c,
-                    pa.float64()
-                    if c == "timestamp"
-                    else pa.int64()
-                    if DTYPES[c] == "int64"
-                    else pa.string(),
-                )
-                for c in COLUMNS
-            ]
-        )
-        # No pandas metadata, fixed codec and writer options: the bytes depend on the data only.
-        table = pa.Table.from_pandas(df, schema=schema, preserve_index=False)
-        table = table.replace_schema_metadata(None)
-        buf = io.BytesIO()
-        pq.write_table(
-            table,
-            buf,
-            compression="zstd",
-            compression_level=3,
-            use_dictionary=True,
-            write_statistics=True,
-            row_group_size=1 << 20,
-            data_page_version="1.0",
-        )
-        return buf.getvalue()
-    raise InputError(f"cannot write trace format {suffix!r}", fix="use .csv, .jsonl or .parquet")
-
-
-def write_trace(df: pd.DataFrame, path: str | Path) -> None:
-    """Write a canonical trace atomically; the format follows the suffix."""
-    p = Path(path)
-    atomic_write_bytes(p, trace_bytes(df, p.suffix))

@@ -197,7 +197,7 @@ def test_own_formats_skip_bad_rows(tmp_path, suffix):
 def test_parquet_roundtrip_import(tmp_path):
     from planner.optimizer.workload.synth import synth
     from planner.optimizer.workload.synth_spec import default_spec
-    from planner.trace import write_trace
+    from planner.trace_write import write_trace
 
     df = synth(default_spec().model_copy(update={"users": 2, "days": 1}), seed=1)
     p = tmp_path / "t.parquet"

@@ -18,9 +18,8 @@ from planner.trace import (
     TRACE_JSON_SCHEMA,
     normalize,
     read_trace,
-    trace_bytes,
-    write_trace,
 )
+from planner.trace_write import trace_bytes, write_trace
 
 
 def _frame(**over):
