@@ -16,6 +16,8 @@ For each (ce, be) on a log grid the overheads (o, po) enter linearly: they are s
 non-negative weighted least squares on relative errors; a small penalty pulls (ce, be)
 toward the microbenchmark priors (measured GEMM rate / spec, measured copy rate / spec),
 which decide the factors the engine points cannot (a tiny model is overhead-bound).
+Points the first fit misses far more than the rest (`outliers`: a measurement the host
+disturbed) are left out of a second fit.
 """
 
 from __future__ import annotations
@@ -166,8 +168,9 @@ def _objective(points, y, g, ce, be, ce0, be0) -> tuple[float, float, float]:
 
 def fit_engine(
     points: list[FitPoint], ce0: float, be0: float
-) -> tuple[float, float, float, float, float]:
-    """(ce, be, o, po, median relative error) by a log grid search refined three times around the best."""
+) -> tuple[float, float, float, float, np.ndarray]:
+    """(ce, be, o, po, each point's relative error) by a log grid search refined three times
+    around the best."""
     y = np.array([p.y_s for p in points])
     best = (math.inf, ce0, be0, 0.0, 0.0)
     lo_c, hi_c, lo_b, hi_b = (
@@ -195,20 +198,17 @@ def fit_engine(
             min(math.log(EFF_MAX), math.log(be) + span_b),
         )
     _, ce, be, o, po = best
-    rel = np.abs(predict(points, ce, be, o, po) - y) / y
-    return ce, be, o, po, float(np.median(rel))
+    return ce, be, o, po, np.abs(predict(points, ce, be, o, po) - y) / y
 
 
-def outliers(points: list[FitPoint], ce: float, be: float, o: float, po: float) -> list[int]:
-    """Indices of the points the fit misses by more than OUTLIER_REL and OUTLIER_X x the
-    median miss, worst first; at most a third of the points, and none of a fit of < 4."""
-    if len(points) < 4:
-        return []
-    y = np.array([p.y_s for p in points])
-    rel = np.abs(predict(points, ce, be, o, po) - y) / y
+def outliers(rel: np.ndarray) -> set[int]:
+    """Indices of the points a fit misses (`rel`: relative errors) by more than OUTLIER_REL
+    and OUTLIER_X x the median miss: the worst of them, at most a third; none of a fit of < 4."""
+    if len(rel) < 4:
+        return set()
     bound = max(OUTLIER_REL, OUTLIER_X * float(np.median(rel)))
     worst = [int(i) for i in np.argsort(-rel) if rel[i] > bound]
-    return worst[: len(points) // 3]
+    return set(worst[: len(rel) // 3])
 
 
 def _clip(x: float) -> float:
@@ -269,7 +269,7 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     prior = "microbenchmark" if out.source == "microbenchmarks" else "default"
     if len(pts) >= 2:
         ce, be, o, po, rel = fit_engine(pts, ce0, be0)
-        drop = outliers(pts, ce, be, o, po)
+        drop = outliers(rel)
         if drop:  # refit without the points the host disturbed
             pts = [p for i, p in enumerate(pts) if i not in drop]
             ce, be, o, po, rel = fit_engine(pts, ce0, be0)
@@ -278,7 +278,7 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)
         out.step_overhead_s = o
         out.prefill_overhead_s = po
-        out.residual_rel = rel
+        out.residual_rel = float(np.median(rel))
         out.points = len(pts)
         left_out = f", {len(drop)} outlier(s) left out" if drop else ""
         out.source = f"engine fit ({len(pts)} points{left_out}) with {prior} priors"
