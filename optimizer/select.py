@@ -4,7 +4,8 @@
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
    its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
-   of every point of the front, one per `awake_min_requests_per_h` (`schedule`), with
+   of every point of the front, one per `awake_min_requests_per_h` (`schedule`, with the
+   fitted days' session hand-offs: `schedule.handoffs`), with
    stand-ins declared also ones where the covered models keep no awake hours (idle sleep
    `idle_sleep_s` and `covered_idle_sleep_s`).
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
@@ -180,6 +181,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
                     idle_sleep_s=idle_s,
                     host_margin=S.cfg.host_memory_margin,
                     no_hours_for=asleep,
+                    handoff=S.handoff,
                 )
                 ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
                 evals.append(ev)
