@@ -126,6 +126,16 @@ class Router:
             self.near[s.index] = [slots[j] for j in near]
             self.overlaps[s.index] = [j for j in near if slots[j].tier != "gpu"]
         self.cands: dict[int, list[Slot]] = {m: [slots[i] for i in c] for m, c in by_model.items()}
+        # A hand-off can only wake an instance without lazy co-tenants (fixed by the plan):
+        # models with none are dropped from the lists up front.
+        can = {
+            m
+            for m, cs in self.cands.items()
+            if any(c.lazy and not any(o.lazy for o in self.near[c.index]) for c in cs)
+        }
+        self.handoff = {
+            a: kept for a, bs in self.handoff.items() if (kept := [b for b in bs if b in can])
+        }
         self.lazy = [s for s in slots if s.lazy]
         self.scheduled = [s for s in self.lazy if s.hours]  # woken ahead of their requests
         self.next_hour_s = math.inf  # next hour start the schedule acts on
@@ -161,9 +171,14 @@ class Router:
     def _hand_off(self, models: list[int], t: float) -> None:
         """Wake a sleeping instance of each model in `models` that has none awake, the first
         in plan order that `tiering.wakes_on_handoff` lets wake."""
+        idle_s = self.idle_timeout_s
         for m in models:
-            cands = self.cands.get(m)
-            if not cands:
+            cands = self.cands[m]
+            # awake with no idle sleep that can be due yet: nothing to do (the common case)
+            if any(
+                c.awake and (idle_s is None or t <= max(c.last_used_s, c.ready_s) + idle_s)
+                for c in cands
+            ):
                 continue
             for c in cands:
                 self._settle(c, t)
