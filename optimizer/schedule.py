@@ -153,7 +153,8 @@ def scheduled(
     """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set.
     The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
     on demand only. `handoff` (`handoffs` of the fitted days) becomes the point's: a
-    request also wakes the models that often follow it where that displaces nobody."""
+    request also wakes the models that often follow it where no host/disk instance shares
+    their GPUs (`tiering.wakes_on_handoff`)."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
     rates = {m: r for m, r in rates.items() if m not in no_hours_for}
     hours = awake_hours(lazy, perfs, rates, min_requests_per_h)
