@@ -58,6 +58,14 @@ class OptimizeConfig(BaseModel):
         description="schedule variants: a lazy instance sleeps this long after its last "
         "request outside its awake hours, s",
     )
+    handoff_min_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="schedule variants: a request wakes ahead the models that came next in "
+        "its session after at least this share of its model's requests on the fitted days "
+        "(where they share no GPU with another host/disk instance; tiering.wakes_on_handoff)",
+    )
     covered_idle_sleep_s: float = Field(
         default=300.0,
         gt=0,

@@ -4,8 +4,10 @@ Sets
     M                 models;  C_m  candidates of model m (variant, GPU type, TP, KV level)
     S                 GPU sets (aligned TP groups of one type on one node);  J  GPUs;  N  nodes
     T = {gpu, host, disk}  tiers;  T_s = {host, disk} sleeping tiers
-    P = {(c, s, t) : type(s) = type(c), |s| = tp(c), t allowed for model(c)}   placements
-    P_m, P_j, P_n     placements of model m / covering GPU j / on node n
+    P = {(c, s, t) : type(s) = type(c), |s| = tp(c), t allowed for model(c)}   placements,
+                      less those another of the same model, set and tier dominates (no worse
+                      in any parameter below, better in one: `undominated`; the optimum stays)
+    P_m, P_j, P_n     placements of model m / covering GPU j / on node n;  P_mj = P_m ∩ P_j
 
 Parameters (per placement p = (c, s, t))
     a_p   awake memory per GPU, GiB          k_p  memory a sleeping process keeps per GPU, GiB
@@ -31,13 +33,18 @@ Constraints
         (u_m >= 0 demand left unserved, priced W_UNSERVED per request/s in the objective: a
         trace beyond the cluster still gets the placement that serves the most of it)
     (3) at most K replicas          sum_{p in P_m} x_p <= K                       for m in M
-    (4) swap slot holds a sleeper   z_j >= a_p x_p                 for p in P_j with t in T_s
+    (4) swap slot holds a sleeper   z_j >= sum_{p in P_mj, t in T_s} a_p x_p     for m in M, j in J
+        (by (8) at most one term is nonzero: z_j >= a_p x_p for every sleeper p on j, and the
+        sum gives the LP relaxation a slot of the model's full size however its x_p are split)
     (5) GPU memory (docs/plan-format.md)
                                     sum_{p in P_j, t=gpu} a_p x_p + sum_{p in P_j, t in T_s} k_p x_p
                                       + z_j <= U_j y_j                              for j in J
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
     (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group
         fill in order                 (aligned TP sets make every placement permutable to a prefix)
+    (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= 1              for m in M, j in J
+        per GPU                       (two would share the swap slot, so only one could ever be
+                                      awake: the second would count capacity it never serves)
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -145,6 +152,7 @@ def solve(
         for p in placement_options(inp)
         if (p.cand.model, p.cand.variant, p.cand.gpu_type, p.tier) not in forbid
     ]
+    opts = undominated(opts)
     served = {p.cand.model for p in opts}
     unserved = tuple(m for m in inp.models if m not in served)
     if unserved:
@@ -207,9 +215,21 @@ def solve(
         prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{mi}"
     for k, g in enumerate(gpus):
         sleepers = [i for i in by_gpu[k] if opts[i].tier != "gpu"]
+        per_model: dict[str, list[int]] = {}
         for i in sleepers:
-            # (4) the swap slot holds the largest sleeper
-            prob += z[k] >= opts[i].cand.perf.awake_gib_per_gpu * x[i], f"c4_slot_{k}_{i}"
+            per_model.setdefault(opts[i].cand.model, []).append(i)
+        for mi, m in enumerate(inp.models):
+            ids = per_model.get(m)
+            if not ids:
+                continue
+            # (4) the swap slot holds the largest sleeper (one term per model is nonzero: (8))
+            prob += (
+                z[k] >= pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in ids),
+                f"c4_slot_{k}_{mi}",
+            )
+            if len(ids) > 1:
+                # (8) at most one sleeper of a model on a GPU
+                prob += pulp.lpSum(x[i] for i in ids) <= 1, f"c8_one_sleeper_{k}_{mi}"
         # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
         prob += (
             (
@@ -245,6 +265,41 @@ def solve(
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
     slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
     return MilpResult(status, objective, chosen, prob.solutionTime or 0.0, len(x), slack=slack)
+
+
+def _seen_by_milp(p: Placement) -> tuple[float, ...]:
+    """What the MILP sees of a placement, each entry the lower the better: awake GiB per GPU,
+    -capacity, quality penalty; for a sleeper also its context GiB, wake time and host RAM."""
+    perf = p.cand.perf
+    v = (perf.awake_gib_per_gpu, -p.cand.capacity_rps, p.cand.quality_penalty)
+    if p.tier == "gpu":
+        return v
+    wake_s = perf.wake_host_s if p.tier == "host" else perf.wake_disk_s
+    host_gib = perf.weights_host_gib if p.tier == "host" else 0.0
+    return (*v, perf.context_gib_per_gpu, wake_s, host_gib)
+
+
+def undominated(opts: list[Placement]) -> list[Placement]:
+    """`opts` less each placement that another of the same model, set and tier dominates (no
+    worse in anything the MILP sees, better in one; of equals, the first by candidate key
+    stays). Swapping a dominated placement for its dominator keeps every constraint and
+    lowers no term of the objective, so the optimum is unchanged; e.g. a KV level that adds
+    memory but no capacity (the batch cap binds) is never needed. Order kept."""
+    groups: dict[tuple, list[tuple[Placement, tuple[float, ...]]]] = {}
+    for p in opts:
+        key = (p.cand.model, p.gset.node, p.gset.gpus, p.tier)
+        groups.setdefault(key, []).append((p, _seen_by_milp(p)))
+
+    def dominated(p: Placement, vp: tuple[float, ...], group) -> bool:
+        return any(
+            o is not p
+            and all(a <= b for a, b in zip(vo, vp, strict=True))
+            and (vo != vp or o.cand.key < p.cand.key)
+            for o, vo in group
+        )
+
+    keep = {id(p) for group in groups.values() for p, vp in group if not dominated(p, vp, group)}
+    return [p for p in opts if id(p) in keep]
 
 
 def _slack(c: pulp.LpConstraint) -> float:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.tiering import DAY_H, HOUR_S
@@ -39,6 +40,30 @@ def hourly_rates(trace: Any) -> dict[str, np.ndarray]:
     out = {}
     for m in dict.fromkeys(models.tolist()):
         out[str(m)] = np.bincount(hour[models == m], minlength=DAY_H) / days
+    return out
+
+
+def handoffs(trace: Any, min_share: float) -> dict[str, list[str]]:
+    """model A -> the models B that come next in the same session after at least `min_share`
+    of A's requests that have a next one (B != A; most frequent first, then by name). Agent
+    sessions alternate models: after the planner the coder, after the coder the reviewer.
+    Requests without a session (empty `session`) are not counted."""
+    if not len(trace) or "session" not in trace:
+        return {}
+    df = trace[["timestamp", "model"]].assign(
+        key=trace["user"].astype(str) + "\0" + trace["session"].astype(str),
+        known=trace["session"].astype(str) != "",
+    )
+    df = df[df["known"]].sort_values(["key", "timestamp"], kind="stable")
+    same = df["key"].to_numpy()[1:] == df["key"].to_numpy()[:-1]
+    a = df["model"].to_numpy()[:-1][same].astype(str)
+    b = df["model"].to_numpy()[1:][same].astype(str)
+    pairs = pd.DataFrame({"a": a, "b": b}).value_counts()
+    total = pairs.groupby(level="a").sum()
+    out: dict[str, list[str]] = {}
+    for (ma, mb), n in sorted(pairs.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0][1])):
+        if ma != mb and n >= min_share * total[ma]:
+            out.setdefault(ma, []).append(mb)
     return out
 
 
@@ -123,15 +148,26 @@ def scheduled(
     idle_sleep_s: float,
     host_margin: float,
     no_hours_for: frozenset[str] = frozenset(),
+    handoff: dict[str, list[str]] | None = None,
 ) -> Point:
     """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set.
     The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
-    on demand only."""
+    on demand only. `handoff` (`handoffs` of the fitted days) becomes the point's: a
+    request also wakes the models that often follow it where no host/disk instance shares
+    their GPUs (`tiering.wakes_on_handoff`)."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
     rates = {m: r for m, r in rates.items() if m not in no_hours_for}
     hours = awake_hours(lazy, perfs, rates, min_requests_per_h)
     insts = [i.model_copy(update={"awake_hours": hours.get(i.id, [])}) for i in lazy.instances]
-    return lazy.model_copy(update={"instances": insts, "idle_sleep_s": idle_sleep_s})
+    models = {i.model for i in insts}
+    hand = {a: [b for b in bs if b in models] for a, bs in (handoff or {}).items() if a in models}
+    return lazy.model_copy(
+        update={
+            "instances": insts,
+            "idle_sleep_s": idle_sleep_s,
+            "handoff": {a: bs for a, bs in hand.items() if bs},
+        }
+    )
 
 
-__all__ = ["all_lazy", "awake_hours", "gpu_usable_gib", "hourly_rates", "scheduled"]
+__all__ = ["all_lazy", "awake_hours", "gpu_usable_gib", "handoffs", "hourly_rates", "scheduled"]

@@ -93,6 +93,7 @@ class Searcher:
         }
         self.sleep_order = sleep_order(models, self.demand)
         self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
+        self.handoff = schedule.handoffs(self.fit, cfg.handoff_min_share)
         self.substitutes = substitute_rules(models, slo)
         self.quality_weight = quality_weight(cfg, slo)
         self._cands: dict[tuple[float, int], tuple] = {}

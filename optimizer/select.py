@@ -4,14 +4,16 @@
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
    its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
-   of every point of the front, one per `awake_min_requests_per_h` (`schedule`), with
+   of every point of the front, one per `awake_min_requests_per_h` (`schedule`, with the
+   fitted days' session hand-offs: `schedule.handoffs`), with
    stand-ins declared also ones where the covered models keep no awake hours (idle sleep
    `idle_sleep_s` and `covered_idle_sleep_s`).
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
-   raise, differences under `ATTAINMENT_TIE` counting as none) keeps no point its own `lru@`
-   twin dominates: where reactive swapping on the same instances at the same memory does as
-   well, a plan has no point. (How much better the rest are, `scoring.beats_twin`, is what
-   the benches report.)
+   raise, differences under `ATTAINMENT_TIE` counting as none) keeps the points distinctly
+   better than their own `lru@` twin on the days points are chosen on (`scoring.beats_twin`:
+   switch P95 at most a third of the twin's at its attainment - 0.01): planned tiers are
+   worth a point only where they switch clearly faster than reactive swapping on the same
+   instances at the same memory. Where no point is, it keeps those no twin dominates.
 4. Baselines on the fitted days: a point one dominates (attainment, switch P95, warm GiB)
    is dropped, and each baseline no point dominates is added as a `from-<baseline>` point,
    so the set is at least as good as anything the tool itself knows.
@@ -41,6 +43,29 @@ POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to 
 ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
 
 
+TWIN_NOTE_SLOWER = (
+    "points that do not switch 3x faster than their lru@ twin (reactive LRU swapping on the "
+    "same instances within the same warm GiB) at its attainment - 0.01, on the days points "
+    "are chosen on, were left out"
+)
+TWIN_NOTE_DOMINATED = (
+    "no point switches 3x faster than its lru@ twin (reactive LRU swapping on the same "
+    "instances within the same warm GiB); points whose twin does as well or better were left out"
+)
+
+
+def _worth_twins(S: Searcher, pool: list[Evaluation], worth) -> tuple[list[Evaluation], set[int]]:
+    """The front of the pool less the points `worth(point, its twin's metrics)` rejects, each
+    rejection letting the next best in (the front of what is left); and the rejected."""
+    rejected: set[int] = set()
+    while True:
+        cand = _front([e for e in pool if e.index not in rejected])
+        bad = {e.index for e in cand if not worth(e, S.twin_metrics(e))}
+        if not bad:
+            return cand, rejected
+        rejected |= bad
+
+
 def _held_up(e: Evaluation) -> float:
     """The attainment a point can be trusted with: over every day of the trace (the days
     points are chosen on are few, possibly a quiet weekend), weighted by requests."""
@@ -54,7 +79,8 @@ def _held_up(e: Evaluation) -> float:
 def _front(pool: list[Evaluation]) -> list[Evaluation]:
     """Evaluations no other beats: switch P95, warm GiB and quality cost (stand-ins) no
     higher, attainment over every day no lower than `ATTAINMENT_TIE` below, and one of them
-    better. A point with more memory stays when it holds the SLO clearly better."""
+    better. A point with more memory stays when it holds the SLO clearly better, and the one
+    that holds it best always stays."""
     # Among equal plans the higher attainment comes first and is the one kept.
     pool = sorted(pool, key=lambda e: (-e.chosen["slo_attainment"], e.index))
     vals = [
@@ -78,6 +104,18 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
             continue
         out.append(pool[i])
         seen.add(v)
+    # Ties chain (each point within ATTAINMENT_TIE of the next, the last far below the first):
+    # the one that holds the SLO best stays (to 0.001, then the least switch, memory, quality).
+    top = (
+        min(
+            range(len(pool)),
+            key=lambda i: (-round(vals[i][3], 3), vals[i][0], vals[i][1], vals[i][2]),
+        )
+        if pool
+        else None
+    )
+    if top is not None and vals[top] not in seen:
+        out.append(pool[top])
     return out
 
 
@@ -180,6 +218,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
                     idle_sleep_s=idle_s,
                     host_margin=S.cfg.host_memory_margin,
                     no_hours_for=asleep,
+                    handoff=S.handoff,
                 )
                 ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
                 evals.append(ev)
@@ -192,23 +231,20 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
             f"Binding: {binding_slo(max(pool, key=lambda e: e.chosen['slo_attainment']).chosen, S.slo)}"
         )
 
-    # 3. no point its own lru@ twin dominates (reactive swapping at its memory does better)
+    # 3. points distinctly better than their lru@ twin (reactive swapping at their memory),
+    # else none the twin dominates
     front = _front(pool)
     if S.cfg.baselines:
-        rejected: set[int] = set()
-        while True:
-            cand = _front([e for e in pool if e.index not in rejected])
-            bad = [e for e in cand if dominates(S.twin_metrics(e), e.chosen)]
-            if not bad:
+        for worth, why in (
+            (lambda e, t: scoring.beats_twin(e.chosen, t), TWIN_NOTE_SLOWER),
+            (lambda e, t: not dominates(t, e.chosen), TWIN_NOTE_DOMINATED),
+        ):
+            cand, rejected = _worth_twins(S, pool, worth)
+            if cand:
+                front = cand
+                if rejected & {e.index for e in _front(pool)}:
+                    notes.append(why)
                 break
-            rejected |= {e.index for e in bad}
-        if cand:
-            front = cand
-            if rejected & {e.index for e in _front(pool)}:
-                notes.append(
-                    "points whose lru@ twin (reactive LRU swapping on the same instances within "
-                    "the same warm GiB) does as well or better were left out"
-                )
 
     # 4. baselines on the fitted days
     built = scoring.build_baselines(S.cluster, S.models, S.slo, S.fit) if S.cfg.baselines else {}

@@ -26,6 +26,10 @@ UTC epoch seconds at the gateway).
 - `wakes_ahead`: a sleeping lazy instance wakes without a request at the start of each of its
   awake hours, unless that would put to sleep a co-tenant within its own awake hours or one
   with requests in flight.
+- `wakes_on_handoff`: a request for model A also wakes a sleeping lazy instance of each model
+  of the point's `handoff[A]` (models that often come next in an agent session), ahead of
+  its request, when no instance of that model is awake and no host/disk instance shares its
+  GPUs (its memory is its own: the early wake can delay no other model's wake).
 - `sleep_due_s`: an awake lazy instance with nothing to do sleeps `idle_sleep_s` after its
   last request, once outside its awake hours.
 - `substitute`: a request whose model would make it wait goes to the least loaded ready
@@ -197,6 +201,14 @@ def wakes_ahead(c: T, victims: Sequence[T], load: Callable[[T], int], t_s: float
     return not any(in_hours(v, t_s) or load(v) > 0 for v in victims)
 
 
+def wakes_on_handoff(c: T, near: Sequence[T]) -> bool:
+    """A sleeping lazy instance of a model that often follows the requested one wakes now,
+    ahead of its request, only where no lazy co-tenant shares its GPUs (`near`: every other
+    instance on them): it then displaces nobody now, and being awake early makes no other
+    model's later wake put it to sleep first. It costs its own warm memory only."""
+    return not c.awake and c.lazy and not any(o.lazy for o in near)
+
+
 def sleep_due_s(c: Tenant, idle_since_s: float, idle_sleep_s: float | None) -> float:
     """When an awake lazy instance with nothing to do since `idle_since_s` goes to sleep: the
     first moment `idle_sleep_s` or more later outside its awake hours (inf: never)."""
@@ -278,4 +290,5 @@ __all__ = [
     "stand_ins",
     "substitute",
     "wakes_ahead",
+    "wakes_on_handoff",
 ]

@@ -213,6 +213,7 @@ class Proxy:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
         gw = self.gw
         pool, cfg = gw.pool, gw.cfg
+        gw.tiers.hand_off(model)
         wakes = 0
         while True:
             inst = self.choose(model)

@@ -7,6 +7,8 @@ Every `tier_interval_s` the gateway looks at the point's host/disk instances:
   within its own awake hours or one serving requests;
 - an awake one that has served nothing for the point's `idle_sleep_s`, outside its awake
   hours, is put to sleep.
+A request for a model also wakes the models the point's `handoff` lists after it, where
+`tiering.wakes_on_handoff` allows (`hand_off`, called by the proxy on each request).
 """
 
 from __future__ import annotations
@@ -63,6 +65,26 @@ class Tiers:
             and i.spec.model not in waker.tasks
             and tiering.wakes_ahead(i, waker.displaces(i), load, now)
         ]
+
+    def hand_off(self, model: str) -> None:
+        """Wake ahead a sleeping instance of each model the point's `handoff` lists after
+        `model` that has none awake or waking (`tiering.wakes_on_handoff`)."""
+        pool, waker = self.gw.pool, self.gw.waker
+        for m in self.gw.point.handoff.get(model, ()):
+            insts = pool.by_model.get(m, ())
+            if m in waker.tasks or any(i.awake for i in insts):
+                continue
+            target = next(
+                (
+                    i
+                    for i in insts
+                    if i.status in ("asleep", "stopped")
+                    and tiering.wakes_on_handoff(i, pool.near(i))
+                ),
+                None,
+            )
+            if target is not None:
+                waker.start_wake(m, target)
 
     def due_sleeps(self, now: float) -> list[Inst]:
         """Awake host/disk instances with nothing to do past their idle sleep."""

@@ -22,6 +22,10 @@ Planned tiers (`Slot.hours`, `idle_timeout_s`): at the start of each hour a slee
 instance wakes ahead of its requests when the hour is one of its awake hours
 (`tiering.wakes_ahead`), and an awake host/disk instance with nothing to do sleeps
 `idle_timeout_s` after its last request once outside its awake hours (`tiering.sleep_due_s`).
+Hand-off (`handoff`, model -> models often asked next in a session): a request also wakes
+a sleeping instance of each of those models that has none awake, where no host/disk
+instance shares its GPUs (`tiering.wakes_on_handoff`), so the session's next call finds it
+awake.
 Stand-ins (`substitutes`): a request that would wait goes to a ready instance of a stand-in
 model when the model's rule says so (`tiering.substitute`); the wake still happens unless
 the rule says not to.
@@ -98,6 +102,7 @@ class Router:
         idle_timeout_s: float | None = None,
         warm_budget_gib: float | None = None,
         substitutes: dict[int, tuple[SubstituteRule, list[tuple[Slot, float]]]] | None = None,
+        handoff: dict[int, list[int]] | None = None,
     ):
         self.slots = slots
         self.by_model = by_model
@@ -108,6 +113,7 @@ class Router:
         self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (policy "lru" only)
         # model -> (its rule, the stand-in slots with their quality penalty)
         self.substitutes = substitutes or {}
+        self.handoff = handoff or {}  # model -> models woken with its requests
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
@@ -120,6 +126,16 @@ class Router:
             self.near[s.index] = [slots[j] for j in near]
             self.overlaps[s.index] = [j for j in near if slots[j].tier != "gpu"]
         self.cands: dict[int, list[Slot]] = {m: [slots[i] for i in c] for m, c in by_model.items()}
+        # A hand-off can only wake an instance without lazy co-tenants (fixed by the plan):
+        # models with none are dropped from the lists up front.
+        can = {
+            m
+            for m, cs in self.cands.items()
+            if any(c.lazy and not any(o.lazy for o in self.near[c.index]) for c in cs)
+        }
+        self.handoff = {
+            a: kept for a, bs in self.handoff.items() if (kept := [b for b in bs if b in can])
+        }
         self.lazy = [s for s in slots if s.lazy]
         self.scheduled = [s for s in self.lazy if s.hours]  # woken ahead of their requests
         self.next_hour_s = math.inf  # next hour start the schedule acts on
@@ -145,7 +161,34 @@ class Router:
     # -- routing ------------------------------------------------------------------------------
     def route(self, model: int, t: float) -> tuple[int, float, float]:
         """(slot index, time the request can enter its engine, quality penalty: -1 unless a
-        stand-in serves it); slot -1: no instance."""
+        stand-in serves it); slot -1: no instance. Then the hand-off wakes."""
+        got = self._route(model, t)
+        nxt = self.handoff.get(model)
+        if nxt:
+            self._hand_off(nxt, t)
+        return got
+
+    def _hand_off(self, models: list[int], t: float) -> None:
+        """Wake a sleeping instance of each model in `models` that has none awake, the first
+        in plan order that `tiering.wakes_on_handoff` lets wake."""
+        idle_s = self.idle_timeout_s
+        for m in models:
+            cands = self.cands[m]
+            # awake with no idle sleep that can be due yet: nothing to do (the common case)
+            if any(
+                c.awake and (idle_s is None or t <= max(c.last_used_s, c.ready_s) + idle_s)
+                for c in cands
+            ):
+                continue
+            for c in cands:
+                self._settle(c, t)
+            if any(c.awake for c in cands):
+                continue
+            s = next((c for c in cands if tiering.wakes_on_handoff(c, self.near[c.index])), None)
+            if s is not None:
+                self._wake(s, t)
+
+    def _route(self, model: int, t: float) -> tuple[int, float, float]:
         if t >= self.next_hour_s:
             self._hours_until(t)
         self.now_s = t

@@ -114,8 +114,16 @@ def simulate(
         )
         by_model.setdefault(m, []).append(k)
     subs = _substitutes(point, slots, by_model, midx)
-    # Stand-ins take requests of other models: every model of a rule goes through the router.
+    handoff = {
+        midx[a]: [midx[b] for b in bs if b in midx]
+        for a, bs in point.handoff.items()
+        if a in midx and policy == "plan"
+    }
+    handoff = {a: bs for a, bs in handoff.items() if bs}
+    # Stand-ins take requests of other models, a hand-off wakes other models: every model of
+    # a rule goes through the router.
     routed_models = set(subs) | {c.model for _, cs in subs.values() for c, _ in cs}
+    routed_models |= set(handoff) | {b for bs in handoff.values() for b in bs}
     timeline = Timeline(start_s=t0)
     router = Router(
         slots,
@@ -126,6 +134,7 @@ def simulate(
         idle_timeout_s=sleep_after_idle_s,
         warm_budget_gib=warm_budget_gib if policy == "lru" else None,
         substitutes=subs,
+        handoff=handoff,
     )
     router.start(t0)
 

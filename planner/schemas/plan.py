@@ -154,6 +154,11 @@ class Point(Strict):
     substitutes: dict[str, SubstituteRule] = Field(
         default_factory=dict, description="model -> when its requests go to a stand-in"
     )
+    handoff: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="model -> models often asked next in the same session: a request for it "
+        "wakes their sleeping host/disk instance where that puts no co-tenant to sleep",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Point:

@@ -217,3 +217,59 @@ def test_unplaceable_model_reported():
     )
     res = solve(inp)
     assert res.status == "infeasible" and res.unserved == ("big",)
+
+
+def _sleepy_input(rate_rps: float, max_replicas: int, kv_factor: float = 1.0) -> MilpInput:
+    """One L40S, one 7B model that may sleep, memory priced high."""
+    cluster = _cluster("L40S", 1, 256.0)
+    models = _models([("a", "Qwen2.5-7B-Instruct", ["bf16"])])
+    slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
+    demand = _demand(["a"], [rate_rps])
+    knobs = Knobs(
+        may_sleep=frozenset({"a"}),
+        w_switch=0.01,
+        w_memory=10.0,
+        kv_factor=kv_factor,
+        max_num_seqs=16,
+    )
+    cands = enumerate_candidates(
+        cluster, models, slo, demand, knobs, max_tp=1, max_model_len_cap=None, gpu_margin=0.06
+    )
+    return MilpInput(
+        candidates=tuple(cands),
+        sets=tuple(gpu_sets(cluster, 1)),
+        demand=demand,
+        models=("a",),
+        gpu_usable_gib={("n0", 0): 48.0 * 0.94},
+        gpu_groups=gpu_groups(cluster),
+        node_ram_gib={"n0": 256.0},
+        headroom=1.0,
+        max_replicas=max_replicas,
+        may_sleep=knobs.may_sleep,
+        w_switch=knobs.w_switch,
+        w_memory=knobs.w_memory,
+        w_quality=knobs.w_quality,
+        w_gpus=knobs.w_gpus,
+    )
+
+
+def test_no_two_sleepers_of_a_model_share_a_gpu():
+    """(8): two sleepers of one model on one GPU share its swap slot, so only one is ever
+    awake; the MILP must not count the second one's capacity (it would: two sleepers cost one
+    slot, two awake instances two)."""
+    inp = _sleepy_input(0.01, 2)
+    cap = max(c.capacity_rps for c in inp.candidates)
+    res = solve(_sleepy_input(1.5 * cap, 2), time_limit_s=60)  # needs a second replica
+    assert res.status == "optimal" and len(res.placements) == 2
+    assert sum(p.tier != "gpu" for p in res.placements) <= 1
+
+
+def test_dominated_placements_do_not_change_the_optimum():
+    """At KV factor 2 the batch cap binds: the larger KV level adds memory but no capacity.
+    The MILP drops it (`undominated`) and keeps the enumerated optimum."""
+    inp = _sleepy_input(0.01, 1, kv_factor=2.0)
+    caps = sorted(c.capacity_rps for c in inp.candidates)
+    assert len(caps) == 2 and caps[0] == caps[1]  # the case this test is about
+    res = solve(inp)
+    assert res.n_vars < len(placement_options(inp))
+    assert res.objective == pytest.approx(_brute_force(inp), rel=1e-6, abs=1e-6)

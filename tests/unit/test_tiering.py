@@ -324,3 +324,56 @@ def test_gateway_and_simulator_keep_the_same_hours(name, tmp_path):
     rows, now_s, capacity, idle_s, expected = DAY[name]
     assert _gateway_day(rows, now_s, capacity, idle_s, tmp_path) == expected
     assert _router_day(rows, now_s, capacity, idle_s) == expected
+
+
+# name: (rows, point's handoff, requested model, expected woken ahead by the hand-off)
+HANDOFF = {
+    "a request wakes the model that often follows it": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0)],
+        {"a": ["b"]}, "a", ["b0"],
+    ),
+    "beside a gpu-tier co-tenant too": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("g0", "g", [1], "gpu", True, 0)],
+        {"a": ["b"]}, "a", ["b0"],
+    ),
+    "not where a host/disk co-tenant shares its GPUs": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("c0", "c", [1], "host", False, 0)],
+        {"a": ["b"]}, "a", [],
+    ),
+    "nor when the model has an instance awake": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("b1", "b", [2], "host", True, 0)],
+        {"a": ["b"]}, "a", [],
+    ),
+    "nor for a model the request's does not hand off to": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("c0", "c", [2], "host", True, 0)],
+        {"a": ["b"]}, "c", [],
+    ),
+}  # fmt: skip
+
+
+def _gateway_handoff(rows, handoff, model, tmp_path):
+    gw = _gateway(rows, tmp_path)
+    gw.point.handoff = handoff
+    woken: list[str] = []
+    gw.waker.start_wake = lambda m, target=None: woken.append(target.spec.id)
+    gw.tiers.hand_off(model)
+    return woken
+
+
+def _router_handoff(rows, handoff, model):
+    router, models, slots = _router(rows)
+    router.handoff = {models.index(a): [models.index(b) for b in bs] for a, bs in handoff.items()}
+    before = {s.id: s.awake for s in slots}
+    k, _, _ = router.route(models.index(model), 10.0)
+    return [s.id for s in slots if s.awake and not before[s.id] and s.index != k]
+
+
+@pytest.mark.parametrize("name", list(HANDOFF))
+def test_gateway_and_simulator_hand_off_alike(name, tmp_path):
+    rows, handoff, model, expected = HANDOFF[name]
+    assert _gateway_handoff(rows, handoff, model, tmp_path) == expected
+    assert _router_handoff(rows, handoff, model) == expected
