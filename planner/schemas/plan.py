@@ -168,6 +168,13 @@ class Point(Strict):
         dupp = duplicates((i.node, i.port) for i in self.instances)
         if dupp:
             raise ValueError(f"two instances share a node and port in point {self.name!r}: {dupp}")
+        models = {i.model for i in self.instances}
+        stray = sorted({m for a, bs in self.handoff.items() for m in (a, *bs)} - models)
+        if stray:
+            raise ValueError(
+                f"handoff of point {self.name!r} names models no instance of it runs: {stray} "
+                "(remove them from `handoff`)"
+            )
         return self
 
 

@@ -377,3 +377,13 @@ def test_workload_spec_validates(tmp_path, capsys):
     bad = _write(tmp_path, "bad.yaml", "users: 0\n")
     code, _, err = _run(["validate", bad], capsys)
     assert code == 2 and "users:" in err and "fix:" in err
+
+
+def test_handoff_naming_a_model_the_point_does_not_run(tmp_path, capsys):
+    text = PLAN.replace("gpus: [0, 1, 2]", "gpus: [0]").replace("tp: 3", "tp: 1")
+    f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [coder]}\n")
+    code, _, err = _run(["validate", f], capsys)
+    flat = " ".join(err.split())
+    assert code == 2 and "names models no instance of it runs: ['coder']" in flat
+    f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [m]}\n")
+    assert _run(["validate", f], capsys)[0] == 0
