@@ -195,9 +195,11 @@ class Router:
         cands = self.cands.get(model)
         if not cands:
             return -1, t, -1.0
-        if self.idle_timeout_s is not None:
-            for c in cands:
-                self._settle(c, t)
+        idle_s = self.idle_timeout_s
+        if idle_s is not None:
+            for c in cands:  # `_settle`'s first test inline: this runs for every request
+                if c.awake and t > c.last_used_s + idle_s and t > c.ready_s + idle_s:
+                    self._settle(c, t)
 
         def load(c: Slot) -> int:
             return c.engine.outstanding(t)
