@@ -75,10 +75,22 @@ def optimize_cmd(
             max=1e6,
         ),
     ] = _D.quality_weight,
+    jobs: Annotated[
+        int | None,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="worker processes for batches of plan variants (default: usable CPUs, at most 4); "
+            "the plan is the same for any number",
+            min=1,
+            max=64,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
     from planner.cli import inputs as inp
+    from planner.forkmap import default_workers, fork_map
     from planner.optimizer.evaluation import knobs_to_dict
     from planner.optimizer.search import optimize
     from planner.optimizer.workload.characterize import summarize
@@ -102,9 +114,12 @@ def optimize_cmd(
         quality_weight=quality_weight,
     )
     inp.silence_solver_banner()
+    job_map = fork_map(jobs or default_workers())
 
     if json_out:
-        result = optimize(cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter)
+        result = optimize(
+            cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter, job_map=job_map
+        )
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -128,7 +143,9 @@ def optimize_cmd(
                 )
                 bar.update(task, completed=done, total=total, description=desc)
 
-            result = optimize(cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter)
+            result = optimize(
+                cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map
+            )
 
     from planner.schemas.plan import Plan
 

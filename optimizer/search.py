@@ -49,6 +49,14 @@ from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 
 Progress = Callable[[int, int, dict[str, Any] | None], None]
+# job_map(job, n) -> [job(0), ..., job(n - 1)]: how a batch of independent evaluations runs
+# (the CLI hands in `planner.forkmap.fork_map`; the core starts no process itself).
+JobMap = Callable[[Callable[[int], Any], int], list[Any]]
+
+
+def serial_map(job: Callable[[int], Any], n: int) -> list[Any]:
+    """`JobMap` in this process, one job after another."""
+    return [job(k) for k in range(n)]
 
 
 class Searcher:
@@ -64,8 +72,10 @@ class Searcher:
         scorer: Scorer | None = None,
         calib: dict[str, Calib] | None = None,
         clock: Callable[[], float] = lambda: 0.0,
+        job_map: JobMap = serial_map,
     ):
         self.clock = clock  # injected (the core reads no clock itself): times MILP and simulator
+        self.job_map = job_map
         self.cluster, self.models, self.slo, self.trace, self.cfg = cluster, models, slo, trace, cfg
         self.calib = calib
         names = models.names
@@ -178,14 +188,39 @@ class Searcher:
             index, knobs, milp, point, perfs, metrics, sim_s=t2 - t1, held=held, origin=origin
         )
 
+    def evaluate_points(
+        self, start: int, jobs: list[tuple[Knobs, Point, dict[str, InstancePerf], str]]
+    ) -> list[Evaluation]:
+        """`evaluate_point` of each (knobs, point, perfs, origin), indexed from `start`, as
+        one batch through `job_map` (same figures however it runs them)."""
+
+        def job(k: int) -> Evaluation:
+            knobs, point, perfs, origin = jobs[k]
+            return self.evaluate_point(start + k, knobs, point, perfs, origin=origin)
+
+        return self.job_map(job, len(jobs))
+
     def twin_metrics(self, ev: Evaluation) -> dict[str, Any]:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
-        if ev.index not in self._twins and all(i.tier == "gpu" for i in ev.point.instances):
-            # Its budget holds every instance awake, as the point does: the same run.
-            self._twins[ev.index] = ev.chosen
-        if ev.index not in self._twins:
-            req = self.held_req if self.held_req is not None else self.fit_req
-            r = scoring.twin_result(
+        self.run_twins([ev])
+        return self._twins[ev.index]
+
+    def run_twins(self, evs: list[Evaluation]) -> None:
+        """Simulate the `lru@` twins of `evs` not cached yet, as one batch."""
+        todo: list[Evaluation] = []
+        for ev in evs:
+            if ev.index in self._twins or any(t.index == ev.index for t in todo):
+                continue
+            if all(i.tier == "gpu" for i in ev.point.instances):
+                # Its budget holds every instance awake, as the point does: the same run.
+                self._twins[ev.index] = ev.chosen
+            else:
+                todo.append(ev)
+        req = self.held_req if self.held_req is not None else self.fit_req
+
+        def job(k: int) -> dict[str, Any]:
+            ev = todo[k]
+            return scoring.twin_result(
                 ev.point,
                 ev.perfs,
                 ev.chosen["warm_gpu_gib"],
@@ -195,9 +230,10 @@ class Searcher:
                 self.models.names,
                 gpu_margin=self.cfg.gpu_memory_margin,
                 host_margin=self.cfg.host_memory_margin,
-            )
-            self._twins[ev.index] = r.to_metrics()
-        return self._twins[ev.index]
+            ).to_metrics()
+
+        for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
+            self._twins[ev.index] = m
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall
@@ -286,8 +322,13 @@ class Searcher:
                 progress(len(evals), total, best)
             return ev
 
-        for v in anchors[:total]:
-            step(knobs_from_vector(v, self.sleep_order))
+        # the anchors do not depend on each other: one batch
+        first = [knobs_from_vector(v, self.sleep_order) for v in anchors[:total]]
+        for ev in self.job_map(lambda k: self.evaluate(k, first[k]), len(first)):
+            evals.append(ev)
+            best = better(best, ev, self.slo.attainment)
+            if progress:
+                progress(len(evals), total, best)
         for phase, lam in enumerate(lams):
             if len(evals) >= total - n_refine:
                 break
@@ -368,10 +409,12 @@ def optimize(
     calib: dict[str, Calib] | None = None,
     progress: Progress | None = None,
     clock: Callable[[], float] = lambda: 0.0,
+    job_map: JobMap = serial_map,
 ) -> SearchResult:
     """Search the plans for these inputs; see the module docstring.
 
     Without `scorer` the simulator scores on the trace less its held-back days
     (`cfg.validate_days`); a given `scorer` defines the scoring trace and nothing is held back.
+    `job_map` runs the batches of plan variants (e.g. over forked processes: `fork_map`).
     """
-    return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock).run(progress)
+    return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock, job_map).run(progress)

@@ -4,10 +4,10 @@
    (the held-back days when there are any), else those within 0.02 of the best.
 2. Tier variants of the knee of the pool's front are scored too, so that points can share
    its placement and a hop between them is sleeps and wakes (`tiers`); and schedule variants
-   of every point of the front, one per `awake_min_requests_per_h` (`schedule`, with the
-   fitted days' session hand-offs: `schedule.handoffs`), with
-   stand-ins declared also ones where the covered models keep no awake hours (idle sleep
-   `idle_sleep_s` and `covered_idle_sleep_s`).
+   of the front's points (at most `SCHEDULED`, spread over warm GiB as `name_points` thins
+   them), one per `awake_min_requests_per_h` (`schedule`, with the fitted days' session
+   hand-offs: `schedule.handoffs`), with stand-ins declared also ones where the covered
+   models keep no awake hours (idle sleep `idle_sleep_s` and `covered_idle_sleep_s`).
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
    raise, differences under `ATTAINMENT_TIE` counting as none) keeps the points distinctly
    better than their own `lru@` twin on the days points are chosen on (`scoring.beats_twin`:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
+SCHEDULED = 3  # schedule variants of at most this many front points, spread over warm GiB
 
 
 TWIN_NOTE_SLOWER = (
@@ -60,6 +61,7 @@ def _worth_twins(S: Searcher, pool: list[Evaluation], worth) -> tuple[list[Evalu
     rejected: set[int] = set()
     while True:
         cand = _front([e for e in pool if e.index not in rejected])
+        S.run_twins(cand)
         bad = {e.index for e in cand if not worth(e, S.twin_metrics(e))}
         if not bad:
             return cand, rejected
@@ -142,8 +144,12 @@ def _pool(
 
 
 def _knee(front: list[Evaluation]) -> Evaluation:
-    named = dict(name_points(front, lambda e: e.chosen["warm_gpu_gib"], _sw_warm_switch))
+    named = dict(name_points(front, _warm, _sw_warm_switch))
     return named.get("balanced") or next(iter(named.values()))
+
+
+def _warm(e: Evaluation) -> float:
+    return e.chosen["warm_gpu_gib"]
 
 
 def _sw_warm_switch(e: Evaluation) -> float:
@@ -185,17 +191,17 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     max_q = S.slo.max_quality_cost
     pool, _ = _pool(feasible, target, max_q)
     knee = _knee(_front(pool))
-    for v in tier_variants(
+    tiers = tier_variants(
         knee.point,
         S.demand,
         S.sleep_order,
         S.cluster,
         gpu_margin=S.cfg.gpu_memory_margin,
         host_margin=S.cfg.host_memory_margin,
-    ):
-        ev = S.evaluate_point(len(evals), knee.knobs, v, knee.perfs, origin="tiers")
-        evals.append(ev)
-        feasible.append(ev)
+    )
+    done = S.evaluate_points(len(evals), [(knee.knobs, v, knee.perfs, "tiers") for v in tiers])
+    evals += done
+    feasible += done
     pool, _ = _pool(feasible, target, max_q)
     # with stand-ins declared, also variants where the covered models keep no awake hours,
     # and sleep sooner when idle (a stand-in answers while they wake again)
@@ -204,25 +210,31 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         covered = frozenset(S.substitutes)
         idle = sorted({S.cfg.idle_sleep_s, S.cfg.covered_idle_sleep_s}, reverse=True)
         variants += [(covered, s) for s in idle]
-    for e in _front(pool):
-        if e.origin == "schedule":
-            continue
-        for rate in S.cfg.awake_min_requests_per_h:
-            for asleep, idle_s in variants:
-                v = scheduled(
-                    e.point,
-                    e.perfs,
-                    S.rates,
-                    S.cluster,
-                    min_requests_per_h=rate,
-                    idle_sleep_s=idle_s,
-                    host_margin=S.cfg.host_memory_margin,
-                    no_hours_for=asleep,
-                    handoff=S.handoff,
-                )
-                ev = S.evaluate_point(len(evals), e.knobs, v, e.perfs, origin="schedule")
-                evals.append(ev)
-                feasible.append(ev)
+    seeds = [e for e in _front(pool) if e.origin != "schedule"]
+    jobs = [
+        (
+            e.knobs,
+            scheduled(
+                e.point,
+                e.perfs,
+                S.rates,
+                S.cluster,
+                min_requests_per_h=rate,
+                idle_sleep_s=idle_s,
+                host_margin=S.cfg.host_memory_margin,
+                no_hours_for=asleep,
+                handoff=S.handoff,
+            ),
+            e.perfs,
+            "schedule",
+        )
+        for _, e in name_points(seeds, _warm, _sw_warm_switch, SCHEDULED)
+        for rate in S.cfg.awake_min_requests_per_h
+        for asleep, idle_s in variants
+    ]
+    done = S.evaluate_points(len(evals), jobs)
+    evals += done
+    feasible += done
     pool, meets = _pool(feasible, target, max_q)
     if not meets:
         top = max(e.chosen["slo_attainment"] for e in pool)
@@ -270,7 +282,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         front = [max(pool, key=lambda e: (e.chosen["slo_attainment"], -e.index))]
 
     # 5. names, capacity, hops
-    named = name_points(front, lambda e: e.chosen["warm_gpu_gib"], _sw_warm_switch) if front else []
+    named = name_points(front, _warm, _sw_warm_switch) if front else []
     named += [(e.origin, e) for e in extra]
     points, knobs, metrics, metrics_fit, perfs = [], {}, {}, {}, {}
     for name, ev in named:
@@ -303,6 +315,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     )
     twins: dict[str, dict[str, Any]] = {}
     if S.cfg.baselines:
+        S.run_twins([ev for _, ev in named])
         twins = {n: S.twin_metrics(ev) for n, ev in named}
     base_shown = base_fit
     if S.held_req is not None and built:

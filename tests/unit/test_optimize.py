@@ -50,7 +50,7 @@ def small_plan(tmp_path_factory) -> Path:
     os.chdir(ROOT)
     try:
         with pytest.raises(SystemExit) as e:
-            main([*ARGS, "--no-baselines", "--json", "-o", str(out)])
+            main([*ARGS, "--no-baselines", "--jobs", "2", "--json", "-o", str(out)])
         assert e.value.code == 0
     finally:
         os.chdir(cwd)
@@ -60,7 +60,9 @@ def small_plan(tmp_path_factory) -> Path:
 def test_same_inputs_same_plan_and_golden(small_plan, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
     again = tmp_path / "b.plan.yaml"
-    code, out, _ = run([*ARGS, "--no-baselines", "--json", "-o", str(again)], capsys)
+    # in this process this time (the fixture forked 2 workers): the same bytes
+    args = [*ARGS, "--no-baselines", "--jobs", "1", "--json", "-o", str(again)]
+    code, out, _ = run(args, capsys)
     assert code == 0
     assert json.loads(out)["plan"] == str(again)
     assert small_plan.read_bytes() == again.read_bytes()
