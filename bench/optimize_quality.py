@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 from lab16 import EXAMPLES, example
 
 from planner.cli import inputs
+from planner.forkmap import default_workers, fork_map
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.search import optimize
@@ -44,7 +45,9 @@ def run(name: str, evals: int) -> dict[str, str]:
     cl, ms, sl, fit_week = example(name, seed=0)
     _, _, _, next_week = example(name, seed=1)
     target = sl.attainment
-    res = optimize(cl, ms, sl, fit_week, OptimizeConfig(evals=evals))
+    res = optimize(
+        cl, ms, sl, fit_week, OptimizeConfig(evals=evals), job_map=fork_map(default_workers())
+    )
     print(
         f"\n== {name}: fit on {res.fit_requests} requests, points chosen on the "
         f"{res.validate_days} held-back days ({res.held_requests} requests)"

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
-SCHEDULED = 3  # schedule variants of at most this many front points, spread over warm GiB
+SCHEDULED = 4  # schedule variants of at most this many front points, spread over warm GiB
 
 
 TWIN_NOTE_SLOWER = (
