@@ -276,10 +276,16 @@ def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
 
 def test_an_awake_model_queues_past_its_bound_then_refuses(gw):
     """tiny-b (max_num_seqs 4, admit factor 2) takes 8 requests at once, queues 1 more
-    (queue limit 1), and refuses the rest with 503 and Retry-After."""
+    (queue limit 1), and refuses the rest with 503 and Retry-After.
+
+    Each asks for 1000 tokens (seconds at 4 per step), so that the 16 all arrive before the
+    first finish on a starved 2-core host; at 200 tokens the engine finished some first
+    and nothing was refused."""
     from concurrent.futures import ThreadPoolExecutor
 
-    body = {"model": "tiny-b", "prompt": "x", "max_tokens": 200, "ignore_eos": True}
+    body = {"model": "tiny-b", "prompt": "x", "max_tokens": 1000, "ignore_eos": True}
+    # awake first: requests that wait for a wake queue behind it (at most queue_limit)
+    assert gw.c.post("/v1/completions", json={**body, "max_tokens": 1}).status_code == 200
     with ThreadPoolExecutor(16) as ex:
         got = list(ex.map(lambda _: gw.c.post("/v1/completions", json=body), range(16)))
     codes = sorted(r.status_code for r in got)
