@@ -8,6 +8,7 @@ Server starts are expensive (tens of seconds each): one good start, then two fai
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -103,8 +104,12 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
     assert load_profile(path).engine == before.engine
 
     cal = _run(["profile", "calibrate", str(path), "--json"], capsys)[0]["calibration"]
-    assert cal["points"] == 5 and cal["step_overhead_s"] >= 0 and cal["engine_init_s"] > 0
-    assert load_profile(path).calibration.points == 5
+    # 5 engine points (3 prefill, 2 decode); one the host disturbed may be left out of the
+    # fit (`calibration.outliers`: at most a third), and the source says so
+    left_out = re.search(r"(\d+) outlier", cal["source"])
+    assert cal["points"] + (int(left_out[1]) if left_out else 0) == 5 and cal["points"] >= 4
+    assert cal["step_overhead_s"] >= 0 and cal["engine_init_s"] > 0
+    assert load_profile(path).calibration.points == cal["points"]
 
 
 @pytest.mark.vllm
