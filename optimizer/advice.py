@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from planner.errors import InfeasibleError
+from planner.optimizer.candidates import smallest_footprint
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
+
+if TYPE_CHECKING:
+    from planner.optimizer.search import Searcher
 
 
 def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
@@ -63,3 +68,29 @@ def unplaceable_fix(models: Models, missing: list[str]) -> str:
         "add GPUs with more memory to cluster.yaml (or more on one node, for a larger TP)",
     ]
     return "; or ".join(steps)
+
+
+def check_placeable(S: Searcher) -> None:
+    """Raise InfeasibleError naming each model that fits nowhere, before any search."""
+    have = {c.model for c in S.candidates(S.loosest_knobs())}
+    missing = [m for m in S.models.names if m not in have]
+    if missing:
+        lines = []
+        for m in missing:
+            lines.append(f"model {m!r} fits on no GPU of the cluster:")
+            lines += ["    " + s for s in smallest_footprint(S.cluster, S.models, m, S.calib)]
+        raise InfeasibleError("\n".join(lines), fix=unplaceable_fix(S.models, missing))
+
+
+def explain_capacity(S: Searcher) -> str:
+    """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
+    cands = S.candidates(S.roomiest_knobs())
+    parts = []
+    for m in S.models.names:
+        d = S.demand.get(m)
+        best = max((c.capacity_rps for c in cands if c.model == m), default=0.0)
+        if d and best * S.cfg.max_replicas < d.peak_rps:
+            parts.append(
+                f"{m}: peak {d.peak_rps:.2f} req/s > {S.cfg.max_replicas} x {best:.2f} req/s per instance"
+            )
+    return "; ".join(parts) or "all models together need more GPU memory than the cluster has"

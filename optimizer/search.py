@@ -18,16 +18,14 @@ from typing import Any
 
 import pandas as pd
 
-from planner.errors import InfeasibleError
 from planner.optimizer import schedule, scoring
-from planner.optimizer.advice import unplaceable_fix
+from planner.optimizer.advice import check_placeable
 from planner.optimizer.build import build_point, substitute_rules
 from planner.optimizer.candidates import (
     Knobs,
     enumerate_candidates,
     gpu_groups,
     gpu_sets,
-    smallest_footprint,
 )
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.demand import model_demand
@@ -261,39 +259,12 @@ class Searcher:
             max_num_seqs=max(self.cfg.max_num_seqs_choices),
         )
 
-    def check_placeable(self) -> None:
-        """Raise InfeasibleError naming each model that fits nowhere, before any search."""
-        cands = self.candidates(self.loosest_knobs())
-        have = {c.model for c in cands}
-        missing = [m for m in self.models.names if m not in have]
-        if missing:
-            lines = []
-            for m in missing:
-                lines.append(f"model {m!r} fits on no GPU of the cluster:")
-                lines += [
-                    "    " + s for s in smallest_footprint(self.cluster, self.models, m, self.calib)
-                ]
-            raise InfeasibleError("\n".join(lines), fix=unplaceable_fix(self.models, missing))
-
-    def explain_capacity(self) -> str:
-        """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
-        cands = self.candidates(self.roomiest_knobs())
-        parts = []
-        for m in self.models.names:
-            d = self.demand.get(m)
-            best = max((c.capacity_rps for c in cands if c.model == m), default=0.0)
-            if d and best * self.cfg.max_replicas < d.peak_rps:
-                parts.append(
-                    f"{m}: peak {d.peak_rps:.2f} req/s > {self.cfg.max_replicas} x {best:.2f} req/s per instance"
-                )
-        return "; ".join(parts) or "all models together need more GPU memory than the cluster has"
-
     def run(self, progress: Progress | None = None) -> SearchResult:
         """The whole search; deterministic for a seed."""
         from skopt import Optimizer
         from skopt.utils import cook_estimator
 
-        self.check_placeable()
+        check_placeable(self)
         cfg = self.cfg
         n_models = len(self.models.names)
         evals: list[Evaluation] = []
@@ -313,22 +284,21 @@ class Searcher:
         per_phase = max(1, math.ceil(max(0, total - len(anchors) - n_refine) / len(lams)))
         best: dict[str, Any] | None = None
 
-        def step(knobs: Knobs) -> Evaluation:
+        def record(ev: Evaluation) -> Evaluation:
             nonlocal best
-            ev = self.evaluate(len(evals), knobs)
             evals.append(ev)
             best = better(best, ev, self.slo.attainment)
             if progress:
                 progress(len(evals), total, best)
             return ev
 
+        def step(knobs: Knobs) -> Evaluation:
+            return record(self.evaluate(len(evals), knobs))
+
         # the anchors do not depend on each other: one batch
         first = [knobs_from_vector(v, self.sleep_order) for v in anchors[:total]]
         for ev in self.job_map(lambda k: self.evaluate(k, first[k]), len(first)):
-            evals.append(ev)
-            best = better(best, ev, self.slo.attainment)
-            if progress:
-                progress(len(evals), total, best)
+            record(ev)
         for phase, lam in enumerate(lams):
             if len(evals) >= total - n_refine:
                 break

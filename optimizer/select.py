@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.errors import InfeasibleError
 from planner.optimizer import scoring
+from planner.optimizer.advice import explain_capacity
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.invariants import memory_violations
@@ -181,7 +182,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     if not feasible:
         raise InfeasibleError(
             "no placement satisfies memory and capacity for any setting tried: "
-            + S.explain_capacity(),
+            + explain_capacity(S),
             fix=capacity_fix(S.models),
         )
     target = S.slo.attainment
