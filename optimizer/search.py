@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from planner.forkmap import JobMap, serial_map
 from planner.optimizer import schedule, scoring
 from planner.optimizer.advice import check_placeable
 from planner.optimizer.build import build_point, substitute_rules
@@ -47,14 +48,6 @@ from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 
 Progress = Callable[[int, int, dict[str, Any] | None], None]
-# job_map(job, n) -> [job(0), ..., job(n - 1)]: how a batch of independent evaluations runs
-# (the CLI hands in `planner.forkmap.fork_map`; the core starts no process itself).
-JobMap = Callable[[Callable[[int], Any], int], list[Any]]
-
-
-def serial_map(job: Callable[[int], Any], n: int) -> list[Any]:
-    """`JobMap` in this process, one job after another."""
-    return [job(k) for k in range(n)]
 
 
 class Searcher:
