@@ -93,8 +93,7 @@ def cost_of_steps(
             t += float(p.cold_start_s) if p is not None else 0.0
             ready[iid] = t
         elif kind == "wake":
-            host = tiers.get(iid) == "host"
-            t += float(p.wake_host_s if host else p.wake_disk_s) if p is not None else 0.0
+            t += float(p.wake_s(tiers.get(iid, ""))) if p is not None else 0.0
             ready[iid] = t
         elif kind == "sleep":
             t += float(p.sleep_s) if p is not None else 0.0

@@ -16,7 +16,8 @@ Targets (issue 13), on the unseen week:
 - every baseline can be built (one that cannot is a failure, not a pass).
 Exit 1 when a target is missed. `--quick` runs fewer evaluations (a smoke run).
 `--unseen-seed N` scores another unseen week: seed 1 was read while `handoff_min_share`
-(optimizer config) was chosen, seed 2 and above were not.
+(optimizer config) was chosen, seeds 2-8 while the schedule's rule for slow wakes was
+(`schedule.fast_wake_s`); seeds 9 and above were read only to score it.
 """
 
 from __future__ import annotations

@@ -242,7 +242,7 @@ def _tier_reason(inst: Instance, perf: InstancePerf, d: ModelDemand | None) -> s
             f"always awake ({share:.1f}% of requests): sleeping to host would cost a "
             f"{perf.wake_host_s:.1f} s wake about {rate:.1f} times an hour"
         )
-    wake_s = perf.wake_host_s if inst.tier == "host" else perf.wake_disk_s
+    wake_s = perf.wake_s(inst.tier)
     return (
         f"sleeps to {inst.tier} when idle ({share:.1f}% of requests): frees "
         f"{perf.awake_gib_per_gpu - perf.context_gib_per_gpu:.1f} GiB/GPU for a {wake_s:.1f} s "

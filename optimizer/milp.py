@@ -130,8 +130,7 @@ def switch_delay_s_per_h(p: Placement, demand: dict[str, ModelDemand]) -> float:
     d = demand.get(p.cand.model)
     if d is None:
         return 0.0
-    wake_s = p.cand.perf.wake_host_s if p.tier == "host" else p.cand.perf.wake_disk_s
-    return d.switch_ins_per_hour * wake_s
+    return d.switch_ins_per_hour * p.cand.perf.wake_s(p.tier)
 
 
 def solve(
@@ -274,9 +273,8 @@ def _seen_by_milp(p: Placement) -> tuple[float, ...]:
     v = (perf.awake_gib_per_gpu, -p.cand.capacity_rps, p.cand.quality_penalty)
     if p.tier == "gpu":
         return v
-    wake_s = perf.wake_host_s if p.tier == "host" else perf.wake_disk_s
     host_gib = perf.weights_host_gib if p.tier == "host" else 0.0
-    return (*v, perf.context_gib_per_gpu, wake_s, host_gib)
+    return (*v, perf.context_gib_per_gpu, perf.wake_s(p.tier), host_gib)
 
 
 def undominated(opts: list[Placement]) -> list[Placement]:

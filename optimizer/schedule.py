@@ -5,8 +5,12 @@ forecast is the mean number of requests per hour of day of each model over the d
 plan fits to (`hourly_rates`). A schedule variant of a point (`scheduled`) makes every
 instance lazy (host tier while its node's RAM holds the weights, else disk), then, hour by
 hour, keeps awake the instances whose model's forecast reaches `min_requests_per_h`,
-busiest first, while they fit their GPUs together (`gpu_usable_gib`). The gateway and the
-simulator wake them at the start of those hours, before their requests
+busiest first, while they fit their GPUs together (`gpu_usable_gib`). Requests the
+forecast does not expect still come, mostly at the edges of the working day, and wait for
+their model's wake. A plan is only worth its memory where those waits are short, so an
+instance whose wake is slower than `fast_wake_s` (a share of a slow switch under reactive
+swapping) is kept awake in every hour its forecast is above zero. The gateway and the
+simulator wake instances at the start of their awake hours, before their requests
 (`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
 request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
 working day instead of its peak, and the models that alternate in the same hours are awake
@@ -100,14 +104,29 @@ def all_lazy(
     return point.model_copy(update={"instances": insts})
 
 
+def fast_wake_s(
+    point: Point, perfs: dict[str, InstancePerf], rates: dict[str, np.ndarray], factor: float
+) -> float:
+    """The slowest wake a lazy `point` may leave to requests its forecast does not expect:
+    1/`factor` of a slow switch under reactive swapping among its requested models (sleep a
+    typical co-tenant, the median sleep, then wake the slowest instance), s."""
+    lazy = [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+    if not lazy:
+        return np.inf
+    sleep_s = float(np.median([perfs[i.id].sleep_s for i in lazy]))
+    return (max(perfs[i.id].wake_s(i.tier) for i in lazy) + sleep_s) / factor
+
+
 def awake_hours(
     point: Point,
     perfs: dict[str, InstancePerf],
     rates: dict[str, np.ndarray],
     min_requests_per_h: float,
+    fast_s: float = np.inf,
 ) -> dict[str, list[int]]:
-    """instance id -> the hours it is kept awake (see the module docstring); GPUs the point
-    gives no capacity for hold one lazy instance awake at a time."""
+    """instance id -> the hours it is kept awake (see the module docstring); those waking
+    slower than `fast_s` (`fast_wake_s`) keep every hour their forecast is above zero. GPUs
+    the point gives no capacity for hold one lazy instance awake at a time."""
     cap = {(n, d): gib for n, devs in point.gpu_usable_gib.items() for d, gib in devs.items()}
     base: dict[tuple[str, int], float] = {}  # GiB held whatever the hour
     for i in point.instances:
@@ -116,13 +135,18 @@ def awake_hours(
             held = p.awake_gib_per_gpu if i.tier == "gpu" else p.context_gib_per_gpu
             base[(i.node, d)] = base.get((i.node, d), 0.0) + held
     lazy = [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+    # requests/h from which each is kept awake: slow wakes whenever any is forecast
+    floor = {
+        i.id: min_requests_per_h if perfs[i.id].wake_s(i.tier) <= fast_s else np.nextafter(0, 1)
+        for i in lazy
+    }
     out: dict[str, list[int]] = {i.id: [] for i in lazy}
     for h in range(DAY_H):
         used = dict(base)
         lazy_awake: set[tuple[str, int]] = set()
         for i in sorted(lazy, key=lambda i: -rates[i.model][h]):
-            if rates[i.model][h] < min_requests_per_h:
-                break
+            if rates[i.model][h] < floor[i.id]:
+                continue
             p = perfs[i.id]
             gpus = [(i.node, d) for d in i.gpus]
             extra = p.awake_gib_per_gpu - p.context_gib_per_gpu  # GiB its wake adds per GPU
@@ -145,19 +169,24 @@ def scheduled(
     cluster: Cluster,
     *,
     min_requests_per_h: float,
+    switch_factor: float,
     idle_sleep_s: float,
     host_margin: float,
     no_hours_for: frozenset[str] = frozenset(),
     handoff: dict[str, list[str]] | None = None,
 ) -> Point:
     """The schedule variant of `point` (module docstring); its `gpu_usable_gib` must be set.
+    `rates` is the forecast (`hourly_rates`); instances waking slower than 1/`switch_factor`
+    of a slow switch under reactive swapping (`fast_wake_s`) keep every hour it is above
+    zero.
     The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
     on demand only. `handoff` (`handoffs` of the fitted days) becomes the point's: a
     request also wakes the models that often follow it where no host/disk instance shares
     their GPUs (`tiering.wakes_on_handoff`)."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
     rates = {m: r for m, r in rates.items() if m not in no_hours_for}
-    hours = awake_hours(lazy, perfs, rates, min_requests_per_h)
+    fast_s = fast_wake_s(lazy, perfs, rates, switch_factor)
+    hours = awake_hours(lazy, perfs, rates, min_requests_per_h, fast_s)
     insts = [i.model_copy(update={"awake_hours": hours.get(i.id, [])}) for i in lazy.instances]
     models = {i.model for i in insts}
     hand = {a: [b for b in bs if b in models] for a, bs in (handoff or {}).items() if a in models}
@@ -170,4 +199,12 @@ def scheduled(
     )
 
 
-__all__ = ["all_lazy", "awake_hours", "gpu_usable_gib", "handoffs", "hourly_rates", "scheduled"]
+__all__ = [
+    "all_lazy",
+    "awake_hours",
+    "fast_wake_s",
+    "gpu_usable_gib",
+    "handoffs",
+    "hourly_rates",
+    "scheduled",
+]

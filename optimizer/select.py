@@ -221,6 +221,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
                 S.rates,
                 S.cluster,
                 min_requests_per_h=rate,
+                switch_factor=scoring.TWIN_SWITCH_FACTOR,
                 idle_sleep_s=idle_s,
                 host_margin=S.cfg.host_memory_margin,
                 no_hours_for=asleep,

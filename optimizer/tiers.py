@@ -100,7 +100,7 @@ def hop(src: Point, dst: Point, perfs: dict[str, InstancePerf]) -> Hop:
             cost_s += p.cold_start_s if p else 0.0
         elif old.tier != "gpu" and i.tier == "gpu":
             wakes += 1
-            cost_s += (p.wake_host_s if old.tier == "host" else p.wake_disk_s) if p else 0.0
+            cost_s += p.wake_s(old.tier) if p else 0.0
         elif old.tier == "gpu" and i.tier != "gpu":
             sleeps += 1
             cost_s += p.sleep_s if p else 0.0

@@ -86,6 +86,10 @@ class InstancePerf:
         """Whether vLLM would start: the KV cache holds one sequence of max_model_len tokens."""
         return self.max_kv_tokens > 0 and self.max_kv_tokens >= self.max_model_len
 
+    def wake_s(self, tier: str) -> float:
+        """Seconds to wake from `tier` (host: level-1 sleep, else from disk)."""
+        return self.wake_host_s if tier == "host" else self.wake_disk_s
+
     @property
     def awake_gib_per_gpu(self) -> float:
         """Memory on each GPU while awake, GiB."""
