@@ -48,8 +48,9 @@ class OptimizeConfig(BaseModel):
     )
     awake_min_requests_per_h: tuple[float, ...] = Field(
         default=(0.5, 8.0),
-        description="forecast requests/h from which a lazy instance is kept awake in an hour; "
-        "each value gives every front point a schedule variant (optimizer/schedule.py)",
+        description="forecast requests/h from which a lazy instance is kept awake in an hour "
+        "(one with a slow wake: from any; schedule.fast_wake_s); each value gives every front "
+        "point a schedule variant (optimizer/schedule.py)",
     )
     idle_sleep_s: float = Field(
         default=1800.0,
