@@ -76,7 +76,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
     # switch P95 is over the requests that waited for a wake: with a handful of them it is
     # one wake time, so the count says how often a point's agents wait at all
     print(HEAD + f"{'waited':>8}")
-    pts, twins, fails = {}, {}, []
+    pts, fails = {}, []
     for p in res.points:
         perfs = res.perfs[p.name]
         r = simulate(p, perfs, req, sl, model_names=ms.names)
@@ -86,7 +86,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
             gpu_margin=OptimizeConfig().gpu_memory_margin,
             host_margin=OptimizeConfig().host_memory_margin,
         )  # fmt: skip
-        twins[p.name] = t = tr.to_metrics()
+        t = tr.to_metrics()
         ok = scoring.beats_twin(m, t) and t["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
         print(_row(p.name, m, int(r.switched.sum())))
         print(
@@ -146,9 +146,8 @@ def main() -> None:
     met = {s: all(w[k] == "True" for k in ok_keys) for s, w in weeks.items()}
     print()
     for s, w in weeks.items():
-        print(
-            f"week {s}: {'met' if met[s] else 'missed ' + ' '.join(k for k in ok_keys if w[k] != 'True')}"
-        )
+        missed = [k for k in ok_keys if w[k] != "True"]
+        print(f"week {s}: " + ("missed " + " ".join(missed) if missed else "met"))
     if len(seeds) == 1:  # one week: each target's verdict
         out = {**weeks[seeds[0]], "unseen_seed": str(seeds[0])}
     else:  # several: on how many weeks each target held
