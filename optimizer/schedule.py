@@ -27,7 +27,7 @@ import pandas as pd
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.tiering import DAY_H, HOUR_S
 from planner.schemas.cluster import Cluster
-from planner.schemas.plan import Point
+from planner.schemas.plan import Instance, Point
 
 DAY_S = DAY_H * HOUR_S
 
@@ -104,13 +104,18 @@ def all_lazy(
     return point.model_copy(update={"instances": insts})
 
 
+def _lazy_forecast(point: Point, rates: dict[str, np.ndarray]) -> list[Instance]:
+    """The point's host/disk instances whose model has a forecast."""
+    return [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+
+
 def fast_wake_s(
     point: Point, perfs: dict[str, InstancePerf], rates: dict[str, np.ndarray], factor: float
 ) -> float:
     """The slowest wake a lazy `point` may leave to requests its forecast does not expect:
     1/`factor` of a slow switch under reactive swapping among its requested models (sleep a
     typical co-tenant, the median sleep, then wake the slowest instance), s."""
-    lazy = [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+    lazy = _lazy_forecast(point, rates)
     if not lazy:
         return np.inf
     sleep_s = float(np.median([perfs[i.id].sleep_s for i in lazy]))
@@ -134,7 +139,7 @@ def awake_hours(
         for d in i.gpus:
             held = p.awake_gib_per_gpu if i.tier == "gpu" else p.context_gib_per_gpu
             base[(i.node, d)] = base.get((i.node, d), 0.0) + held
-    lazy = [i for i in point.instances if i.tier != "gpu" and i.model in rates]
+    lazy = _lazy_forecast(point, rates)
     # requests/h from which each is kept awake: slow wakes whenever any is forecast
     floor = {
         i.id: min_requests_per_h if perfs[i.id].wake_s(i.tier) <= fast_s else np.nextafter(0, 1)

@@ -91,7 +91,7 @@ def simulate(
     for k, ins in enumerate(point.instances):
         perf = perfs[ins.id]
         m = midx.get(ins.model, -1)
-        wake_s = {"gpu": 0.0, "host": perf.wake_host_s, "disk": perf.wake_disk_s}[ins.tier]
+        wake_s = 0.0 if ins.tier == "gpu" else perf.wake_s(ins.tier)
         gpus = tuple((ins.node, g) for g in ins.gpus) or ((ins.node, -1 - k),)
         slots.append(
             Slot(
