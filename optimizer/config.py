@@ -65,7 +65,7 @@ class OptimizeConfig(BaseModel):
         le=1,
         description="schedule variants: a request wakes ahead the models that came next in "
         "its session after at least this share of its model's requests on the fitted days "
-        "(where they share no GPU with another host/disk instance; tiering.wakes_on_handoff)",
+        "(where that puts nobody to sleep: tiering.wakes_on_handoff)",
     )
     covered_idle_sleep_s: float = Field(
         default=300.0,

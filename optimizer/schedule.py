@@ -186,8 +186,8 @@ def scheduled(
     zero.
     The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
     on demand only. `handoff` (`handoffs` of the fitted days) becomes the point's: a
-    request also wakes the models that often follow it where no host/disk instance shares
-    their GPUs (`tiering.wakes_on_handoff`)."""
+    request also wakes the models that often follow it where that puts nobody to sleep
+    (`tiering.wakes_on_handoff`)."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
     rates = {m: r for m, r in rates.items() if m not in no_hours_for}
     fast_s = fast_wake_s(lazy, perfs, rates, switch_factor)

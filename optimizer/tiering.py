@@ -28,8 +28,9 @@ UTC epoch seconds at the gateway).
   with requests in flight.
 - `wakes_on_handoff`: a request for model A also wakes a sleeping lazy instance of each model
   of the point's `handoff[A]` (models that often come next in an agent session), ahead of
-  its request, when no instance of that model is awake and no host/disk instance shares its
-  GPUs (its memory is its own: the early wake can delay no other model's wake).
+  its request, when no instance of that model is awake and each of its GPUs holds every
+  instance on it awake at once, or has no other host/disk instance (the early wake puts
+  nobody to sleep, now or at a later wake).
 - `sleep_due_s`: an awake lazy instance with nothing to do sleeps `idle_sleep_s` after its
   last request, once outside its awake hours.
 - `substitute`: a request whose model would make it wait goes to the least loaded ready
@@ -201,12 +202,30 @@ def wakes_ahead(c: T, victims: Sequence[T], load: Callable[[T], int], t_s: float
     return not any(in_hours(v, t_s) or load(v) > 0 for v in victims)
 
 
-def wakes_on_handoff(c: T, near: Sequence[T]) -> bool:
+def wakes_on_handoff(
+    c: T, near: Sequence[T], capacity_gib: Mapping[Gpu, float] | None = None
+) -> bool:
     """A sleeping lazy instance of a model that often follows the requested one wakes now,
-    ahead of its request, only where no lazy co-tenant shares its GPUs (`near`: every other
-    instance on them): it then displaces nobody now, and being awake early makes no other
-    model's later wake put it to sleep first. It costs its own warm memory only."""
-    return not c.awake and c.lazy and not any(o.lazy for o in near)
+    ahead of its request, only where it displaces nobody, now or later
+    (`handoff_displaces_nobody`). It costs its own warm memory only."""
+    return not c.awake and c.lazy and handoff_displaces_nobody(c, near, capacity_gib)
+
+
+def handoff_displaces_nobody(
+    c: Tenant, near: Sequence[Tenant], capacity_gib: Mapping[Gpu, float] | None = None
+) -> bool:
+    """Each GPU of `c` holds it awake beside every other instance on it awake (`near`: those
+    instances; `capacity_gib` as in `displaced`), or has no lazy co-tenant: an early wake of
+    `c` then puts nobody to sleep now, and makes no other model's later wake put it to sleep
+    first (fixed by the plan)."""
+    cap = capacity_gib or {}
+    for g in c.gpus:
+        on_g = [o for o in near if g in o.gpus]
+        if any(o.lazy for o in on_g) and (
+            g not in cap or c.awake_gib + sum(o.awake_gib for o in on_g) > cap[g] + 1e-9
+        ):
+            return False
+    return True
 
 
 def sleep_due_s(c: Tenant, idle_since_s: float, idle_sleep_s: float | None) -> float:
@@ -282,6 +301,7 @@ __all__ = [
     "Tenant",
     "choose_wake",
     "displaced",
+    "handoff_displaces_nobody",
     "hour_of_day",
     "in_hours",
     "next_hour_s",

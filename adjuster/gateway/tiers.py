@@ -79,7 +79,7 @@ class Tiers:
                     i
                     for i in insts
                     if i.status in ("asleep", "stopped")
-                    and tiering.wakes_on_handoff(i, pool.near(i))
+                    and tiering.wakes_on_handoff(i, pool.near(i), pool.capacity)
                 ),
                 None,
             )

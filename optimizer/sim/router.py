@@ -23,9 +23,8 @@ instance wakes ahead of its requests when the hour is one of its awake hours
 (`tiering.wakes_ahead`), and an awake host/disk instance with nothing to do sleeps
 `idle_timeout_s` after its last request once outside its awake hours (`tiering.sleep_due_s`).
 Hand-off (`handoff`, model -> models often asked next in a session): a request also wakes
-a sleeping instance of each of those models that has none awake, where no host/disk
-instance shares its GPUs (`tiering.wakes_on_handoff`), so the session's next call finds it
-awake.
+a sleeping instance of each of those models that has none awake, where that puts nobody to
+sleep (`tiering.wakes_on_handoff`), so the session's next call finds it awake.
 Stand-ins (`substitutes`): a request that would wait goes to a ready instance of a stand-in
 model when the model's rule says so (`tiering.substitute`); the wake still happens unless
 the rule says not to.
@@ -126,12 +125,15 @@ class Router:
             self.near[s.index] = [slots[j] for j in near]
             self.overlaps[s.index] = [j for j in near if slots[j].tier != "gpu"]
         self.cands: dict[int, list[Slot]] = {m: [slots[i] for i in c] for m, c in by_model.items()}
-        # A hand-off can only wake an instance without lazy co-tenants (fixed by the plan):
-        # models with none are dropped from the lists up front.
+        # A hand-off only wakes an instance that displaces nobody (fixed by the plan): models
+        # with none are dropped from the lists up front.
         can = {
             m
             for m, cs in self.cands.items()
-            if any(c.lazy and not any(o.lazy for o in self.near[c.index]) for c in cs)
+            if any(
+                c.lazy and tiering.handoff_displaces_nobody(c, self.near[c.index], self.capacity)
+                for c in cs
+            )
         }
         self.handoff = {
             a: kept for a, bs in self.handoff.items() if (kept := [b for b in bs if b in can])
@@ -184,7 +186,8 @@ class Router:
                 self._settle(c, t)
             if any(c.awake for c in cands):
                 continue
-            s = next((c for c in cands if tiering.wakes_on_handoff(c, self.near[c.index])), None)
+            near, cap = self.near, self.capacity
+            s = next((c for c in cands if tiering.wakes_on_handoff(c, near[c.index], cap)), None)
             if s is not None:
                 self._wake(s, t)
 

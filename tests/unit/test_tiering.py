@@ -203,7 +203,7 @@ def _gateway_choice(rows, model, capacity, rules, tmp_path):
     return target.spec.id, target.spec.id, [v.spec.id for v in victims], None
 
 
-def _router(rows, capacity=None, rules=None, idle_s=None, t0=0.0):
+def _router(rows, capacity=None, rules=None, idle_s=None, t0=0.0, handoff=None):
     models = sorted({r["model"] for r in rows})
     slots = [
         Slot(index=k, id=r["id"], model=models.index(r["model"]), tier=r["tier"],
@@ -228,7 +228,7 @@ def _router(rows, capacity=None, rules=None, idle_s=None, t0=0.0):
         subs[models.index(name)] = (rule, cands)
     cap = {("n", g): capacity for r in rows for g in r["gpus"]} if capacity is not None else None
     router = Router(slots, by_model, Timeline(start_s=t0), gpu_memory_gib=cap,
-                    idle_timeout_s=idle_s, substitutes=subs)  # fmt: skip
+                    idle_timeout_s=idle_s, substitutes=subs, handoff=handoff)  # fmt: skip
     for s in slots:  # the situation's awake instances hold their memory from the start
         if s.awake:
             router.timeline.awake_from(s.index, t0, counted=False)
@@ -326,37 +326,48 @@ def test_gateway_and_simulator_keep_the_same_hours(name, tmp_path):
     assert _router_day(rows, now_s, capacity, idle_s) == expected
 
 
-# name: (rows, point's handoff, requested model, expected woken ahead by the hand-off)
+# name: (rows, point's handoff, requested model, GPU capacity GiB (None: not given),
+#        expected woken ahead by the hand-off)
 HANDOFF = {
     "a request wakes the model that often follows it": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", ["b0"],
+        {"a": ["b"]}, "a", None, ["b0"],
     ),
     "beside a gpu-tier co-tenant too": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
          R("g0", "g", [1], "gpu", True, 0)],
-        {"a": ["b"]}, "a", ["b0"],
+        {"a": ["b"]}, "a", None, ["b0"],
     ),
-    "not where a host/disk co-tenant shares its GPUs": (
+    "beside a host/disk co-tenant where the GPU holds both awake": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
          R("c0", "c", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", [],
+        {"a": ["b"]}, "a", 2 * AWAKE_GIB, ["b0"],
+    ),
+    "not where the GPU cannot hold both awake": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("c0", "c", [1], "host", False, 0)],
+        {"a": ["b"]}, "a", 2 * AWAKE_GIB - 0.1, [],
+    ),
+    "nor where the point gives that GPU no capacity": (
+        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
+         R("c0", "c", [1], "host", False, 0)],
+        {"a": ["b"]}, "a", None, [],
     ),
     "nor when the model has an instance awake": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
          R("b1", "b", [2], "host", True, 0)],
-        {"a": ["b"]}, "a", [],
+        {"a": ["b"]}, "a", None, [],
     ),
     "nor for a model the request's does not hand off to": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
          R("c0", "c", [2], "host", True, 0)],
-        {"a": ["b"]}, "c", [],
+        {"a": ["b"]}, "c", None, [],
     ),
 }  # fmt: skip
 
 
-def _gateway_handoff(rows, handoff, model, tmp_path):
-    gw = _gateway(rows, tmp_path)
+def _gateway_handoff(rows, handoff, model, capacity, tmp_path):
+    gw = _gateway(rows, tmp_path, capacity=capacity)
     gw.point.handoff = handoff
     woken: list[str] = []
     gw.waker.start_wake = lambda m, target=None: woken.append(target.spec.id)
@@ -364,9 +375,10 @@ def _gateway_handoff(rows, handoff, model, tmp_path):
     return woken
 
 
-def _router_handoff(rows, handoff, model):
-    router, models, slots = _router(rows)
-    router.handoff = {models.index(a): [models.index(b) for b in bs] for a, bs in handoff.items()}
+def _router_handoff(rows, handoff, model, capacity):
+    models = sorted({r["model"] for r in rows})
+    wakes = {models.index(a): [models.index(b) for b in bs] for a, bs in handoff.items()}
+    router, models, slots = _router(rows, capacity, handoff=wakes)
     before = {s.id: s.awake for s in slots}
     k, _, _ = router.route(models.index(model), 10.0)
     return [s.id for s in slots if s.awake and not before[s.id] and s.index != k]
@@ -374,6 +386,6 @@ def _router_handoff(rows, handoff, model):
 
 @pytest.mark.parametrize("name", list(HANDOFF))
 def test_gateway_and_simulator_hand_off_alike(name, tmp_path):
-    rows, handoff, model, expected = HANDOFF[name]
-    assert _gateway_handoff(rows, handoff, model, tmp_path) == expected
-    assert _router_handoff(rows, handoff, model) == expected
+    rows, handoff, model, capacity, expected = HANDOFF[name]
+    assert _gateway_handoff(rows, handoff, model, capacity, tmp_path) == expected
+    assert _router_handoff(rows, handoff, model, capacity) == expected
