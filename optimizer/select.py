@@ -80,10 +80,10 @@ def _held_up(e: Evaluation) -> float:
 
 
 def _front(pool: list[Evaluation]) -> list[Evaluation]:
-    """Evaluations no other beats: switch P95, warm GiB and quality cost (stand-ins) no
-    higher, attainment over every day no lower than `ATTAINMENT_TIE` below, and one of them
-    better. A point with more memory stays when it holds the SLO clearly better, and the one
-    that holds it best always stays."""
+    """Evaluations no other on the front beats: switch P95, warm GiB and quality cost
+    (stand-ins) no higher, attainment over every day no lower than `ATTAINMENT_TIE` below,
+    and one of them better. A point with more memory stays when it holds the SLO clearly
+    better than every leaner point that stays, and the one that holds it best always stays."""
     # Among equal plans the higher attainment comes first and is the one kept.
     pool = sorted(pool, key=lambda e: (-e.chosen["slo_attainment"], e.index))
     vals = [
@@ -101,12 +101,21 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
         no_worse = no_worse and a[3] >= b[3] - ATTAINMENT_TIE
         return no_worse and (any(x < y for x, y in zip(a[:3], b[:3], strict=True)) or a[3] > b[3])
 
-    out, seen = [], set()
-    for i, v in enumerate(vals):
-        if v in seen or any(beats(w, v) for j, w in enumerate(vals) if j != i):
+    # A point leaves only for one that stays: beats within a tie chain (the leanest beats one
+    # 0.004 better, which beats one 0.008 better), and the end of a chain holds the SLO
+    # clearly better than the start. Every beater comes earlier in this order.
+    order = sorted(
+        range(len(pool)), key=lambda i: (vals[i][1], vals[i][0], vals[i][2], -vals[i][3])
+    )
+    kept: list[int] = []
+    seen = set()
+    for i in order:
+        v = vals[i]
+        if v in seen or any(beats(vals[j], v) for j in kept):
             continue
-        out.append(pool[i])
+        kept.append(i)
         seen.add(v)
+    out = [pool[i] for i in sorted(kept)]
     # Ties chain (each point within ATTAINMENT_TIE of the next, the last far below the first):
     # the one that holds the SLO best stays (to 0.001, then the least switch, memory, quality).
     top = (
