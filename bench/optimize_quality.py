@@ -19,8 +19,9 @@ Exit 1 when a target is missed. `--quick` runs fewer evaluations (a smoke run).
 then says on how many weeks each target held): seed 1 was read while `handoff_min_share`
 (optimizer config) was chosen, seeds 2-8 while the schedule's rule for slow wakes was
 (`schedule.fast_wake_s`), seeds 9-32 to find what still misses (21 led to the hand-off rule
-of `tiering.handoff_displaces_nobody`); seeds 33-44 were first scored after that change, as a
-clean check; 45 and above are unread.
+of `tiering.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains in
+`select._front`); 33-44 were first scored after the hand-off rule, 45-56 after both, as
+clean checks; 57 and above are unread.
 """
 
 from __future__ import annotations
