@@ -202,9 +202,7 @@ def wakes_ahead(c: T, victims: Sequence[T], load: Callable[[T], int], t_s: float
     return not any(in_hours(v, t_s) or load(v) > 0 for v in victims)
 
 
-def wakes_on_handoff(
-    c: T, near: Sequence[T], capacity_gib: Mapping[Gpu, float] | None = None
-) -> bool:
+def wakes_on_handoff(c: T, near: Sequence[T], capacity_gib: Mapping[Gpu, float]) -> bool:
     """A sleeping lazy instance of a model that often follows the requested one wakes now,
     ahead of its request, only where it displaces nobody, now or later
     (`handoff_displaces_nobody`). It costs its own warm memory only."""
@@ -212,17 +210,17 @@ def wakes_on_handoff(
 
 
 def handoff_displaces_nobody(
-    c: Tenant, near: Sequence[Tenant], capacity_gib: Mapping[Gpu, float] | None = None
+    c: Tenant, near: Sequence[Tenant], capacity_gib: Mapping[Gpu, float]
 ) -> bool:
     """Each GPU of `c` holds it awake beside every other instance on it awake (`near`: those
-    instances; `capacity_gib` as in `displaced`), or has no lazy co-tenant: an early wake of
-    `c` then puts nobody to sleep now, and makes no other model's later wake put it to sleep
-    first (fixed by the plan)."""
-    cap = capacity_gib or {}
+    instances; `capacity_gib` as in `displaced`, GPUs it lacks hold one lazy instance awake
+    at a time), or has no lazy co-tenant: an early wake of `c` then puts nobody to sleep
+    now, and makes no other model's later wake put it to sleep first (fixed by the plan)."""
     for g in c.gpus:
         on_g = [o for o in near if g in o.gpus]
         if any(o.lazy for o in on_g) and (
-            g not in cap or c.awake_gib + sum(o.awake_gib for o in on_g) > cap[g] + 1e-9
+            g not in capacity_gib
+            or c.awake_gib + sum(o.awake_gib for o in on_g) > capacity_gib[g] + 1e-9
         ):
             return False
     return True
