@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from planner.catalog.gpus import GPUS
-from planner.engines.base import DEFAULT_KIND, EngineFeature, engine_kinds, get_engine
+from planner.engines.base import EngineFeature, get_engine
+from planner.engines.kinds import DEFAULT_KIND, engine_kinds
 from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import InputError
 from planner.planfile import plan_text
