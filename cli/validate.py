@@ -11,7 +11,7 @@ from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
-_KINDS = ("cluster", "models", "slo", "plan", "profile", "trace", "workload")
+_KINDS = ("cluster", "models", "slo", "plan", "profile", "keys", "trace", "workload")
 _WORKLOAD_KEYS = ("roles", "users", "days")  # a `workload synth` spec has no `kind:`
 
 
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(
                 metavar="FILE",
-                help="Input files: YAML (cluster, models, slo, plan, profile) or traces.",
+                help="Input files: YAML (cluster, models, slo, plan, profile, keys) or traces.",
             ),
         ],
         kind: Annotated[
