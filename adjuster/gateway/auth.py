@@ -40,8 +40,6 @@ from planner.schemas.keys import Key
 
 log = logging.getLogger("planner.gateway")
 
-CALLER = "planner.caller"  # request key: the Caller the middleware admitted
-_ADMITTED = "planner.admitted"  # request key: the Caller whose slot `admit` took
 _OPEN = ("/health",)  # answers everyone
 _FOR_KEYS = "/v1/"  # the API any valid key may call; everything else is privileged
 _MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
@@ -59,6 +57,16 @@ class Caller:
     @property
     def privileged(self) -> bool:
         return self.loopback or (self.key is not None and self.key.admin)
+
+
+def _request_key(name: str, kind: type) -> Any:
+    """A typed request-storage key where aiohttp has them (3.12+), else the name."""
+    make = getattr(web, "RequestKey", None)
+    return make(name, kind) if make is not None else name
+
+
+CALLER = _request_key("planner.caller", Caller)  # the Caller the middleware let through
+_ADMITTED = _request_key("planner.admitted", str)  # the key name whose slot `admit` took
 
 
 def is_loopback(host: str) -> bool:
@@ -102,12 +110,14 @@ class Auth:
         insecure: bool = False,
         model_names: list[str] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        watch_s: float = 1.0,
     ):
         self.secret = secret
         self.keys_path = Path(keys_path) if keys_path is not None else None
         self.insecure = insecure
         self.model_names = model_names
         self.clock = clock
+        self.watch_s = watch_s  # how often the keys file is checked for a change
         self.table: KeyTable | None = None
         self._stamp: tuple[int, int, int] | None = None
         self.inflight: dict[str, int] = collections.defaultdict(int)  # by key name
@@ -163,10 +173,10 @@ class Auth:
         log.warning("keys reloaded from %s: %d keys", self.keys_path, len(self.table.keys.keys))
         return True
 
-    async def watch(self, interval_s: float = 1.0) -> None:
+    async def watch(self) -> None:
         """Reload when the keys file changes (mtime, size or inode: an atomic replace too)."""
         while self.keys_path is not None:
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(self.watch_s)
             if self._file_stamp() != self._stamp:
                 self.reload()
 
@@ -193,10 +203,10 @@ class Auth:
     @web.middleware
     async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
         path = request.path
-        if path in _OPEN:
-            request[CALLER] = Caller(None, "", is_loopback(request.remote or ""))
-            return await handler(request)
         who = self.caller(request.headers, request.remote)
+        if path in _OPEN:  # answers everyone; an admin key only adds details
+            request[CALLER] = who or Caller(None, "", is_loopback(request.remote or ""))
+            return await handler(request)
         if who is None and not path.startswith(_FOR_KEYS) and is_loopback(request.remote or ""):
             who = Caller(None, "", True)  # the gateway's host reads /metrics without a key
         if who is None:
