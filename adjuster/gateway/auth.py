@@ -255,16 +255,19 @@ class Auth:
                 403, f"key {name!r} may not call model {model!r}; it may call {key.models}",
                 "PermissionDeniedError", models=key.models,
             )  # fmt: skip
-        now = self.clock()
-        recent = self.recent[name]
-        while recent and recent[0] <= now - _WINDOW_S:
-            recent.popleft()
-        if key.requests_per_minute is not None and len(recent) >= key.requests_per_minute:
-            wait_s = recent[0] + _WINDOW_S - now
-            return self._limited(name, f"{key.requests_per_minute} requests per minute", wait_s)
+        rpm = key.requests_per_minute
+        now = self.clock() if rpm is not None else 0.0
+        if rpm is not None:  # a sliding window: at most rpm admissions in any 60 s
+            recent = self.recent[name]
+            while recent and recent[0] <= now - _WINDOW_S:
+                recent.popleft()
+            if len(recent) >= rpm:
+                wait_s = recent[0] + _WINDOW_S - now
+                return self._limited(name, f"{rpm} requests per minute", wait_s)
         if key.max_concurrency is not None and self.inflight[name] >= key.max_concurrency:
             return self._limited(name, f"{key.max_concurrency} requests at once", 1.0)
-        recent.append(now)
+        if rpm is not None:
+            self.recent[name].append(now)
         self.inflight[name] += 1
         self.admitted[name] += 1
         request[_ADMITTED] = name
