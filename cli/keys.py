@@ -27,7 +27,7 @@ def add_cmd(
     models: Annotated[
         list[str] | None,
         typer.Option(
-            "--models", metavar="MODEL", help="A model it may call (repeat; default all)."
+            "--models", metavar="MODEL", help="Models it may call (repeat, or a,b; default all)."
         ),
     ] = None,
     admin: Annotated[
@@ -51,8 +51,9 @@ def add_cmd(
     """Make a new random key for NAME: print it once, store only its salted hash."""
     from planner.keys import add_key
 
+    names = [m for v in models or () for m in v.split(",") if m]
     key = add_key(
-        file, name, models=models, admin=admin, trusted_proxy=trusted_proxy,
+        file, name, models=names, admin=admin, trusted_proxy=trusted_proxy,
         max_concurrency=max_concurrency, requests_per_minute=rpm,
     )  # fmt: skip
     err_console.print(

@@ -338,6 +338,9 @@ def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
     assert key.startswith("sk-planner-") and key not in kf.read_text()
     assert kf.stat().st_mode & 0o777 == 0o600
     assert run("keys", "add", "ops", "--admin", "--file", str(kf)) == 0
+    assert run("keys", "add", "ci", "--models", "a,b", "--models", "c", "--file", str(kf)) == 0
+    assert read_keys(kf).by_name("ci").models == ["a", "b", "c"]
+    assert run("keys", "remove", "ci", "--file", str(kf)) == 0
     capsys.readouterr()
     assert run("keys", "list", "--json", "--file", str(kf)) == 0
     listed = json.loads(capsys.readouterr().out)
