@@ -117,14 +117,13 @@ def register(app: typer.Typer) -> None:
         warning = check_bind(host, keys is not None, insecure_no_auth)  # exit 2: no side effect
         if warning:
             err_console.print(f"[bold red]{warning}[/]", highlight=False)
-        if keys is not None and keys.exists() and keys.stat().st_mode & 0o077:
-            keys.chmod(0o600)
-            err_console.print(f"note: {keys} was readable by others; now 0600", highlight=False)
-
         gw = open_gateway(
             plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
             models=models, queue_limit=queue_limit, keys=keys, insecure=insecure_no_auth,
         )  # fmt: skip
+        if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
+            keys.chmod(0o600)
+            err_console.print(f"note: {keys} was readable by others; now 0600", highlight=False)
         err_console.print(
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
             f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}",
