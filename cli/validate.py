@@ -104,6 +104,8 @@ def validate_file(
         out |= _check_plan(obj, path, cluster, models)
     elif found == "slo" and models is not None:
         schemas.check_slo_models(obj, models, file=str(path))
+    elif found == "keys" and models is not None:
+        schemas.check_keys(obj, str(path), models.names)
     return out
 
 

@@ -353,6 +353,12 @@ def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
     assert (
         "requests_per_minute" in json.loads(capsys.readouterr().out)["$defs"]["Key"]["properties"]
     )
+    from planner.cli.example import CPU_FILES
+
+    (tmp_path / "models.yaml").write_text(CPU_FILES["models.yaml"])
+    assert run("validate", str(kf), "--models", str(tmp_path / "models.yaml")) == 2
+    err = capsys.readouterr().err  # alice may call `a`, which models.yaml does not hold
+    assert "keys[0].models[0]" in err and "not served" in err and "fix:" in err
     assert run("keys", "remove", "alice", "--file", str(kf)) == 0
     assert [k.name for k in read_keys(kf).keys] == ["ops"]
     # Bad files: exit 2 naming file, field and fix.
