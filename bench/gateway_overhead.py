@@ -25,7 +25,8 @@ Targets (exit 1 when missed): <= 2 ms added at P50; >= 90% of direct throughput 
 auth check <= 0.1 ms CPU per request.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
-       [--concurrent-requests 120] [--pairs 40] [--keep]
+       [--concurrent-requests 120] [--pairs 40] [--keep] [--no-keys]
+(`--no-keys`: the gateway without a keys file, to compare on the same machine and hour.)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
@@ -255,6 +256,7 @@ def main() -> None:
     # average that out.
     ap.add_argument("--pairs", type=int, default=40, help="concurrent rounds per path")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
+    ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
     args = ap.parse_args()
 
     d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
@@ -262,12 +264,13 @@ def main() -> None:
     plan = write_inputs(d, port)
     predicted = predicted_wake_s(d)
     keys, key = write_keys(d)
-    HEADERS["Authorization"] = f"Bearer {key}"
+    HEADERS["Authorization"] = f"Bearer {key}"  # sent without keys too: same bytes
+    keys_args = [] if args.no_keys else ["--keys", str(keys)]
     state = d / "state"
     gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
     proc = subprocess.Popen(
         [sys.executable, "-m", "planner.cli.main", "gateway", "--plan", str(plan),
-         "--state-dir", str(state), "--port", str(gw_port), "--keys", str(keys)],
+         "--state-dir", str(state), "--port", str(gw_port), *keys_args],
         stdout=gw_log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     gw = f"http://127.0.0.1:{gw_port}"
@@ -332,7 +335,8 @@ def main() -> None:
         f"RESULT added_p50_ms={add50:.2f} added_p99_ms={add99:.2f} "
         + " ".join(f"throughput_ratio_c{c}={r:.3f}" for c, r in ratios.items())
         + f" cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} "
-        f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} keys=on "
+        f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} "
+        f"keys={'off' if args.no_keys else 'on'} "
         f"target_met={int(met)}"
     )
     if not met:
