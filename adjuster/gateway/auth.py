@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import ipaddress
 import logging
 import math
@@ -69,6 +70,7 @@ CALLER = _request_key("planner.caller", Caller)  # the Caller the middleware let
 _ADMITTED = _request_key("planner.admitted", str)  # the key name whose slot `admit` took
 
 
+@functools.lru_cache(maxsize=4096)  # per request: peers are few, parsing is not free
 def is_loopback(host: str) -> bool:
     """Whether an address (or `localhost`) is loopback; a hostname or "" / 0.0.0.0 is not."""
     if host == "localhost":
@@ -195,9 +197,10 @@ class Auth:
             return None
         user = key.name
         if key.trusted_proxy:
-            sub = "".join(c for c in headers.get("X-User", "") if c.isprintable())
+            raw = headers.get("X-User", "")[:_MAX_SUB_CHARS]
+            sub = "".join(c for c in raw if c.isprintable())
             if sub:
-                user = f"{key.name}/{sub[:_MAX_SUB_CHARS]}"
+                user = f"{key.name}/{sub}"
         return Caller(key, user, loopback)
 
     @web.middleware
