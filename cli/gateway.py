@@ -20,16 +20,21 @@ def open_gateway(
     cluster: Path | None = None,
     models: Path | None = None,
     queue_limit: int = 64,
+    keys: Path | None = None,
+    insecure: bool = False,
 ):
-    """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad ones)."""
+    """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad
+    ones, the keys file included, before the state dir is touched)."""
     from planner.adjuster.apply import model_path_resolver
     from planner.adjuster.control import Controller
     from planner.adjuster.gateway import Gateway, GatewayConfig
+    from planner.adjuster.gateway.auth import Auth
     from planner.adjuster.state import StateStore
     from planner.cli.apply import load_plan_inputs
     from planner.cli.common import open_backend
     from planner.errors import InputError
     from planner.io import sha256_file
+    from planner.keys import install_secret, read_keys
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     if point is not None and point not in [p.name for p in plan.points]:
@@ -37,15 +42,19 @@ def open_gateway(
             f"no point {point!r} in the plan", file=str(plan_path), path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
         )  # fmt: skip
+    if keys is not None:
+        read_keys(keys, mods.names)
     state = StateStore(state_dir)
+    auth = Auth(install_secret(state.dir), keys, insecure=insecure, model_names=mods.names)
     control = Controller(
         plan, point, open_backend(backend, cl), state,
         model_path_resolver=model_path_resolver(mods, models_file.parent),
         plan_sha=sha256_file(plan_path),
     )  # fmt: skip
     return Gateway(
-        control.point, control, state_dir=state.dir, config=GatewayConfig(queue_limit=queue_limit)
-    )
+        control.point, control, state_dir=state.dir,
+        config=GatewayConfig(queue_limit=queue_limit), auth=auth,
+    )  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
@@ -76,24 +85,48 @@ def register(app: typer.Typer) -> None:
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
         ] = 64,
+        keys: Annotated[
+            Path | None,
+            typer.Option(
+                "--keys",
+                help="keys.yaml (`planner keys add`): every request needs one of its keys; "
+                "re-read on SIGHUP and when it changes.",
+            ),
+        ] = None,
+        insecure_no_auth: Annotated[
+            bool,
+            typer.Option(
+                "--insecure-no-auth",
+                help="Allow a non-loopback --host without --keys (anyone on the network can "
+                "call every model).",
+            ),
+        ] = False,
     ) -> None:
         """Serve /v1/models, /v1/completions, /v1/chat/completions, /health and /metrics.
 
         Routes by `model` to the least busy awake instance, wakes sleeping models on demand
         (sleeping their GPU co-tenants first) and logs every request to
         <state-dir>/requests.sqlite (a trace `planner workload` reads). SIGTERM or Ctrl-C:
-        stop accepting, finish in-flight requests, exit.
+        stop accepting, finish in-flight requests, exit. Without --keys it listens on
+        loopback only; with them, the key's name is the user in the log and /metrics.
         """
         require_extra("http", "`planner gateway`", ("aiohttp",))
         from planner.adjuster.gateway import run_forever
+        from planner.adjuster.gateway.auth import check_bind
 
+        warning = check_bind(host, keys is not None, insecure_no_auth)  # exit 2: no side effect
+        if warning:
+            err_console.print(f"[bold red]{warning}[/]", highlight=False)
         gw = open_gateway(
             plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
-            models=models, queue_limit=queue_limit,
+            models=models, queue_limit=queue_limit, keys=keys, insecure=insecure_no_auth,
         )  # fmt: skip
+        if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
+            keys.chmod(0o600)
+            err_console.print(f"note: {keys} was readable by others; now 0600", highlight=False)
         err_console.print(
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
-            f"http://{host}:{port}; request log {gw.log.path}",
+            f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}",
             highlight=False,
         )
         run_forever(gw, host, port)

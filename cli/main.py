@@ -38,6 +38,7 @@ _COMMAND_MODULES = [
     "apply",
     "state",
     "gateway",
+    "keys",
     "adjust",
 ]
 

@@ -11,7 +11,7 @@ from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
-_KINDS = ("cluster", "models", "slo", "plan", "profile", "trace", "workload")
+_KINDS = ("cluster", "models", "slo", "plan", "profile", "keys", "trace", "workload")
 _WORKLOAD_KEYS = ("roles", "users", "days")  # a `workload synth` spec has no `kind:`
 
 
@@ -104,6 +104,8 @@ def validate_file(
         out |= _check_plan(obj, path, cluster, models)
     elif found == "slo" and models is not None:
         schemas.check_slo_models(obj, models, file=str(path))
+    elif found == "keys" and models is not None:
+        schemas.check_keys(obj, str(path), models.names)
     return out
 
 
@@ -116,7 +118,7 @@ def register(app: typer.Typer) -> None:
             list[Path],
             typer.Argument(
                 metavar="FILE",
-                help="Input files: YAML (cluster, models, slo, plan, profile) or traces.",
+                help="Input files: YAML (cluster, models, slo, plan, profile, keys) or traces.",
             ),
         ],
         kind: Annotated[

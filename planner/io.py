@@ -127,7 +127,7 @@ def _schema_hint(kind: str | None) -> str:
         return "`planner workload synth --print-spec`"
     if kind:
         return f"`planner schema {kind}`"
-    return "`planner schema cluster` (or models, slo, plan, profile)"
+    return "`planner schema cluster` (or models, slo, plan, profile, keys)"
 
 
 def dump_yaml(data: Any) -> str:
@@ -135,18 +135,21 @@ def dump_yaml(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:
     """Write UTF-8 text atomically (see atomic_write_bytes)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write via a temp file in the same directory and rename: readers see old or new, never half."""
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int | None = None) -> None:
+    """Write via a temp file in the same directory and rename: readers see old or new, never half.
+
+    `mode`: the file's mode whatever the umask (0o600 for secrets); default 0666 less the umask."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the file an ordinary mode
+        # mkstemp makes 0600; give the file the mode asked for, or an ordinary one
+        os.fchmod(fd, mode if mode is not None else 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

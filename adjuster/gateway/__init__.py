@@ -2,7 +2,8 @@
 
 One aiohttp server in front of the applied point's vLLM instances, in modules by job:
 `server` (life cycle, routes, running it), `proxy` (HTTP and streaming pass-through,
-admission, retries, client disconnects), `answers` (caller identity, JSON error answers),
+admission, retries, client disconnects), `auth` (keys, per-key limits, who may read what),
+`answers` (caller identity without keys, JSON error answers),
 `sse` (the usage chunk of a stream), `waker` (wake/evict scheduling), `health` (probes,
 restarts, following apply), `pool` (the instances' state and admission), `requestlog` (the
 SQLite request log) and `metrics` (Prometheus). The choice of instance, of whom to wake and
@@ -21,6 +22,7 @@ _EXPORTS = {
     "Gateway": "server",
     "GatewayConfig": "server",
     "GatewayThread": "server",
+    "Auth": "auth",
     "run_forever": "server",
     "serve": "server",
     "SseUsage": "sse",

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
 
 from aiohttp import web
 
 from planner.adjuster.gateway.waker import Unavailable
+from planner.keys import key_id
 
 
-def identity(headers: Any) -> tuple[str, str]:
-    """(user, session) from X-User / X-Session, or a hash of the bearer key as the user."""
+def identity(headers: Any, secret: bytes) -> tuple[str, str]:
+    """(user, session) without a keys file: X-User / X-Session, or the bearer key's id (an
+    HMAC with the install's `secret`, planner.keys.key_id) as the user."""
     user = headers.get("X-User", "")
     if not user:
         auth = headers.get("Authorization", "")
         if auth[:7].lower() == "bearer " and auth[7:].strip():
-            user = "key-" + hashlib.sha256(auth[7:].strip().encode()).hexdigest()[:12]
+            user = key_id(secret, auth[7:].strip())
     return user, headers.get("X-Session", "")
 
 

@@ -23,8 +23,10 @@ client retries too. A client that leaves cancels its handler
 (aiohttp handler cancellation): the upstream request is closed at once, which makes vLLM
 abort it, streamed or not, and the request is logged as 499 `client gone`.
 
-User and session: `X-User` / `X-Session` headers; without `X-User`, an `Authorization:
-Bearer KEY` becomes the user `key-<first 12 hex of sha256(KEY)>` (the key is never stored).
+User and session (auth.py): with keys, the key's name (NAME/X-User under a `trusted_proxy`
+key) and `X-Session`; without, `X-User` / `X-Session`, or an `Authorization: Bearer KEY`
+becomes the user `key-<12 hex of an HMAC of KEY with the install's secret>` (never the key).
+A key may be refused a model (403) or a request over its limits (429) before any routing.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from planner.adjuster.gateway.answers import error, identity, unavailable
+from planner.adjuster.gateway.answers import error, unavailable
 from planner.adjuster.gateway.pool import Inst, load
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.waker import Unavailable
@@ -117,7 +119,7 @@ class Proxy:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        r = _Req(*identity(request.headers))
+        r = _Req(*self.gw.auth.identity(request))
         try:
             return await self._handle(request, r)
         except asyncio.CancelledError:
@@ -129,6 +131,8 @@ class Proxy:
         except web.HTTPException as e:  # e.g. a body over the size limit
             self.fail(r, e.status, e.reason)
             return error(e.status, e.reason, type(e).__name__)
+        finally:
+            self.gw.auth.release(request)  # the key's slot, when `admit` took one
 
     async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
         gw = self.gw
@@ -141,6 +145,10 @@ class Proxy:
         if not isinstance(model, str) or not model:
             return error(400, "the body names no `model`", "BadRequestError")
         r.model = model
+        denied = gw.auth.admit(request, model)  # 403 / 429 by the key (before any 404)
+        if denied is not None:
+            self.fail(r, denied.status, "key refused")
+            return denied
         if model not in gw.pool.by_model:
             names = sorted(gw.pool.by_model)
             self.fail(r, 404, "unknown model")

@@ -2,7 +2,8 @@
 
 Routes: POST /v1/completions and /v1/chat/completions (proxy.py), GET /v1/models, /health
 (the gateway's view of every instance) and /metrics (Prometheus). Any other path or method
-gets an OpenAI-style JSON error (404, or 405 with `Allow`).
+gets an OpenAI-style JSON error (404, or 405 with `Allow`). Who may call which route: auth.py
+(keys, limits; /metrics and the detailed /health need an admin key or a loopback peer).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aiohttp import web
 
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.answers import error
+from planner.adjuster.gateway.auth import Auth, check_bind
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
@@ -67,8 +69,10 @@ class Gateway:
         state_dir: str | Path,
         config: GatewayConfig | None = None,
         clock: Callable[[], float] = time.time,
+        auth: Auth | None = None,
     ):
         self.control = control
+        self.auth = auth if auth is not None else Auth.open(state_dir)  # default: no keys
         self.cfg = config or GatewayConfig()
         self.pool = Pool(point, self.cfg.admit_factor, clock)
         self.metrics = Metrics()
@@ -105,6 +109,7 @@ class Gateway:
             asyncio.create_task(self.health.loop()),
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self.tiers.loop()),
+            asyncio.create_task(self.auth.watch()),
         ]
 
     async def close(self) -> None:
@@ -141,7 +146,7 @@ class Gateway:
 
     def app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.auth.middleware])
         app.router.add_get("/v1/models", self.h_models)
         app.router.add_get("/health", self.h_health)
         app.router.add_get("/metrics", self.h_metrics)
@@ -156,19 +161,26 @@ class Gateway:
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "planner"}
             for m in sorted(self.pool.by_model)
+            if self.auth.allows(request, m)
         ]
         return web.json_response({"object": "list", "data": data})
 
     async def h_health(self, request: web.Request) -> web.Response:
+        if not self.auth.details(request):  # liveness only, to anyone
+            return web.json_response({"status": "ok", "auth": self.auth.mode})
         inst = {
             i.spec.id: {"model": i.spec.model, "status": i.status, "outstanding": i.outstanding}
             for i in self.pool.instances.values()
         }
-        return web.json_response({"status": "ok", "point": self.point.name, "instances": inst})
+        return web.json_response(
+            {"status": "ok", "auth": self.auth.mode, "point": self.point.name, "instances": inst}
+        )
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            text=self.metrics.render(self._gauges), content_type="text/plain", charset="utf-8"
+            text=self.metrics.render(self._gauges) + self.auth.render_metrics(),
+            content_type="text/plain",
+            charset="utf-8",
         )
 
     async def h_other(self, request: web.Request) -> web.Response:
@@ -212,7 +224,9 @@ async def serve(
 
     Handler cancellation is on: a client that disconnects cancels its request's handler,
     which closes the upstream request (vLLM aborts it) instead of generating for nobody.
+    A non-loopback `host` without keys is refused (auth.check_bind) before anything starts.
     """
+    check_bind(host, gateway.auth.table is not None, gateway.auth.insecure)
     runner = web.AppRunner(
         gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True
     )
@@ -287,7 +301,8 @@ def _loop_factory() -> Any:
 
 
 def run_forever(gateway: Gateway, host: str, port: int) -> None:
-    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI)."""
+    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI).
+    SIGHUP re-reads the keys file."""
     import signal
 
     async def main() -> None:
@@ -295,6 +310,7 @@ def run_forever(gateway: Gateway, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, gateway.auth.reload)
         await serve(gateway, host, port, stop)
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -1,4 +1,4 @@
-"""Loading and validating the input files (cluster, models, slo, plan, profile)."""
+"""Loading and validating the input files (cluster, models, slo, plan, profile, keys)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from planner.errors import InputError
 from planner.io import read_yaml
 from planner.schemas.cluster import Cluster
 from planner.schemas.common import did_you_mean
+from planner.schemas.keys import Keys, check_keys
 from planner.schemas.models import Models, arch_problem
 from planner.schemas.plan import Plan
 from planner.schemas.profile import Profile
@@ -24,6 +25,7 @@ KINDS: dict[str, type[BaseModel]] = {
     "slo": Slo,
     "plan": Plan,
     "profile": Profile,
+    "keys": Keys,
 }
 
 _FIXES = {
@@ -125,7 +127,7 @@ def detect_kind(data: Any, file: str) -> str:
             f"expected a mapping at the top level, found {type(data).__name__}",
             file=file,
             path="(top level)",
-            fix="start the file with `kind: cluster|models|slo|plan|profile`",
+            fix="start the file with `kind: cluster|models|slo|plan|profile|keys`",
         )
     kind = data.get("kind")
     if kind is not None and not isinstance(kind, str):
@@ -133,7 +135,7 @@ def detect_kind(data: Any, file: str) -> str:
             f"kind must be a word, found a {type(kind).__name__}",
             file=file,
             path="kind",
-            fix="start the file with `kind: cluster|models|slo|plan|profile`",
+            fix="start the file with `kind: cluster|models|slo|plan|profile|keys`",
         )
     if kind is None:
         if "nodes" in data:
@@ -144,11 +146,13 @@ def detect_kind(data: Any, file: str) -> str:
             return "plan"
         if "default" in data or "attainment" in data:
             return "slo"
+        if "keys" in data:
+            return "keys"
         raise InputError(
             "cannot tell what kind of file this is",
             file=file,
             path="kind",
-            fix="add `kind: cluster|models|slo|plan|profile`",
+            fix="add `kind: cluster|models|slo|plan|profile|keys`",
         )
     if kind not in KINDS:
         raise InputError(
@@ -170,6 +174,8 @@ def parse(data: Any, kind: str, file: str = "<data>") -> BaseModel:
     if isinstance(obj, Models):
         _resolve_architectures(obj, file)
         check_substitutes(obj, file)
+    if isinstance(obj, Keys):
+        check_keys(obj, file)
     return obj
 
 

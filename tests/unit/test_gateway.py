@@ -392,10 +392,10 @@ def test_refused_connection_restarts_on_the_request_path(setup):
 
 
 def test_identity_and_overlap():
-    assert identity({"X-User": "u", "X-Session": "s"}) == ("u", "s")
-    user, session = identity({"Authorization": "Bearer sk-secret"})
+    assert identity({"X-User": "u", "X-Session": "s"}, b"k" * 32) == ("u", "s")
+    user, session = identity({"Authorization": "Bearer sk-secret"}, b"k" * 32)
     assert user.startswith("key-") and "secret" not in user and session == ""
-    assert identity({}) == ("", "")
+    assert identity({}, b"k" * 32) == ("", "")
     a, b = inst("a", "m", [0, 1]), inst("b", "m", [1])
     assert overlaps(a, b) and not overlaps(a, inst("c", "m", [1], node="n2"))
     assert not overlaps(inst("d", "m", []), inst("e", "m", []))

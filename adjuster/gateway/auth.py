@@ -1,0 +1,309 @@
+"""Who may call the gateway: keys, per-key limits, privileged routes, the bind rule.
+
+With a keys file (`planner gateway --keys KEYS.yaml`, planner/keys.py) every route but
+`/health` needs `Authorization: Bearer KEY` (401 otherwise); a model outside the key's
+`models` is 403; past its `requests_per_minute` (any 60 s) or `max_concurrency` a request
+gets 429 with `Retry-After`. Each answer is an OpenAI-style JSON body. The caller's identity
+(request log, /metrics, `adjust`) is the key's `name`; a `trusted_proxy` key's `X-User`
+becomes NAME/USER, any other key's X-User is ignored. The file is re-read on SIGHUP and when
+it changes; requests in flight keep the entry they were admitted with, and a bad file keeps
+the keys in force (logged).
+
+Without keys the gateway listens on loopback only (anyone who can reach it is a local user),
+and the identity is `X-User`, else an HMAC of the bearer key with the install's secret. A
+non-loopback bind without keys is refused unless `--insecure-no-auth`, which /health then
+reports. Whatever the mode, `/metrics`, the detailed `/health` and any route outside `/v1/`
+(control routes) need an admin key or a loopback peer; `/health` itself answers everyone
+(liveness).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import functools
+import ipaddress
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from planner.adjuster.gateway.answers import error, identity
+from planner.errors import InputError
+from planner.keys import KeyTable, install_secret, read_keys
+from planner.schemas.keys import Key
+
+log = logging.getLogger("planner.gateway")
+
+_OPEN = ("/health",)  # answers everyone
+_FOR_KEYS = "/v1/"  # the API any valid key may call; everything else is privileged
+_MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
+_WINDOW_S = 60.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: the key entry it presented (None without keys) and its identity."""
+
+    key: Key | None
+    user: str
+    loopback: bool
+
+    @property
+    def privileged(self) -> bool:
+        return self.loopback or (self.key is not None and self.key.admin)
+
+
+def _request_key(name: str, kind: type) -> Any:
+    """A typed request-storage key where aiohttp has them (3.12+), else the name."""
+    make = getattr(web, "RequestKey", None)
+    return make(name, kind) if make is not None else name
+
+
+CALLER = _request_key("planner.caller", Caller)  # the Caller the middleware let through
+_ADMITTED = _request_key("planner.admitted", str)  # the key name whose slot `admit` took
+
+
+@functools.lru_cache(maxsize=4096)  # per request: peers are few, parsing is not free
+def is_loopback(host: str) -> bool:
+    """Whether an address (or `localhost`) is loopback; a hostname or "" / 0.0.0.0 is not."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, have_keys: bool, insecure: bool) -> str | None:
+    """InputError for a non-loopback bind without keys; the warning to print when
+    `--insecure-no-auth` allows it; None when nothing need be said."""
+    if have_keys or is_loopback(host):
+        return None
+    if not insecure:
+        raise InputError(
+            f"--host {host} listens beyond loopback, and without --keys anyone who reaches "
+            "the port could use every model",
+            path="--host",
+            fix="create a key (`planner keys add NAME --file keys.yaml`) and pass "
+            "--keys keys.yaml; or listen on 127.0.0.1; or, on a network you trust "
+            "entirely, pass --insecure-no-auth",
+        )
+    return (
+        f"WARNING: --insecure-no-auth: listening on {host} with no authentication; anyone "
+        "who reaches this port can call every model (/health reports this)"
+    )
+
+
+class Auth:
+    """The gateway's key check, limits and key-file reloads (one per gateway)."""
+
+    def __init__(
+        self,
+        secret: bytes,
+        keys_path: str | Path | None = None,
+        *,
+        insecure: bool = False,
+        model_names: list[str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        watch_s: float = 1.0,
+    ):
+        self.secret = secret
+        self.keys_path = Path(keys_path) if keys_path is not None else None
+        self.insecure = insecure
+        self.model_names = model_names
+        self.clock = clock
+        self.watch_s = watch_s  # how often the keys file is checked for a change
+        self.table: KeyTable | None = None
+        self._stamp: tuple[int, int, int] | None = None
+        self.inflight: dict[str, int] = collections.defaultdict(int)  # by key name
+        self.recent: dict[str, collections.deque[float]] = collections.defaultdict(
+            collections.deque
+        )  # admission times of the last 60 s, by key name
+        self.admitted: dict[str, int] = collections.defaultdict(int)  # by key name
+        self.denied: dict[tuple[str, int], int] = collections.defaultdict(int)
+        self.reloads = 0
+        if self.keys_path is not None:
+            self._load()  # the first load raises: a bad file stops the start (exit 2)
+
+    @classmethod
+    def open(cls, state_dir: str | Path, keys_path: str | Path | None = None, **kw: Any) -> Auth:
+        """An Auth with the install secret of `state_dir`."""
+        return cls(install_secret(state_dir), keys_path, **kw)
+
+    @property
+    def mode(self) -> str:
+        """keys | loopback-only | insecure-no-auth (reported by /health)."""
+        if self.keys_path is not None:
+            return "keys"
+        return "insecure-no-auth" if self.insecure else "loopback-only"
+
+    # ----- the keys file
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        assert self.keys_path is not None
+        try:
+            st = os.stat(self.keys_path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _load(self) -> None:
+        assert self.keys_path is not None
+        stamp = self._file_stamp()
+        keys = read_keys(self.keys_path, self.model_names)
+        self.table, self._stamp = KeyTable(keys), stamp
+
+    def reload(self) -> bool:
+        """Re-read the keys file (SIGHUP, a change); a bad file keeps the keys in force."""
+        if self.keys_path is None:
+            return False
+        try:
+            self._load()
+        except InputError as e:
+            self._stamp = self._file_stamp()  # not retried until it changes again
+            log.error("keys file not reloaded, the previous keys stay in force: %s", e)
+            return False
+        self.reloads += 1
+        assert self.table is not None
+        log.warning("keys reloaded from %s: %d keys", self.keys_path, len(self.table.keys.keys))
+        return True
+
+    async def watch(self) -> None:
+        """Reload when the keys file changes (mtime, size or inode: an atomic replace too)."""
+        while self.keys_path is not None:
+            await asyncio.sleep(self.watch_s)
+            if self._file_stamp() != self._stamp:
+                self.reload()
+
+    # ----- per request
+
+    def caller(self, headers: Any, remote: str | None) -> Caller | None:
+        """The caller of a request; None: keys are on and it presents no valid key."""
+        loopback = remote is not None and is_loopback(remote)
+        if self.table is None:
+            return Caller(None, identity(headers, self.secret)[0], loopback)
+        auth = headers.get("Authorization", "")
+        if auth[:7].lower() != "bearer ":
+            return None
+        key = self.table.lookup(auth[7:].strip())
+        if key is None:
+            return None
+        user = key.name
+        if key.trusted_proxy:
+            raw = headers.get("X-User", "")[:_MAX_SUB_CHARS]
+            sub = "".join(c for c in raw if c.isprintable())
+            if sub:
+                user = f"{key.name}/{sub}"
+        return Caller(key, user, loopback)
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        path = request.path
+        who = self.caller(request.headers, request.remote)
+        if path in _OPEN:  # answers everyone; an admin key only adds details
+            request[CALLER] = who or Caller(None, "", is_loopback(request.remote or ""))
+            return await handler(request)
+        if who is None and not path.startswith(_FOR_KEYS) and is_loopback(request.remote or ""):
+            who = Caller(None, "", True)  # the gateway's host reads /metrics without a key
+        if who is None:
+            self.denied[("", 401)] += 1
+            return error(
+                401, "a valid key is needed: send `Authorization: Bearer KEY` (ask the "
+                "gateway's admin for a key: `planner keys add NAME`)", "AuthenticationError",
+                headers={"WWW-Authenticate": "Bearer"},
+            )  # fmt: skip
+        if not path.startswith(_FOR_KEYS) and not who.privileged:
+            self.denied[(who.key.name if who.key else "", 403)] += 1
+            return error(
+                403, f"{path} needs an admin key (or a request from the gateway's host)",
+                "PermissionDeniedError",
+            )  # fmt: skip
+        request[CALLER] = who
+        return await handler(request)
+
+    def identity(self, request: web.Request) -> tuple[str, str]:
+        """(user, session) of a request the middleware let through."""
+        who = request.get(CALLER)
+        return (who.user if who is not None else ""), request.headers.get("X-Session", "")
+
+    def allows(self, request: web.Request, model: str) -> bool:
+        """Whether the request's key may call `model` (always, without keys)."""
+        who = request.get(CALLER)
+        key = who.key if who is not None else None
+        return key is None or key.models is None or model in key.models
+
+    def details(self, request: web.Request) -> bool:
+        """Whether the request may see detailed status (admin key or loopback)."""
+        who = request.get(CALLER)
+        return who is not None and who.privileged
+
+    def admit(self, request: web.Request, model: str) -> web.Response | None:
+        """403 for a model outside the key's list, 429 past a limit; else None, and a slot
+        of the key is taken (`release` gives it back)."""
+        who = request.get(CALLER)
+        key = who.key if who is not None else None
+        if key is None:
+            return None
+        name = key.name
+        if key.models is not None and model not in key.models:
+            self.denied[(name, 403)] += 1
+            return error(
+                403, f"key {name!r} may not call model {model!r}; it may call {key.models}",
+                "PermissionDeniedError", models=key.models,
+            )  # fmt: skip
+        rpm = key.requests_per_minute
+        now = self.clock() if rpm is not None else 0.0
+        if rpm is not None:  # a sliding window: at most rpm admissions in any 60 s
+            recent = self.recent[name]
+            while recent and recent[0] <= now - _WINDOW_S:
+                recent.popleft()
+            if len(recent) >= rpm:
+                wait_s = recent[0] + _WINDOW_S - now
+                return self._limited(name, f"{rpm} requests per minute", wait_s)
+        if key.max_concurrency is not None and self.inflight[name] >= key.max_concurrency:
+            return self._limited(name, f"{key.max_concurrency} requests at once", 1.0)
+        if rpm is not None:
+            self.recent[name].append(now)
+        self.inflight[name] += 1
+        self.admitted[name] += 1
+        request[_ADMITTED] = name
+        return None
+
+    def _limited(self, name: str, limit: str, wait_s: float) -> web.Response:
+        self.denied[(name, 429)] += 1
+        return error(
+            429, f"key {name!r} is over its limit of {limit}; retry later", "RateLimitError",
+            headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
+        )  # fmt: skip
+
+    def release(self, request: web.Request) -> None:
+        """Give back the slot `admit` took (no-op when it took none)."""
+        name = request.get(_ADMITTED)
+        if name is not None:
+            self.inflight[name] -= 1
+            del request[_ADMITTED]
+
+    def render_metrics(self) -> str:
+        """Prometheus text of admissions and refusals by key name (bounded: names of the file)."""
+        out = [
+            "# HELP planner_gateway_key_requests_total Requests admitted, by key name.",
+            "# TYPE planner_gateway_key_requests_total counter",
+            *(f'planner_gateway_key_requests_total{{key="{k}"}} {v}'
+              for k, v in sorted(self.admitted.items())),
+            "# HELP planner_gateway_auth_denied_total Requests refused by the key check, by key "
+            'name ("" when no valid key) and status (401, 403, 429).',
+            "# TYPE planner_gateway_auth_denied_total counter",
+            *(f'planner_gateway_auth_denied_total{{key="{k}",status="{s}"}} {v}'
+              for (k, s), v in sorted(self.denied.items())),
+            "# HELP planner_gateway_keys_reloads_total Reloads of the keys file.",
+            "# TYPE planner_gateway_keys_reloads_total counter",
+            f"planner_gateway_keys_reloads_total {self.reloads}",
+        ]  # fmt: skip
+        return "\n".join(out) + "\n"

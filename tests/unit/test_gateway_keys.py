@@ -1,0 +1,379 @@
+"""Gateway keys (issue 28): 401/403/429, identity by key, limits, reloads, the bind rule,
+admin-only /metrics, and the `keys` input kind and CLI.
+
+The gateway runs over test_gateway.py's fake engines (no vLLM); checks that need a real
+process (SIGHUP) or a peer that is not loopback (a network namespace with its own address)
+run tests/unit/gateway_proc.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from test_gateway import FakeControl, free_port, inst, wait_rows
+
+from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
+from planner.adjuster.gateway.auth import Auth
+from planner.keys import INSTALL_SECRET, add_key, hash_key, key_id, read_keys, remove_key
+from planner.schemas.plan import Point
+
+HERE = Path(__file__).resolve().parent
+PROC = HERE / "gateway_proc.py"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    """Factory: a gateway over awake fake engines of models a and b, with `auth_kw` for Auth."""
+    made = []
+
+    def make(**auth_kw):
+        point = Point(name="p", instances=[inst("a0", "a", [0]), inst("b0", "b", [1])])
+        ctl = FakeControl(point, {"a0", "b0"})
+        auth = Auth.open(tmp_path, model_names=["a", "b"], **auth_kw)
+        gw = Gateway(
+            point, ctl, state_dir=tmp_path, config=GatewayConfig(log_flush_s=0.05), auth=auth
+        )
+        th = GatewayThread(gw, port=free_port()).start()
+        made.append((th, ctl))
+        return th
+
+    yield make
+    for th, ctl in made:
+        th.stop()
+        ctl.close()
+
+
+def post(th, key=None, headers=None, **body):
+    h = {**(bearer(key) if key else {}), **(headers or {})}
+    return httpx.post(th.url + "/v1/completions", json=body, headers=h, timeout=30)
+
+
+def assert_openai_error(r: httpx.Response, status: int, kind: str) -> None:
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert err["code"] == status and err["type"] == kind and err["message"]
+
+
+def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, tmp_path):
+    kf = tmp_path / "keys.yaml"
+    alice = add_key(kf, "alice", models=["a"], requests_per_minute=2)
+    bob = add_key(kf, "bob", max_concurrency=1)
+    th = gateway(keys_path=kf)
+    # No key, a wrong key, another scheme: 401, an OpenAI-style body, on every route.
+    for h in ({}, bearer("sk-planner-wrong"), {"Authorization": "Basic garbage"}):
+        r = post(th, headers=h, model="a", prompt="x")
+        assert_openai_error(r, 401, "AuthenticationError")
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+    assert httpx.get(th.url + "/v1/models").status_code == 401
+    # A model outside the key's list: 403 naming what it may call; /v1/models shows only those.
+    r = post(th, alice, model="b", prompt="x")
+    assert_openai_error(r, 403, "PermissionDeniedError")
+    assert r.json()["error"]["models"] == ["a"]
+    models = httpx.get(th.url + "/v1/models", headers=bearer(alice)).json()["data"]
+    assert [m["id"] for m in models] == ["a"]
+    # X-User of an ordinary key is ignored: the user is the key's name.
+    assert post(th, alice, headers={"X-User": "admin"}, model="a", prompt="x").status_code == 200
+    assert post(th, alice, model="a", prompt="x").status_code == 200
+    r = post(th, alice, model="a", prompt="x")  # the third in a minute
+    assert_openai_error(r, 429, "RateLimitError")
+    assert 1 <= int(r.headers["Retry-After"]) <= 60
+    # max_concurrency 1: a second request while one is in flight is 429, then room again.
+    with ThreadPoolExecutor(1) as ex:
+        slow = ex.submit(post, th, bob, model="b", prompt="x", delay_s=1.0)
+        time.sleep(0.4)
+        r = post(th, bob, model="b", prompt="x")
+        assert slow.result().status_code == 200
+    assert_openai_error(r, 429, "RateLimitError")
+    assert int(r.headers["Retry-After"]) >= 1
+    assert post(th, bob, model="b", prompt="x").status_code == 200
+    got = wait_rows(tmp_path, 4)
+    assert sorted(g["user"] for g in got) == ["alice", "alice", "bob", "bob"]
+    fails = wait_rows(tmp_path, 3, "failures")
+    assert sorted((f["user"], f["status"]) for f in fails) == [
+        ("alice", 403), ("alice", 429), ("bob", 429)
+    ]  # fmt: skip
+    text = httpx.get(th.url + "/metrics").text  # loopback: no key needed
+    assert 'planner_gateway_key_requests_total{key="alice"} 2' in text
+    assert 'planner_gateway_auth_denied_total{key="bob",status="429"} 1' in text
+
+
+def test_trusted_proxy_forwards_a_sub_identity(gateway, tmp_path):
+    kf = tmp_path / "keys.yaml"
+    ui = add_key(kf, "chat-ui", trusted_proxy=True)
+    th = gateway(keys_path=kf)
+    assert post(th, ui, headers={"X-User": "ann"}, model="a", prompt="x").status_code == 200
+    assert post(th, ui, model="a", prompt="x").status_code == 200
+    assert sorted(g["user"] for g in wait_rows(tmp_path, 2)) == ["chat-ui", "chat-ui/ann"]
+
+
+def test_key_ids_without_keys_are_an_hmac_with_the_install_secret(gateway, tmp_path):
+    import hashlib
+
+    th = gateway()
+    assert post(th, "sk-some-client-key", model="a", prompt="x").status_code == 200
+    (row,) = wait_rows(tmp_path, 1)
+    bare = "key-" + hashlib.sha256(b"sk-some-client-key").hexdigest()[:12]
+    secret = bytes.fromhex((tmp_path / INSTALL_SECRET).read_text())
+    assert row["user"] == key_id(secret, "sk-some-client-key") != bare
+    assert (tmp_path / INSTALL_SECRET).stat().st_mode & 0o777 == 0o600
+    assert key_id(b"another install's secret", "sk-some-client-key") != row["user"]
+
+
+def test_keys_file_change_is_picked_up_without_dropping_requests_in_flight(gateway, tmp_path):
+    kf = tmp_path / "keys.yaml"
+    alice = add_key(kf, "alice")
+    th = gateway(keys_path=kf, watch_s=0.05)
+    with ThreadPoolExecutor(1) as ex:
+        slow = ex.submit(post, th, alice, model="a", prompt="x", delay_s=1.5)
+        time.sleep(0.3)  # alice's request is in flight
+        bob = add_key(kf, "bob")
+        remove_key(kf, "alice")
+        deadline = time.monotonic() + 10
+        while post(th, bob, model="a", prompt="x").status_code != 200:
+            assert time.monotonic() < deadline, "the new key was not picked up"
+            time.sleep(0.05)
+        assert post(th, alice, model="a", prompt="x").status_code == 401
+        assert slow.result().status_code == 200  # admitted before: not dropped
+    # A broken file keeps the keys in force.
+    kf.write_text("kind: keys\nkeys: [{name: x, hash: nope}]\n")
+    time.sleep(0.5)
+    assert post(th, bob, model="a", prompt="x").status_code == 200
+
+
+def _proc_env() -> dict[str, str]:
+    root = HERE.parents[1]
+    return {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{root}", "PYTHONUNBUFFERED": "1"}
+
+
+def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
+    kf = tmp_path / "keys.yaml"
+    alice = add_key(kf, "alice")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = open(tmp_path / "gw.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(
+        [sys.executable, str(PROC), "serve", "--state", str(tmp_path / "s"), "--port",
+         str(port), "--keys", str(kf), "--watch-s", "3600"],
+        stdout=log, stderr=subprocess.STDOUT, env=_proc_env(),
+    )  # fmt: skip
+
+    def call(key, **body):
+        return httpx.post(url + "/v1/completions", json=body, headers=bearer(key), timeout=30)
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                tmp_path / "gw.log"
+            ).read_text()
+            time.sleep(0.1)
+        with ThreadPoolExecutor(1) as ex:
+            slow = ex.submit(call, alice, model="a", prompt="x", delay_s=2.0)
+            time.sleep(0.5)
+            bob = add_key(kf, "bob")
+            remove_key(kf, "alice")
+            assert call(bob, model="a", prompt="x").status_code == 401  # not yet re-read
+            proc.send_signal(signal.SIGHUP)
+            deadline = time.monotonic() + 10
+            while call(bob, model="a", prompt="x").status_code != 200:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.05)
+            assert call(alice, model="a", prompt="x").status_code == 401
+            assert slow.result().status_code == 200  # in flight across the reload
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _plan(d: Path) -> Path:
+    """The CPU example's inputs and a plan of one host-tier instance of tiny-a (never woken
+    here: the gateway starts without its weights)."""
+    import yaml
+
+    from planner.cli.example import CPU_FILES
+
+    for name, text in CPU_FILES.items():
+        (d / name).write_text(text)
+    models = yaml.safe_load((d / "models.yaml").read_text())
+    models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
+    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    inst = {
+        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
+        "tier": "host", "port": free_port(),
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 8},
+    }  # fmt: skip
+    plan = {
+        "kind": "plan", "version": 1, "selected": "p",
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+        "points": [{"name": "p", "instances": [inst]}],
+    }  # fmt: skip
+    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    return d / "plan.yaml"
+
+
+def test_non_loopback_bind_without_keys_exits_2_with_the_fix(tmp_path):
+    plan = _plan(tmp_path)
+    state = tmp_path / "state"
+    for host in ("0.0.0.0", "10.77.0.1", "::"):
+        r = subprocess.run(
+            [sys.executable, "-m", "planner.cli.main", "gateway", "--plan", str(plan),
+             "--state-dir", str(state), "--host", host, "--port", str(free_port())],
+            capture_output=True, text=True, timeout=60, env=_proc_env(),
+        )  # fmt: skip
+        assert r.returncode == 2, r.stderr
+        assert "--keys" in r.stderr and "fix:" in r.stderr and "--insecure-no-auth" in r.stderr
+    assert not state.exists()  # refused before any side effect
+
+
+@pytest.fixture
+def netns():
+    """A network namespace with loopback up and 10.77.0.1 on it: a peer that is not loopback."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace")
+    name = f"keys-{os.getpid()}-{time.monotonic_ns() % 10**6}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        pytest.skip("cannot create a network namespace")
+    procs: list[subprocess.Popen] = []
+    try:
+        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", "10.77.0.1/32",
+                                                            "dev", "lo"]):  # fmt: skip
+            subprocess.run(["ip", "netns", "exec", name, *cmd], check=True)
+        yield name, procs
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def _ns_client(ns: str, url: str, reqs: list, log: Path | None = None) -> list:
+    r = subprocess.run(
+        ["ip", "netns", "exec", ns, sys.executable, str(PROC), "client", url, json.dumps(reqs)],
+        capture_output=True, text=True, timeout=120, env=_proc_env(),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + (log.read_text() if log is not None else "")
+    return json.loads(r.stdout)
+
+
+def test_metrics_and_details_need_an_admin_key_from_other_hosts(netns, tmp_path):
+    ns, procs = netns
+    kf = tmp_path / "keys.yaml"
+    alice, ops = add_key(kf, "alice"), add_key(kf, "ops", admin=True)
+    cmd = ["ip", "netns", "exec", ns, sys.executable, str(PROC), "serve", "--state",
+           str(tmp_path / "s"), "--host", "10.77.0.1", "--port", "8000", "--keys", str(kf)]  # fmt: skip
+    procs.append(subprocess.Popen(cmd, env=_proc_env()))
+    got = _ns_client(ns, "http://10.77.0.1:8000", [
+        ["GET", "/health", {}],
+        ["GET", "/metrics", {}],
+        ["GET", "/metrics", bearer(alice)],
+        ["GET", "/metrics", bearer(ops)],
+        ["GET", "/health", bearer(ops)],
+        ["GET", "/v1/models", bearer(alice)],
+    ])  # fmt: skip
+    assert got[0][:2] == [200, {"status": "ok", "auth": "keys"}]  # liveness only
+    assert got[1][0] == 401 and got[1][1]["error"]["type"] == "AuthenticationError"
+    assert got[2][0] == 403 and got[2][1]["error"]["type"] == "PermissionDeniedError"
+    assert got[3][0] == 200 and "planner_gateway_requests_total" in got[3][1]
+    assert got[4][0] == 200 and set(got[4][1]["instances"]) == {"a0", "b0"}
+    assert got[5][0] == 200
+
+
+def test_insecure_no_auth_is_printed_and_reported_by_health(netns, tmp_path):
+    ns, procs = netns
+    plan = _plan(tmp_path)
+    err = tmp_path / "gw.err"
+    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "planner.cli.main", "gateway",
+           "--plan", str(plan), "--state-dir", str(tmp_path / "s"), "--host", "0.0.0.0",
+           "--port", "8000", "--insecure-no-auth"]  # fmt: skip
+    with open(err, "wb") as f:
+        procs.append(subprocess.Popen(cmd, stdout=f, stderr=f, env=_proc_env()))
+    reqs = [["GET", "/health", {}], ["GET", "/metrics", {}]]
+    got = _ns_client(ns, "http://10.77.0.1:8000", reqs, err)
+    assert got[0][:2] == [200, {"status": "ok", "auth": "insecure-no-auth"}]
+    assert got[1][0] == 403  # no admin key exists: /metrics only from the gateway's host
+    assert "--insecure-no-auth" in err.read_text() and "WARNING" in err.read_text()
+
+
+def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
+    from planner.cli.main import main
+
+    kf = tmp_path / "k.yaml"
+
+    def run(*args: str) -> int:
+        with pytest.raises(SystemExit) as e:
+            main(list(args))
+        return e.value.code or 0
+
+    assert run("keys", "add", "alice", "--models", "a", "--rpm", "5", "--file", str(kf)) == 0
+    out = capsys.readouterr()
+    key = out.out.strip()
+    assert key.startswith("sk-planner-") and key not in kf.read_text()
+    assert kf.stat().st_mode & 0o777 == 0o600
+    assert run("keys", "add", "ops", "--admin", "--file", str(kf)) == 0
+    assert run("keys", "add", "ci", "--models", "a,b", "--models", "c", "--file", str(kf)) == 0
+    assert read_keys(kf).by_name("ci").models == ["a", "b", "c"]
+    assert run("keys", "remove", "ci", "--file", str(kf)) == 0
+    capsys.readouterr()
+    assert run("keys", "list", "--json", "--file", str(kf)) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(k["name"], k["models"], k["admin"]) for k in listed] == [
+        ("alice", ["a"], False), ("ops", None, True)
+    ]  # fmt: skip
+    assert "hash" not in listed[0]
+    assert run("validate", str(kf)) == 0 and "(keys)" in capsys.readouterr().out
+    assert run("schema", "keys") == 0
+    assert (
+        "requests_per_minute" in json.loads(capsys.readouterr().out)["$defs"]["Key"]["properties"]
+    )
+    from planner.cli.example import CPU_FILES
+
+    (tmp_path / "models.yaml").write_text(CPU_FILES["models.yaml"])
+    assert run("validate", str(kf), "--models", str(tmp_path / "models.yaml")) == 2
+    err = capsys.readouterr().err  # alice may call `a`, which models.yaml does not hold
+    assert "keys[0].models[0]" in err and "not served" in err and "fix:" in err
+    assert run("keys", "remove", "alice", "--file", str(kf)) == 0
+    assert [k.name for k in read_keys(kf).keys] == ["ops"]
+    # Bad files: exit 2 naming file, field and fix.
+    bad = {
+        "keys[0].hash": f"keys:\n- name: a\n  hash: {key}\n",
+        "keys[1].name": f"keys:\n- {{name: a, hash: '{hash_key('x')}'}}\n"
+        f"- {{name: a, hash: '{hash_key('y')}'}}\n",
+        "keys[0].requests_per_minute": f"kind: keys\nkeys:\n- {{name: a, hash: '{hash_key('x')}'"
+        ", requests_per_minute: 0}\n",
+        "keys[0].modles": f"kind: keys\nkeys:\n- {{name: a, hash: '{hash_key('x')}', modles: []}}\n",
+    }
+    for path, text in bad.items():
+        kf.write_text(text)
+        assert run("validate", str(kf)) == 2
+        err = capsys.readouterr().err
+        assert f"{kf}: {path}:" in err and "fix:" in err, err
+        if path == "keys[0].hash":
+            assert "a key itself, not its hash" in err
