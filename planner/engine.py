@@ -31,6 +31,7 @@ from typing import Literal
 
 from planner.engine_log import FAILURE_FIXES, classify_failure
 from planner.errors import LaunchError
+from planner.private import open_private_append
 from planner.schemas.plan import Instance
 
 Device = Literal["cuda", "cpu"]
@@ -116,12 +117,10 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
     """Spawn the server in its own process group (so stop reaches the engine children)."""
-    log = Path(log_path)
-    log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env}
     if "CUDA_VISIBLE_DEVICES" not in env:
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
-    with open(log, "ab") as f:
+    with open_private_append(log_path) as f:  # engine logs name users' models: 0600
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
