@@ -40,6 +40,71 @@ Device = Literal["cuda", "cpu"]
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 
+# The flags the planner sets itself, and what owns each (a plan field, or the planner):
+# `extra_args` may not set them (planner.schemas.plan checks every plan against this list).
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "the instance's `variant` (its path in models.yaml)",
+    "--served-model-name": "the instance's `model`",
+    "--host": "the planner (engines listen on loopback only; docs/security.md)",
+    "--port": "the instance's `port`",
+    "--uds": "the planner (engines listen on loopback only; docs/security.md)",
+    "--api-key": "the planner (a secret per instance, through the environment)",
+    "--config": "the plan (a vLLM config file could set any managed flag)",
+    "--enable-sleep-mode": "the instance's `tier` (the planner sets sleep mode)",
+    "--tensor-parallel-size": "the instance's `tp`",
+    "-tp": "the instance's `tp`",
+    "--gpu-memory-utilization": "`engine.gpu_memory_utilization`",
+    "--max-model-len": "`engine.max_model_len`",
+    "--max-num-seqs": "`engine.max_num_seqs`",
+    "--max-num-batched-tokens": "`engine.max_num_batched_tokens`",
+    "--kv-cache-dtype": "`engine.kv_cache_dtype`",
+    "--quantization": "`engine.quantization`",
+    "-q": "`engine.quantization`",
+    "--enforce-eager": "`engine.enforce_eager`",
+    "--cpu-offload-gb": "the instance's `expert_cpu_offload_gib`",
+    "--kv-offloading-size": "the instance's `kv_cpu_offload_gib`",
+    "--enable-prompt-tokens-details": "the planner (the gateway logs cached tokens)",
+}
+# Runs the checkpoint's own Python: only where models.yaml says so for that variant.
+TRUST_REMOTE_CODE = "--trust-remote-code"
+
+
+def flag_name(arg: str) -> str | None:
+    """The option an argv token names as vLLM parses it (`--max_model_len=8` is
+    `--max-model-len`); None for a value."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit():
+        return None
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def managed_flag(extra_args: list[str]) -> tuple[str, str] | None:
+    """The first token of `extra_args` that sets a flag the planner manages, and its owner.
+
+    vLLM's parser takes unambiguous prefixes (`--hos` for `--host`), so a long option that
+    starts a managed flag counts as that flag."""
+    for arg in extra_args:
+        name = flag_name(arg)
+        if name is None:
+            continue
+        if name in MANAGED_FLAGS:
+            return arg, MANAGED_FLAGS[name]
+        if name.startswith("--") and len(name) > 3:
+            for flag, owner in MANAGED_FLAGS.items():
+                if flag.startswith(name):
+                    return arg, owner
+    return None
+
+
+def asks_remote_code(extra_args: list[str]) -> str | None:
+    """The token of `extra_args` that turns on `--trust-remote-code` (or a prefix), or None."""
+    for arg in extra_args:
+        name = flag_name(arg)
+        if name is not None and len(name) > 3 and TRUST_REMOTE_CODE.startswith(name):
+            return arg
+    return None
+
+
 def _num(x: float) -> str:
     """A flag value without a trailing `.0` for whole numbers (stable golden files)."""
     return str(int(x)) if float(x).is_integer() else repr(round(float(x), 6))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from planner.schemas.common import SafeName, Strict, duplicates
 from planner.schemas.models import Substitute
@@ -53,7 +53,25 @@ class EngineArgs(Strict):
         default=None, description="--quantization; None: from the checkpoint"
     )
     enforce_eager: bool = Field(default=False, description="skip CUDA graphs (faster start)")
-    extra_args: list[str] = Field(default_factory=list, description="more vLLM flags, verbatim")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="more vLLM flags, verbatim; not those the planner sets itself "
+        "(planner.engine.MANAGED_FLAGS)",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_managed_flags(cls, v: list[str]) -> list[str]:
+        from planner.engine import managed_flag  # the one list, beside the argv it guards
+
+        hit = managed_flag(v)
+        if hit is not None:
+            arg, owner = hit
+            raise ValueError(
+                f"extra_args sets {arg!r}, which the planner manages: set it through {owner}, "
+                "or drop it"
+            )
+        return v
 
 
 class Instance(Strict):
