@@ -118,8 +118,14 @@ def build_argv(
     python: str = sys.executable,
     device: Device = "cuda",
     host: str = "127.0.0.1",
+    secret: str = "",
 ) -> tuple[list[str], dict[str, str]]:
-    """The server's argv and the environment variables to add; pure (no I/O)."""
+    """The server's argv and the environment variables to add; pure (no I/O).
+
+    `secret`: the instance's API key, handed over in the environment (`VLLM_API_KEY`), never
+    on argv (argv is readable by every local user in `ps`). vLLM checks it on `/v1/*` only:
+    `/health`, `/metrics` and the dev-mode routes stay open, so `host` is loopback
+    (docs/security.md)."""
     e = inst.engine
     argv = [
         python, "-m", "vllm.entrypoints.openai.api_server",
@@ -143,7 +149,7 @@ def build_argv(
         argv += ["--quantization", q]
     if e.max_num_batched_tokens is not None:
         argv += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
-    env: dict[str, str] = {}
+    env: dict[str, str] = {"VLLM_API_KEY": secret} if secret else {}
     if device == "cuda":
         argv += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
         if inst.expert_cpu_offload_gib > 0:
@@ -154,7 +160,9 @@ def build_argv(
         # Every tier: a hop between plan points that only moves an instance between tiers
         # becomes a sleep or a wake instead of a restart (reconcile.spec_sha omits the tier).
         argv += ["--enable-sleep-mode"]
-        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
+        # exposes /sleep, /wake_up, /is_sleeping (and /collective_rpc: unauthenticated, hence
+        # loopback only); the CPU build has no sleep mode and gets no dev mode
+        env["VLLM_SERVER_DEV_MODE"] = "1"
         if inst.gpus:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
     else:
@@ -167,6 +175,18 @@ def build_argv(
 
 
 # ---------------------------------------------------------------- runner
+
+
+def new_secret() -> str:
+    """A fresh random API key for one instance (256 bits)."""
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def auth_headers(secret: str) -> dict[str, str]:
+    """The header that passes vLLM's API-key check (none without a secret)."""
+    return {"Authorization": f"Bearer {secret}"} if secret else {}
 
 
 def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -225,18 +245,22 @@ def pid_is_server(pid: int, port: int) -> bool:
     return any("vllm" in a for a in text) and str(port) in text
 
 
-def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0) -> bool:
-    """Whether GET http://host:port/path answers 200."""
+def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: str = "") -> bool:
+    """Whether GET http://host:port/path answers 200 (with the instance's `secret`)."""
+    req = urllib.request.Request(f"http://{host}:{port}{path}", headers=auth_headers(secret))
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def http_post(host: str, port: int, path: str, timeout_s: float = 600.0) -> int:
+def http_post(
+    host: str, port: int, path: str, timeout_s: float = 600.0, *, secret: str = ""
+) -> int:
     """POST with an empty body; returns the status (raises on connection failure)."""
-    req = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
+    url = f"http://{host}:{port}{path}"
+    req = urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(secret))
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status
@@ -264,6 +288,7 @@ def wait_ready(
     timeout_s: float,
     *,
     poll_s: float = 0.5,
+    secret: str = "",
 ) -> float:
     """Block until `/v1/models` answers; returns the seconds waited.
 
@@ -272,7 +297,7 @@ def wait_ready(
     """
     t0 = time.monotonic()
     while True:
-        if http_ok(host, port, "/v1/models", timeout_s=2.0):
+        if http_ok(host, port, "/v1/models", timeout_s=2.0, secret=secret):
             return time.monotonic() - t0
         if not _running(proc):
             tail = read_tail(log_path)

@@ -27,6 +27,14 @@ class Handle:
     actor: str | None = None  # Ray actor name, for the ray backend
     log_path: str = ""
     extra: dict = field(default_factory=dict)
+    # the instance's API key (planner.engine.auth_headers); kept in the 0600 state DB, never logged
+    secret: str = field(default="", repr=False)
+
+    def auth_headers(self) -> dict[str, str]:
+        """What every request the planner sends this server carries (its API key)."""
+        from planner.engine import auth_headers
+
+        return auth_headers(self.secret)
 
 
 class Backend(Protocol):

@@ -48,7 +48,8 @@ class LocalBackend:
         return self.device == "cuda"
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
-        """Spawn the server; returns at once."""
+        """Spawn the server with a fresh secret; returns at once."""
+        secret = engine.new_secret()
         argv, env = engine.build_argv(
             inst,
             model_path=model_path,
@@ -56,6 +57,7 @@ class LocalBackend:
             python=self.python,
             device=self.device,
             host=self.host,
+            secret=secret,
         )
         proc = engine.start_server(argv, env, log_path)
         self._procs[proc.pid] = proc
@@ -67,6 +69,7 @@ class LocalBackend:
             pid=proc.pid,
             log_path=str(log_path),
             extra={"device": self.device},
+            secret=secret,
         )
 
     def _proc(self, handle: Handle) -> subprocess.Popen | int | None:
@@ -86,7 +89,9 @@ class LocalBackend:
                 f"{handle.instance_id}: pid {proc} is not a server on port {handle.port}",
                 reason="unknown",
             )
-        engine.wait_ready(handle.host, handle.port, proc, handle.log_path, timeout_s)
+        engine.wait_ready(
+            handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret
+        )
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""
@@ -102,14 +107,18 @@ class LocalBackend:
         """Process runs and `/health` answers 200."""
         if handle.pid is None or not engine.pid_is_server(handle.pid, handle.port):
             return False
-        return engine.http_ok(handle.host, handle.port, "/health", timeout_s=5.0)
+        return engine.http_ok(
+            handle.host, handle.port, "/health", timeout_s=5.0, secret=handle.secret
+        )
 
     def sleep(self, handle: Handle, level: int) -> None:
         """vLLM sleep (CUDA); on the CPU build, stop the process."""
         if not self.supports_sleep:
             self.stop(handle)
             return
-        code = engine.http_post(handle.host, handle.port, f"/sleep?level={level}")
+        code = engine.http_post(
+            handle.host, handle.port, f"/sleep?level={level}", secret=handle.secret
+        )
         if code != 200:
             raise ApplyError(f"POST /sleep?level={level} on {handle.instance_id} answered {code}")
 
@@ -119,7 +128,7 @@ class LocalBackend:
             raise ApplyError(
                 f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
             )
-        code = engine.http_post(handle.host, handle.port, "/wake_up")
+        code = engine.http_post(handle.host, handle.port, "/wake_up", secret=handle.secret)
         if code != 200:
             raise ApplyError(f"POST /wake_up on {handle.instance_id} answered {code}")
 
@@ -132,7 +141,8 @@ class LocalBackend:
 
         try:
             url = f"http://{handle.host}:{handle.port}/is_sleeping"
-            with urllib.request.urlopen(url, timeout=5) as r:
+            req = urllib.request.Request(url, headers=engine.auth_headers(handle.secret))
+            with urllib.request.urlopen(req, timeout=5) as r:
                 return bool(json.loads(r.read()).get("is_sleeping"))
         except (OSError, ValueError):
             return None

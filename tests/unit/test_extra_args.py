@@ -23,9 +23,11 @@ GOLDEN = yaml.safe_load((ROOT / "tests" / "golden" / "plan_small.yaml").read_tex
 
 
 def _run(argv, capsys) -> tuple[int, str]:
+    """Exit code, and stderr + stdout on one line."""
     with pytest.raises(SystemExit) as e:
         main([str(a) for a in argv])
-    return int(e.value.code or 0), " ".join(capsys.readouterr().err.split())
+    out = capsys.readouterr()
+    return int(e.value.code or 0), " ".join((out.err + out.out).split())
 
 
 def _plan(tmp_path: Path, extra_args: list[str], models: Path = SMALL / "models.yaml") -> Path:
