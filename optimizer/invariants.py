@@ -43,9 +43,9 @@ class Problem:
 
 def _remote_code_problems(inst: Instance, where: str, entry: ModelEntry) -> list[Problem]:
     """`--trust-remote-code` only for a variant models.yaml marks `trust_remote_code: true`."""
-    from planner.engine import asks_remote_code
+    from planner.engines.base import get_engine
 
-    arg = asks_remote_code(inst.engine.extra_args)
+    arg = get_engine(inst.engine.kind).asks_remote_code(inst.engine.extra_args)
     variant = next((v for v in entry.variants if v.name == inst.variant), None)
     if arg is None or variant is None or variant.trust_remote_code:
         return []

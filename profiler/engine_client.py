@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -92,13 +91,6 @@ def tpot_of(chunks: list[Chunk]) -> float | None:
     return (t1 - t0) / tokens if tokens > 0 else None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:
     """A streamed completion of exactly `out_tokens` tokens, with running token counts."""
     return {
@@ -179,7 +171,7 @@ class Client:
     ):
         import httpx
 
-        from planner.engine import auth_headers
+        from planner.engines.process import auth_headers
 
         self.base = f"http://{host}:{port}"
         self.host, self.port = host, port

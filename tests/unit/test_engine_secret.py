@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from planner.cli.main import main
-from planner.engine import build_argv
+from planner.engines.vllm import ENGINE
 from planner.schemas.plan import Instance
 
 
@@ -23,7 +23,9 @@ def test_the_secret_goes_through_the_environment_never_argv():
          "memory_gib": {"weights": 1, "kv": 1, "overhead": 1}}
     )  # fmt: skip
     for device in ("cuda", "cpu"):
-        argv, env = build_argv(inst, model_path="/m", served_name="m", device=device, secret="s3")
+        argv, env = ENGINE.build_argv(
+            inst, model_path="/m", served_name="m", device=device, secret="s3"
+        )
         assert env["VLLM_API_KEY"] == "s3" and "s3" not in argv
         assert argv[argv.index("--host") + 1] == "127.0.0.1"
         assert ("VLLM_SERVER_DEV_MODE" in env) == (device == "cuda")  # only where sleep is used

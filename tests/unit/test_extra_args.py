@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from planner.cli.main import main
-from planner.engine import MANAGED_FLAGS, build_argv, managed_flag
+from planner.engines.vllm import ENGINE, MANAGED_FLAGS, managed_flag
 from planner.schemas.plan import Instance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_every_flag_the_argv_builder_sets_is_managed():
                                              "enforce_eager": True, "quantization": "awq"}}
     )  # fmt: skip
     for device in ("cuda", "cpu"):
-        argv, _ = build_argv(inst, model_path="/m", served_name="m", device=device)
+        argv, _ = ENGINE.build_argv(inst, model_path="/m", served_name="m", device=device)
         set_flags = {a for a in argv[3:] if a.startswith("--")} - {"--dtype"}
         assert set_flags <= set(MANAGED_FLAGS), set_flags - set(MANAGED_FLAGS)
     assert managed_flag(["--seed", "0", "--max-model-len=8"]) is not None

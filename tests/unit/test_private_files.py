@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from planner import engine
 from planner.adjuster.decisions import DecisionLog
 from planner.adjuster.gateway.requestlog import RequestLog
 from planner.adjuster.state import StateStore
+from planner.engines import process
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_new_state_dir_and_files_are_private(tmp_path, umask_022, caplog):
     log.add((1.0, "u", "s", "m", 1, 1, 0, None, 0.1, 0.0, 200, "i", "m", 0))
     log.flush()
     DecisionLog(sd).close()
-    proc = engine.start_server([sys.executable, "-c", "print('up')"], {}, store.logs_dir / "a.log")
+    proc = process.start_server([sys.executable, "-c", "print('up')"], {}, store.logs_dir / "a.log")
     proc.wait(timeout=30)
     assert _mode(sd) == 0o700
     assert _mode(store.logs_dir) == 0o700

@@ -1,0 +1,245 @@
+"""Starting, watching and stopping one engine server: engine-agnostic process handling.
+
+The server runs in its own process group with its output in a log file; readiness polls the
+engine's ready route; a launch that fails is classified from the log by the engine
+(`Engine.classify_failure`); stop reaches the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from planner.errors import LaunchError
+from planner.private import open_private_append
+
+if TYPE_CHECKING:
+    from planner.engines.base import Engine
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (bind to 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def new_secret() -> str:
+    """A fresh random API key for one instance (256 bits)."""
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def auth_headers(secret: str) -> dict[str, str]:
+    """The header that passes the engine's API-key check (none without a secret)."""
+    return {"Authorization": f"Bearer {secret}"} if secret else {}
+
+
+def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a TCP listener could bind `host:port` now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
+    """Spawn the server in its own process group (so stop reaches the engine children)."""
+    full_env = {**os.environ, **env}
+    if "CUDA_VISIBLE_DEVICES" not in env:
+        full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    with open_private_append(log_path) as f:  # engine logs name users' models: 0600
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+        )
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs on this host (a zombie counts as dead)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def pid_is_server(pid: int, port: int, marker: str) -> bool:
+    """Whether `pid` is live and its command line names `marker` (the engine's
+    `process_marker`) and `port`: guards against reused pids."""
+    if not pid_alive(pid):
+        return False
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True  # no /proc: trust the pid
+    text = [a.decode(errors="replace") for a in args]
+    return any(marker in a for a in text) and str(port) in text
+
+
+def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: str = "") -> bool:
+    """Whether GET http://host:port/path answers 200 (with the instance's `secret`)."""
+    req = urllib.request.Request(f"http://{host}:{port}{path}", headers=auth_headers(secret))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def http_post(
+    host: str, port: int, path: str, timeout_s: float = 600.0, *, secret: str = ""
+) -> int:
+    """POST with an empty body; returns the status (raises on connection failure)."""
+    url = f"http://{host}:{port}{path}"
+    req = urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(secret))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def read_tail(log_path: str | Path, max_bytes: int = 64_000) -> str:
+    """The end of a log file ('' if absent)."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def wait_ready(
+    engine: Engine,
+    host: str,
+    port: int,
+    proc: subprocess.Popen | int | None,
+    log_path: str | Path,
+    timeout_s: float,
+    *,
+    poll_s: float = 0.5,
+    secret: str = "",
+) -> float:
+    """Block until the engine's ready route answers; returns the seconds waited.
+
+    Raises LaunchError with the reason the engine reads from the log when the process exits
+    first, or reason `timeout` when `timeout_s` passes (the caller stops the process).
+    """
+    t0 = time.monotonic()
+    name = engine.display_name
+    while True:
+        if http_ok(host, port, engine.ready_route, timeout_s=2.0, secret=secret):
+            return time.monotonic() - t0
+        if not _running(proc):
+            tail = read_tail(log_path)
+            reason = engine.classify_failure(tail)
+            raise LaunchError(
+                f"{name} server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
+                reason=reason,
+                log_tail=_last_lines(tail, 30),
+                fix=engine.failure_fix(reason),
+            )
+        if time.monotonic() - t0 > timeout_s:
+            tail = read_tail(log_path)
+            raise LaunchError(
+                f"{name} server on {host}:{port} not ready after {timeout_s:.0f} s; log: {log_path}",
+                reason="timeout",
+                log_tail=_last_lines(tail, 30),
+                fix="raise --timeout, or read the log for a hang",
+            )
+        time.sleep(poll_s)
+
+
+def _running(proc: subprocess.Popen | int | None) -> bool:
+    if proc is None:
+        return True
+    if isinstance(proc, int):
+        return pid_alive(proc)
+    return proc.poll() is None
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def stop_server(proc_or_pid: subprocess.Popen | int, timeout_s: float = 30.0) -> None:
+    """SIGTERM the server's process group, then SIGKILL what is left after `timeout_s`."""
+    pid = proc_or_pid if isinstance(proc_or_pid, int) else proc_or_pid.pid
+    proc = None if isinstance(proc_or_pid, int) else proc_or_pid
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None:
+            proc.poll()
+        if not pid_alive(pid) and not group_alive(pid):
+            break
+        time.sleep(0.1)
+    else:
+        _signal_group(pid, signal.SIGKILL)
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end and (pid_alive(pid) or group_alive(pid)):
+            if proc is not None:
+                proc.poll()
+            time.sleep(0.05)
+    if proc is not None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=1.0)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the group led by `pid` (servers start their own session); else the pid alone."""
+    try:
+        os.killpg(pid, sig)
+        return
+    except ProcessLookupError:
+        pass  # the leader's group is empty
+    except PermissionError:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any non-zombie process is left in process group `pgid`."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
