@@ -88,7 +88,11 @@ class Relay:
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
             self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
         app = web.Application(client_max_size=64 * 2**20)
-        app.router.add_route("*", "/{tail:.*}", lambda request: self._handle(port, request))
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self._handle(port, request)
+
+        app.router.add_route("*", "/{tail:.*}", handle)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -103,6 +107,9 @@ class Relay:
         self._secrets.pop(port, None)
         if runner is not None:
             await runner.cleanup()
+        if not self._runners and self._session is not None:
+            await self._session.close()  # the last engine went: nothing left to pass on
+            self._session = None
 
     def _authorized(self, port: int, header: str) -> bool:
         secret = self._secrets.get(port, "")
