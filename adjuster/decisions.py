@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.adjuster.policy_types import Action, AdjustState
+from planner.private import private_dir, private_sqlite
 
 STATE_DB = "state.sqlite"  # the state store's file (adjuster/state.py DB_NAME)
 
@@ -38,9 +39,11 @@ class DecisionLog:
 
     def __init__(self, state_dir: str | Path):
         self.path = Path(state_dir) / STATE_DB
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        new = not self.path.exists()
         self._db = sqlite3.connect(self.path, timeout=30.0)
         self._db.execute("PRAGMA journal_mode=WAL")
+        private_sqlite(self.path, new=new)
         self._db.execute("PRAGMA synchronous=NORMAL")  # WAL: durable at checkpoints, fast
         self._db.execute(_SCHEMA)
         self._db.commit()

@@ -48,7 +48,7 @@ def handle_of(row: InstanceRow) -> Handle:
     """The backend handle recorded for a state row."""
     return Handle(
         instance_id=row.id, node=row.node, host=row.host, port=row.port,
-        pid=row.pid, actor=row.actor, log_path=row.log_path,
+        pid=row.pid, actor=row.actor, log_path=row.log_path, secret=row.secret,
     )  # fmt: skip
 
 
@@ -94,6 +94,7 @@ class Launcher:
                 status="starting", tier=inst.tier, plan_sha=self.plan_sha, point=self.point.name,
                 started_at=time.time(), restarts=restarts, log_path=handle.log_path,
                 spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus), memory_gib=inst.memory_gib.total,
+                secret=handle.secret,
             )
         )  # fmt: skip
         self.started.append(inst.id)

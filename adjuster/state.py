@@ -38,6 +38,7 @@ from planner.adjuster.state_file import (
 )
 from planner.engines.process import pid_alive
 from planner.errors import InputError, LockHeldError
+from planner.private import private_dir, private_sqlite
 
 __all__ = [
     "DB_NAME", "REPAIR_FIX", "SCHEMA_VERSION", "TABLES", "InstanceRow", "Lease", "StateStore",
@@ -80,12 +81,15 @@ class StateStore:
             return
         if not readonly:
             try:
-                self.dir.mkdir(parents=True, exist_ok=True)
+                private_dir(self.dir)
             except OSError as e:
                 raise InputError(
                     f"cannot create the state dir: {e.strerror}", file=str(self.dir)
                 ) from None
+        new = not self.path.exists()
         self._db = open_checked(self.path, readonly=readonly)
+        if not readonly:
+            private_sqlite(self.path, new=new)  # holds the engines' secrets
 
     def close(self) -> None:
         """Close the connection."""
@@ -100,9 +104,7 @@ class StateStore:
     @property
     def logs_dir(self) -> Path:
         """Where server logs of this state dir go."""
-        d = self.dir / "logs"
-        d.mkdir(parents=True, exist_ok=True)
-        return d
+        return private_dir(self.dir / "logs")
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from planner.errors import InputError
 
 DB_NAME = "state.sqlite"
-SCHEMA_VERSION = 1  # PRAGMA user_version of files this code writes; 0: written before versions
+SCHEMA_VERSION = 2  # PRAGMA user_version of files this code writes; 0: written before versions
 TABLES = ("instances", "journal", "lease", "meta")
 REPAIR_FIX = (
     "see `planner state check --state-dir DIR`; `planner state export` saves what is readable, "
@@ -43,7 +43,8 @@ CREATE TABLE IF NOT EXISTS instances (
     spec_sha TEXT NOT NULL DEFAULT '',
     gpus TEXT NOT NULL DEFAULT '[]',
     memory_gib REAL NOT NULL DEFAULT 0,
-    updated_at REAL NOT NULL DEFAULT 0
+    updated_at REAL NOT NULL DEFAULT 0,
+    secret TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -89,6 +90,8 @@ class InstanceRow:
     gpus: str = "[]"  # JSON list of device indices
     memory_gib: float = 0.0  # per GPU when awake, GiB (from the plan it was started from)
     updated_at: float = 0.0
+    # the instance's API key (version 2): the file is 0600 in a 0700 dir; never printed
+    secret: str = field(default="", repr=False)
 
     @property
     def gpu_list(self) -> list[int]:
@@ -209,7 +212,7 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 def _upgrade(db: sqlite3.Connection) -> None:
     """Files written before schema versions get the newer columns (with their defaults)."""
     have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
-    extra = {"memory_gib": "REAL NOT NULL DEFAULT 0"}
+    extra = {"memory_gib": "REAL NOT NULL DEFAULT 0", "secret": "TEXT NOT NULL DEFAULT ''"}
     for col, decl in extra.items():
         if col not in have:
             db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")

@@ -170,6 +170,19 @@ def cold_wake(gw: str) -> float:
     raise RuntimeError("the stream ended without a token")
 
 
+# headers per base URL: the direct path carries the engine's own API key (from the state DB)
+AUTH: dict[str, dict[str, str]] = {}
+
+
+def engine_auth(state_dir: Path) -> dict[str, str]:
+    """The header that passes the (only) engine's API key check."""
+    from planner.adjuster.launch import handle_of
+    from planner.adjuster.state import StateStore
+
+    with StateStore(state_dir, readonly=True) as st:
+        return handle_of(st.instances()[0]).auth_headers()
+
+
 def sequential(urls: dict[str, str], n: int, body: dict) -> dict[str, list[float]]:
     import httpx
 
@@ -177,12 +190,12 @@ def sequential(urls: dict[str, str], n: int, body: dict) -> dict[str, list[float
     with httpx.Client(timeout=60, headers=HEADERS) as c:
         for _ in range(10):  # warm-up: connections, engine caches
             for u in urls.values():
-                c.post(u + "/v1/completions", json=body).raise_for_status()
+                c.post(u + "/v1/completions", json=body, headers=AUTH.get(u)).raise_for_status()
         for i in range(n):
             order = list(urls.items()) if i % 2 == 0 else list(urls.items())[::-1]
             for k, u in order:
                 t = time.perf_counter()
-                c.post(u + "/v1/completions", json=body).raise_for_status()
+                c.post(u + "/v1/completions", json=body, headers=AUTH.get(u)).raise_for_status()
                 lat[k].append(time.perf_counter() - t)
     return lat
 
@@ -198,7 +211,7 @@ async def _burst(url: str, total: int, conc: int, body: dict) -> float:
             nonlocal left
             while left > 0:
                 left -= 1
-                async with s.post(url + "/v1/completions", json=body) as r:
+                async with s.post(url + "/v1/completions", json=body, headers=AUTH.get(url)) as r:
                     r.raise_for_status()
                     await r.read()
 
@@ -273,6 +286,7 @@ def main() -> None:
     try:
         wait_http(gw + "/health", 120, proc)
         cold_s = cold_wake(gw)
+        AUTH[direct] = engine_auth(state)
         print(f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
               f"predicted wake_disk_s: {predicted:.2f} s")  # fmt: skip
         body = {"model": "tiny-a", "prompt": "hello", "max_tokens": args.max_tokens,

@@ -46,6 +46,9 @@ def export_cmd(
     from planner.io import atomic_write_text
 
     data = export(state_dir)
+    for row in data["tables"].get("instances", []):
+        if row.get("secret"):
+            row["secret"] = "(redacted: instance API keys stay in the state DB)"
     if out is None:
         print_json(data)
         return

@@ -25,7 +25,7 @@ from planner.optimizer.sim.perfs import perf_for_instance
 from planner.schemas import tp_problem
 from planner.schemas.cluster import Cluster
 from planner.schemas.common import did_you_mean
-from planner.schemas.models import Models
+from planner.schemas.models import ModelEntry, Models
 from planner.schemas.plan import Instance, Plan, Point
 
 _GIB_TOL = 0.01  # recorded memory is rounded to 3 decimals, utilizations up to 1%, GiB
@@ -39,6 +39,25 @@ class Problem:
     path: str
     message: str
     fix: str
+
+
+def _remote_code_problems(inst: Instance, where: str, entry: ModelEntry) -> list[Problem]:
+    """`--trust-remote-code` only for a variant models.yaml marks `trust_remote_code: true`."""
+    from planner.engines.base import get_engine
+
+    arg = get_engine(inst.engine.kind).asks_remote_code(inst.engine.extra_args)
+    variant = next((v for v in entry.variants if v.name == inst.variant), None)
+    if arg is None or variant is None or variant.trust_remote_code:
+        return []
+    return [
+        Problem(
+            f"{where}.engine.extra_args",
+            f"extra_args sets {arg!r} but models.yaml does not mark {entry.name!r} variant "
+            f"{inst.variant!r} trust_remote_code: true (it runs the checkpoint's own Python)",
+            f"add `trust_remote_code: true` to that variant in the models file if you trust "
+            f"the checkpoint, or drop {arg!r}",
+        )
+    ]
 
 
 def _instance_problems(
@@ -98,6 +117,7 @@ def _instance_problems(
     bad_tp = tp_problem(entry.arch.num_attention_heads, entry.arch.num_kv_heads, inst.tp)
     if bad_tp is not None:
         out.append(Problem(f"{where}.tp", *bad_tp))
+    out += _remote_code_problems(inst, where, entry)
     if inst.engine.max_model_len > entry.max_context:
         out.append(
             Problem(

@@ -100,11 +100,13 @@ def profile_run(
     port = port or free_port()
     inst = instance_for(spec, cfg, port)
     engine = get_engine(inst.engine.kind)
+    secret = process.new_secret()  # the profiled server answers only this run
     argv, env = engine.build_argv(
         inst,
         model_path=model_path,
         served_name=spec.model.name,
         device="cuda" if cfg.device == "cuda" else "cpu",
+        secret=secret,
     )
     log_path.unlink(missing_ok=True)  # start-up timings are read from this run's log only
     t0 = time.monotonic()
@@ -112,7 +114,9 @@ def profile_run(
     client = None
     try:
         try:
-            process.wait_ready(engine, "127.0.0.1", port, proc, log_path, cfg.start_timeout_s)
+            process.wait_ready(
+                engine, "127.0.0.1", port, proc, log_path, cfg.start_timeout_s, secret=secret
+            )
         except LaunchError as e:
             run.status, run.reason = "failed", e.reason
             run.detail = (e.log_tail or "")[-4000:]
@@ -124,7 +128,7 @@ def profile_run(
         run.engine_init_s = timings.get("engine_init_s")
         run.kv_capacity_tokens = parse_kv_capacity(log)
         tick("start")
-        client = Client(port, spec.model.name, cfg.request_timeout_s)
+        client = Client(port, spec.model.name, cfg.request_timeout_s, secret=secret)
         if run.kv_capacity_tokens is None:
             run.kv_capacity_tokens = parse_metrics_kv(client.metrics())
         rng = np.random.default_rng(cfg.seed)

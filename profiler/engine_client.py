@@ -106,7 +106,7 @@ def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:
 
 
 async def stream_completion(
-    host: str, port: int, body: dict, timeout_s: float = 600.0
+    host: str, port: int, body: dict, timeout_s: float = 600.0, secret: str = ""
 ) -> tuple[float, list[Chunk]]:
     """POST a streamed completion over a bare asyncio connection; (send time, token chunks).
 
@@ -116,8 +116,9 @@ async def stream_completion(
     transfer decoding and SSE `data:` lines, each time-stamped as it is decoded.
     """
     payload = json.dumps(body).encode()
+    auth = f"Authorization: Bearer {secret}\r\n" if secret else ""
     head = (
-        f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{auth}"
         f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
     ).encode()
 
@@ -165,14 +166,21 @@ async def stream_completion(
 class Client:
     """Timed requests to one server (httpx imported here: the CLI stays light)."""
 
-    def __init__(self, port: int, served: str, timeout_s: float, host: str = "127.0.0.1"):
+    def __init__(
+        self, port: int, served: str, timeout_s: float, host: str = "127.0.0.1", secret: str = ""
+    ):
         import httpx
+
+        from planner.engines.process import auth_headers
 
         self.base = f"http://{host}:{port}"
         self.host, self.port = host, port
         self.served = served
         self.timeout_s = timeout_s
-        self.http = httpx.Client(base_url=self.base, timeout=timeout_s)
+        self.secret = secret
+        self.http = httpx.Client(
+            base_url=self.base, timeout=timeout_s, headers=auth_headers(secret)
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -214,6 +222,7 @@ class Client:
                             self.port,
                             stream_body(self.served, p, out_tokens),
                             self.timeout_s,
+                            self.secret,
                         )
                         for p in prompts
                     )

@@ -74,7 +74,8 @@ class LocalBackend:
         return handle.pid is not None
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
-        """Spawn the server; returns at once."""
+        """Spawn the server with a fresh secret; returns at once."""
+        secret = process.new_secret()
         argv, env = get_engine(inst.engine.kind).build_argv(
             inst,
             model_path=model_path,
@@ -82,6 +83,7 @@ class LocalBackend:
             python=self.python,
             device=self.device,
             host=self.host,
+            secret=secret,
         )
         proc = process.start_server(argv, env, log_path)
         self._procs[proc.pid] = proc
@@ -94,6 +96,7 @@ class LocalBackend:
             log_path=str(log_path),
             extra={"device": self.device},
             engine=inst.engine.kind,
+            secret=secret,
         )
 
     def _proc(self, handle: Handle) -> subprocess.Popen | int | None:
@@ -116,7 +119,9 @@ class LocalBackend:
                 f"{handle.instance_id}: pid {proc} is not a server on port {handle.port}",
                 reason="unknown",
             )
-        process.wait_ready(eng, handle.host, handle.port, proc, handle.log_path, timeout_s)
+        process.wait_ready(
+            eng, handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret
+        )
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""
@@ -133,7 +138,7 @@ class LocalBackend:
         if handle.pid is None or not _runs(handle):
             return False
         route = get_engine(handle.engine).health_route
-        return process.http_ok(handle.host, handle.port, route, timeout_s=5.0)
+        return process.http_ok(handle.host, handle.port, route, timeout_s=5.0, secret=handle.secret)
 
     def sleep(self, handle: Handle, level: int) -> None:
         """The engine's sleep (vLLM: CUDA); on the CPU build, stop the process."""
@@ -141,7 +146,7 @@ class LocalBackend:
             self.stop(handle)
             return
         route = get_engine(handle.engine).sleep_route(level)
-        code = process.http_post(handle.host, handle.port, route)
+        code = process.http_post(handle.host, handle.port, route, secret=handle.secret)
         if code != 200:
             raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
@@ -153,7 +158,7 @@ class LocalBackend:
                 f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
             )
         route = get_engine(handle.engine).wake_route
-        code = process.http_post(handle.host, handle.port, route)
+        code = process.http_post(handle.host, handle.port, route, secret=handle.secret)
         if code != 200:
             raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
@@ -167,7 +172,8 @@ class LocalBackend:
         try:
             route = get_engine(handle.engine).is_sleeping_route
             url = f"http://{handle.host}:{handle.port}{route}"
-            with urllib.request.urlopen(url, timeout=5) as r:
+            req = urllib.request.Request(url, headers=handle.auth_headers())
+            with urllib.request.urlopen(req, timeout=5) as r:
                 return bool(json.loads(r.read()).get("is_sleeping"))
         except (OSError, ValueError):
             return None

@@ -9,6 +9,11 @@ group), so killing an agent does not stop them: `stop` them first (`RayBackend.s
 does both). The agent is threaded (`max_concurrency`), so a slow `wait_ready` on one instance
 does not block calls about another.
 
+Engines bind the node's loopback; where the node's address is not loopback, the agent's
+relay (`relay.py`) is the only way in from other hosts: it listens on the node's address at
+each engine's port and passes on only the planner's routes, with the engine's secret. The
+handles it returns name the node's address, so callers reach an engine alike either way.
+
 Errors cross the Ray boundary as plain data (the agent returns them; this side raises the
 LaunchError/ApplyError), so the caller sees the same exceptions as with the local backend.
 Ray is imported inside the functions: `planner --help` and the local backend never load it.
@@ -16,11 +21,13 @@ Ray is imported inside the functions: `planner --help` and the local backend nev
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import Any
 
 from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.relay import LOOPBACK, Relay, is_loopback
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -50,14 +57,24 @@ class NodeAgent:
         from planner.adjuster.backends.local import LocalBackend
 
         self.node = node
-        self.local = LocalBackend(device, host=ray.util.get_node_ip_address())  # type: ignore[arg-type]
+        self.address = ray.util.get_node_ip_address()  # what other hosts reach this node at
+        self.local = LocalBackend(device, host=LOOPBACK)  # type: ignore[arg-type]
+        self.relay = None if is_loopback(self.address) else Relay(self.address)
+
+    def _here(self, handle: Handle) -> Handle:
+        """The handle as this node reaches the engine (loopback); its relay (re)opened, so
+        an agent started again still lets the planner in."""
+        if self.relay is not None:
+            self.relay.open(handle.port, handle.secret)
+        return dataclasses.replace(handle, host=LOOPBACK)
 
     def where(self) -> dict:
         """Node name, address, Ray node id, pid and device: to check the pinning."""
         import ray
 
         return {
-            "node": self.node, "host": self.local.host, "device": self.local.device,
+            "node": self.node, "host": self.address, "device": self.local.device,
+            "relay_ports": self.relay.ports() if self.relay is not None else None,
             "ray_node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
         }  # fmt: skip
 
@@ -69,18 +86,27 @@ class NodeAgent:
             )
         except (ApplyError, OSError) as e:
             return _err(ApplyError(f"start of {spec.id} on {self.node}: {e}"))
-        h.actor = agent_name(self.node)
+        try:
+            self._here(h)
+        except OSError as e:
+            self.local.stop(h, 10.0)
+            return _err(ApplyError(f"relay of {spec.id} on {self.address}:{spec.port}: {e}"))
+        h.actor, h.host = agent_name(self.node), self.address
         return {"handle": h}
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> dict:
         try:
-            self.local.wait_ready(handle, timeout_s)
-        except ApplyError as e:
+            self.local.wait_ready(self._here(handle), timeout_s)
+        except (ApplyError, OSError) as e:
+            if isinstance(e, OSError):
+                e = ApplyError(f"relay for {handle.instance_id} on {self.node}: {e}")
             return _err(e)
         return {}
 
     def stop(self, handle: Handle, timeout_s: float) -> dict:
-        self.local.stop(handle, timeout_s)
+        self.local.stop(dataclasses.replace(handle, host=LOOPBACK), timeout_s)
+        if self.relay is not None:
+            self.relay.close(handle.port)
         return {}
 
     def stop_all(self, timeout_s: float = 30.0) -> list[int]:
@@ -90,21 +116,27 @@ class NodeAgent:
         pids = list(self.local._procs)
         for pid in pids:
             process.stop_server(self.local._procs.pop(pid), timeout_s)
+        if self.relay is not None:
+            for port in self.relay.ports():
+                self.relay.close(port)
         return pids
 
     def is_alive(self, handle: Handle) -> bool:
-        return self.local.is_alive(handle)
+        try:
+            return self.local.is_alive(self._here(handle))
+        except OSError:  # the relay cannot listen: nobody outside reaches it
+            return False
 
     def sleep(self, handle: Handle, level: int) -> dict:
         try:
-            self.local.sleep(handle, level)
+            self.local.sleep(self._here(handle), level)
         except (ApplyError, OSError) as e:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
 
     def wake(self, handle: Handle) -> dict:
         try:
-            self.local.wake(handle)
+            self.local.wake(self._here(handle))
         except (ApplyError, OSError) as e:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}

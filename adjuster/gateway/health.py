@@ -89,6 +89,7 @@ class Health:
         try:
             async with session.get(
                 inst.url + "/health",
+                headers=inst.auth_headers,
                 timeout=aiohttp.ClientTimeout(total=self.gw.cfg.health_timeout_s),
             ) as r:
                 return r.status == 200

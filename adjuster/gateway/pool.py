@@ -58,6 +58,11 @@ class Inst:
         return f"http://{self.handle.host}:{self.handle.port}"
 
     @property
+    def auth_headers(self) -> dict[str, str]:
+        """The instance's API key, sent with every upstream request (never a client's)."""
+        return self.handle.auth_headers() if self.handle is not None else {}
+
+    @property
     def awake(self) -> bool:
         return self._status == "awake"
 

@@ -289,7 +289,7 @@ class Proxy:
             async with session.post(
                 _url(inst.url + request.path),
                 data=body,
-                headers={"Content-Type": "application/json"},
+                headers={"Content-Type": "application/json", **inst.auth_headers},
             ) as up:
                 status = up.status
                 ctype = up.headers.get("Content-Type", "application/json")

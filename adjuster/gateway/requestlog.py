@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from planner.private import private_dir, private_sqlite
+
 REQUEST_LOG = "requests.sqlite"
 LOG_COLUMNS = (
     "timestamp",
@@ -58,10 +60,11 @@ class RequestLog:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         self._lock = threading.Lock()
         self._rows: list[tuple] = []
         self._failures: list[tuple] = []
+        private_sqlite(self.path)  # who used which model when: private
         self._con = sqlite3.connect(self.path, check_same_thread=False)
         self._con.execute("PRAGMA journal_mode=WAL")
         self._con.execute("PRAGMA synchronous=NORMAL")

@@ -68,8 +68,19 @@ class Engine(Protocol):
         python: str,
         device: Device = "cuda",
         host: str = "127.0.0.1",
+        secret: str = "",
     ) -> tuple[list[str], dict[str, str]]:
-        """The server's argv and the environment variables to add; pure."""
+        """The server's argv and the environment variables to add; pure. `secret`: the
+        instance's API key, passed in the environment, never on argv (docs/security.md)."""
+        ...
+
+    def managed_flag(self, extra_args: list[str]) -> tuple[str, str] | None:
+        """The first of `extra_args` that sets a flag the planner sets itself, and the plan
+        field (or planner part) that owns it; None when there is none."""
+        ...
+
+    def asks_remote_code(self, extra_args: list[str]) -> str | None:
+        """The one of `extra_args` that lets the checkpoint run its own Python, or None."""
         ...
 
     def sleep_route(self, level: int) -> str:

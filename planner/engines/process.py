@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from planner.errors import LaunchError
+from planner.private import open_private_append
 
 if TYPE_CHECKING:
     from planner.engines.base import Engine
@@ -29,6 +30,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def new_secret() -> str:
+    """A fresh random API key for one instance (256 bits)."""
+    import secrets
+
+    return secrets.token_urlsafe(32)
+
+
+def auth_headers(secret: str) -> dict[str, str]:
+    """The header that passes the engine's API-key check (none without a secret)."""
+    return {"Authorization": f"Bearer {secret}"} if secret else {}
 
 
 def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -44,12 +57,10 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
     """Spawn the server in its own process group (so stop reaches the engine children)."""
-    log = Path(log_path)
-    log.parent.mkdir(parents=True, exist_ok=True)
     full_env = {**os.environ, **env}
     if "CUDA_VISIBLE_DEVICES" not in env:
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
-    with open(log, "ab") as f:
+    with open_private_append(log_path) as f:  # engine logs name users' models: 0600
         return subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
@@ -90,18 +101,22 @@ def pid_is_server(pid: int, port: int, marker: str) -> bool:
     return any(marker in a for a in text) and str(port) in text
 
 
-def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0) -> bool:
-    """Whether GET http://host:port/path answers 200."""
+def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: str = "") -> bool:
+    """Whether GET http://host:port/path answers 200 (with the instance's `secret`)."""
+    req = urllib.request.Request(f"http://{host}:{port}{path}", headers=auth_headers(secret))
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=timeout_s) as r:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def http_post(host: str, port: int, path: str, timeout_s: float = 600.0) -> int:
+def http_post(
+    host: str, port: int, path: str, timeout_s: float = 600.0, *, secret: str = ""
+) -> int:
     """POST with an empty body; returns the status (raises on connection failure)."""
-    req = urllib.request.Request(f"http://{host}:{port}{path}", data=b"", method="POST")
+    url = f"http://{host}:{port}{path}"
+    req = urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(secret))
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status
@@ -130,6 +145,7 @@ def wait_ready(
     timeout_s: float,
     *,
     poll_s: float = 0.5,
+    secret: str = "",
 ) -> float:
     """Block until the engine's ready route answers; returns the seconds waited.
 
@@ -139,7 +155,7 @@ def wait_ready(
     t0 = time.monotonic()
     name = engine.display_name
     while True:
-        if http_ok(host, port, engine.ready_route, timeout_s=2.0):
+        if http_ok(host, port, engine.ready_route, timeout_s=2.0, secret=secret):
             return time.monotonic() - t0
         if not _running(proc):
             tail = read_tail(log_path)

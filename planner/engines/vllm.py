@@ -91,6 +91,71 @@ _INIT_S = re.compile(
 )
 
 
+# The flags the planner sets itself, and what owns each (a plan field, or the planner):
+# `extra_args` may not set them (planner.schemas.plan checks every plan against this list).
+MANAGED_FLAGS: dict[str, str] = {
+    "--model": "the instance's `variant` (its path in models.yaml)",
+    "--served-model-name": "the instance's `model`",
+    "--host": "the planner (engines listen on loopback only; docs/security.md)",
+    "--port": "the instance's `port`",
+    "--uds": "the planner (engines listen on loopback only; docs/security.md)",
+    "--api-key": "the planner (a secret per instance, through the environment)",
+    "--config": "the plan (a vLLM config file could set any managed flag)",
+    "--enable-sleep-mode": "the instance's `tier` (the planner sets sleep mode)",
+    "--tensor-parallel-size": "the instance's `tp`",
+    "-tp": "the instance's `tp`",
+    "--gpu-memory-utilization": "`engine.gpu_memory_utilization`",
+    "--max-model-len": "`engine.max_model_len`",
+    "--max-num-seqs": "`engine.max_num_seqs`",
+    "--max-num-batched-tokens": "`engine.max_num_batched_tokens`",
+    "--kv-cache-dtype": "`engine.kv_cache_dtype`",
+    "--quantization": "`engine.quantization`",
+    "-q": "`engine.quantization`",
+    "--enforce-eager": "`engine.enforce_eager`",
+    "--cpu-offload-gb": "the instance's `expert_cpu_offload_gib`",
+    "--kv-offloading-size": "the instance's `kv_cpu_offload_gib`",
+    "--enable-prompt-tokens-details": "the planner (the gateway logs cached tokens)",
+}
+# Runs the checkpoint's own Python: only where models.yaml says so for that variant.
+TRUST_REMOTE_CODE = "--trust-remote-code"
+
+
+def flag_name(arg: str) -> str | None:
+    """The option an argv token names as vLLM parses it (`--max_model_len=8` is
+    `--max-model-len`); None for a value."""
+    if not arg.startswith("-") or arg == "-" or arg[1:2].isdigit():
+        return None
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def managed_flag(extra_args: list[str]) -> tuple[str, str] | None:
+    """The first token of `extra_args` that sets a flag the planner manages, and its owner.
+
+    vLLM's parser takes unambiguous prefixes (`--hos` for `--host`), so a long option that
+    starts a managed flag counts as that flag."""
+    for arg in extra_args:
+        name = flag_name(arg)
+        if name is None:
+            continue
+        if name in MANAGED_FLAGS:
+            return arg, MANAGED_FLAGS[name]
+        if name.startswith("--") and len(name) > 3:
+            for flag, owner in MANAGED_FLAGS.items():
+                if flag.startswith(name):
+                    return arg, owner
+    return None
+
+
+def asks_remote_code(extra_args: list[str]) -> str | None:
+    """The token of `extra_args` that turns on `--trust-remote-code` (or a prefix), or None."""
+    for arg in extra_args:
+        name = flag_name(arg)
+        if name is not None and len(name) > 3 and TRUST_REMOTE_CODE.startswith(name):
+            return arg
+    return None
+
+
 def _num(x: float) -> str:
     """A flag value without a trailing `.0` for whole numbers (stable golden files)."""
     return str(int(x)) if float(x).is_integer() else repr(round(float(x), 6))
@@ -128,8 +193,14 @@ class Vllm:
         python: str = sys.executable,
         device: Device = "cuda",
         host: str = "127.0.0.1",
+        secret: str = "",
     ) -> tuple[list[str], dict[str, str]]:
-        """The server's argv and the environment variables to add; pure (no I/O)."""
+        """The server's argv and the environment variables to add; pure (no I/O).
+
+        `secret`: the instance's API key, handed over in the environment (`VLLM_API_KEY`),
+        never on argv (argv is readable by every local user in `ps`). vLLM checks it on
+        `/v1/*` only: `/health`, `/metrics` and the dev-mode routes stay open, so `host` is
+        loopback (docs/security.md)."""
         e = inst.engine
         argv = [
             python, "-m", "vllm.entrypoints.openai.api_server",
@@ -153,7 +224,7 @@ class Vllm:
             argv += ["--quantization", q]
         if e.max_num_batched_tokens is not None:
             argv += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
-        env: dict[str, str] = {}
+        env: dict[str, str] = {"VLLM_API_KEY": secret} if secret else {}
         if device == "cuda":
             argv += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
             if inst.expert_cpu_offload_gib > 0:
@@ -164,7 +235,9 @@ class Vllm:
             # Every tier: a hop between plan points that only moves an instance between tiers
             # becomes a sleep or a wake instead of a restart (reconcile.spec_sha omits the tier).
             argv += ["--enable-sleep-mode"]
-            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
+            # exposes /sleep, /wake_up, /is_sleeping (and /collective_rpc: unauthenticated,
+            # hence loopback only); the CPU build has no sleep mode and gets no dev mode
+            env["VLLM_SERVER_DEV_MODE"] = "1"
             if inst.gpus:
                 env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
         else:
@@ -174,6 +247,14 @@ class Vllm:
             argv += ["--enforce-eager"]
         argv += list(e.extra_args)
         return argv, env
+
+    def managed_flag(self, extra_args: list[str]) -> tuple[str, str] | None:
+        """The first of `extra_args` that sets a flag the planner manages, and its owner."""
+        return managed_flag(extra_args)
+
+    def asks_remote_code(self, extra_args: list[str]) -> str | None:
+        """The one of `extra_args` that lets the checkpoint run its own Python, or None."""
+        return asks_remote_code(extra_args)
 
     def sleep_route(self, level: int) -> str:
         """`POST /sleep?level=N` (1: weights to host RAM; 2: discard them)."""

@@ -23,6 +23,11 @@ class Variant(Strict):
     quality_penalty: float = Field(
         default=0.0, ge=0, le=1, description="quality lost against the best variant, 0..1"
     )
+    trust_remote_code: bool = Field(
+        default=False,
+        description="the checkpoint's own Python may run (plans may then pass "
+        "--trust-remote-code in extra_args); only for checkpoints you trust",
+    )
 
 
 class Substitute(Strict):

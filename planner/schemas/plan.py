@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from planner.engines.kinds import DEFAULT_KIND, engine_kinds
 from planner.schemas.common import SafeName, Strict, duplicates
@@ -58,7 +58,28 @@ class EngineArgs(Strict):
         default=None, description="--quantization; None: from the checkpoint"
     )
     enforce_eager: bool = Field(default=False, description="skip CUDA graphs (faster start)")
-    extra_args: list[str] = Field(default_factory=list, description="more vLLM flags, verbatim")
+    extra_args: list[str] = Field(
+        default_factory=list,
+        description="more engine flags, verbatim; not those the planner sets itself "
+        "(vLLM: planner.engines.vllm.MANAGED_FLAGS)",
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_managed_flags(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        from planner.engines.base import get_engine
+
+        kind = info.data.get("kind")
+        if kind not in engine_kinds():
+            return v  # the unknown kind is the error to report
+        hit = get_engine(kind).managed_flag(v)  # the one list, beside the argv it guards
+        if hit is not None:
+            arg, owner = hit
+            raise ValueError(
+                f"extra_args sets {arg!r}, which the planner manages: set it through {owner}, "
+                "or drop it"
+            )
+        return v
 
     @field_validator("kind")
     @classmethod

@@ -30,12 +30,14 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 START_TIMEOUT = "240"  # seconds per server start on a loaded 2-core machine
 
 
-def completion(port: int) -> dict:
+def completion(live, iid: str = "a-0") -> dict:
+    """A completion straight from an instance, with its API key from the state DB."""
     body = json.dumps({"model": "tiny-a", "prompt": "hello", "max_tokens": 4}).encode()
+    row = rows(live.state)[iid]
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/v1/completions",
+        f"http://127.0.0.1:{row.port}/v1/completions",
         data=body,
-        headers={"content-type": "application/json"},
+        headers={"content-type": "application/json", **process.auth_headers(row.secret)},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
@@ -97,7 +99,7 @@ def test_apply_serves_and_second_apply_does_nothing(live) -> None:
     assert [(a["action"], a["instance"], a["result"]) for a in live.first["actions"]] == [
         ("start", "a-0", "ok")
     ]
-    assert completion(live.port)["choices"]
+    assert completion(live)["choices"]
     again = apply_base(live)
     assert again["actions"] == []
     assert again["point"] == "dev"
@@ -118,7 +120,7 @@ def test_killed_process_is_restarted(live) -> None:
     new = rows(live.state)["a-0"]
     assert new.pid != old.pid and new.status == "awake" and new.restarts == 1
     assert not process.group_alive(old.pid)  # the orphaned engine process was stopped too
-    assert completion(live.port)["choices"]
+    assert completion(live)["choices"]
     assert apply_base(live)["actions"] == []
 
 
@@ -226,7 +228,7 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
     assert rows(live.state)["b-0"].status == "awake"
     new = rows(live.state)["b-0"].pid
     assert new == orphan or not process.pid_alive(orphan)
-    assert completion(b_port)["choices"]
+    assert completion(live, "b-0")["choices"]
     code, out, err = cli(args)
     assert code == 0 and out["actions"] == []
     out = apply_base(live)

@@ -59,7 +59,8 @@ HELPER = textwrap.dedent(
         status, h = control.status()["tiny-b0"]
         out["status_after"], out["actor"], out["host"] = status, h.actor, h.host
         direct = httpx.post(f"http://{h.host}:{h.port}/v1/completions", timeout=60,
-                            json={"model": "tiny", "prompt": "hi", "max_tokens": 2})
+                            json={"model": "tiny", "prompt": "hi", "max_tokens": 2},
+                            headers=h.auth_headers())
         out["direct_status"] = direct.status_code
         where = backend.where("node-b")
         res = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
