@@ -106,6 +106,46 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
     return out
 
 
+def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[str, Observed]:
+    """Write the real state of every row where it differs from the recorded one, journaled;
+    returns what runs now (as `observe`).
+
+    What an interrupted apply (or a crash) leaves behind: a start whose server comes up
+    within `wait_s` is `awake` (journal `adopt`), one whose process is gone is `stopped`
+    (journal `start interrupted`), one still under way stays `starting`; an awake or asleep
+    instance that does not answer is `failed`, or `stopped` where a sleeping instance is a
+    stopped process (lazy tier without sleep mode).
+    """
+    seen = observe(state, backend)
+    for r in state.instances():
+        o = seen[r.id]
+        h = handle_of(r)
+        who = f"pid {r.pid}" if r.pid is not None else f"actor {r.actor}"
+        if r.status == "starting" and (r.pid is not None or r.actor is not None):
+            try:
+                backend.wait_ready(h, wait_s)
+            except LaunchError as e:
+                if e.reason == "timeout":
+                    o.status = "starting"  # still coming up: whoever started it waits for it
+                    continue
+                o.status = "stopped"
+                state.update(r.id, status="stopped", pid=None, actor=None)
+                state.journal("start", r.id, r.node, "interrupted", f"{who} is gone")
+                continue
+            o.status = "awake"
+            state.update(r.id, status="awake")
+            state.journal("adopt", r.id, r.node, "ok", f"{who} came up after its start")
+        elif r.status in ("awake", "asleep") and o.status == "failed":
+            if r.tier in ("host", "disk") and not backend.supports_sleep:
+                backend.stop(h, 10.0)
+                o.status = "stopped"
+                state.update(r.id, status="stopped", pid=None, actor=None)
+            else:
+                state.update(r.id, status="failed")
+            state.journal("lost", r.id, r.node, o.status, f"{who} does not answer (was {r.status})")
+    return seen
+
+
 @dataclass
 class _Run(Launcher):
     """One apply: the launcher plus the steps, their crash backoff and the rollback."""
@@ -301,19 +341,9 @@ def apply_point(
         else contextlib.nullcontext()
     )
     with held:
-        seen = observe(state, backend)
-        for r in state.instances():
-            if seen[r.id].status != "starting" or (r.pid is None and r.actor is None):
-                continue
-            # Left starting by a killed apply, or being started by the gateway right now:
-            # wait for it (a dead one fails at once) rather than start a second beside it.
-            try:
-                backend.wait_ready(handle_of(r), timeout_s)
-            except ApplyError:
-                continue  # diff restarts it: an interrupted start, not a crash
-            state.update(r.id, status="awake")
-            seen[r.id].status = "awake"
-            state.journal("adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its start")
+        # rows left by a killed apply or a crash get their real state first; a start under
+        # way (e.g. by the gateway) is waited for rather than started a second time
+        seen = settle(state, backend, wait_s=timeout_s)
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(
@@ -372,4 +402,5 @@ __all__ = [
     "model_path_resolver",
     "observe",
     "restart_delay_s",
+    "settle",
 ]

@@ -304,6 +304,24 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
     ]  # fmt: skip
 
 
+def _settle(state_dir: Path | None, be: Any) -> None:
+    """Write the real state of rows an interrupted apply left (`settle`), when the state
+    file exists, is writable and no apply holds its lease; else `status` only reads."""
+    import sqlite3
+
+    from planner.adjuster.apply import settle
+    from planner.adjuster.state import DB_NAME, StateStore, default_state_dir
+    from planner.errors import PlannerError
+
+    if not ((state_dir or default_state_dir()) / DB_NAME).is_file():
+        return
+    try:
+        with StateStore(state_dir) as state, state.lease(purpose="status", ttl_s=120.0):
+            settle(state, be)
+    except (PlannerError, sqlite3.Error, OSError):
+        return  # an apply at work, or a read-only state dir: show what is recorded
+
+
 def status_cmd(
     state_dir: StateDirOpt = None,
     backend: BackendOpt = "local",
@@ -314,6 +332,7 @@ def status_cmd(
     from planner.adjuster.state import StateStore
 
     be = make_backend(backend)
+    _settle(state_dir, be)
     now = time.time()
     rows = []
     with StateStore(state_dir, readonly=True) as state:
