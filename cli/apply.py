@@ -123,6 +123,54 @@ def node_share(
     return plan.model_copy(update={"points": points}), note
 
 
+def host_gpus() -> Any:
+    """This host's GPUs (`HostGpus`): NVML's, else nvidia-smi's names; none: the cpu device."""
+    import shutil
+    import subprocess
+
+    from planner.adjuster.hostcheck import HostGpus
+    from planner.profiler.devices import discover_gpus, gpu_type_from_name
+
+    gpus, _, _ = discover_gpus()
+    if gpus:
+        return HostGpus(tuple(g.gpu_type or g.name for g in gpus))
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return HostGpus()
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, timeout=10,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return HostGpus()
+    types = []
+    for line in out.splitlines():
+        name, _, mib = line.rpartition(",")
+        if name.strip():
+            mem = float(mib) / 1024 if mib.strip().replace(".", "").isdigit() else None
+            types.append(gpu_type_from_name(name.strip(), mem) or name.strip())
+    return HostGpus(tuple(types))
+
+
+def check_host(plan: Any, point: str | None, node: str | None, cluster: Any, file: str) -> None:
+    """The local backend runs the point on this host: refuse (exit 2) a point whose node has
+    GPUs this host lacks, naming both, unless `--node NAME` says which node this host is."""
+    from planner.adjuster.hostcheck import host_mismatch
+    from planner.errors import InputError
+
+    nodes = sorted({i.node for i in plan.point(point).instances})
+    if node is not None or len(nodes) != 1:
+        return  # --node: the user's word; several nodes: node_share asked for --node
+    why = host_mismatch(cluster.node(nodes[0]), host_gpus())
+    if why:
+        raise InputError(
+            why, file=file, path="--node",
+            fix=f"run `planner apply` on node {nodes[0]!r}, or pass --node {nodes[0]} if this "
+            "host is that node; --backend ray reaches the other nodes",
+        )  # fmt: skip
+
+
 def _device(cluster: Any) -> str | None:
     """`cpu` when every GPU of the cluster is the `cpu` type; else detect on this host."""
     if cluster is None:
@@ -241,6 +289,8 @@ def apply_cmd(
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
+    if backend == "local":
+        check_host(plan, point, node, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
     if backend == "local" and not dry_run:  # a clear line before anything starts
@@ -261,7 +311,9 @@ def apply_cmd(
             with err_console.status(f"applying point {point or plan.selected} ..."):
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
-            state.set_meta(plan_path=str(plan_path.resolve()), node=node or "")
+            nodes = {i.node for i in plan.point(point).instances}
+            here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
+            state.set_meta(plan_path=str(plan_path.resolve()), node=here)
     if json_out:
         print_json(result.to_json())
     elif dry_run:

@@ -44,7 +44,10 @@ def test_a_plan_made_in_one_folder_applies_from_another(tmp_path, capsys, monkey
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    code, text = _main(["apply", str(out), "--dry-run", "--json", "--state-dir", "s"], capsys)
+    here = sel.instances[0].node  # this CPU host stands in for the plan's GPU node
+    code, text = _main(
+        ["apply", str(out), "--dry-run", "--json", "--state-dir", "s", "--node", here], capsys
+    )
     assert code == 0, text
     assert json.loads(text)["actions"]
 
