@@ -24,9 +24,10 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
 from planner.adjuster.state import InstanceRow, StateStore
-from planner.errors import ApplyError, InputError, LaunchError, PlannerError
+from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
+DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
 
@@ -306,13 +307,15 @@ def apply_point(
     gpu_free_timeout_s: float = 60.0,
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
     lease: bool = True,
+    undrain: bool = True,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
     `gpu_capacity_gib` ((node, device) -> usable GiB, from cluster.yaml) lets a new instance
     start beside the one it replaces on the same GPU when both fit (make-before-break);
     without it, the old one is stopped first. `lease=False`: the caller holds the state
-    lease already (`planner adjust`, for its whole tick).
+    lease already (`planner adjust`, for its whole tick). `undrain=False` (`adjust`): a
+    point drained by `planner down` stays down (DrainedError in the result); `apply` lifts it.
     """
     try:
         point = plan.point(point_name)
@@ -344,6 +347,14 @@ def apply_point(
         # rows left by a killed apply or a crash get their real state first; a start under
         # way (e.g. by the gateway) is waited for rather than started a second time
         seen = settle(state, backend, wait_s=timeout_s)
+        drained = state.meta().get("drained", "")
+        if drained and not undrain:
+            result.error = DrainedError(drained, fix="`planner apply` lifts it")
+            result.instances = instances_json(state, point)
+            return result
+        if drained:
+            state.set_meta(drained="")
+            state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(
@@ -378,7 +389,8 @@ def apply_point(
 
 
 def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> list[ActionResult]:
-    """Stop every instance this state dir started and forget them."""
+    """Stop every instance this state dir started and forget them, and drain the point: the
+    gateway starts and wakes nothing (503 `drained by planner down`) until the next apply."""
     out = []
     with state.lease(purpose="down", wait_s=lease_wait_s):
         for row in state.instances():
@@ -387,7 +399,11 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
             state.delete(row.id)
             state.journal("stop", row.id, row.node, "ok", "down")
             out.append(ActionResult("stop", row.id, row.node, "ok", "down"))
-        state.set_meta(point="", plan_sha="")
+        state.set_meta(
+            point="",
+            plan_sha="",
+            drained=DRAINED + time.strftime(" at %Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        )
     return out
 
 

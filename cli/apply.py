@@ -460,7 +460,10 @@ def down_cmd(
     else:
         for a in done:
             console.print(f"stopped {a.instance} ({a.node})", highlight=False, markup=False)
-        console.print(f"{len(done)} instance(s) stopped")
+        console.print(
+            f"{len(done)} instance(s) stopped; the gateway starts nothing until the next "
+            "`planner apply`"
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -83,6 +83,10 @@ class LaunchError(ApplyError):
         self.log_tail = log_tail
 
 
+class DrainedError(ApplyError):
+    """`planner down` drained the point: nothing starts or wakes until the next `apply`."""
+
+
 class LockHeldError(ApplyError):
     """Another apply/adjust holds the state-dir lease."""
 

@@ -80,6 +80,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self._pool = ThreadPoolExecutor(self.cfg.control_threads, thread_name_prefix="control")
         self._tasks: list[asyncio.Task] = []
+        self.drained = ""  # why nothing may start or wake (`planner down`), or ""
 
     @property
     def point(self) -> Point:
@@ -125,6 +126,7 @@ class Gateway:
 
     async def refresh(self) -> None:
         """Take status and handles from the controller (at start; after external changes)."""
+        self.set_drained(await self.call(self.control.drained))
         st = await self.call(self.control.status)
         for iid, inst in self.pool.instances.items():
             status, handle = st.get(iid, ("stopped", None))
@@ -132,6 +134,17 @@ class Gateway:
             inst.want_awake = inst.spec.tier == "gpu" or status == "awake"
             if status == "awake" and inst.idle_since_s == -math.inf:
                 inst.idle_since_s = self.pool.clock()  # idle, as far as the gateway knows
+
+    def set_drained(self, why: str) -> None:
+        """Follow `planner down` (why != "") and the next apply (""): while drained, every
+        request gets 503 and no instance is started, woken or restarted."""
+        if why and not self.drained:
+            for inst in self.pool.instances.values():
+                inst.want_awake = False
+                if inst.status != "stopped":
+                    inst.status, inst.handle = "stopped", None
+            self.pool.wake_all_waiters()
+        self.drained = why
 
     async def _flush_loop(self) -> None:
         while True:

@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from planner.adjuster.gateway.pool import Inst, failed, load
+from planner.errors import DrainedError
 from planner.optimizer import tiering
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class Waker:
                 return
             try:
                 await self.bring_up(target)
+            except DrainedError as e:
+                raise Unavailable(e.message, gw.cfg.retry_after_s) from e
             except Exception as e:
                 gw.metrics.wake_failures[model] += 1
                 target.status = "failed"
@@ -141,12 +144,18 @@ class Waker:
         """Evict its co-tenants, then wake it (restart it when its process died). The caller
         holds its GPU locks."""
         gw = self.gw
+        if gw.drained:
+            raise DrainedError(gw.drained)
         await self.evict(inst)
-        if inst.status == "failed":
-            handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
-            gw.metrics.restarts[inst.spec.id] += 1
-        else:
-            handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+        try:
+            if inst.status == "failed":
+                handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
+                gw.metrics.restarts[inst.spec.id] += 1
+            else:
+                handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+        except DrainedError as e:  # `planner down` ran since the gateway last looked
+            gw.set_drained(e.message)
+            raise
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
         inst.idle_since_s = gw.pool.clock()

@@ -4,7 +4,7 @@ test_apply_fake; the vLLM-CPU case is test_apply_vllm's killed apply)."""
 
 from __future__ import annotations
 
-from test_apply_fake import FakeBackend, inst, plan, run
+from test_apply_fake import FakeBackend, acts, inst, plan, run
 
 from planner.adjuster.apply import settle
 from planner.adjuster.state import InstanceRow, StateStore
@@ -60,3 +60,30 @@ def test_settle_writes_the_real_state_of_every_row(tmp_path):
     assert ("adopt", "up-0", "ok") in j and ("start", "gone-0", "interrupted") in j
     assert ("lost", "lazy-0", "stopped") in j and ("lost", "dead-0", "failed") in j
     assert settle(st, be) == seen and len(_journal(st)) == len(j)  # once written, quiet
+
+
+def test_down_drains_until_the_next_apply_and_adjust_keeps_it_down(tmp_path):
+    """Issue 29 item 3, the state side: `down` leaves a drain that the gateway's controller
+    obeys (nothing wakes or restarts), a hop of `adjust` keeps, and `apply` lifts."""
+    import pytest
+
+    from planner.adjuster.apply import apply_point, down
+    from planner.adjuster.control import Controller
+    from planner.errors import DrainedError
+
+    p = plan(("a", [inst("x-0", 8100)]))
+    be, st = FakeBackend(), StateStore(tmp_path)
+    run(p, "a", be, st)
+    down(st, be)
+    assert st.meta()["drained"].startswith("drained by planner down")
+    ctl = Controller(p, None, be, st, model_path_resolver=lambda i: "/m")
+    for call in (ctl.wake, ctl.restart):
+        with pytest.raises(DrainedError, match="drained by planner down"):
+            call("x-0", 5)
+    assert be.alive == {}  # nothing started
+    hop = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
+                      timeout_s=5, lease=False, undrain=False)  # fmt: skip
+    assert isinstance(hop.error, DrainedError) and hop.actions == [] and be.alive == {}
+    assert acts(run(p, "a", be, st)) == [("start", "x-0", "ok")]
+    assert st.meta()["drained"] == ""
+    assert ctl.wake("x-0", 5).pid in be.alive  # woken again (already awake here)

@@ -158,6 +158,7 @@ class FakeControl:
         self.engines: dict[str, FakeEngine] = {}
         self.calls: list[tuple[str, str]] = []
         self.wake_delay_s, self.sleep_delay_s = wake_delay_s, sleep_delay_s
+        self.drain = ""  # what `planner down` would leave in the state's meta
         self._lock = threading.Lock()
         for iid in awake:
             self._start(iid)
@@ -199,6 +200,9 @@ class FakeControl:
 
     def follow(self) -> Point:
         return self.point
+
+    def drained(self) -> str:
+        return self.drain
 
     def sleep(self, instance_id: str) -> None:
         with self._lock:
