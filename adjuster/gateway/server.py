@@ -54,6 +54,7 @@ class GatewayConfig:
     control_threads: int = 4  # threads running InstanceControl calls
     adopt_every: int = 2  # every this many health rounds, follow apply (point, instances)
     tier_interval_s: float = 10.0  # how often the point's awake hours and idle sleeps apply
+    wake_check_timeout_s: float = 120.0  # the one-token check after a wake
 
 
 class Gateway:

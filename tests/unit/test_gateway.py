@@ -51,6 +51,7 @@ class FakeEngine:
         self.peak = 0  # the most at once
         self.aborted = 0  # handlers cancelled because the caller closed the connection
         self.dead = False  # its engine died: /health answers 503
+        self.text = "abc"  # what it answers (non-streamed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -94,7 +95,7 @@ class FakeEngine:
                     {
                         "id": "x",
                         "served_by": self.name,
-                        "choices": [{"text": "abc"}],
+                        "choices": [{"text": self.text}],
                         "usage": usage,
                     }
                 )
