@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from planner.engines.base import DEFAULT_KIND
 from planner.schemas.plan import Instance, Point
 
 Status = Literal["awake", "asleep", "stopped", "starting", "failed"]
@@ -27,6 +28,7 @@ class Handle:
     actor: str | None = None  # Ray actor name, for the ray backend
     log_path: str = ""
     extra: dict = field(default_factory=dict)
+    engine: str = DEFAULT_KIND  # the instance's engine.kind (planner/engines/)
 
 
 class Backend(Protocol):

@@ -4,7 +4,7 @@ Each agent is a named, detached actor `planner-agent-<node>` in the Ray namespac
 pinned to its node by the custom resource `{"<node>": 0.001}` that the node's `ray start
 --resources` declares (docs/environment.md). Detached, because `planner apply` exits after
 starting the servers while the gateway and later applies reach the same agent by name; an
-agent owns the engine processes it started (`planner.engine` runs them in their own process
+agent owns the engine processes it started (`planner.engines.process` runs them in their own process
 group), so killing an agent does not stop them: `stop` them first (`RayBackend.shutdown`
 does both). The agent is threaded (`max_concurrency`), so a slow `wait_ready` on one instance
 does not block calls about another.
@@ -85,11 +85,11 @@ class NodeAgent:
 
     def stop_all(self, timeout_s: float = 30.0) -> list[int]:
         """Stop every server this agent started (before the agent itself is killed)."""
-        from planner import engine
+        from planner.engines import process
 
         pids = list(self.local._procs)
         for pid in pids:
-            engine.stop_server(self.local._procs.pop(pid), timeout_s)
+            process.stop_server(self.local._procs.pop(pid), timeout_s)
         return pids
 
     def is_alive(self, handle: Handle) -> bool:

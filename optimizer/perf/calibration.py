@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
+from planner.engines.base import get_engine
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.types import StepModel
-from planner.optimizer.perf.vllm_defaults import batch_defaults
 from planner.schemas.profile import Calibration, EngineRun, Profile
 
 # Bounds of the efficiency search (the schema allows (0, 2]).
@@ -106,7 +106,7 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         if run.status != "ok" or run.arch is None:
             continue
         sm = unit_step_model(run, gpu, base)
-        chunk = run.chunk_tokens or batch_defaults(gpu, run.tp)[1]
+        chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
         for p in run.prefill:
             pts.append(
                 FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))

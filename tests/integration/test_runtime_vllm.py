@@ -15,13 +15,13 @@ import pytest
 import yaml
 from cli_run import cli
 
-from planner import engine
 from planner.adjuster.apply import down, model_path_resolver
 from planner.adjuster.backends.local import LocalBackend
 from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
+from planner.engines import process
 from planner.schemas import load_models, load_plan
 from planner.tinymodel import build_tiny_model, tiny_arch
 
@@ -138,7 +138,7 @@ def test_down_sticks_until_the_next_apply(gw):
     gw.control.calls.clear()
     code, _, err = cli(["down", "--state-dir", state_dir])
     assert code == 0, err
-    assert not engine.pid_alive(pid)
+    assert not process.pid_alive(pid)
     for _ in range(3):
         r = _ask(gw)
         assert r.status_code == 503, r.text
@@ -146,7 +146,7 @@ def test_down_sticks_until_the_next_apply(gw):
         assert r.headers["Retry-After"] == "7"
     time.sleep(3.0)  # six health rounds: nothing starts on its own either
     assert gw.control.calls == [] and gw.state.instances() == []
-    assert engine.is_port_free(gw.port)
+    assert process.is_port_free(gw.port)
     code, _, err = cli(["apply", str(gw.dir / "plan.yaml"), "--state-dir", state_dir])
     assert code == 0, err  # host tier on the CPU build: nothing to start, the drain lifted
     deadline = time.monotonic() + 30
