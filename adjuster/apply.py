@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Backend
@@ -24,9 +25,11 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
 from planner.adjuster.state import InstanceRow, StateStore
+from planner.engines.process import PortHolder, port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
+PortLookup = Callable[[str, int], PortHolder | None]  # (node, port) -> who listens there
 DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
@@ -308,6 +311,7 @@ def apply_point(
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
     lease: bool = True,
     undrain: bool = True,
+    port_holder: PortLookup | None = None,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
@@ -316,6 +320,9 @@ def apply_point(
     without it, the old one is stopped first. `lease=False`: the caller holds the state
     lease already (`planner adjust`, for its whole tick). `undrain=False` (`adjust`): a
     point drained by `planner down` stays down (DrainedError in the result); `apply` lifts it.
+    `port_holder` ((node, port) -> who listens there, where the backend can tell): every port of
+    the point must be free or held by a server of this state dir, else nothing is done
+    (PortHeldError in the result, exit 3).
     """
     try:
         point = plan.point(point_name)
@@ -334,6 +341,7 @@ def apply_point(
             gpu_capacity_gib=gpu_capacity_gib,
         ):
             result.actions.append(ActionResult(a.kind, a.instance, a.node, "planned", a.reason))
+        _check_ports(point, state, port_holder, result)
         result.instances = instances_json(state, point)
         return result
 
@@ -355,6 +363,9 @@ def apply_point(
         if drained:
             state.set_meta(drained="")
             state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
+        if _check_ports(point, state, port_holder, result):
+            result.instances = instances_json(state, point)
+            return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(
@@ -386,6 +397,23 @@ def apply_point(
             state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
         result.instances = instances_json(state, point)
     return result
+
+
+def _check_ports(
+    point: Point, state: StateStore, holder_of: PortLookup | None, result: ApplyResult
+) -> bool:
+    """Whether a port of the point is held by a program that is not a server of this state
+    dir: each such instance gets a `blocked` line and the result a PortHeldError."""
+    if holder_of is None:
+        return False
+    ours = {r.pid for r in state.instances() if r.pid is not None}
+    for inst in point.instances:
+        h = holder_of(inst.node, inst.port)
+        if h is None or h.pid in ours or h.sid in ours:
+            continue
+        result.actions.append(ActionResult("check", inst.id, inst.node, "blocked", h.describe()))
+        result.error = result.error or port_held_error(h)
+    return result.error is not None
 
 
 def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> list[ActionResult]:

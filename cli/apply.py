@@ -78,6 +78,21 @@ def load_plan_inputs(
     return plan, cluster, models, mp
 
 
+def placed(
+    plan: Any, cluster: Any, port_base: int | None, state_dir: Path | None, file: str
+) -> tuple[Any, int | None]:
+    """The plan with its ports where this state dir runs them (`place_ports`): at
+    `port_base`, else the base the last apply recorded, else the cluster's `ports:`."""
+    from planner.adjuster.ports import place_ports
+    from planner.adjuster.state import StateStore
+
+    if port_base is None:
+        with StateStore(state_dir, readonly=True) as st:
+            recorded = st.meta().get("port_base", "")
+        port_base = int(recorded) if recorded.isdigit() else None
+    return place_ports(plan, cluster, port_base, file=file), port_base
+
+
 def node_share(
     plan: Any, point: str | None, node: str | None, backend: str, cluster: Any, file: str
 ) -> tuple[Any, str]:
@@ -229,6 +244,7 @@ def open_controller(
 
     plan_path = Path(plan_path)
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
+    plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
     be = make_backend(backend, cl, _device(cl))
     return Controller(
         plan, point, be, StateStore(state_dir),
@@ -247,6 +263,15 @@ def _actions_table(result: Any, title: str) -> None:
     for k, a in enumerate(result.actions, 1):
         t.add_row(*(Text(x) for x in (str(k), a.action, a.instance, a.node, a.result, a.detail)))
     console.print(t)
+
+
+def _port_lookup(backend: str) -> Any:
+    """(node, port) -> who listens there, for the local backend (this host); None for ray."""
+    if backend != "local":
+        return None
+    from planner.engines.process import port_holder
+
+    return lambda node, port: port_holder(port)
 
 
 def apply_cmd(
@@ -280,6 +305,16 @@ def apply_cmd(
             "--node", help="Apply only this node's instances (this host's share; local backend)."
         ),
     ] = None,
+    port_base: Annotated[
+        int | None,
+        typer.Option(
+            "--port-base",
+            min=1024,
+            max=65535,
+            help="First engine port (each node's ports keep their order); kept for the next "
+            "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
@@ -288,6 +323,7 @@ def apply_cmd(
     from planner.io import sha256_file
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
+    plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
     if backend == "local":
         check_host(plan, point, node, cl, str(plan_path))
@@ -303,7 +339,7 @@ def apply_cmd(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
             plan_sha=sha256_file(plan_path), lease_wait_s=wait_lock,
             model_path_resolver=model_path_resolver(mods, models_file.parent),
-            gpu_capacity_gib=gpu_capacity(cl),
+            gpu_capacity_gib=gpu_capacity(cl), port_holder=_port_lookup(backend),
         )  # fmt: skip
         if json_out or dry_run:
             result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
@@ -313,7 +349,10 @@ def apply_cmd(
         if not dry_run and result.ok:
             nodes = {i.node for i in plan.point(point).instances}
             here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
-            state.set_meta(plan_path=str(plan_path.resolve()), node=here)
+            state.set_meta(
+                plan_path=str(plan_path.resolve()), node=here,
+                port_base=str(base) if base is not None else "",
+            )  # fmt: skip
     if json_out:
         print_json(result.to_json())
     elif dry_run:

@@ -25,7 +25,7 @@ def open_gateway(
     from planner.adjuster.control import Controller
     from planner.adjuster.gateway import Gateway, GatewayConfig
     from planner.adjuster.state import StateStore
-    from planner.cli.apply import _device, load_plan_inputs, make_backend
+    from planner.cli.apply import _device, load_plan_inputs, make_backend, placed
     from planner.errors import InputError
     from planner.io import sha256_file
 
@@ -35,6 +35,7 @@ def open_gateway(
             f"no point {point!r} in the plan", file=str(plan_path), path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
         )  # fmt: skip
+    plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
     state = StateStore(state_dir)
     control = Controller(
         plan, point, make_backend(backend, cl, _device(cl)), state,

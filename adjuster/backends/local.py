@@ -55,7 +55,11 @@ class LocalBackend:
         return self.device == "cuda"
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
-        """Spawn the server; returns at once."""
+        """Spawn the server; returns at once. PortHeldError (nothing spawned) when another
+        program listens on the instance's port."""
+        holder = process.port_holder(inst.port, self.host)
+        if holder is not None:
+            raise process.port_held_error(holder)
         argv, env = get_engine(inst.engine.kind).build_argv(
             inst,
             model_path=model_path,
