@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import err_console, require_extra
+from planner.adjuster.backends import BackendKind
+from planner.cli.common import BackendOpt, err_console, require_extra
 
 
 def open_gateway(
@@ -25,7 +26,8 @@ def open_gateway(
     from planner.adjuster.control import Controller
     from planner.adjuster.gateway import Gateway, GatewayConfig
     from planner.adjuster.state import StateStore
-    from planner.cli.apply import _device, load_plan_inputs, make_backend, placed
+    from planner.cli.apply import load_plan_inputs, placed
+    from planner.cli.common import open_backend
     from planner.errors import InputError
     from planner.io import sha256_file
 
@@ -38,7 +40,7 @@ def open_gateway(
     plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
     state = StateStore(state_dir)
     control = Controller(
-        plan, point, make_backend(backend, cl, _device(cl)), state,
+        plan, point, open_backend(backend, cl), state,
         model_path_resolver=model_path_resolver(mods, models_file.parent),
         plan_sha=sha256_file(plan_path),
     )  # fmt: skip
@@ -64,9 +66,7 @@ def register(app: typer.Typer) -> None:
                 "--state-dir", help="State dir of `planner apply`; holds requests.sqlite."
             ),
         ] = None,
-        backend: Annotated[
-            str, typer.Option("--backend", help="local | ray (as given to `planner apply`).")
-        ] = "local",
+        backend: BackendOpt = BackendKind.LOCAL,
         cluster: Annotated[
             Path | None,
             typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster."),

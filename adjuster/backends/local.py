@@ -5,9 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-from typing import Literal
+from typing import Any, Literal
 
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.engines import process
 from planner.engines.base import get_engine
 from planner.errors import ApplyError, LaunchError
@@ -36,6 +36,7 @@ class LocalBackend:
     """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
 
     name = "local"
+    extra: str | None = None  # pip extra the backend itself needs (the engine's is checked apart)
 
     def __init__(
         self,
@@ -49,10 +50,28 @@ class LocalBackend:
         self.python = python
         self._procs: dict[int, subprocess.Popen] = {}  # children we can reap
 
+    @classmethod
+    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> LocalBackend:
+        """What `--backend local` builds: processes on this host (`device` None: detect it)."""
+        return cls(device)  # type: ignore[arg-type]
+
+    @property
+    def features(self) -> frozenset[BackendFeature]:
+        """Sleep mode and GPU memory readings need CUDA."""
+        if self.device == "cuda":
+            return frozenset(
+                {BackendFeature.PROCESSES, BackendFeature.SLEEP, BackendFeature.GPU_MEMORY}
+            )
+        return frozenset({BackendFeature.PROCESSES})
+
     @property
     def supports_sleep(self) -> bool:
         """Whether `sleep`/`wake` keep the process (vLLM sleep mode needs CUDA)."""
-        return self.device == "cuda"
+        return BackendFeature.SLEEP in self.features
+
+    def has_process(self, handle: Handle) -> bool:
+        """A pid recorded for the handle."""
+        return handle.pid is not None
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         """Spawn the server; returns at once. PortHeldError (nothing spawned) when another
@@ -178,3 +197,6 @@ class LocalBackend:
             if len(parts) == 2 and parts[0].isdigit():
                 free[int(parts[0])] = float(parts[1]) / 1024.0  # MiB -> GiB
         return {g: free[g] for g in gpus if g in free}
+
+
+BACKEND = LocalBackend

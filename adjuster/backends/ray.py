@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError, PortHeldError
 from planner.schemas.plan import Instance
 
@@ -119,6 +119,7 @@ class RayBackend:
     """Backend over a Ray cluster: each call goes to the agent of the instance's node."""
 
     name = "ray"
+    extra: str | None = "cluster"  # pip extra that brings Ray
 
     def __init__(
         self,
@@ -134,13 +135,26 @@ class RayBackend:
 
     @classmethod
     def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> RayBackend:
-        """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local)."""
+        """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local);
+        `device` None: each agent detects its own node's."""
         return cls(device=device)
 
     @property
+    def features(self) -> frozenset[BackendFeature]:
+        """Every node; sleep mode needs CUDA (an unknown device: assume the nodes have it)."""
+        out = {BackendFeature.PROCESSES, BackendFeature.MULTI_NODE, BackendFeature.GPU_MEMORY}
+        if self.device != "cpu":
+            out.add(BackendFeature.SLEEP)
+        return frozenset(out)
+
+    @property
     def supports_sleep(self) -> bool:
-        """Sleep mode needs CUDA; with an unknown device assume the nodes have it."""
-        return self.device != "cpu"
+        """Whether `sleep`/`wake` keep the process."""
+        return BackendFeature.SLEEP in self.features
+
+    def has_process(self, handle: Handle) -> bool:
+        """An actor (or a pid) recorded for the handle."""
+        return handle.actor is not None or handle.pid is not None
 
     def _ray(self) -> Any:
         import ray
@@ -238,3 +252,6 @@ class RayBackend:
             ray.get(actor.stop_all.remote(timeout_s), timeout=deadline - time.monotonic())
             ray.kill(actor)
             self._agents.pop(node, None)
+
+
+BACKEND = RayBackend

@@ -283,28 +283,3 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         left_out = f", {len(drop)} outlier(s) left out" if drop else ""
         out.source = f"engine fit ({len(pts)} points{left_out}) with {prior} priors"
     return out
-
-
-def _minor(v: str) -> str:
-    return ".".join(v.split("+")[0].split(".")[:2])
-
-
-def profile_warnings(
-    profile: Profile, *, vllm_version: str, device_name: str | None = None
-) -> list[str]:
-    """Why a profile may not describe this machine: another vLLM version or device."""
-    env = profile.environment
-    out: list[str] = []
-    if env.vllm and vllm_version and _minor(env.vllm) != _minor(vllm_version):
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: profiled with vLLM {env.vllm}, this is {vllm_version}"
-        )
-    if device_name and env.device_name and env.device_name != device_name:
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: profiled on {env.device_name!r}, this is {device_name!r}"
-        )
-    if not any(r.status == "ok" for r in profile.engine):
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: no successful engine run: only microbenchmarks calibrate it"
-        )
-    return out
