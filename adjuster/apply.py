@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Backend
@@ -24,9 +25,12 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
 from planner.adjuster.state import InstanceRow, StateStore
-from planner.errors import ApplyError, InputError, LaunchError, PlannerError
+from planner.engines.process import PortHolder, port_held_error
+from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
+PortLookup = Callable[[str, int], PortHolder | None]  # (node, port) -> who listens there
+DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
 
@@ -104,6 +108,46 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
             memory_gib=row.memory_gib,
         )
     return out
+
+
+def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[str, Observed]:
+    """Write the real state of every row where it differs from the recorded one, journaled;
+    returns what runs now (as `observe`).
+
+    What an interrupted apply (or a crash) leaves behind: a start whose server comes up
+    within `wait_s` is `awake` (journal `adopt`), one whose process is gone is `stopped`
+    (journal `start interrupted`), one still under way stays `starting`; an awake or asleep
+    instance that does not answer is `failed`, or `stopped` where a sleeping instance is a
+    stopped process (lazy tier without sleep mode).
+    """
+    seen = observe(state, backend)
+    for r in state.instances():
+        o = seen[r.id]
+        h = handle_of(r)
+        who = f"pid {r.pid}" if r.pid is not None else f"actor {r.actor}"
+        if r.status == "starting" and (r.pid is not None or r.actor is not None):
+            try:
+                backend.wait_ready(h, wait_s)
+            except LaunchError as e:
+                if e.reason == "timeout":
+                    o.status = "starting"  # still coming up: whoever started it waits for it
+                    continue
+                o.status = "stopped"
+                state.update(r.id, status="stopped", pid=None, actor=None)
+                state.journal("start", r.id, r.node, "interrupted", f"{who} is gone")
+                continue
+            o.status = "awake"
+            state.update(r.id, status="awake")
+            state.journal("adopt", r.id, r.node, "ok", f"{who} came up after its start")
+        elif r.status in ("awake", "asleep") and o.status == "failed":
+            if r.tier in ("host", "disk") and not backend.supports_sleep:
+                backend.stop(h, 10.0)
+                o.status = "stopped"
+                state.update(r.id, status="stopped", pid=None, actor=None)
+            else:
+                state.update(r.id, status="failed")
+            state.journal("lost", r.id, r.node, o.status, f"{who} does not answer (was {r.status})")
+    return seen
 
 
 @dataclass
@@ -266,13 +310,19 @@ def apply_point(
     gpu_free_timeout_s: float = 60.0,
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None,
     lease: bool = True,
+    undrain: bool = True,
+    port_holder: PortLookup | None = None,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
     `gpu_capacity_gib` ((node, device) -> usable GiB, from cluster.yaml) lets a new instance
     start beside the one it replaces on the same GPU when both fit (make-before-break);
     without it, the old one is stopped first. `lease=False`: the caller holds the state
-    lease already (`planner adjust`, for its whole tick).
+    lease already (`planner adjust`, for its whole tick). `undrain=False` (`adjust`): a
+    point drained by `planner down` stays down (DrainedError in the result); `apply` lifts it.
+    `port_holder` ((node, port) -> who listens there, where the backend can tell): every port of
+    the point must be free or held by a server of this state dir, else nothing is done
+    (PortHeldError in the result, exit 3).
     """
     try:
         point = plan.point(point_name)
@@ -291,6 +341,7 @@ def apply_point(
             gpu_capacity_gib=gpu_capacity_gib,
         ):
             result.actions.append(ActionResult(a.kind, a.instance, a.node, "planned", a.reason))
+        _check_ports(point, state, port_holder, result)
         result.instances = instances_json(state, point)
         return result
 
@@ -301,19 +352,20 @@ def apply_point(
         else contextlib.nullcontext()
     )
     with held:
-        seen = observe(state, backend)
-        for r in state.instances():
-            if seen[r.id].status != "starting" or (r.pid is None and r.actor is None):
-                continue
-            # Left starting by a killed apply, or being started by the gateway right now:
-            # wait for it (a dead one fails at once) rather than start a second beside it.
-            try:
-                backend.wait_ready(handle_of(r), timeout_s)
-            except ApplyError:
-                continue  # diff restarts it: an interrupted start, not a crash
-            state.update(r.id, status="awake")
-            seen[r.id].status = "awake"
-            state.journal("adopt", r.id, r.node, "ok", f"pid {r.pid} came up after its start")
+        # rows left by a killed apply or a crash get their real state first; a start under
+        # way (e.g. by the gateway) is waited for rather than started a second time
+        seen = settle(state, backend, wait_s=timeout_s)
+        drained = state.meta().get("drained", "")
+        if drained and not undrain:
+            result.error = DrainedError(drained, fix="`planner apply` lifts it")
+            result.instances = instances_json(state, point)
+            return result
+        if drained:
+            state.set_meta(drained="")
+            state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
+        if _check_ports(point, state, port_holder, result):
+            result.instances = instances_json(state, point)
+            return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
         run = _Run(
@@ -347,8 +399,26 @@ def apply_point(
     return result
 
 
+def _check_ports(
+    point: Point, state: StateStore, holder_of: PortLookup | None, result: ApplyResult
+) -> bool:
+    """Whether a port of the point is held by a program that is not a server of this state
+    dir: each such instance gets a `blocked` line and the result a PortHeldError."""
+    if holder_of is None:
+        return False
+    ours = {r.pid for r in state.instances() if r.pid is not None}
+    for inst in point.instances:
+        h = holder_of(inst.node, inst.port)
+        if h is None or h.pid in ours or h.sid in ours:
+            continue
+        result.actions.append(ActionResult("check", inst.id, inst.node, "blocked", h.describe()))
+        result.error = result.error or port_held_error(h)
+    return result.error is not None
+
+
 def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> list[ActionResult]:
-    """Stop every instance this state dir started and forget them."""
+    """Stop every instance this state dir started and forget them, and drain the point: the
+    gateway starts and wakes nothing (503 `drained by planner down`) until the next apply."""
     out = []
     with state.lease(purpose="down", wait_s=lease_wait_s):
         for row in state.instances():
@@ -357,7 +427,11 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
             state.delete(row.id)
             state.journal("stop", row.id, row.node, "ok", "down")
             out.append(ActionResult("stop", row.id, row.node, "ok", "down"))
-        state.set_meta(point="", plan_sha="")
+        state.set_meta(
+            point="",
+            plan_sha="",
+            drained=DRAINED + time.strftime(" at %Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        )
     return out
 
 
@@ -372,4 +446,5 @@ __all__ = [
     "model_path_resolver",
     "observe",
     "restart_delay_s",
+    "settle",
 ]

@@ -18,7 +18,7 @@ from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.engines.process import pid_alive
-from planner.errors import ApplyError, InputError
+from planner.errors import ApplyError, DrainedError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
 
@@ -62,6 +62,15 @@ class Controller:
             with contextlib.suppress(KeyError):
                 self.point = self.plan.point(name)
         return self.point
+
+    def drained(self) -> str:
+        """Why nothing may start or wake (`planner down` ran, no apply since), or ""."""
+        return self.state.meta().get("drained", "")
+
+    def _refuse_if_drained(self) -> None:
+        why = self.drained()
+        if why:
+            raise DrainedError(why, fix="`planner apply` lifts it")
 
     def instance(self, instance_id: str) -> Instance:
         """The plan's Instance (KeyError if not in the point)."""
@@ -114,6 +123,7 @@ class Controller:
         """
         inst = self.instance(instance_id)
         with self._lock:
+            self._refuse_if_drained()
             row = self.state.get(instance_id)
             if row is not None and row.pid is not None and row.status in ("awake", "asleep"):
                 h = handle_of(row)
@@ -135,6 +145,7 @@ class Controller:
         restarts of a crash loop with its own backoff."""
         inst = self.instance(instance_id)
         with self._lock:
+            self._refuse_if_drained()
             h = self._theirs(instance_id, timeout_s)
             if h is not None:
                 return h

@@ -84,19 +84,14 @@ class Launcher:
         log = self.state.logs_dir / f"{inst.id}.log"
         if log.exists():  # classification reads the tail: each launch gets a fresh log
             log.replace(log.with_suffix(".log.1"))
-        handle = self.backend.start(
-            inst, model_path=self.resolve(inst), served_name=inst.model, log_path=str(log)
-        )
-        self.state.upsert(
-            InstanceRow(
-                id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
-                host=handle.host, port=inst.port, pid=handle.pid, actor=handle.actor,
-                status="starting", tier=inst.tier, plan_sha=self.plan_sha, point=self.point.name,
-                started_at=time.time(), restarts=restarts, log_path=handle.log_path,
-                spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus), memory_gib=inst.memory_gib.total,
-                secret=handle.secret,
+        try:
+            handle = self.backend.start(
+                inst, model_path=self.resolve(inst), served_name=inst.model, log_path=str(log)
             )
-        )  # fmt: skip
+        except LaunchError:  # refused before a process ran (its port is held): recorded
+            self.state.upsert(self._row(inst, None, "failed", restarts))
+            raise
+        self.state.upsert(self._row(inst, handle, "starting", restarts))
         self.started.append(inst.id)
         self.handles[inst.id] = handle
         try:
@@ -107,6 +102,17 @@ class Launcher:
             raise
         self.state.update(inst.id, status="awake", started_at=time.time())
         return handle
+
+    def _row(self, inst: Instance, h: Handle | None, status: str, restarts: int) -> InstanceRow:
+        """The state row of a launch of `inst` (`h` None: no process was started)."""
+        return InstanceRow(
+            id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
+            host=h.host if h else "127.0.0.1", port=inst.port, pid=h.pid if h else None,
+            actor=h.actor if h else None, status=status, tier=inst.tier, plan_sha=self.plan_sha,
+            point=self.point.name, started_at=time.time(), restarts=restarts,
+            log_path=h.log_path if h else "", spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus),
+            memory_gib=inst.memory_gib.total, secret=h.secret if h else None,
+        )  # fmt: skip
 
     def _wait_gpu_memory(self, inst: Instance) -> None:
         """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""

@@ -245,6 +245,7 @@ def _effects(
             model_path_resolver=config.model_path_resolver,
             gpu_capacity_gib=config.gpu_capacity_gib,
             lease=False,
+            undrain=False,  # after `planner down` a hop starts nothing
         )
         res.apply = out
         steps = [(a.action, a.instance) for a in out.actions if a.result == "ok"]

@@ -30,7 +30,7 @@ def open_gateway(
     from planner.adjuster.gateway import Gateway, GatewayConfig
     from planner.adjuster.gateway.auth import Auth
     from planner.adjuster.state import StateStore
-    from planner.cli.apply import load_plan_inputs
+    from planner.cli.apply import load_plan_inputs, placed
     from planner.cli.common import open_backend
     from planner.errors import InputError
     from planner.io import sha256_file
@@ -44,6 +44,7 @@ def open_gateway(
         )  # fmt: skip
     if keys is not None:
         read_keys(keys, mods.names)
+    plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
     state = StateStore(state_dir)
     auth = Auth(install_secret(state.dir), keys, insecure=insecure, model_names=mods.names)
     control = Controller(

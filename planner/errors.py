@@ -83,6 +83,16 @@ class LaunchError(ApplyError):
         self.log_tail = log_tail
 
 
+class DrainedError(ApplyError):
+    """`planner down` drained the point: nothing starts or wakes until the next `apply`."""
+
+
+class PortHeldError(LaunchError):
+    """Another program listens on an instance's port (exit 3, like a held lease)."""
+
+    exit_code = 3
+
+
 class LockHeldError(ApplyError):
     """Another apply/adjust holds the state-dir lease."""
 

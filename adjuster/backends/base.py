@@ -128,3 +128,7 @@ class InstanceControl(Protocol):
     def follow(self) -> Point:
         """The point in force (another point of the same plan after `apply`/`adjust`)."""
         ...
+
+    def drained(self) -> str:
+        """Why nothing may start or wake (`planner down` ran; the next apply lifts it), or ""."""
+        ...

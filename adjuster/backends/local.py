@@ -74,7 +74,11 @@ class LocalBackend:
         return handle.pid is not None
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
-        """Spawn the server with a fresh secret; returns at once."""
+        """Spawn the server; returns at once. PortHeldError (nothing spawned) when another
+        program listens on the instance's port."""
+        holder = process.port_holder(inst.port, self.host)
+        if holder is not None:
+            raise process.port_held_error(holder)
         secret = process.new_secret()
         argv, env = get_engine(inst.engine.kind).build_argv(
             inst,

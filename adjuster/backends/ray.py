@@ -28,7 +28,7 @@ from typing import Any
 
 from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.adjuster.backends.relay import LOOPBACK, Relay, is_loopback
-from planner.errors import ApplyError, LaunchError
+from planner.errors import ApplyError, LaunchError, PortHeldError
 from planner.schemas.plan import Instance
 
 NAMESPACE = "planner"
@@ -84,6 +84,8 @@ class NodeAgent:
             h = self.local.start(
                 spec, model_path=model_path, served_name=served_name, log_path=log_path
             )
+        except LaunchError as e:  # its port is held on that node
+            return _err(e)
         except (ApplyError, OSError) as e:
             return _err(ApplyError(f"start of {spec.id} on {self.node}: {e}"))
         try:
@@ -225,6 +227,8 @@ class RayBackend:
 
     @staticmethod
     def _raise(out: dict) -> dict:
+        if out.get("error") == "launch" and out["reason"] == "port_in_use":
+            raise PortHeldError(out["message"], reason="port_in_use", fix=out.get("fix"))
         if out.get("error") == "launch":
             raise LaunchError(out["message"], reason=out["reason"], log_tail=out.get("log_tail", ""), fix=out.get("fix"))  # fmt: skip
         if out.get("error"):

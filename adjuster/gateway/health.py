@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from planner.adjuster.gateway.pool import Inst
+from planner.optimizer import tiering
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.server import Gateway
@@ -64,6 +65,9 @@ class Health:
 
     async def _adopt(self) -> None:
         gw = self.gw
+        gw.set_drained(await gw.call(gw.control.drained))
+        if gw.drained:
+            return
         point = await gw.call(gw.control.follow)
         if point.name != gw.pool.point.name:
             log.info("following point %s (was %s)", point.name, gw.pool.point.name)
@@ -113,7 +117,7 @@ class Health:
     async def check(self, inst: Inst) -> None:
         """Probe one instance that should be awake; restart it after its backoff if dead."""
         gw = self.gw
-        if not inst.want_awake or inst.draining or inst.spec.model in gw.waker.tasks:
+        if gw.drained or not inst.want_awake or inst.draining or inst.spec.model in gw.waker.tasks:
             return
         if inst.status == "awake" and inst.handle is not None:
             epoch = inst.epoch
@@ -128,6 +132,11 @@ class Health:
                 inst.timeouts = inst.failures = 0
                 return
             self.mark_dead(inst)
+        if inst.lazy and tiering.hour_of_day(gw.pool.clock()) not in inst.awake_hours:
+            # a host/disk instance starts for a request or its awake hours, not on its own:
+            # its next request restarts it
+            inst.want_awake = False
+            return
         if time.monotonic() < inst.next_restart_at:
             return
         async with gw.waker.gpus(inst):

@@ -40,6 +40,8 @@ class Metrics:
         self.wakes: dict[str, int] = defaultdict(int)
         self.wake_failures: dict[str, int] = defaultdict(int)
         self.restarts: dict[str, int] = defaultdict(int)
+        self.wake_checks: dict[str, int] = defaultdict(int)  # one-token checks after wakes
+        self.wake_check_failures: dict[str, int] = defaultdict(int)
         # (model asked for, stand-in that answered) -> requests
         self.substitutions: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -101,6 +103,18 @@ class Metrics:
             "Restarts of instances that died.",
             "instance",
             self.restarts,
+        )
+        counter(
+            "planner_gateway_wake_checks_total",
+            "One-token checks sent after wakes, by model.",
+            "model",
+            self.wake_checks,
+        )
+        counter(
+            "planner_gateway_wake_check_failures_total",
+            "Wake checks whose answer was wrong (the instance was restarted), by model.",
+            "model",
+            self.wake_check_failures,
         )
         for name, (doc, data) in gauges().items():
             out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge")

@@ -174,6 +174,11 @@ class Pool:
                 self.release(got)
             raise
 
+    def wake_all_waiters(self) -> None:
+        """Tell every waiter to look again."""
+        for model in list(self._admit):
+            self.wake_waiters(model)
+
     def wake_waiters(self, model: str) -> None:
         """Tell the waiters of `model` to look again (an instance came or went)."""
         q = self._admit.pop(model, None)

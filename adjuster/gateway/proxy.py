@@ -224,6 +224,8 @@ class Proxy:
         gw.tiers.hand_off(model)
         wakes = 0
         while True:
+            if gw.drained:
+                raise Unavailable(gw.drained, cfg.retry_after_s)
             inst = self.choose(model)
             if inst is not None:
                 if inst.outstanding < inst.limit and not pool.queued_for_admission(model):

@@ -56,6 +56,7 @@ class GatewayConfig:
     control_threads: int = 4  # threads running InstanceControl calls
     adopt_every: int = 2  # every this many health rounds, follow apply (point, instances)
     tier_interval_s: float = 10.0  # how often the point's awake hours and idle sleeps apply
+    wake_check_timeout_s: float = 120.0  # the one-token check after a wake
 
 
 class Gateway:
@@ -84,6 +85,7 @@ class Gateway:
         self.session: aiohttp.ClientSession | None = None
         self._pool = ThreadPoolExecutor(self.cfg.control_threads, thread_name_prefix="control")
         self._tasks: list[asyncio.Task] = []
+        self.drained = ""  # why nothing may start or wake (`planner down`), or ""
 
     @property
     def point(self) -> Point:
@@ -130,6 +132,7 @@ class Gateway:
 
     async def refresh(self) -> None:
         """Take status and handles from the controller (at start; after external changes)."""
+        self.set_drained(await self.call(self.control.drained))
         st = await self.call(self.control.status)
         for iid, inst in self.pool.instances.items():
             status, handle = st.get(iid, ("stopped", None))
@@ -137,6 +140,17 @@ class Gateway:
             inst.want_awake = inst.spec.tier == "gpu" or status == "awake"
             if status == "awake" and inst.idle_since_s == -math.inf:
                 inst.idle_since_s = self.pool.clock()  # idle, as far as the gateway knows
+
+    def set_drained(self, why: str) -> None:
+        """Follow `planner down` (why != "") and the next apply (""): while drained, every
+        request gets 503 and no instance is started, woken or restarted."""
+        if why and not self.drained:
+            for inst in self.pool.instances.values():
+                inst.want_awake = False
+                if inst.status != "stopped":
+                    inst.status, inst.handle = "stopped", None
+            self.pool.wake_all_waiters()
+        self.drained = why
 
     async def _flush_loop(self) -> None:
         while True:

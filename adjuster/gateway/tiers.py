@@ -44,6 +44,8 @@ class Tiers:
     async def tick(self) -> None:
         """One look (see the module docstring)."""
         gw = self.gw
+        if gw.drained:
+            return  # `planner down`: nothing wakes until the next apply
         now = gw.pool.clock()
         for inst in self.due_sleeps(now):
             await self.sleep(inst)
@@ -70,6 +72,8 @@ class Tiers:
         """Wake ahead a sleeping instance of each model the point's `handoff` lists after
         `model` that has none awake or waking (`tiering.wakes_on_handoff`)."""
         pool, waker = self.gw.pool, self.gw.waker
+        if self.gw.drained:
+            return
         for m in self.gw.point.handoff.get(model, ()):
             insts = pool.by_model.get(m, ())
             if m in waker.tasks or any(i.awake for i in insts):

@@ -9,25 +9,38 @@ arrive meanwhile wait behind it, at most `queue_limit` of them per model, and th
 gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
 or ahead of requests at the start of an instance's awake hours (tiers.py). An instance whose
 process died is started again through `InstanceControl.restart` (a counted restart), a
-sleeping one through `wake`.
+sleeping one through `wake`. Every wake and restart is checked before traffic goes to it: one
+greedy one-token request whose answer must be a completion, the same one the instance's spec
+gave before (vLLM has had level-2 wakes that answer garbage); a failed check restarts the
+instance once (counted in /metrics), and a second failure fails the wake.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
 from typing import TYPE_CHECKING
 
+import aiohttp
+
+from planner.adjuster.backends.base import Handle
 from planner.adjuster.gateway.pool import Inst, failed, load
+from planner.adjuster.reconcile import spec_sha
+from planner.errors import ApplyError, DrainedError
 from planner.optimizer import tiering
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
+
+# The wake check's prompt: answered greedily with one token, the same one on every wake of
+# the same weights (a woken engine whose weights came back wrong answers another).
+WAKE_CHECK_PROMPT = "The capital of France is"
 
 
 class Unavailable(Exception):
@@ -47,6 +60,7 @@ class Waker:
         self.wake_s: dict[str, float] = {}  # last measured wake time per model
         self.started_s: dict[str, float] = {}  # when the model's running wake started
         self._gpu_locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self.check_answers: dict[str, str] = {}  # spec hash -> its wake check's answer
 
     def retry_after_s(self, model: str) -> float:
         """How long a refused client should wait: the model's last wake, else the default."""
@@ -125,6 +139,8 @@ class Waker:
                 return
             try:
                 await self.bring_up(target)
+            except DrainedError as e:
+                raise Unavailable(e.message, gw.cfg.retry_after_s) from e
             except Exception as e:
                 gw.metrics.wake_failures[model] += 1
                 target.status = "failed"
@@ -141,15 +157,59 @@ class Waker:
         """Evict its co-tenants, then wake it (restart it when its process died). The caller
         holds its GPU locks."""
         gw = self.gw
+        if gw.drained:
+            raise DrainedError(gw.drained)
         await self.evict(inst)
-        if inst.status == "failed":
-            handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
-            gw.metrics.restarts[inst.spec.id] += 1
-        else:
-            handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+        try:
+            if inst.status == "failed":
+                handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
+                gw.metrics.restarts[inst.spec.id] += 1
+            else:
+                handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+            why = await self.check(inst, handle)
+            if why:  # a wake that answers wrongly (vLLM has had such level-2 wakes): restart
+                log.warning("wake check of %s failed (%s): restarting it", inst.spec.id, why)
+                handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
+                gw.metrics.restarts[inst.spec.id] += 1
+                why = await self.check(inst, handle)
+                if why:
+                    raise ApplyError(f"{inst.spec.id} answers wrongly after a restart: {why}")
+        except DrainedError as e:  # `planner down` ran since the gateway last looked
+            gw.set_drained(e.message)
+            raise
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
         inst.idle_since_s = gw.pool.clock()
+
+    async def check(self, inst: Inst, handle: Handle) -> str:
+        """Send the woken instance one greedy one-token request; "" when its answer is sound
+        (a completion whose text is the one this instance's spec gave before, if any), else
+        why not. Counted in /metrics."""
+        gw = self.gw
+        assert gw.session is not None
+        model = inst.spec.model
+        gw.metrics.wake_checks[model] += 1
+        body = {"model": model, "prompt": WAKE_CHECK_PROMPT, "max_tokens": 1, "temperature": 0}
+        url = f"http://{handle.host}:{handle.port}/v1/completions"
+        try:
+            async with gw.session.post(
+                url, json=body, timeout=aiohttp.ClientTimeout(total=gw.cfg.wake_check_timeout_s)
+            ) as r:
+                status, data = r.status, await r.read()
+            text = json.loads(data)["choices"][0]["text"] if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError) as e:
+            status, text = 0, f"{type(e).__name__}: {e}"[:200]
+            why = f"no answer ({text})"
+        else:
+            why = "" if isinstance(text, str) else f"answered {status}: {data[:200]!r}"
+        key = spec_sha(inst.spec)
+        if not why:
+            ref = self.check_answers.setdefault(key, text)  # type: ignore[arg-type]
+            if text != ref:
+                why = f"answered {text!r} where it answered {ref!r} before"
+        if why:
+            gw.metrics.wake_check_failures[model] += 1
+        return why
 
     async def evict(self, target: Inst) -> None:
         """Drain and sleep the co-tenants a wake of `target` displaces."""

@@ -15,10 +15,11 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from planner.errors import LaunchError
+from planner.errors import LaunchError, PortHeldError
 from planner.private import open_private_append
 
 if TYPE_CHECKING:
@@ -53,6 +54,94 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    """The process listening on a TCP port: pid None where /proc does not say (another
+    user's process, or no /proc)."""
+
+    port: int
+    pid: int | None
+    command: str = ""
+    sid: int | None = None  # its session: our servers lead their own
+
+    def describe(self) -> str:
+        """`port P is held by PID N (command)`."""
+        who = f"PID {self.pid}" if self.pid is not None else "a process this user cannot see"
+        cmd = f" ({self.command})" if self.command else ""
+        return f"port {self.port} is held by {who}{cmd}"
+
+
+def _listen_inodes(port: int) -> set[str]:
+    """Socket inodes of TCP listeners on `port` (any address, IPv4 and IPv6), from /proc/net."""
+    out: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 the inode
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                out.add(f[9])
+    return out
+
+
+def command_of(pid: int, max_chars: int = 120) -> str:
+    """The command line of `pid`, shortened ("" when unreadable)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
+
+
+def port_holder(port: int, host: str = "127.0.0.1") -> PortHolder | None:
+    """Who listens on `port` now; None when nobody does (the port can be bound)."""
+    inodes = _listen_inodes(port)
+    if not inodes:
+        return None if is_port_free(port, host) else PortHolder(port, None)
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fds = list((d / "fd").iterdir())
+        except OSError:
+            continue  # gone, or another user's
+        for fd in fds:
+            try:
+                if os.readlink(fd) in wanted:
+                    pid = int(d.name)
+                    sid = os.getsid(pid)
+                    return PortHolder(port, pid, command_of(pid), sid)
+            except OSError:
+                continue
+    return PortHolder(port, None)
+
+
+def owns_port(pid: int, port: int) -> bool | None:
+    """Whether the server started as `pid` (the leader of its own session) or one of its
+    processes listens on `port`; None when /proc cannot tell."""
+    holder = port_holder(port)
+    if holder is None:
+        return False
+    if holder.pid is None:
+        return None
+    return pid in (holder.pid, holder.sid)
+
+
+def port_held_error(holder: PortHolder) -> LaunchError:
+    """The start failure of a port another program holds (exit 3)."""
+    return PortHeldError(
+        holder.describe(),
+        reason="port_in_use",
+        fix="stop that process, or move this state dir's servers: `planner apply --port-base "
+        "N`, or `ports:` of the node in the cluster file",
+    )
 
 
 def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
@@ -149,17 +238,29 @@ def wait_ready(
 ) -> float:
     """Block until the engine's ready route answers; returns the seconds waited.
 
-    Raises LaunchError with the reason the engine reads from the log when the process exits
-    first, or reason `timeout` when `timeout_s` passes (the caller stops the process).
+    Ready means: the process `proc` runs, the route answers, and the listener on the port is
+    that process or one of its session (a foreign server answering there raises
+    PortHeldError, as does a start that died because the port was taken). Raises LaunchError
+    with the reason the engine reads from the log when the process exits first, or reason
+    `timeout` when `timeout_s` passes (the caller stops the process).
     """
     t0 = time.monotonic()
     name = engine.display_name
+    pid = proc if isinstance(proc, int) else proc.pid if proc is not None else None
     while True:
-        if http_ok(host, port, engine.ready_route, timeout_s=2.0, secret=secret):
-            return time.monotonic() - t0
+        # ready only when our own process answers: a foreign server on the port answers too
+        if _running(proc) and http_ok(host, port, engine.ready_route, timeout_s=2.0, secret=secret):
+            if pid is None or owns_port(pid, port) is not False:
+                return time.monotonic() - t0
+            holder = port_holder(port, host)
+            if holder is not None:
+                raise port_held_error(holder)
         if not _running(proc):
             tail = read_tail(log_path)
             reason = engine.classify_failure(tail)
+            holder = port_holder(port, host) if reason == "port_in_use" else None
+            if holder is not None:
+                raise port_held_error(holder)
             raise LaunchError(
                 f"{name} server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
                 reason=reason,

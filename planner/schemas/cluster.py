@@ -43,6 +43,19 @@ class GpuGroup(Strict):
         return self.type if isinstance(self.type, GpuSpec) else resolve_gpu(self.type)
 
 
+class PortRange(Strict):
+    """The TCP ports a node's engine servers may listen on (`planner apply` places them)."""
+
+    first: int = Field(ge=1024, le=65535, description="first engine port on the node")
+    last: int = Field(default=65535, ge=1024, le=65535, description="last engine port")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> PortRange:
+        if self.last < self.first:
+            raise ValueError(f"last ({self.last}) is below first ({self.first})")
+        return self
+
+
 class Node(Strict):
     """One server."""
 
@@ -53,6 +66,10 @@ class Node(Strict):
         default=None, gt=0, le=100, description="sequential disk read, GB/s; a profile overrides"
     )
     gpus: list[GpuGroup] = Field(default_factory=list, description="GPU groups on this node")
+    ports: PortRange | None = Field(
+        default=None,
+        description="ports of its engine servers; default: those the plan gives (from 8100)",
+    )
 
     @model_validator(mode="after")
     def _unique_ids(self) -> Node:

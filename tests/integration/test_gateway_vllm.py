@@ -58,6 +58,9 @@ class Recording:
     def follow(self):
         return self.inner.follow()
 
+    def drained(self) -> str:
+        return self.inner.drained()
+
 
 def _instance(iid: str, model: str, port: int) -> dict:
     return {

@@ -109,3 +109,44 @@ def test_status_lists_planned_instances_without_a_process(tmp_path, capsys) -> N
     code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
     rows = json.loads(out)["instances"]
     assert code == 0 and [(r["id"], r["status"]) for r in rows] == [("a-0", "stopped")]
+
+
+def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys) -> None:
+    """Issue 29 item 2: before, the local backend planned (and `status` showed) an A100
+    plan's instances on this CPU-only host. Now apply names both and exits 2, unless
+    `--node` says which node this host is."""
+    from planner.adjuster.hostcheck import HostGpus, host_mismatch
+    from planner.cli.apply import host_gpus
+    from planner.schemas.cluster import Node
+
+    if host_gpus().types:
+        pytest.skip("this host has GPUs: the refusal is checked on a CPU-only host")
+    plan, state = _plan(tmp_path), tmp_path / "state"
+    (tmp_path / "cluster.yaml").write_text(
+        CPU_CLUSTER.replace("{type: cpu, count: 1}", "{type: A100-80GB-SXM, count: 4}")
+    )
+    for dry in (["--dry-run"], []):
+        code, out, err = _run(["apply", plan, "--state-dir", str(state), *dry], capsys)
+        assert code == 2, err
+        assert (
+            "this host has cpu (no GPU), but the plan's node 'local' has 4 x A100-80GB-SXM" in err
+        )
+        assert "--node local" in err
+    assert not state.exists()  # refused before any side effect
+    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    assert code == 0 and json.loads(out)["instances"] == []
+    args = ["apply", plan, "--state-dir", str(state), "--dry-run", "--json", "--node", "local"]
+    code, out, err = _run(args, capsys)
+    assert code == 0, err
+    assert [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
+    # the comparison itself: types and counts, a cpu node anywhere
+    node = Node.model_validate({"name": "g", "cpu_memory_gib": 64,
+                                "gpus": [{"type": "H200-SXM", "count": 2}]})  # fmt: skip
+    assert host_mismatch(node, HostGpus(("H200-SXM",) * 2)) is None
+    assert host_mismatch(node, HostGpus(("H200-SXM",) * 8)) is None
+    assert "has 1 x H200-SXM" in host_mismatch(node, HostGpus(("H200-SXM",)))
+    assert "has 2 x L40S" in host_mismatch(node, HostGpus(("L40S", "L40S")))
+    cpu = Node.model_validate(
+        {"name": "c", "cpu_memory_gib": 8, "gpus": [{"type": "cpu", "count": 1}]}
+    )
+    assert host_mismatch(cpu, HostGpus(("H200-SXM",))) is None

@@ -44,6 +44,7 @@ class FakeEngine:
         self.peak = 0  # the most at once
         self.aborted = 0  # handlers cancelled because the caller closed the connection
         self.dead = False  # its engine died: /health answers 503
+        self.text = "abc"  # what it answers (non-streamed)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -87,7 +88,7 @@ class FakeEngine:
                     {
                         "id": "x",
                         "served_by": self.name,
-                        "choices": [{"text": "abc"}],
+                        "choices": [{"text": self.text}],
                         "usage": usage,
                     }
                 )
@@ -151,6 +152,7 @@ class FakeControl:
         self.engines: dict[str, FakeEngine] = {}
         self.calls: list[tuple[str, str]] = []
         self.wake_delay_s, self.sleep_delay_s = wake_delay_s, sleep_delay_s
+        self.drain = ""  # what `planner down` would leave in the state's meta
         self._lock = threading.Lock()
         for iid in awake:
             self._start(iid)
@@ -192,6 +194,9 @@ class FakeControl:
 
     def follow(self) -> Point:
         return self.point
+
+    def drained(self) -> str:
+        return self.drain
 
     def sleep(self, instance_id: str) -> None:
         with self._lock:
