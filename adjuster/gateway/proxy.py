@@ -41,6 +41,7 @@ import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import error, identity, unavailable
+from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.pool import Inst, load
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.waker import Unavailable
@@ -53,6 +54,7 @@ log = logging.getLogger("planner.gateway")
 
 PROXIED = ("/v1/completions", "/v1/chat/completions")
 SERVED_BY = "X-Planner-Served-By"  # answer header: the model that answered
+_KINDS = {408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
 
 
 def _variant(inst: Inst) -> str:
@@ -117,7 +119,8 @@ class Proxy:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        r = _Req(*identity(request.headers))
+        user, session = identity(request.headers)
+        r = _Req(cut(user), cut(session))
         try:
             return await self._handle(request, r)
         except asyncio.CancelledError:
@@ -132,20 +135,21 @@ class Proxy:
 
     async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
         gw = self.gw
-        body = await request.read()
         try:
-            payload = json.loads(body)
-        except ValueError:
-            return error(400, "the body is not JSON", "BadRequestError")
-        model = payload.get("model") if isinstance(payload, dict) else None
-        if not isinstance(model, str) or not model:
-            return error(400, "the body names no `model`", "BadRequestError")
-        r.model = model
+            body = await read_body(request, gw.cfg.max_body_bytes, gw.cfg.body_timeout_s)
+            payload = parse(body)
+        except BadBody as e:
+            gw.metrics.malformed[e.reason] += 1
+            self.fail(r, e.status, e.message)
+            kind = _KINDS.get(e.status, "BadRequestError")
+            return error(e.status, e.message, kind, param=e.param)
+        model = payload["model"]
+        r.model = cut(model)
         if model not in gw.pool.by_model:
             names = sorted(gw.pool.by_model)
             self.fail(r, 404, "unknown model")
             return error(
-                404, f"model {model!r} is not served here; models: {names}", "NotFoundError",
+                404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
                 models=names,
             )  # fmt: skip
         stream = bool(payload.get("stream"))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import math
 import threading
 import time
@@ -23,6 +25,13 @@ from aiohttp import web
 
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.answers import error
+from planner.adjuster.gateway.guard import (
+    Guard,
+    GuardedSite,
+    connection_cap,
+    mark_busy,
+    raise_open_file_limit,
+)
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
@@ -30,9 +39,11 @@ from planner.adjuster.gateway.proxy import PROXIED, Proxy
 from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
+from planner.errors import InputError
 from planner.schemas.plan import Point
 
 _GETS = ("/v1/models", "/health", "/metrics")
+log = logging.getLogger("planner.gateway")
 
 
 @dataclass
@@ -54,6 +65,17 @@ class GatewayConfig:
     control_threads: int = 4  # threads running InstanceControl calls
     adopt_every: int = 2  # every this many health rounds, follow apply (point, instances)
     tier_interval_s: float = 10.0  # how often the point's awake hours and idle sleeps apply
+    # clients (guard.py; nginx's defaults)
+    header_timeout_s: float = 60.0  # a request's headers arrive within this
+    body_timeout_s: float = 60.0  # longest pause between two reads of a body
+    keepalive_timeout_s: float = 75.0  # an idle kept-alive connection closes
+    max_connections: int = 4096  # open at once (also bounded by the open-file limit)
+    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
+    warn_every_s: float = 60.0  # a recurring error (log write, accept) is logged this often
+    # request log (requestlog.py)
+    log_max_pending: int = 100_000  # rows kept while the log cannot be written
+    log_max_age_s: float = 90 * 86400.0  # rows older than this are deleted
+    log_max_bytes: int = 1 << 30  # the oldest rows go beyond this much data
 
 
 class Gateway:
@@ -72,7 +94,13 @@ class Gateway:
         self.cfg = config or GatewayConfig()
         self.pool = Pool(point, self.cfg.admit_factor, clock)
         self.metrics = Metrics()
-        self.log = RequestLog(Path(state_dir) / REQUEST_LOG)
+        cfg = self.cfg
+        self.log = RequestLog(
+            Path(state_dir) / REQUEST_LOG, max_pending=cfg.log_max_pending,
+            max_age_s=cfg.log_max_age_s, max_bytes=cfg.log_max_bytes,
+            warn_every_s=cfg.warn_every_s,
+        )  # fmt: skip
+        self.guard = Guard(cfg.max_connections, cfg.header_timeout_s, cfg.warn_every_s)
         self.waker = Waker(self)
         self.health = Health(self)
         self.tiers = Tiers(self)
@@ -105,6 +133,7 @@ class Gateway:
             asyncio.create_task(self.health.loop()),
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self.tiers.loop()),
+            asyncio.create_task(self.guard.loop()),
         ]
 
     async def close(self) -> None:
@@ -116,7 +145,8 @@ class Gateway:
                 await t
         if self.session is not None:
             await self.session.close()
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.log.close)
+        lost = await asyncio.get_running_loop().run_in_executor(self._pool, self.log.close)
+        self.metrics.log_lost += lost
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def call(self, fn: Any, *args: Any) -> Any:
@@ -137,11 +167,14 @@ class Gateway:
         while True:
             await asyncio.sleep(self.cfg.log_flush_s)
             if self.log.pending():
-                await self.call(self.log.flush)
+                try:
+                    await self.call(self.log.flush)
+                except Exception as e:  # the loop outlives any failure; the log says why
+                    log.warning("request log flush failed: %s", e)
 
     def app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=self.cfg.max_body_bytes, middlewares=[mark_busy])
         app.router.add_get("/v1/models", self.h_models)
         app.router.add_get("/health", self.h_health)
         app.router.add_get("/metrics", self.h_metrics)
@@ -168,7 +201,9 @@ class Gateway:
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            text=self.metrics.render(self._gauges), content_type="text/plain", charset="utf-8"
+            text=self.metrics.render(self._gauges, self._totals()),
+            content_type="text/plain",
+            charset="utf-8",
         )
 
     async def h_other(self, request: web.Request) -> web.Response:
@@ -201,6 +236,32 @@ class Gateway:
             ),
         }
 
+    def _totals(self) -> dict[str, tuple[str, float]]:
+        """Unlabelled gauges and counters: the request log's and the connections' health."""
+        lg, g = self.log, self.guard.counts
+        return {
+            "planner_gateway_log_write_failures_total": (
+                "Request-log writes that failed (disk full, read-only); rows wait.",
+                lg.write_failures,
+            ),
+            "planner_gateway_log_rows_dropped_total": (
+                "Request-log rows dropped: the buffer was full while writes failed.",
+                lg.dropped + self.metrics.log_lost,
+            ),
+            "planner_gateway_log_rows_pending": ("Request-log rows waiting to be written.", lg.pending()),
+            "planner_gateway_connections_open": ("Client connections open.", g["open"]),
+            "planner_gateway_connections_evicted_total": (
+                "Idle client connections closed at the connection cap.", g["evicted"],
+            ),
+            "planner_gateway_connections_refused_total": (
+                "Client connections refused at the cap (every one busy).", g["refused"],
+            ),
+            "planner_gateway_header_timeouts_total": (
+                "Client connections closed: headers not in within the timeout.",
+                g["header_timeouts"],
+            ),
+        }  # fmt: skip
+
 
 # --------------------------------------------------------------------------- running it
 
@@ -213,14 +274,21 @@ async def serve(
     Handler cancellation is on: a client that disconnects cancels its request's handler,
     which closes the upstream request (vLLM aborts it) instead of generating for nobody.
     """
+    cfg = gateway.cfg
+    gateway.guard.cap = connection_cap(cfg.max_connections, raise_open_file_limit())
+    asyncio.get_running_loop().set_exception_handler(gateway.guard.loop_errors)
     runner = web.AppRunner(
-        gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True
-    )
+        gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True,
+        keepalive_timeout=cfg.keepalive_timeout_s,
+    )  # fmt: skip
     await runner.setup()
-    await gateway.start()
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
-        await site.start()
+        site = GuardedSite(runner, gateway.guard, host, port, backlog=1024, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as e:
+            raise port_error(host, port, e) from None
+        await gateway.start()
         if ready is not None:
             ready()
         await stop.wait()
@@ -228,6 +296,20 @@ async def serve(
         await runner.shutdown()  # stops accepting; waits for in-flight handlers
         await runner.cleanup()
         await gateway.close()
+
+
+def port_error(host: str, port: int, e: OSError) -> InputError:
+    """A port the gateway cannot listen on, with the fix (exit 2)."""
+    if e.errno == errno.EADDRINUSE:
+        why, fix = (
+            "is in use",
+            f"stop what listens there (`ss -ltnp 'sport = :{port}'`) or pass another --port",
+        )
+    elif e.errno == errno.EACCES:
+        why, fix = "needs privileges", "use a port above 1023"
+    else:
+        why, fix = f"cannot be listened on ({e.strerror})", "pass another --host or --port"
+    return InputError(f"{host}:{port} {why}", path="--port", fix=fix)
 
 
 class GatewayThread:
