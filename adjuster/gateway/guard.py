@@ -135,6 +135,38 @@ class Guard:
         }
 
 
+class QuietFilter(logging.Filter):
+    """Passes each distinct message at most once per `every_s`, without its traceback (a
+    flood of bad requests must not flood the log)."""
+
+    def __init__(self, every_s: float):
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        key = record.getMessage()
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) < self.every_s:
+            return False
+        self._last[key] = now
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}".splitlines()[0]
+            record.args = None
+        record.exc_info = None
+        return True
+
+
+def http_logger(every_s: float) -> logging.Logger:
+    """The logger aiohttp's connection handlers report to (quiet: see QuietFilter)."""
+    lg = logging.getLogger("planner.gateway.http")
+    if not lg.filters:
+        lg.addFilter(QuietFilter(every_s))
+    return lg
+
+
 class _Conn(RequestHandler):
     """aiohttp's connection handler that reports to the Guard."""
 

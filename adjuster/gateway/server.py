@@ -29,6 +29,7 @@ from planner.adjuster.gateway.guard import (
     Guard,
     GuardedSite,
     connection_cap,
+    http_logger,
     mark_busy,
     raise_open_file_limit,
 )
@@ -279,7 +280,7 @@ async def serve(
     asyncio.get_running_loop().set_exception_handler(gateway.guard.loop_errors)
     runner = web.AppRunner(
         gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True,
-        keepalive_timeout=cfg.keepalive_timeout_s,
+        keepalive_timeout=cfg.keepalive_timeout_s, logger=http_logger(cfg.warn_every_s),
     )  # fmt: skip
     await runner.setup()
     try:
