@@ -25,7 +25,6 @@ from test_gateway import inst, post, rows, wait_rows
 from test_gateway import setup as setup  # the gateway fixture, re-exported
 
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.gateway.guard import Guard, raise_open_file_limit
 from planner.adjuster.gateway.requestlog import RequestLog
 from planner.errors import InputError
 from planner.schemas.plan import Point
@@ -246,6 +245,8 @@ def test_at_the_connection_cap_an_idle_connection_makes_room(setup):
 def test_the_soft_open_file_limit_is_raised_to_the_hard_one():
     import resource
 
+    from planner.adjuster.gateway.guard import raise_open_file_limit
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard < 256:
         pytest.skip("no finite hard limit to raise to")
@@ -259,6 +260,8 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one():
 
 def test_loop_errors_are_logged_once_per_interval(caplog):
     import asyncio
+
+    from planner.adjuster.gateway.guard import Guard
 
     guard = Guard(cap=100, header_timeout_s=60, warn_every_s=3600)
     caplog.set_level(logging.WARNING, logger="planner.gateway")
