@@ -41,6 +41,7 @@ from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
 from planner.errors import InputError
+from planner.optimizer import swap
 from planner.schemas.plan import Point
 
 _GETS = ("/v1/models", "/health", "/metrics")
@@ -55,7 +56,10 @@ class GatewayConfig:
     admit_factor: float = 2.0  # an awake instance takes max_num_seqs x this at once (> 0)
     retries: int = 2  # tries again on another (or restarted) instance, nothing sent yet
     wake_timeout_s: float = 900.0  # longest a wake (start on the CPU build) may take
-    drain_timeout_s: float = 60.0  # longest to wait for a co-tenant's in-flight requests
+    drain_timeout_s: float = 60.0  # a co-tenant's in-flight requests finish (or time out)
+    min_awake_s: float = swap.MIN_AWAKE_S  # a woken model keeps its memory this long...
+    swap_max_wait_s: float = swap.MAX_WAIT_S  # ...unless a request waited this (or its SLO)
+    wake_notice_s: float = 2.0  # a streaming client waiting for a wake hears this often
     health_interval_s: float = 5.0  # probe period of instances that should be awake
     health_timeout_s: float = 5.0  # one /health probe; 3 timeouts in a row count as dead
     backoff_base_s: float = 1.0  # first restart delay after a death

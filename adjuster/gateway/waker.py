@@ -22,12 +22,16 @@ import time
 from typing import TYPE_CHECKING
 
 from planner.adjuster.gateway.pool import Inst, failed, load
-from planner.optimizer import tiering
+from planner.optimizer import swap, tiering
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
+
+
+def _woke_s(inst: Inst) -> float:
+    return inst.woke_s
 
 
 class Unavailable(Exception):
@@ -117,10 +121,14 @@ class Waker:
 
     async def _wake_model(self, model: str, target: Inst | None = None) -> None:
         gw = self.gw
+        since_s = time.monotonic()
         if target is None:
             target, _ = self.plan(model)
         t0 = time.perf_counter()
         async with self.gpus(target):
+            if target.routable():
+                return
+            await self.await_swap(model, target, since_s)
             if target.routable():
                 return
             try:
@@ -137,6 +145,32 @@ class Waker:
         gw.metrics.wakes[model] += 1
         gw.pool.wake_waiters(model)
 
+    async def await_swap(self, model: str, target: Inst, since_s: float) -> None:
+        """Wait until the wake of `target` may put its co-tenants to sleep (`swap.swap_at_s`:
+        none busy nor woken less than `min_awake_s` ago, at most until the deadline of the
+        request that started the wake). Requests for `model` collate behind this wake."""
+        gw = self.gw
+        pool, cfg = gw.pool, gw.cfg
+        rule = gw.point.substitutes.get(model)
+        slo_s = rule.max_wait_s if rule is not None else None
+        deadline = swap.swap_deadline_s(
+            since_s, self.wake_s.get(model, 0.0), slo_s, cfg.swap_max_wait_s
+        )
+
+        def busy(v: Inst) -> bool:
+            m = v.spec.model
+            return v.outstanding > 0 or pool.waiting[m] > 0 or pool.queued_for_admission(m)
+
+        while True:
+            now = time.monotonic()
+            at = swap.swap_at_s(
+                self.displaces(target), now_s=now, deadline_s=deadline, woke_s=_woke_s,
+                busy=busy, min_awake_s=cfg.min_awake_s,
+            )  # fmt: skip
+            if at <= now:
+                return
+            await asyncio.sleep(min(at - now, 0.05))  # busy: look again soon
+
     async def bring_up(self, inst: Inst) -> None:
         """Evict its co-tenants, then wake it (restart it when its process died). The caller
         holds its GPU locks."""
@@ -150,6 +184,7 @@ class Waker:
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
         inst.idle_since_s = gw.pool.clock()
+        inst.woke_s = time.monotonic()
 
     async def evict(self, target: Inst) -> None:
         """Drain and sleep the co-tenants a wake of `target` displaces."""
@@ -165,7 +200,9 @@ class Waker:
             c.draining = True
         try:
             waits = [asyncio.create_task(c.idle.wait()) for c in victims]
-            _, pending = await asyncio.wait(waits, timeout=gw.cfg.drain_timeout_s)
+            # A busy instance is never put to sleep: its requests end by request_timeout_s.
+            limit_s = max(gw.cfg.drain_timeout_s, gw.cfg.request_timeout_s)
+            _, pending = await asyncio.wait(waits, timeout=limit_s)
             for t in pending:
                 t.cancel()
             for c in victims:
@@ -173,6 +210,7 @@ class Waker:
                     log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
                 await gw.call(gw.control.sleep, c.spec.id)
                 c.status, c.handle, c.want_awake = "asleep", None, False
+                gw.metrics.sleeps[c.spec.model] += 1
         finally:
             for c in victims:
                 c.draining = False

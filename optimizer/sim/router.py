@@ -68,6 +68,7 @@ class Slot:
     epoch: int = 0  # wakes so far: prefix caches survive only within one epoch
     last_used_s: float = -math.inf
     woke_s: float = -math.inf  # when its last wake completed (-inf: awake from the start)
+    sleep_at_s: float = -math.inf  # a displacing wake's swap begins: serves until then
     cache: dict[int, int] = field(default_factory=dict)  # session -> epoch of its last call
     wakes: int = 0
     hours: frozenset[int] = frozenset()  # hours of the day it is kept awake (host/disk)
@@ -226,6 +227,12 @@ class Router:
         if s is not None and s.ready_s <= t:
             s.last_used_s = t
             return s.index, t, -1.0
+        if s is None and self.min_awake_s > 0:
+            # displaced by a wake whose swap has not begun: it serves until then (collated)
+            s = next((c for c in cands if c.sleep_at_s > t), None)
+            if s is not None:
+                s.last_used_s = t
+                return s.index, (s.ready_s if s.ready_s > t else t), -1.0
         sub = self.substitutes.get(model)
         if s is None:
             s = tiering.choose_wake(cands, self._conflicts, load)
@@ -332,6 +339,7 @@ class Router:
         at = self._swap_at_s(s, victims, t)
         for c in victims:
             drained = max(c.engine.drain(), c.ready_s, at)  # finishes what it holds
+            c.sleep_at_s = at
             self._sleep(c, drained)
             start = max(start, c.asleep_done_s)
         s.awake = True
