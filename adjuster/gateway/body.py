@@ -1,8 +1,9 @@
 """A request body, read within bounds and checked before routing.
 
 The body is read at most `READ_CHUNK` bytes at a time, never beyond the cap (413, before a
-byte more is read when Content-Length says so), and a pause longer than the body timeout
-ends it (408). A body that is not a JSON object, nests deeper than the parser allows, names no
+byte more is read when Content-Length says so); a pause longer than the body timeout ends it
+(408, nginx's client_body_timeout), and so does a trickle (the whole body gets the timeout
+plus the timeout per MiB). A body that is not a JSON object, nests deeper than the parser allows, names no
 model, or gives `stream`/`stream_options` the wrong type is a 400 with a JSON error body as
 vLLM answers it (`type` BadRequestError, `param` the field). Names a client sends (model,
 user, session) are cut to `MAX_NAME` characters wherever they are echoed or stored.
@@ -42,14 +43,21 @@ async def read_body(request: web.Request, cap_bytes: int, timeout_s: float) -> b
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
     buf = bytearray()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     while True:
+        # a pause of timeout_s ends it, and so does a trickle: the whole body may take
+        # timeout_s plus timeout_s per MiB received (a byte a second never finishes)
+        left_s = t0 + timeout_s * (1 + len(buf) / (1 << 20)) - loop.time()
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(min(timeout_s, max(left_s, 0.0))):
                 chunk = await request.content.read(READ_CHUNK)
         except TimeoutError:
             raise BadBody(
-                408, "body_timeout", f"the body paused for more than {timeout_s:g} s"
-            ) from None
+                408, "body_timeout",
+                f"the body paused for more than {timeout_s:g} s or arrived slower than "
+                f"1 MiB per {timeout_s:g} s",
+            ) from None  # fmt: skip
         if not chunk:
             return bytes(buf)
         buf += chunk
