@@ -91,9 +91,8 @@ def register(app: typer.Typer) -> None:
             plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
             models=models, queue_limit=queue_limit,
         )  # fmt: skip
-        err_console.print(
+        banner = (
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
-            f"http://{host}:{port}; request log {gw.log.path}",
-            highlight=False,
+            f"http://{host}:{port}; request log {gw.log.path}"
         )
-        run_forever(gw, host, port)
+        run_forever(gw, host, port, lambda: err_console.print(banner, highlight=False))

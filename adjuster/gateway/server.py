@@ -373,8 +373,9 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def run_forever(gateway: Gateway, host: str, port: int) -> None:
-    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI)."""
+def run_forever(gateway: Gateway, host: str, port: int, ready: Any = None) -> None:
+    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI;
+    `ready()` once it listens)."""
     import signal
 
     async def main() -> None:
@@ -382,7 +383,7 @@ def run_forever(gateway: Gateway, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve(gateway, host, port, stop)
+        await serve(gateway, host, port, stop, ready)
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(main())
