@@ -35,6 +35,7 @@ from planner.adjuster.state_file import (
     damaged,
     lenient_text,
     open_checked,
+    unwritable,
 )
 from planner.engines.process import pid_alive
 from planner.errors import InputError, LockHeldError
@@ -113,16 +114,15 @@ class StateStore:
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLITE_FULL has rolled it back already
+                    self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
         except sqlite3.OperationalError as e:
-            if "readonly" not in str(e):
+            err = unwritable(self.path, e)
+            if err is None:
                 raise
-            raise InputError(
-                "the state database is read-only", file=str(self.path),
-                fix="run as the user who owns the state dir, or fix its permissions",
-            ) from None  # fmt: skip
+            raise err from None
 
     def _row(self, r: sqlite3.Row) -> InstanceRow:
         return InstanceRow(**{c: r[c] for c in COLUMNS})

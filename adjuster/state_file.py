@@ -9,6 +9,7 @@ it is never recreated over what it held (its journal and the servers it started)
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -134,6 +135,47 @@ def damaged(path: Path, what: str) -> InputError:
     return InputError(what, file=str(path), fix=REPAIR_FIX)
 
 
+def unwritable(path: Path, e: sqlite3.OperationalError) -> InputError | None:
+    """The error for a disk that is full or read-only (nothing is damaged: no "repair"), or
+    None when `e` is something else."""
+    text = str(e).lower()
+    if "full" in text:
+        return InputError(
+            "the disk holding the state database is full", file=str(path),
+            fix="free space on it (nothing is damaged), then run the command again",
+        )  # fmt: skip
+    if "readonly" in text or "read-only" in text or not os.access(path.parent, os.W_OK):
+        return InputError(
+            "the state dir or its database is read-only", file=str(path),
+            fix="run as the user who owns the state dir, or make it writable "
+            "(`planner status` reads a read-only one)",
+        )  # fmt: skip
+    return None
+
+
+def _readable(db: sqlite3.Connection, path: Path) -> sqlite3.Connection:
+    """`db` if it can read; else, on a read-only dir or file system (WAL needs to create its
+    -shm file beside the database), the file opened as immutable (no locks: nothing can
+    write it there either)."""
+    try:
+        db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return db
+    except sqlite3.OperationalError:
+        if os.access(path.parent, os.W_OK) and not _read_only_fs(path.parent):
+            raise
+    db.close()
+    db = connect(f"file:{path}?mode=ro&immutable=1")
+    db.execute("PRAGMA busy_timeout=30000")
+    return db
+
+
+def _read_only_fs(d: Path) -> bool:
+    try:
+        return bool(os.statvfs(d).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def connect(target: str) -> sqlite3.Connection:
     """A connection in autocommit mode (every transaction is explicit), rows by name."""
     db = sqlite3.connect(
@@ -169,6 +211,8 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     try:
         db = connect(f"file:{path}?mode={mode}")
         db.execute("PRAGMA busy_timeout=30000")
+        if readonly:
+            db = _readable(db, path)
         if new:
             db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
@@ -181,7 +225,7 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     except sqlite3.OperationalError as e:
-        raise damaged(path, f"cannot open the state database: {e}") from None
+        raise unwritable(path, e) or damaged(path, f"cannot open the state database: {e}") from None
     except sqlite3.DatabaseError as e:
         raise damaged(path, f"not a readable state database: {e}") from None
     except UnicodeDecodeError:  # SQLite's message quotes a damaged schema: not UTF-8

@@ -125,9 +125,8 @@ def register(app: typer.Typer) -> None:
         if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
             keys.chmod(0o600)
             err_console.print(f"note: {keys} was readable by others; now 0600", highlight=False)
-        err_console.print(
+        banner = (
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
-            f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}",
-            highlight=False,
+            f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}"
         )
-        run_forever(gw, host, port)
+        run_forever(gw, host, port, lambda: err_console.print(banner, highlight=False))

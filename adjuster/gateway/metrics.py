@@ -44,9 +44,17 @@ class Metrics:
         self.wake_check_failures: dict[str, int] = defaultdict(int)
         # (model asked for, stand-in that answered) -> requests
         self.substitutions: dict[tuple[str, str], int] = defaultdict(int)
+        self.sleeps: dict[str, int] = defaultdict(int)  # instances put to sleep, by model
+        self.malformed: dict[str, int] = defaultdict(int)  # 400s before routing, by reason
+        self.log_lost = 0  # request-log rows never written (at shutdown)
 
-    def render(self, gauges: Callable[[], dict[str, tuple[str, dict[str, float]]]]) -> str:
-        """The exposition text; `gauges()`: name -> (help, model -> value)."""
+    def render(
+        self,
+        gauges: Callable[[], dict[str, tuple[str, dict[str, float]]]],
+        totals: dict[str, tuple[str, float]] | None = None,
+    ) -> str:
+        """The exposition text; `gauges()`: name -> (help, model -> value); `totals`: name ->
+        (help, value), unlabelled (a `_total` name is a counter)."""
         out: list[str] = []
 
         def counter(name: str, doc: str, label: str, data: dict) -> None:
@@ -99,6 +107,15 @@ class Metrics:
             self.wake_failures,
         )
         counter(
+            "planner_gateway_sleeps_total", "Instances put to sleep by model.", "model", self.sleeps
+        )
+        counter(
+            "planner_gateway_malformed_requests_total",
+            "Requests refused with 400 before routing, by reason.",
+            "reason",
+            self.malformed,
+        )
+        counter(
             "planner_gateway_restarts_total",
             "Restarts of instances that died.",
             "instance",
@@ -120,4 +137,7 @@ class Metrics:
             out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge")
             for k, v in sorted(data.items()):
                 out.append(f'{name}{{model="{_label(k)}"}} {v}')
+        for name, (doc, v) in (totals or {}).items():
+            kind = "counter" if name.endswith("_total") else "gauge"
+            out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}")
         return "\n".join(out) + "\n"

@@ -41,6 +41,7 @@ class Inst:
     next_restart_at: float = 0.0
     last_used_s: float = -math.inf
     idle_since_s: float = -math.inf  # clock time its last request ended or its wake did
+    woke_s: float = -math.inf  # time.monotonic() its last wake completed (-inf: awake at start)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property

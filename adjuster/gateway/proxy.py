@@ -35,6 +35,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -43,8 +44,16 @@ import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import error, unavailable
+from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.pool import Inst, load
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
+from planner.adjuster.gateway.stream import (
+    SERVED_BY,
+    ClientGone,
+    end_stream,
+    event_stream,
+    send,
+)
 from planner.adjuster.gateway.waker import Unavailable
 from planner.optimizer import tiering
 
@@ -54,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("planner.gateway")
 
 PROXIED = ("/v1/completions", "/v1/chat/completions")
-SERVED_BY = "X-Planner-Served-By"  # answer header: the model that answered
+_KINDS = {408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
 
 
 def _variant(inst: Inst) -> str:
@@ -75,10 +84,6 @@ class _NoAnswer(Exception):
         self.answer = answer
 
 
-class _ClientGone(Exception):
-    """Writing to the client failed: it left."""
-
-
 @functools.lru_cache(maxsize=1024)
 def _url(text: str) -> yarl.URL:
     """Upstream URLs parsed once per instance and path, not once per request."""
@@ -88,7 +93,10 @@ def _url(text: str) -> yarl.URL:
 class _Req:
     """One request's bookkeeping for the log."""
 
-    __slots__ = ("model", "served_by", "session", "t0", "t_arr", "user", "wait_s")
+    __slots__ = (
+        "early", "model", "request", "served_by", "session", "stream", "t0", "t_arr", "user",
+        "wait_s",
+    )  # fmt: skip
 
     def __init__(self, user: str, session: str) -> None:
         self.t_arr = time.time()
@@ -97,6 +105,9 @@ class _Req:
         self.model = ""
         self.served_by = ""  # the stand-in that answered ("": the model itself)
         self.wait_s = 0.0  # time waiting for a wake, s
+        self.request: web.Request | None = None
+        self.stream = False
+        self.early: web.StreamResponse | None = None  # a stream begun while waiting
 
     def since_s(self) -> float:
         return time.perf_counter() - self.t0
@@ -119,13 +130,18 @@ class Proxy:
         )
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        r = _Req(*self.gw.auth.identity(request))
+        user, session = self.gw.auth.identity(request)
+        r = _Req(cut(user), cut(session))
+        r.request = request
         try:
-            return await self._handle(request, r)
+            out = await self._handle(request, r)
+            if r.early is not None and out is not r.early:  # a stream already begun
+                return await end_stream(r.early, request, out)
+            return out
         except asyncio.CancelledError:
             self.fail(r, 499, "client gone")
             raise
-        except _ClientGone:
+        except ClientGone:
             self.fail(r, 499, "client gone")
             return web.Response(status=499)  # never sent: the connection is closed
         except web.HTTPException as e:  # e.g. a body over the size limit
@@ -136,15 +152,16 @@ class Proxy:
 
     async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
         gw = self.gw
-        body = await request.read()
         try:
-            payload = json.loads(body)
-        except ValueError:
-            return error(400, "the body is not JSON", "BadRequestError")
-        model = payload.get("model") if isinstance(payload, dict) else None
-        if not isinstance(model, str) or not model:
-            return error(400, "the body names no `model`", "BadRequestError")
-        r.model = model
+            body = await read_body(request, gw.cfg.max_body_bytes, gw.cfg.body_timeout_s)
+            payload = parse(body)
+        except BadBody as e:
+            gw.metrics.malformed[e.reason] += 1
+            self.fail(r, e.status, e.message)
+            kind = _KINDS.get(e.status, "BadRequestError")
+            return error(e.status, e.message, kind, param=e.param)
+        model = payload["model"]
+        r.model = cut(model)
         denied = gw.auth.admit(request, model)  # 403 / 429 by the key (before any 404)
         if denied is not None:
             self.fail(r, denied.status, "key refused")
@@ -153,10 +170,10 @@ class Proxy:
             names = sorted(gw.pool.by_model)
             self.fail(r, 404, "unknown model")
             return error(
-                404, f"model {model!r} is not served here; models: {names}", "NotFoundError",
+                404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
                 models=names,
             )  # fmt: skip
-        stream = bool(payload.get("stream"))
+        stream = r.stream = bool(payload.get("stream"))
         strip_usage = False
         if stream:
             opts = payload.get("stream_options") or {}
@@ -263,9 +280,30 @@ class Proxy:
             wakes += 1
             t = time.perf_counter()
             try:
-                await gw.waker.await_wake(model)
+                await self._await_wake(model, r)
             finally:
                 r.wait_s += time.perf_counter() - t
+
+    async def _await_wake(self, model: str, r: _Req) -> None:
+        """Wait for the model's wake; a streaming client hears an SSE comment every
+        `wake_notice_s` meanwhile (proxies and chat UIs do not time out)."""
+        gw = self.gw
+        if not r.stream or r.request is None:
+            return await gw.waker.await_wake(model)
+        task = asyncio.ensure_future(gw.waker.await_wake(model))
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=gw.cfg.wake_notice_s)
+                if done:
+                    return task.result()
+                if r.early is None:
+                    r.early = event_stream(model)
+                eta_s = gw.waker.expected_wait_s(model)
+                about = f"about {eta_s:.0f} s" if math.isfinite(eta_s) else "time unknown"
+                await send(r.early, r.request, f": waking {model}, {about}\n\n".encode())
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def forward(
         self,
@@ -311,26 +349,19 @@ class Proxy:
                     if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
                         raise _NoAnswer(f"the engine answered {status}", answer=resp)
                 else:
-                    resp = web.StreamResponse(
-                        status=200,
-                        headers={
-                            "Content-Type": "text/event-stream",
-                            "Cache-Control": "no-cache",
-                            SERVED_BY: inst.spec.model,
-                        },
-                    )
+                    resp = r.early or event_stream(inst.spec.model)
                     sse = SseUsage(strip_usage, rename)
                     async for chunk in up.content.iter_any():
                         if ttft_s is None:
                             ttft_s = r.since_s()
                         out = sse.feed(chunk)
                         if out:
-                            await _send(resp, request, out)
+                            await send(resp, request, out)
                     out = sse.close()
                     if out:
-                        await _send(resp, request, out)
+                        await send(resp, request, out)
                     usage = sse.usage
-                    await _send(resp, request, b"", eof=True)
+                    await send(resp, request, b"", eof=True)
         except (aiohttp.ClientError, ConnectionError) as e:
             if resp is None or not resp.prepared:
                 raise _NoAnswer(str(e) or type(e).__name__) from e
@@ -377,16 +408,3 @@ class Proxy:
             cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id, r.served_by,
             int(bool(r.served_by)),
         ))  # fmt: skip
-
-
-async def _send(resp: web.StreamResponse, request: web.Request, data: bytes, eof=False) -> None:
-    """Write to the client (headers first); a client that left raises _ClientGone."""
-    try:
-        if not resp.prepared:
-            await resp.prepare(request)
-        if eof:
-            await resp.write_eof()
-        else:
-            await resp.write(data)
-    except ConnectionError as e:  # aiohttp's ClientConnectionResetError is one too
-        raise _ClientGone(str(e)) from e

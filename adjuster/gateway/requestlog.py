@@ -14,13 +14,21 @@ loop; `RequestLogSource` reads windows of it for `planner adjust`.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import math
 import sqlite3
 import threading
+import time
+from collections import deque
 from pathlib import Path
 
 import pandas as pd
 
+from planner.errors import InputError
 from planner.private import private_dir, private_sqlite
+
+log = logging.getLogger("planner.gateway")
 
 REQUEST_LOG = "requests.sqlite"
 LOG_COLUMNS = (
@@ -56,72 +64,227 @@ FAILURE_COLUMNS = (
 
 
 class RequestLog:
-    """Batched, thread-safe writer of the SQLite request log."""
+    """Batched, thread-safe writer of the SQLite request log that survives its disk.
 
-    def __init__(self, path: str | Path):
+    Rows wait in a bounded buffer (`max_pending` rows; when full the oldest is dropped and
+    counted in `dropped`). A write that fails (disk full, read-only file, a lock) keeps its
+    rows for the next flush, counts in `write_failures`, and is logged once per
+    `warn_every_s`; the next flush that succeeds says so: writing resumes by itself.
+    Retention: rows older than `max_age_s`, and the oldest beyond `max_bytes` of used pages,
+    are deleted at most once per `prune_every_s`.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_pending: int = 100_000,
+        max_age_s: float = 90 * 86400.0,
+        max_bytes: int = 1 << 30,
+        warn_every_s: float = 60.0,
+        prune_every_s: float = 3600.0,
+    ):
         self.path = Path(path)
-        private_dir(self.path.parent)
+        self.max_pending = max_pending
+        self.max_age_s, self.max_bytes = max_age_s, max_bytes
+        self.warn_every_s, self.prune_every_s = warn_every_s, prune_every_s
         self._lock = threading.Lock()
-        self._rows: list[tuple] = []
-        self._failures: list[tuple] = []
+        self._rows: deque[tuple] = deque()
+        self._failures: deque[tuple] = deque()
+        self.dropped = 0  # rows lost to a full buffer
+        self.write_failures = 0  # flushes that failed
+        self.written = 0  # rows written
+        self.failing_since_s: float | None = None  # first failure of the current outage
+        self._warned_s = -math.inf
+        self._pruned_s = -math.inf
+        private_dir(self.path.parent)
         private_sqlite(self.path)  # who used which model when: private
-        self._con = sqlite3.connect(self.path, check_same_thread=False)
-        self._con.execute("PRAGMA journal_mode=WAL")
-        self._con.execute("PRAGMA synchronous=NORMAL")
-        self._con.execute(
-            "CREATE TABLE IF NOT EXISTS requests (timestamp REAL NOT NULL, user TEXT NOT NULL,"
-            " session TEXT NOT NULL, model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
-            " output_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL DEFAULT 0,"
-            " ttft_s REAL, latency_s REAL NOT NULL, switch_wait_s REAL NOT NULL DEFAULT 0,"
-            " status INTEGER NOT NULL, instance TEXT NOT NULL)"
-        )
-        have = {r[1] for r in self._con.execute("PRAGMA table_info(requests)")}
-        for col, decl in _ADDED.items():
-            if col not in have:  # names and declarations are this module's constants
-                self._con.execute(f"ALTER TABLE requests ADD COLUMN {col} {decl}")
-        self._con.execute(
-            "CREATE TABLE IF NOT EXISTS failures (timestamp REAL NOT NULL, user TEXT NOT NULL,"
-            " session TEXT NOT NULL, model TEXT NOT NULL, status INTEGER NOT NULL,"
-            " latency_s REAL NOT NULL, switch_wait_s REAL NOT NULL, error TEXT NOT NULL)"
-        )
-        self._con.commit()
+        self._con = _open(self.path)
 
     def add(self, row: tuple) -> None:
         """Queue one `requests` row (LOG_COLUMNS order)."""
-        self._rows.append(row)
+        self._queue(self._rows, row)
 
     def add_failure(self, row: tuple) -> None:
         """Queue one `failures` row (FAILURE_COLUMNS order)."""
-        self._failures.append(row)
+        self._queue(self._failures, row)
 
-    def pending(self) -> bool:
-        """Whether rows wait for the next flush."""
-        return bool(self._rows or self._failures)
+    def _queue(self, q: deque[tuple], row: tuple) -> None:
+        q.append(row)
+        while len(self._rows) + len(self._failures) > self.max_pending:
+            # the oldest goes first, whichever table it is for
+            old = self._rows if not self._failures or (
+                self._rows and self._rows[0][0] <= self._failures[0][0]
+            ) else self._failures  # fmt: skip
+            old.popleft()
+            self.dropped += 1
 
-    def flush(self) -> None:
-        """Write the queued rows in one transaction."""
+    def pending(self) -> int:
+        """Rows waiting for the next flush."""
+        return len(self._rows) + len(self._failures)
+
+    def flush(self, now_s: float | None = None) -> bool:
+        """Write the queued rows in one transaction; False when the write failed (the rows
+        stay queued)."""
+        now_s = time.time() if now_s is None else now_s
         with self._lock:
-            rows, self._rows = self._rows, []
-            fails, self._failures = self._failures, []
+            rows, fails = list(self._rows), list(self._failures)
             if not rows and not fails:
-                return
-            if rows:
-                marks = ",".join("?" * len(LOG_COLUMNS))
-                self._con.executemany(
-                    f"INSERT INTO requests ({','.join(LOG_COLUMNS)}) VALUES ({marks})", rows
-                )
-            if fails:
-                marks = ",".join("?" * len(FAILURE_COLUMNS))
-                self._con.executemany(
-                    f"INSERT INTO failures ({','.join(FAILURE_COLUMNS)}) VALUES ({marks})", fails
-                )
-            self._con.commit()
+                return True
+            try:
+                self._write(rows, fails)
+            except sqlite3.Error as e:
+                with contextlib.suppress(sqlite3.Error):
+                    self._con.rollback()
+                self._failed(e, now_s)
+                return False
+            for _ in rows:  # rows added meanwhile stay queued
+                self._rows.popleft()
+            for _ in fails:
+                self._failures.popleft()
+            self.written += len(rows) + len(fails)
+            if self.failing_since_s is not None:
+                log.warning(
+                    "request log %s: writing again after %.0f s of failures (%d rows dropped)",
+                    self.path, now_s - self.failing_since_s, self.dropped,
+                )  # fmt: skip
+                self.failing_since_s = None
+                self._warned_s = -math.inf
+            if now_s - self._pruned_s >= self.prune_every_s:
+                self._pruned_s = now_s
+                with contextlib.suppress(sqlite3.Error):  # retention is retried next time
+                    self._prune(now_s)
+            return True
 
-    def close(self) -> None:
-        """Flush and close."""
+    def _write(self, rows: list[tuple], fails: list[tuple]) -> None:
+        if rows:
+            marks = ",".join("?" * len(LOG_COLUMNS))
+            self._con.executemany(
+                f"INSERT INTO requests ({','.join(LOG_COLUMNS)}) VALUES ({marks})", rows
+            )
+        if fails:
+            marks = ",".join("?" * len(FAILURE_COLUMNS))
+            self._con.executemany(
+                f"INSERT INTO failures ({','.join(FAILURE_COLUMNS)}) VALUES ({marks})", fails
+            )
+        self._con.commit()
+
+    def _failed(self, e: sqlite3.Error, now_s: float) -> None:
+        self.write_failures += 1
+        if self.failing_since_s is None:
+            self.failing_since_s = now_s
+        if now_s - self._warned_s >= self.warn_every_s:
+            self._warned_s = now_s
+            log.warning(
+                "request log %s: cannot write (%s); %d rows wait (at most %d kept, %d dropped)",
+                self.path, why_unwritable(e), self.pending(), self.max_pending, self.dropped,
+            )  # fmt: skip
+
+    def _prune(self, now_s: float) -> None:
+        """Delete rows past `max_age_s`, then the oldest while the used pages exceed
+        `max_bytes` (freed pages are reused, so the file stops growing)."""
+        con = self._con
+        for table in ("requests", "failures"):
+            con.execute(f"DELETE FROM {table} WHERE timestamp < ?", (now_s - self.max_age_s,))
+        con.commit()
+        for _ in range(20):  # each round deletes a tenth of the rows
+            pages, free, size = (
+                con.execute(f"PRAGMA {p}").fetchone()[0]
+                for p in ("page_count", "freelist_count", "page_size")
+            )
+            if (pages - free) * size <= self.max_bytes:
+                return
+            n = con.execute("SELECT COUNT(*) FROM requests").fetchone()[0]
+            m = con.execute("SELECT COUNT(*) FROM failures").fetchone()[0]
+            if n + m == 0:
+                return
+            for table, k in (("requests", n), ("failures", m)):
+                con.execute(
+                    f"DELETE FROM {table} WHERE rowid IN"
+                    f" (SELECT rowid FROM {table} ORDER BY timestamp LIMIT ?)",
+                    (max(1, k // 10) if k else 0,),
+                )
+            con.commit()
+
+    def close(self) -> int:
+        """Flush what can be written and close; the rows that could not be written (they
+        are logged as lost)."""
         self.flush()
         with self._lock:
+            lost = len(self._rows) + len(self._failures)
+            if lost:
+                log.warning("request log %s: %d rows could not be written", self.path, lost)
             self._con.close()
+        return lost
+
+
+def why_unwritable(e: sqlite3.Error) -> str:
+    """What a failed write says, in words a user can act on (never "repair": nothing is
+    damaged when the disk is full or the file read-only)."""
+    text = str(e)
+    low = text.lower()
+    if "full" in low:
+        return "the disk is full; free space and writing resumes by itself"
+    if "readonly" in low or "read-only" in low:
+        return "the file or its directory is read-only; fix its permissions"
+    if "locked" in low or "busy" in low:
+        return "another process holds the file locked"
+    return text
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    """The log's connection, tables created or upgraded; InputError (exit 2) naming the
+    file when it is not a usable SQLite database."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(path, check_same_thread=False)
+        check = con.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            con.close()
+            raise InputError(
+                f"the request log is damaged ({check})", file=str(path), fix=_DAMAGED_FIX
+            )
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute("PRAGMA synchronous=NORMAL")
+        con.execute(_REQUESTS_DDL)
+        have = {r[1] for r in con.execute("PRAGMA table_info(requests)")}
+        for col, decl in _ADDED.items():
+            if col not in have:  # names and declarations are this module's constants
+                con.execute(f"ALTER TABLE requests ADD COLUMN {col} {decl}")
+        con.execute(_FAILURES_DDL)
+        con.commit()
+    except sqlite3.DatabaseError as e:
+        if isinstance(e, sqlite3.OperationalError) and (
+            "full" in str(e).lower() or "readonly" in str(e).lower()
+        ):
+            raise InputError(
+                f"cannot write the request log: {why_unwritable(e)}", file=str(path)
+            ) from None
+        raise InputError(
+            f"the request log is not a readable SQLite database ({e})",
+            file=str(path), fix=_DAMAGED_FIX,
+        ) from None  # fmt: skip
+    except OSError as e:
+        raise InputError(f"cannot open the request log: {e.strerror}", file=str(path)) from None
+    return con
+
+
+_DAMAGED_FIX = (
+    "move it aside (e.g. `mv requests.sqlite requests.sqlite.bad`): the gateway starts a new "
+    "log; `planner adjust` then sees only traffic from then on"
+)
+_REQUESTS_DDL = (
+    "CREATE TABLE IF NOT EXISTS requests (timestamp REAL NOT NULL, user TEXT NOT NULL,"
+    " session TEXT NOT NULL, model TEXT NOT NULL, input_tokens INTEGER NOT NULL,"
+    " output_tokens INTEGER NOT NULL, cached_tokens INTEGER NOT NULL DEFAULT 0,"
+    " ttft_s REAL, latency_s REAL NOT NULL, switch_wait_s REAL NOT NULL DEFAULT 0,"
+    " status INTEGER NOT NULL, instance TEXT NOT NULL)"
+)
+_FAILURES_DDL = (
+    "CREATE TABLE IF NOT EXISTS failures (timestamp REAL NOT NULL, user TEXT NOT NULL,"
+    " session TEXT NOT NULL, model TEXT NOT NULL, status INTEGER NOT NULL,"
+    " latency_s REAL NOT NULL, switch_wait_s REAL NOT NULL, error TEXT NOT NULL)"
+)
 
 
 class RequestLogSource:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
 import math
 import threading
 import time
@@ -25,6 +27,14 @@ from aiohttp import web
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.answers import error
 from planner.adjuster.gateway.auth import Auth, check_bind
+from planner.adjuster.gateway.guard import (
+    Guard,
+    GuardedSite,
+    connection_cap,
+    http_logger,
+    mark_busy,
+    raise_open_file_limit,
+)
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
@@ -32,9 +42,12 @@ from planner.adjuster.gateway.proxy import PROXIED, Proxy
 from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
+from planner.errors import InputError
+from planner.optimizer import swap
 from planner.schemas.plan import Point
 
 _GETS = ("/v1/models", "/health", "/metrics")
+log = logging.getLogger("planner.gateway")
 
 
 @dataclass
@@ -45,7 +58,10 @@ class GatewayConfig:
     admit_factor: float = 2.0  # an awake instance takes max_num_seqs x this at once (> 0)
     retries: int = 2  # tries again on another (or restarted) instance, nothing sent yet
     wake_timeout_s: float = 900.0  # longest a wake (start on the CPU build) may take
-    drain_timeout_s: float = 60.0  # longest to wait for a co-tenant's in-flight requests
+    drain_timeout_s: float = 60.0  # a co-tenant's in-flight requests finish (or time out)
+    min_awake_s: float = swap.MIN_AWAKE_S  # a woken model keeps its memory this long...
+    swap_max_wait_s: float = swap.MAX_WAIT_S  # ...unless a request waited this (or its SLO)
+    wake_notice_s: float = 2.0  # a streaming client waiting for a wake hears this often
     health_interval_s: float = 5.0  # probe period of instances that should be awake
     health_timeout_s: float = 5.0  # one /health probe; 3 timeouts in a row count as dead
     backoff_base_s: float = 1.0  # first restart delay after a death
@@ -57,6 +73,17 @@ class GatewayConfig:
     adopt_every: int = 2  # every this many health rounds, follow apply (point, instances)
     tier_interval_s: float = 10.0  # how often the point's awake hours and idle sleeps apply
     wake_check_timeout_s: float = 120.0  # the one-token check after a wake
+    # clients (guard.py; nginx's defaults)
+    header_timeout_s: float = 60.0  # a request's headers arrive within this
+    body_timeout_s: float = 60.0  # longest pause between two reads of a body
+    keepalive_timeout_s: float = 75.0  # an idle kept-alive connection closes
+    max_connections: int = 4096  # open at once (also bounded by the open-file limit)
+    max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
+    warn_every_s: float = 60.0  # a recurring error (log write, accept) is logged this often
+    # request log (requestlog.py)
+    log_max_pending: int = 100_000  # rows kept while the log cannot be written
+    log_max_age_s: float = 90 * 86400.0  # rows older than this are deleted
+    log_max_bytes: int = 1 << 30  # the oldest rows go beyond this much data
 
 
 class Gateway:
@@ -77,7 +104,13 @@ class Gateway:
         self.cfg = config or GatewayConfig()
         self.pool = Pool(point, self.cfg.admit_factor, clock)
         self.metrics = Metrics()
-        self.log = RequestLog(Path(state_dir) / REQUEST_LOG)
+        cfg = self.cfg
+        self.log = RequestLog(
+            Path(state_dir) / REQUEST_LOG, max_pending=cfg.log_max_pending,
+            max_age_s=cfg.log_max_age_s, max_bytes=cfg.log_max_bytes,
+            warn_every_s=cfg.warn_every_s,
+        )  # fmt: skip
+        self.guard = Guard(cfg.max_connections, cfg.header_timeout_s, cfg.warn_every_s)
         self.waker = Waker(self)
         self.health = Health(self)
         self.tiers = Tiers(self)
@@ -112,6 +145,7 @@ class Gateway:
             asyncio.create_task(self._flush_loop()),
             asyncio.create_task(self.tiers.loop()),
             asyncio.create_task(self.auth.watch()),
+            asyncio.create_task(self.guard.loop()),
         ]
 
     async def close(self) -> None:
@@ -123,7 +157,8 @@ class Gateway:
                 await t
         if self.session is not None:
             await self.session.close()
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.log.close)
+        lost = await asyncio.get_running_loop().run_in_executor(self._pool, self.log.close)
+        self.metrics.log_lost += lost
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def call(self, fn: Any, *args: Any) -> Any:
@@ -156,11 +191,16 @@ class Gateway:
         while True:
             await asyncio.sleep(self.cfg.log_flush_s)
             if self.log.pending():
-                await self.call(self.log.flush)
+                try:
+                    await self.call(self.log.flush)
+                except Exception as e:  # the loop outlives any failure; the log says why
+                    log.warning("request log flush failed: %s", e)
 
     def app(self) -> web.Application:
         """The aiohttp application with every route."""
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.auth.middleware])
+        app = web.Application(
+            client_max_size=self.cfg.max_body_bytes, middlewares=[mark_busy, self.auth.middleware]
+        )
         app.router.add_get("/v1/models", self.h_models)
         app.router.add_get("/health", self.h_health)
         app.router.add_get("/metrics", self.h_metrics)
@@ -192,7 +232,7 @@ class Gateway:
 
     async def h_metrics(self, request: web.Request) -> web.Response:
         return web.Response(
-            text=self.metrics.render(self._gauges) + self.auth.render_metrics(),
+            text=self.metrics.render(self._gauges, self._totals()) + self.auth.render_metrics(),
             content_type="text/plain",
             charset="utf-8",
         )
@@ -227,6 +267,32 @@ class Gateway:
             ),
         }
 
+    def _totals(self) -> dict[str, tuple[str, float]]:
+        """Unlabelled gauges and counters: the request log's and the connections' health."""
+        lg, g = self.log, self.guard.counts
+        return {
+            "planner_gateway_log_write_failures_total": (
+                "Request-log writes that failed (disk full, read-only); rows wait.",
+                lg.write_failures,
+            ),
+            "planner_gateway_log_rows_dropped_total": (
+                "Request-log rows dropped: the buffer was full while writes failed.",
+                lg.dropped + self.metrics.log_lost,
+            ),
+            "planner_gateway_log_rows_pending": ("Request-log rows waiting to be written.", lg.pending()),
+            "planner_gateway_connections_open": ("Client connections open.", g["open"]),
+            "planner_gateway_connections_evicted_total": (
+                "Idle client connections closed at the connection cap.", g["evicted"],
+            ),
+            "planner_gateway_connections_refused_total": (
+                "Client connections refused at the cap (every one busy).", g["refused"],
+            ),
+            "planner_gateway_header_timeouts_total": (
+                "Client connections closed: headers not in within the timeout.",
+                g["header_timeouts"],
+            ),
+        }  # fmt: skip
+
 
 # --------------------------------------------------------------------------- running it
 
@@ -241,14 +307,21 @@ async def serve(
     A non-loopback `host` without keys is refused (auth.check_bind) before anything starts.
     """
     check_bind(host, gateway.auth.table is not None, gateway.auth.insecure)
+    cfg = gateway.cfg
+    gateway.guard.cap = connection_cap(cfg.max_connections, raise_open_file_limit())
+    asyncio.get_running_loop().set_exception_handler(gateway.guard.loop_errors)
     runner = web.AppRunner(
-        gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True
-    )
+        gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True,
+        keepalive_timeout=cfg.keepalive_timeout_s, logger=http_logger(cfg.warn_every_s),
+    )  # fmt: skip
     await runner.setup()
-    await gateway.start()
     try:
-        site = web.TCPSite(runner, host, port, backlog=1024, reuse_address=True)
-        await site.start()
+        site = GuardedSite(runner, gateway.guard, host, port, backlog=1024, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as e:
+            raise port_error(host, port, e) from None
+        await gateway.start()
         if ready is not None:
             ready()
         await stop.wait()
@@ -256,6 +329,20 @@ async def serve(
         await runner.shutdown()  # stops accepting; waits for in-flight handlers
         await runner.cleanup()
         await gateway.close()
+
+
+def port_error(host: str, port: int, e: OSError) -> InputError:
+    """A port the gateway cannot listen on, with the fix (exit 2)."""
+    if e.errno == errno.EADDRINUSE:
+        why, fix = (
+            "is in use",
+            f"stop what listens there (`ss -ltnp 'sport = :{port}'`) or pass another --port",
+        )
+    elif e.errno == errno.EACCES:
+        why, fix = "needs privileges", "use a port above 1023"
+    else:
+        why, fix = f"cannot be listened on ({e.strerror})", "pass another --host or --port"
+    return InputError(f"{host}:{port} {why}", path="--port", fix=fix)
 
 
 class GatewayThread:
@@ -314,9 +401,9 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
-def run_forever(gateway: Gateway, host: str, port: int) -> None:
-    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI).
-    SIGHUP re-reads the keys file."""
+def run_forever(gateway: Gateway, host: str, port: int, ready: Any = None) -> None:
+    """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI;
+    `ready()` once it listens). SIGHUP re-reads the keys file."""
     import signal
 
     async def main() -> None:
@@ -325,7 +412,7 @@ def run_forever(gateway: Gateway, host: str, port: int) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, gateway.auth.reload)
-        await serve(gateway, host, port, stop)
+        await serve(gateway, host, port, stop, ready)
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(main())

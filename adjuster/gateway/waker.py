@@ -31,7 +31,7 @@ from planner.adjuster.backends.base import Handle
 from planner.adjuster.gateway.pool import Inst, failed, load
 from planner.adjuster.reconcile import spec_sha
 from planner.errors import ApplyError, DrainedError
-from planner.optimizer import tiering
+from planner.optimizer import swap, tiering
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.server import Gateway
@@ -41,6 +41,10 @@ log = logging.getLogger("planner.gateway")
 # The wake check's prompt: answered greedily with one token, the same one on every wake of
 # the same weights (a woken engine whose weights came back wrong answers another).
 WAKE_CHECK_PROMPT = "The capital of France is"
+
+
+def _woke_s(inst: Inst) -> float:
+    return inst.woke_s
 
 
 class Unavailable(Exception):
@@ -131,10 +135,14 @@ class Waker:
 
     async def _wake_model(self, model: str, target: Inst | None = None) -> None:
         gw = self.gw
+        since_s = time.monotonic()
         if target is None:
             target, _ = self.plan(model)
         t0 = time.perf_counter()
         async with self.gpus(target):
+            if target.routable():
+                return
+            await self.await_swap(model, target, since_s)
             if target.routable():
                 return
             try:
@@ -152,6 +160,32 @@ class Waker:
         self.wake_s[model] = time.perf_counter() - t0
         gw.metrics.wakes[model] += 1
         gw.pool.wake_waiters(model)
+
+    async def await_swap(self, model: str, target: Inst, since_s: float) -> None:
+        """Wait until the wake of `target` may put its co-tenants to sleep (`swap.swap_at_s`:
+        none busy nor woken less than `min_awake_s` ago, at most until the deadline of the
+        request that started the wake). Requests for `model` collate behind this wake."""
+        gw = self.gw
+        pool, cfg = gw.pool, gw.cfg
+        rule = gw.point.substitutes.get(model)
+        slo_s = rule.max_wait_s if rule is not None else None
+        deadline = swap.swap_deadline_s(
+            since_s, self.wake_s.get(model, 0.0), slo_s, cfg.swap_max_wait_s
+        )
+
+        def busy(v: Inst) -> bool:
+            m = v.spec.model
+            return v.outstanding > 0 or pool.waiting[m] > 0 or pool.queued_for_admission(m)
+
+        while True:
+            now = time.monotonic()
+            at = swap.swap_at_s(
+                self.displaces(target), now_s=now, deadline_s=deadline, woke_s=_woke_s,
+                busy=busy, min_awake_s=cfg.min_awake_s,
+            )  # fmt: skip
+            if at <= now:
+                return
+            await asyncio.sleep(min(at - now, 0.05))  # busy: look again soon
 
     async def bring_up(self, inst: Inst) -> None:
         """Evict its co-tenants, then wake it (restart it when its process died). The caller
@@ -180,6 +214,7 @@ class Waker:
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
         inst.idle_since_s = gw.pool.clock()
+        inst.woke_s = time.monotonic()
 
     async def check(self, inst: Inst, handle: Handle) -> str:
         """Send the woken instance one greedy one-token request; "" when its answer is sound
@@ -193,8 +228,9 @@ class Waker:
         url = f"http://{handle.host}:{handle.port}/v1/completions"
         try:
             async with gw.session.post(
-                url, json=body, timeout=aiohttp.ClientTimeout(total=gw.cfg.wake_check_timeout_s)
-            ) as r:
+                url, json=body, headers=handle.auth_headers(),
+                timeout=aiohttp.ClientTimeout(total=gw.cfg.wake_check_timeout_s),
+            ) as r:  # fmt: skip
                 status, data = r.status, await r.read()
             text = json.loads(data)["choices"][0]["text"] if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError) as e:
@@ -225,7 +261,9 @@ class Waker:
             c.draining = True
         try:
             waits = [asyncio.create_task(c.idle.wait()) for c in victims]
-            _, pending = await asyncio.wait(waits, timeout=gw.cfg.drain_timeout_s)
+            # A busy instance is never put to sleep: its requests end by request_timeout_s.
+            limit_s = max(gw.cfg.drain_timeout_s, gw.cfg.request_timeout_s)
+            _, pending = await asyncio.wait(waits, timeout=limit_s)
             for t in pending:
                 t.cancel()
             for c in victims:
@@ -233,6 +271,7 @@ class Waker:
                     log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
                 await gw.call(gw.control.sleep, c.spec.id)
                 c.status, c.handle, c.want_awake = "asleep", None, False
+                gw.metrics.sleeps[c.spec.model] += 1
         finally:
             for c in victims:
                 c.draining = False

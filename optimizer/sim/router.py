@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planner.optimizer import tiering
+from planner.optimizer import swap, tiering
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 from planner.schemas.plan import SubstituteRule
@@ -67,6 +67,8 @@ class Slot:
     asleep_done_s: float = -math.inf  # when its last sleep completed
     epoch: int = 0  # wakes so far: prefix caches survive only within one epoch
     last_used_s: float = -math.inf
+    woke_s: float = -math.inf  # when its last wake completed (-inf: awake from the start)
+    sleep_at_s: float = -math.inf  # a displacing wake's swap begins: serves until then
     cache: dict[int, int] = field(default_factory=dict)  # session -> epoch of its last call
     wakes: int = 0
     hours: frozenset[int] = frozenset()  # hours of the day it is kept awake (host/disk)
@@ -87,6 +89,11 @@ def _up(s: Slot) -> bool:
     return s.awake
 
 
+def _woke_s(s: Slot) -> float:
+    """When its current wake completed (`swap.swap_at_s`; -inf: awake from the start)."""
+    return s.woke_s
+
+
 class Router:
     """Chooses the instance of each request and moves instances between tiers."""
 
@@ -102,6 +109,8 @@ class Router:
         warm_budget_gib: float | None = None,
         substitutes: dict[int, tuple[SubstituteRule, list[tuple[Slot, float]]]] | None = None,
         handoff: dict[int, list[int]] | None = None,
+        switch_slo_s: dict[int, float | None] | None = None,
+        min_awake_s: float = swap.MIN_AWAKE_S,
     ):
         self.slots = slots
         self.by_model = by_model
@@ -113,6 +122,10 @@ class Router:
         # model -> (its rule, the stand-in slots with their quality penalty)
         self.substitutes = substitutes or {}
         self.handoff = handoff or {}  # model -> models woken with its requests
+        # The no-thrash rule (`swap`, as the gateway's waker): policy plan only, the
+        # reactive baseline swaps at once.
+        self.switch_slo_s = switch_slo_s or {}
+        self.min_awake_s = min_awake_s if policy == "plan" else 0.0
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
@@ -214,6 +227,12 @@ class Router:
         if s is not None and s.ready_s <= t:
             s.last_used_s = t
             return s.index, t, -1.0
+        if s is None and self.min_awake_s > 0:
+            # displaced by a wake whose swap has not begun: it serves until then (collated)
+            s = next((c for c in cands if c.sleep_at_s > t), None)
+            if s is not None:
+                s.last_used_s = t
+                return s.index, (s.ready_s if s.ready_s > t else t), -1.0
         sub = self.substitutes.get(model)
         if s is None:
             s = tiering.choose_wake(cands, self._conflicts, load)
@@ -251,9 +270,22 @@ class Router:
         """The wait a wake of `s` would cause, without waking it: its co-tenants' sleeps
         and its wake (their drains are not known before they happen)."""
         start = max(t, s.asleep_done_s)
-        for c in self._conflicts(s):
-            start = max(start, max(c.engine.free_s, c.ready_s, t) + c.sleep_s)
+        victims = self._conflicts(s)
+        at = self._swap_at_s(s, victims, t)
+        for c in victims:
+            start = max(start, max(c.engine.free_s, c.ready_s, at) + c.sleep_s)
         return start + s.wake_s - t
+
+    def _swap_at_s(self, s: Slot, victims: list[Slot], t: float) -> float:
+        """When the wake of `s` for a request at `t` may put `victims` to sleep
+        (`swap.swap_at_s`: a victim woken less than `min_awake_s` ago keeps its memory
+        until the request's deadline)."""
+        if not victims or self.min_awake_s <= 0:
+            return t
+        deadline = swap.swap_deadline_s(t, s.wake_s, self.switch_slo_s.get(s.model))
+        return swap.swap_at_s(
+            victims, now_s=t, deadline_s=deadline, woke_s=_woke_s, min_awake_s=self.min_awake_s
+        )
 
     def _settle(self, s: Slot, t: float) -> None:
         """Put `s` to sleep at the time its idle timeout ran out, if that is before `t`."""
@@ -303,14 +335,18 @@ class Router:
             for j in self.overlaps[s.index]:
                 self._settle(self.slots[j], t)
         start = max(t, s.asleep_done_s)
-        for c in self._conflicts(s):
-            drained = max(c.engine.drain(), c.ready_s, t)  # finishes what it holds
+        victims = self._conflicts(s)
+        at = self._swap_at_s(s, victims, t)
+        for c in victims:
+            drained = max(c.engine.drain(), c.ready_s, at)  # finishes what it holds
+            c.sleep_at_s = at
             self._sleep(c, drained)
             start = max(start, c.asleep_done_s)
         s.awake = True
         s.epoch += 1
         s.wakes += 1
         s.ready_s = start + s.wake_s
+        s.woke_s = s.ready_s
         s.engine.free_s = max(s.engine.free_s, s.ready_s)
         self.timeline.awake_from(s.index, start)
 

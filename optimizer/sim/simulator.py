@@ -135,6 +135,7 @@ def simulate(
         warm_budget_gib=warm_budget_gib if policy == "lru" else None,
         substitutes=subs,
         handoff=handoff,
+        switch_slo_s={k: slo.for_model(m).switch_p95_s for m, k in midx.items()},
     )
     router.start(t0)
 

@@ -1,0 +1,230 @@
+"""The gateway's defences against its clients' connections (slow, idle, or too many).
+
+nginx's defaults are the reference: a request's headers must arrive within
+`header_timeout_s` (client_header_timeout, 60 s), its body must not pause longer than
+`body_timeout_s` between reads (client_body_timeout, 60 s; proxy.py reads the body), and an
+idle kept-alive connection closes after `keepalive_timeout_s` (keepalive_timeout, 75 s).
+At most `max_connections` connections are open at once, never more than the open-file limit
+less a reserve (the engines' connections, the request log); at the cap a new connection
+closes the idlest one that holds no request (a slow or idle client), else it is refused. The
+soft open-file limit is raised to the hard one at start. The event loop's own errors (an
+accept that fails for lack of file descriptors) are logged once per `warn_every_s` per kind,
+with a count, not once per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import socket
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+log = logging.getLogger("planner.gateway")
+
+FD_RESERVE = 128  # descriptors kept free of clients: engines, the request log, the loop
+
+
+def raise_open_file_limit() -> int:
+    """Raise the soft open-file limit to the hard one; the soft limit now in force."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def connection_cap(max_connections: int, open_files: int) -> int:
+    """Connections the gateway keeps open at most under an open-file limit."""
+    return max(16, min(max_connections, open_files - FD_RESERVE))
+
+
+class Guard:
+    """Counts, caps and times out the gateway's client connections."""
+
+    def __init__(self, cap: int, header_timeout_s: float, warn_every_s: float = 60.0):
+        self.cap = cap
+        self.header_timeout_s = header_timeout_s
+        self.warn_every_s = warn_every_s
+        self.open: dict[_Conn, None] = {}  # insertion order: oldest first
+        self.evicted = 0  # idle connections closed to admit a new one
+        self.refused = 0  # connections closed at once: every open one holds a request
+        self.timed_out = 0  # connections that sent no whole header in time
+        self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last log, suppressed)
+
+    def factory(self, server: web.Server) -> Any:
+        """The protocol factory for `loop.create_server` (aiohttp's, guarded)."""
+        kwargs = dict(server._kwargs)  # the runner's handler options (keepalive_timeout...)
+
+        def make() -> _Conn:
+            return _Conn(self, server, loop=server._loop, **kwargs)
+
+        return make
+
+    def admit(self, conn: _Conn) -> bool:
+        """Whether a new connection may stay open (closing an idle one at the cap)."""
+        if len(self.open) >= self.cap:
+            idle = next((c for c in self.open if not c.busy), None)
+            if idle is None:
+                self.refused += 1
+                self.warn("refused", "connection cap %d reached, every connection busy", self.cap)
+                return False
+            self.evicted += 1
+            self.forget(idle)
+            idle.force_close()
+            if idle.transport is not None:
+                idle.transport.abort()
+        self.open[conn] = None
+        return True
+
+    def forget(self, conn: _Conn) -> None:
+        self.open.pop(conn, None)
+
+    async def loop(self, every_s: float = 1.0) -> None:
+        """Close connections whose headers take longer than `header_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(every_s)
+            now = loop.time()
+            late = [
+                c
+                for c in self.open
+                if not c.busy and c.header_since is not None
+                and now - c.header_since > self.header_timeout_s
+            ]  # fmt: skip
+            for c in late:
+                self.timed_out += 1
+                self.forget(c)
+                c.force_close()
+                if c.transport is not None:
+                    c.transport.abort()
+
+    def warn(self, kind: str, msg: str, *args: Any) -> None:
+        """Log `msg` at most once per `warn_every_s` for `kind`, with how many were not."""
+        now = asyncio.get_running_loop().time()
+        last, quiet = self._warned.get(kind, (-math.inf, 0))
+        if now - last < self.warn_every_s:
+            self._warned[kind] = (last, quiet + 1)
+            return
+        self._warned[kind] = (now, 0)
+        more = f" ({quiet} more since the last report)" if quiet else ""
+        log.warning(msg + more, *args)
+
+    def loop_errors(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        """The event loop's exception handler: each kind of error once per interval."""
+        exc = context.get("exception")
+        kind = context.get("message", "") + (f": {type(exc).__name__}" if exc else "")
+        self.warn(
+            kind, "%s%s", context.get("message", "event loop error"), f" ({exc})" if exc else ""
+        )
+
+    @property
+    def counts(self) -> dict[str, float]:
+        return {
+            "open": len(self.open),
+            "evicted": self.evicted,
+            "refused": self.refused,
+            "header_timeouts": self.timed_out,
+        }
+
+
+class QuietFilter(logging.Filter):
+    """Passes each distinct message at most once per `every_s`, without its traceback (a
+    flood of bad requests must not flood the log)."""
+
+    def __init__(self, every_s: float):
+        super().__init__()
+        self.every_s = every_s
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        key = record.getMessage()
+        now = time.monotonic()
+        if now - self._last.get(key, -math.inf) < self.every_s:
+            return False
+        self._last[key] = now
+        if record.exc_info and record.exc_info[1] is not None:
+            record.msg = f"{record.getMessage()}: {record.exc_info[1]}".splitlines()[0]
+            record.args = None
+        record.exc_info = None
+        return True
+
+
+def http_logger(every_s: float) -> logging.Logger:
+    """The logger aiohttp's connection handlers report to (quiet: see QuietFilter)."""
+    lg = logging.getLogger("planner.gateway.http")
+    if not lg.filters:
+        lg.addFilter(QuietFilter(every_s))
+    return lg
+
+
+class _Conn(RequestHandler):
+    """aiohttp's connection handler that reports to the Guard."""
+
+    def __init__(self, guard: Guard, manager: web.Server, **kwargs: Any):
+        super().__init__(manager, **kwargs)
+        self.guard = guard
+        self.busy = False  # a request's handler runs (its headers are in)
+        self.header_since: float | None = None  # first byte of a request not yet whole
+        self.admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self.guard.admit(self):
+            transport.abort()
+            self._manager = None  # aiohttp never heard of it: nothing to undo
+            return
+        self.admitted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.guard.forget(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy and self.header_since is None:
+            self.header_since = self._loop.time()
+        super().data_received(data)
+
+
+@web.middleware
+async def mark_busy(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Mark the connection busy while its request is handled (headers in: no header
+    timeout, never closed to admit another)."""
+    conn = request.protocol
+    if isinstance(conn, _Conn):
+        conn.busy, conn.header_since = True, None
+    try:
+        return await handler(request)
+    finally:
+        if isinstance(conn, _Conn):
+            conn.busy = False
+
+
+class GuardedSite(web.TCPSite):
+    """A TCP site whose connections go through a Guard; a busy port raises OSError."""
+
+    def __init__(self, runner: web.AppRunner, guard: Guard, host: str, port: int, **kw: Any):
+        super().__init__(runner, host, port, **kw)
+        self.guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        server = self._runner.server
+        assert server is not None
+        self._server = await asyncio.get_running_loop().create_server(
+            self.guard.factory(server),
+            self._host,
+            self._port,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            family=socket.AF_UNSPEC,
+        )

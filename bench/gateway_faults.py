@@ -1,0 +1,439 @@
+"""The gateway under faults (issue 29): does a normal request still get through, and fast?
+
+`planner`'s Gateway runs in its own process (its open-file limit set to `--nofile`, soft and
+hard, as a small server's would be), over stub engines (bench/lib/stub_engines.py: the
+subject is the gateway, not the engine; a wake takes `--wake-s`). Its state dir, and so its
+request log, is a 2 MiB tmpfs when `mount -t tmpfs` works here (root), else a plain dir whose
+log file's size limit (RLIMIT_FSIZE, set with prlimit) stands in for a full disk. All
+traffic is on loopback. Split: this machine, loopback, stub engines.
+
+Attacks, one after another; during each, a "normal" request (a new connection, to a
+gpu-tier model) is sent every ~0.3 s and its latency kept:
+1. slow: 100 clients sending headers at 1 byte/s and 50 sending a body at 1 byte/s (the
+   gateway runs with 5 s header/body timeouts here; nginx's 60 s are the defaults); all
+   must be closed by the gateway within the timeouts plus 3 s.
+2. half_open: `--half-open` connections (1,100) that send half a request line and wait,
+   under the open-file limit (1,024).
+3. full_disk: the request log's disk is filled, 600 requests are answered, the disk freed;
+   rows lost = requests not in the log; all must be counted in /metrics (dropped) or 0.
+4. malformed: 100,000-deep JSON, `"stream": "false"`, a non-object `stream_options`, not
+   JSON, 10 MB model names, and four 60 MB bodies, all at once.
+5. thrash: one client alternating two host-tier models that cannot be awake together
+   (one GPU), 20 requests 0.25 s apart without waiting for answers; wakes counted.
+
+Targets (exit 1 when missed): the normal request's worst latency <= 1 s during each attack;
+log rows lost and not counted = 0; wakes in the thrash <= 4 for 20 requests; every slow
+client closed; SIGTERM exits 0. The gateway's peak RSS (VmHWM) and stderr size are printed.
+
+Usage: python bench/gateway_faults.py [--half-open 1100] [--nofile 1024] [--wake-s 1.0]
+Ends with `RESULT split=loopback-stub-engines latency_s_slow=.. latency_s_half_open=..
+latency_s_full_disk=.. latency_s_malformed=.. latency_s_thrash=.. log_rows_lost=..
+log_rows_uncounted=.. thrash_wakes=.. slow_clients_open=.. gateway_peak_rss_mib=..
+gateway_stderr_kib=.. sigterm_rc=.. disk=.. target_met=..`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import resource
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+MARK = "fault-bench-" + "u" * 188  # X-User of the full-disk requests (200 characters)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------- the gateway
+
+
+def serve(cfg_path: str) -> None:
+    """The gateway process (`--serve CFG`): stub engines, the real Gateway."""
+    import logging
+
+    from stub_engines import StubControl
+
+    from planner.adjuster.gateway import Gateway, GatewayConfig, run_forever
+    from planner.schemas.plan import Point
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    cfg = json.loads(Path(cfg_path).read_text())
+    point = Point(**cfg["point"])
+    control = StubControl(point, cfg["wake_s"])
+    gw = Gateway(point, control, state_dir=cfg["state_dir"], config=GatewayConfig(**cfg["gw"]))
+    run_forever(gw, "127.0.0.1", cfg["port"])
+    control.close()
+
+
+def _instance(iid: str, model: str, gpu: int, tier: str) -> dict:
+    return {
+        "id": iid, "model": model, "variant": "bf16", "node": "n1", "gpus": [gpu], "tp": 1,
+        "tier": tier, "port": free_port(),
+        "memory_gib": {"weights": 1.0, "kv": 1.0, "overhead": 0.5},
+    }  # fmt: skip
+
+
+def start_gateway(work: Path, state_dir: Path, args: argparse.Namespace) -> tuple:
+    port = free_port()
+    cfg = {
+        "port": port,
+        "state_dir": str(state_dir),
+        "wake_s": args.wake_s,
+        "point": {
+            "name": "bench",
+            "instances": [
+                _instance("a0", "a", 0, "host"),
+                _instance("b0", "b", 0, "host"),  # a and b: one GPU, one awake at a time
+                _instance("c0", "c", 1, "gpu"),  # the normal requests' model
+            ],
+        },
+        "gw": {"header_timeout_s": 5.0, "body_timeout_s": 5.0, "log_flush_s": 0.2},
+    }
+    (work / "gw.json").write_text(json.dumps(cfg))
+    nofile = args.nofile
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a size limit is an error, not a kill
+
+    err = open(work / "gateway.stderr", "wb")  # noqa: SIM115 (the child's, closed at the end)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(work / "gw.json")],
+        stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limits,
+    )  # fmt: skip
+    import httpx
+
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if _get(url + "/health", 2)[0] == 200:
+                return proc, url, err
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(
+                f"the gateway did not start: {(work / 'gateway.stderr').read_text()}"
+            )
+        time.sleep(0.2)
+
+
+def _get(url: str, timeout_s: float) -> tuple[int, str]:
+    import httpx
+
+    r = httpx.get(url, timeout=timeout_s)
+    return r.status_code, r.text
+
+
+def normal(url: str, user: str = "normal") -> float:
+    """One normal request on a new connection: its latency (inf when it failed)."""
+    import httpx
+
+    t = time.perf_counter()
+    try:
+        r = httpx.post(
+            url + "/v1/completions", json={"model": "c", "prompt": "hi"},
+            headers={"X-User": user}, timeout=10,
+        )  # fmt: skip
+    except httpx.HTTPError:
+        return float("inf")
+    return time.perf_counter() - t if r.status_code == 200 else float("inf")
+
+
+class Prober:
+    """Normal requests every ~0.3 s from a process of their own (the attack's client threads
+    must not slow the measurement through this process's GIL); the worst latency."""
+
+    def __init__(self, url: str):
+        self.url, self.lat = url, []
+
+    def __enter__(self) -> Prober:
+        self._proc = subprocess.Popen(
+            [sys.executable, __file__, "--probe", self.url], stdout=subprocess.PIPE, text=True
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.5)  # at least one probe
+        self._proc.send_signal(signal.SIGINT)
+        out, _ = self._proc.communicate(30)
+        self.lat = [float(x) for x in out.split()]
+
+    @property
+    def worst_s(self) -> float:
+        return max(self.lat) if self.lat else float("inf")
+
+
+def probe(url: str) -> None:
+    """`--probe URL`: a normal request every ~0.3 s, its latency printed, until SIGINT."""
+    try:
+        while True:
+            print(normal(url), flush=True)
+            time.sleep(0.3)
+    except KeyboardInterrupt:
+        pass
+
+
+def metric(url: str, name: str) -> float:
+    text = _get(url + "/metrics", 10)[1]
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+# ----------------------------------------------------------------------------- attacks
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def attack_slow(url: str) -> dict:
+    heads = [_connect(url) for _ in range(100)]
+    bodies = [_connect(url) for _ in range(50)]
+    for s in bodies:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+    line = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"p" * 100
+    open_ = {id(s): s for s in heads + bodies}
+    with Prober(url) as p:
+        for k in range(8 + 3):  # the 5 s timeouts, plus 3 s, plus slack
+            for s in list(open_.values()):
+                try:
+                    s.sendall(line[k : k + 1] if s in heads else b"x")
+                except OSError:
+                    open_.pop(id(s))
+            time.sleep(1.0)
+    still = {"heads": 0, "bodies": 0}
+    for s in open_.values():  # a closed one reads b"" (or an answer, then b"")
+        s.settimeout(0.5)
+        try:
+            data = s.recv(65536)
+            gone = not data or b" 408 " in data
+        except TimeoutError:
+            gone = False
+        except OSError:
+            gone = True
+        still["heads" if s in heads else "bodies"] += not gone
+    for s in heads + bodies:
+        s.close()
+    return {"latency_s": p.worst_s, "slow_open": sum(still.values()), **still}
+
+
+def attack_half_open(url: str, n: int) -> dict:
+    socks, failed = [], 0
+    with Prober(url) as p:
+        for _ in range(n):
+            try:
+                s = _connect(url)
+                s.sendall(b"POST /v1/comp")
+                socks.append(s)
+            except OSError:
+                failed += 1
+        time.sleep(3.0)
+    for s in socks:
+        s.close()
+    return {"latency_s": p.worst_s, "connect_failed": failed}
+
+
+def fill(path: Path) -> Path:
+    filler = path / "filler"
+    with open(filler, "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+    return filler
+
+
+def attack_full_disk(url: str, state: Path, proc: subprocess.Popen, disk: str) -> dict:
+    n = 600
+    if disk == "tmpfs":
+        filler = fill(state)
+    else:  # the log file may not grow: SQLite gets EFBIG as it would ENOSPC
+        size = sum(f.stat().st_size for f in state.glob("requests.sqlite*"))
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (size, resource.RLIM_INFINITY))
+    with Prober(url) as p:  # one client at a time: the fault is the disk, not the load
+        lat = sorted(normal(url, MARK) for _ in range(n))
+    failures = metric(url, "planner_gateway_log_write_failures_total")
+    if disk == "tmpfs":
+        filler.unlink()
+    else:
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (-1, -1))
+    deadline = time.monotonic() + 30
+    while metric(url, "planner_gateway_log_rows_pending") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    con = sqlite3.connect(f"file:{state / 'requests.sqlite'}?mode=ro", uri=True)
+    rows = con.execute("SELECT COUNT(*) FROM requests WHERE user = ?", (MARK,)).fetchone()[0]
+    con.close()
+    dropped = metric(url, "planner_gateway_log_rows_dropped_total")
+    lost = n - rows
+    return {
+        "latency_s": p.worst_s,
+        "logged_p50_s": lat[n // 2],
+        "logged_failed": sum(x == float("inf") for x in lat),
+        "write_failures": failures,
+        "lost": lost,
+        "uncounted": max(0, lost - int(dropped)),
+    }
+
+
+def attack_malformed(url: str) -> dict:
+    import httpx
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    bodies = (
+        [deep] * 20
+        + [json.dumps({"model": "c", "prompt": "x", "stream": "false"}).encode()] * 20
+        + [json.dumps({"model": "c", "stream": True, "stream_options": 3}).encode()] * 20
+        + [b"{not json"] * 20
+        + [json.dumps({"model": "m" * 10_000_000, "prompt": "x"}).encode()] * 3
+        + [b'{"model": "c", "prompt": "' + b"x" * (60 * 1024 * 1024) + b'"}'] * 4
+    )
+
+    def send(body: bytes) -> int:
+        try:
+            r = httpx.post(url + "/v1/completions", content=body, timeout=60)
+            ok = r.headers.get("content-type", "").startswith("application/json")
+            return r.status_code if ok else -r.status_code
+        except httpx.HTTPError:
+            return 0  # refused mid-upload (413 before the body was read): fine
+
+    with Prober(url) as p, ThreadPoolExecutor(4) as ex:
+        codes = list(ex.map(send, bodies))
+    bad = [c for c in codes if c not in (0, 400, 404, 413)]
+    return {"latency_s": p.worst_s, "not_4xx_json": len(bad)}
+
+
+def attack_thrash(url: str) -> dict:
+    import httpx
+
+    before = metric(url, "planner_gateway_wakes_total")
+
+    def ask(model: str) -> int:
+        r = httpx.post(url + "/v1/completions", json={"model": model, "prompt": "x"}, timeout=120)
+        return r.status_code
+
+    with Prober(url) as p, ThreadPoolExecutor(20) as ex:
+        futs = []
+        for k in range(20):
+            futs.append(ex.submit(ask, "ab"[k % 2]))
+            time.sleep(0.25)
+        codes = [f.result() for f in futs]
+    return {
+        "latency_s": p.worst_s,
+        "wakes": metric(url, "planner_gateway_wakes_total") - before,
+        "ok": sum(c == 200 for c in codes),
+    }
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def mount_tmpfs(path: Path) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+    )
+    return r.returncode == 0
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--probe", help=argparse.SUPPRESS)
+    ap.add_argument("--half-open", type=int, default=1100)
+    ap.add_argument("--nofile", type=int, default=1024)
+    ap.add_argument("--wake-s", type=float, default=1.0)
+    args = ap.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return 0
+    if args.probe:
+        probe(args.probe)
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="gw-faults-"))
+    state = work / "state"
+    disk = "tmpfs" if mount_tmpfs(state) else "fsize"
+    state.mkdir(exist_ok=True)
+    try:
+        proc, url, err = start_gateway(work, state, args)
+    except RuntimeError:
+        if disk == "tmpfs":
+            subprocess.run(["umount", str(state)], check=False)
+        raise
+    res: dict[str, dict] = {}
+    try:
+        base = [normal(url) for _ in range(20)]
+        print(
+            f"baseline normal request: worst {max(base) * 1e3:.1f} ms; load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared: figures are noisy)",
+            flush=True,
+        )
+        for name, fn in (
+            ("slow", lambda: attack_slow(url)),
+            ("half_open", lambda: attack_half_open(url, args.half_open)),
+            ("full_disk", lambda: attack_full_disk(url, state, proc, disk)),
+            ("malformed", lambda: attack_malformed(url)),
+            ("thrash", lambda: attack_thrash(url)),
+        ):
+            res[name] = fn()
+            print(f"{name}: {res[name]}", flush=True)
+        rss = peak_rss_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = -9
+        err.close()
+        if disk == "tmpfs":
+            subprocess.run(["umount", str(state)], check=False)
+    stderr_kib = (work / "gateway.stderr").stat().st_size / 1024
+    lat = {k: v["latency_s"] for k, v in res.items()}
+    fd = res["full_disk"]
+    met = (
+        all(v <= 1.0 for v in lat.values())
+        and fd["uncounted"] == 0
+        and res["thrash"]["wakes"] <= 4
+        and res["thrash"]["ok"] == 20
+        and res["slow"]["slow_open"] == 0
+        and res["malformed"]["not_4xx_json"] == 0
+        and rc == 0
+    )
+    print(
+        "RESULT split=loopback-stub-engines "
+        + " ".join(f"latency_s_{k}={v:.3f}" for k, v in lat.items())
+        + f" log_rows_lost={fd['lost']} log_rows_uncounted={fd['uncounted']}"
+        f" log_write_failures={int(fd['write_failures'])}"
+        f" thrash_wakes={int(res['thrash']['wakes'])} thrash_requests=20"
+        f" slow_clients_open={res['slow']['slow_open']}"
+        f" gateway_peak_rss_mib={rss:.0f} gateway_stderr_kib={stderr_kib:.1f}"
+        f" sigterm_rc={rc} disk={disk} target_met={met}"
+    )
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
