@@ -150,7 +150,8 @@ class Searcher:
         t1 = self.clock()
         if res.status == "infeasible":
             return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
-        point, perfs = build_point(f"eval-{index}", res.placements, self.models.names)
+        args = {m.name: m.engine_args for m in self.models.models if m.engine_args}
+        point, perfs = build_point(f"eval-{index}", res.placements, self.models.names, args)
         ev = self.evaluate_point(index, knobs, point, perfs, res)
         ev.milp_s = t1 - t0
         return ev

@@ -38,6 +38,11 @@ class Substitute(Strict):
 
 
 SubstituteWhen = Literal["never", "wake_exceeds_slo", "always_while_waking"]
+Task = Literal["generate", "embed"]
+
+# vLLM flags of a task beyond generating (an embedding checkpoint such as e5-mistral or
+# gte-Qwen2 names a causal LM architecture: vLLM would generate unless told to pool).
+TASK_ENGINE_ARGS: dict[str, tuple[str, ...]] = {"embed": ("--runner", "pooling")}
 
 
 class ModelEntry(Strict):
@@ -52,6 +57,11 @@ class ModelEntry(Strict):
         default=32768, ge=16, le=2_097_152, description="longest context, tokens"
     )
     priority: int = Field(default=1, ge=0, le=100, description="higher: served first when short")
+    task: Task = Field(
+        default="generate",
+        description="generate: completions, chat and responses; embed: an embedding model "
+        "(/v1/embeddings; vLLM runs it with --runner pooling)",
+    )
     substitutes: list[Substitute] = Field(
         default_factory=list, description="awake models that may answer while this one wakes"
     )
@@ -72,6 +82,11 @@ class ModelEntry(Strict):
         if dup:
             raise ValueError(f"duplicate variant names in model {self.name!r}: {dup}")
         return self
+
+    @property
+    def engine_args(self) -> list[str]:
+        """vLLM flags its task needs (plan instances carry them in `engine.extra_args`)."""
+        return list(TASK_ENGINE_ARGS.get(self.task, ()))
 
     @property
     def arch(self) -> ModelArch:
