@@ -311,8 +311,9 @@ def status_cmd(
 ) -> None:
     """Instances this state dir runs: tier, awake/asleep, health, port, uptime."""
     from planner.adjuster.apply import handle_of
-    from planner.adjuster.state import StateStore
+    from planner.adjuster.state import StateStore, existing_state_dir
 
+    state_dir = existing_state_dir(state_dir)
     be = make_backend(backend)
     now = time.time()
     rows = []
