@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
+from planner.errors import InputError
 
 StateDirOpt = Annotated[
     Path | None,
@@ -203,8 +204,9 @@ def _actions_table(result: Any, title: str) -> None:
 
 def apply_cmd(
     plan_path: Annotated[
-        Path, typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`.")
-    ],
+        Path | None,
+        typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`."),
+    ] = None,
     point: Annotated[
         str | None,
         typer.Option("--point", help="Point to apply; default: the plan's selected one."),
@@ -232,12 +234,26 @@ def apply_cmd(
             "--node", help="Apply only this node's instances (this host's share; local backend)."
         ),
     ] = None,
+    previous: Annotated[
+        bool,
+        typer.Option(
+            "--previous",
+            help="Go back to the plan and point in force before the last apply (rollback).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
+
+    if previous:
+        plan_path, point = _previous(plan_path, point, state_dir)
+    elif plan_path is None:
+        raise InputError(
+            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
+        )
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
@@ -255,6 +271,7 @@ def apply_cmd(
             model_path_resolver=model_path_resolver(mods, models_file.parent),
             gpu_capacity_gib=gpu_capacity(cl),
         )  # fmt: skip
+        before = state.meta()
         if json_out or dry_run:
             result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         else:
@@ -262,6 +279,7 @@ def apply_cmd(
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
             state.set_meta(plan_path=str(plan_path.resolve()), node=node or "")
+            _keep_previous(state, before, str(plan_path.resolve()), result.point)
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -280,6 +298,38 @@ def apply_cmd(
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
+
+
+def _previous(
+    plan_path: Path | None, point: str | None, state_dir: Path | None
+) -> tuple[Path, str]:
+    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
+    from planner.adjuster.state import StateStore, existing_state_dir
+
+    if plan_path is not None or point is not None:
+        raise InputError(
+            "--previous takes no PLAN or --point (it applies the ones recorded)",
+            path="--previous",
+            fix="drop PLAN and --point, or drop --previous",
+        )
+    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
+        meta = state.meta()
+    prev_plan, prev_point = meta.get("previous_plan_path", ""), meta.get("previous_point", "")
+    if not prev_plan or not prev_point:
+        raise InputError(
+            "no previous apply is recorded in this state dir",
+            file=str(state_dir or "the default state dir"),
+            fix="apply a plan first; `planner history` lists what was applied",
+        )
+    return Path(prev_plan), prev_point
+
+
+def _keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
+    """Record the plan and point in force before this apply, when it changed them (what
+    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
+    old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
+    if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
+        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
 
 
 def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:

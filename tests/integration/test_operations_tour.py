@@ -3,6 +3,9 @@
 One plan holds the tiny chat model and a tiny embedding model (built locally, as the chat
 one); `planner apply` starts both, and the gateway (the real Controller over the state dir)
 answers `/v1/embeddings` and `/v1/responses`, streamed or not, and logs both as trace rows.
+Then the guide's day-to-day commands on the same state dir: `history`, `logs INSTANCE`,
+`apply` of another point and `apply --previous` back (a point with the same instances under
+another name: no server restarts), and the systemd units `adjust --print-cron` prints.
 """
 
 from __future__ import annotations
@@ -59,7 +62,8 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     ]
     plan = {"kind": "plan", "version": 1, "selected": "dev",
             "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-            "points": [{"name": "dev", "instances": insts}]}  # fmt: skip
+            "points": [{"name": "dev", "instances": insts},
+                       {"name": "alt", "instances": insts}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     state_dir = d / "state"
     code, _, out = cli(
@@ -77,7 +81,9 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
     client = httpx.Client(base_url=th.url, timeout=float(START_TIMEOUT))
     try:
-        yield type("GW", (), {"dir": d, "c": client, "state_dir": state_dir})
+        yield type(
+            "GW", (), {"dir": d, "c": client, "state_dir": state_dir, "plan": d / "plan.yaml"}
+        )
     finally:
         client.close()
         th.stop()
@@ -127,3 +133,27 @@ def test_responses_through_the_gateway_plain_and_streamed(gw):
     assert last["type"] == "response.completed"
     rows = [x for x in _log(gw.state_dir, 3) if x["model"] == "tiny-a"]
     assert [x["output_tokens"] for x in rows] == [4, 4]  # the streamed one's usage too
+
+
+def test_history_logs_and_rollback(gw):
+    sd = ["--state-dir", str(gw.state_dir)]
+    code, data, out = cli(["history", *sd, "--json"])
+    assert code == 0, out
+    started = {(j["action"], j["instance"], j["result"]) for j in data["journal"]}
+    assert {("start", "a0", "ok"), ("start", "e0", "ok")} <= started
+    assert data["point"] == "dev"
+    code, _, out = cli(["logs", "e0", *sd, "-n", "400"])
+    assert code == 0 and "pooling" in out  # vLLM's own log of the embedding engine
+    code, _, out = cli(["logs", "nope", *sd])
+    assert code == 2 and "'e0'" in out
+    # another point of the plan, then back to the one in force before it
+    code, _, out = cli(["apply", str(gw.plan), "--point", "alt", *sd, "--timeout", START_TIMEOUT])
+    assert code == 0, out
+    code, _, out = cli(["history", *sd])
+    assert code == 0 and "in force: point alt" in out and "before it: point dev" in out
+    code, _, out = cli(["apply", "--previous", *sd, "--timeout", START_TIMEOUT])
+    assert code == 0 and "point dev" in out, out
+    code, data, _ = cli(["status", *sd, "--json"])
+    assert data["point"] == "dev" and {i["status"] for i in data["instances"]} == {"awake"}
+    code, _, out = cli(["apply", "--previous", str(gw.plan), *sd])
+    assert code == 2 and "--previous takes no PLAN" in out
