@@ -79,3 +79,28 @@ def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
     assert code == 2 and "no instance 'a-0'" in err
     code, _, err = _run(["apply", "--state-dir", str(state)], capsys)
     assert code == 2 and "--previous" in err
+
+
+def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders():
+    import json
+    import re
+
+    import yaml
+
+    from planner.adjuster.gateway.metrics import Metrics
+
+    text = Metrics().render(lambda: {"planner_gateway_awake_instances": ("", {}),
+                                     "planner_gateway_outstanding_requests": ("", {}),
+                                     "planner_gateway_queued_requests": ("", {})})  # fmt: skip
+    rendered = set(re.findall(r"# TYPE (planner_gateway_\w+)", text))
+    docs = ROOT / "docs"
+    dash = json.loads((docs / "grafana-planner.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((docs / "alerts.yaml").read_text())["groups"][0]["rules"]
+    exprs += [r["expr"] for r in rules]
+    guide = (docs / "operations.md").read_text()
+    named = set(re.findall(r"planner_gateway_\w+", " ".join(exprs) + guide))
+    base = {re.sub(r"_(bucket|count|sum)$", "", n) for n in named}
+    assert base <= rendered, base - rendered
+    assert rendered <= base, f"not in the guide/dashboard: {rendered - base}"
+    assert "operations.md" in (ROOT / "README.md").read_text()
