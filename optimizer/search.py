@@ -136,6 +136,7 @@ class Searcher:
             w_memory=knobs.w_memory,
             w_quality=knobs.w_quality,
             w_gpus=knobs.w_gpus,
+            pins={m.name: (m.pin.node, m.pin.gpu_type) for m in self.models.models if m.pin},
         )
 
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation:

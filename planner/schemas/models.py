@@ -45,6 +45,21 @@ Task = Literal["generate", "embed"]
 TASK_ENGINE_ARGS: dict[str, tuple[str, ...]] = {"embed": ("--runner", "pooling")}
 
 
+class Pin(Strict):
+    """Where a model may run: on one node, on one GPU type, or both."""
+
+    node: SafeName | None = Field(default=None, description="only on this node of the cluster")
+    gpu_type: str | None = Field(
+        default=None, description="only on GPUs of this type (its name in the cluster)"
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> Pin:
+        if self.node is None and self.gpu_type is None:
+            raise ValueError("a pin names a node, a gpu_type, or both")
+        return self
+
+
 class ModelEntry(Strict):
     """One model agents call by `name`."""
 
@@ -57,6 +72,9 @@ class ModelEntry(Strict):
         default=32768, ge=16, le=2_097_152, description="longest context, tokens"
     )
     priority: int = Field(default=1, ge=0, le=100, description="higher: served first when short")
+    pin: Pin | None = Field(
+        default=None, description="keep every instance on this node and/or GPU type"
+    )
     task: Task = Field(
         default="generate",
         description="generate: completions, chat and responses; embed: an embedding model "
