@@ -17,7 +17,7 @@ from planner.adjuster.backends.base import Backend, Handle, Status
 from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import InstanceRow, StateStore
-from planner.engine import pid_alive
+from planner.engines.process import pid_alive
 from planner.errors import ApplyError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
@@ -194,12 +194,12 @@ class Controller:
                 return
             h = handle_of(row)
             if self.supports_sleep:
-                self.backend.sleep(h, sleep_level(inst.tier))
+                self.backend.sleep(h, sleep_level(inst))
                 self.state.update(instance_id, status="asleep")
             else:
                 self.backend.stop(h, 10.0)
                 self.state.update(instance_id, status="stopped", pid=None, actor=None)
-            self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst.tier)}")
+            self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst)}")
 
     def _run(self, timeout_s: float) -> Launcher:
         return Launcher(

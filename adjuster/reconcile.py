@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Literal
 
+from planner.engines.base import get_engine
 from planner.schemas.plan import Instance, Point
 
 ActionKind = Literal["start", "stop", "sleep", "wake", "restart"]
@@ -73,9 +74,9 @@ def spec_sha(inst: Instance) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def sleep_level(tier: str) -> int:
-    """vLLM sleep level of a tier: host keeps weights in host RAM (1), disk drops them (2)."""
-    return 1 if tier == "host" else 2
+def sleep_level(inst: Instance) -> int:
+    """The sleep level of the instance's tier in its engine (vLLM: host 1, disk 2)."""
+    return get_engine(inst.engine.kind).sleep_level(inst.tier)
 
 
 def diff(
@@ -122,7 +123,7 @@ def diff(
             continue
         if same and obs.status == "awake" and lazy and obs.tier == "gpu" and sleep_supported:
             tier_sleeps.append(
-                Action("sleep", inst.id, inst.node, f"now {inst.tier} tier", sleep_level(inst.tier))
+                Action("sleep", inst.id, inst.node, f"now {inst.tier} tier", sleep_level(inst))
             )
             continue
         if obs is None or obs.status == "stopped":
@@ -146,9 +147,7 @@ def diff(
             tiered.setdefault(key, []).extend(
                 [
                     act,
-                    Action(
-                        "sleep", inst.id, inst.node, f"{inst.tier} tier", sleep_level(inst.tier)
-                    ),
+                    Action("sleep", inst.id, inst.node, f"{inst.tier} tier", sleep_level(inst)),
                 ]
             )
         else:
@@ -177,9 +176,7 @@ def diff(
             ):  # fmt: skip
                 put_to_sleep.add(k)
                 out.append(
-                    Action(
-                        "sleep", k, node, "co-tenant of a starting instance", sleep_level(d.tier)
-                    )
+                    Action("sleep", k, node, "co-tenant of a starting instance", sleep_level(d))
                 )
         out += tiered[key]
     return out + late_stops

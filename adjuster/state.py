@@ -36,7 +36,7 @@ from planner.adjuster.state_file import (
     lenient_text,
     open_checked,
 )
-from planner.engine import pid_alive
+from planner.engines.process import pid_alive
 from planner.errors import InputError, LockHeldError
 
 __all__ = [

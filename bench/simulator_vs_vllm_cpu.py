@@ -36,8 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from planner import engine
 from planner.catalog.gpus import resolve_gpu
+from planner.engines import process
+from planner.engines.vllm import ENGINE as VLLM
 from planner.optimizer.perf import calib_from_profile
 from planner.optimizer.perf.calib import default_calib
 from planner.optimizer.perf.calibration import calibrate, fit_points, predict
@@ -135,11 +136,11 @@ def serve(model_dir: str, log: Path) -> tuple[object, int]:
     cfg = er.BenchConfig.for_device(
         "cpu", enforce_eager=True, max_num_seqs=MAX_NUM_SEQS, kv_gib=KV_GIB
     )
-    port = ec.free_port()
+    port = process.free_port()
     inst = er.instance_for(er.RunSpec(m, m.variants[0], 1, model_dir), cfg, port)
-    argv, env = engine.build_argv(inst, model_path=model_dir, served_name="tiny", device="cpu")
-    proc = engine.start_server(argv, env, log)
-    engine.wait_ready("127.0.0.1", port, proc, log, 900)
+    argv, env = VLLM.build_argv(inst, model_path=model_dir, served_name="tiny", device="cpu")
+    proc = process.start_server(argv, env, log)
+    process.wait_ready(VLLM, "127.0.0.1", port, proc, log, 900)
     return proc, port
 
 
@@ -271,7 +272,7 @@ def main() -> int:
                 f"{len(bursts)} stream(s) read in one burst"
             )
     finally:
-        engine.stop_server(proc)
+        process.stop_server(proc)
 
     # 4. compare. A measured percentile is the median over the passes: a noisy neighbour
     # on the shared host stalls one pass, not three. A stream read in one burst had its

@@ -15,7 +15,8 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_error, print_json
+from planner.adjuster.backends import BackendKind
+from planner.cli.common import BackendOpt, JsonOpt, console, err_console, print_error, print_json
 from planner.errors import InputError
 
 
@@ -83,9 +84,7 @@ def adjust_cmd(
         Path | None, typer.Option("--models", help="default: plan.inputs.models.")
     ] = None,
     slo: Annotated[Path | None, typer.Option("--slo", help="default: plan.inputs.slo.")] = None,
-    backend: Annotated[
-        str, typer.Option("--backend", help="local | ray (as `planner apply`).")
-    ] = "local",
+    backend: BackendOpt = BackendKind.LOCAL,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="Seconds to wait for each server.")
     ] = 300.0,
@@ -172,21 +171,23 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     import signal
     import threading
 
+    from planner.adjuster.backends import cluster_device
     from planner.adjuster.gateway.requestlog import RequestLogSource
     from planner.adjuster.live import tick
     from planner.adjuster.state import StateStore, existing_state_dir
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
-    from planner.cli.apply import _device, make_backend
-    from planner.cli.common import require_extra, serve_extra
+    from planner.cli.common import open_backend, require_extra, serve_extra
     from planner.errors import PlannerError
 
     if backend == "local" and not dry_run:  # a hop starts vLLM: say so before the first tick
         require_extra(
-            serve_extra(_device(inp.cluster)), "`planner adjust` (a hop starts vLLM)", ("vllm",)
+            serve_extra(cluster_device(inp.cluster)),
+            "`planner adjust` (a hop starts vLLM)",
+            ("vllm",),
         )
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
-    be = make_backend(backend, inp.cluster, _device(inp.cluster))
+    be = open_backend(backend, inp.cluster)
     stop = threading.Event()
     old = {}
     if every_s is not None:

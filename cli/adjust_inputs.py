@@ -127,9 +127,9 @@ def replay_reoptimizer(inp: Inputs, evals: int):
 def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, timeout_s: float):
     """The live tick's settings: apply as `planner apply` does; a suggestion or a
     re-optimization writes the window next to the state and the new plan next to the plan."""
+    from planner.adjuster.backends import gpu_capacity
     from planner.adjuster.launch import model_path_resolver
     from planner.adjuster.live import TickConfig
-    from planner.cli.apply import gpu_capacity
     from planner.io import sha256_file
     from planner.trace_write import write_trace
 

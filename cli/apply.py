@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
+from planner.adjuster.backends import BackendKind
+from planner.cli.common import (
+    BackendOpt,
+    JsonOpt,
+    console,
+    err_console,
+    open_backend,
+    print_json,
+    require_extra,
+)
 from planner.errors import InputError
 
 StateDirOpt = Annotated[
@@ -16,9 +25,6 @@ StateDirOpt = Annotated[
     typer.Option(
         "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
     ),
-]
-BackendOpt = Annotated[
-    str, typer.Option("--backend", help="local: processes on this host; ray: node actors via Ray.")
 ]
 
 
@@ -124,43 +130,6 @@ def node_share(
     return plan.model_copy(update={"points": points}), note
 
 
-def _device(cluster: Any) -> str | None:
-    """`cpu` when every GPU of the cluster is the `cpu` type; else detect on this host."""
-    if cluster is None:
-        return None
-    types = {
-        str(g.type if isinstance(g.type, str) else g.type.name).lower()
-        for n in cluster.nodes
-        for g in n.gpus
-    }
-    return "cpu" if types == {"cpu"} else None
-
-
-def gpu_capacity(cluster: Any) -> dict[tuple[str, int], float] | None:
-    """(node, device) -> GiB usable by vLLM (the spec's memory less a 5% margin); None without a cluster."""
-    if cluster is None:
-        return None
-    return {
-        (n.name, idx): g.spec.memory_gib * 0.95 for n in cluster.nodes for idx, g in n.gpu_list()
-    }
-
-
-def make_backend(kind: str, cluster: Any = None, device: str | None = None):
-    """The backend named on the command line (Ray imported only when asked for)."""
-    from planner.errors import InputError
-
-    if kind == "local":
-        from planner.adjuster.backends.local import LocalBackend
-
-        return LocalBackend(device)  # type: ignore[arg-type]
-    if kind == "ray":
-        require_extra("cluster", "--backend ray")
-        from planner.adjuster.backends.ray import RayBackend  # type: ignore[import-not-found]
-
-        return RayBackend()  # RAY_ADDRESS, else the local Ray cluster
-    raise InputError(f"unknown backend {kind!r}", path="--backend", fix="use local or ray")
-
-
 def open_controller(
     plan_path: Path,
     point: str | None = None,
@@ -182,7 +151,7 @@ def open_controller(
 
     plan_path = Path(plan_path)
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
-    be = make_backend(backend, cl, _device(cl))
+    be = open_backend(backend, cl)
     return Controller(
         plan, point, be, StateStore(state_dir),
         model_path_resolver=model_path_resolver(mods, models_file.parent),
@@ -211,7 +180,7 @@ def apply_cmd(
         str | None,
         typer.Option("--point", help="Point to apply; default: the plan's selected one."),
     ] = None,
-    backend: BackendOpt = "local",
+    backend: BackendOpt = BackendKind.LOCAL,
     state_dir: StateDirOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the actions, change nothing.")
@@ -245,6 +214,7 @@ def apply_cmd(
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
+    from planner.adjuster.backends import cluster_device, gpu_capacity
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
@@ -262,8 +232,10 @@ def apply_cmd(
     if backend == "local" and not dry_run:  # a clear line before anything starts
         from planner.cli.common import serve_extra
 
-        require_extra(serve_extra(_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",))
-    be = make_backend(backend, cl, _device(cl))
+        require_extra(
+            serve_extra(cluster_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",)
+        )
+    be = open_backend(backend, cl)
     with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
@@ -356,7 +328,7 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
 
 def status_cmd(
     state_dir: StateDirOpt = None,
-    backend: BackendOpt = "local",
+    backend: BackendOpt = BackendKind.LOCAL,
     json_out: JsonOpt = False,
 ) -> None:
     """Instances this state dir runs: tier, awake/asleep, health, port, uptime."""
@@ -364,14 +336,14 @@ def status_cmd(
     from planner.adjuster.state import StateStore, existing_state_dir
 
     state_dir = existing_state_dir(state_dir)
-    be = make_backend(backend)
+    be = open_backend(backend)
     now = time.time()
     rows = []
     with StateStore(state_dir, readonly=True) as state:
         meta = state.meta()
         for r in state.instances():
-            running = r.pid is not None or r.actor is not None
-            healthy = running and be.is_alive(handle_of(r))
+            h = handle_of(r)
+            healthy = be.has_process(h) and be.is_alive(h)
             up = now - r.started_at if r.started_at and healthy else None
             status = "failed" if r.status in ("awake", "asleep") and not healthy else r.status
             rows.append({
@@ -422,7 +394,7 @@ def status_cmd(
 
 def down_cmd(
     state_dir: StateDirOpt = None,
-    backend: BackendOpt = "local",
+    backend: BackendOpt = BackendKind.LOCAL,
     wait_lock: Annotated[
         float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
     ] = 0.0,
@@ -432,7 +404,7 @@ def down_cmd(
     from planner.adjuster.apply import down
     from planner.adjuster.state import StateStore
 
-    be = make_backend(backend)
+    be = open_backend(backend)
     with StateStore(state_dir) as state:
         done = down(state, be, lease_wait_s=wait_lock)
     if json_out:

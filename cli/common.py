@@ -11,6 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from planner.adjuster.backends import BackendKind
+
 
 def _stdout_width() -> int | None:
     """At a terminal rich reads its width (COLUMNS wins when set). In a pipe or a file rich
@@ -30,6 +32,28 @@ JsonOpt = Annotated[
 SeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")
 ]
+
+# The one `--backend` option of apply, status, down, gateway and adjust.
+BackendOpt = Annotated[
+    BackendKind,
+    typer.Option(
+        "--backend",
+        help="local: processes on this host; ray: node actors via Ray. "
+        "The same for every command of a state dir.",
+    ),
+]
+
+
+def open_backend(kind: str, cluster: Any = None) -> Any:
+    """The backend `kind` for `cluster` (its device from the cluster file), after checking the
+    pip extra it needs (MissingExtraError, exit 2, before anything starts)."""
+    from planner.adjuster.backends import backend_class, cluster_device, make_backend
+
+    extra = backend_class(kind).extra
+    if extra:
+        require_extra(extra, f"--backend {getattr(kind, 'value', kind)}")
+    return make_backend(kind, cluster, cluster_device(cluster))
+
 
 # What the pip extras of pyproject.toml bring that commands import (module names).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {

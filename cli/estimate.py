@@ -301,7 +301,7 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
-        from planner.optimizer.perf.vllm_defaults import ENTRY_POINTS
+        from planner.engines.base import ENTRY_POINTS
 
         if entry_point not in ENTRY_POINTS:
             raise InputError(

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import err_console, require_extra
+from planner.adjuster.backends import BackendKind
+from planner.cli.common import BackendOpt, err_console, require_extra
 
 
 def open_gateway(
@@ -25,7 +26,8 @@ def open_gateway(
     from planner.adjuster.control import Controller
     from planner.adjuster.gateway import Gateway, GatewayConfig
     from planner.adjuster.state import StateStore
-    from planner.cli.apply import _device, load_plan_inputs, make_backend
+    from planner.cli.apply import load_plan_inputs
+    from planner.cli.common import open_backend
     from planner.errors import InputError
     from planner.io import sha256_file
 
@@ -37,7 +39,7 @@ def open_gateway(
         )  # fmt: skip
     state = StateStore(state_dir)
     control = Controller(
-        plan, point, make_backend(backend, cl, _device(cl)), state,
+        plan, point, open_backend(backend, cl), state,
         model_path_resolver=model_path_resolver(mods, models_file.parent),
         plan_sha=sha256_file(plan_path),
     )  # fmt: skip
@@ -63,9 +65,7 @@ def register(app: typer.Typer) -> None:
                 "--state-dir", help="State dir of `planner apply`; holds requests.sqlite."
             ),
         ] = None,
-        backend: Annotated[
-            str, typer.Option("--backend", help="local | ray (as given to `planner apply`).")
-        ] = "local",
+        backend: BackendOpt = BackendKind.LOCAL,
         cluster: Annotated[
             Path | None,
             typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster."),

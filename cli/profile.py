@@ -1,4 +1,4 @@
-"""`planner profile hardware|engine|merge|calibrate`: measure, store and fit profiles."""
+"""`planner profile hardware|engine|merge|calibrate|check`: measure, store, fit and check profiles."""
 
 from __future__ import annotations
 
@@ -203,6 +203,42 @@ def calibrate_cmd(
         for k, v in c.items():
             if k != "source":
                 console.print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+
+
+@profile_app.command("check")
+def check_cmd(
+    profile_dir: Annotated[
+        Path,
+        typer.Argument(metavar="DIR", help="Profiles of `planner profile hardware --device cuda`."),
+    ],
+    tests_rc: Annotated[
+        int | None, typer.Option("--tests-rc", help="Exit code of the gpu-marked tests.")
+    ] = None,
+) -> None:
+    """Compare measured GPUs with the catalog and the perf model; RESULT line, exit 1 on a miss."""
+    from planner.optimizer.hwcheck import check_profiles, result_line
+    from planner.profiler import store
+
+    profiles = store.load_profiles(sorted(Path(profile_dir).glob("*.yaml")))
+    found, problems = check_profiles(profiles, str(profile_dir))
+    ok = not problems and tests_rc in (None, 0)
+    for name, cs in found:
+        console.print(f"{name}:", markup=False, highlight=False)
+        for c in cs:
+            mark = "ok  " if c.ok else "FAIL"
+            console.print(
+                f"  {mark} {c.name:20} measured {c.measured:10.3f} {c.unit:8} expected "
+                f"{c.expected:10.3f}  ratio {c.ratio:5.2f} in [{c.lo}, {c.hi}]  ({c.note})",
+                markup=False, highlight=False,
+            )  # fmt: skip
+            ok &= c.ok
+    for p in problems:
+        console.print(f"problem: {p}", markup=False, highlight=False)
+    if tests_rc is not None:
+        console.print(f"gpu-marked tests: exit code {tests_rc}", highlight=False)
+    console.print(result_line(found, ok, tests_rc), markup=False, highlight=False, soft_wrap=True)
+    if not ok:
+        raise typer.Exit(1)
 
 
 def register(app: typer.Typer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from planner.engines.base import get_engine
 from planner.optimizer.milp import Placement
 from planner.optimizer.perf.types import InstancePerf
 from planner.schemas.models import Models
@@ -11,9 +12,6 @@ from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point, Substit
 from planner.schemas.slo import Slo
 
 BASE_PORT = 8100  # first engine port on each node; the gateway defaults to 8000
-
-# vLLM's --quantization for each variant precision; None lets vLLM read the checkpoint's config.
-_VLLM_QUANT = {"fp8": "fp8", "awq": "awq", "gptq": "gptq"}
 
 
 def build_point(
@@ -68,7 +66,7 @@ def build_point(
                 max_model_len=c.max_model_len,
                 max_num_seqs=c.max_num_seqs,
                 max_num_batched_tokens=perf.chunk_tokens,
-                quantization=_VLLM_QUANT.get(c.quantization),
+                quantization=get_engine().quantization_flag(c.quantization),
                 extra_args=list(engine_args.get(c.model, ())),
             ),
             port=port,

@@ -3,7 +3,7 @@
 For each run: cold start (spawn -> `/v1/models` ready, split into weight load and engine
 init from the server log), prefill latency vs prompt length (streamed time to the first token), TPOT vs
 concurrency (streamed completions that all start together), the KV capacity the engine
-reports, and on CUDA the sleep/wake times of levels 1 and 2 (`POST /sleep?level=N`,
+reports, and on CUDA the sleep/wake times of levels 1 and 2 (vLLM: `POST /sleep?level=N`,
 `POST /wake_up`, and for level 2 `POST /collective_rpc {"method": "reload_weights"}`:
 the dev endpoints `VLLM_SERVER_DEV_MODE=1` exposes).
 
@@ -11,7 +11,7 @@ Prompts are token-id lists (the completions API takes them), so a point has exac
 prompt length it claims, whatever the tokenizer; each repetition draws fresh ids so the
 prefix cache never serves a repetition. `ignore_eos` makes every stream exactly
 `max_tokens` long. A server that does not start becomes a `failed` run with the launcher's
-classified reason, and the next run goes on. Launching goes through `planner.engine`.
+classified reason, and the next run goes on. Launching goes through `planner.engines`.
 
 One module per job: engine_runs.py (which runs, their settings), engine_client.py (the HTTP
 side), engine_measure.py (the measurements); this module runs them, one server at a time.
@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from planner.engines.process import free_port
 from planner.errors import LaunchError
 from planner.profiler.engine_client import (
     Client,
-    free_port,
     parse_kv_capacity,
     parse_metrics_kv,
     prompt_ids,
@@ -86,7 +86,8 @@ def profile_run(
     """Start a server for `spec`, measure it, stop it; a failed start becomes a failed run."""
     import numpy as np
 
-    from planner import engine, engine_log
+    from planner.engines import process
+    from planner.engines.base import get_engine
 
     run = base_run(spec, cfg)
     cfg = fit_to_context(cfg, run.max_model_len or spec.model.max_context)
@@ -98,6 +99,7 @@ def profile_run(
         return RunResult(run, log_path)
     port = port or free_port()
     inst = instance_for(spec, cfg, port)
+    engine = get_engine(inst.engine.kind)
     argv, env = engine.build_argv(
         inst,
         model_path=model_path,
@@ -106,18 +108,18 @@ def profile_run(
     )
     log_path.unlink(missing_ok=True)  # start-up timings are read from this run's log only
     t0 = time.monotonic()
-    proc = engine.start_server(argv, env, log_path)
+    proc = process.start_server(argv, env, log_path)
     client = None
     try:
         try:
-            engine.wait_ready("127.0.0.1", port, proc, log_path, cfg.start_timeout_s)
+            process.wait_ready(engine, "127.0.0.1", port, proc, log_path, cfg.start_timeout_s)
         except LaunchError as e:
             run.status, run.reason = "failed", e.reason
             run.detail = (e.log_tail or "")[-4000:]
             return RunResult(run, log_path)
         run.cold_start_s = time.monotonic() - t0
-        log = engine.read_tail(log_path, max_bytes=4_000_000)
-        timings = engine_log.parse_startup_log(log)
+        log = process.read_tail(log_path, max_bytes=4_000_000)
+        timings = engine.parse_startup_log(log)
         run.weight_load_s = timings.get("weight_load_s")
         run.engine_init_s = timings.get("engine_init_s")
         run.kv_capacity_tokens = parse_kv_capacity(log)
@@ -142,16 +144,16 @@ def profile_run(
                 prefill_at(run.prefill, cfg.decode_prompt_tokens),
             )
             if cfg.device == "cuda" and cfg.sleep:
-                measure_sleep(client, run)
+                measure_sleep(client, run, engine)
                 tick("sleep/wake")
         except Exception as e:  # a request failed: keep what was measured, say why
             run.status, run.reason = "failed", "measurement_error"
-            run.detail = f"{type(e).__name__}: {e}\n" + engine.read_tail(log_path, 4000)[-3000:]
+            run.detail = f"{type(e).__name__}: {e}\n" + process.read_tail(log_path, 4000)[-3000:]
         return RunResult(run, log_path)
     finally:
         if client is not None:
             client.close()
-        engine.stop_server(proc)
+        process.stop_server(proc)
 
 
 # ---------------------------------------------------------------- one node (local or a Ray task)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -90,13 +89,6 @@ def tpot_of(chunks: list[Chunk]) -> float | None:
     (t0, n0), (t1, n1) = chunks[0], chunks[-1]
     tokens = n1 - n0 if n0 >= 0 and n1 >= 0 else len(chunks) - 1
     return (t1 - t0) / tokens if tokens > 0 else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:

@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.profiler.engine_client import Chunk, Client, prompt_ids, tpot_of
 from planner.profiler.engine_runs import BenchConfig
 from planner.profiler.stats import summarize
 from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint
+
+if TYPE_CHECKING:
+    from planner.engines.base import Engine
 
 
 def measure_prefill(
@@ -138,22 +141,23 @@ def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:
     return min(points, key=lambda p: abs(p.prompt_tokens - prompt_tokens)).latency_s.median
 
 
-def measure_sleep(client: Client, run: EngineRun) -> None:
+def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     """Sleep/wake times of levels 1 and 2 (CUDA builds with sleep mode and dev endpoints)."""
-    s1, st = client.post_s("/sleep?level=1")
+    sleep1, sleep2, wake = engine.sleep_route(1), engine.sleep_route(2), engine.wake_route
+    s1, st = client.post_s(sleep1)
     if st != 200:
-        run.notes.append(f"POST /sleep?level=1 answered {st}: is VLLM_SERVER_DEV_MODE=1 set?")
+        run.notes.append(f"POST {sleep1} answered {st}: is VLLM_SERVER_DEV_MODE=1 set?")
         return
-    w1, st = client.post_s("/wake_up")
+    w1, st = client.post_s(wake)
     run.sleep_l1_s, run.wake_l1_s = s1, w1
     if st != 200:
-        run.notes.append(f"POST /wake_up answered {st}")
+        run.notes.append(f"POST {wake} answered {st}")
         return
-    s2, st = client.post_s("/sleep?level=2")
+    s2, st = client.post_s(sleep2)
     if st != 200:
-        run.notes.append(f"POST /sleep?level=2 answered {st}")
+        run.notes.append(f"POST {sleep2} answered {st}")
         return
-    w2, st = client.post_s("/wake_up")
+    w2, st = client.post_s(wake)
     # level 2 dropped the weights: waking means reading them again from the checkpoint
     r2, st2 = client.post_s("/collective_rpc", {"method": "reload_weights"})
     run.sleep_l2_s, run.wake_l2_s = s2, w2 + r2

@@ -1,7 +1,7 @@
 """Which engine runs `planner profile engine` makes, and how each server is configured.
 
 `plan_runs` lists the (model, variant, TP) the node can hold, `BenchConfig` says what each
-run measures, `instance_for` turns a run into the plan Instance that `planner.engine`
+run measures, `instance_for` turns a run into the plan Instance that `planner.engines`
 launches. No I/O beyond reading checkpoint paths.
 """
 
@@ -225,7 +225,7 @@ def fit_to_context(cfg: BenchConfig, max_model_len: int) -> BenchConfig:
 
 
 def instance_for(spec: RunSpec, cfg: BenchConfig, port: int) -> Instance:
-    """The plan Instance `planner.engine.build_argv` turns into the server's argv."""
+    """The plan Instance `Engine.build_argv` turns into the server's argv."""
     q = spec.variant.quantization
     mml = cfg.max_model_len or spec.model.max_context
     return Instance(

@@ -149,9 +149,8 @@ def warnings_here(profiles: list[Profile]) -> list[str]:
     """Why stored profiles may not describe this machine (another vLLM version or device).
 
     Commands that take `--profiles` print these (the comparison itself is pure:
-    `planner.optimizer.perf.calibration.profile_warnings`).
+    `profile_warnings`).
     """
-    from planner.optimizer.perf.calibration import profile_warnings
     from planner.profiler.devices import discover_gpus
 
     gpus, _, _ = discover_gpus()
@@ -161,4 +160,29 @@ def warnings_here(profiles: list[Profile]) -> list[str]:
     for p in profiles:
         dev = here if p.gpu_type != "cpu" else None
         out.extend(profile_warnings(p, vllm_version=vllm, device_name=dev))
+    return out
+
+
+def _minor(v: str) -> str:
+    return ".".join(v.split("+")[0].split(".")[:2])
+
+
+def profile_warnings(
+    profile: Profile, *, vllm_version: str, device_name: str | None = None
+) -> list[str]:
+    """Why a profile may not describe this machine: another vLLM version or device."""
+    env = profile.environment
+    out: list[str] = []
+    if env.vllm and vllm_version and _minor(env.vllm) != _minor(vllm_version):
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: profiled with vLLM {env.vllm}, this is {vllm_version}"
+        )
+    if device_name and env.device_name and env.device_name != device_name:
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: profiled on {env.device_name!r}, this is {device_name!r}"
+        )
+    if not any(r.status == "ok" for r in profile.engine):
+        out.append(
+            f"{profile.node}/{profile.gpu_type}: no successful engine run: only microbenchmarks calibrate it"
+        )
     return out

@@ -3,7 +3,7 @@
 # needed), measure the GPUs with `planner profile hardware --device cuda` (GEMM bf16/fp16/fp8
 # at several shapes, HBM copy, pinned host<->device copies, NVML detection), run the tests
 # marked `gpu`, and compare every figure with the GPU catalog and with `planner estimate`'s
-# wake_host_s (planner.profiler.gpucheck). Ends with one RESULT line; exit 1 on a failed check.
+# wake_host_s (`planner profile check`). Ends with one RESULT line; exit 1 on a failed check.
 #
 #   bash scripts/gpu-check.sh [OUT_DIR]      # default OUT_DIR: gpu-check-out
 #   GPU_CHECK_QUICK=1 bash scripts/gpu-check.sh   # smaller sizes (about a minute)
@@ -30,4 +30,4 @@ quick=()
 tests_rc=$?
 [[ $tests_rc -eq 5 ]] && tests_rc=0  # pytest: no tests collected
 
-"$PY" -m planner.profiler.gpucheck "$OUT/profiles" --tests-rc "$tests_rc"
+"$PY" -m planner.cli.main profile check "$OUT/profiles" --tests-rc "$tests_rc"

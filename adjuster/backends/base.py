@@ -8,11 +8,22 @@ decision code runs against the real backends live and against fakes in replay an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Literal, Protocol
 
+from planner.engines.base import DEFAULT_KIND
 from planner.schemas.plan import Instance, Point
 
 Status = Literal["awake", "asleep", "stopped", "starting", "failed"]
+
+
+class BackendFeature(Enum):
+    """What a backend can do; callers ask `features` instead of testing its kind."""
+
+    MULTI_NODE = "multi_node"  # starts instances on every node of the cluster, not this host only
+    SLEEP = "sleep"  # sleep/wake keep the process (else a sleeping instance is stopped)
+    GPU_MEMORY = "gpu_memory"  # gpu_free_gib reads the devices
+    PROCESSES = "processes"  # starts real engine servers (the sim backend records only)
 
 
 @dataclass
@@ -27,6 +38,7 @@ class Handle:
     actor: str | None = None  # Ray actor name, for the ray backend
     log_path: str = ""
     extra: dict = field(default_factory=dict)
+    engine: str = DEFAULT_KIND  # the instance's engine.kind (planner/engines/)
 
 
 class Backend(Protocol):
@@ -40,9 +52,20 @@ class Backend(Protocol):
     name: str
 
     @property
+    def features(self) -> frozenset[BackendFeature]:
+        """What this backend can do (on its device)."""
+        ...
+
+    @property
     def supports_sleep(self) -> bool:
-        """Whether `sleep`/`wake` keep the process (vLLM sleep mode, CUDA); False: a sleeping
-        instance is a stopped process and `wake` is unsupported (start it instead)."""
+        """`BackendFeature.SLEEP in features`: `sleep`/`wake` keep the process (vLLM sleep
+        mode, CUDA); False: a sleeping instance is a stopped process and `wake` is
+        unsupported (start it instead)."""
+        ...
+
+    def has_process(self, handle: Handle) -> bool:
+        """Whether the handle names a process this backend started (a pid, an actor); `status`
+        asks `is_alive` only of those."""
         ...
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:

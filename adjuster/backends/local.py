@@ -1,14 +1,15 @@
-"""Backend that runs vLLM servers as plain processes on this host (`planner/engine.py`)."""
+"""Backend that runs engine servers as plain processes on this host (`planner.engines`)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
 import sys
-from typing import Literal
+from typing import Any, Literal
 
-from planner import engine
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.engines import process
+from planner.engines.base import get_engine
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -25,10 +26,17 @@ def detect_device() -> Literal["cuda", "cpu"]:
     return "cuda" if out.returncode == 0 and "GPU" in out.stdout else "cpu"
 
 
+def _runs(handle: Handle) -> bool:
+    """Whether the handle's pid is its engine's server on its port (not a reused pid)."""
+    marker = get_engine(handle.engine).process_marker
+    return handle.pid is not None and process.pid_is_server(handle.pid, handle.port, marker)
+
+
 class LocalBackend:
     """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
 
     name = "local"
+    extra: str | None = None  # pip extra the backend itself needs (the engine's is checked apart)
 
     def __init__(
         self,
@@ -42,14 +50,32 @@ class LocalBackend:
         self.python = python
         self._procs: dict[int, subprocess.Popen] = {}  # children we can reap
 
+    @classmethod
+    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> LocalBackend:
+        """What `--backend local` builds: processes on this host (`device` None: detect it)."""
+        return cls(device)  # type: ignore[arg-type]
+
+    @property
+    def features(self) -> frozenset[BackendFeature]:
+        """Sleep mode and GPU memory readings need CUDA."""
+        if self.device == "cuda":
+            return frozenset(
+                {BackendFeature.PROCESSES, BackendFeature.SLEEP, BackendFeature.GPU_MEMORY}
+            )
+        return frozenset({BackendFeature.PROCESSES})
+
     @property
     def supports_sleep(self) -> bool:
         """Whether `sleep`/`wake` keep the process (vLLM sleep mode needs CUDA)."""
-        return self.device == "cuda"
+        return BackendFeature.SLEEP in self.features
+
+    def has_process(self, handle: Handle) -> bool:
+        """A pid recorded for the handle."""
+        return handle.pid is not None
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         """Spawn the server; returns at once."""
-        argv, env = engine.build_argv(
+        argv, env = get_engine(inst.engine.kind).build_argv(
             inst,
             model_path=model_path,
             served_name=served_name,
@@ -57,7 +83,7 @@ class LocalBackend:
             device=self.device,
             host=self.host,
         )
-        proc = engine.start_server(argv, env, log_path)
+        proc = process.start_server(argv, env, log_path)
         self._procs[proc.pid] = proc
         return Handle(
             instance_id=inst.id,
@@ -67,6 +93,7 @@ class LocalBackend:
             pid=proc.pid,
             log_path=str(log_path),
             extra={"device": self.device},
+            engine=inst.engine.kind,
         )
 
     def _proc(self, handle: Handle) -> subprocess.Popen | int | None:
@@ -81,57 +108,65 @@ class LocalBackend:
         pid now belongs to another program, fails at once.
         """
         proc = self._proc(handle)
-        if isinstance(proc, int) and not engine.pid_is_server(proc, handle.port):
+        eng = get_engine(handle.engine)
+        if isinstance(proc, int) and not process.pid_is_server(
+            proc, handle.port, eng.process_marker
+        ):
             raise LaunchError(
                 f"{handle.instance_id}: pid {proc} is not a server on port {handle.port}",
                 reason="unknown",
             )
-        engine.wait_ready(handle.host, handle.port, proc, handle.log_path, timeout_s)
+        process.wait_ready(eng, handle.host, handle.port, proc, handle.log_path, timeout_s)
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""
         pid = handle.pid
         if pid is None:
             return
-        if engine.pid_alive(pid) and not engine.pid_is_server(pid, handle.port):
+        if process.pid_alive(pid) and not _runs(handle):
             return  # pid reused by something else: the server is long gone
         proc = self._procs.pop(pid, None)
-        engine.stop_server(proc if proc is not None else pid, timeout_s)
+        process.stop_server(proc if proc is not None else pid, timeout_s)
 
     def is_alive(self, handle: Handle) -> bool:
-        """Process runs and `/health` answers 200."""
-        if handle.pid is None or not engine.pid_is_server(handle.pid, handle.port):
+        """Process runs and the engine's health route answers 200."""
+        if handle.pid is None or not _runs(handle):
             return False
-        return engine.http_ok(handle.host, handle.port, "/health", timeout_s=5.0)
+        route = get_engine(handle.engine).health_route
+        return process.http_ok(handle.host, handle.port, route, timeout_s=5.0)
 
     def sleep(self, handle: Handle, level: int) -> None:
-        """vLLM sleep (CUDA); on the CPU build, stop the process."""
+        """The engine's sleep (vLLM: CUDA); on the CPU build, stop the process."""
         if not self.supports_sleep:
             self.stop(handle)
             return
-        code = engine.http_post(handle.host, handle.port, f"/sleep?level={level}")
+        route = get_engine(handle.engine).sleep_route(level)
+        code = process.http_post(handle.host, handle.port, route)
         if code != 200:
-            raise ApplyError(f"POST /sleep?level={level} on {handle.instance_id} answered {code}")
+            raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
     def wake(self, handle: Handle) -> None:
-        """vLLM `POST /wake_up` (CUDA). On the CPU build a sleeping instance is stopped: start it."""
+        """The engine's wake route (vLLM: CUDA). On the CPU build a sleeping instance is
+        stopped: start it."""
         if not self.supports_sleep:
             raise ApplyError(
                 f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
             )
-        code = engine.http_post(handle.host, handle.port, "/wake_up")
+        route = get_engine(handle.engine).wake_route
+        code = process.http_post(handle.host, handle.port, route)
         if code != 200:
-            raise ApplyError(f"POST /wake_up on {handle.instance_id} answered {code}")
+            raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
     def is_sleeping(self, handle: Handle) -> bool | None:
-        """`GET /is_sleeping` (CUDA); None where unknown."""
+        """The engine's is-sleeping route (vLLM: CUDA); None where unknown."""
         if not self.supports_sleep:
             return None
         import json
         import urllib.request
 
         try:
-            url = f"http://{handle.host}:{handle.port}/is_sleeping"
+            route = get_engine(handle.engine).is_sleeping_route
+            url = f"http://{handle.host}:{handle.port}{route}"
             with urllib.request.urlopen(url, timeout=5) as r:
                 return bool(json.loads(r.read()).get("is_sleeping"))
         except (OSError, ValueError):
@@ -158,3 +193,6 @@ class LocalBackend:
             if len(parts) == 2 and parts[0].isdigit():
                 free[int(parts[0])] = float(parts[1]) / 1024.0  # MiB -> GiB
         return {g: free[g] for g in gpus if g in free}
+
+
+BACKEND = LocalBackend

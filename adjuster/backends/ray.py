@@ -4,7 +4,7 @@ Each agent is a named, detached actor `planner-agent-<node>` in the Ray namespac
 pinned to its node by the custom resource `{"<node>": 0.001}` that the node's `ray start
 --resources` declares (docs/environment.md). Detached, because `planner apply` exits after
 starting the servers while the gateway and later applies reach the same agent by name; an
-agent owns the engine processes it started (`planner.engine` runs them in their own process
+agent owns the engine processes it started (`planner.engines.process` runs them in their own process
 group), so killing an agent does not stop them: `stop` them first (`RayBackend.shutdown`
 does both). The agent is threaded (`max_concurrency`), so a slow `wait_ready` on one instance
 does not block calls about another.
@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -85,11 +85,11 @@ class NodeAgent:
 
     def stop_all(self, timeout_s: float = 30.0) -> list[int]:
         """Stop every server this agent started (before the agent itself is killed)."""
-        from planner import engine
+        from planner.engines import process
 
         pids = list(self.local._procs)
         for pid in pids:
-            engine.stop_server(self.local._procs.pop(pid), timeout_s)
+            process.stop_server(self.local._procs.pop(pid), timeout_s)
         return pids
 
     def is_alive(self, handle: Handle) -> bool:
@@ -117,6 +117,7 @@ class RayBackend:
     """Backend over a Ray cluster: each call goes to the agent of the instance's node."""
 
     name = "ray"
+    extra: str | None = "cluster"  # pip extra that brings Ray
 
     def __init__(
         self,
@@ -132,13 +133,26 @@ class RayBackend:
 
     @classmethod
     def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> RayBackend:
-        """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local)."""
+        """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local);
+        `device` None: each agent detects its own node's."""
         return cls(device=device)
 
     @property
+    def features(self) -> frozenset[BackendFeature]:
+        """Every node; sleep mode needs CUDA (an unknown device: assume the nodes have it)."""
+        out = {BackendFeature.PROCESSES, BackendFeature.MULTI_NODE, BackendFeature.GPU_MEMORY}
+        if self.device != "cpu":
+            out.add(BackendFeature.SLEEP)
+        return frozenset(out)
+
+    @property
     def supports_sleep(self) -> bool:
-        """Sleep mode needs CUDA; with an unknown device assume the nodes have it."""
-        return self.device != "cpu"
+        """Whether `sleep`/`wake` keep the process."""
+        return BackendFeature.SLEEP in self.features
+
+    def has_process(self, handle: Handle) -> bool:
+        """An actor (or a pid) recorded for the handle."""
+        return handle.actor is not None or handle.pid is not None
 
     def _ray(self) -> Any:
         import ray
@@ -234,3 +248,6 @@ class RayBackend:
             ray.get(actor.stop_all.remote(timeout_s), timeout=deadline - time.monotonic())
             ray.kill(actor)
             self._agents.pop(node, None)
+
+
+BACKEND = RayBackend

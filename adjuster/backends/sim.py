@@ -10,8 +10,9 @@ with sleep mode, as the plans are made for).
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -20,15 +21,31 @@ class SimBackend:
     """Processes as entries of a dict: pid -> `up` | `asleep`."""
 
     name = "sim"
+    extra: str | None = None
 
     def __init__(self, supports_sleep: bool = True):
         self._sleep = supports_sleep
         self.alive: dict[int, str] = {}
         self._pids = itertools.count(1)
 
+    @classmethod
+    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> SimBackend:
+        """Nothing starts; sleep mode unless the cluster is CPU-only (as the engines would)."""
+        return cls(supports_sleep=device != "cpu")
+
+    @property
+    def features(self) -> frozenset[BackendFeature]:
+        """Stands for any node; sleeps as the engine it stands for would."""
+        return frozenset(
+            {BackendFeature.MULTI_NODE} | ({BackendFeature.SLEEP} if self._sleep else set())
+        )
+
     @property
     def supports_sleep(self) -> bool:
-        return self._sleep
+        return BackendFeature.SLEEP in self.features
+
+    def has_process(self, handle: Handle) -> bool:
+        return handle.pid in self.alive
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         pid = next(self._pids)
@@ -58,3 +75,6 @@ class SimBackend:
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
         return None
+
+
+BACKEND = SimBackend

@@ -10,6 +10,7 @@ from functools import lru_cache
 
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
+from planner.engines.base import EntryPoint, get_engine
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
 from planner.optimizer.perf.closedloop import BURST_SHARE, closed_loop, steady_state
 from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s
@@ -22,7 +23,6 @@ from planner.optimizer.perf.memory import (
     weights_bytes_per_gpu,
 )
 from planner.optimizer.perf.types import InstancePerf, StepModel
-from planner.optimizer.perf.vllm_defaults import EntryPoint, batch_defaults
 from planner.units import GIB
 
 __all__ = [
@@ -75,9 +75,9 @@ def instance_perf(
     A negative remainder gives kv 0 and max_kv_tokens 0; `InstancePerf.fits` is False unless
     the cache holds one max_model_len sequence (vLLM refuses to start otherwise).
     `max_num_seqs` / `max_num_batched_tokens` left None are what vLLM picks for this GPU and
-    `entry_point` (`vllm_defaults.batch_defaults`).
+    `entry_point` (`Engine.batch_defaults`).
     """
-    seqs, chunk = batch_defaults(gpu, int(tp), entry_point)
+    seqs, chunk = get_engine().batch_defaults(gpu, int(tp), entry_point)
     return _instance_perf(
         arch,
         quantization,
@@ -117,7 +117,7 @@ def _instance_perf(
         raise ValueError(f"tp must be >= 1, got {tp}")
     cal = calib or default_calib(gpu.arch)
     if gpu.arch == "cpu" and kv_cache_dtype == "auto":
-        kv_cache_dtype = "float32"  # the CPU build serves in float32 (planner.engine)
+        kv_cache_dtype = "float32"  # the CPU build serves in float32 (planner.engines.vllm)
     mml = max_model_len or min(arch.max_position_embeddings, 32768)  # tokens
     ref_ctx = min(mml, REF_CONTEXT_TOKENS)  # tokens
     w_gpu = weights_bytes_per_gpu(arch, quantization, tp)  # bytes on each GPU before offload

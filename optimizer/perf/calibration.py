@@ -28,10 +28,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
+from planner.engines.base import get_engine
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.types import StepModel
-from planner.optimizer.perf.vllm_defaults import batch_defaults
 from planner.schemas.profile import Calibration, EngineRun, Profile
 
 # Bounds of the efficiency search (the schema allows (0, 2]).
@@ -106,7 +106,7 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         if run.status != "ok" or run.arch is None:
             continue
         sm = unit_step_model(run, gpu, base)
-        chunk = run.chunk_tokens or batch_defaults(gpu, run.tp)[1]
+        chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
         for p in run.prefill:
             pts.append(
                 FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))
@@ -282,29 +282,4 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         out.points = len(pts)
         left_out = f", {len(drop)} outlier(s) left out" if drop else ""
         out.source = f"engine fit ({len(pts)} points{left_out}) with {prior} priors"
-    return out
-
-
-def _minor(v: str) -> str:
-    return ".".join(v.split("+")[0].split(".")[:2])
-
-
-def profile_warnings(
-    profile: Profile, *, vllm_version: str, device_name: str | None = None
-) -> list[str]:
-    """Why a profile may not describe this machine: another vLLM version or device."""
-    env = profile.environment
-    out: list[str] = []
-    if env.vllm and vllm_version and _minor(env.vllm) != _minor(vllm_version):
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: profiled with vLLM {env.vllm}, this is {vllm_version}"
-        )
-    if device_name and env.device_name and env.device_name != device_name:
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: profiled on {env.device_name!r}, this is {device_name!r}"
-        )
-    if not any(r.status == "ok" for r in profile.engine):
-        out.append(
-            f"{profile.node}/{profile.gpu_type}: no successful engine run: only microbenchmarks calibrate it"
-        )
     return out

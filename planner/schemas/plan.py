@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
+from planner.engines.base import DEFAULT_KIND, engine_kinds
 from planner.schemas.common import SafeName, Strict, duplicates
 from planner.schemas.models import Substitute
 
@@ -36,8 +37,12 @@ class MemoryGib(Strict):
 
 
 class EngineArgs(Strict):
-    """vLLM engine arguments of an instance."""
+    """The engine an instance runs (`kind`) and its arguments (vLLM's names)."""
 
+    kind: str = Field(
+        default=DEFAULT_KIND,
+        description="engine program (planner/engines/); written only when not the default",
+    )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="share of GPU memory vLLM may use"
     )
@@ -54,6 +59,22 @@ class EngineArgs(Strict):
     )
     enforce_eager: bool = Field(default=False, description="skip CUDA graphs (faster start)")
     extra_args: list[str] = Field(default_factory=list, description="more vLLM flags, verbatim")
+
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str) -> str:
+        if v not in engine_kinds():
+            raise ValueError(f"unknown engine kind {v!r}; known: {', '.join(engine_kinds())}")
+        return v
+
+    @model_serializer(mode="wrap")
+    def _omit_default_kind(self, handler: Any) -> dict[str, Any]:
+        # plans written before engines had a kind stay byte-identical, and so do the spec
+        # hashes of running instances (adjuster.reconcile.spec_sha)
+        data = handler(self)
+        if data.get("kind") == DEFAULT_KIND:
+            data.pop("kind")
+        return data
 
 
 class Instance(Strict):

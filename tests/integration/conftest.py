@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 import yaml
 
 from planner.cli.example import CPU_CLUSTER
+from planner.engines.process import free_port
 
 _VLLM_OK: tuple[bool, str] | None = None
 
@@ -45,13 +45,6 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cache = os.environ.get("PLANNER_TEST_MODEL_CACHE")
     base = Path(cache) if cache else tmp_path_factory.mktemp("tiny")
     return build_tiny_model(base / "tiny-a", seed=0)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (bind to 0 and release)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def cpu_instance(

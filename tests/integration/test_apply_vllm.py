@@ -22,8 +22,8 @@ import pytest
 import yaml
 from cli_run import cli
 
-from planner import engine
 from planner.adjuster.state import StateStore
+from planner.engines import process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -73,7 +73,7 @@ def live(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
         pids = [r.pid for r in rows(state).values() if r.pid]
         code, _, err = cli(["down", "--state-dir", str(state)])
         assert code == 0, err
-        assert not any(engine.pid_alive(p) for p in pids)
+        assert not any(process.pid_alive(p) for p in pids)
         assert rows(state) == {}
 
 
@@ -111,13 +111,13 @@ def test_killed_process_is_restarted(live) -> None:
     old = rows(live.state)["a-0"]
     os.kill(old.pid, signal.SIGKILL)  # the API server only; its engine child is left behind
     deadline = time.monotonic() + 30
-    while engine.http_ok("127.0.0.1", live.port, "/health") and time.monotonic() < deadline:
+    while process.http_ok("127.0.0.1", live.port, "/health") and time.monotonic() < deadline:
         time.sleep(0.2)
     out = apply_base(live)
     assert [(a["action"], a["result"]) for a in out["actions"]] == [("restart", "ok")]
     new = rows(live.state)["a-0"]
     assert new.pid != old.pid and new.status == "awake" and new.restarts == 1
-    assert not engine._group_alive(old.pid)  # the orphaned engine process was stopped too
+    assert not process.group_alive(old.pid)  # the orphaned engine process was stopped too
     assert completion(live.port)["choices"]
     assert apply_base(live)["actions"] == []
 
@@ -174,14 +174,14 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
             ("start", "x-0", "failed"),
             ("stop", "g-0", "rolled_back"),
         ]
-        assert engine.is_port_free(good_port)
+        assert process.is_port_free(good_port)
     else:
         assert acts == [("start", "x-0", "failed")]
     now = rows(live.state)
     assert set(now) == {"a-0", "x-0"}  # the rolled-back instance is forgotten, the failure recorded
     assert now["x-0"].status == "failed" and now["x-0"].pid is None
     assert now["a-0"].pid == a0.pid and now["a-0"].status == "awake"  # the old one kept
-    assert engine.http_ok("127.0.0.1", live.port, "/health")
+    assert process.http_ok("127.0.0.1", live.port, "/health")
     # back to the base point: the failed record goes, nothing else moves
     out = apply_base(live)
     assert [(a["action"], a["instance"]) for a in out["actions"]] == [("stop", "x-0")]
@@ -225,13 +225,13 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
     assert code == 0, err
     assert rows(live.state)["b-0"].status == "awake"
     new = rows(live.state)["b-0"].pid
-    assert new == orphan or not engine.pid_alive(orphan)
+    assert new == orphan or not process.pid_alive(orphan)
     assert completion(b_port)["choices"]
     code, out, err = cli(args)
     assert code == 0 and out["actions"] == []
     out = apply_base(live)
     assert [(a["action"], a["instance"]) for a in out["actions"]] == [("stop", "b-0")]
-    assert not engine.pid_alive(new)
+    assert not process.pid_alive(new)
 
 
 def test_corrupt_plan_exits_2_before_any_side_effect(tmp_path, tiny_model_dir, cpu_plan) -> None:
@@ -250,5 +250,5 @@ def test_corrupt_plan_exits_2_before_any_side_effect(tmp_path, tiny_model_dir, c
         code, _, err = cli(["apply", str(p), "--state-dir", str(state), "--json"])
         assert code == 2, (name, err)
         assert not state.exists(), name  # not even the state dir was created
-    assert engine.is_port_free(port)
+    assert process.is_port_free(port)
     assert yaml.safe_load(text)["points"][0]["instances"][0]["port"] == port

@@ -29,13 +29,14 @@ def test_nvml_names_every_visible_gpu_as_a_catalog_type(torch_cuda):
 
 
 def test_quick_hardware_profile_agrees_with_the_catalog(torch_cuda, tmp_path):
-    from planner.profiler import gpucheck, hardware_targets, store
+    from planner.optimizer.hwcheck import check_profiles
+    from planner.profiler import hardware_targets, store
 
     for prof in hardware_targets.profile_hardware(
         "cuda", "gpu-check", quick=True, disk_dir=tmp_path
     ):
         store.save(prof, store.profile_path(tmp_path, prof.node, prof.gpu_type))
-    found, problems = gpucheck.check_dir(tmp_path)
+    found, problems = check_profiles(store.load_profiles(sorted(tmp_path.glob("*.yaml"))), "")
     assert not problems, problems
     bad = [f"{name} {c.name}: ratio {c.ratio:.2f}" for name, cs in found for c in cs if not c.ok]
     assert not bad, bad

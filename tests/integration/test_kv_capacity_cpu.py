@@ -11,9 +11,10 @@ import re
 
 import pytest
 
-from planner import engine
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import ModelArch
+from planner.engines import process
+from planner.engines.vllm import ENGINE as VLLM
 from planner.optimizer.perf import instance_perf
 from planner.schemas import load
 from planner.tinymodel import tiny_arch
@@ -28,15 +29,15 @@ def test_kv_capacity_matches_vllm_startup_log(require_vllm, tiny_model_dir, tmp_
     port = cpu_plan.free_port()
     plan = load(cpu_plan.write(tmp_path, tiny_model_dir, [cpu_plan.instance("t0", port)]), "plan")
     inst = plan.points[0].instances[0]
-    argv, env = engine.build_argv(
+    argv, env = VLLM.build_argv(
         inst, model_path=str(tiny_model_dir), served_name="tiny-a", device="cpu"
     )
     log = tmp_path / "server.log"
-    proc = engine.start_server(argv, env, log)
+    proc = process.start_server(argv, env, log)
     try:
-        engine.wait_ready("127.0.0.1", port, proc, log, 900)
+        process.wait_ready(VLLM, "127.0.0.1", port, proc, log, 900)
     finally:
-        engine.stop_server(proc)
+        process.stop_server(proc)
     found = KV_LINE.findall(log.read_text(errors="replace"))
     assert found, "vLLM printed no `KV cache size` line"
     logged = int(found[-1].replace(",", ""))

@@ -61,7 +61,7 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
         ({"node": "elsewhere"}, [], "node 'elsewhere' is not in the cluster"),
         ({"models_path": "missing.yaml"}, [], "models file"),
         ({}, ["--point", "nope"], "no point 'nope'"),
-        ({}, ["--backend", "k8s"], "unknown backend"),
+        ({}, ["--backend", "k8s"], "'k8s' is not one of 'local', 'ray'"),
     ],
 )
 def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needle) -> None:

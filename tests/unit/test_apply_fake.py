@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from planner.adjuster.apply import apply_point, restart_delay_s
-from planner.adjuster.backends.base import Handle
+from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.adjuster.control import Controller
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.errors import LaunchError, LockHeldError
@@ -27,6 +27,13 @@ class FakeBackend:
         self.fail: dict[str, str] = {}
         self.log: list[tuple[str, str]] = []
         self._pids = itertools.count(1000)
+
+    @property
+    def features(self) -> frozenset[BackendFeature]:
+        return frozenset({BackendFeature.SLEEP} if self.supports_sleep else ())
+
+    def has_process(self, handle: Handle) -> bool:
+        return handle.pid is not None
 
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         pid = next(self._pids)

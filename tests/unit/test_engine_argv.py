@@ -1,4 +1,4 @@
-"""Golden tests of `planner.engine.build_argv` (regenerate: UPDATE_GOLDEN=1 pytest this file)."""
+"""Golden tests of `planner.engines.vllm` argv (regenerate: UPDATE_GOLDEN=1 pytest this file)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.engine import build_argv
+from planner.engines.vllm import ENGINE as VLLM
 from planner.schemas.plan import Instance
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "argv"
@@ -59,7 +59,7 @@ CASES: dict[str, tuple[dict, str]] = {
 def test_argv_matches_golden(name: str) -> None:
     spec, device = CASES[name]
     inst = Instance.model_validate(spec)
-    argv, env = build_argv(
+    argv, env = VLLM.build_argv(
         inst, model_path=f"/models/{inst.model}", served_name=inst.model,
         python="python", device=device,  # type: ignore[arg-type]
     )  # fmt: skip
@@ -75,8 +75,8 @@ def test_argv_matches_golden(name: str) -> None:
 def test_argv_is_pure_and_flag_values_pair_up() -> None:
     spec, _ = CASES["cuda_host_tier_offload_fp8kv"]
     inst = Instance.model_validate(spec)
-    a1 = build_argv(inst, model_path="/m", served_name="moe", python="py")
-    a2 = build_argv(inst, model_path="/m", served_name="moe", python="py")
+    a1 = VLLM.build_argv(inst, model_path="/m", served_name="moe", python="py")
+    a2 = VLLM.build_argv(inst, model_path="/m", served_name="moe", python="py")
     assert a1 == a2
     argv, env = a1
     assert argv[argv.index("--cpu-offload-gb") + 1] == "10.5"  # per GPU, tp=1
@@ -88,7 +88,7 @@ def test_argv_is_pure_and_flag_values_pair_up() -> None:
 
 def test_cpu_has_no_gpu_flags_and_whole_gib_kv() -> None:
     spec, _ = CASES["cpu_tiny"]
-    argv, env = build_argv(
+    argv, env = VLLM.build_argv(
         Instance.model_validate(spec), model_path="/m", served_name="t", device="cpu"
     )
     for flag in ("--enable-sleep-mode", "--gpu-memory-utilization", "--cpu-offload-gb"):
@@ -96,7 +96,7 @@ def test_cpu_has_no_gpu_flags_and_whole_gib_kv() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     big = {**spec, "memory_gib": {"weights": 0, "kv": 2.2, "overhead": 0}}
-    _, env = build_argv(
+    _, env = VLLM.build_argv(
         Instance.model_validate(big), model_path="/m", served_name="t", device="cpu"
     )
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "3"
@@ -104,6 +104,6 @@ def test_cpu_has_no_gpu_flags_and_whole_gib_kv() -> None:
 
 def test_tp_splits_expert_offload_per_gpu() -> None:
     spec = {**CASES["cuda_gpu_tier_tp2_awq"][0], "expert_cpu_offload_gib": 8}
-    argv, _ = build_argv(Instance.model_validate(spec), model_path="/m", served_name="c")
+    argv, _ = VLLM.build_argv(Instance.model_validate(spec), model_path="/m", served_name="c")
     assert argv[argv.index("--cpu-offload-gb") + 1] == "4"
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.engine_log import classify_failure, parse_startup_log
+from planner.engines.vllm import ENGINE as VLLM
 
 PORT = """\
   File "/x/vllm/entrypoints/launchers/launcher.py", line 348, in create_server_socket
@@ -65,18 +65,18 @@ INFO:     Application startup complete.
     ],
 )
 def test_classify_real_lines(text: str, reason: str) -> None:
-    assert classify_failure(NOISE + text) == reason
+    assert VLLM.classify_failure(NOISE + text) == reason
 
 
 def test_startup_timings_from_real_log() -> None:
-    t = parse_startup_log(READY_LOG)
+    t = VLLM.parse_startup_log(READY_LOG)
     assert t["weight_load_s"] == pytest.approx(0.01)
     assert t["engine_init_s"] == pytest.approx(1.48)
     assert t["ready_s"] == pytest.approx(38.0)  # 10:45:28 -> 10:46:06
 
 
 def test_startup_timings_missing_lines() -> None:
-    assert parse_startup_log(NOISE) == {
+    assert VLLM.parse_startup_log(NOISE) == {
         "weight_load_s": None,
         "engine_init_s": None,
         "ready_s": None,
@@ -85,12 +85,12 @@ def test_startup_timings_missing_lines() -> None:
 
 @given(st.text(max_size=400))
 def test_classifier_and_parser_never_raise(text: str) -> None:
-    assert classify_failure(text) in {
+    assert VLLM.classify_failure(text) in {
         "out_of_memory", "port_in_use", "bad_model_path", "max_model_len_too_large", "timeout", "unknown",
     }  # fmt: skip
-    parse_startup_log(text)
+    VLLM.parse_startup_log(text)
 
 
 def test_cuda_style_model_loading_line() -> None:
     line = "(VllmWorker pid=1) INFO 05-01 10:00:05 [gpu_model_runner.py:1] Model loading took 14.99 GiB memory and 5.23 seconds\n"
-    assert parse_startup_log(line)["weight_load_s"] == pytest.approx(5.23)
+    assert VLLM.parse_startup_log(line)["weight_load_s"] == pytest.approx(5.23)

@@ -1,4 +1,4 @@
-"""The process runner of planner.engine with stand-in servers (plain Python, no vLLM)."""
+"""The process runner of planner.engines.process with stand-in servers (plain Python, no vLLM)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from planner import engine
+from planner.engines import process
+from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import LaunchError
 
 # Serves 200 on every GET after `delay` seconds, and forks a child that shares its group.
@@ -39,27 +40,29 @@ def _port() -> int:
 def test_start_wait_ready_and_stop_the_whole_group(tmp_path) -> None:
     port = _port()
     log = tmp_path / "s.log"
-    proc = engine.start_server([sys.executable, "-c", FAKE, str(port), "0.3"], {"X_TEST": "1"}, log)
+    proc = process.start_server(
+        [sys.executable, "-c", FAKE, str(port), "0.3"], {"X_TEST": "1"}, log
+    )
     try:
-        waited = engine.wait_ready("127.0.0.1", port, proc, log, timeout_s=30, poll_s=0.05)
+        waited = process.wait_ready(VLLM, "127.0.0.1", port, proc, log, timeout_s=30, poll_s=0.05)
         assert waited >= 0
-        assert not engine.is_port_free(port)
-        assert engine.http_ok("127.0.0.1", port, "/health")
-        assert engine._group_alive(proc.pid)
+        assert not process.is_port_free(port)
+        assert process.http_ok("127.0.0.1", port, "/health")
+        assert process.group_alive(proc.pid)
     finally:
-        engine.stop_server(proc, timeout_s=5)
+        process.stop_server(proc, timeout_s=5)
     assert proc.poll() is not None
-    assert not engine._group_alive(proc.pid)  # the forked child went too
-    assert engine.is_port_free(port)
+    assert not process.group_alive(proc.pid)  # the forked child went too
+    assert process.is_port_free(port)
     assert "fake server up" in log.read_text()
 
 
 def test_exit_during_startup_is_classified(tmp_path) -> None:
     log = tmp_path / "s.log"
     script = "import sys; print('OSError: [Errno 98] Address already in use'); sys.exit(1)"
-    proc = engine.start_server([sys.executable, "-c", script], {}, log)
+    proc = process.start_server([sys.executable, "-c", script], {}, log)
     with pytest.raises(LaunchError) as ei:
-        engine.wait_ready("127.0.0.1", _port(), proc, log, timeout_s=30, poll_s=0.05)
+        process.wait_ready(VLLM, "127.0.0.1", _port(), proc, log, timeout_s=30, poll_s=0.05)
     assert ei.value.reason == "port_in_use"
     assert "Address already in use" in ei.value.log_tail
 
@@ -67,13 +70,13 @@ def test_exit_during_startup_is_classified(tmp_path) -> None:
 def test_timeout_then_stop_by_pid(tmp_path) -> None:
     port = _port()
     log = tmp_path / "s.log"
-    proc = engine.start_server([sys.executable, "-c", FAKE, str(port), "60"], {}, log)
+    proc = process.start_server([sys.executable, "-c", FAKE, str(port), "60"], {}, log)
     try:
         with pytest.raises(LaunchError) as ei:
-            engine.wait_ready("127.0.0.1", port, proc.pid, log, timeout_s=0.5, poll_s=0.05)
+            process.wait_ready(VLLM, "127.0.0.1", port, proc.pid, log, timeout_s=0.5, poll_s=0.05)
         assert ei.value.reason == "timeout"
     finally:
-        engine.stop_server(proc.pid, timeout_s=5)
+        process.stop_server(proc.pid, timeout_s=5)
     deadline = time.monotonic() + 5
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -83,6 +86,8 @@ def test_timeout_then_stop_by_pid(tmp_path) -> None:
 def test_pid_checks() -> None:
     import os
 
-    assert engine.pid_alive(os.getpid())
-    assert not engine.pid_alive(0)
-    assert not engine.pid_is_server(os.getpid(), 1)  # pytest is no vllm server
+    assert process.pid_alive(os.getpid())
+    assert not process.pid_alive(0)
+    assert not process.pid_is_server(
+        os.getpid(), 1, VLLM.process_marker
+    )  # pytest is no vllm server

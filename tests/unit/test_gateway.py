@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sqlite3
 import threading
 import time
@@ -29,15 +28,9 @@ from planner.adjuster.gateway import (
     identity,
     overlaps,
 )
+from planner.engines.process import free_port
 from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.trace import read_trace
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 DIED: set[str] = set()  # `die_once` keys whose engine died already (one death per key)
 

@@ -104,6 +104,10 @@ class EngineBackend:
 
     name = "engines"
     supports_sleep = False
+    features: frozenset = frozenset()
+
+    def has_process(self, handle: Handle) -> bool:
+        return handle.pid is not None
 
     def __init__(self) -> None:
         self.engines: dict[int, FakeEngine] = {}

@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from planner.catalog.gpus import resolve_gpu
-from planner.profiler import gpucheck, store
+from planner.cli.main import main
+from planner.optimizer.hwcheck import check_profiles
+from planner.profiler import store
 from planner.schemas.profile import Hardware, Profile, Stat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +37,21 @@ def _write(tmp_path: Path, *profiles: Profile) -> Path:
     return tmp_path
 
 
+def _check_dir(d: Path):
+    return check_profiles(store.load_profiles(sorted(d.glob("*.yaml"))), str(d))
+
+
+def _check_cmd(args: list[str]) -> int:
+    """`planner profile check ARGS`: its exit code."""
+    try:
+        main(["profile", "check", *args])
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
 def test_typical_figures_pass_and_name_every_check(tmp_path):
-    found, problems = gpucheck.check_dir(_write(tmp_path, _profile("H100-SXM")))
+    found, problems = _check_dir(_write(tmp_path, _profile("H100-SXM")))
     assert not problems
     ((name, cs),) = found
     assert name == "H100-SXM"
@@ -55,7 +70,7 @@ def test_typical_figures_pass_and_name_every_check(tmp_path):
     ],
 )
 def test_a_figure_out_of_its_band_fails(tmp_path, scale, failing):
-    found, _ = gpucheck.check_dir(_write(tmp_path, _profile("B200-SXM", **scale)))
+    found, _ = _check_dir(_write(tmp_path, _profile("B200-SXM", **scale)))
     bad = {c.name for c in found[0][1] if not c.ok}
     assert failing in bad
     if failing == "host->device pinned":  # ... also makes the model's wake too optimistic
@@ -64,7 +79,7 @@ def test_a_figure_out_of_its_band_fails(tmp_path, scale, failing):
 
 def test_an_unknown_device_is_a_problem_and_the_result_line_comes_last(tmp_path, capsys):
     odd = _profile("L40S").model_copy(update={"gpu_type": "NVIDIA-GH300"})
-    rc = gpucheck.main([str(_write(tmp_path, odd, _profile("L40S"))), "--tests-rc", "0"])
+    rc = _check_cmd([str(_write(tmp_path, odd, _profile("L40S"))), "--tests-rc", "0"])
     out = capsys.readouterr().out.strip().splitlines()
     assert rc == 1
     assert any("NVIDIA-GH300" in line and "catalog" in line for line in out)
@@ -73,7 +88,7 @@ def test_an_unknown_device_is_a_problem_and_the_result_line_comes_last(tmp_path,
 
 
 def test_failed_gpu_tests_fail_the_check(tmp_path, capsys):
-    assert gpucheck.main([str(_write(tmp_path, _profile("L40S"))), "--tests-rc", "1"]) == 1
+    assert _check_cmd([str(_write(tmp_path, _profile("L40S"))), "--tests-rc", "1"]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith("pass=0")
 
 

@@ -11,7 +11,8 @@ from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch
 from planner.optimizer.perf import calib_from_profile, decode_step_s, instance_perf, prefill_s
 from planner.optimizer.perf.calib import default_calib
-from planner.optimizer.perf.calibration import calibrate, priors, profile_warnings
+from planner.optimizer.perf.calibration import calibrate, priors
+from planner.profiler.store import profile_warnings
 from planner.schemas.profile import (
     DecodePoint,
     EngineRun,

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from planner.engines.vllm import ENGINE as VLLM
 from planner.profiler import engine_bench as eb
 from planner.profiler import engine_client as ec
 from planner.profiler import engine_measure as em
@@ -171,19 +172,17 @@ def test_chunk_tokens():
 
 
 def test_instance_and_argv_cpu_and_cuda():
-    from planner import engine
-
     m = _models().models[0]
     spec = er.RunSpec(m, m.variants[0], 1)
     cpu = er.BenchConfig.for_device("cpu", quick=True, kv_gib=2.0)
-    argv, env = engine.build_argv(
+    argv, env = VLLM.build_argv(
         er.instance_for(spec, cpu, 8123), model_path="/x/tiny", served_name="tiny", device="cpu"
     )
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert "--enable-sleep-mode" not in argv and "8123" in argv and "2048" in argv
     cuda = er.BenchConfig.for_device("cuda")
     spec2 = er.RunSpec(m, m.variants[0], 2)
-    argv, env = engine.build_argv(
+    argv, env = VLLM.build_argv(
         er.instance_for(spec2, cuda, 8124), model_path="/x/tiny", served_name="tiny", device="cuda"
     )
     assert "--enable-sleep-mode" in argv  # sleep/wake is measured on CUDA
@@ -230,7 +229,7 @@ def test_measure_sleep_sequence_with_fake_client():
     """The CUDA sleep/wake sequence (sleep mode needs a GPU; fake client here)."""
     c = FakeClient()
     run = EngineRun(model="m", variant="v")
-    em.measure_sleep(c, run)
+    em.measure_sleep(c, run, VLLM)
     assert [p for p, _ in c.posts] == [
         "/sleep?level=1",
         "/wake_up",
@@ -242,7 +241,7 @@ def test_measure_sleep_sequence_with_fake_client():
     assert run.sleep_l1_s == 0.5 and run.wake_l1_s == 0.5 and run.wake_l2_s == 1.0
     c2 = FakeClient({"/sleep?level=1": 404})
     run2 = EngineRun(model="m", variant="v")
-    em.measure_sleep(c2, run2)
+    em.measure_sleep(c2, run2, VLLM)
     assert run2.sleep_l1_s is None and "VLLM_SERVER_DEV_MODE" in run2.notes[0]
 
 
@@ -364,8 +363,6 @@ def test_fit_to_context_drops_prompts_that_do_not_fit():
 
 
 def test_parse_weight_load_zero_is_a_value():
-    from planner.engine_log import parse_startup_log
-
     log = "(Worker pid=1) INFO 11-29 11:52:21 [default_loader.py:501] Loading weights took 0.00 seconds\n"
-    assert parse_startup_log(log)["weight_load_s"] == 0.0
-    assert parse_startup_log("nothing")["weight_load_s"] is None
+    assert VLLM.parse_startup_log(log)["weight_load_s"] == 0.0
+    assert VLLM.parse_startup_log("nothing")["weight_load_s"] is None

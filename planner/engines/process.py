@@ -1,106 +1,34 @@
-"""Starting, watching and stopping one vLLM OpenAI server.
+"""Starting, watching and stopping one engine server: engine-agnostic process handling.
 
-`build_argv` is pure: an Instance of a plan becomes the command line and the environment
-additions of its server (golden-tested). The rest is a thin runner: spawn in its own process
-group with output to a log file, poll `/v1/models` until ready, classify a failed launch from
-the log (`engine_log`), stop the whole group.
-
-Flag semantics follow vLLM 0.32 (`vllm/engine/arg_utils.py`): `--cpu-offload-gb` is per GPU,
-`--kv-offloading-size` is the total over the TP ranks, both GiB. The CPU build has no GPU
-memory to budget and no sleep mode: its KV cache size comes from `VLLM_CPU_KVCACHE_SPACE`
-(whole GiB), and the GPU-only flags are left out. On the CPU build the server runs in float32:
-its bf16 GEMMs take the AMX path, which dies with SIGILL on VMs whose CPU advertises AMX
-without enabling it (seen on the development machines); the CPU path only serves tiny
-development models, and `extra_args` (applied last) can ask for `--dtype bfloat16` again.
+The server runs in its own process group with its output in a log file; readiness polls the
+engine's ready route; a launch that fails is classified from the log by the engine
+(`Engine.classify_failure`); stop reaches the whole group.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING
 
-from planner.engine_log import FAILURE_FIXES, classify_failure
 from planner.errors import LaunchError
-from planner.schemas.plan import Instance
 
-Device = Literal["cuda", "cpu"]
-
-# Plan variants that are a dtype, not a quantization method.
-_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+if TYPE_CHECKING:
+    from planner.engines.base import Engine
 
 
-def _num(x: float) -> str:
-    """A flag value without a trailing `.0` for whole numbers (stable golden files)."""
-    return str(int(x)) if float(x).is_integer() else repr(round(float(x), 6))
-
-
-def build_argv(
-    inst: Instance,
-    *,
-    model_path: str,
-    served_name: str,
-    python: str = sys.executable,
-    device: Device = "cuda",
-    host: str = "127.0.0.1",
-) -> tuple[list[str], dict[str, str]]:
-    """The server's argv and the environment variables to add; pure (no I/O)."""
-    e = inst.engine
-    argv = [
-        python, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model_path,
-        "--served-model-name", served_name,
-        "--host", host,
-        "--port", str(inst.port),
-        "--tensor-parallel-size", str(inst.tp),
-        "--max-model-len", str(e.max_model_len),
-        "--max-num-seqs", str(e.max_num_seqs),
-        "--kv-cache-dtype", e.kv_cache_dtype,
-        # the gateway logs usage.prompt_tokens_details.cached_tokens (the trace's cached_tokens)
-        "--enable-prompt-tokens-details",
-    ]  # fmt: skip
-    q = (e.quantization or "").lower()
-    if device == "cpu":
-        argv += ["--dtype", "float32"]
-    elif q in _DTYPES:
-        argv += ["--dtype", _DTYPES[q]]
-    if q and q not in _DTYPES and q not in ("auto", "none"):
-        argv += ["--quantization", q]
-    if e.max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
-    env: dict[str, str] = {}
-    if device == "cuda":
-        argv += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
-        if inst.expert_cpu_offload_gib > 0:
-            # the plan gives the instance's total; vLLM takes GiB per GPU
-            argv += ["--cpu-offload-gb", _num(inst.expert_cpu_offload_gib / inst.tp)]
-        if inst.kv_cpu_offload_gib > 0:
-            argv += ["--kv-offloading-size", _num(inst.kv_cpu_offload_gib)]
-        # Every tier: a hop between plan points that only moves an instance between tiers
-        # becomes a sleep or a wake instead of a restart (reconcile.spec_sha omits the tier).
-        argv += ["--enable-sleep-mode"]
-        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
-        if inst.gpus:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
-    else:
-        # whole GiB (vLLM parses an int); at least 1 so the engine has room for one block
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(inst.memory_gib.kv - 1e-9)))
-    if e.enforce_eager:
-        argv += ["--enforce-eager"]
-    argv += list(e.extra_args)
-    return argv, env
-
-
-# ---------------------------------------------------------------- runner
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now (bind to 0 and release)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -149,8 +77,9 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def pid_is_server(pid: int, port: int) -> bool:
-    """Whether `pid` is a live vLLM server on `port` (guards against reused pids)."""
+def pid_is_server(pid: int, port: int, marker: str) -> bool:
+    """Whether `pid` is live and its command line names `marker` (the engine's
+    `process_marker`) and `port`: guards against reused pids."""
     if not pid_alive(pid):
         return False
     try:
@@ -158,7 +87,7 @@ def pid_is_server(pid: int, port: int) -> bool:
     except OSError:
         return True  # no /proc: trust the pid
     text = [a.decode(errors="replace") for a in args]
-    return any("vllm" in a for a in text) and str(port) in text
+    return any(marker in a for a in text) and str(port) in text
 
 
 def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0) -> bool:
@@ -193,6 +122,7 @@ def read_tail(log_path: str | Path, max_bytes: int = 64_000) -> str:
 
 
 def wait_ready(
+    engine: Engine,
     host: str,
     port: int,
     proc: subprocess.Popen | int | None,
@@ -201,28 +131,29 @@ def wait_ready(
     *,
     poll_s: float = 0.5,
 ) -> float:
-    """Block until `/v1/models` answers; returns the seconds waited.
+    """Block until the engine's ready route answers; returns the seconds waited.
 
-    Raises LaunchError with the classified reason when the process exits first, or
-    reason `timeout` when `timeout_s` passes (the process is left to the caller to stop).
+    Raises LaunchError with the reason the engine reads from the log when the process exits
+    first, or reason `timeout` when `timeout_s` passes (the caller stops the process).
     """
     t0 = time.monotonic()
+    name = engine.display_name
     while True:
-        if http_ok(host, port, "/v1/models", timeout_s=2.0):
+        if http_ok(host, port, engine.ready_route, timeout_s=2.0):
             return time.monotonic() - t0
         if not _running(proc):
             tail = read_tail(log_path)
-            reason = classify_failure(tail)
+            reason = engine.classify_failure(tail)
             raise LaunchError(
-                f"vLLM server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
+                f"{name} server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
                 reason=reason,
                 log_tail=_last_lines(tail, 30),
-                fix=FAILURE_FIXES.get(reason),
+                fix=engine.failure_fix(reason),
             )
         if time.monotonic() - t0 > timeout_s:
             tail = read_tail(log_path)
             raise LaunchError(
-                f"vLLM server on {host}:{port} not ready after {timeout_s:.0f} s; log: {log_path}",
+                f"{name} server on {host}:{port} not ready after {timeout_s:.0f} s; log: {log_path}",
                 reason="timeout",
                 log_tail=_last_lines(tail, 30),
                 fix="raise --timeout, or read the log for a hang",
@@ -251,13 +182,13 @@ def stop_server(proc_or_pid: subprocess.Popen | int, timeout_s: float = 30.0) ->
     while time.monotonic() < deadline:
         if proc is not None:
             proc.poll()
-        if not pid_alive(pid) and not _group_alive(pid):
+        if not pid_alive(pid) and not group_alive(pid):
             break
         time.sleep(0.1)
     else:
         _signal_group(pid, signal.SIGKILL)
         end = time.monotonic() + 5.0
-        while time.monotonic() < end and (pid_alive(pid) or _group_alive(pid)):
+        while time.monotonic() < end and (pid_alive(pid) or group_alive(pid)):
             if proc is not None:
                 proc.poll()
             time.sleep(0.05)
@@ -279,7 +210,7 @@ def _signal_group(pid: int, sig: int) -> None:
         os.kill(pid, sig)
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group `pgid`."""
     try:
         os.killpg(pgid, 0)

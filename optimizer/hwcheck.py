@@ -1,26 +1,20 @@
 """The GPU check: a hardware profile of this machine against the GPU catalog and the perf model.
 
-`scripts/gpu-check.sh` runs `planner profile hardware --device cuda`, then this module:
-
-    python -m planner.profiler.gpucheck PROFILE_DIR [--tests-rc N]
-
-For each profiled GPU type it compares, measured against expected: the dense GEMM rates
+`scripts/gpu-check.sh` runs `planner profile hardware --device cuda`, then
+`planner profile check PROFILE_DIR [--tests-rc N]`, which loads the profiles and prints what
+this module finds. For each profiled GPU type it compares, measured against expected: the dense GEMM rates
 (bf16, fp8) and the device-memory copy rate against the catalog's peaks (a measurement far
 above a peak means a wrong catalog row; far below, a wrong card or a throttled one); the
 pinned host-to-device copy (the rate a level-1 wake moves weights at) against the catalog's
 PCIe link; and `planner estimate`'s `wake_host_s` for a model of known size against the
 wake the measured copy rate gives. NVML must have named the device (the profile's type is
-a catalog row). Prints a table and ends with one `RESULT` line; exit 1 when a check fails.
-Pure apart from reading the profiles and printing (no torch: it runs anywhere).
+a catalog row). Pure: profiles in, checks and problems out (no torch: it runs anywhere).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from planner.catalog.gpus import GPUS, GpuSpec
 from planner.schemas.profile import Profile
@@ -83,14 +77,14 @@ def checks(profile: Profile, gpu: GpuSpec) -> list[Check]:
     return out
 
 
-def check_dir(profile_dir: Path) -> tuple[list[tuple[str, list[Check]]], list[str]]:
-    """(checks per profiled catalog GPU type, problems) of every CUDA profile in the dir."""
-    from planner.profiler import store
-
+def check_profiles(
+    profiles: list[Profile], where: str
+) -> tuple[list[tuple[str, list[Check]]], list[str]]:
+    """(checks per profiled catalog GPU type, problems) of the CUDA profiles (`where` names
+    their folder in the problem when there is none)."""
     problems: list[str] = []
     out: list[tuple[str, list[Check]]] = []
-    paths = sorted(Path(profile_dir).glob("*.yaml"))
-    for prof in store.load_profiles(paths):
+    for prof in profiles:
         if prof.gpu_type == "cpu":
             continue
         gpu = GPUS.get(prof.gpu_type)
@@ -102,40 +96,16 @@ def check_dir(profile_dir: Path) -> tuple[list[tuple[str, list[Check]]], list[st
             continue
         out.append((gpu.name, checks(prof, gpu)))
     if not out and not problems:
-        problems.append(f"no CUDA profile in {profile_dir}")
+        problems.append(f"no CUDA profile in {where}")
     return out, problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("profile_dir", type=Path)
-    ap.add_argument("--tests-rc", type=int, default=None, help="exit code of the gpu tests")
-    args = ap.parse_args(argv)
-    found, problems = check_dir(args.profile_dir)
-    ok = not problems and (args.tests_rc in (None, 0))
-    fields: list[str] = []
-    for name, cs in found:
-        print(f"{name}:")
-        for c in cs:
-            mark = "ok  " if c.ok else "FAIL"
-            print(
-                f"  {mark} {c.name:20} measured {c.measured:10.3f} {c.unit:8} expected "
-                f"{c.expected:10.3f}  ratio {c.ratio:5.2f} in [{c.lo}, {c.hi}]  ({c.note})"
-            )
-            ok &= c.ok
-            key = c.name.replace(" ", "_").replace("->", "_to_").lower()
-            fields.append(f"{name}_{key}_ratio={c.ratio:.3f}")
-    for p in problems:
-        print(f"problem: {p}")
-    if args.tests_rc is not None:
-        print(f"gpu-marked tests: exit code {args.tests_rc}")
-    print(
-        "RESULT "
-        + " ".join(fields)
-        + f" nvml_types={len(found)} gpu_tests_rc={args.tests_rc} pass={int(ok)}"
-    )
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def result_line(found: list[tuple[str, list[Check]]], ok: bool, tests_rc: int | None) -> str:
+    """The check's closing `RESULT` line: every ratio, the types found, the tests' exit code."""
+    fields = [
+        f"{name}_{c.name.replace(' ', '_').replace('->', '_to_').lower()}_ratio={c.ratio:.3f}"
+        for name, cs in found
+        for c in cs
+    ]
+    tail = f"nvml_types={len(found)} gpu_tests_rc={tests_rc} pass={int(ok)}"
+    return "RESULT " + " ".join([*fields, tail])

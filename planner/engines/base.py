@@ -1,0 +1,120 @@
+"""What every engine offers, and the registry that finds one by the `engine.kind` of a plan.
+
+An engine is pure knowledge about one server program: its command line and environment, the
+HTTP routes of readiness, health, sleep and wake, its batch defaults, and how to read its log
+when a launch fails. Running the process is engine-agnostic (`planner.engines.process`).
+Adding an engine is one module that defines an object of this protocol, plus its line in
+`_MODULES` (docs/architecture.md shows the skeleton).
+"""
+
+from __future__ import annotations
+
+import importlib
+from enum import Enum
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from planner.catalog.gpus import GpuSpec
+    from planner.schemas.plan import Instance
+
+Device = Literal["cuda", "cpu"]
+EntryPoint = Literal["serve", "offline"]  # the OpenAI API server | the engine's offline class
+ENTRY_POINTS: tuple[str, ...] = ("serve", "offline")
+
+FailureReason = Literal[
+    "out_of_memory",
+    "port_in_use",
+    "bad_model_path",
+    "max_model_len_too_large",
+    "timeout",
+    "unknown",
+]
+
+DEFAULT_KIND = "vllm"
+
+# kind -> module holding `ENGINE` (imported on first use: engines stay out of `--help`)
+_MODULES: dict[str, str] = {
+    "vllm": "planner.engines.vllm",
+}
+
+
+class EngineFeature(Enum):
+    """What an engine can do on a device; callers ask instead of assuming vLLM on CUDA."""
+
+    SLEEP_LEVEL_1 = "sleep_level_1"  # sleep keeping the weights in host RAM
+    SLEEP_LEVEL_2 = "sleep_level_2"  # sleep dropping the weights
+    KV_OFFLOAD = "kv_offload"  # KV cache spilled to host RAM
+    EXPERT_OFFLOAD = "expert_offload"  # weights (experts) kept in host RAM
+    PREFIX_CACHE = "prefix_cache"  # reuses the KV cache of shared prompt prefixes
+    CACHED_TOKEN_USAGE = "cached_token_usage"  # reports cached prompt tokens per request
+
+
+class Engine(Protocol):
+    """One server program; pure (no I/O), so the optimizer may read its defaults."""
+
+    kind: str  # what plans write in `engine.kind`
+    display_name: str  # in messages ("vLLM server on ...")
+    process_marker: str  # a word of its command line: guards against reused pids
+    ready_route: str  # GET answering 200 once the server serves
+    health_route: str  # GET answering 200 while the server is healthy
+    wake_route: str  # POST waking a sleeping server
+    is_sleeping_route: str  # GET answering {"is_sleeping": bool}
+
+    def features(self, device: Device) -> frozenset[EngineFeature]:
+        """What this engine can do on `device`."""
+        ...
+
+    def build_argv(
+        self,
+        inst: Instance,
+        *,
+        model_path: str,
+        served_name: str,
+        python: str,
+        device: Device = "cuda",
+        host: str = "127.0.0.1",
+    ) -> tuple[list[str], dict[str, str]]:
+        """The server's argv and the environment variables to add; pure."""
+        ...
+
+    def sleep_route(self, level: int) -> str:
+        """POST route putting the server to sleep at `level`."""
+        ...
+
+    def sleep_level(self, tier: str) -> int:
+        """The sleep level of a plan tier (`host`, `disk`)."""
+        ...
+
+    def classify_failure(self, log_text: str) -> FailureReason:
+        """Why a launch failed, from its log; `unknown` when no known line matches."""
+        ...
+
+    def failure_fix(self, reason: str) -> str | None:
+        """What to change for a classified failure (None: no advice)."""
+        ...
+
+    def parse_startup_log(self, log_text: str) -> dict[str, float | None]:
+        """Start-up timings (weight_load_s, engine_init_s, ready_s) from a server log."""
+        ...
+
+    def batch_defaults(
+        self, gpu: GpuSpec, tp: int = 1, entry: EntryPoint = "serve"
+    ) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) the engine picks without flags."""
+        ...
+
+    def quantization_flag(self, quantization: str | None) -> str | None:
+        """The engine's quantization method for a variant's quantization (None: from the checkpoint)."""
+        ...
+
+
+def engine_kinds() -> tuple[str, ...]:
+    """The kinds a plan may name."""
+    return tuple(_MODULES)
+
+
+def get_engine(kind: str = DEFAULT_KIND) -> Engine:
+    """The engine of `kind` (ValueError naming the known kinds if there is none)."""
+    if kind not in _MODULES:
+        raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(_MODULES)}")
+    return importlib.import_module(_MODULES[kind]).ENGINE

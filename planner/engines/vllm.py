@@ -1,0 +1,250 @@
+"""vLLM: its command line, environment, sleep/wake routes, batch defaults and log lines.
+
+Pure (no I/O): `build_argv` turns an Instance of a plan into the command line and the
+environment additions of its server (golden-tested); the optimizer reads the batch defaults
+and quantization flags; the process runner (`planner.engines.process`) reads the routes and
+classifies a failed launch with `classify_failure`.
+
+Flag semantics follow vLLM 0.32 (`vllm/engine/arg_utils.py`): `--cpu-offload-gb` is per GPU,
+`--kv-offloading-size` is the total over the TP ranks, both GiB. The CPU build has no GPU
+memory to budget and no sleep mode: its KV cache size comes from `VLLM_CPU_KVCACHE_SPACE`
+(whole GiB), and the GPU-only flags are left out. On the CPU build the server runs in float32:
+its bf16 GEMMs take the AMX path, which dies with SIGILL on VMs whose CPU advertises AMX
+without enabling it (seen on the development machines); the CPU path only serves tiny
+development models, and `extra_args` (applied last) can ask for `--dtype bfloat16` again.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from typing import TYPE_CHECKING
+
+from planner.engines.base import Device, EngineFeature, EntryPoint, FailureReason
+
+if TYPE_CHECKING:
+    from planner.catalog.gpus import GpuSpec
+    from planner.schemas.plan import Instance
+
+# Plan variants that are a dtype, not a quantization method.
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+# vLLM's --quantization for each variant precision; None lets vLLM read the checkpoint's config.
+_QUANTIZATION = {"fp8": "fp8", "awq": "awq", "gptq": "gptq"}
+
+# Batch defaults, read from vLLM's `EngineArgs.get_batch_defaults` (v0.32): the token budget
+# of a step (chunked prefill on by default) and the batch cap depend on the device's total
+# memory, its name (A100s keep the small budget: larger ones lowered their throughput, vLLM
+# PR #17885) and on the entry point (the API server / `vllm serve`, or the offline `LLM`
+# class). The CPU build scales its own defaults with the number of workers.
+_LARGE_GIB = 160.0  # B200/B300-class memory: the largest defaults, GiB
+_BIG_GIB = 70.0  # H100/H200-class memory (A100 excepted), GiB
+
+# Patterns seen in vLLM 0.32 logs (CPU build, provoked on purpose) and the CUDA build's messages.
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]", re.I)),
+    (
+        "max_model_len_too_large",
+        re.compile(
+            r"max_model_len.{0,80}(greater than|larger than|exceeds|too large)"
+            r"|larger than the maximum number of tokens that can be stored in KV cache"
+            r"|User-specified max_model_len",
+            re.I | re.S,
+        ),
+    ),
+    (
+        "out_of_memory",
+        re.compile(
+            r"CUDA out of memory|OutOfMemoryError|torch\.OutOfMemoryError|No available memory for the cache blocks"
+            r"|Insufficient memory|not enough memory|Cannot allocate memory|MemoryError"
+            r"|Free memory on device .* is less than desired"
+            r"|less than requested memory for kv",
+            re.I,
+        ),
+    ),
+    (
+        "bad_model_path",
+        re.compile(
+            r"Repo id must be in the form|Repository Not Found|is not a local folder and is not a valid model"
+            r"|Invalid repository ID|does not appear to have a file named config\.json"
+            r"|No such file or directory: .*config\.json|Can't load the configuration of"
+            r"|HFValidationError|LocalEntryNotFoundError|We couldn't connect to 'https://huggingface\.co'",
+            re.I,
+        ),
+    ),
+]
+
+_FAILURE_FIXES = {  # reason -> what to change
+    "port_in_use": "another process listens on the port: stop it or change the instance's port",
+    "bad_model_path": "check the variant's path in models.yaml (a checkpoint dir with config.json)",
+    "max_model_len_too_large": "lower engine.max_model_len (the model or the KV cache cannot hold it)",
+    "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
+}
+
+_TS = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+_LOAD_S = re.compile(
+    r"(?:Loading weights took|Model loading took [\d.]+ \w+ (?:memory )?and) ([\d.]+) ?s", re.I
+)
+_MODEL_LOAD_S = re.compile(r"Model loading took .*?([\d.]+) ?(?:s|seconds)\b", re.I)
+_INIT_S = re.compile(
+    r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) ?s", re.I
+)
+
+
+def _num(x: float) -> str:
+    """A flag value without a trailing `.0` for whole numbers (stable golden files)."""
+    return str(int(x)) if float(x).is_integer() else repr(round(float(x), 6))
+
+
+class Vllm:
+    """The vLLM OpenAI-compatible server (`python -m vllm.entrypoints.openai.api_server`)."""
+
+    kind = "vllm"
+    display_name = "vLLM"
+    process_marker = "vllm"
+    ready_route = "/v1/models"
+    health_route = "/health"
+    wake_route = "/wake_up"
+    is_sleeping_route = "/is_sleeping"  # these three need VLLM_SERVER_DEV_MODE=1
+
+    def features(self, device: Device) -> frozenset[EngineFeature]:
+        """Sleep mode and offloading exist on CUDA only; the CPU build caches prefixes."""
+        common = {EngineFeature.PREFIX_CACHE, EngineFeature.CACHED_TOKEN_USAGE}
+        if device == "cuda":
+            common |= {
+                EngineFeature.SLEEP_LEVEL_1,
+                EngineFeature.SLEEP_LEVEL_2,
+                EngineFeature.KV_OFFLOAD,
+                EngineFeature.EXPERT_OFFLOAD,
+            }
+        return frozenset(common)
+
+    def build_argv(
+        self,
+        inst: Instance,
+        *,
+        model_path: str,
+        served_name: str,
+        python: str = sys.executable,
+        device: Device = "cuda",
+        host: str = "127.0.0.1",
+    ) -> tuple[list[str], dict[str, str]]:
+        """The server's argv and the environment variables to add; pure (no I/O)."""
+        e = inst.engine
+        argv = [
+            python, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", model_path,
+            "--served-model-name", served_name,
+            "--host", host,
+            "--port", str(inst.port),
+            "--tensor-parallel-size", str(inst.tp),
+            "--max-model-len", str(e.max_model_len),
+            "--max-num-seqs", str(e.max_num_seqs),
+            "--kv-cache-dtype", e.kv_cache_dtype,
+            # the gateway logs usage.prompt_tokens_details.cached_tokens (the trace's cached_tokens)
+            "--enable-prompt-tokens-details",
+        ]  # fmt: skip
+        q = (e.quantization or "").lower()
+        if device == "cpu":
+            argv += ["--dtype", "float32"]
+        elif q in _DTYPES:
+            argv += ["--dtype", _DTYPES[q]]
+        if q and q not in _DTYPES and q not in ("auto", "none"):
+            argv += ["--quantization", q]
+        if e.max_num_batched_tokens is not None:
+            argv += ["--max-num-batched-tokens", str(e.max_num_batched_tokens)]
+        env: dict[str, str] = {}
+        if device == "cuda":
+            argv += ["--gpu-memory-utilization", _num(e.gpu_memory_utilization)]
+            if inst.expert_cpu_offload_gib > 0:
+                # the plan gives the instance's total; vLLM takes GiB per GPU
+                argv += ["--cpu-offload-gb", _num(inst.expert_cpu_offload_gib / inst.tp)]
+            if inst.kv_cpu_offload_gib > 0:
+                argv += ["--kv-offloading-size", _num(inst.kv_cpu_offload_gib)]
+            # Every tier: a hop between plan points that only moves an instance between tiers
+            # becomes a sleep or a wake instead of a restart (reconcile.spec_sha omits the tier).
+            argv += ["--enable-sleep-mode"]
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping
+            if inst.gpus:
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in inst.gpus)
+        else:
+            # whole GiB (vLLM parses an int); at least 1 so the engine has room for one block
+            env["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(inst.memory_gib.kv - 1e-9)))
+        if e.enforce_eager:
+            argv += ["--enforce-eager"]
+        argv += list(e.extra_args)
+        return argv, env
+
+    def sleep_route(self, level: int) -> str:
+        """`POST /sleep?level=N` (1: weights to host RAM; 2: discard them)."""
+        return f"/sleep?level={level}"
+
+    def sleep_level(self, tier: str) -> int:
+        """The host tier keeps weights in host RAM (level 1), the disk tier drops them (2)."""
+        return 1 if tier == "host" else 2
+
+    def classify_failure(self, log_text: str) -> FailureReason:
+        """The cause of a failed launch from its log; `unknown` when no known line matches."""
+        for reason, pat in _PATTERNS:
+            if pat.search(log_text):
+                return reason  # type: ignore[return-value]
+        return "unknown"
+
+    def failure_fix(self, reason: str) -> str | None:
+        """What to change for a classified failure."""
+        return _FAILURE_FIXES.get(reason)
+
+    def parse_startup_log(self, log_text: str) -> dict[str, float | None]:
+        """Start-up timings from a vLLM server log, seconds (None where the line is missing).
+
+        `weight_load_s`: reading the checkpoint into the device; `engine_init_s`: memory
+        profiling, KV cache allocation and warm-up/compilation; `ready_s`: first log line to
+        the line announcing the server's routes (includes the Python imports after the first line).
+        """
+        weight = _first_float(_LOAD_S, log_text)
+        if weight is None:  # "took 0.00 seconds" is a reading, not a missing line
+            weight = _first_float(_MODEL_LOAD_S, log_text)
+        init = _first_float(_INIT_S, log_text)
+        ready = None
+        stamps = [(m.start(), _secs(m)) for m in _TS.finditer(log_text)]
+        if stamps:
+            start = stamps[0][1]
+            pos = log_text.find("Starting vLLM server")
+            if pos < 0:
+                pos = log_text.find("Application startup complete")
+            if pos >= 0:
+                before = [s for p, s in stamps if p <= pos]
+                if before:
+                    ready = before[-1] - start
+        return {"weight_load_s": weight, "engine_init_s": init, "ready_s": ready}
+
+    def batch_defaults(
+        self, gpu: GpuSpec, tp: int = 1, entry: EntryPoint = "serve"
+    ) -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) vLLM uses on `tp` GPUs of type `gpu`."""
+        serve = entry == "serve"
+        if gpu.arch == "cpu":
+            world = max(1, tp)  # the CPU build scales with its workers
+            return (128 if serve else 256) * world, (2048 if serve else 4096) * world
+        if gpu.memory_gib >= _LARGE_GIB:
+            return 1024, 16384
+        if gpu.memory_gib >= _BIG_GIB and "a100" not in gpu.name.lower():
+            return 1024, 8192 if serve else 16384
+        return 256, 2048 if serve else 8192
+
+    def quantization_flag(self, quantization: str | None) -> str | None:
+        """vLLM's `--quantization` for a variant's precision (None: read the checkpoint)."""
+        return _QUANTIZATION.get(quantization or "")
+
+
+def _first_float(pat: re.Pattern[str], text: str) -> float | None:
+    m = pat.search(text)
+    return float(m.group(1)) if m else None
+
+
+def _secs(m: re.Match[str]) -> float:
+    _mo, day, hh, mm, ss = (int(g) for g in m.groups())
+    return day * 86400.0 + hh * 3600.0 + mm * 60.0 + ss
+
+
+ENGINE = Vllm()

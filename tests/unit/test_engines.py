@@ -1,0 +1,78 @@
+"""The engine registry and what a plan says about its engine (planner/engines/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.catalog.gpus import GPUS
+from planner.engines.base import DEFAULT_KIND, EngineFeature, engine_kinds, get_engine
+from planner.engines.vllm import ENGINE as VLLM
+from planner.errors import InputError
+from planner.planfile import plan_text
+from planner.schemas import load_plan, parse
+from planner.schemas.plan import EngineArgs, Instance
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "plan_small.yaml"
+MEM = {"weights": 1.0, "kv": 1.0, "overhead": 0.5}
+
+
+def _inst(**engine) -> Instance:
+    return Instance.model_validate(
+        {"id": "a-0", "model": "a", "variant": "bf16", "node": "n", "gpus": [0], "tier": "host",
+         "memory_gib": MEM, "port": 8100, "engine": engine}
+    )  # fmt: skip
+
+
+def test_registry_finds_vllm_by_kind_and_names_the_known_ones():
+    assert DEFAULT_KIND == "vllm" and "vllm" in engine_kinds()
+    assert get_engine("vllm") is VLLM and get_engine() is VLLM
+    with pytest.raises(ValueError, match="known: vllm"):
+        get_engine("sglang")
+
+
+def test_plan_engine_kind_defaults_to_vllm_and_is_not_written():
+    inst = _inst(max_model_len=1024)
+    assert inst.engine.kind == "vllm"
+    # an old plan's engine block loads unchanged and writes back the same
+    assert "kind" not in inst.model_dump(mode="json")["engine"]
+    assert "kind" not in inst.engine.model_dump()
+    assert _inst(kind="vllm", max_model_len=1024) == inst
+
+
+def test_unknown_engine_kind_is_rejected_with_the_known_ones():
+    with pytest.raises(ValueError, match="unknown engine kind 'tgi'; known: vllm"):
+        EngineArgs(kind="tgi")
+
+
+def test_golden_plan_loads_as_vllm_and_writes_back_byte_identical():
+    text = GOLDEN.read_text()
+    plan = load_plan(GOLDEN)
+    assert {i.engine.kind for p in plan.points for i in p.instances} == {"vllm"}
+    assert plan_text(plan) == text
+
+
+def test_plan_file_naming_an_unknown_engine_is_an_input_error():
+    data = yaml.safe_load(GOLDEN.read_text())
+    data["points"][0]["instances"][0]["engine"]["kind"] = "tgi"
+    with pytest.raises(InputError, match=r"engine\.kind: unknown engine kind 'tgi'"):
+        parse(data, "plan", "plan.yaml")
+
+
+def test_vllm_routes_levels_and_features():
+    assert VLLM.sleep_route(1) == "/sleep?level=1" and VLLM.wake_route == "/wake_up"
+    assert VLLM.sleep_level("host") == 1 and VLLM.sleep_level("disk") == 2
+    assert EngineFeature.SLEEP_LEVEL_1 in VLLM.features("cuda")
+    assert EngineFeature.SLEEP_LEVEL_1 not in VLLM.features("cpu")
+    assert VLLM.quantization_flag("awq") == "awq" and VLLM.quantization_flag("bf16") is None
+    assert VLLM.quantization_flag(None) is None
+
+
+def test_vllm_batch_defaults_follow_the_gpu():
+    h100 = next(g for g in GPUS.values() if g.name.lower().startswith("h100"))
+    a100 = next(g for g in GPUS.values() if g.name.lower().startswith("a100"))
+    assert VLLM.batch_defaults(h100) == (1024, 8192)
+    assert VLLM.batch_defaults(a100) == (256, 2048)
+    assert VLLM.batch_defaults(a100, entry="offline") == (256, 8192)
