@@ -53,6 +53,19 @@ def default_state_dir() -> Path:
     return Path(base) / "planner"
 
 
+def existing_state_dir(state_dir: str | Path | None) -> Path:
+    """The state dir a read-only command reads; InputError when it does not exist (a typo
+    must not read as "nothing applied", nor leave an empty dir behind)."""
+    d = Path(state_dir) if state_dir else default_state_dir()
+    if not d.is_dir():
+        raise InputError(
+            "the state dir does not exist (nothing was applied with it)",
+            file=str(d),
+            fix="pass the --state-dir that `planner apply` used, or apply a plan first",
+        )
+    return d
+
+
 @dataclass
 class Lease:
     """The apply lock as held."""

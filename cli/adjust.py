@@ -178,7 +178,7 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.adjuster.backends import cluster_device
     from planner.adjuster.gateway.requestlog import RequestLogSource
     from planner.adjuster.live import tick
-    from planner.adjuster.state import StateStore
+    from planner.adjuster.state import StateStore, existing_state_dir
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
     from planner.cli.common import open_backend, require_extra, serve_extra
@@ -190,6 +190,7 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
             "`planner adjust` (a hop starts vLLM)",
             ("vllm",),
         )
+    state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
     be = open_backend(backend, inp.cluster)
     stop = threading.Event()
     old = {}

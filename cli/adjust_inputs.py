@@ -190,7 +190,9 @@ def reoptimized_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: P
 
 
 def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
-    """A crontab line and a systemd service + timer that run `adjust --once` hourly."""
+    """A crontab line, and systemd units: the hourly `adjust --once` (service + timer), the
+    gateway (long-running, restarted on failure) and the re-apply at boot; and a logrotate
+    rule for adjust.log. docs/operations.md explains each."""
     import shlex
     import shutil
     import sys
@@ -200,24 +202,42 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
     exe = shutil.which("planner") or f"{sys.executable} -m planner.cli.main"
     sdir = (state_dir or default_state_dir()).resolve()
     q = shlex.quote
-    cmd = (
-        f"{exe} adjust --plan {q(str(plan_path.resolve()))} --state-dir {q(str(sdir))} "
-        f"--window {q(window)} --once"
-    )
+    plan, state = q(str(plan_path.resolve())), q(str(sdir))
+    cmd = f"{exe} adjust --plan {plan} --state-dir {state} --window {q(window)} --once"
+    # Engines started by a unit live in its cgroup: KillMode=process keeps them running when
+    # a oneshot exits or the gateway restarts (they are tracked in the state dir, and
+    # `planner down` stops them).
+    keep = "KillMode=process\n"
     units = {
         "planner-adjust.service": "[Unit]\nDescription=planner adjust: hop between Pareto points "
         "when the traffic drifts\nAfter=network-online.target\n\n[Service]\nType=oneshot\n"
-        f"ExecStart={cmd}",
+        f"{keep}ExecStart={cmd}",
         "planner-adjust.timer": "[Unit]\nDescription=Run planner adjust hourly\n\n[Timer]\n"
         "OnCalendar=*-*-* *:05:00\nPersistent=true\n\n[Install]\nWantedBy=timers.target",
+        "planner-apply.service": "[Unit]\nDescription=planner apply at boot: start the point in "
+        "force\nWants=network-online.target\nAfter=network-online.target\n\n[Service]\n"
+        f"Type=oneshot\nRemainAfterExit=yes\n{keep}TimeoutStartSec=3600\n"
+        f"ExecStart={exe} apply {plan} --state-dir {state} --wait-lock 600\n\n"
+        "[Install]\nWantedBy=multi-user.target",
+        "planner-gateway.service": "[Unit]\nDescription=planner gateway: the OpenAI API that "
+        "wakes models on demand\nAfter=network-online.target planner-apply.service\n\n"
+        f"[Service]\nType=simple\n{keep}Restart=on-failure\nRestartSec=5\n"
+        f"ExecStart={exe} gateway --plan {plan} --state-dir {state} --port 8000\n\n"
+        "[Install]\nWantedBy=multi-user.target",
     }
+    log = q(str(sdir / "adjust.log"))
     text = (
         "# crontab -e: decide five minutes past every hour (the state lease keeps it off a "
-        f"running apply)\n5 * * * * {cmd} >> {q(str(sdir / 'adjust.log'))} 2>&1\n"
+        f"running apply)\n5 * * * * {cmd} >> {log} 2>&1\n"
     )
     for name, body in units.items():
         text += f"\n# /etc/systemd/system/{name}\n{body}\n"
-    return (
-        text
-        + "# enable with: systemctl daemon-reload && systemctl enable --now planner-adjust.timer"
+    text += (
+        f"\n# /etc/logrotate.d/planner (adjust.log of the crontab line)\n{log} {{\n"
+        "    weekly\n    rotate 8\n    compress\n    missingok\n    notifempty\n"
+        "    copytruncate\n}\n"
+    )
+    return text + (
+        "# enable with: systemctl daemon-reload && systemctl enable --now planner-adjust.timer "
+        "planner-gateway.service && systemctl enable planner-apply.service"
     )

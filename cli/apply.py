@@ -18,6 +18,7 @@ from planner.cli.common import (
     print_json,
     require_extra,
 )
+from planner.errors import InputError
 
 StateDirOpt = Annotated[
     Path | None,
@@ -245,8 +246,9 @@ def _port_lookup(backend: str) -> Any:
 
 def apply_cmd(
     plan_path: Annotated[
-        Path, typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`.")
-    ],
+        Path | None,
+        typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`."),
+    ] = None,
     point: Annotated[
         str | None,
         typer.Option("--point", help="Point to apply; default: the plan's selected one."),
@@ -284,6 +286,13 @@ def apply_cmd(
             "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
         ),
     ] = None,
+    previous: Annotated[
+        bool,
+        typer.Option(
+            "--previous",
+            help="Go back to the plan and point in force before the last apply (rollback).",
+        ),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
@@ -291,6 +300,13 @@ def apply_cmd(
     from planner.adjuster.backends import cluster_device, gpu_capacity
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
+
+    if previous:
+        plan_path, point = _previous(plan_path, point, state_dir)
+    elif plan_path is None:
+        raise InputError(
+            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
+        )
 
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
@@ -313,6 +329,7 @@ def apply_cmd(
             model_path_resolver=model_path_resolver(mods, models_file.parent),
             gpu_capacity_gib=gpu_capacity(cl), port_holder=_port_lookup(backend),
         )  # fmt: skip
+        before = state.meta()
         if json_out or dry_run:
             result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         else:
@@ -325,6 +342,7 @@ def apply_cmd(
                 plan_path=str(plan_path.resolve()), node=here,
                 port_base=str(base) if base is not None else "",
             )  # fmt: skip
+            _keep_previous(state, before, str(plan_path.resolve()), result.point)
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -343,6 +361,38 @@ def apply_cmd(
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
+
+
+def _previous(
+    plan_path: Path | None, point: str | None, state_dir: Path | None
+) -> tuple[Path, str]:
+    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
+    from planner.adjuster.state import StateStore, existing_state_dir
+
+    if plan_path is not None or point is not None:
+        raise InputError(
+            "--previous takes no PLAN or --point (it applies the ones recorded)",
+            path="--previous",
+            fix="drop PLAN and --point, or drop --previous",
+        )
+    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
+        meta = state.meta()
+    prev_plan, prev_point = meta.get("previous_plan_path", ""), meta.get("previous_point", "")
+    if not prev_plan or not prev_point:
+        raise InputError(
+            "no previous apply is recorded in this state dir",
+            file=str(state_dir or "the default state dir"),
+            fix="apply a plan first; `planner history` lists what was applied",
+        )
+    return Path(prev_plan), prev_point
+
+
+def _keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
+    """Record the plan and point in force before this apply, when it changed them (what
+    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
+    old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
+    if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
+        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
 
 
 def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
@@ -392,8 +442,9 @@ def status_cmd(
 ) -> None:
     """Instances this state dir runs: tier, awake/asleep, health, port, uptime."""
     from planner.adjuster.apply import handle_of
-    from planner.adjuster.state import StateStore
+    from planner.adjuster.state import StateStore, existing_state_dir
 
+    state_dir = existing_state_dir(state_dir)
     be = open_backend(backend)
     _settle(state_dir, be)
     now = time.time()

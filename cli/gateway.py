@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = False,
     ) -> None:
-        """Serve /v1/models, /v1/completions, /v1/chat/completions, /health and /metrics.
+        """Serve the OpenAI API (chat, completions, responses, embeddings), /health, /metrics.
 
         Routes by `model` to the least busy awake instance, wakes sleeping models on demand
         (sleeping their GPU co-tenants first) and logs every request to

@@ -37,6 +37,7 @@ _COMMAND_MODULES = [
     "example",
     "apply",
     "state",
+    "history",
     "gateway",
     "keys",
     "adjust",

@@ -95,6 +95,7 @@ def optimize_cmd(
     from planner.optimizer.search import optimize
     from planner.optimizer.workload.characterize import summarize
     from planner.planfile import write_plan
+    from planner.schemas import check_pins
 
     if report is not None and report.suffix not in (".png", ".html"):
         raise InputError(
@@ -102,6 +103,7 @@ def optimize_cmd(
         )
     cl = inp.cluster(cluster)
     ms = inp.models(models)
+    check_pins(ms, cl, file=str(models))
     sl = inp.slo(slo, ms)
     trace = inp.workload(workload, ms, seed)
     calib = inp.calibration(profiles)

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import JsonOpt, console, print_error, print_json
 from planner.errors import InputError
 
 _TRACE_SUFFIXES = (".csv", ".jsonl", ".parquet", ".sqlite", ".db")
@@ -109,6 +109,19 @@ def validate_file(
     return out
 
 
+def _checked(path: Path, *args: Any) -> dict[str, Any]:
+    """`validate_file`'s summary, or the file's errors (every one) as data: one bad file does
+    not hide the others, and --json reports failures as JSON too."""
+    try:
+        return validate_file(path, *args)
+    except InputError as e:
+        problems = e.problems or [{"path": e.path or "", "message": e.message, "fix": e.fix}]
+        return {
+            "file": str(path), "ok": False, "error": e.message, "path": e.path or "",
+            "fix": e.fix or "", "problems": problems,
+        }  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
     """Add `planner validate` and `planner schema`."""
 
@@ -137,7 +150,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_out: JsonOpt = False,
     ) -> None:
-        """Check input files; the first problem exits with code 2 and names file, field and fix."""
+        """Check input files; every problem is named (file, field, fix), then exit code 2."""
         from planner import schemas
         from planner.io import read_yaml
 
@@ -154,20 +167,28 @@ def register(app: typer.Typer) -> None:
                 try:
                     data = read_yaml(f)
                     k = schemas.detect_kind(data, str(f))
+                    if k in ("models", "cluster"):
+                        parsed[f] = schemas.parse(data, k, str(f))
                 except InputError:
                     continue  # validate_file reports it
                 if k in ("models", "cluster"):
-                    parsed[f] = schemas.parse(data, k, str(f))
                     if k == "models" and models is None:
                         models = parsed[f]
                     elif k == "cluster" and cluster is None:
                         cluster = parsed[f]
         names = models.names if models is not None else None
-        results = [validate_file(f, kind, names, cluster, models, parsed.get(f)) for f in files]
+        results = [_checked(f, kind, names, cluster, models, parsed.get(f)) for f in files]
+        failed = [r for r in results if not r["ok"]]
         if json_out:
             print_json(results)
+            if failed:
+                raise typer.Exit(2)
             return
+        for r in failed:
+            print_error(r["error"] + (f"\n  fix: {r['fix']}" if r["fix"] else ""))
         for r in results:
+            if not r["ok"]:
+                continue
             extra = f", {r['rows']} rows" if "rows" in r else ""
             extra += "".join(
                 f", {r[k]} {k.replace('_', ' ')}"
@@ -177,6 +198,8 @@ def register(app: typer.Typer) -> None:
             if r.get("cross_checked") is False:
                 extra += "; not checked against a cluster and models (pass --cluster, --models)"
             console.print(f"[green]ok[/] {r['file']} ({r['kind']}{extra})", highlight=False)
+        if failed:
+            raise typer.Exit(2)
 
     @app.command()
     def schema(

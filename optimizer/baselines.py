@@ -135,7 +135,10 @@ def _instance(
             asleep=round(perf.context_gib_per_gpu, 6),
         ),
         engine=EngineArgs(
-            gpu_memory_utilization=util, max_model_len=entry.max_context, max_num_seqs=MAX_NUM_SEQS
+            gpu_memory_utilization=util,
+            max_model_len=entry.max_context,
+            max_num_seqs=MAX_NUM_SEQS,
+            extra_args=entry.engine_args,
         ),
         port=port,
     )

@@ -15,9 +15,14 @@ BASE_PORT = 8100  # first engine port on each node; the gateway defaults to 8000
 
 
 def build_point(
-    name: str, placements: tuple[Placement, ...], model_order: list[str]
+    name: str,
+    placements: tuple[Placement, ...],
+    model_order: list[str],
+    engine_args: dict[str, list[str]] | None = None,
 ) -> tuple[Point, dict[str, InstancePerf]]:
-    """A point with stable ids (`<model>-<k>`) and ports (per node, in instance order)."""
+    """A point with stable ids (`<model>-<k>`) and ports (per node, in instance order);
+    `engine_args`: model -> vLLM flags of its task (`ModelEntry.engine_args`)."""
+    engine_args = engine_args or {}
     rank = {m: i for i, m in enumerate(model_order)}
     ordered = sorted(
         placements,
@@ -62,6 +67,7 @@ def build_point(
                 max_num_seqs=c.max_num_seqs,
                 max_num_batched_tokens=perf.chunk_tokens,
                 quantization=get_engine().quantization_flag(c.quantization),
+                extra_args=list(engine_args.get(c.model, ())),
             ),
             port=port,
         )

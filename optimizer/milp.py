@@ -4,7 +4,8 @@ Sets
     M                 models;  C_m  candidates of model m (variant, GPU type, TP, KV level)
     S                 GPU sets (aligned TP groups of one type on one node);  J  GPUs;  N  nodes
     T = {gpu, host, disk}  tiers;  T_s = {host, disk} sleeping tiers
-    P = {(c, s, t) : type(s) = type(c), |s| = tp(c), t allowed for model(c)}   placements,
+    P = {(c, s, t) : type(s) = type(c), |s| = tp(c), t allowed for model(c),
+                      s on model(c)'s pinned node / GPU type if models.yaml pins it} placements,
                       less those another of the same model, set and tier dominates (no worse
                       in any parameter below, better in one: `undominated`; the optimum stays)
     P_m, P_j, P_n     placements of model m / covering GPU j / on node n;  P_mj = P_m ∩ P_j
@@ -107,6 +108,8 @@ class MilpInput:
     w_memory: float
     w_quality: float
     w_gpus: float
+    pins: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    # model -> (node, GPU type) it is pinned to (models.yaml `pin:`; None: any)
 
 
 def placement_options(inp: MilpInput) -> list[Placement]:
@@ -116,7 +119,10 @@ def placement_options(inp: MilpInput) -> list[Placement]:
         by_type.setdefault((s.gpu_type, len(s.gpus)), []).append(s)
     out = []
     for c in sorted(inp.candidates, key=lambda c: c.key):
+        node, gpu_type = inp.pins.get(c.model, (None, None))
         for s in by_type.get((c.gpu_type, c.tp), []):
+            if node not in (None, s.node) or gpu_type not in (None, s.gpu_type):
+                continue
             tiers = TIERS if c.model in inp.may_sleep else ("gpu",)
             for t in tiers:
                 out.append(Placement(c, s, t))

@@ -136,6 +136,7 @@ class Searcher:
             w_memory=knobs.w_memory,
             w_quality=knobs.w_quality,
             w_gpus=knobs.w_gpus,
+            pins={m.name: (m.pin.node, m.pin.gpu_type) for m in self.models.models if m.pin},
         )
 
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation:
@@ -150,7 +151,8 @@ class Searcher:
         t1 = self.clock()
         if res.status == "infeasible":
             return Evaluation(index, knobs, res, None, {}, None, milp_s=t1 - t0)
-        point, perfs = build_point(f"eval-{index}", res.placements, self.models.names)
+        args = {m.name: m.engine_args for m in self.models.models if m.engine_args}
+        point, perfs = build_point(f"eval-{index}", res.placements, self.models.names, args)
         ev = self.evaluate_point(index, knobs, point, perfs, res)
         ev.milp_s = t1 - t0
         return ev

@@ -35,6 +35,8 @@ class InputError(PlannerError):
     ):
         self.file = file
         self.path = path
+        # every problem found, as {path, message, fix} (a file's schema errors); [] for one
+        self.problems: list[dict[str, str]] = []
         where = ": ".join(p for p in (file, path) if p)
         super().__init__(f"{where}: {message}" if where else message, fix=fix)
 

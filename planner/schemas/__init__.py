@@ -84,40 +84,76 @@ def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return did_you_mean(key, getattr(cls, "model_fields", {}) or {})
 
 
-def _misspelt(errs: list[dict[str, Any]]) -> set[int]:
-    """Indices of unknown keys that sit beside a missing field of a similar name (a typo)."""
-    missing = {(e["loc"][:-1], str(e["loc"][-1])) for e in errs if e["type"] == "missing"}
-    out = set()
+def _misspelt(errs: list[dict[str, Any]]) -> dict[int, str]:
+    """Unknown keys that stand for a missing field beside them (a typo, or another name for
+    it: `ram_gib` for `cpu_memory_gib`): error index -> the field meant. A key pairs with a
+    missing field of a similar name, or with the only one missing where it is the only
+    unknown key."""
+    missing: dict[tuple, list[str]] = {}
+    unknown: dict[tuple, list[int]] = {}
     for i, e in enumerate(errs):
-        if e["type"] == "extra_forbidden":
-            here = [name for parent, name in missing if parent == e["loc"][:-1]]
-            if difflib.get_close_matches(str(e["loc"][-1]), here, n=1):
-                out.add(i)
+        if e["type"] == "missing":
+            missing.setdefault(tuple(e["loc"][:-1]), []).append(str(e["loc"][-1]))
+        elif e["type"] == "extra_forbidden":
+            unknown.setdefault(tuple(e["loc"][:-1]), []).append(i)
+    out: dict[int, str] = {}
+    for parent, idx in unknown.items():
+        here = missing.get(parent, [])
+        for i in idx:
+            close = difflib.get_close_matches(str(errs[i]["loc"][-1]), here, n=1)
+            if close:
+                out[i] = close[0]
+            elif len(idx) == 1 and len(here) == 1:
+                out[i] = here[0]
     return out
+
+
+def _problem(
+    err: dict[str, Any], model: type[BaseModel], kind: str, meant: str | None
+) -> dict[str, str]:
+    """One pydantic error as {path, message, fix} (`meant`: the field a misspelt key stands for)."""
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        hint = f" (did you mean {meant!r}?)" if meant else _extra_hint(model, err["loc"])
+        msg = f"unknown key {str(err['loc'][-1])!r}{hint}"
+    elif err["type"] == "string_pattern_mismatch":
+        msg = f"{err['input']!r} is not a safe name (it names files and processes)"
+    fix = _FIXES.get(err["type"], "see `planner schema {kind}`").format(kind=kind)
+    if meant:
+        fix = f"rename it to {meant!r}"
+    return {"path": _loc(err["loc"]) or "(top level)", "message": msg, "fix": fix}
 
 
 def validation_to_input_error(
     e: ValidationError, file: str, kind: str, model: type[BaseModel]
 ) -> InputError:
-    """The first pydantic error as one InputError naming file, field path and a fix."""
+    """Every pydantic error as one InputError: the most telling one names file, field path
+    and fix; the others follow, one a line (and in `problems`, for --json)."""
     errs = e.errors(include_url=False)
     typos = _misspelt(errs)
-    # A misspelt key first (its field then reads as missing); else the most specific branch
-    # of a union (the longest location).
+    # a missing field explained by a misspelt key beside it is not reported twice
+    meant = {(tuple(errs[i]["loc"][:-1]), m) for i, m in typos.items()}
+    keep = [
+        i
+        for i, x in enumerate(errs)
+        if not (x["type"] == "missing" and (tuple(x["loc"][:-1]), str(x["loc"][-1])) in meant)
+    ]
+    # A misspelt key first; else the most specific branch of a union (the longest location).
     k = max(
-        range(len(errs)),
+        keep,
         key=lambda i: (i in typos, errs[i]["type"] != "string_type", len(errs[i]["loc"])),
     )
-    first = errs[k]
-    path = _loc(first["loc"]) or "(top level)"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = f"unknown key {str(first['loc'][-1])!r}{_extra_hint(model, first['loc'])}"
-    elif first["type"] == "string_pattern_mismatch":
-        msg = f"{first['input']!r} is not a safe name (it names files and processes)"
-    fix = _FIXES.get(first["type"], "see `planner schema {kind}`").format(kind=kind)
-    more = f" (and {len(errs) - 1} more error(s))" if len(errs) > 1 else ""
-    return InputError(msg + more, file=file, path=path, fix=fix)
+    order = [k] + [i for i in keep if i != k]
+    problems = [_problem(errs[i], model, kind, typos.get(i)) for i in order]
+    first = problems[0]
+    msg = first["message"]
+    if len(problems) > 1:
+        msg += f" (and {len(problems) - 1} more error(s)):" + "".join(
+            f"\n  {p['path']}: {p['message']}" for p in problems[1:]
+        )
+    err = InputError(msg, file=file, path=first["path"], fix=first["fix"])
+    err.problems = problems
+    return err
 
 
 def detect_kind(data: Any, file: str) -> str:
@@ -318,6 +354,30 @@ def check_slo_models(slo: Slo, models: Models, file: str = "<slo>") -> None:
                 path=f"models.{path_key(name)}",
                 fix=f"use one of {models.names}",
             )
+
+
+def check_pins(models: Models, cluster: Cluster, file: str = "<models>") -> None:
+    """Every `pin:` names a node of the cluster and a GPU type it has there."""
+    types = {n.name: {g.type if isinstance(g.type, str) else g.type.name for g in n.gpus}
+             for n in cluster.nodes}  # fmt: skip
+    for i, m in enumerate(models.models):
+        pin = m.pin
+        if pin is None:
+            continue
+        where = types if pin.node is None else {pin.node: types.get(pin.node)}
+        if pin.node is not None and types.get(pin.node) is None:
+            raise InputError(
+                f"model {m.name!r} is pinned to node {pin.node!r}, which is not in the cluster"
+                f"{did_you_mean(pin.node, types)}",
+                file=file, path=f"models[{i}].pin.node", fix=f"use one of {sorted(types)}",
+            )  # fmt: skip
+        if pin.gpu_type is not None and not any(pin.gpu_type in t for t in where.values()):
+            have = sorted(set().union(*where.values()))
+            raise InputError(
+                f"model {m.name!r} is pinned to GPU type {pin.gpu_type!r}, which "
+                + (f"node {pin.node!r} does not have" if pin.node else "the cluster does not have"),
+                file=file, path=f"models[{i}].pin.gpu_type", fix=f"use one of {have}",
+            )  # fmt: skip
 
 
 def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:

@@ -43,6 +43,26 @@ class Substitute(Strict):
 
 
 SubstituteWhen = Literal["never", "wake_exceeds_slo", "always_while_waking"]
+Task = Literal["generate", "embed"]
+
+# vLLM flags of a task beyond generating (an embedding checkpoint such as e5-mistral or
+# gte-Qwen2 names a causal LM architecture: vLLM would generate unless told to pool).
+TASK_ENGINE_ARGS: dict[str, tuple[str, ...]] = {"embed": ("--runner", "pooling")}
+
+
+class Pin(Strict):
+    """Where a model may run: on one node, on one GPU type, or both."""
+
+    node: SafeName | None = Field(default=None, description="only on this node of the cluster")
+    gpu_type: str | None = Field(
+        default=None, description="only on GPUs of this type (its name in the cluster)"
+    )
+
+    @model_validator(mode="after")
+    def _some(self) -> Pin:
+        if self.node is None and self.gpu_type is None:
+            raise ValueError("a pin names a node, a gpu_type, or both")
+        return self
 
 
 class ModelEntry(Strict):
@@ -57,6 +77,14 @@ class ModelEntry(Strict):
         default=32768, ge=16, le=2_097_152, description="longest context, tokens"
     )
     priority: int = Field(default=1, ge=0, le=100, description="higher: served first when short")
+    pin: Pin | None = Field(
+        default=None, description="keep every instance on this node and/or GPU type"
+    )
+    task: Task = Field(
+        default="generate",
+        description="generate: completions, chat and responses; embed: an embedding model "
+        "(/v1/embeddings; vLLM runs it with --runner pooling)",
+    )
     substitutes: list[Substitute] = Field(
         default_factory=list, description="awake models that may answer while this one wakes"
     )
@@ -77,6 +105,11 @@ class ModelEntry(Strict):
         if dup:
             raise ValueError(f"duplicate variant names in model {self.name!r}: {dup}")
         return self
+
+    @property
+    def engine_args(self) -> list[str]:
+        """vLLM flags its task needs (plan instances carry them in `engine.extra_args`)."""
+        return list(TASK_ENGINE_ARGS.get(self.task, ()))
 
     @property
     def arch(self) -> ModelArch:

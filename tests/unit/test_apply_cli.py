@@ -47,8 +47,10 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
     assert data["instances"][0]["status"] == "stopped"
     code, out, _ = _run(["apply", plan, "--state-dir", str(state), "--dry-run"], capsys)
     assert code == 0 and "planned actions" in out and "a-0" in out
-    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
-    assert code == 0 and json.loads(out)["instances"] == []
+    # a dry run creates no state dir: status says so (exit 2) instead of "nothing applied"
+    code, _, err = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    assert code == 2 and str(state) in err and "does not exist" in err
+    assert not state.exists()
     code, out, _ = _run(["down", "--state-dir", str(state)], capsys)
     assert code == 0 and "0 instance(s) stopped" in out
 

@@ -45,6 +45,7 @@ class FakeEngine:
         self.aborted = 0  # handlers cancelled because the caller closed the connection
         self.dead = False  # its engine died: /health answers 503
         self.text = "abc"  # what it answers (non-streamed)
+        self.bodies: list[dict] = []  # what /v1/embeddings and /v1/responses received
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._ready = threading.Event()
@@ -105,12 +106,52 @@ class FakeEngine:
             await resp.write_eof()
             return resp
 
+        async def embeddings(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.bodies.append(body)
+            return web.json_response({
+                "object": "list", "model": body["model"], "served_by": self.name,
+                "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.5]}],
+                "usage": {"prompt_tokens": 5, "total_tokens": 5},
+            })  # fmt: skip
+
+        async def responses(request: web.Request) -> web.StreamResponse:
+            # as vLLM's Responses API: usage named input/output, in the response object;
+            # a stream of named events ending with `response.completed` (no [DONE])
+            body = await request.json()
+            self.bodies.append(body)
+            resp = {
+                "id": "resp_1", "object": "response", "model": body["model"],
+                "served_by": self.name, "status": "completed",
+                "output": [{"type": "message", "content": [{"type": "output_text", "text": "ab"}]}],
+                "usage": {"input_tokens": 6, "output_tokens": 4, "total_tokens": 10,
+                          "input_tokens_details": {"cached_tokens": 1}},
+            }  # fmt: skip
+            if not body.get("stream"):
+                return web.json_response(resp)
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            created = {**resp, "status": "in_progress", "usage": None}
+            for kind, ev in (
+                ("response.created", {"type": "response.created", "response": created}),
+                (
+                    "response.output_text.delta",
+                    {"type": "response.output_text.delta", "delta": "ab"},
+                ),
+                ("response.completed", {"type": "response.completed", "response": resp}),
+            ):
+                await out.write(f"event: {kind}\ndata: {json.dumps(ev)}\n\n".encode())
+            await out.write_eof()
+            return out
+
         async def health(request: web.Request) -> web.Response:
             return web.Response(text="", status=503 if self.dead else 200)
 
         app = web.Application()
         app.router.add_post("/v1/completions", completions)
         app.router.add_post("/v1/chat/completions", completions)
+        app.router.add_post("/v1/embeddings", embeddings)
+        app.router.add_post("/v1/responses", responses)
         app.router.add_get("/health", health)
         return app
 

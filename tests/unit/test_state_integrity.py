@@ -160,7 +160,7 @@ def test_dry_run_and_status_write_nothing(tmp_path, capsys):
     code, _, _ = _run(["apply", plan, "--state-dir", state, "--dry-run"], capsys)
     assert code == 0
     code, _, _ = _run(["status", "--state-dir", state], capsys)
-    assert code == 0
+    assert code == 2  # no state dir: said, not read as "nothing applied" (issue 32)
     assert not state.exists()
 
 

@@ -1,0 +1,104 @@
+"""`planner history` (the state dir's journal) and `planner logs INSTANCE` (an engine's log)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planner.cli.apply import StateDirOpt
+from planner.cli.common import JsonOpt, console, print_json
+from planner.errors import InputError
+
+
+def history_cmd(
+    state_dir: StateDirOpt = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Lines to show.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """What happened, oldest first: applies, hops, wakes, sleeps, restarts, with time and reason."""
+    from planner.adjuster.state import StateStore, existing_state_dir
+
+    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
+        rows = state.journal_entries(limit)
+        meta = state.meta()
+    if json_out:
+        print_json({"point": meta.get("point", ""), "plan": meta.get("plan_path", ""),
+                    "journal": rows})  # fmt: skip
+        return
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))
+        what = f"{r['action']} {r['instance']}".strip()
+        where = f" on {r['node']}" if r["node"] else ""
+        why = f": {r['detail']}" if r["detail"] else ""
+        console.print(f"{when}  {what}{where}  {r['result']}{why}", highlight=False, markup=False)
+    if not rows:
+        console.print("nothing recorded yet", highlight=False)
+    prev = meta.get("previous_point")
+    console.print(
+        f"in force: point {meta.get('point') or '-'} of {meta.get('plan_path') or '-'}"
+        + (f"; before it: point {prev} (`planner apply --previous`)" if prev else ""),
+        highlight=False,
+        markup=False,
+    )
+
+
+def logs_cmd(
+    instance: Annotated[str, typer.Argument(metavar="INSTANCE", help="Instance id (status).")],
+    state_dir: StateDirOpt = None,
+    lines: Annotated[int, typer.Option("--lines", "-n", min=1, help="Last lines to show.")] = 50,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing what the engine writes.")
+    ] = False,
+) -> None:
+    """The end of an instance's engine log (vLLM's output), from the state dir's record."""
+    from planner.adjuster.state import StateStore, existing_state_dir
+
+    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
+        rows = {r.id: r for r in state.instances()}
+    row = rows.get(instance)
+    if row is None:
+        raise InputError(
+            f"no instance {instance!r} in this state dir", path="INSTANCE",
+            fix=f"use one of {sorted(rows)} (`planner status`)",
+        )  # fmt: skip
+    path = Path(row.log_path)
+    if not row.log_path or not path.is_file():
+        raise InputError(
+            f"the log of {instance} is not on this host ({row.log_path or 'no path recorded'}, "
+            f"node {row.node})",
+            path="INSTANCE",
+            fix=f"run `planner logs {instance}` on node {row.node} with its --state-dir",
+        )
+    _tail(path, lines, follow)
+
+
+def _tail(path: Path, lines: int, follow: bool) -> None:
+    """Print the last `lines` lines of `path`; with `follow`, what is appended until Ctrl-C."""
+    import sys
+    from collections import deque
+
+    with path.open("rb") as f:
+        for line in deque(f, maxlen=lines):
+            sys.stdout.write(line.decode(errors="replace"))
+        sys.stdout.flush()
+        if not follow:
+            return
+        try:
+            while True:
+                chunk = f.read()
+                if chunk:
+                    sys.stdout.write(chunk.decode(errors="replace"))
+                    sys.stdout.flush()
+                else:
+                    time.sleep(0.5)
+        except KeyboardInterrupt:
+            return
+
+
+def register(app: typer.Typer) -> None:
+    """Add `planner history` and `planner logs`."""
+    app.command("history")(history_cmd)
+    app.command("logs")(logs_cmd)

