@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from planner.app.plans import provenance as provenance  # the commands use it from here
 from planner.errors import InputError
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.cluster import Cluster
