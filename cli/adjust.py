@@ -114,7 +114,7 @@ def adjust_cmd(
 
 def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool) -> None:
     from planner.adjuster.replay import replay
-    from planner.cli import adjust_inputs
+    from planner.app.reoptimize import Reoptimizer
     from planner.cli import inputs as cin
 
     names = [p.name for p in inp.plan.points]
@@ -123,17 +123,16 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
             f"no point {start_point!r} in the plan", path="--start-point", fix=f"use one of {names}"
         )
     trace = cin.workload(trace_path, inp.models, inp.seed())
-    reopt = (
-        adjust_inputs.replay_reoptimizer(inp, cfg.reoptimize_evals)
-        if cfg.reoptimize == "auto"
-        else None
-    )
+    reopt = Reoptimizer(inp, cfg.reoptimize_evals) if cfg.reoptimize == "auto" else None
     kw = dict(start_point=start_point, reoptimizer=reopt)
     from planner.cli.tables import REPLAY_SCORING, metrics_table
 
     if json_out:
         print_json(
-            {**replay(inp.plan, trace, inp.slo, inp.perfs(), cfg, **kw), "scoring": REPLAY_SCORING}
+            {
+                **replay(inp.plan, trace, inp.slo, inp.all_perfs(), cfg, **kw),
+                "scoring": REPLAY_SCORING,
+            }
         )
         return
     from rich.progress import Progress
@@ -141,7 +140,7 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("replay (windows)", total=None)
         out = replay(
-            inp.plan, trace, inp.slo, inp.perfs(), cfg,
+            inp.plan, trace, inp.slo, inp.all_perfs(), cfg,
             progress=lambda k, n: bar.update(task, completed=k, total=n), **kw,
         )  # fmt: skip
     console.print(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,137 +55,40 @@ def policy_config(window, reoptimize, min_dwell, margin, confirm, items: list[st
         raise InputError(str(e).splitlines()[-1], path="--policy / --window") from None
 
 
-@dataclass
-class Inputs:
-    """The plan and its inputs, validated (exit 2 on bad files)."""
+def load(plan_path: Path, cluster: Path | None, models: Path | None, slo: Path | None):
+    """The plan and the cluster, models, SLO and calibration it records (or the flags):
+    `planner.app.inputs.resolve`, as every plan-reading command."""
+    from planner.app.inputs import resolve
 
-    plan: Any
-    cluster: Any
-    models: Any
-    slo: Any
-    plan_path: Path
-    cluster_path: Path
-    models_path: Path
-    slo_path: Path
-
-    def perfs(self) -> dict[str, dict[str, Any]]:
-        """Point name -> instance id -> InstancePerf, from the perf model."""
-        from planner.optimizer.sim.perfs import perfs_for_point
-
-        return {p.name: perfs_for_point(p, self.cluster, self.models) for p in self.plan.points}
-
-    def seed(self) -> int:
-        return int(self.plan.search.get("seed", 0))
+    return resolve(plan_path, cluster=cluster, models=models, slo=slo, need_slo=True)
 
 
-def load(plan_path: Path, cluster: Path | None, models: Path | None, slo: Path | None) -> Inputs:
-    """The plan and the cluster, models and SLO files it records (or the flags)."""
-    from planner.cli.apply import _input_path, load_plan_inputs
-    from planner.schemas import load_slo
-
-    plan_path = Path(plan_path)
-    plan, cl, ms, models_file = load_plan_inputs(plan_path, cluster, models)
-    cl_path = cluster or _input_path(plan_path, plan.inputs["cluster"].path)
-    if cl is None or cl_path is None:
-        raise InputError(
-            "the cluster file recorded in plan.inputs.cluster is not found", file=str(plan_path),
-            path="inputs.cluster.path", fix="pass --cluster CLUSTER.yaml",
-        )  # fmt: skip
-    sp = slo or _input_path(plan_path, plan.inputs["slo"].path if "slo" in plan.inputs else "")
-    if sp is None:
-        raise InputError(
-            "the SLO file recorded in plan.inputs.slo is not found", file=str(plan_path),
-            path="inputs.slo.path", fix="pass --slo SLO.yaml",
-        )  # fmt: skip
-    return Inputs(plan, cl, ms, load_slo(sp), plan_path, cl_path, models_file, sp)
-
-
-def _optimize(inp: Inputs, trace, evals: int):
-    """`planner optimize` on `trace` in-process (the plan's inputs and seed, `evals` evaluations)."""
-    from planner.cli import inputs as cin
-    from planner.optimizer.config import OptimizeConfig
-    from planner.optimizer.scoring import scorer
-    from planner.optimizer.search import optimize
-
-    ocfg = OptimizeConfig(evals=evals, seed=inp.seed())
-    cin.silence_solver_banner()
-    return ocfg, optimize(inp.cluster, inp.models, inp.slo, trace, ocfg, scorer(trace, inp.slo))
-
-
-def replay_reoptimizer(inp: Inputs, evals: int):
-    """`--reoptimize auto` in a replay: the new points and their perfs."""
-    from planner.optimizer.sim.perfs import perfs_for_point
-
-    def reoptimize(window):
-        _, res = _optimize(inp, window, evals)
-        return res.points, {p.name: perfs_for_point(p, inp.cluster, inp.models) for p in res.points}
-
-    return reoptimize
-
-
-def tick_config(inp: Inputs, policy: Any, *, state_dir: Path, dry_run: bool, timeout_s: float):
+def tick_config(inp: Any, policy: Any, *, state_dir: Path, dry_run: bool, timeout_s: float):
     """The live tick's settings: apply as `planner apply` does; a suggestion or a
-    re-optimization writes the window next to the state and the new plan next to the plan."""
+    re-optimization (`planner.app.reoptimize.Reoptimizer`, with the plan's calibration)
+    writes the window next to the state and the new plan next to the plan."""
     from planner.adjuster.backends import gpu_capacity
     from planner.adjuster.launch import model_path_resolver
     from planner.adjuster.live import TickConfig
+    from planner.app.reoptimize import Reoptimizer
     from planner.io import sha256_file
     from planner.trace_write import write_trace
 
     window_file = state_dir / "adjust-window.csv"
-    stem = inp.plan_path.name.removesuffix(".yaml").removesuffix(".plan")
-    new_plan = inp.plan_path.with_name(f"{stem}.reoptimized.plan.yaml")
+    reopt = Reoptimizer(inp, policy.reoptimize_evals, window_file=window_file)
     args = [
         "planner", "optimize", "--cluster", str(inp.cluster_path), "--models",
         str(inp.models_path), "--slo", str(inp.slo_path), "--workload", str(window_file),
-        "-o", str(new_plan), "--seed", str(inp.seed()), "--evals", str(policy.reoptimize_evals),
+        "-o", str(reopt.new_plan), "--seed", str(inp.seed()), "--evals", str(policy.reoptimize_evals),
+        *(("--profiles", str(inp.profiles_path)) if inp.profiles_path else ()),
     ]  # fmt: skip
-
-    def reoptimize(recent, now_s: float, plan) -> tuple[None, dict[str, Any]]:
-        write_trace(recent, window_file)
-        reoptimized_plan(inp, recent, policy.reoptimize_evals, new_plan, window_file)
-        return None, {"new_plan": str(new_plan)}
-
     return TickConfig(
-        policy=policy, slo=inp.slo, perfs=inp.perfs(), plan_sha=sha256_file(inp.plan_path),
+        policy=policy, slo=inp.slo, perfs=inp.all_perfs(), plan_sha=sha256_file(inp.plan_path),
         dry_run=dry_run, apply_timeout_s=timeout_s,
         model_path_resolver=model_path_resolver(inp.models, inp.models_path.parent),
         gpu_capacity_gib=gpu_capacity(inp.cluster), suggest_command=shlex.join(args),
-        on_suggest=lambda win: write_trace(win, window_file), reoptimize=reoptimize,
+        on_suggest=lambda win: write_trace(win, window_file), reoptimize=reopt.live,
     )  # fmt: skip
-
-
-def reoptimized_plan(inp: Inputs, trace, evals: int, out: Path, workload_file: Path) -> Path:
-    """Optimize again on `trace` (same inputs and seed, `evals` evaluations); write atomically."""
-    from planner.cli import inputs as cin
-    from planner.optimizer.evaluation import knobs_to_dict
-    from planner.optimizer.workload.characterize import summarize
-    from planner.planfile import write_plan
-    from planner.schemas.plan import Plan
-
-    ocfg, result = _optimize(inp, trace, evals)
-    new = Plan(
-        inputs=cin.provenance(
-            cluster=inp.cluster_path,
-            models=inp.models_path,
-            slo=inp.slo_path,
-            workload=workload_file,
-            base=out.parent,
-        ),
-        workload_summary=summarize(trace),
-        search={
-            "seed": inp.seed(),
-            "evals": ocfg.evals,
-            "solver": ocfg.solver,
-            "reoptimized_from": str(inp.plan_path),
-            "knobs": {n: knobs_to_dict(k) for n, k in result.knobs.items()},
-        },
-        selected=result.selected,
-        points=result.points,
-        hops=result.hops,
-    )
-    write_plan(out, new, inp.cluster)
-    return out
 
 
 def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:

@@ -28,61 +28,18 @@ StateDirOpt = Annotated[
 ]
 
 
-def _input_path(plan_file: Path, recorded: str) -> Path | None:
-    """A path recorded in plan.inputs: relative to the plan's folder (as `optimize` stores
-    it), else as given (plans written before paths were stored that way)."""
-    if not recorded:
-        return None
-    p = Path(recorded).expanduser()
-    for cand in (plan_file.parent / p, p):
-        if cand.is_file():
-            return cand
-    return None
-
-
 def load_plan_inputs(
     plan_path: Path,
     cluster_path: Path | None,
     models_path: Path | None,
     point: str | None = None,
 ):
-    """Plan, cluster, models and the models file, the plan checked against them (exit 2).
+    """Plan, cluster, models and the models file, the plan checked against them (exit 2):
+    `planner.app.inputs.resolve`, the one resolver of a plan's inputs."""
+    from planner.app.inputs import resolve
 
-    The one loader of every command that acts on a plan: the plan check
-    (`planner.optimizer.invariants.check_plan`) runs here, before any side effect. `point`,
-    when given, must name a point of the plan.
-    """
-    from planner.errors import InputError
-    from planner.optimizer.invariants import check_plan
-    from planner.schemas import load_cluster, load_models, load_plan
-
-    plan_path = Path(plan_path)
-    plan = load_plan(plan_path)
-    if point is not None and point not in [p.name for p in plan.points]:
-        raise InputError(
-            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
-            fix=f"use one of {[p.name for p in plan.points]}",
-        )  # fmt: skip
-    cp = cluster_path or _input_path(
-        plan_path, plan.inputs.get("cluster").path if "cluster" in plan.inputs else ""
-    )
-    mp = models_path or _input_path(
-        plan_path, plan.inputs.get("models").path if "models" in plan.inputs else ""
-    )
-    if mp is None:
-        raise InputError(
-            "the models file recorded in plan.inputs.models is not found", file=str(plan_path),
-            path="inputs.models.path", fix="pass --models MODELS.yaml",
-        )  # fmt: skip
-    if cp is None:
-        raise InputError(
-            "the cluster file recorded in plan.inputs.cluster is not found", file=str(plan_path),
-            path="inputs.cluster.path", fix="pass --cluster CLUSTER.yaml",
-        )  # fmt: skip
-    models = load_models(mp)
-    cluster = load_cluster(cp)
-    check_plan(plan, cluster, models, file=str(plan_path))
-    return plan, cluster, models, mp
+    r = resolve(plan_path, cluster=cluster_path, models=models_path, point=point)
+    return r.plan, r.cluster, r.models, r.models_path
 
 
 def placed(

@@ -28,16 +28,17 @@ def evaluate_points(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(name -> SimResult, point name -> CapacityReport) for the chosen plan points and
     baseline; `lru-matched` runs each point's `lru@` twin right after it."""
+    from planner.app.inputs import resolve
+    from planner.cli.common import err_console
     from planner.cli.inputs import calibration, input_path, quiet_c_stdout
     from planner.optimizer import baselines, scoring
     from planner.optimizer.capacity import capacity_report, point_capacity_rps
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
-    from planner.optimizer.invariants import check_plan
     from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
-    from planner.schemas import load_cluster, load_models, load_plan, load_slo
+    from planner.schemas import load_cluster, load_models, load_slo
     from planner.trace import read_trace
 
     if baseline == "lru-matched" and plan_path is None:
@@ -58,24 +59,24 @@ def evaluate_points(
             path="--baseline",
             fix=f"use one of {list(BASELINE_NAMES)}",
         )
-    plan = load_plan(plan_path) if plan_path is not None else None
-    cluster = load_cluster(input_path(cluster_path, plan, plan_path, "cluster"))
-    models = load_models(input_path(models_path, plan, plan_path, "models"))
-    slo = load_slo(input_path(slo_path, plan, plan_path, "slo"))
-    if (
-        profiles is None
-        and plan is not None
-        and plan.inputs.get("profiles")
-        and plan.inputs["profiles"].path
-    ):
-        cand = Path(plan.inputs["profiles"].path)
-        profiles = cand if cand.exists() else None
-    calib = calibration(profiles) or {}
+    plan = None
+    if plan_path is not None:  # the one resolver: the plan's inputs and calibration, checked
+        r = resolve(
+            plan_path, cluster=cluster_path, models=models_path, slo=slo_path,
+            profiles=profiles, need_slo=True,
+        )  # fmt: skip
+        plan, cluster, models, slo, calib = r.plan, r.cluster, r.models, r.slo, r.calib
+        for w in r.warnings:
+            err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    else:
+        cluster = load_cluster(input_path(cluster_path, None, None, "cluster"))
+        models = load_models(input_path(models_path, None, None, "models"))
+        slo = load_slo(input_path(slo_path, None, None, "slo"))
+        calib = calibration(profiles) or {}
     trace = read_trace(workload, models.names)
 
     todo: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = []
     if plan is not None:
-        check_plan(plan, cluster, models, file=str(plan_path))
         if all_points:
             pts = plan.points
         else:

@@ -35,16 +35,14 @@ def explain_cmd(
     """For each model of a point as the file places it: what binds, what its tier costs, what else would fit."""
     from dataclasses import asdict
 
+    from planner.app.inputs import resolve
     from planner.cli import inputs as inp
-    from planner.cli.apply import _input_path, load_plan_inputs
     from planner.optimizer.demand import model_demand
     from planner.optimizer.explain import demand_from_summary, explain
 
-    plan, cl, ms, _ = load_plan_inputs(plan_path, cluster, models, point)
+    r = resolve(plan_path, cluster=cluster, models=models, point=point)
+    plan, cl, ms, sl = r.plan, r.cluster, r.models, r.slo
     pt = plan.point(point)
-    slo_ref = plan.inputs.get("slo")
-    slo_path = _input_path(plan_path, slo_ref.path) if slo_ref else None
-    sl = inp.slo(slo_path) if slo_path else None
     if workload is not None:
         demand = model_demand(inp.workload(workload, ms, int(plan.search.get("seed", 0))))
     else:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from planner.app.plans import provenance as provenance  # the commands use it from here
 from planner.errors import InputError
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.cluster import Cluster
@@ -102,23 +103,17 @@ def _deep_merge(base: dict, over: dict) -> dict:
 
 
 def calibration(profiles: Path | None) -> dict[str, Any] | None:
-    """GPU type -> Calib fitted in the profiles under `profiles` (a folder or a file)."""
+    """GPU type -> Calib fitted in the profiles under `profiles` (a folder or a file); its
+    warnings printed (`planner.app.inputs.calibration`)."""
     if profiles is None:
         return None
-    if not profiles.exists():
-        raise InputError(
-            "no such profile folder or file",
-            file=str(profiles),
-            fix="pass the folder `planner profile` wrote",
-        )
+    from planner.app.inputs import calibration as load
     from planner.cli.common import err_console
-    from planner.optimizer.perf import calib_from_profile
-    from planner.profiler.store import load_profiles, warnings_here
 
-    found = load_profiles([profiles])
-    for w in warnings_here(found):
+    calib, warnings = load(profiles)
+    for w in warnings:
         err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    return {p.gpu_type: calib_from_profile(p) for p in found}
+    return calib
 
 
 def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) -> Path:
@@ -138,37 +133,6 @@ def input_path(given: Path | None, plan: Any, plan_path: Path | None, key: str) 
     if not p.is_absolute() and plan_path is not None and (plan_path.parent / p).exists():
         return plan_path.parent / p
     return p
-
-
-def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]:
-    """{name: {path, sha256}} for each input given (a folder hashes its YAML files).
-
-    `base`: the folder of the plan file being written: paths are stored relative to it
-    (absolute when no relative path exists), so the plan finds its inputs from any folder.
-    """
-    import hashlib
-
-    from planner.io import sha256_file
-    from planner.schemas.plan import InputRef
-
-    out: dict[str, Any] = {}
-    for name, p in paths.items():
-        if p is None:
-            continue
-        stored = str(p)
-        if base is not None:
-            try:
-                stored = os.path.relpath(p.resolve(), Path(base).resolve())
-            except ValueError:  # another drive (Windows): keep it absolute
-                stored = str(p.resolve())
-        if p.is_dir():
-            h = hashlib.sha256()
-            for f in sorted(p.glob("*.yaml")):
-                h.update(f.name.encode() + b"\0" + sha256_file(f).encode())
-            out[name] = InputRef(path=stored, sha256=h.hexdigest())
-        else:
-            out[name] = InputRef(path=stored, sha256=sha256_file(p))
-    return out
 
 
 def scorer(trace, sl: Slo):

@@ -91,9 +91,7 @@ def optimize_cmd(
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
     from planner.cli import inputs as inp
     from planner.forkmap import default_workers, fork_map
-    from planner.optimizer.evaluation import knobs_to_dict
     from planner.optimizer.search import optimize
-    from planner.optimizer.workload.characterize import summarize
     from planner.planfile import write_plan
     from planner.schemas import check_pins
 
@@ -149,42 +147,14 @@ def optimize_cmd(
                 cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map
             )
 
-    from planner.schemas.plan import Plan
+    from planner.app.plans import plan_from_result
 
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
-    overload = (
-        ["demand beyond what the cluster can serve:", *result.capacity.lines()]
-        if result.capacity is not None and result.capacity.overloaded
-        else []
-    )
-    plan = Plan(
-        inputs=inp.provenance(  # relative to the plan: `apply` finds them from any folder
-            base=out.parent,
-            cluster=cluster,
-            models=models,
-            slo=slo,
-            workload=workload,
-            profiles=profiles,
-        ),
-        workload_summary=summarize(trace),
-        search={
-            "seed": seed,
-            "evals": evals,
-            "solver": cfg.solver,
-            "feasible_evals": sum(e.feasible for e in result.evaluations),
-            "max_tp": cfg.max_tp,
-            "max_replicas": cfg.max_replicas,
-            "knobs": {n: knobs_to_dict(k) for n, k in result.knobs.items()},
-            "validate_days": result.validate_days,
-            "fit_requests": result.fit_requests,
-            "held_requests": result.held_requests,
-        },
-        selected=result.selected,
-        points=result.points,
-        notes=[*result.notes, *overload],
-        capacity=result.capacity.rows if overload else [],
-        hops=result.hops,
-    )
+    refs = inp.provenance(  # relative to the plan: `apply` finds them from any folder
+        base=out.parent, cluster=cluster, models=models, slo=slo, workload=workload,
+        profiles=profiles,
+    )  # fmt: skip
+    plan = plan_from_result(result, cfg, inputs=refs, trace=trace, seed=seed)
     write_plan(out, plan, cl)
 
     base_metrics = result.baselines

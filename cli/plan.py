@@ -99,10 +99,13 @@ def _load(plan_path: Path):
 
 def _recorded(plan: Any, plan_path: Path, kind: str) -> Path | None:
     """An input recorded in plan.inputs, found as `planner apply` finds it."""
-    from planner.cli.apply import _input_path
+    from planner.app.inputs import recorded_path
+    from planner.errors import InputError
 
-    ref = plan.inputs.get(kind)
-    return _input_path(plan_path, ref.path) if ref is not None else None
+    try:
+        return recorded_path(plan_path, plan, kind)
+    except InputError:  # `plan show` reads the plan alone when its inputs moved
+        return None
 
 
 def _capacities(plan: Any, plan_path: Path) -> dict[tuple[str, int], float]:

@@ -41,20 +41,9 @@ def _validate_workload(path: Path, model_names: list[str] | None) -> dict[str, A
 
 def _recorded(plan: Any, plan_path: Path, key: str) -> Path | None:
     """The input file a plan records under `key`; None when it records none."""
-    from planner.cli.apply import _input_path
+    from planner.app.inputs import recorded_path
 
-    ref = plan.inputs.get(key)
-    if ref is None or not ref.path:
-        return None
-    found = _input_path(plan_path, ref.path)
-    if found is None:
-        raise InputError(
-            f"the {key} file the plan records ({ref.path}) is not found",
-            file=str(plan_path),
-            path=f"inputs.{key}.path",
-            fix=f"pass --{key} FILE",
-        )
-    return found
+    return recorded_path(plan_path, plan, key)
 
 
 def _check_plan(plan: Any, path: Path, cluster: Any, models: Any) -> dict[str, Any]:

@@ -105,8 +105,9 @@ def _perf(
 
 
 def _fits(perf: InstancePerf, entry: ModelEntry) -> bool:
-    """The KV cache holds at least one full-context request."""
-    return perf.max_kv_tokens >= min(entry.max_context, 8192)
+    """vLLM would start it: the KV cache holds one sequence of `max_context` tokens (the
+    engine's max_model_len; `InstancePerf.fits`, the rule of `invariants` too)."""
+    return perf.fits and perf.max_model_len == entry.max_context
 
 
 def _instance(
@@ -213,7 +214,8 @@ def lru(cluster: Cluster, models: Models) -> Baseline:
                     full = _perf(entry, v.quantization, s, kv_gib=None)
                     if not _fits(full, entry):
                         continue
-                    kv_gib = LRU_KV_TOKENS * full.kv_bytes_per_token / tp / GIB  # per GPU
+                    kv_tokens = max(LRU_KV_TOKENS, entry.max_context)  # at least one sequence
+                    kv_gib = kv_tokens * full.kv_bytes_per_token / tp / GIB  # per GPU
                     kv_gib = min(kv_gib, full.kv_gib_per_gpu)
                     perf = _perf(entry, v.quantization, s, kv_gib=kv_gib)
                     share = sum(

@@ -204,6 +204,8 @@ def enumerate_candidates(
                             kv_tokens * kv_per_tok_gib,
                             calib,
                         )
+                        if not perf.fits:
+                            continue  # the same rule as `invariants` and the baselines
                         out.append(
                             Candidate(
                                 model=m.name,

@@ -3,7 +3,8 @@
 `check_plan` is the one plan check: `planner validate PLAN` runs it, and so does every
 command that reads a plan, before any side effect. Per instance: its node, GPUs, model and
 variant exist; `gpus` lists `tp` distinct devices; TP divides the heads; `max_model_len` is
-within the model's `max_context`; the engine's memory budget (`gpu_memory_utilization` x
+within the model's `max_context`; the KV cache holds one `max_model_len` sequence (vLLM
+refuses to start otherwise); the engine's memory budget (`gpu_memory_utilization` x
 device memory) holds what the instance needs. Per point: every model of the models file is
 served. Per GPU, the memory invariant of docs/plan-format.md: the awake memory of the `gpu`-tier
 instances + the largest awake `host`/`disk` instance + the CUDA contexts the other sleepers
@@ -30,6 +31,7 @@ from planner.schemas.plan import Instance, Plan, Point
 
 _GIB_TOL = 0.01  # recorded memory is rounded to 3 decimals, utilizations up to 1%, GiB
 _UTIL_TOL = 1e-6  # share of a device
+_KV_ROUND_GIB = 0.0005  # the plan rounds memory_gib.kv to 3 decimals: at most this below, GiB
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,40 @@ def _instance_problems(
             )
         )
     return out
+
+
+def kv_tokens(inst: Instance, cluster: Cluster, models: Models) -> int:
+    """Tokens the instance's KV cache holds (its recorded `memory_gib.kv`, read back from the
+    3 decimals the plan keeps)."""
+    rec = inst.model_copy(
+        update={
+            "memory_gib": inst.memory_gib.model_copy(
+                update={"kv": inst.memory_gib.kv + _KV_ROUND_GIB}
+            )
+        }
+    )
+    return perf_for_instance(rec, cluster, models).max_kv_tokens
+
+
+def _startable_problems(
+    inst: Instance, where: str, cluster: Cluster, models: Models
+) -> list[Problem]:
+    """vLLM refuses to start an engine whose KV cache cannot hold one `max_model_len` sequence
+    (the rule the optimizer's candidates and the baselines follow: `InstancePerf.fits`)."""
+    mml = inst.engine.max_model_len
+    tokens = kv_tokens(inst, cluster, models)
+    if tokens >= mml:
+        return []
+    return [
+        Problem(
+            f"{where}.memory_gib.kv",
+            f"instance {inst.id!r}: its KV cache ({inst.memory_gib.kv:.3f} GiB per GPU) holds "
+            f"{tokens} tokens, less than one max_model_len sequence ({mml}); vLLM would not "
+            "start it",
+            f"lower engine.max_model_len to at most {tokens}, give it more KV memory, or "
+            "re-run `planner optimize`",
+        )
+    ]
 
 
 @dataclass
@@ -294,6 +330,8 @@ def plan_problems(plan: Plan, cluster: Cluster, models: Models) -> list[Problem]
             gpus, ram = gpu_usage(point, cluster, models)
             engines, shares = _budget_problems(point, where, gpus)
             mine += engines + _memory_problems(where, cluster, gpus, ram) + shares
+            for ii, inst in enumerate(point.instances):
+                mine += _startable_problems(inst, f"{where}.instances[{ii}]", cluster, models)
         out += mine
     return out
 
@@ -332,4 +370,12 @@ def memory_violations(
     ]
 
 
-__all__ = ["GpuUsage", "Problem", "check_plan", "gpu_usage", "memory_violations", "plan_problems"]
+__all__ = [
+    "GpuUsage",
+    "Problem",
+    "check_plan",
+    "gpu_usage",
+    "kv_tokens",
+    "memory_violations",
+    "plan_problems",
+]

@@ -16,7 +16,9 @@
    instances at the same memory. Where no point is, it keeps those no twin dominates.
 4. Baselines on the fitted days: a point one dominates (attainment, switch P95, warm GiB)
    is dropped, and each baseline no point dominates is added as a `from-<baseline>` point,
-   so the set is at least as good as anything the tool itself knows.
+   so the set is at least as good as anything the tool itself knows; but only where no
+   written point dominates it on the days points are chosen on either (attainment
+   differences under `ATTAINMENT_TIE` counting as none: `_real_choices`).
 5. Names, the selected point (the one that holds the SLO best over every day of the trace),
    the capacity table, and the hop between every pair of points.
 """
@@ -129,6 +131,37 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
     if top is not None and vals[top] not in seen:
         out.append(pool[top])
     return out
+
+
+def _tie_beats(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """`a` dominates `b` at the simulator's resolution: attainment differences under
+    `ATTAINMENT_TIE` count as none (a few requests of the days points are chosen on), switch
+    P95, warm GiB and quality cost as computed."""
+    keys = ("switch_p95_s", "warm_gpu_gib", "quality_cost")
+    x = [a.get(k, 0.0) for k in keys]
+    y = [b.get(k, 0.0) for k in keys]
+    no_worse = all(p <= q for p, q in zip(x, y, strict=True))
+    no_worse = no_worse and a["slo_attainment"] >= b["slo_attainment"] - ATTAINMENT_TIE
+    better = any(p < q for p, q in zip(x, y, strict=True))
+    return no_worse and (better or a["slo_attainment"] > b["slo_attainment"] + ATTAINMENT_TIE)
+
+
+def _real_choices(
+    front: list[Evaluation], extra: list[Evaluation], S: Searcher
+) -> list[Evaluation]:
+    """The baseline-built points no written point dominates (issue 30 item 5) on the days
+    points are chosen on (`chosen`) as well as on the fitted ones, ties at the simulator's
+    resolution (`_tie_beats`); among themselves the one that holds the SLO best, then the
+    leanest, is judged first."""
+    kept: list[Evaluation] = []
+    order = sorted(extra, key=lambda e: (-e.chosen["slo_attainment"], _warm(e), e.index))
+    for e in order:
+        if any(_tie_beats(o.chosen, e.chosen) or dominates(o.metrics, e.metrics) for o in front):
+            continue
+        if any(_tie_beats(o.chosen, e.chosen) for o in kept):
+            continue
+        kept.append(e)
+    return sorted(kept, key=lambda e: e.index)
 
 
 def _pool(
@@ -289,6 +322,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         ev = _from_baseline(S, name, built[name], base_res[name], len(evals))
         evals.append(ev)
         extra.append(ev)
+    extra = _real_choices(front, extra, S)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen["slo_attainment"], -e.index))]
 

@@ -1,8 +1,8 @@
 """What the gateway tracks of the point's instances: status, load, admission.
 
-Admission: an awake instance takes at most `limit` requests at once (its `max_num_seqs`
-times `GatewayConfig.admit_factor`: the engine's batch full plus a short queue inside the
-engine). Beyond that, requests wait in the gateway, first come first served, and a finished
+Admission (`planner.optimizer.admission`, the simulator's bound too): an awake instance
+takes at most `limit` requests at once (its `max_num_seqs` times
+`GatewayConfig.admit_factor`: the engine's batch full plus a short queue inside the engine). Beyond that, requests wait in the gateway, first come first served, and a finished
 request hands its slot straight to the oldest waiter of its model.
 """
 
@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Handle, Status
+from planner.optimizer import admission
 from planner.schemas.plan import Instance, Point
 
 
@@ -130,7 +131,7 @@ class Pool:
             else:
                 inst.spec = spec
                 inst.want_awake = spec.tier == "gpu" or inst.status == "awake"
-            inst.limit = max(1, math.ceil(spec.engine.max_num_seqs * self.admit_factor))
+            inst.limit = admission.instance_limit(spec.engine.max_num_seqs, self.admit_factor)
             self.instances[spec.id] = inst
             self.by_model[spec.model].append(inst)
 

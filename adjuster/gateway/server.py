@@ -44,7 +44,7 @@ from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.waker import Waker
 from planner.errors import InputError
-from planner.optimizer import swap
+from planner.optimizer import admission, swap
 from planner.schemas.plan import Point
 
 _GETS = ("/v1/models", "/health", "/metrics")
@@ -55,8 +55,8 @@ log = logging.getLogger("planner.gateway")
 class GatewayConfig:
     """Knobs of the gateway (defaults suit a small team's cluster)."""
 
-    queue_limit: int = 64  # requests of one model waiting (wake or slot); the next gets 503
-    admit_factor: float = 2.0  # an awake instance takes max_num_seqs x this at once (> 0)
+    queue_limit: int = admission.QUEUE_LIMIT  # of one model waiting (wake or slot); next: 503
+    admit_factor: float = admission.ADMIT_FACTOR  # awake instance: max_num_seqs x this at once
     retries: int = 2  # tries again on another (or restarted) instance, nothing sent yet
     wake_timeout_s: float = 900.0  # longest a wake (start on the CPU build) may take
     drain_timeout_s: float = 60.0  # a co-tenant's in-flight requests finish (or time out)

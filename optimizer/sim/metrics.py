@@ -11,7 +11,9 @@ Conventions:
   docs/file-formats.md; the wake itself is what the switch target bounds), tpot <= tpot_p95_s,
   switch wait <= switch_p95_s. A request for a model that has no instance, or whose prompt
   leaves no room for an output token in its instances' max_model_len (vLLM refuses it), is
-  failed: counted, never met; `refused` counts them by reason. Reported TTFT percentiles
+  failed: counted, never met; `refused` counts them by reason. So is a request the gateway
+  would refuse because its model's awake instances and queue are full (`admission`, reason
+  `refused_queue_full`). Reported TTFT percentiles
   include the switch wait (what users feel).
 - A request a stand-in answered (the model's `substitutes`) waited for no wake: it meets the
   switch target, and its TTFT/TPOT are the stand-in's, held to the requested model's
@@ -26,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.optimizer.admission import REFUSED_QUEUE_FULL
 from planner.schemas.slo import Slo
 
 QUANTILES = (50, 95, 99)
@@ -95,6 +98,7 @@ class SimResult:
     memory_curve: tuple[np.ndarray, np.ndarray]  # (times s, warm GiB from each time)
     instance_models: tuple[int, ...]  # model index of every instance (-1: not in the trace)
     over_context: np.ndarray | None = None  # bool: refused, the prompt exceeds max_model_len
+    queue_full: np.ndarray | None = None  # bool: refused, the model's admission bound reached
     substituted: np.ndarray | None = None  # bool: a stand-in answered
     quality_penalty: np.ndarray | None = None  # its quality penalty (0: the model itself)
 
@@ -109,12 +113,15 @@ class SimResult:
         return int((self.instance < 0).sum())
 
     def refused(self, sel: np.ndarray | None = None) -> dict[str, int]:
-        """Unserved requests by reason (of those in `sel`): over_context, no_instance."""
+        """Unserved requests by reason (of those in `sel`): over_context, refused_queue_full
+        (`admission.REFUSED_QUEUE_FULL`: the gateway would answer 503), no_instance."""
         sel = np.ones(self.requests, dtype=bool) if sel is None else sel
         over = self.over_context if self.over_context is not None else np.zeros_like(sel)
+        full = self.queue_full if self.queue_full is not None else np.zeros_like(sel)
         return {
             "over_context": int((sel & over).sum()),
-            "no_instance": int((sel & ~over & (self.instance < 0)).sum()),
+            REFUSED_QUEUE_FULL: int((sel & full).sum()),
+            "no_instance": int((sel & ~over & ~full & (self.instance < 0)).sum()),
         }
 
     @property

@@ -26,6 +26,7 @@ import numpy as np
 from planner.optimizer import tiering
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim import alone, lonememo
+from planner.optimizer.sim.admit import Admission, over_bound
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
@@ -71,18 +72,41 @@ def simulate(
         raise ValueError(f"policy must be one of {POLICIES}, not {policy!r}")
     engine_cls = _engine_class(compiled)
     names = list(model_names or dict.fromkeys(i.model for i in point.instances))
-    req = to_requests(trace, names)
-    n = len(req)
-    out = Outcome.empty(n)
-    t0 = float(req.arrival_s[0]) if n else 0.0
-    midx = {m: k for k, m in enumerate(req.model_names)}
-
     if sleep_after_idle_s is None:
         sleep_after_idle_s = point.idle_sleep_s
     if gpu_memory_gib is None and policy == "plan":
         gpu_memory_gib = {
             (node, d): gib for node, devs in point.gpu_usable_gib.items() for d, gib in devs.items()
         }
+    req = to_requests(trace, names)
+    args = (point, perfs, trace, req, slo, sleep_after_idle_s, policy, gpu_memory_gib)
+    res = _serve(*args, warm_budget_gib, engine_cls, frozenset())
+    full = over_bound(point, perfs, res)
+    if full:  # the gateway would have refused some: those models again, admission on
+        res = _serve(*args, warm_budget_gib, engine_cls, full)
+    return res
+
+
+def _serve(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    trace: Any,
+    req: Requests,
+    slo: Slo,
+    sleep_after_idle_s: float | None,
+    policy: str,
+    gpu_memory_gib: dict[tuple[str, int], float] | None,
+    warm_budget_gib: float | None,
+    engine_cls: type,
+    force_routed: frozenset[int],
+) -> SimResult:
+    """One run of `simulate`; the models in `force_routed` take the router's path (the one
+    that admits request by request) even where the fast paths would serve them."""
+    n = len(req)
+    out = Outcome.empty(n)
+    t0 = float(req.arrival_s[0]) if n else 0.0
+    midx = {m: k for k, m in enumerate(req.model_names)}
+
     slots: list[Slot] = []
     by_model: dict[int, list[int]] = {}
     missing = [i.id for i in point.instances if i.id not in perfs]
@@ -160,6 +184,7 @@ def simulate(
         s0 = slots[cands[0]]
         by_itself = (
             len(cands) == 1
+            and m not in force_routed
             and m not in routed_models
             and (
                 s0.tier == "gpu"
@@ -188,6 +213,7 @@ def simulate(
         if (
             engine_cls is not Engine
             and m not in routed_models
+            and m not in force_routed
             and all(slots[i].tier == "gpu" for i in cands)
         ):
             from planner.optimizer.sim.replicas import run_replicas  # compiled path: numba
@@ -200,8 +226,11 @@ def simulate(
             )
         routed.append(idx)
 
+    queue_full = np.zeros(n, dtype=bool)  # refused: the model's admission bound was reached
     if routed:
-        _run_routed(np.sort(np.concatenate(routed)), req, out, slots, router, local, lone, perfs)
+        admit = Admission(slots, by_model, perfs, queue_full)
+        order = np.sort(np.concatenate(routed))
+        _run_routed(order, req, out, slots, router, local, lone, perfs, admit)
 
     for s in slots:
         s.engine.drain()
@@ -209,7 +238,7 @@ def simulate(
     end_s = max(float(done.max()) if len(done) else t0, float(req.arrival_s[-1]) if n else t0)
     router.settle_until(end_s)
     timeline.close(end_s)
-    return _result(point, req, out, slots, timeline, t0, end_s, slo, over)
+    return _result(point, req, out, slots, timeline, t0, end_s, slo, over, queue_full)
 
 
 def _substitutes(
@@ -278,8 +307,9 @@ def _run_routed(
     local: np.ndarray,
     lone: dict[int, tuple[list[float], ...]],
     perfs: dict[str, InstancePerf],
+    admit: Admission,
 ) -> None:
-    """Requests of routed models, one by one in arrival order."""
+    """Requests of routed models, one by one in arrival order; refused ones stay unserved."""
     arrival = req.arrival_s[order].tolist()
     model = req.model[order].tolist()
     inp = req.input_tokens[order].tolist()
@@ -292,8 +322,12 @@ def _run_routed(
     inst_of = out.instance
     hits = out.cache_hit
     route = router.route
+    full, refused = admit.full, admit.refused
     for q, rid in enumerate(rids):
         t = arrival[q]
+        if full(model[q], t):
+            refused[rid] = True
+            continue
         i, t_in, penalty = route(model[q], t)
         s = slots[i]
         t_in += s.engine_delay_s
@@ -339,6 +373,7 @@ def _result(
     end_s: float,
     slo: Slo,
     over_context: np.ndarray,
+    queue_full: np.ndarray,
 ) -> SimResult:
     a = req.arrival_s
     ttft = out.first_token_s - a
@@ -391,6 +426,7 @@ def _result(
         memory_curve=curve,
         instance_models=tuple(s.model for s in slots),
         over_context=over_context,
+        queue_full=queue_full,
         substituted=out.substituted,
         quality_penalty=out.quality_penalty,
     )

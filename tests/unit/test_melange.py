@@ -40,9 +40,12 @@ def test_every_model_is_deployed_and_bf16_kept_where_there_is_room(edge6):
     assert set(by_model) == set(ms.names), b.point.notes
     assert by_model["coder-32b"].tp == 2
     # bf16 everywhere would take 9 GPUs of 7: the fewest models are downgraded (here the
-    # 14B, which needs two GPUs in bf16 and one in AWQ); the 8B ones stay in bf16.
+    # 14B, which needs two GPUs in bf16 and one in AWQ); the 8B ones stay in bf16 except the
+    # summarizer, whose 65,536-token context does not fit beside bf16 weights on 24 GiB (vLLM
+    # would not start it: issue 30 item 1).
     assert by_model["reviewer-14b"].variant == "awq"
-    assert {by_model[m].variant for m in ("planner-8b", "summarizer-8b", "tools-7b")} == {"bf16"}
+    assert {by_model[m].variant for m in ("planner-8b", "tools-7b")} == {"bf16"}
+    assert by_model["summarizer-8b"].variant == "awq"
     used = [(i.node, g) for i in b.point.instances for g in i.gpus]
     assert len(used) == len(set(used)) == 7  # one GPU set each, no sharing
     assert all(i.tier == "gpu" for i in b.point.instances)

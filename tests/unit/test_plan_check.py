@@ -112,6 +112,12 @@ def _context_too_long(points):
     _inst(points, 0, "planner-7b-0")["engine"]["max_model_len"] = 10_000_000
 
 
+def _kv_below_one_sequence(points):
+    """Issue 30 item 1: 0.05 GiB of KV holds ~900 tokens of planner-7b, max_model_len 16384:
+    vLLM refuses to start the engine, whatever the GPU's memory."""
+    _inst(points, 0, "planner-7b-0")["memory_gib"]["kv"] = 0.05
+
+
 def _escaping_id(points):
     _inst(points, 0, "planner-7b-0")["id"] = "../../escaped-probe"
 
@@ -133,6 +139,12 @@ CASES = [
         _context_too_long,
         "points[0].instances[0].engine.max_model_len",
         "exceeds max_context 16384",
+    ),
+    (
+        "kv below one sequence",
+        _kv_below_one_sequence,
+        "points[0].instances[0].memory_gib.kv",
+        "less than one max_model_len sequence",
     ),
     ("escaping id", _escaping_id, "points[0].instances[0].id", "not a safe name"),
     ("unknown node", _unknown_node, "points[0].instances[0].node", "did you mean 'n1'"),
@@ -230,6 +242,6 @@ def test_a_request_over_the_context_is_refused_by_reason(tmp_path, capsys):
     code, out, err = _run(["evaluate", _plan(tmp_path), "--workload", t, "--json"], capsys)
     assert code == 0, err
     m = json.loads(out)["points"]["fast-switch"]
-    assert m["refused"] == {"over_context": 2, "no_instance": 0}
+    assert m["refused"] == {"over_context": 2, "refused_queue_full": 0, "no_instance": 0}
     assert m["per_model"]["planner-7b"]["refused"]["over_context"] == 1
     assert m["slo_attainment"] <= 0.5  # a refused request never meets its SLO

@@ -1,0 +1,48 @@
+"""The one queue model: how many requests of a model the gateway admits, and the simulator
+with it (issue 30 item 4).
+
+An awake instance takes at most `instance_limit` requests at once (its `max_num_seqs` times
+`ADMIT_FACTOR`: the engine's batch full plus a short queue inside the engine). Beyond that,
+at most `QUEUE_LIMIT` requests of the model wait in the gateway (for a slot or a wake); the
+next one is refused (503 with Retry-After), a miss by reason `REFUSED_QUEUE_FULL`. While no
+instance of the model is awake, only the queue holds its requests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+ADMIT_FACTOR = 2.0  # an awake instance takes max_num_seqs x this at once (> 0)
+QUEUE_LIMIT = 64  # requests of one model waiting in the gateway (wake or slot)
+REFUSED_QUEUE_FULL = "refused_queue_full"  # the reason a refused request is counted under
+
+
+def instance_limit(max_num_seqs: int, admit_factor: float = ADMIT_FACTOR) -> int:
+    """Requests one awake instance takes at once."""
+    return max(1, math.ceil(max_num_seqs * admit_factor))
+
+
+def model_bound(awake_limits: Iterable[int], queue_limit: int = QUEUE_LIMIT) -> int:
+    """Requests of one model the gateway holds at once: its awake instances' limits + queue."""
+    return sum(awake_limits) + queue_limit
+
+
+def in_system(arrival_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
+    """For each request (arrival order), how many earlier ones are still unfinished when it
+    arrives (the admission count it meets)."""
+    ends = np.sort(finish_s)
+    earlier = np.arange(len(arrival_s))
+    return earlier - np.searchsorted(ends, arrival_s, side="right")
+
+
+__all__ = [
+    "ADMIT_FACTOR",
+    "QUEUE_LIMIT",
+    "REFUSED_QUEUE_FULL",
+    "in_system",
+    "instance_limit",
+    "model_bound",
+]

@@ -1,0 +1,52 @@
+"""The gateway's admission bound in the simulator (`planner.optimizer.admission`): the
+router's path refuses a request that finds its model's awake instances and queue full; the
+fast paths (an instance alone with its model) are checked after the run and, where the bound
+was reached, served again through the router."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.optimizer import admission
+from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.sim.metrics import SimResult
+from planner.schemas.plan import Point
+
+
+class Admission:
+    """The gateway's admission bound on the router's path (`planner.optimizer.admission`):
+    a request that finds its model's awake instances and queue full is refused."""
+
+    def __init__(self, slots, by_model, perfs, refused: np.ndarray) -> None:
+        self.slots, self.by_model, self.refused = slots, by_model, refused
+        self.limit = [admission.instance_limit(perfs[s.id].max_num_seqs) for s in slots]
+
+    def full(self, model: int, t: float) -> bool:
+        """Whether a request of `model` arriving at `t` is refused."""
+        cands = [self.slots[i] for i in self.by_model.get(model, ())]
+        if not cands:
+            return False
+        held = sum(c.engine.outstanding(t) for c in cands)
+        awake = (self.limit[c.index] for c in cands if c.awake and c.ready_s <= t)
+        return held >= admission.model_bound(awake)
+
+
+def over_bound(point: Point, perfs: dict[str, InstancePerf], res: SimResult) -> frozenset[int]:
+    """Models (indexes) whose requests in flight reached the admission bound of all their
+    instances awake (`admission.model_bound`): only the router's path can refuse them."""
+    limits: dict[str, list[int]] = {}
+    for ins in point.instances:
+        limits.setdefault(ins.model, []).append(
+            admission.instance_limit(perfs[ins.id].max_num_seqs)
+        )
+    out = set()
+    finish = res.arrival_s + res.e2e_s
+    for m, name in enumerate(res.model_names):
+        sel = (res.model == m) & np.isfinite(finish)
+        if name not in limits or not sel.any():
+            continue
+        if admission.in_system(res.arrival_s[sel], finish[sel]).max() >= admission.model_bound(
+            limits[name]
+        ):
+            out.add(m)
+    return frozenset(out)

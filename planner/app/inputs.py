@@ -1,0 +1,128 @@
+"""One resolver for a plan's recorded inputs, used by apply, evaluate, explain, gateway and
+adjust: each input is the flag when given, else the path the plan records (relative to the
+plan's folder, as `optimize` stores it, else as written); a recorded input that cannot be
+found is an error naming the field and the flag, never silently dropped. The plan is checked
+against the cluster and models (`invariants.check_plan`) before any command acts on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.errors import InputError
+
+
+def recorded_path(plan_path: Path, plan: Any, key: str) -> Path | None:
+    """The file or folder `plan.inputs[key]` names; None when the plan records none."""
+    ref = plan.inputs.get(key)
+    if ref is None or not ref.path:
+        return None
+    p = Path(ref.path).expanduser()
+    for cand in (plan_path.parent / p, p):
+        if cand.exists():
+            return cand
+    raise InputError(
+        f"the {key} the plan records ({ref.path}) is not found",
+        file=str(plan_path),
+        path=f"inputs.{key}.path",
+        fix=f"pass --{key} {'FOLDER' if key == 'profiles' else 'FILE'}",
+    )
+
+
+def calibration(profiles: Path | None) -> tuple[dict[str, Any], list[str]]:
+    """(GPU type -> Calib fitted in the profiles under `profiles`, warnings about them)."""
+    if profiles is None:
+        return {}, []
+    if not profiles.exists():
+        raise InputError(
+            "no such profile folder or file",
+            file=str(profiles),
+            fix="pass the folder `planner profile` wrote",
+        )
+    from planner.optimizer.perf import calib_from_profile
+    from planner.profiler.store import load_profiles, warnings_here
+
+    found = load_profiles([profiles])
+    return {p.gpu_type: calib_from_profile(p) for p in found}, list(warnings_here(found))
+
+
+@dataclass
+class PlanInputs:
+    """A plan and the inputs it was optimized on, checked against each other."""
+
+    plan: Any
+    plan_path: Path
+    cluster: Any
+    cluster_path: Path
+    models: Any
+    models_path: Path
+    slo: Any = None  # None where the command needs none and the plan records none
+    slo_path: Path | None = None
+    profiles_path: Path | None = None
+    calib: dict[str, Any] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
+    warnings: list[str] = field(default_factory=list)
+
+    def perfs(self, point: Any) -> dict[str, Any]:
+        """Instance id -> InstancePerf of one point, with the plan's calibration."""
+        from planner.optimizer.sim.perfs import perfs_for_point
+
+        return perfs_for_point(point, self.cluster, self.models, self.calib)
+
+    def all_perfs(self) -> dict[str, dict[str, Any]]:
+        """Point name -> instance id -> InstancePerf, for every point of the plan."""
+        return {p.name: self.perfs(p) for p in self.plan.points}
+
+    def seed(self) -> int:
+        return int(self.plan.search.get("seed", 0))
+
+
+def resolve(
+    plan_path: Path,
+    *,
+    cluster: Path | None = None,
+    models: Path | None = None,
+    slo: Path | None = None,
+    profiles: Path | None = None,
+    point: str | None = None,
+    need_slo: bool = False,
+) -> PlanInputs:
+    """The plan at `plan_path` and its inputs (flags first, then what the plan records)."""
+    from planner.optimizer.invariants import check_plan
+    from planner.schemas import load_cluster, load_models, load_plan, load_slo
+
+    plan_path = Path(plan_path)
+    plan = load_plan(plan_path)
+    names = [p.name for p in plan.points]
+    if point is not None and point not in names:
+        raise InputError(
+            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
+            fix=f"use one of {names}",
+        )  # fmt: skip
+    paths: dict[str, Path | None] = {}
+    for key, given in (("models", models), ("cluster", cluster), ("slo", slo)):
+        paths[key] = given or recorded_path(plan_path, plan, key)
+    for key in ("models", "cluster", *(("slo",) if need_slo else ())):
+        if paths[key] is None:
+            raise InputError(
+                f"the plan records no {key} file", file=str(plan_path), path=f"inputs.{key}",
+                fix=f"pass --{key} {key.upper()}.yaml",
+            )  # fmt: skip
+    ms = load_models(paths["models"])
+    cl = load_cluster(paths["cluster"])
+    check_plan(plan, cl, ms, file=str(plan_path))
+    sl = None
+    if paths["slo"] is not None:
+        from planner.schemas import check_slo_models
+
+        sl = load_slo(paths["slo"])
+        check_slo_models(sl, ms, str(paths["slo"]))
+    prof = profiles or recorded_path(plan_path, plan, "profiles")
+    calib, warnings = calibration(prof)
+    return PlanInputs(
+        plan, plan_path, cl, paths["cluster"], ms, paths["models"], sl, paths["slo"], prof,
+        calib, warnings,
+    )  # fmt: skip
+
+
+__all__ = ["PlanInputs", "calibration", "recorded_path", "resolve"]

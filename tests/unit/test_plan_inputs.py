@@ -1,0 +1,57 @@
+"""One resolver of a plan's recorded inputs (issue 30 item 7): every plan-reading command
+finds the cluster, models, SLO and calibration the same way, refuses a recorded profile
+folder it cannot find (evaluate used to drop it silently, adjust never read it), and adjust
+scores with the plan's calibration."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+from test_plan_check import SMALL, _plan, _run
+
+from planner.optimizer.perf import default_calib
+
+
+def _with_profiles(tmp_path, folder: str) -> object:
+    plan = _plan(tmp_path)
+    doc = yaml.safe_load(plan.read_text())
+    doc["inputs"]["profiles"] = {"path": folder, "sha256": "0" * 64}
+    plan.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return plan
+
+
+def test_a_recorded_calibration_that_is_missing_stops_every_command(tmp_path, capsys):
+    plan, state = _with_profiles(tmp_path, str(tmp_path / "gone")), tmp_path / "state"
+    trace = tmp_path / "t.csv"
+    trace.write_text("timestamp,model,input_tokens,output_tokens\n0,planner-7b,100,10\n")
+    for argv in (
+        ["evaluate", plan, "--workload", trace],
+        ["adjust", "--plan", plan, "--state-dir", state, "--once", "--dry-run"],
+        ["adjust", "--plan", plan, "--replay", trace],
+    ):
+        code, _, err = _run(argv, capsys)
+        assert code == 2, (argv[0], err)
+        assert "inputs.profiles.path" in err and "--profiles" in err, (argv[0], err)
+    assert not state.exists()
+
+
+def test_adjust_scores_with_the_plans_calibration(tmp_path, monkeypatch):
+    """The perfs the adjuster scores points with are the calibrated ones."""
+    from planner.app import inputs as app_inputs
+    from planner.cli import adjust_inputs
+
+    slow = dataclasses.replace(
+        default_calib("ada"), prefill_overhead_s=0.5, bandwidth_efficiency=0.1
+    )
+    monkeypatch.setattr(app_inputs, "calibration", lambda p: ({"L40S": slow} if p else {}, []))
+    plan = _with_profiles(tmp_path, str(SMALL))  # any folder that exists
+    inp = adjust_inputs.load(plan, None, None, None)
+    cfg = adjust_inputs.policy_config("1h", "suggest", None, None, None, [])
+    tick = adjust_inputs.tick_config(inp, cfg, state_dir=tmp_path, dry_run=True, timeout_s=1)
+    plain = adjust_inputs.load(_plan(tmp_path, name="plain.yaml"), None, None, None)
+    name = inp.plan.points[0].name
+    on_l40s = next(i.id for i in inp.plan.points[0].instances if i.node == "n0")
+    got, spec = tick.perfs[name][on_l40s], plain.all_perfs()[name][on_l40s]
+    assert got.prefill_overhead_s == 0.5 != spec.prefill_overhead_s  # calibrated, not spec
+    assert "--profiles" in tick.suggest_command
