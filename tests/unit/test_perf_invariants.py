@@ -80,7 +80,9 @@ def test_moe_decode_reads_the_experts_a_batch_touches(model, batch):
     a, sm = resolve_arch_name(model), _perf(model, "bf16", "H200-SXM", tp=8).step
     touched = sm.experts_touched(batch)
     assert sm.experts_touched(1) == a.num_experts_per_tok
-    assert touched <= min(a.num_experts, batch * a.num_experts_per_tok) + 1e-9
+    most = min(a.num_experts, batch * a.num_experts_per_tok)  # every token routed apart
+    # random routing touches at least 1 - 1/e of that: E (1 - (1 - k/E)^b) >= E (1 - e^(-bk/E))
+    assert (1 - 1 / 2.718281828) * most - 1e-9 <= touched <= most + 1e-9
     assert touched >= sm.experts_touched(max(1, batch // 2)) - 1e-9
     # one decode step of the batch (no KV) reads the dense weights and those experts
     t = sm.time_s(batch, 0.0, 0.0) - sm.fixed_s(batch) - sm.comm_latency_s
