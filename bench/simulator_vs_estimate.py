@@ -1,12 +1,13 @@
 """The estimate's closed loop vs the simulator replaying the same closed loop (issue 31, item 3).
 
 What TTFT and TPOT at a concurrency mean (`planner estimate`, `closed_loop`): N clients send
-fixed-length requests back to back (each sends its next request when its last one ends), in
-the steady state, the clients out of step with each other. Here the simulator replays that
-loop: the clients start spread over one request's duration, each next arrival is the end of
-the client's previous request (found by iterating the simulation to a fixed point), and the
-means drop the first rounds. Both use the same InstancePerf (vLLM's defaults, the shipped
-calibration). Split: none (no fitting); a grid of models, GPUs and concurrencies.
+fixed-length requests back to back (each sends its next request when its last one ends), all
+starting together, as a serving benchmark runs them: the mean over ROUNDS requests per
+client (`closed_loop(..., rounds=ROUNDS)`; the estimate uses 1 / BURST_SHARE rounds, 6). The
+simulator replays that loop: each client's next arrival is the end of its previous request,
+found by simulating the whole trace again until every round is exact (round r depends only
+on rounds before it: ROUNDS passes). Both use the same InstancePerf (vLLM's defaults, the
+shipped calibration). Split: none (no fitting); a grid of models, GPUs and concurrencies.
 
 Target: median |estimate / simulator - 1| <= 5% for TTFT and for TPOT over the grid.
 
@@ -33,8 +34,7 @@ MODELS = (("Llama-3.1-8B-Instruct", "bf16"), ("Qwen2.5-Coder-32B-Instruct", "fp8
 GPUS = ("L40S", "A100-80GB-SXM", "H100-SXM", "RTX-4090")
 CLIENTS = (1, 4, 16, 64)
 INPUT, OUTPUT = 1024, 256  # tokens
-ROUNDS, WARMUP = 8, 3  # requests per client; the first WARMUP rounds are not scored
-ITERATIONS = 6  # fixed-point passes of the closed loop
+ROUNDS = 6  # requests per client: 1 / BURST_SHARE, as `planner estimate` weighs them
 
 
 def _point(model: str):
@@ -50,10 +50,10 @@ def replay(perf, model: str, clients: int) -> tuple[float, float]:
     """(mean TTFT s, mean TPOT s) of the simulator replaying `clients` closed-loop clients."""
     point, slo = _point(model), parse({"kind": "slo", "default": {}}, "slo")
     first = closed_loop(perf, INPUT, OUTPUT, clients)
-    hold = first.ttft_s + (OUTPUT - 1) * first.tpot_s  # s, a guess refined below
-    start = np.arange(clients) * hold / clients  # spread over one request's duration
+    hold = first.ttft_s + (OUTPUT - 1) * first.tpot_s  # s, a first guess
+    start = np.zeros(clients)  # every client sends its first request at once
     arrive = start[:, None] + np.arange(ROUNDS)[None, :] * hold  # (client, round), s
-    for _ in range(ITERATIONS):
+    for _ in range(ROUNDS):  # pass r makes round r exact
         order = np.argsort(arrive, axis=None, kind="stable")
         n = clients * ROUNDS
         trace = {
@@ -71,7 +71,7 @@ def replay(perf, model: str, clients: int) -> tuple[float, float]:
         arrive = np.concatenate(
             [start[:, None], (arrive + e2e)[:, :-1]], axis=1
         )  # fmt: skip
-    return float(ttft[:, WARMUP:].mean()), float(tpot[:, WARMUP:].mean())
+    return float(ttft.mean()), float(tpot.mean())
 
 
 def main() -> int:
@@ -90,7 +90,7 @@ def main() -> int:
                 print(f"{model:28} {g:14}  does not fit on one GPU: skipped")
                 continue
             for c in CLIENTS:
-                est = closed_loop(perf, INPUT, OUTPUT, c)
+                est = closed_loop(perf, INPUT, OUTPUT, c, rounds=ROUNDS)
                 sim_ttft, sim_tpot = replay(perf, model, c)
                 et, ep = est.ttft_s / sim_ttft - 1, est.tpot_s / sim_tpot - 1
                 errs_ttft.append(abs(et))
