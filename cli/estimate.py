@@ -144,6 +144,8 @@ def estimate_row(
         "ttft_s": fin(ttft),
         "tpot_s": fin(tpot),
         "output_tokens_per_s": round(tps, 3),
+        # which kernel layer gave the linear layers' rate: measured, interpolated, roofline
+        "source": perf.step.kernel_source,
         "cold_start_s": round(perf.cold_start_s, 3),
         "wake_host_s": round(perf.wake_host_s, 3),
         "wake_disk_s": round(perf.wake_disk_s, 3),
@@ -207,6 +209,7 @@ def _print_human(r: dict[str, Any]) -> None:
     )
     t.add_row("TPOT", show(r["tpot_s"], ".4f") + " s")
     t.add_row("output tokens/s", f"{r['output_tokens_per_s']:.1f}")
+    t.add_row("linear layers' rate from", r["source"])
     t.add_row("cold start", f"{r['cold_start_s']:.1f} s")
     t.add_row("wake from host RAM", f"{r['wake_host_s']:.2f} s")
     t.add_row("wake from disk", f"{r['wake_disk_s']:.1f} s")

@@ -10,6 +10,7 @@ import typer
 
 from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
 from planner.cli.profile_engine import NodeOpt, OutOpt, engine_cmd, progress
+from planner.cli.profile_import import import_cmd
 from planner.errors import InputError
 
 profile_app = typer.Typer(
@@ -159,6 +160,7 @@ def merge_cmd(
 
 
 profile_app.command("engine")(engine_cmd)  # cli/profile_engine.py
+profile_app.command("import")(import_cmd)  # cli/profile_import.py
 
 
 @profile_app.command("calibrate")

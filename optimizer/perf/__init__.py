@@ -144,6 +144,7 @@ def _instance_perf(
         interconnect=interconnect,
         # vLLM's max_cudagraph_capture_size: min(2 max_num_seqs, 512, max_num_batched_tokens)
         graph_max_tokens=min(2 * max_num_seqs, 512, chunk_tokens),
+        ref_batch_tokens=chunk_tokens,
     )
     loads = load_times(weights_bytes(arch, quantization), w_res, gpu, cal, disk_read_gbps)
     return InstancePerf(

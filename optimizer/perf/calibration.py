@@ -99,11 +99,16 @@ def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
     return tuple(out)
 
 
+def is_imported(run: EngineRun) -> bool:
+    """A run `planner profile import` added: a serving benchmark (calib_loop fits those)."""
+    return bool(run.notes) and run.notes[0].startswith("imported:")
+
+
 def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
-    """Every usable prefill and decode point of the profile's successful runs."""
+    """Every usable prefill and decode point of the profile's successful, profiled runs."""
     pts: list[FitPoint] = []
     for run in profile.engine:
-        if run.status != "ok" or run.arch is None:
+        if run.status != "ok" or run.arch is None or is_imported(run):
             continue
         sm = unit_step_model(run, gpu, base)
         chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
@@ -116,6 +121,9 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
             pts.append(
                 FitPoint("decode", d.tpot_s.median, (step_terms(sm, d.concurrency, kv, kv),))
             )
+            if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
+                steps = prefill_steps(sm, d.prompt_tokens, chunk)
+                pts.append(FitPoint("prefill", d.ttft_s.median, steps))
     return [p for p in pts if p.y_s > 0]
 
 
@@ -267,7 +275,32 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     )
     pts = fit_points(profile, gpu, base)
     prior = "microbenchmark" if out.source == "microbenchmarks" else "default"
-    if len(pts) >= 2:
+    out.runs = [
+        f"{r.model} tp{r.tp} {r.quantization or 'bf16'}: {len(r.decode) + len(r.prefill)} points"
+        + (f" ({r.notes[0]})" if r.notes and r.notes[0].startswith("imported") else "")
+        for r in ok
+        if r.arch is not None and (r.decode or r.prefill)
+    ]
+    from planner.optimizer.perf.calib_loop import fit_loop, loop_points
+
+    loop = loop_points(profile)
+    if loop:  # serving runs: the closed loop, with the engine points alike
+        start = replace(base, compute_efficiency=ce0, bandwidth_efficiency=be0)
+        theta, rel = fit_loop(loop, pts, gpu, start)
+        out.compute_efficiency = theta["compute_efficiency"]
+        out.bandwidth_efficiency = theta["bandwidth_efficiency"]
+        out.attn_efficiency = _clip(
+            theta["compute_efficiency"] * base.attn_efficiency / base.compute_efficiency
+        )
+        out.step_overhead_s = theta["step_overhead_s"]
+        out.prefill_overhead_s = theta["prefill_overhead_s"]
+        out.residual_rel = float(np.median(rel))
+        out.points = len(pts) + 2 * len(loop)
+        out.source = (
+            f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
+            f"points) with {prior} priors"
+        )
+    elif len(pts) >= 2:
         ce, be, o, po, rel = fit_engine(pts, ce0, be0)
         drop = outliers(rel)
         if drop:  # refit without the points the host disturbed

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch, param_counts
-from planner.optimizer.perf.calib import Calib
+from planner.optimizer.perf.calib import Calib, default_calib
+from planner.optimizer.perf.kernels import Source, gemm_s, worst_source
 from planner.optimizer.perf.memory import (
     EXPERT_ONLY_QUANTS,
     W4A16_QUANTS,
@@ -124,6 +125,85 @@ def linear_flops_per_token(arch: ModelArch, tp: int) -> tuple[float, float]:
     return 2.0 * dense / tp, 2.0 * routed / tp  # multiply + add
 
 
+def dense_gemm_shapes(arch: ModelArch, tp: int) -> list[tuple[int, int, int]] | None:
+    """(n out, k in, count) of each non-expert GEMM of a step on one GPU, all layers; their
+    2 n k count add up to `linear_flops_per_token`'s non-expert FLOPs. None for MLA (its
+    low-rank projections are not split the way the tables measure)."""
+    if arch.is_mla:
+        return None
+    h, hd, layers = arch.hidden_size, arch.head_dim, arch.num_layers
+    q, kv = arch.num_attention_heads * hd, arch.num_kv_heads * hd  # widths
+    shapes = [((q + 2 * kv) // tp, h, layers), (h, q // tp, layers)]  # QKV, output projection
+    dense_layers = arch.first_dense_layers if arch.is_moe else layers
+    for width, count in (
+        (arch.intermediate_size, dense_layers),
+        (arch.moe_intermediate_size * arch.num_shared_experts, arch.num_moe_layers),
+    ):
+        if width and count:
+            shapes += [(2 * width // tp, h, count), (h, width // tp, count)]  # gate-up, down
+    return shapes
+
+
+def gemm_kind(arch: ModelArch, quantization: str, gpu: GpuSpec) -> str | None:
+    """The measured GEMM table a non-expert linear layer in `quantization` runs as: bf16 for
+    16-bit weights, fp8 per tensor where the GPU multiplies in fp8 (block-scaled for MoE
+    checkpoints, as `act_quant_s`); fp8 without fp8 tensor cores dequantizes to 16 bits and
+    multiplies at the bf16 rate (`gemm_peak_and_efficiency`); None: no table covers that
+    format (the 4-bit ones)."""
+    if quantization in ("bf16", "fp16"):
+        return "bf16"
+    if quantization == "fp8":
+        if not gpu.fp8_tflops:
+            return "bf16"
+        return "fp8_block" if arch.is_moe else "fp8"
+    return None
+
+
+def dense_compute_s_per_token(
+    arch: ModelArch, quantization: str, gpu: GpuSpec, tp: int, calib: Calib, ref_tokens: int
+) -> tuple[float, Source]:
+    """(s per new token, source) of the non-expert GEMMs where compute binds: each GEMM's
+    measured time at `ref_tokens` tokens (a full prefill chunk) over those tokens, less the
+    kernel floor `step_fixed_s` already charges; the roofline at the calibrated efficiency
+    where no table answers (optimizer/perf/kernels.py). Where no table answers, or the table
+    gives a time faster than the peak, the roofline bounds it."""
+    from planner.catalog.kernel_tables import gemm_table
+
+    flops_dense, _ = linear_flops_per_token(arch, tp)
+    roofline = flops_dense / gemm_flops(gpu, calib, quantization), "roofline"
+    kind, shapes = gemm_kind(arch, quantization, gpu), dense_gemm_shapes(arch, tp)
+    table = gemm_table(gpu.name, kind) if kind and shapes else None
+    if table is None or not shapes:
+        return roofline
+    # vLLM 0.14's fp8 GEMMs (per tensor, block-scaled) measure up to 1.7x the bf16 time of a
+    # shape at m = 8192 (aiconfigurator's H100 and L40S tables): a kernel choice of that
+    # build, not the hardware (2x the bf16 rate); an fp8 GEMM is taken as no slower than bf16.
+    bf16 = gemm_table(gpu.name, "bf16") if kind in ("fp8", "fp8_block") else None
+    peak, _ = gemm_peak_and_efficiency(gpu, calib, quantization)
+    bpp = bytes_per_param(quantization)  # weight bytes per parameter
+    bw = gpu.memory_bandwidth_gbps * GB  # bytes/s
+
+    def roof_s(m: float, n: float, k: float) -> float:
+        return max(2.0 * m * n * k / peak, (n * k * bpp + m * (n + k) * 2.0) / bw)
+
+    floor = calib.kernel_latency_s * clock_scale(gpu, calib)  # s, charged per kernel already
+    # a profile's fitted efficiency (this team's GPUs) scales the tables' times by its ratio to
+    # the generation's default: the tables give the shape's dependence, the profile the level
+    eff = gemm_peak_and_efficiency(gpu, calib, quantization)[1]
+    slow = gemm_peak_and_efficiency(gpu, default_calib(gpu.arch), quantization)[1] / eff
+    total, sources = 0.0, []
+    for n, k, count in shapes:
+        got = gemm_s(table, ref_tokens, n, k, roof_s)
+        if got is None:
+            return roofline
+        alt = gemm_s(bf16, ref_tokens, n, k, roof_s)
+        if alt is not None and alt[0] < got[0]:
+            got = alt
+        total += count * slow * max(got[0] - floor, 2.0 * ref_tokens * n * k / peak)
+        sources.append(got[1])
+    return total / ref_tokens, worst_source(sources)
+
+
 def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
     """FLOPs of attention for one (new token, context token) pair on one GPU.
 
@@ -232,15 +312,19 @@ def build_step_model(
     cpu_offload_gib: float = 0.0,
     interconnect: str = "pcie",
     graph_max_tokens: int = 512,
+    ref_batch_tokens: int = 8192,
 ) -> StepModel:
     """Coefficients of one engine step on this instance (see StepModel)."""
     bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s achieved
     # a MoE checkpoint in a 4-bit expert format runs its other layers in 16 bits
     q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
     attn_flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
-    flops_dense, flops_routed = linear_flops_per_token(arch, tp)  # FLOP per new token
+    _, flops_routed = linear_flops_per_token(arch, tp)  # routed-expert FLOP per new token
     routed_flops = gemm_flops(gpu, calib, quantization) * calib.moe_compute_efficiency  # FLOP/s
-    compute_s = flops_dense / gemm_flops(gpu, calib, q_dense) + flops_routed / routed_flops
+    dense_s, source = dense_compute_s_per_token(arch, q_dense, gpu, tp, calib, ref_batch_tokens)
+    if arch.is_moe:
+        source = "roofline"  # the grouped expert GEMMs have no table
+    compute_s = dense_s + flops_routed / routed_flops
     fixed_s = step_fixed_s(arch, quantization, gpu, calib)  # s per step
     parts = weight_parts_bytes(arch, quantization, tp)
     # every step reads all non-expert weights; the embedding only when it is the tied lm_head
@@ -268,6 +352,7 @@ def build_step_model(
         comm_latency_s=comm_lat,
         graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,
         eager_s=arch.num_layers * calib.eager_layer_s,
+        kernel_source=source,
     )
 
 

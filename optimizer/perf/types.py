@@ -29,6 +29,8 @@ class StepModel:
     # (its max_cudagraph_capture_size); larger steps launch every kernel from the CPU
     graph_max_tokens: int = 1 << 62  # largest step (new tokens) that runs as a CUDA graph
     eager_s: float = 0.0  # what a step without CUDA graphs adds (kernel launches), s
+    # which kernel layer gave the linear layers' compute rate (optimizer/perf/kernels.py)
+    kernel_source: str = "roofline"  # measured | interpolated | roofline
 
     def experts_touched(self, new_tokens: float) -> float:
         """Expected distinct routed experts a step of `new_tokens` tokens reads per layer."""

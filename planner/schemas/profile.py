@@ -140,6 +140,9 @@ class Calibration(Strict):
     points: int | None = Field(default=None, ge=0, description="engine points the fit used")
     source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")
+    runs: list[str] = Field(
+        default_factory=list, description="the engine runs the fit used, and where they came from"
+    )
 
 
 class Profile(Strict):

@@ -54,16 +54,22 @@ def _synthetic(gpu_name, arch_name, truth, prompts, concs, p=128, o=64):
     return Profile(node="n", gpu_type=gpu_name, engine=[run]), gpu
 
 
-def test_recovers_known_parameters_gpu():
+def _hopper_truth(**extra):
+    """Hopper defaults with known factors; attention at the default ratio to the GEMMs, as
+    the fit assumes."""
     base = default_calib("hopper")
-    truth = replace(
+    return base, replace(
         base,
         compute_efficiency=0.55,
         bandwidth_efficiency=0.72,
         attn_efficiency=0.55 * base.attn_efficiency / base.compute_efficiency,
         step_overhead_s=0.004,
-        prefill_overhead_s=0.015,
+        **extra,
     )
+
+
+def test_recovers_known_parameters_gpu():
+    base, truth = _hopper_truth(prefill_overhead_s=0.015)
     prof, gpu = _synthetic(
         "H100-SXM",
         "Llama-3.1-8B-Instruct",
@@ -98,8 +104,7 @@ def test_overhead_bound_cpu_points_fit_overheads():
 def test_points_the_host_disturbed_are_left_out_of_the_fit():
     """Two decode points read 2x and 3x their truth (a starved HTTP process on a 2-core
     host): the refit without them recovers the truth; with them kept it could not."""
-    base = default_calib("hopper")
-    truth = replace(base, compute_efficiency=0.55, bandwidth_efficiency=0.72, step_overhead_s=0.004)
+    base, truth = _hopper_truth()
     prof, gpu = _synthetic(
         "H100-SXM",
         "Llama-3.1-8B-Instruct",

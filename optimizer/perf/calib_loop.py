@@ -1,0 +1,120 @@
+"""Fit a GPU's factors to closed-loop serving runs (`planner profile import`) and the
+profiler's own engine points alike.
+
+An imported run is a serving benchmark: `concurrency` clients sending fixed-length requests
+back to back, mean TTFT and TPOT measured. The perf model predicts it as `planner estimate`
+does (`instance_perf` with vLLM's defaults, `closed_loop` with 1 / BURST_SHARE rounds); the
+profiler's own points keep their step-level model (`calibration.predict`). Fitted: compute
+and bandwidth efficiency, step and request overhead, by coordinate search on a shrinking
+multiplicative grid, minimising the mean clipped |log ratio| over every measured number.
+
+Pure: numbers in, numbers out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from planner.catalog.gpus import GpuSpec
+from planner.catalog.models import ModelArch
+from planner.optimizer.perf.calib import Calib
+from planner.optimizer.perf.calibration import FitPoint, is_imported, predict
+from planner.schemas.profile import Profile
+
+FITTED = {  # Calib field -> bounds
+    "compute_efficiency": (0.05, 1.5),
+    "bandwidth_efficiency": (0.1, 1.5),
+    "step_overhead_s": (1e-6, 0.05),
+    "prefill_overhead_s": (1e-4, 1.0),
+}
+CLIP = 1.5  # |log ratio| a single point counts for at most
+
+
+@dataclass(frozen=True)
+class LoopPoint:
+    """One measured closed-loop run of one model."""
+
+    arch: ModelArch
+    quantization: str
+    tp: int
+    prompt_tokens: int
+    output_tokens: int
+    clients: int
+    ttft_s: float
+    tpot_s: float
+
+
+def loop_points(profile: Profile) -> list[LoopPoint]:
+    """The closed-loop points of the profile's imported runs (those with an architecture)."""
+    out = []
+    for r in profile.engine:
+        if r.status != "ok" or r.arch is None or not is_imported(r):
+            continue
+        for d in r.decode:
+            if d.ttft_s is None or d.tpot_s.median <= 0 or d.ttft_s.median <= 0:
+                continue
+            out.append(LoopPoint(r.arch, r.quantization or "bf16", r.tp, d.prompt_tokens,
+                                 d.output_tokens, d.concurrency, d.ttft_s.median,
+                                 d.tpot_s.median))  # fmt: skip
+    return out
+
+
+def loop_predict(points: list[LoopPoint], gpu: GpuSpec, cal: Calib) -> np.ndarray:
+    """(TTFT s, TPOT s) of each point under `cal`, shape (n, 2)."""
+    from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+
+    link = "nvlink" if gpu.nvlink_gbps and "SXM" in gpu.name.upper() else "pcie"
+    out = []
+    for p in points:
+        perf = instance_perf(p.arch, p.quantization, gpu, p.tp, interconnect=link, calib=cal)
+        r = closed_loop(perf, p.prompt_tokens, p.output_tokens, p.clients, rounds=1 / BURST_SHARE)
+        out.append((r.ttft_s, r.tpot_s))
+    return np.array(out, dtype=float).reshape(-1, 2)
+
+
+def _loss(pred: np.ndarray, y: np.ndarray) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.abs(np.log(pred / y))
+    return float(np.mean(np.minimum(np.nan_to_num(r, nan=CLIP, posinf=CLIP), CLIP)))
+
+
+def fit_loop(
+    loop: list[LoopPoint], own: list[FitPoint], gpu: GpuSpec, base: Calib, sweeps: int = 4
+) -> tuple[dict[str, float], np.ndarray]:
+    """(fitted Calib fields, each measured number's relative error after the fit): the
+    imported runs' TTFT and TPOT and the profiler's own points together."""
+    y_loop = np.array([(p.ttft_s, p.tpot_s) for p in loop], dtype=float).reshape(-1, 2)
+    y_own = np.array([p.y_s for p in own])
+
+    def evaluate(theta: dict[str, float]) -> tuple[float, np.ndarray]:
+        cal = replace(base, **theta)
+        pred = loop_predict(loop, gpu, cal).ravel()
+        if own:
+            o, po = theta["step_overhead_s"], theta["prefill_overhead_s"]
+            own_pred = predict(
+                own, theta["compute_efficiency"], theta["bandwidth_efficiency"], o, po
+            )
+            pred = np.concatenate([pred, own_pred])
+        y = np.concatenate([y_loop.ravel(), y_own])
+        return _loss(pred, y), np.abs(pred / y - 1)
+
+    theta = {k: min(hi, max(lo, getattr(base, k))) for k, (lo, hi) in FITTED.items()}
+    best, _ = evaluate(theta)
+    step = 0.5
+    for _ in range(sweeps):
+        for k, (lo, hi) in FITTED.items():
+            for mult in (1 + step, 1 / (1 + step), (1 + step) ** 2, 1 / (1 + step) ** 2):
+                cand = {**theta, k: min(hi, max(lo, theta[k] * mult))}
+                v, _ = evaluate(cand)
+                if v < best - 1e-12:
+                    best, theta = v, cand
+        step /= 2
+    _, rel = evaluate(theta)
+    return theta, rel
+
+
+def median_rel(rel: np.ndarray) -> float:
+    return float(np.median(rel)) if len(rel) else math.nan

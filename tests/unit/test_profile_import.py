@@ -1,0 +1,102 @@
+"""`planner profile import` (vLLM bench JSON, the serving-runs CSV) and `profile calibrate`
+fitting the closed loop of imported runs."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+
+import pytest
+import yaml
+
+from planner.catalog.gpus import resolve_gpu
+from planner.catalog.models import resolve_arch_name
+from planner.cli.main import main
+from planner.optimizer.perf import BURST_SHARE, closed_loop, default_calib, instance_perf
+
+MODEL = "Llama-3.1-8B-Instruct"
+
+
+def _run(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out = capsys.readouterr()
+    return e.value.code, out.out, out.err
+
+
+def _vllm_result(path, **over):
+    doc = {
+        "model_id": f"meta-llama/{MODEL}", "max_concurrency": 8, "completed": 100,
+        "total_input_tokens": 102400, "total_output_tokens": 25600,
+        "mean_ttft_ms": 120.0, "mean_tpot_ms": 14.0, "median_ttft_ms": 110.0,
+    }  # fmt: skip
+    doc.update(over)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_import_vllm_bench_json(tmp_path, capsys):
+    f = _vllm_result(tmp_path / "run.json")
+    argv = ["profile", "import", str(f), "--gpu", "h100-sxm", "--node", "n1"]
+    code, _, err = _run([*argv, "--out", str(tmp_path / "p"), "--json"], capsys)
+    assert code == 0, err
+    prof = yaml.safe_load((tmp_path / "p" / "n1-H100-SXM.yaml").read_text())
+    (run,) = prof["engine"]
+    assert run["model"] == MODEL and run["arch"]["num_layers"] == 32
+    (d,) = run["decode"]
+    assert d["concurrency"] == 8 and d["prompt_tokens"] == 1024 and d["output_tokens"] == 256
+    assert d["tpot_s"]["median"] == pytest.approx(0.014)
+    assert d["ttft_s"]["median"] == pytest.approx(0.12)
+    # importing the same file again replaces its run
+    assert _run([*argv, "--out", str(tmp_path / "p")], capsys)[0] == 0
+    assert len(yaml.safe_load((tmp_path / "p" / "n1-H100-SXM.yaml").read_text())["engine"]) == 1
+
+
+def test_import_rejects_an_open_loop_run(tmp_path, capsys):
+    f = _vllm_result(tmp_path / "rate.json", max_concurrency=None)
+    code, _, err = _run(
+        ["profile", "import", str(f), "--gpu", "L40S", "--out", str(tmp_path)], capsys
+    )
+    assert code == 2 and "max_concurrency" in err and "--concurrency" in err
+    assert not list(tmp_path.glob("*.yaml"))  # nothing written
+
+
+def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsys):
+    """Runs the model itself generates with known factors (bandwidth 0.6, request overhead
+    50 ms, step overhead 300 us): importing them and calibrating gives those factors back."""
+    gpu = resolve_gpu("H100-SXM")
+    truth = dataclasses.replace(
+        default_calib("hopper"),
+        bandwidth_efficiency=0.6,
+        prefill_overhead_s=0.05,
+        step_overhead_s=3e-4,
+    )
+    perf = instance_perf(
+        resolve_arch_name(MODEL), "bf16", gpu, 1, interconnect="nvlink", calib=truth
+    )
+    f = tmp_path / "runs.csv"
+    cols = ["model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
+            "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
+    with f.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for isl in (512, 4096):
+            for c in (1, 4, 16, 64):
+                r = closed_loop(perf, isl, 256, c, rounds=1 / BURST_SHARE)
+                w.writerow([f"meta-llama/{MODEL}", "h100_sxm", "bf16", isl, 256, c, 1,
+                            r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
+        w.writerow([f"meta-llama/{MODEL}", "b200_sxm", "bf16", 512, 256, 1, 1, 1.0, 1.0])
+    out = tmp_path / "p"
+    code, _, err = _run(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
+                         "--out", str(out)], capsys)  # fmt: skip
+    assert code == 0, err
+    code, text, err = _run(["profile", "calibrate", str(out), "--json"], capsys)
+    assert code == 0, err
+    (res,) = json.loads(text)
+    cal = res["calibration"]
+    assert cal["bandwidth_efficiency"] == pytest.approx(0.6, rel=0.1)
+    assert cal["prefill_overhead_s"] == pytest.approx(0.05, rel=0.15)
+    assert cal["residual_rel"] < 0.03
+    assert cal["source"].startswith("closed-loop fit (8 imported")
+    assert any("runs.csv" in r for r in cal["runs"])  # the calibration names its runs
