@@ -7,8 +7,15 @@ from typing import Any
 
 from aiohttp import web
 
-from planner.adjuster.gateway.waker import Unavailable
 from planner.keys import key_id
+
+
+class Unavailable(Exception):
+    """No instance can take the request now; becomes a 503 with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 def identity(headers: Any, secret: bytes) -> tuple[str, str]:

@@ -47,7 +47,7 @@ import aiohttp
 import yarl
 from aiohttp import web
 
-from planner.adjuster.gateway.answers import error, unavailable
+from planner.adjuster.gateway.answers import Unavailable, error, unavailable
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.pool import Inst, load
 from planner.adjuster.gateway.sse import SseUsage, rename_model, tokens, usage_in
@@ -58,7 +58,6 @@ from planner.adjuster.gateway.stream import (
     event_stream,
     send,
 )
-from planner.adjuster.gateway.waker import Unavailable
 from planner.optimizer import tiering
 
 if TYPE_CHECKING:

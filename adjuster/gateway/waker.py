@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import aiohttp
 
 from planner.adjuster.backends.base import Handle
+from planner.adjuster.gateway.answers import Unavailable
 from planner.adjuster.gateway.pool import Inst, failed, load
 from planner.adjuster.reconcile import spec_sha
 from planner.errors import ApplyError, DrainedError
@@ -45,14 +46,6 @@ WAKE_CHECK_PROMPT = "The capital of France is"
 
 def _woke_s(inst: Inst) -> float:
     return inst.woke_s
-
-
-class Unavailable(Exception):
-    """No instance can take the request now; becomes a 503 with Retry-After."""
-
-    def __init__(self, message: str, retry_after_s: float):
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
 
 
 class Waker:

@@ -21,7 +21,7 @@ import numpy as np
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.optimizer.perf.calib import Calib
-from planner.optimizer.perf.calibration import FitPoint, is_imported, predict
+from planner.optimizer.perf.fitpoints import FitPoint, is_imported, predict
 from planner.schemas.profile import Profile
 
 FITTED = {  # Calib field -> bounds

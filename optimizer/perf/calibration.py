@@ -23,16 +23,18 @@ disturbed) are left out of a second fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
-from planner.engines.base import get_engine
 from planner.optimizer.perf.calib import Calib
-from planner.optimizer.perf.latency import build_step_model
-from planner.optimizer.perf.types import StepModel
-from planner.schemas.profile import Calibration, EngineRun, Profile
+from planner.optimizer.perf.fitpoints import (
+    FitPoint,
+    fit_points,
+    predict,
+)
+from planner.schemas.profile import Calibration, Profile
 
 # Bounds of the efficiency search (the schema allows (0, 2]).
 EFF_MIN, EFF_MAX = 1e-4, 2.0
@@ -41,101 +43,6 @@ PRIOR_WEIGHT = 1e-4  # a prior's squared log-ratio vs one point's squared rel. e
 # OUTLIER_X x the median is left out of the refit (a measurement the host disturbed, e.g. a
 # 2-core machine whose HTTP process starved: decode x4/x8 read 2-3x their neighbours).
 OUTLIER_REL, OUTLIER_X = 0.25, 3.0
-
-
-@dataclass(frozen=True)
-class StepTerms:
-    """One engine step at unit efficiencies and zero overhead: seconds per resource."""
-
-    mem_s: float  # bytes read / peak bandwidth
-    lin_s: float  # linear-layer FLOPs / peak GEMM rate
-    attn_s: float  # attention FLOPs / peak rate
-    comm_s: float  # TP all-reduce time (efficiency of the link is not fitted here)
-    floor_s: float = 0.0  # the kernels' minimum time (not fitted here)
-
-
-@dataclass(frozen=True)
-class FitPoint:
-    """A measured latency and the steps the model says it is made of."""
-
-    kind: str  # prefill | decode
-    y_s: float  # measured, s
-    steps: tuple[StepTerms, ...]
-
-
-def unit_step_model(run: EngineRun, gpu: GpuSpec, base: Calib) -> StepModel:
-    """The run's step model with efficiencies 1 (attention at the default ratio) and no overhead."""
-    unit = replace(
-        base,
-        compute_efficiency=1.0,
-        bandwidth_efficiency=1.0,
-        attn_efficiency=base.attn_efficiency / base.compute_efficiency,
-        step_overhead_s=0.0,
-    )
-    assert run.arch is not None
-    return build_step_model(run.arch, run.quantization or "bf16", gpu, run.tp, unit)
-
-
-def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float) -> StepTerms:
-    """Split one step of the unit model into its memory, linear, attention and comm parts."""
-    mem = (
-        sm.dense_weight_read_s
-        + sm.expert_read_s * sm.experts_touched(new_tokens)
-        + sm.kv_read_s_per_token * kv_tokens
-    )
-    comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
-    lin, attn = sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs
-    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens))
-
-
-def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
-    """The chunks of an n-token prefill (as `latency.prefill_s` splits it)."""
-    out = []
-    done = 0
-    while done < n:
-        c = min(chunk, n - done)
-        out.append(step_terms(sm, c, done + c, c * done + c * (c + 1) / 2.0))
-        done += c
-    return tuple(out)
-
-
-def is_imported(run: EngineRun) -> bool:
-    """A run `planner profile import` added: a serving benchmark (calib_loop fits those)."""
-    return bool(run.notes) and run.notes[0].startswith("imported:")
-
-
-def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
-    """Every usable prefill and decode point of the profile's successful, profiled runs."""
-    pts: list[FitPoint] = []
-    for run in profile.engine:
-        if run.status != "ok" or run.arch is None or is_imported(run):
-            continue
-        sm = unit_step_model(run, gpu, base)
-        chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
-        for p in run.prefill:
-            pts.append(
-                FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))
-            )
-        for d in run.decode:
-            kv = d.concurrency * (d.prompt_tokens + d.output_tokens / 2.0)
-            pts.append(
-                FitPoint("decode", d.tpot_s.median, (step_terms(sm, d.concurrency, kv, kv),))
-            )
-            if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
-                steps = prefill_steps(sm, d.prompt_tokens, chunk)
-                pts.append(FitPoint("prefill", d.ttft_s.median, steps))
-    return [p for p in pts if p.y_s > 0]
-
-
-def predict(points: list[FitPoint], ce: float, be: float, o: float, po: float) -> np.ndarray:
-    """Model latency of each point, s."""
-    out = []
-    for p in points:
-        t = sum(
-            o + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps
-        )
-        out.append(t + (po if p.kind == "prefill" else 0.0))
-    return np.array(out)
 
 
 def _overheads(points: list[FitPoint], g: np.ndarray, y: np.ndarray) -> tuple[float, float]:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from planner.catalog.kernel_tables import GemmTable
 
 Source = Literal["measured", "interpolated", "roofline"]
 SOURCE_RANK: dict[str, int] = {"measured": 0, "interpolated": 1, "roofline": 2}
@@ -27,25 +28,6 @@ def worst_source(sources: Sequence[str]) -> Source:
     if not sources:
         return "roofline"
     return max(sources, key=SOURCE_RANK.__getitem__)  # type: ignore[return-value]
-
-
-@dataclass(frozen=True, eq=False)
-class GemmTable:
-    """Measured times of one GEMM kind on one GPU: `log_us[i, j, l]` is log(µs) of m[i]
-    tokens x k[l] in by k[l] x n[j] out; NaN where that shape was not measured."""
-
-    m: tuple[int, ...]
-    n: tuple[int, ...]
-    k: tuple[int, ...]
-    log_us: np.ndarray
-
-    @staticmethod
-    def from_lists(m: list, n: list, k: list, us: list) -> GemmTable:
-        arr = np.array(
-            [[[np.nan if v is None else v for v in row] for row in plane] for plane in us],
-            dtype=float,
-        )
-        return GemmTable(tuple(m), tuple(n), tuple(k), np.log(arr))
 
 
 def _bracket(grid: tuple[int, ...], x: float) -> tuple[int, int, float]:

@@ -9,10 +9,30 @@ block-scaled fp8 of MoE checkpoints). Read once, on the first lookup.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from planner.optimizer.perf.kernels import GemmTable
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class GemmTable:
+    """Measured times of one GEMM kind on one GPU: `log_us[i, j, l]` is log(µs) of m[i]
+    tokens x k[l] in by k[l] x n[j] out; NaN where that shape was not measured."""
+
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    log_us: np.ndarray
+
+    @staticmethod
+    def from_lists(m: list, n: list, k: list, us: list) -> GemmTable:
+        arr = np.array(
+            [[[np.nan if v is None else v for v in row] for row in plane] for plane in us],
+            dtype=float,
+        )
+        return GemmTable(tuple(m), tuple(n), tuple(k), np.log(arr))
 
 
 @lru_cache(maxsize=1)

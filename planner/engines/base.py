@@ -9,11 +9,10 @@ Adding an engine is one module that defines an object of this protocol, plus its
 
 from __future__ import annotations
 
-import importlib
 from enum import Enum
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from planner.engines.kinds import DEFAULT_KIND, ENGINE_MODULES
+from planner.engines.kinds import DEFAULT_KIND, ENGINE_MODULES, load_engine
 
 if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
@@ -118,4 +117,4 @@ def get_engine(kind: str = DEFAULT_KIND) -> Engine:
     """The engine of `kind` (ValueError naming the known kinds if there is none)."""
     if kind not in ENGINE_MODULES:
         raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(ENGINE_MODULES)}")
-    return importlib.import_module(ENGINE_MODULES[kind]).ENGINE
+    return load_engine(kind)

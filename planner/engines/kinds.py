@@ -14,6 +14,13 @@ ENGINE_MODULES: dict[str, str] = {
 }
 
 
+def load_engine(kind: str):  # -> planner.engines.base.Engine (not named: no import cycle)
+    """The `ENGINE` of a known kind's module (get_engine checks the kind first)."""
+    import importlib
+
+    return importlib.import_module(ENGINE_MODULES[kind]).ENGINE
+
+
 def engine_kinds() -> tuple[str, ...]:
     """The kinds a plan may name."""
     return tuple(ENGINE_MODULES)

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
-from planner.engines.kinds import DEFAULT_KIND, engine_kinds
+from planner.engines.kinds import DEFAULT_KIND, engine_kinds, load_engine
 from planner.schemas.common import SafeName, Strict, duplicates
 from planner.schemas.models import Substitute
 
@@ -67,12 +67,10 @@ class EngineArgs(Strict):
     @field_validator("extra_args")
     @classmethod
     def _no_managed_flags(cls, v: list[str], info: ValidationInfo) -> list[str]:
-        from planner.engines.base import get_engine
-
         kind = info.data.get("kind")
         if kind not in engine_kinds():
             return v  # the unknown kind is the error to report
-        hit = get_engine(kind).managed_flag(v)  # the one list, beside the argv it guards
+        hit = load_engine(kind).managed_flag(v)  # the one list, beside the argv it guards
         if hit is not None:
             arg, owner = hit
             raise ValueError(

@@ -21,7 +21,7 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     # the gateway's parts each receive the whole Gateway
     frozenset(
         f"planner.adjuster.gateway.{m}"
-        for m in ("answers", "health", "proxy", "server", "tiers", "waker")
+        for m in ("health", "proxy", "server", "tiers", "waker")
     ),
     # select/advice read the whole Searcher
     frozenset({"planner.optimizer.advice", "planner.optimizer.search", "planner.optimizer.select"}),

@@ -13,6 +13,7 @@ FOLDERS = {
     "cli": "planner.cli",
     "profiler": "planner.profiler",
     "optimizer": "planner.optimizer",
+    "app": "planner.app",
     "adjuster": "planner.adjuster",
     "plans/examples": "planner.examples",
 }
