@@ -23,7 +23,8 @@ def recorded_path(plan_path: Path, plan: Any, key: str) -> Path | None:
         if cand.exists():
             return cand
     raise InputError(
-        f"the {key} the plan records ({ref.path}) is not found",
+        f"the {key} {'folder' if key == 'profiles' else 'file'} the plan records ({ref.path})"
+        " is not found",
         file=str(plan_path),
         path=f"inputs.{key}.path",
         fix=f"pass --{key} {'FOLDER' if key == 'profiles' else 'FILE'}",

@@ -228,7 +228,10 @@ class RayBackend:
     @staticmethod
     def _raise(out: dict) -> dict:
         if out.get("error") == "launch" and out["reason"] == "port_in_use":
-            raise PortHeldError(out["message"], reason="port_in_use", fix=out.get("fix"))
+            raise PortHeldError(
+                out["message"], reason="port_in_use", log_tail=out.get("log_tail", ""),
+                fix=out.get("fix"),
+            )  # fmt: skip
         if out.get("error") == "launch":
             raise LaunchError(out["message"], reason=out["reason"], log_tail=out.get("log_tail", ""), fix=out.get("fix"))  # fmt: skip
         if out.get("error"):

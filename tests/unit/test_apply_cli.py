@@ -135,8 +135,8 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
         )
         assert "--node local" in err
     assert not state.exists()  # refused before any side effect
-    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
-    assert code == 0 and json.loads(out)["instances"] == []
+    code, out, err = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    assert code == 2 and str(state) in err  # nothing applied: status names the missing dir
     args = ["apply", plan, "--state-dir", str(state), "--dry-run", "--json", "--node", "local"]
     code, out, err = _run(args, capsys)
     assert code == 0, err

@@ -81,17 +81,29 @@ def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
     assert code == 2 and "--previous" in err
 
 
-def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders():
+def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_path):
     import json
     import re
 
     import yaml
 
-    from planner.adjuster.gateway.metrics import Metrics
+    from types import SimpleNamespace
 
+    from planner.adjuster.gateway.auth import Auth
+    from planner.adjuster.gateway.guard import Guard
+    from planner.adjuster.gateway.metrics import Metrics
+    from planner.adjuster.gateway.requestlog import RequestLog
+    from planner.adjuster.gateway.server import Gateway
+
+    # what /metrics serves: the per-model families, the unlabelled totals, the key counters
+    parts = SimpleNamespace(
+        log=RequestLog(tmp_path / "r.sqlite"), guard=Guard(8, 60.0), metrics=Metrics()
+    )
     text = Metrics().render(lambda: {"planner_gateway_awake_instances": ("", {}),
                                      "planner_gateway_outstanding_requests": ("", {}),
-                                     "planner_gateway_queued_requests": ("", {})})  # fmt: skip
+                                     "planner_gateway_queued_requests": ("", {})},
+                            Gateway._totals(parts))  # fmt: skip
+    text += Auth(b"s").render_metrics()
     rendered = set(re.findall(r"# TYPE (planner_gateway_\w+)", text))
     docs = ROOT / "docs"
     dash = json.loads((docs / "grafana-planner.json").read_text())
