@@ -20,8 +20,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 KNOWN_CYCLES: list[frozenset[str]] = [
     # the gateway's parts each receive the whole Gateway
     frozenset(
-        f"planner.adjuster.gateway.{m}"
-        for m in ("health", "proxy", "server", "tiers", "waker")
+        f"planner.adjuster.gateway.{m}" for m in ("health", "proxy", "server", "tiers", "waker")
     ),
     # select/advice read the whole Searcher
     frozenset({"planner.optimizer.advice", "planner.optimizer.search", "planner.optimizer.select"}),

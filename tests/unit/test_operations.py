@@ -84,10 +84,9 @@ def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
 def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_path):
     import json
     import re
+    from types import SimpleNamespace
 
     import yaml
-
-    from types import SimpleNamespace
 
     from planner.adjuster.gateway.auth import Auth
     from planner.adjuster.gateway.guard import Guard
