@@ -77,6 +77,10 @@ class LocalBackend:
         """Spawn the server; returns at once. PortHeldError (nothing spawned) when another
         program listens on the instance's port."""
         holder = process.port_holder(inst.port, self.host)
+        if holder is not None and process.is_same_instance(holder, log_path):
+            # a server of this very instance that an interrupted start or restart left behind
+            process.stop_server(holder.sid or holder.pid, 10.0)
+            holder = process.port_holder(inst.port, self.host)
         if holder is not None:
             raise process.port_held_error(holder)
         secret = process.new_secret()

@@ -144,9 +144,14 @@ def port_held_error(holder: PortHolder) -> LaunchError:
     )
 
 
+# Every server carries its log path in its environment: the log is unique to one instance of
+# one state dir, so a listener that has it is provably an earlier server of that instance.
+_MARK = "PLANNER_ENGINE_LOG"
+
+
 def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
     """Spawn the server in its own process group (so stop reaches the engine children)."""
-    full_env = {**os.environ, **env}
+    full_env = {**os.environ, **env, _MARK: str(Path(log_path).resolve())}
     if "CUDA_VISIBLE_DEVICES" not in env:
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
     with open_private_append(log_path) as f:  # engine logs name users' models: 0600
@@ -158,6 +163,18 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> 
             env=full_env,
             start_new_session=True,
         )
+
+
+def is_same_instance(holder: PortHolder, log_path: str | Path) -> bool:
+    """Whether the port's holder is an earlier server of the instance that logs to `log_path`
+    (one this host's planner started and lost track of); False when /proc cannot tell."""
+    if holder.pid is None:
+        return False
+    try:
+        env = Path(f"/proc/{holder.pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{_MARK}={Path(log_path).resolve()}".encode() in env
 
 
 def pid_alive(pid: int) -> bool:

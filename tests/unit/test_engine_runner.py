@@ -91,3 +91,34 @@ def test_pid_checks() -> None:
     assert not process.pid_is_server(
         os.getpid(), 1, VLLM.process_marker
     )  # pytest is no vllm server
+
+
+def test_a_listener_left_by_the_same_instance_is_recognised(tmp_path):
+    """A server that an interrupted start left on the port is the same instance when it logs to
+    the same file (apply replaces it); a listener with another log is foreign (PortHeldError)."""
+    import socket
+    import sys
+    import time
+
+    from planner.engines import process
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path / "a0.log"
+    code = (
+        "import socket, time; s = socket.socket(); "
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+        f"s.bind(('127.0.0.1', {port})); s.listen(); time.sleep(60)"
+    )
+    proc = process.start_server([sys.executable, "-c", code], {}, log)
+    try:
+        deadline = time.monotonic() + 20
+        while (holder := process.port_holder(port)) is None or holder.pid is None:
+            assert time.monotonic() < deadline, "the listener did not come up"
+            time.sleep(0.1)
+        assert holder.pid == proc.pid
+        assert process.is_same_instance(holder, log)
+        assert not process.is_same_instance(holder, tmp_path / "b0.log")
+    finally:
+        process.stop_server(proc, 5.0)
