@@ -62,6 +62,15 @@ def post(th, key=None, headers=None, **body):
     return httpx.post(th.url + "/v1/completions", json=body, headers=h, timeout=30)
 
 
+def in_flight(url: str, model: str, timeout_s: float = 20.0) -> None:
+    """Until the gateway holds a request of `model` (its /metrics, read from loopback)."""
+    want = f'planner_gateway_outstanding_requests{{model="{model}"}} 1'
+    deadline = time.monotonic() + timeout_s
+    while want not in httpx.get(url + "/metrics", timeout=10).text:
+        assert time.monotonic() < deadline, "the slow request never reached the engine"
+        time.sleep(0.05)
+
+
 def assert_openai_error(r: httpx.Response, status: int, kind: str) -> None:
     assert r.status_code == status
     err = r.json()["error"]
@@ -93,8 +102,8 @@ def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, t
     assert 1 <= int(r.headers["Retry-After"]) <= 60
     # max_concurrency 1: a second request while one is in flight is 429, then room again.
     with ThreadPoolExecutor(1) as ex:
-        slow = ex.submit(post, th, bob, model="b", prompt="x", delay_s=1.0)
-        time.sleep(0.4)
+        slow = ex.submit(post, th, bob, model="b", prompt="x", delay_s=3.0)
+        in_flight(th.url, "b")
         r = post(th, bob, model="b", prompt="x")
         assert slow.result().status_code == 200
     assert_openai_error(r, 429, "RateLimitError")
@@ -138,15 +147,18 @@ def test_keys_file_change_is_picked_up_without_dropping_requests_in_flight(gatew
     alice = add_key(kf, "alice")
     th = gateway(keys_path=kf, watch_s=0.05)
     with ThreadPoolExecutor(1) as ex:
-        slow = ex.submit(post, th, alice, model="a", prompt="x", delay_s=1.5)
-        time.sleep(0.3)  # alice's request is in flight
+        slow = ex.submit(post, th, alice, model="a", prompt="x", delay_s=5.0)
+        in_flight(th.url, "a")
         bob = add_key(kf, "bob")
-        remove_key(kf, "alice")
         deadline = time.monotonic() + 10
         while post(th, bob, model="a", prompt="x").status_code != 200:
             assert time.monotonic() < deadline, "the new key was not picked up"
             time.sleep(0.05)
-        assert post(th, alice, model="a", prompt="x").status_code == 401
+        remove_key(kf, "alice")
+        while post(th, alice, model="a", prompt="x").status_code != 401:
+            assert time.monotonic() < deadline, "the removed key still works"
+            time.sleep(0.05)
+        assert not slow.done()  # still in flight across both reloads
         assert slow.result().status_code == 200  # admitted before: not dropped
     # A broken file keeps the keys in force.
     kf.write_text("kind: keys\nkeys: [{name: x, hash: nope}]\n")
@@ -187,8 +199,8 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
             ).read_text()
             time.sleep(0.1)
         with ThreadPoolExecutor(1) as ex:
-            slow = ex.submit(call, alice, model="a", prompt="x", delay_s=2.0)
-            time.sleep(0.5)
+            slow = ex.submit(call, alice, model="a", prompt="x", delay_s=5.0)
+            in_flight(url, "a")
             bob = add_key(kf, "bob")
             remove_key(kf, "alice")
             assert call(bob, model="a", prompt="x").status_code == 401  # not yet re-read
@@ -198,6 +210,7 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
                 assert proc.poll() is None and time.monotonic() < deadline
                 time.sleep(0.05)
             assert call(alice, model="a", prompt="x").status_code == 401
+            assert not slow.done()
             assert slow.result().status_code == 200  # in flight across the reload
         assert proc.poll() is None
     finally:
