@@ -132,8 +132,11 @@ HELPER = textwrap.dedent(
         out["status"], out["host"], out["port"] = status, h.host, h.port
         out["where"] = backend.where("node-b")
         out["listeners"] = listeners(h.pid)
-        out["loopback_dev_route"] = httpx.post(
-            f"http://127.0.0.1:{port}/reset_prefix_cache", timeout=60).status_code
+        try:
+            out["loopback_dev_route"] = httpx.post(
+                f"http://127.0.0.1:{port}/reset_prefix_cache", timeout=60).status_code
+        except httpx.ConnectError:  # an engine on the node address only
+            out["loopback_dev_route"] = "refused"
         ports = sorted({p for _, p in out["listeners"]} | {port})
         env = {**os.environ, "PROBE_KEY": getattr(h, "secret", "")}  # none before issue 28
         pr = subprocess.run(["ip", "netns", "exec", netns_b, sys.executable, probe, h.host,
