@@ -138,7 +138,8 @@ class StateStore:
             raise err from None
 
     def _row(self, r: sqlite3.Row) -> InstanceRow:
-        return InstanceRow(**{c: r[c] for c in COLUMNS})
+        keys = r.keys()  # a read-only open of an older file lacks the newer columns
+        return InstanceRow(**{c: r[c] for c in COLUMNS if c in keys})
 
     # ------------------------------------------------------------ instances
 
