@@ -105,7 +105,7 @@ def adjust_cmd(
     if replay_trace is not None:
         _replay(inp, replay_trace, cfg, start_point, json_out)
         return
-    from planner.cli.apply import placed
+    from planner.cli.apply_checks import placed
 
     # a hop starts servers where `planner apply` put this state dir's (its --port-base)
     inp.plan, _ = placed(inp.plan, inp.cluster, None, state_dir, str(plan_path))
