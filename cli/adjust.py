@@ -171,22 +171,16 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     import signal
     import threading
 
-    from planner.adjuster.backends import cluster_device
     from planner.adjuster.gateway.requestlog import RequestLogSource
     from planner.adjuster.live import tick
     from planner.adjuster.state import StateStore
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
-    from planner.cli.common import open_backend, require_extra, serve_extra
+    from planner.cli.common import open_backend
     from planner.errors import PlannerError
 
-    if backend == "local" and not dry_run:  # a hop starts vLLM: say so before the first tick
-        require_extra(
-            serve_extra(cluster_device(inp.cluster)),
-            "`planner adjust` (a hop starts vLLM)",
-            ("vllm",),
-        )
-    be = open_backend(backend, inp.cluster)
+    starts = None if dry_run else "`planner adjust` (a hop starts vLLM)"
+    be = open_backend(backend, inp.cluster, starts_engines=starts)  # before the first tick
     stop = threading.Event()
     old = {}
     if every_s is not None:

@@ -16,7 +16,6 @@ from planner.cli.common import (
     err_console,
     open_backend,
     print_json,
-    require_extra,
 )
 
 StateDirOpt = Annotated[
@@ -205,7 +204,7 @@ def apply_cmd(
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
-    from planner.adjuster.backends import cluster_device, gpu_capacity
+    from planner.adjuster.backends import gpu_capacity
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
@@ -213,13 +212,8 @@ def apply_cmd(
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
-    if backend == "local" and not dry_run:  # a clear line before anything starts
-        from planner.cli.common import serve_extra
-
-        require_extra(
-            serve_extra(cluster_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",)
-        )
-    be = open_backend(backend, cl)
+    starts = None if dry_run else "`planner apply` (it starts vLLM)"
+    be = open_backend(backend, cl, starts_engines=starts)
     with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
