@@ -16,7 +16,15 @@ from typing import Annotated
 import typer
 
 from planner.adjuster.backends import BackendKind
-from planner.cli.common import BackendOpt, JsonOpt, console, err_console, print_error, print_json
+from planner.cli.common import (
+    BackendOpt,
+    JsonOpt,
+    StateDirOpt,
+    console,
+    err_console,
+    print_error,
+    print_json,
+)
 from planner.errors import InputError
 
 
@@ -27,12 +35,7 @@ def register(app: typer.Typer) -> None:
 
 def adjust_cmd(
     plan_path: Annotated[Path, typer.Option("--plan", help="plan.yaml from `planner optimize`.")],
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--state-dir", help="State dir of apply/gateway; default $XDG_STATE_HOME/planner."
-        ),
-    ] = None,
+    state_dir: StateDirOpt = None,
     window: Annotated[
         str, typer.Option("--window", help="Decision window: 30m, 1h, 1d ...")
     ] = "1h",

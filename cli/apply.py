@@ -12,18 +12,12 @@ from planner.adjuster.backends import BackendKind
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    StateDirOpt,
     console,
     err_console,
     open_backend,
     print_json,
 )
-
-StateDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
-    ),
-]
 
 
 def _input_path(plan_file: Path, recorded: str) -> Path | None:

@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -33,6 +34,12 @@ SeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")
 ]
 
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
+    ),
+]
 # The one `--backend` option of apply, status, down, gateway and adjust.
 BackendOpt = Annotated[
     BackendKind,
