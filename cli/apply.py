@@ -13,19 +13,12 @@ from planner.cli.apply_checks import check_host, placed, port_lookup, settle_row
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    StateDirOpt,
     console,
     err_console,
     open_backend,
     print_json,
-    require_extra,
 )
-
-StateDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
-    ),
-]
 
 
 def _input_path(plan_file: Path, recorded: str) -> Path | None:
@@ -217,7 +210,7 @@ def apply_cmd(
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
-    from planner.adjuster.backends import cluster_device, gpu_capacity
+    from planner.adjuster.backends import gpu_capacity
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
@@ -228,13 +221,8 @@ def apply_cmd(
         check_host(plan, point, node, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
-    if backend == "local" and not dry_run:  # a clear line before anything starts
-        from planner.cli.common import serve_extra
-
-        require_extra(
-            serve_extra(cluster_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",)
-        )
-    be = open_backend(backend, cl)
+    starts = None if dry_run else "`planner apply` (it starts vLLM)"
+    be = open_backend(backend, cl, starts_engines=starts)
     with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,

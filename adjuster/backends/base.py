@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Literal, Protocol
 
-from planner.engines.base import DEFAULT_KIND
+from planner.engines.kinds import DEFAULT_KIND
 from planner.schemas.plan import Instance, Point
 
 Status = Literal["awake", "asleep", "stopped", "starting", "failed"]

@@ -4,7 +4,7 @@ An engine is pure knowledge about one server program: its command line and envir
 HTTP routes of readiness, health, sleep and wake, its batch defaults, and how to read its log
 when a launch fails. Running the process is engine-agnostic (`planner.engines.process`).
 Adding an engine is one module that defines an object of this protocol, plus its line in
-`_MODULES` (docs/architecture.md shows the skeleton).
+`kinds.ENGINE_MODULES` (docs/architecture.md shows the skeleton).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib
 from enum import Enum
 from typing import TYPE_CHECKING, Literal, Protocol
+
+from planner.engines.kinds import DEFAULT_KIND, ENGINE_MODULES
 
 if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
@@ -29,13 +31,6 @@ FailureReason = Literal[
     "timeout",
     "unknown",
 ]
-
-DEFAULT_KIND = "vllm"
-
-# kind -> module holding `ENGINE` (imported on first use: engines stay out of `--help`)
-_MODULES: dict[str, str] = {
-    "vllm": "planner.engines.vllm",
-}
 
 
 class EngineFeature(Enum):
@@ -59,6 +54,7 @@ class Engine(Protocol):
     health_route: str  # GET answering 200 while the server is healthy
     wake_route: str  # POST waking a sleeping server
     is_sleeping_route: str  # GET answering {"is_sleeping": bool}
+    reload_request: tuple[str, dict] | None  # POST (route, body) reloading weights after level 2
 
     def features(self, device: Device) -> frozenset[EngineFeature]:
         """What this engine can do on `device`."""
@@ -97,6 +93,10 @@ class Engine(Protocol):
         """Start-up timings (weight_load_s, engine_init_s, ready_s) from a server log."""
         ...
 
+    def kv_capacity_tokens(self, log_text: str, metrics_text: str = "") -> int | None:
+        """Tokens the KV cache holds, from the start-up log, else the metrics text."""
+        ...
+
     def batch_defaults(
         self, gpu: GpuSpec, tp: int = 1, entry: EntryPoint = "serve"
     ) -> tuple[int, int]:
@@ -108,13 +108,8 @@ class Engine(Protocol):
         ...
 
 
-def engine_kinds() -> tuple[str, ...]:
-    """The kinds a plan may name."""
-    return tuple(_MODULES)
-
-
 def get_engine(kind: str = DEFAULT_KIND) -> Engine:
     """The engine of `kind` (ValueError naming the known kinds if there is none)."""
-    if kind not in _MODULES:
-        raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(_MODULES)}")
-    return importlib.import_module(_MODULES[kind]).ENGINE
+    if kind not in ENGINE_MODULES:
+        raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(ENGINE_MODULES)}")
+    return importlib.import_module(ENGINE_MODULES[kind]).ENGINE

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_serializer, model_validator
 
-from planner.engines.base import DEFAULT_KIND, engine_kinds
+from planner.engines.kinds import DEFAULT_KIND, engine_kinds
 from planner.schemas.common import SafeName, Strict, duplicates
 from planner.schemas.models import Substitute
 
