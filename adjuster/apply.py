@@ -285,15 +285,7 @@ def apply_point(
         # rows left by a killed apply or a crash get their real state first; a start under
         # way (e.g. by the gateway) is waited for rather than started a second time
         seen = settle(state, backend, wait_s=timeout_s)
-        drained = state.meta().get("drained", "")
-        if drained and not undrain:
-            result.error = DrainedError(drained, fix="`planner apply` lifts it")
-            result.instances = instances_json(state, point)
-            return result
-        if drained:
-            state.set_meta(drained="")
-            state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
-        if _check_ports(point, state, port_holder, result):
+        if _refused(point, state, port_holder, undrain, result):
             result.instances = instances_json(state, point)
             return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
@@ -305,28 +297,57 @@ def apply_point(
             gpu_free_timeout_s=gpu_free_timeout_s,
             existed={r.id for r in state.instances()},
         )  # fmt: skip
-        for a in actions:
-            try:
-                detail = run.do(a)
-            except Exception as exc:  # any failure of a step rolls the run back
-                e = (
-                    exc
-                    if isinstance(exc, PlannerError)
-                    else ApplyError(f"{a.kind} {a.instance}: {type(exc).__name__}: {exc}")
-                )
-                reason = getattr(e, "reason", "") or type(e).__name__
-                state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
-                result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
-                result.actions += run.rollback(a.instance)
-                result.error = e
-                break
-            state.journal(a.kind, a.instance, a.node, "ok", detail)
-            result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
-            state.renew_lease(ttl_s)
-        else:
+        if _run_steps(run, actions, result, ttl_s):
             state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
         result.instances = instances_json(state, point)
     return result
+
+
+def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: float) -> bool:
+    """Run the actions in order, each journaled; the first failure rolls the run back and
+    stops it (False)."""
+    state = run.state
+    for a in actions:
+        try:
+            detail = run.do(a)
+        except Exception as exc:  # any failure of a step rolls the run back
+            e = (
+                exc
+                if isinstance(exc, PlannerError)
+                else ApplyError(f"{a.kind} {a.instance}: {type(exc).__name__}: {exc}")
+            )
+            reason = getattr(e, "reason", "") or type(e).__name__
+            state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
+            result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
+            result.actions += run.rollback(a.instance)
+            result.error = e
+            return False
+        state.journal(a.kind, a.instance, a.node, "ok", detail)
+        result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
+        state.renew_lease(ttl_s)
+    return True
+
+
+def _refused(
+    point: Point,
+    state: StateStore,
+    holder_of: PortLookup | None,
+    undrain: bool,
+    result: ApplyResult,
+) -> bool:
+    """Whether this apply must not act: the point is drained and the caller keeps it so
+    (DrainedError), or a port of the point is held by another program (PortHeldError).
+    Otherwise a drain is lifted (journaled)."""
+    drained = state.meta().get("drained", "")
+    if drained and not undrain:
+        result.error = DrainedError(drained, fix="`planner apply` lifts it")
+        return True
+    if _check_ports(point, state, holder_of, result):
+        return True
+    if drained:
+        state.set_meta(drained="")
+        state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
+    return False
 
 
 def _check_ports(

@@ -165,6 +165,16 @@ def _actions_table(result: Any, title: str) -> None:
     console.print(t)
 
 
+PortBaseOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--port-base", min=1024, max=65535,
+        help="First engine port (each node's ports keep their order); kept for the next "
+        "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
+    ),
+]  # fmt: skip
+
+
 def apply_cmd(
     plan_path: Annotated[
         Path, typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`.")
@@ -196,16 +206,7 @@ def apply_cmd(
             "--node", help="Apply only this node's instances (this host's share; local backend)."
         ),
     ] = None,
-    port_base: Annotated[
-        int | None,
-        typer.Option(
-            "--port-base",
-            min=1024,
-            max=65535,
-            help="First engine port (each node's ports keep their order); kept for the next "
-            "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
-        ),
-    ] = None,
+    port_base: PortBaseOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
@@ -242,6 +243,16 @@ def apply_cmd(
                 plan_path=str(plan_path.resolve()), node=here,
                 port_base=str(base) if base is not None else "",
             )  # fmt: skip
+    _show(result, json_out, dry_run)
+    if result.error is not None:
+        from planner.cli.common import print_error
+
+        print_error(str(result.error))
+        raise typer.Exit(result.error.exit_code)
+
+
+def _show(result: Any, json_out: bool, dry_run: bool) -> None:
+    """Print what an apply did (or would do)."""
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -255,11 +266,6 @@ def apply_cmd(
             )
         if result.ok:
             console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
-    if result.error is not None:
-        from planner.cli.common import print_error
-
-        print_error(str(result.error))
-        raise typer.Exit(result.error.exit_code)
 
 
 def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
