@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Backend
@@ -23,13 +22,13 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
     model_path_resolver,
     restart_delay_s,
 )
-from planner.adjuster.reconcile import PROCESS_DIED, Action, Observed, diff
+from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
+from planner.adjuster.running import PortLookup, blocked_ports, observe, settle
 from planner.adjuster.state import InstanceRow, StateStore
-from planner.engines.process import PortHolder, port_held_error
+from planner.engines.process import port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
-PortLookup = Callable[[str, int], PortHolder | None]  # (node, port) -> who listens there
 DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
 _PERMANENT = {"bad_model_path", "max_model_len_too_large"}
@@ -79,75 +78,6 @@ class ApplyResult:
         """Raise the recorded error, if any."""
         if self.error is not None:
             raise self.error
-
-
-def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
-    """What runs now: state rows checked against the live process and `/health`.
-
-    A row left `starting` whose server is not up stays `starting` (an interrupted start, not
-    a crash); an awake or asleep one that does not answer is `failed`.
-    """
-    out: dict[str, Observed] = {}
-    for row in state.instances():
-        status = row.status
-        if status in ("awake", "asleep", "starting"):
-            alive = (row.pid is not None or row.actor is not None) and backend.is_alive(
-                handle_of(row)
-            )
-            if alive and status == "starting":
-                status = "awake"  # an earlier apply died after the server came up
-            elif not alive and status != "starting":
-                status = "failed"
-        out[row.id] = Observed(
-            status=status,  # type: ignore[arg-type]
-            node=row.node,
-            gpus=row.gpu_list,
-            port=row.port,
-            tier=row.tier,
-            spec_sha=row.spec_sha,
-            memory_gib=row.memory_gib,
-        )
-    return out
-
-
-def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[str, Observed]:
-    """Write the real state of every row where it differs from the recorded one, journaled;
-    returns what runs now (as `observe`).
-
-    What an interrupted apply (or a crash) leaves behind: a start whose server comes up
-    within `wait_s` is `awake` (journal `adopt`), one whose process is gone is `stopped`
-    (journal `start interrupted`), one still under way stays `starting`; an awake or asleep
-    instance that does not answer is `failed`, or `stopped` where a sleeping instance is a
-    stopped process (lazy tier without sleep mode).
-    """
-    seen = observe(state, backend)
-    for r in state.instances():
-        o = seen[r.id]
-        h = handle_of(r)
-        who = f"pid {r.pid}" if r.pid is not None else f"actor {r.actor}"
-        if r.status == "starting" and (r.pid is not None or r.actor is not None):
-            try:
-                backend.wait_ready(h, wait_s)
-            except LaunchError as e:
-                if e.reason == "timeout":
-                    o.status = "starting"  # still coming up: whoever started it waits for it
-                    continue
-                o.status = "stopped"
-                state.update(r.id, status="stopped", pid=None, actor=None)
-                state.journal("start", r.id, r.node, "interrupted", f"{who} is gone")
-                continue
-            o.status = "awake"
-            state.update(r.id, status="awake")
-            state.journal("adopt", r.id, r.node, "ok", f"{who} came up after its start")
-        elif r.status in ("awake", "asleep") and o.status == "failed":
-            if r.tier in ("host", "disk") and not backend.supports_sleep:
-                backend.stop(h, 10.0)
-                o.status = "stopped"
-                state.update(r.id, status="stopped", pid=None, actor=None)
-            else:
-                state.update(r.id, status="failed")
-            state.journal("lost", r.id, r.node, o.status, f"{who} does not answer (was {r.status})")
-    return seen
 
 
 @dataclass
@@ -355,15 +285,7 @@ def apply_point(
         # rows left by a killed apply or a crash get their real state first; a start under
         # way (e.g. by the gateway) is waited for rather than started a second time
         seen = settle(state, backend, wait_s=timeout_s)
-        drained = state.meta().get("drained", "")
-        if drained and not undrain:
-            result.error = DrainedError(drained, fix="`planner apply` lifts it")
-            result.instances = instances_json(state, point)
-            return result
-        if drained:
-            state.set_meta(drained="")
-            state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
-        if _check_ports(point, state, port_holder, result):
+        if _refused(point, state, port_holder, undrain, result):
             result.instances = instances_json(state, point)
             return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
@@ -375,42 +297,65 @@ def apply_point(
             gpu_free_timeout_s=gpu_free_timeout_s,
             existed={r.id for r in state.instances()},
         )  # fmt: skip
-        for a in actions:
-            try:
-                detail = run.do(a)
-            except Exception as exc:  # any failure of a step rolls the run back
-                e = (
-                    exc
-                    if isinstance(exc, PlannerError)
-                    else ApplyError(f"{a.kind} {a.instance}: {type(exc).__name__}: {exc}")
-                )
-                reason = getattr(e, "reason", "") or type(e).__name__
-                state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
-                result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
-                result.actions += run.rollback(a.instance)
-                result.error = e
-                break
-            state.journal(a.kind, a.instance, a.node, "ok", detail)
-            result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
-            state.renew_lease(ttl_s)
-        else:
+        if _run_steps(run, actions, result, ttl_s):
             state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
         result.instances = instances_json(state, point)
     return result
 
 
+def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: float) -> bool:
+    """Run the actions in order, each journaled; the first failure rolls the run back and
+    stops it (False)."""
+    state = run.state
+    for a in actions:
+        try:
+            detail = run.do(a)
+        except Exception as exc:  # any failure of a step rolls the run back
+            e = (
+                exc
+                if isinstance(exc, PlannerError)
+                else ApplyError(f"{a.kind} {a.instance}: {type(exc).__name__}: {exc}")
+            )
+            reason = getattr(e, "reason", "") or type(e).__name__
+            state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
+            result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
+            result.actions += run.rollback(a.instance)
+            result.error = e
+            return False
+        state.journal(a.kind, a.instance, a.node, "ok", detail)
+        result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
+        state.renew_lease(ttl_s)
+    return True
+
+
+def _refused(
+    point: Point,
+    state: StateStore,
+    holder_of: PortLookup | None,
+    undrain: bool,
+    result: ApplyResult,
+) -> bool:
+    """Whether this apply must not act: the point is drained and the caller keeps it so
+    (DrainedError), or a port of the point is held by another program (PortHeldError).
+    Otherwise a drain is lifted (journaled)."""
+    drained = state.meta().get("drained", "")
+    if drained and not undrain:
+        result.error = DrainedError(drained, fix="`planner apply` lifts it")
+        return True
+    if _check_ports(point, state, holder_of, result):
+        return True
+    if drained:
+        state.set_meta(drained="")
+        state.journal("undrain", "", "", "ok", f"apply of point {point.name}")
+    return False
+
+
 def _check_ports(
     point: Point, state: StateStore, holder_of: PortLookup | None, result: ApplyResult
 ) -> bool:
-    """Whether a port of the point is held by a program that is not a server of this state
-    dir: each such instance gets a `blocked` line and the result a PortHeldError."""
-    if holder_of is None:
-        return False
-    ours = {r.pid for r in state.instances() if r.pid is not None}
-    for inst in point.instances:
-        h = holder_of(inst.node, inst.port)
-        if h is None or h.pid in ours or h.sid in ours:
-            continue
+    """Whether a port of the point is held by another program (`blocked_ports`): each such
+    instance gets a `blocked` line and the result a PortHeldError."""
+    for inst, h in blocked_ports(point, state, holder_of):
         result.actions.append(ActionResult("check", inst.id, inst.node, "blocked", h.describe()))
         result.error = result.error or port_held_error(h)
     return result.error is not None

@@ -16,7 +16,15 @@ from typing import Annotated
 import typer
 
 from planner.adjuster.backends import BackendKind
-from planner.cli.common import BackendOpt, JsonOpt, console, err_console, print_error, print_json
+from planner.cli.common import (
+    BackendOpt,
+    JsonOpt,
+    StateDirOpt,
+    console,
+    err_console,
+    print_error,
+    print_json,
+)
 from planner.errors import InputError
 
 
@@ -27,12 +35,7 @@ def register(app: typer.Typer) -> None:
 
 def adjust_cmd(
     plan_path: Annotated[Path, typer.Option("--plan", help="plan.yaml from `planner optimize`.")],
-    state_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--state-dir", help="State dir of apply/gateway; default $XDG_STATE_HOME/planner."
-        ),
-    ] = None,
+    state_dir: StateDirOpt = None,
     window: Annotated[
         str, typer.Option("--window", help="Decision window: 30m, 1h, 1d ...")
     ] = "1h",
@@ -105,7 +108,7 @@ def adjust_cmd(
     if replay_trace is not None:
         _replay(inp, replay_trace, cfg, start_point, json_out)
         return
-    from planner.cli.apply import placed
+    from planner.cli.apply_checks import placed
 
     # a hop starts servers where `planner apply` put this state dir's (its --port-base)
     inp.plan, _ = placed(inp.plan, inp.cluster, None, state_dir, str(plan_path))
@@ -174,23 +177,17 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     import signal
     import threading
 
-    from planner.adjuster.backends import cluster_device
     from planner.adjuster.gateway.requestlog import RequestLogSource
     from planner.adjuster.live import tick
     from planner.adjuster.state import StateStore, existing_state_dir
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
-    from planner.cli.common import open_backend, require_extra, serve_extra
+    from planner.cli.common import open_backend
     from planner.errors import PlannerError
 
-    if backend == "local" and not dry_run:  # a hop starts vLLM: say so before the first tick
-        require_extra(
-            serve_extra(cluster_device(inp.cluster)),
-            "`planner adjust` (a hop starts vLLM)",
-            ("vllm",),
-        )
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
-    be = open_backend(backend, inp.cluster)
+    starts = None if dry_run else "`planner adjust` (a hop starts vLLM)"
+    be = open_backend(backend, inp.cluster, starts_engines=starts)  # before the first tick
     stop = threading.Event()
     old = {}
     if every_s is not None:

@@ -9,23 +9,17 @@ from typing import Annotated, Any
 import typer
 
 from planner.adjuster.backends import BackendKind
+from planner.cli.apply_checks import check_host, placed, port_lookup, settle_rows
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    StateDirOpt,
     console,
     err_console,
     open_backend,
     print_json,
-    require_extra,
 )
 from planner.errors import InputError
-
-StateDirOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
-    ),
-]
 
 
 def load_plan_inputs(
@@ -40,21 +34,6 @@ def load_plan_inputs(
 
     r = resolve(plan_path, cluster=cluster_path, models=models_path, point=point)
     return r.plan, r.cluster, r.models, r.models_path
-
-
-def placed(
-    plan: Any, cluster: Any, port_base: int | None, state_dir: Path | None, file: str
-) -> tuple[Any, int | None]:
-    """The plan with its ports where this state dir runs them (`place_ports`): at
-    `port_base`, else the base the last apply recorded, else the cluster's `ports:`."""
-    from planner.adjuster.ports import place_ports
-    from planner.adjuster.state import StateStore
-
-    if port_base is None:
-        with StateStore(state_dir, readonly=True) as st:
-            recorded = st.meta().get("port_base", "")
-        port_base = int(recorded) if recorded.isdigit() else None
-    return place_ports(plan, cluster, port_base, file=file), port_base
 
 
 def node_share(
@@ -102,54 +81,6 @@ def node_share(
     return plan.model_copy(update={"points": points}), note
 
 
-def host_gpus() -> Any:
-    """This host's GPUs (`HostGpus`): NVML's, else nvidia-smi's names; none: the cpu device."""
-    import shutil
-    import subprocess
-
-    from planner.adjuster.hostcheck import HostGpus
-    from planner.profiler.devices import discover_gpus, gpu_type_from_name
-
-    gpus, _, _ = discover_gpus()
-    if gpus:
-        return HostGpus(tuple(g.gpu_type or g.name for g in gpus))
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return HostGpus()
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return HostGpus()
-    types = []
-    for line in out.splitlines():
-        name, _, mib = line.rpartition(",")
-        if name.strip():
-            mem = float(mib) / 1024 if mib.strip().replace(".", "").isdigit() else None
-            types.append(gpu_type_from_name(name.strip(), mem) or name.strip())
-    return HostGpus(tuple(types))
-
-
-def check_host(plan: Any, point: str | None, node: str | None, cluster: Any, file: str) -> None:
-    """The local backend runs the point on this host: refuse (exit 2) a point whose node has
-    GPUs this host lacks, naming both, unless `--node NAME` says which node this host is."""
-    from planner.adjuster.hostcheck import host_mismatch
-    from planner.errors import InputError
-
-    nodes = sorted({i.node for i in plan.point(point).instances})
-    if node is not None or len(nodes) != 1:
-        return  # --node: the user's word; several nodes: node_share asked for --node
-    why = host_mismatch(cluster.node(nodes[0]), host_gpus())
-    if why:
-        raise InputError(
-            why, file=file, path="--node",
-            fix=f"run `planner apply` on node {nodes[0]!r}, or pass --node {nodes[0]} if this "
-            "host is that node; --backend ray reaches the other nodes",
-        )  # fmt: skip
-
-
 def open_controller(
     plan_path: Path,
     point: str | None = None,
@@ -192,13 +123,14 @@ def _actions_table(result: Any, title: str) -> None:
     console.print(t)
 
 
-def _port_lookup(backend: str) -> Any:
-    """(node, port) -> who listens there, for the local backend (this host); None for ray."""
-    if backend != "local":
-        return None
-    from planner.engines.process import port_holder
-
-    return lambda node, port: port_holder(port)
+PortBaseOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--port-base", min=1024, max=65535,
+        help="First engine port (each node's ports keep their order); kept for the next "
+        "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
+    ),
+]  # fmt: skip
 
 
 def apply_cmd(
@@ -233,16 +165,7 @@ def apply_cmd(
             "--node", help="Apply only this node's instances (this host's share; local backend)."
         ),
     ] = None,
-    port_base: Annotated[
-        int | None,
-        typer.Option(
-            "--port-base",
-            min=1024,
-            max=65535,
-            help="First engine port (each node's ports keep their order); kept for the next "
-            "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
-        ),
-    ] = None,
+    port_base: PortBaseOpt = None,
     previous: Annotated[
         bool,
         typer.Option(
@@ -254,7 +177,7 @@ def apply_cmd(
 ) -> None:
     """Make the running vLLM instances match a plan point (start, stop, sleep, restart)."""
     from planner.adjuster.apply import apply_point, model_path_resolver
-    from planner.adjuster.backends import cluster_device, gpu_capacity
+    from planner.adjuster.backends import gpu_capacity
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
@@ -272,19 +195,14 @@ def apply_cmd(
         check_host(plan, point, node, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
-    if backend == "local" and not dry_run:  # a clear line before anything starts
-        from planner.cli.common import serve_extra
-
-        require_extra(
-            serve_extra(cluster_device(cl)), "`planner apply` (it starts vLLM)", ("vllm",)
-        )
-    be = open_backend(backend, cl)
+    starts = None if dry_run else "`planner apply` (it starts vLLM)"
+    be = open_backend(backend, cl, starts_engines=starts)
     with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
             plan_sha=sha256_file(plan_path), lease_wait_s=wait_lock,
             model_path_resolver=model_path_resolver(mods, models_file.parent),
-            gpu_capacity_gib=gpu_capacity(cl), port_holder=_port_lookup(backend),
+            gpu_capacity_gib=gpu_capacity(cl), port_holder=port_lookup(backend),
         )  # fmt: skip
         before = state.meta()
         if json_out or dry_run:
@@ -300,6 +218,16 @@ def apply_cmd(
                 port_base=str(base) if base is not None else "",
             )  # fmt: skip
             _keep_previous(state, before, str(plan_path.resolve()), result.point)
+    _show(result, json_out, dry_run)
+    if result.error is not None:
+        from planner.cli.common import print_error
+
+        print_error(str(result.error))
+        raise typer.Exit(result.error.exit_code)
+
+
+def _show(result: Any, json_out: bool, dry_run: bool) -> None:
+    """Print what an apply did (or would do)."""
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -313,11 +241,6 @@ def apply_cmd(
             )
         if result.ok:
             console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
-    if result.error is not None:
-        from planner.cli.common import print_error
-
-        print_error(str(result.error))
-        raise typer.Exit(result.error.exit_code)
 
 
 def _previous(
@@ -374,24 +297,6 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
     ]  # fmt: skip
 
 
-def _settle(state_dir: Path | None, be: Any) -> None:
-    """Write the real state of rows an interrupted apply left (`settle`), when the state
-    file exists, is writable and no apply holds its lease; else `status` only reads."""
-    import sqlite3
-
-    from planner.adjuster.apply import settle
-    from planner.adjuster.state import DB_NAME, StateStore, default_state_dir
-    from planner.errors import PlannerError
-
-    if not ((state_dir or default_state_dir()) / DB_NAME).is_file():
-        return
-    try:
-        with StateStore(state_dir) as state, state.lease(purpose="status", ttl_s=120.0):
-            settle(state, be)
-    except (PlannerError, sqlite3.Error, OSError):
-        return  # an apply at work, or a read-only state dir: show what is recorded
-
-
 def status_cmd(
     state_dir: StateDirOpt = None,
     backend: BackendOpt = BackendKind.LOCAL,
@@ -403,7 +308,7 @@ def status_cmd(
 
     state_dir = existing_state_dir(state_dir)
     be = open_backend(backend)
-    _settle(state_dir, be)
+    settle_rows(state_dir, be)
     now = time.time()
     rows = []
     with StateStore(state_dir, readonly=True) as state:

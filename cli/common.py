@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -33,6 +34,12 @@ SeedOpt = Annotated[
     int, typer.Option("--seed", help="Random seed; same inputs and seed, same output.")
 ]
 
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir", help="State dir (SQLite state, logs); default $XDG_STATE_HOME/planner."
+    ),
+]
 # The one `--backend` option of apply, status, down, gateway and adjust.
 BackendOpt = Annotated[
     BackendKind,
@@ -44,15 +51,23 @@ BackendOpt = Annotated[
 ]
 
 
-def open_backend(kind: str, cluster: Any = None) -> Any:
+def open_backend(kind: str, cluster: Any = None, *, starts_engines: str | None = None) -> Any:
     """The backend `kind` for `cluster` (its device from the cluster file), after checking the
-    pip extra it needs (MissingExtraError, exit 2, before anything starts)."""
+    pip extras it needs (MissingExtraError, exit 2, before anything starts). `starts_engines`:
+    the command, when it will start engines: a backend that runs them on this host needs
+    the engine installed here too."""
     from planner.adjuster.backends import backend_class, cluster_device, make_backend
+    from planner.adjuster.backends.base import BackendFeature
 
     extra = backend_class(kind).extra
     if extra:
         require_extra(extra, f"--backend {getattr(kind, 'value', kind)}")
-    return make_backend(kind, cluster, cluster_device(cluster))
+    device = cluster_device(cluster)
+    be = make_backend(kind, cluster, device)
+    here = BackendFeature.PROCESSES in be.features and BackendFeature.MULTI_NODE not in be.features
+    if starts_engines and here:
+        require_extra(serve_extra(device), starts_engines, ("vllm",))
+    return be
 
 
 # What the pip extras of pyproject.toml bring that commands import (module names).

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.apply import StateDirOpt
+from planner.cli.common import StateDirOpt
 from planner.cli.common import JsonOpt, console, print_json
 from planner.errors import InputError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -88,68 +88,51 @@ def engine_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Start real vLLM servers: cold start, prefill latency, TPOT vs concurrency, KV capacity, sleep/wake."""
-    from planner.profiler import engine_bench as eb
     from planner.profiler import engine_runs as er
     from planner.profiler import store
     from planner.profiler.devices import discover_node
-    from planner.schemas import load_cluster, load_models
+    from planner.schemas import load_models
 
     models = load_models(models_file)
+    limits: dict[str, Any] = dict(
+        max_model_len=max_model_len, kv_gib=kv_gib, enforce_eager=enforce_eager,
+        start_timeout_s=timeout_s,
+    )  # fmt: skip
     if ray:
         require_extra("cluster", "`planner profile engine --ray`")
         _engine_ray(
-            models_file,
-            cluster_file,
-            node,
-            out,
-            device,
-            quick,
-            model,
-            variant,
-            tp,
-            retry_failed,
-            dict(
-                max_model_len=max_model_len,
-                kv_gib=kv_gib,
-                enforce_eager=enforce_eager,
-                start_timeout_s=timeout_s,
-            ),
-            json_out,
-        )
+            models_file, cluster_file, node, out, device, quick, model, variant, tp,
+            retry_failed, limits, json_out,
+        )  # fmt: skip
         return
     info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
     dev = device or ("cuda" if info.gpus else "cpu")
     require_extra(serve_extra(dev), "`planner profile engine`", ("vllm", "httpx"))
-    node_name = node or platform.node()
-    if dev == "cuda":
-        if not info.gpus:
-            raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
-        from planner.profiler.hardware_targets import type_for
+    node_name, gpu_type, devices, mem = _this_node(info, dev, node, cluster_file)
+    runs, skipped = _plan_runs(models, models_file, devices, mem, model, variant, tp)
+    cfg = er.BenchConfig.for_device(dev, quick=quick, **limits)
+    prof = store.load_or_new(out, node_name, gpu_type)
+    todo = [r for r in runs if not er.is_done(prof, r.key, retry_failed=retry_failed)]
+    for key, why in skipped:
+        err_console.print(f"[yellow]skip[/] {key[0]}/{key[1]} tp={key[2]}: {why}")
+    for key in [r.key for r in runs if r not in todo]:
+        err_console.print(f"[dim]already profiled[/] {key[0]}/{key[1]} tp={key[2]}")
+    device_name = info.gpus[0].name if info.gpus and dev == "cuda" else "cpu"
 
-        gpu_type = type_for(
-            info.gpus[0].name, info.gpus[0].memory_gib
-        )  # as `profile hardware` names it
-        same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
-        devices, mem = len(same), min(g.memory_gib for g in same)
-    else:
-        gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
-    if cluster_file is not None:
-        cl = load_cluster(cluster_file)
-        names = [x.name for x in cl.nodes]
-        try:
-            # --node, else the node named like this host, else the first node
-            n = cl.node(node_name) if node or node_name in names else cl.nodes[0]
-        except KeyError:
-            raise InputError(
-                f"node {node_name!r} is not in the cluster",
-                file=str(cluster_file),
-                path="nodes",
-                fix=f"use --node with one of {[x.name for x in cl.nodes]}",
-            ) from None
-        node_name = n.name
-        if n.gpus:
-            gpu_type = n.gpus[0].spec.name
-            devices = n.gpus[0].count if dev == "cuda" else 1
+    def env() -> Any:  # recorded when the first run is stored
+        return store.environment(device_name, driver=info.driver, cuda=info.cuda)
+
+    path = store.profile_path(out, node_name, gpu_type)
+    results = _run_all(todo, cfg, out, port, (node_name, gpu_type), env)
+    _report(results, skipped, path, json_out)
+
+
+def _plan_runs(
+    models: Any, models_file: Path, devices: int, mem: float, model: Any, variant: Any, tp: Any
+) -> tuple[list, list]:
+    """The runs this host can hold (and the skipped ones, with why); bad names exit 2."""
+    from planner.profiler import engine_runs as er
+
     try:
         runs, skipped = er.plan_runs(
             models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tp
@@ -163,22 +146,57 @@ def engine_cmd(
         ) from None
     if variant is not None and not runs and not skipped:
         raise InputError(f"no variant {variant!r}", file=str(models_file), path="--variant")
-    cfg = er.BenchConfig.for_device(
-        dev,
-        quick=quick,
-        max_model_len=max_model_len,
-        kv_gib=kv_gib,
-        enforce_eager=enforce_eager,
-        start_timeout_s=timeout_s,
-    )
+    return runs, skipped
+
+
+def _this_node(
+    info: Any, dev: str, node: str | None, cluster_file: Path | None
+) -> tuple[str, str, int, float]:
+    """(node name, GPU type, devices of that type, GiB each) of the host being profiled."""
+    from planner.schemas import load_cluster
+
+    node_name = node or platform.node()
+    if dev == "cuda":
+        if not info.gpus:
+            raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
+        from planner.profiler.hardware_targets import type_for
+
+        # as `profile hardware` names it
+        gpu_type = type_for(info.gpus[0].name, info.gpus[0].memory_gib)
+        same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
+        devices, mem = len(same), min(g.memory_gib for g in same)
+    else:
+        gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
+    if cluster_file is None:
+        return node_name, gpu_type, devices, mem
+    cl = load_cluster(cluster_file)
+    names = [x.name for x in cl.nodes]
+    try:
+        # --node, else the node named like this host, else the first node
+        n = cl.node(node_name) if node or node_name in names else cl.nodes[0]
+    except KeyError:
+        raise InputError(
+            f"node {node_name!r} is not in the cluster",
+            file=str(cluster_file),
+            path="nodes",
+            fix=f"use --node with one of {names}",
+        ) from None
+    if n.gpus:
+        gpu_type = n.gpus[0].spec.name
+        devices = n.gpus[0].count if dev == "cuda" else 1
+    return n.name, gpu_type, devices, mem
+
+
+def _run_all(
+    todo: list, cfg: Any, out: Path, port: int | None, where: tuple[str, str], env: Any
+) -> list:
+    """Profile each run in turn; the profile file is saved after every run (resumable)."""
+    from planner.profiler import engine_bench as eb
+    from planner.profiler import engine_runs as er
+    from planner.profiler import store
+
+    node_name, gpu_type = where
     path = store.profile_path(out, node_name, gpu_type)
-    prof = store.load_or_new(out, node_name, gpu_type)
-    todo = [r for r in runs if not er.is_done(prof, r.key, retry_failed=retry_failed)]
-    done_keys = [r.key for r in runs if r not in todo]
-    for key, why in skipped:
-        err_console.print(f"[yellow]skip[/] {key[0]}/{key[1]} tp={key[2]}: {why}")
-    for key in done_keys:
-        err_console.print(f"[dim]already profiled[/] {key[0]}/{key[1]} tp={key[2]}")
     results = []
     with progress() as bar:
         task = bar.add_task("engine", total=max(1, len(todo) * er.steps_of(cfg)))
@@ -195,13 +213,13 @@ def engine_cmd(
             prof = store.load_or_new(out, node_name, gpu_type)  # keep other writers' runs
             store.upsert_run(prof, res.run)
             if not prof.environment.created_at:
-                prof.environment = store.environment(
-                    info.gpus[0].name if info.gpus and dev == "cuda" else "cpu",
-                    driver=info.driver,
-                    cuda=info.cuda,
-                )
+                prof.environment = env()
             store.save(prof, path)  # after every run: an interrupted profile resumes from here
             results.append(res.run)
+    return results
+
+
+def _report(results: list, skipped: list, path: Path, json_out: bool) -> None:
     if json_out:
         print_json(
             {

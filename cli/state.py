@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.apply import StateDirOpt
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import JsonOpt, StateDirOpt, console, print_json
 
 app = typer.Typer(help="Check, save or rebuild the apply state database (state.sqlite).")
 

@@ -4,7 +4,8 @@ For each run: cold start (spawn -> `/v1/models` ready, split into weight load an
 init from the server log), prefill latency vs prompt length (streamed time to the first token), TPOT vs
 concurrency (streamed completions that all start together), the KV capacity the engine
 reports, and on CUDA the sleep/wake times of levels 1 and 2 (vLLM: `POST /sleep?level=N`,
-`POST /wake_up`, and for level 2 `POST /collective_rpc {"method": "reload_weights"}`:
+`POST /wake_up`, and for level 2 the engine's `reload_request`, vLLM's `POST /collective_rpc
+{"method": "reload_weights"}`:
 the dev endpoints `VLLM_SERVER_DEV_MODE=1` exposes).
 
 Prompts are token-id lists (the completions API takes them), so a point has exactly the
@@ -28,8 +29,6 @@ from planner.engines.process import free_port
 from planner.errors import LaunchError
 from planner.profiler.engine_client import (
     Client,
-    parse_kv_capacity,
-    parse_metrics_kv,
     prompt_ids,
     vocab_size_of,
 )
@@ -126,11 +125,11 @@ def profile_run(
         timings = engine.parse_startup_log(log)
         run.weight_load_s = timings.get("weight_load_s")
         run.engine_init_s = timings.get("engine_init_s")
-        run.kv_capacity_tokens = parse_kv_capacity(log)
+        run.kv_capacity_tokens = engine.kv_capacity_tokens(log)
         tick("start")
         client = Client(port, spec.model.name, cfg.request_timeout_s, secret=secret)
         if run.kv_capacity_tokens is None:
-            run.kv_capacity_tokens = parse_metrics_kv(client.metrics())
+            run.kv_capacity_tokens = engine.kv_capacity_tokens("", client.metrics())
         rng = np.random.default_rng(cfg.seed)
         vocab = vocab_size_of(model_path, spec.model.arch.vocab_size)
         try:

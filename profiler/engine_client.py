@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -25,31 +24,6 @@ def prompt_ids(n_tokens: int, vocab: int, rng: Any) -> list[int]:
     lo = min(16, max(1, vocab // 4))
     hi = max(lo + 1, min(vocab, 30000))
     return [int(x) for x in rng.integers(lo, hi, size=n_tokens)]
-
-
-_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU)[\w +]* KV cache size: ([\d,]+) tokens")
-_BLOCKS = re.compile(r"num_gpu_blocks is: (\d+)")
-_BLOCK_SIZE = re.compile(r"block_size\D{1,5}(\d+)")
-
-
-def parse_kv_capacity(log_text: str) -> int | None:
-    """Tokens the engine's KV cache holds, from its start-up log (last report wins)."""
-    found = _KV_TOKENS.findall(log_text)
-    if found:
-        return int(found[-1].replace(",", ""))
-    return None
-
-
-def parse_metrics_kv(metrics_text: str) -> int | None:
-    """KV capacity from `/metrics` (`vllm:cache_config_info` num_gpu_blocks x block_size)."""
-    for line in metrics_text.splitlines():
-        if line.startswith("vllm:cache_config_info{"):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
-            try:
-                return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
-            except (KeyError, ValueError):
-                return None
-    return None
 
 
 Chunk = tuple[float, int]  # (arrival time s, completion tokens so far; -1: not reported)

@@ -159,7 +159,7 @@ def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
         return
     w2, st = client.post_s(wake)
     # level 2 dropped the weights: waking means reading them again from the checkpoint
-    r2, st2 = client.post_s("/collective_rpc", {"method": "reload_weights"})
+    r2, st2 = client.post_s(*engine.reload_request) if engine.reload_request else (0.0, 200)
     run.sleep_l2_s, run.wake_l2_s = s2, w2 + r2
     if st2 != 200:
         run.notes.append(f"reload_weights answered {st2}: wake_l2_s lacks the weight reload")

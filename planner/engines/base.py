@@ -53,6 +53,7 @@ class Engine(Protocol):
     health_route: str  # GET answering 200 while the server is healthy
     wake_route: str  # POST waking a sleeping server
     is_sleeping_route: str  # GET answering {"is_sleeping": bool}
+    reload_request: tuple[str, dict] | None  # POST (route, body) reloading weights after level 2
 
     def features(self, device: Device) -> frozenset[EngineFeature]:
         """What this engine can do on `device`."""
@@ -100,6 +101,10 @@ class Engine(Protocol):
 
     def parse_startup_log(self, log_text: str) -> dict[str, float | None]:
         """Start-up timings (weight_load_s, engine_init_s, ready_s) from a server log."""
+        ...
+
+    def kv_capacity_tokens(self, log_text: str, metrics_text: str = "") -> int | None:
+        """Tokens the KV cache holds, from the start-up log, else the metrics text."""
         ...
 
     def batch_defaults(

@@ -95,7 +95,7 @@ def command_of(pid: int, max_chars: int = 120) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    text = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+    text = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 

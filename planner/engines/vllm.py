@@ -81,6 +81,10 @@ _FAILURE_FIXES = {  # reason -> what to change
     "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
 }
 
+# The KV cache's size: the start-up log's report (last wins), else /metrics' cache config.
+_KV_TOKENS = re.compile(r"(?:GPU|CPU|XPU|TPU)[\w +]* KV cache size: ([\d,]+) tokens")
+_LABELS = re.compile(r'(\w+)="([^"]*)"')
+
 _TS = re.compile(r"(?:INFO|WARNING|DEBUG|ERROR) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _LOAD_S = re.compile(
     r"(?:Loading weights took|Model loading took [\d.]+ \w+ (?:memory )?and) ([\d.]+) ?s", re.I
@@ -171,6 +175,8 @@ class Vllm:
     health_route = "/health"
     wake_route = "/wake_up"
     is_sleeping_route = "/is_sleeping"  # these three need VLLM_SERVER_DEV_MODE=1
+    # level 2 dropped the weights: waking means reading them again from the checkpoint
+    reload_request = ("/collective_rpc", {"method": "reload_weights"})
 
     def features(self, device: Device) -> frozenset[EngineFeature]:
         """Sleep mode and offloading exist on CUDA only; the CPU build caches prefixes."""
@@ -298,6 +304,21 @@ class Vllm:
                 if before:
                     ready = before[-1] - start
         return {"weight_load_s": weight, "engine_init_s": init, "ready_s": ready}
+
+    def kv_capacity_tokens(self, log_text: str, metrics_text: str = "") -> int | None:
+        """Tokens the KV cache holds: the start-up log's report (last wins), else `/metrics`
+        (`vllm:cache_config_info` num_gpu_blocks x block_size); None when neither says."""
+        found = _KV_TOKENS.findall(log_text)
+        if found:
+            return int(found[-1].replace(",", ""))
+        for line in metrics_text.splitlines():
+            if line.startswith("vllm:cache_config_info{"):
+                labels = dict(_LABELS.findall(line))
+                try:
+                    return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+                except (KeyError, ValueError):
+                    return None
+        return None
 
     def batch_defaults(
         self, gpu: GpuSpec, tp: int = 1, entry: EntryPoint = "serve"

@@ -26,7 +26,8 @@ from planner.engines import process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
-START_TIMEOUT = "240"  # seconds per server start on a loaded 2-core machine
+# seconds per server start on a loaded 2-core machine (env: more on a busier one)
+START_TIMEOUT = os.environ.get("PLANNER_TEST_START_TIMEOUT_S", "240")
 
 
 def completion(live, iid: str = "a-0") -> dict:
@@ -166,12 +167,22 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
     assert set(rows(live.state)) == {"a-0"}
 
 
+HTTP_200 = (
+    "import http.server, sys\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.end_headers(); self.wfile.write(b'{}')\n"
+    "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n"
+)
+
+
 def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> None:
     """Issue 29 item 1. Before: with a foreign HTTP server on an instance's port, apply said
     "ok" (readiness asked the port, not its own process) while its vLLM had died."""
     a0 = rows(live.state)["a-0"]
     busy = live.h.free_port()
-    foreign = subprocess.Popen([sys.executable, "-m", "http.server", str(busy), "-b", "127.0.0.1"],
+    # answers 200 to every GET, /v1/models included, as in the issue's probe
+    foreign = subprocess.Popen([sys.executable, "-c", HTTP_200, str(busy)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
@@ -187,6 +198,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
             )
             assert code == 3, err
             assert f"port {busy} is held by PID {foreign.pid} (" in err and "http.server" in err
+            assert not any(a["result"] == "ok" for a in out["actions"])
             assert ("check", "x-0", "blocked") in [
                 (a["action"], a["instance"], a["result"]) for a in out["actions"]
             ]

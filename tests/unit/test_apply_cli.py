@@ -118,7 +118,7 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
     plan's instances on this CPU-only host. Now apply names both and exits 2, unless
     `--node` says which node this host is."""
     from planner.adjuster.hostcheck import HostGpus, host_mismatch
-    from planner.cli.apply import host_gpus
+    from planner.cli.apply_checks import host_gpus
     from planner.schemas.cluster import Node
 
     if host_gpus().types:

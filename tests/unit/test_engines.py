@@ -77,3 +77,24 @@ def test_vllm_batch_defaults_follow_the_gpu():
     assert VLLM.batch_defaults(h100) == (1024, 8192)
     assert VLLM.batch_defaults(a100) == (256, 2048)
     assert VLLM.batch_defaults(a100, entry="offline") == (256, 8192)
+
+
+def test_the_engine_skeleton_in_the_docs_has_every_protocol_member():
+    """docs/architecture.md shows a new engine's module: it must stay whole as the protocol grows."""
+    import inspect
+    import re
+
+    from planner.engines.base import Engine
+
+    doc = (GOLDEN.parents[2] / "docs" / "architecture.md").read_text()
+    (code,) = [c for c in re.findall(r"```python\n(.*?)```", doc, re.S) if "ENGINE = " in c]
+    ns: dict = {}
+    exec(compile(code, "architecture.md", "exec"), ns)  # the skeleton is a valid module
+    skeleton = type(ns["ENGINE"])
+    members = {k for k in vars(Engine) if not k.startswith("_")} | set(Engine.__annotations__)
+    missing = {m for m in members if not hasattr(skeleton, m)}
+    assert not missing, f"the skeleton lacks {sorted(missing)}"
+    for name in members:
+        if callable(getattr(Engine, name, None)):
+            want = list(inspect.signature(getattr(Engine, name)).parameters)
+            assert list(inspect.signature(getattr(skeleton, name)).parameters) == want, name

@@ -137,8 +137,8 @@ def test_parse_kv_capacity():
         "INFO [kv_cache_utils.py:2] Maximum concurrency for 2,048 tokens per request: 512.00x\n"
         "(EngineCore_DP0 pid=7) INFO GPU KV cache size: 2,000,000 tokens, Maximum concurrency ...\n"
     )
-    assert ec.parse_kv_capacity(log) == 2_000_000
-    assert ec.parse_kv_capacity("nothing here") is None
+    assert VLLM.kv_capacity_tokens(log) == 2_000_000
+    assert VLLM.kv_capacity_tokens("nothing here") is None
 
 
 def test_parse_metrics_kv():
@@ -146,9 +146,9 @@ def test_parse_metrics_kv():
         "# HELP vllm:cache_config_info Information\n"
         'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",num_gpu_blocks="4096"} 1.0\n'
     )
-    assert ec.parse_metrics_kv(text) == 65536
-    assert ec.parse_metrics_kv('vllm:cache_config_info{engine="0"} 1.0') is None
-    assert ec.parse_metrics_kv("") is None
+    assert VLLM.kv_capacity_tokens("", text) == 65536
+    assert VLLM.kv_capacity_tokens("", 'vllm:cache_config_info{engine="0"} 1.0') is None
+    assert VLLM.kv_capacity_tokens("", "") is None
 
 
 def test_tpot_of():
