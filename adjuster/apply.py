@@ -28,7 +28,7 @@ from planner.errors import ApplyError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
 # Launch failures that the same command cannot fix by trying again.
-_PERMANENT = {"bad_model_path", "max_model_len_too_large"}
+_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large"}
 
 
 @dataclass
