@@ -66,3 +66,24 @@ def test_validate_reports_every_file_and_json_on_failure(tmp_path, capsys):
     assert [p["path"] for p in res[0]["problems"]] == ["nodes[0].ram_gib", "nodes[1].ram_gib"]
     assert res[0]["problems"][0]["fix"] == "rename it to 'cpu_memory_gib'"
     assert res[2]["error"].endswith("file not found")
+
+
+def test_optimize_in_a_pipe_prints_progress_whose_total_is_the_evaluations_made(tmp_path):
+    import os
+    import re
+    import subprocess
+    import sys
+
+    argv = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
+            "-s", f"{SMALL}/slo.yaml", "-w", f"{SMALL}/workload.yaml", "--evals", "6",
+            "--no-baselines", "-o", str(tmp_path / "p.yaml")]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner.cli.main", *argv],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = re.findall(r"optimize: (\d+)/(\d+) evaluated", proc.stderr)
+    assert len(lines) >= 2 and lines[0][0] == "1"
+    made = int(re.search(r"(\d+) evaluations", proc.stdout).group(1))
+    assert lines[-1] == (str(made), str(made))
