@@ -357,39 +357,27 @@ def status_cmd(
             {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
         )
         return
-    from rich.table import Table
+    from planner.cli.tables import Col, fit_table
 
-    t = Table(
-        title=f"point {meta.get('point') or '-'}  ({meta.get('plan_path', 'no plan applied')})"
-    )
-    for c in (
-        "instance",
-        "model",
-        "node",
-        "tier",
-        "status",
-        "health",
-        "port",
-        "pid",
-        "uptime",
-        "restarts",
-    ):
-        t.add_column(c, no_wrap=c in ("instance", "status"))
+    # At 80 columns the least needed columns go first (pid, uptime, port, ...), never a cut
+    # cell; the plan's path stands under the table, where it may wrap.
+    cols = [
+        Col("instance", "left"), Col("model", "left", drop=3), Col("node", "left"),
+        Col("tier", "left"), Col("status", "left"), Col("health", "left", drop=1),
+        Col("port", drop=2), Col("pid", drop=6), Col("uptime", drop=5), Col("restarts", drop=4),
+    ]  # fmt: skip
+    cells = []
     for x in rows:
         up = f"{x['uptime_s']:.0f} s" if x["uptime_s"] is not None else "-"
-        t.add_row(
-            x["id"],
-            x["model"],
-            x["node"],
-            x["tier"],
-            x["status"],
-            "ok" if x["healthy"] else "-",
-            str(x["port"]),
-            str(x["pid"] or "-"),
-            up,
+        cells.append(([
+            x["id"], x["model"], x["node"], x["tier"], x["status"],
+            "ok" if x["healthy"] else "-", str(x["port"]), str(x["pid"] or "-"), up,
             str(x["restarts"]),
-        )
-    console.print(t)
+        ], None))  # fmt: skip
+    plan = meta.get("plan_path") or "no plan applied"
+    console.print(
+        fit_table(f"point {meta.get('point') or '-'}", cols, cells, caption=f"plan: {plan}")
+    )
 
 
 def down_cmd(

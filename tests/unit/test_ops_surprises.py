@@ -87,3 +87,26 @@ def test_optimize_in_a_pipe_prints_progress_whose_total_is_the_evaluations_made(
     assert len(lines) >= 2 and lines[0][0] == "1"
     made = int(re.search(r"(\d+) evaluations", proc.stdout).group(1))
     assert lines[-1] == (str(made), str(made))
+
+
+def test_status_fits_80_columns_without_cutting_cells(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from planner.adjuster.state import InstanceRow, StateStore
+
+    state = tmp_path / "state"
+    with StateStore(state) as s:
+        for k, m in enumerate(["summarizer-8b", "coder-32b-instruct", "planner-7b"]):
+            s.upsert(InstanceRow(id=f"{m}-0", model=m, variant="bf16", node="gpu-node-a",
+                                 port=8101 + k, status="stopped"))  # fmt: skip
+        s.set_meta(point="balanced-lean", plan_path="/srv/planner/plans/lab16.plan.yaml")
+    proc = subprocess.run(
+        [sys.executable, "-m", "planner.cli.main", "status", "--state-dir", str(state)],
+        capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 80 and "…" not in proc.stdout
+    assert "coder-32b-instruct-0" in proc.stdout and "left out at 80 columns" in proc.stdout
