@@ -226,9 +226,16 @@ def drift_cmd(
     console.print(f"verdict: [{colour}]{rep.verdict}[/] ({rep.requests} requests in the window)")
     from rich.table import Table
 
-    t = Table("dimension", "value", "score (>=1 fires)", "fired", "detail")
+    t = Table("dimension", "value", "score", "fired", "detail")
     for sc in rep.scores:
-        t.add_row(sc.name, f"{sc.value:g}", f"{sc.score:.2f}", "yes" if sc.fired else "", sc.detail)
+        why = "" if sc.fired or sc.score < 1 else "no: change too small or too few requests"
+        t.add_row(
+            sc.name, f"{sc.value:g}", f"{sc.score:.2f}", "yes" if sc.fired else why, sc.detail
+        )
+    t.caption = (
+        "score: the statistic over its critical value; a dimension fires at 1 or more when the "
+        "change is also large enough to matter and enough requests and sessions show it"
+    )
     console.print(t)
 
 

@@ -110,3 +110,26 @@ def test_status_fits_80_columns_without_cutting_cells(tmp_path):
     lines = proc.stdout.splitlines()
     assert max(len(ln) for ln in lines) <= 80 and "…" not in proc.stdout
     assert "coder-32b-instruct-0" in proc.stdout and "left out at 80 columns" in proc.stdout
+
+
+def test_a_points_capacity_never_says_the_whole_cluster_is_short():
+    from planner.optimizer.capacity import capacity_report
+
+    # two models, each at 60% of its capacity in hour 0: fine for a point (each has its own
+    # instances); for the whole cluster (each share counted against all of it) 120%
+    trace = {"timestamp": [10.0 * i for i in range(12)], "model": ["a", "b"] * 6,
+             "input_tokens": [100] * 12, "output_tokens": [10] * 12}  # fmt: skip
+    cap = {"a": 10 / 3600, "b": 10 / 3600}  # 10 requests/h each; 6 each came
+    point = capacity_report(trace, cap, whole_cluster=False)
+    assert not point.overloaded and not any("whole cluster" in ln for ln in point.lines())
+    assert capacity_report(trace, cap).hours_over_all == [0]
+
+
+def test_estimate_says_does_not_fit_without_a_unit_and_explains_the_burst(capsys):
+    code, out, _ = _run(["estimate", "--model", "Qwen2.5-Coder-32B-Instruct", "--gpu",
+                         "RTX-4090", "--tp", "1"], capsys)  # fmt: skip
+    assert code == 0 and "n/a (does not fit) s" not in out and "n/a (does not fit)" in out
+    code, out, _ = _run(["estimate", "--model", "Qwen2.5-7B-Instruct", "--gpu", "RTX-4090",
+                         "--concurrency", "8"], capsys)  # fmt: skip
+    assert "of requests in a burst" not in out
+    assert "8 clients sending requests back to back" in out
