@@ -133,3 +133,14 @@ def test_estimate_says_does_not_fit_without_a_unit_and_explains_the_burst(capsys
                          "--concurrency", "8"], capsys)  # fmt: skip
     assert "of requests in a burst" not in out
     assert "8 clients sending requests back to back" in out
+
+
+def test_an_unknown_models_suggestion_follows_its_architecture(tmp_path, capsys):
+    models = tmp_path / "models.yaml"
+    models.write_text("kind: models\nmodels:\n  - name: r1\n"
+                      "    architecture: DeepSeek-R1-Distill-Qwen-14B\n"
+                      "    variants: [{name: bf16, quantization: bf16}]\n")  # fmt: skip
+    code, _, err = _run(["validate", str(models)], capsys)
+    assert code == 2
+    assert "did you mean Qwen2.5-14B-Instruct?" in err and "DeepSeek-V2-Lite" not in err
+    assert "base model's architecture" in err
