@@ -68,7 +68,7 @@ def test_validate_reports_every_file_and_json_on_failure(tmp_path, capsys):
     assert res[2]["error"].endswith("file not found")
 
 
-def test_optimize_in_a_pipe_prints_progress_whose_total_is_the_evaluations_made(tmp_path):
+def test_optimize_in_a_pipe_prints_progress_and_fits_80_columns(tmp_path):
     import os
     import re
     import subprocess
@@ -77,7 +77,7 @@ def test_optimize_in_a_pipe_prints_progress_whose_total_is_the_evaluations_made(
     argv = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
             "-s", f"{SMALL}/slo.yaml", "-w", f"{SMALL}/workload.yaml", "--evals", "6",
             "--no-baselines", "-o", str(tmp_path / "p.yaml")]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env = {**os.environ, "COLUMNS": "80"}
     proc = subprocess.run(
         [sys.executable, "-m", "planner.cli.main", *argv],
         capture_output=True, text=True, env=env, timeout=600,
@@ -87,6 +87,9 @@ def test_optimize_in_a_pipe_prints_progress_whose_total_is_the_evaluations_made(
     assert len(lines) >= 2 and lines[0][0] == "1"
     made = int(re.search(r"(\d+) evaluations", proc.stdout).group(1))
     assert lines[-1] == (str(made), str(made))
+    # its table and title fit 80 columns: nothing cropped
+    assert max(len(ln) for ln in proc.stdout.splitlines()) <= 80
+    assert "the whole trace" in " ".join(proc.stdout.split())
 
 
 def test_status_fits_80_columns_without_cutting_cells(tmp_path):
@@ -144,3 +147,24 @@ def test_an_unknown_models_suggestion_follows_its_architecture(tmp_path, capsys)
     assert code == 2
     assert "did you mean Qwen2.5-14B-Instruct?" in err and "DeepSeek-V2-Lite" not in err
     assert "base model's architecture" in err
+
+
+def test_workload_inspect_fits_80_columns_without_cutting_cells(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "planner.cli.main", *args], capture_output=True, text=True,
+            env={**os.environ, "COLUMNS": "80"}, timeout=300,
+        )  # fmt: skip
+
+    trace = tmp_path / "w.parquet"
+    proc = cli("workload", "synth", "--spec", f"{SMALL}/workload.yaml", "--models",
+               f"{SMALL}/models.yaml", "-o", str(trace))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    proc = cli("workload", "inspect", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert max(len(ln) for ln in proc.stdout.splitlines()) <= 80 and "…" not in proc.stdout
+    assert "coder-32b" in proc.stdout and "left out at 80 columns" in proc.stdout
