@@ -168,3 +168,20 @@ def test_workload_inspect_fits_80_columns_without_cutting_cells(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert max(len(ln) for ln in proc.stdout.splitlines()) <= 80 and "…" not in proc.stdout
     assert "coder-32b" in proc.stdout and "left out at 80 columns" in proc.stdout
+
+
+@pytest.mark.parametrize("role", ["embed", "reasoner"])
+def test_a_default_role_can_be_removed_from_a_workload_spec(role, tmp_path):
+    from planner.cli.inputs import synth_spec
+    from planner.optimizer.workload.synth import synth
+
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(f"roles:\n  {role}: null\nusers: 3\ndays: 1\n")
+    spec = synth_spec(spec_file)
+    assert role not in spec.roles and role not in spec.start_role
+    assert all(role not in row for row in spec.transitions.values())
+    assert role not in (spec.adopted_role, spec.switch_role)
+    from planner.optimizer.workload.synth_spec import default_spec
+
+    df = synth(spec, seed=0)
+    assert len(df) > 0 and default_spec().roles[role].model not in set(df["model"])
