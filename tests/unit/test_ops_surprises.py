@@ -185,3 +185,31 @@ def test_a_default_role_can_be_removed_from_a_workload_spec(role, tmp_path):
 
     df = synth(spec, seed=0)
     assert len(df) > 0 and default_spec().roles[role].model not in set(df["model"])
+
+
+def test_workload_import_knows_openai_log_names_and_maps_columns(tmp_path, capsys):
+    from planner.trace import read_trace
+
+    log = tmp_path / "log.jsonl"
+    log.write_text(
+        '{"created": 1700000000, "model": "m", "user": "ann", "usage": {"prompt_tokens": 1200, '
+        '"completion_tokens": 80, "prompt_tokens_details": {"cached_tokens": 1000}}}\n'
+        '{"created": 1700000005, "model": "m", "user": "bob", "usage": {"prompt_tokens": 900, '
+        '"completion_tokens": 40}}\n'
+    )
+    out = tmp_path / "a.parquet"
+    code, text, err = _run(["workload", "import", str(log), "--format", "jsonl", "-o", str(out)],
+                           capsys)  # fmt: skip
+    assert code == 0, err
+    assert "usage.prompt_tokens -> input_tokens" in text
+    df = read_trace(out)
+    assert list(df["input_tokens"]) == [1200, 900] and list(df["cached_tokens"]) == [1000, 0]
+    csv = tmp_path / "log.csv"
+    csv.write_text("time,llm,prompt_tokens,completion_tokens\n1700000000,m,100,10\n")
+    argv = ["workload", "import", str(csv), "--format", "csv", "-o", str(tmp_path / "b.parquet")]
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "--map" in err  # the model column has a name of its own
+    code, _, err = _run([*argv, "--map", "llm=model"], capsys)
+    assert code == 0, err
+    code, _, err = _run([*argv, "--map", "llm=modle"], capsys)
+    assert code == 2 and "did you mean 'model'" in err
