@@ -219,7 +219,9 @@ def apply_cmd(
     from planner.io import sha256_file
 
     if previous:
-        plan_path, point = _previous(plan_path, point, state_dir)
+        from planner.cli.history import previous_applied
+
+        plan_path, point = previous_applied(plan_path, point, state_dir)
     elif plan_path is None:
         raise InputError(
             "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
@@ -251,7 +253,9 @@ def apply_cmd(
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
             state.set_meta(plan_path=str(plan_path.resolve()), node=node or "")
-            _keep_previous(state, before, str(plan_path.resolve()), result.point)
+            from planner.cli.history import keep_previous
+
+            keep_previous(state, before, str(plan_path.resolve()), result.point)
     if json_out:
         print_json(result.to_json())
     elif dry_run:
@@ -270,38 +274,6 @@ def apply_cmd(
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
-
-
-def _previous(
-    plan_path: Path | None, point: str | None, state_dir: Path | None
-) -> tuple[Path, str]:
-    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
-    from planner.adjuster.state import StateStore, existing_state_dir
-
-    if plan_path is not None or point is not None:
-        raise InputError(
-            "--previous takes no PLAN or --point (it applies the ones recorded)",
-            path="--previous",
-            fix="drop PLAN and --point, or drop --previous",
-        )
-    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
-        meta = state.meta()
-    prev_plan, prev_point = meta.get("previous_plan_path", ""), meta.get("previous_point", "")
-    if not prev_plan or not prev_point:
-        raise InputError(
-            "no previous apply is recorded in this state dir",
-            file=str(state_dir or "the default state dir"),
-            fix="apply a plan first; `planner history` lists what was applied",
-        )
-    return Path(prev_plan), prev_point
-
-
-def _keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
-    """Record the plan and point in force before this apply, when it changed them (what
-    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
-    old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
-    if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
-        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
 
 
 def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
