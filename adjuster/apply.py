@@ -31,7 +31,7 @@ from planner.schemas.plan import Plan, Point
 
 DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
-_PERMANENT = {"bad_model_path", "max_model_len_too_large"}
+_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large"}
 
 
 @dataclass

@@ -182,7 +182,9 @@ def apply_cmd(
     from planner.io import sha256_file
 
     if previous:
-        plan_path, point = _previous(plan_path, point, state_dir)
+        from planner.cli.history import previous_applied
+
+        plan_path, point = previous_applied(plan_path, point, state_dir)
     elif plan_path is None:
         raise InputError(
             "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
@@ -217,7 +219,9 @@ def apply_cmd(
                 plan_path=str(plan_path.resolve()), node=here,
                 port_base=str(base) if base is not None else "",
             )  # fmt: skip
-            _keep_previous(state, before, str(plan_path.resolve()), result.point)
+            from planner.cli.history import keep_previous
+
+            keep_previous(state, before, str(plan_path.resolve()), result.point)
     _show(result, json_out, dry_run)
     if result.error is not None:
         from planner.cli.common import print_error
@@ -241,38 +245,6 @@ def _show(result: Any, json_out: bool, dry_run: bool) -> None:
             )
         if result.ok:
             console.print(f"point {result.point}: {len(result.actions)} action(s), up to date")
-
-
-def _previous(
-    plan_path: Path | None, point: str | None, state_dir: Path | None
-) -> tuple[Path, str]:
-    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
-    from planner.adjuster.state import StateStore, existing_state_dir
-
-    if plan_path is not None or point is not None:
-        raise InputError(
-            "--previous takes no PLAN or --point (it applies the ones recorded)",
-            path="--previous",
-            fix="drop PLAN and --point, or drop --previous",
-        )
-    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
-        meta = state.meta()
-    prev_plan, prev_point = meta.get("previous_plan_path", ""), meta.get("previous_point", "")
-    if not prev_plan or not prev_point:
-        raise InputError(
-            "no previous apply is recorded in this state dir",
-            file=str(state_dir or "the default state dir"),
-            fix="apply a plan first; `planner history` lists what was applied",
-        )
-    return Path(prev_plan), prev_point
-
-
-def _keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
-    """Record the plan and point in force before this apply, when it changed them (what
-    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
-    old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
-    if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
-        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
 
 
 def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
@@ -329,39 +301,27 @@ def status_cmd(
             {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
         )
         return
-    from rich.table import Table
+    from planner.cli.tables import Col, fit_table
 
-    t = Table(
-        title=f"point {meta.get('point') or '-'}  ({meta.get('plan_path', 'no plan applied')})"
-    )
-    for c in (
-        "instance",
-        "model",
-        "node",
-        "tier",
-        "status",
-        "health",
-        "port",
-        "pid",
-        "uptime",
-        "restarts",
-    ):
-        t.add_column(c, no_wrap=c in ("instance", "status"))
+    # At 80 columns the least needed columns go first (pid, uptime, port, ...), never a cut
+    # cell; the plan's path stands under the table, where it may wrap.
+    cols = [
+        Col("instance", "left"), Col("model", "left", drop=3), Col("node", "left"),
+        Col("tier", "left"), Col("status", "left"), Col("health", "left", drop=1),
+        Col("port", drop=2), Col("pid", drop=6), Col("uptime", drop=5), Col("restarts", drop=4),
+    ]  # fmt: skip
+    cells = []
     for x in rows:
         up = f"{x['uptime_s']:.0f} s" if x["uptime_s"] is not None else "-"
-        t.add_row(
-            x["id"],
-            x["model"],
-            x["node"],
-            x["tier"],
-            x["status"],
-            "ok" if x["healthy"] else "-",
-            str(x["port"]),
-            str(x["pid"] or "-"),
-            up,
+        cells.append(([
+            x["id"], x["model"], x["node"], x["tier"], x["status"],
+            "ok" if x["healthy"] else "-", str(x["port"]), str(x["pid"] or "-"), up,
             str(x["restarts"]),
-        )
-    console.print(t)
+        ], None))  # fmt: skip
+    plan = meta.get("plan_path") or "no plan applied"
+    console.print(
+        fit_table(f"point {meta.get('point') or '-'}", cols, cells, caption=f"plan: {plan}")
+    )
 
 
 def down_cmd(

@@ -106,7 +106,9 @@ def evaluate_points(
         results[name] = r = simulate(p, perfs, req, slo, model_names=models.names, **kw)
         if kw:  # a baseline: no capacity table, no twin
             continue
-        capacity[name] = capacity_report(trace, point_capacity_rps(p, perfs, demand, slo))
+        capacity[name] = capacity_report(
+            trace, point_capacity_rps(p, perfs, demand, slo), whole_cluster=False
+        )
         if baseline == "lru-matched":
             results[f"lru@{name}"] = scoring.twin_result(
                 p,

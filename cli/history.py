@@ -1,15 +1,15 @@
-"""`planner history` (the state dir's journal) and `planner logs INSTANCE` (an engine's log)."""
+"""`planner history` (the state dir's journal), `planner logs INSTANCE` (an engine's log), and
+what `apply --previous` reads and `apply` keeps (the plan and point in force before it)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import StateDirOpt
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import JsonOpt, StateDirOpt, console, print_json
 from planner.errors import InputError
 
 
@@ -96,6 +96,38 @@ def _tail(path: Path, lines: int, follow: bool) -> None:
                     time.sleep(0.5)
         except KeyboardInterrupt:
             return
+
+
+def previous_applied(
+    plan_path: Path | None, point: str | None, state_dir: Path | None
+) -> tuple[Path, str]:
+    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
+    from planner.adjuster.state import StateStore, existing_state_dir
+
+    if plan_path is not None or point is not None:
+        raise InputError(
+            "--previous takes no PLAN or --point (it applies the ones recorded)",
+            path="--previous",
+            fix="drop PLAN and --point, or drop --previous",
+        )
+    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
+        meta = state.meta()
+    prev_plan, prev_point = meta.get("previous_plan_path", ""), meta.get("previous_point", "")
+    if not prev_plan or not prev_point:
+        raise InputError(
+            "no previous apply is recorded in this state dir",
+            file=str(state_dir or "the default state dir"),
+            fix="apply a plan first; `planner history` lists what was applied",
+        )
+    return Path(prev_plan), prev_point
+
+
+def keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
+    """Record the plan and point in force before this apply, when it changed them (what
+    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
+    old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
+    if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
+        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
 
 
 def register(app: typer.Typer) -> None:

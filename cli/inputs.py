@@ -75,6 +75,7 @@ def synth_spec(path: Path, model_names: list[str] | None = None):
         )
     data.pop("kind", None)
     merged = _deep_merge(default_spec().model_dump(mode="json"), data)
+    _drop_roles(merged, [r for r, v in (data.get("roles") or {}).items() if v is None])
     try:
         spec = SynthSpec.model_validate(merged)
     except ValidationError as e:
@@ -100,6 +101,32 @@ def _deep_merge(base: dict, over: dict) -> dict:
             _deep_merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
         )
     return out
+
+
+def _drop_roles(spec: dict, gone: list[str]) -> None:
+    """Remove the roles a spec sets to null (`roles: {embed: null}`) and every reference to
+    them: start and transition probabilities, the adopted and switching roles."""
+    if not gone:
+        return
+    roles = spec.get("roles") or {}
+    for r in gone:
+        roles.pop(r, None)
+    for key in ("start_role", "transitions"):
+        table = spec.get(key)
+        if isinstance(table, dict):
+            for r in gone:
+                table.pop(r, None)
+            if key == "transitions":
+                for row in table.values():
+                    for r in gone:
+                        if isinstance(row, dict):
+                            row.pop(r, None)
+    for key in ("adopted_role", "switch_role"):
+        if spec.get(key) in gone:
+            spec[key] = None
+    if spec.get("switch_to_role") in gone:
+        spec["switch_role"] = None  # no model left to switch to
+        spec["switch_to_role"] = next(iter(roles), "")
 
 
 def calibration(profiles: Path | None) -> dict[str, Any] | None:

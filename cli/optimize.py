@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import JsonOpt, console, err_console, print_json
 from planner.errors import InputError
 from planner.optimizer.config import OptimizeConfig
 
@@ -133,15 +133,17 @@ def optimize_cmd(
             transient=True,
         ) as bar:
             task = bar.add_task("", total=evals)
+            lines = _ProgressLines(not console.is_terminal)
 
             def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
                 desc = (
                     f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
                     f"attainment {best['slo_attainment']:.1%}"
                     if best
-                    else ""
+                    else lines.desc
                 )
                 bar.update(task, completed=done, total=total, description=desc)
+                lines.update(done, total, desc)
 
             result = optimize(
                 cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map
@@ -215,3 +217,27 @@ def optimize_cmd(
         f"{len(result.evaluations)} evaluations, MILP {result.milp_time_s:.1f} s, "
         f"simulator {result.sim_time_s:.1f} s)"
     )
+
+
+class _ProgressLines:
+    """Progress as plain lines on stderr when stdout is not a terminal (a pipe, a log file),
+    where the bar shows nothing: the first evaluation, then at most one line every
+    `every_s`, and the last one."""
+
+    def __init__(self, on: bool, every_s: float = 10.0):
+        self.on, self.every_s = on, every_s
+        self.t0 = time.perf_counter()
+        self.last_s = -float("inf")
+        self.desc = ""
+
+    def update(self, done: int, total: int, desc: str) -> None:
+        self.desc = desc
+        now = time.perf_counter()
+        if not self.on or (now - self.last_s < self.every_s and done not in (1, total)):
+            return
+        self.last_s = now
+        tail = f", {desc}" if desc else ""
+        err_console.print(
+            f"optimize: {done}/{total} evaluated, {now - self.t0:.0f} s{tail}",
+            highlight=False, markup=False, soft_wrap=True,
+        )  # fmt: skip

@@ -49,7 +49,8 @@ def fit_table(
     while True:
         t = _build(title, [cols[i] for i in keep], [([r[i] for i in keep], s) for r, s in rows])
         droppable = [i for i in keep if cols[i].drop > 0]
-        if console.measure(t, options=wide).minimum <= width or not droppable:
+        need = max(console.measure(t, options=wide).minimum, _needed(cols, keep, rows))
+        if need <= width or not droppable:
             break
         keep.remove(max(droppable, key=lambda i: (cols[i].drop, i)))
     left_out = [c.header for i, c in enumerate(cols) if i not in keep]
@@ -61,6 +62,21 @@ def fit_table(
 
 
 TEXT_MIN = 24  # a text column narrower than this reads badly: leave out a number instead
+
+
+def _needed(cols: list[Col], keep: list[int], rows: list[tuple[list[str], str | None]]) -> int:
+    """The narrowest the table renders without cutting a cell: numbers (and their headers)
+    never wrap, text columns wrap down to TEXT_MIN (or their longest cell), plus the borders.
+    rich's own minimum can be narrower than what it then draws (it crops the rest)."""
+    total = 1
+    for i in keep:
+        cells = [len(_plain(r[i])) for r, _ in rows]
+        if cols[i].justify == "right":
+            w = max([len(cols[i].header), *cells])
+        else:
+            w = min(max(cells, default=0), TEXT_MIN)
+        total += w + 3  # one space each side and a border
+    return total
 
 
 def _build(title: str | None, cols: list[Col], rows: list[tuple[list[str], str | None]]) -> Table:

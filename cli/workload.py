@@ -135,6 +135,14 @@ def import_cmd(
         typer.Option("--assign", help="hash, or a mix like coder-32b=0.5,planner-7b=0.5 (seeded)."),
     ] = None,
     seed: SeedOpt = 0,
+    column_map: Annotated[
+        str | None,
+        typer.Option(
+            "--map",
+            help="csv/jsonl/parquet: SOURCE=COLUMN,... e.g. time=timestamp,prompt_tokens="
+            "input_tokens (OpenAI-log names are known without it).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Import a public trace into the planner schema; skipped rows are counted by reason."""
@@ -145,7 +153,9 @@ def import_cmd(
     names = _model_names(models)
     if assign is None and names and fmt in ("azure", "mooncake", "servegen"):
         assign = "hash"  # these formats have no model column
-    df, summary = import_trace(fmt, src, model_names=names, assign=assign, seed=seed)
+    df, summary = import_trace(
+        fmt, src, model_names=names, assign=assign, seed=seed, column_map=_column_map(column_map)
+    )
     write_trace(df, out)
     if json_out:
         print_json({**summary.as_dict(), "out": str(out)})
@@ -155,6 +165,22 @@ def import_cmd(
         console.print(f"  skipped {n}: {reason}", highlight=False)
     for rule in summary.rules:
         console.print(f"  rule: {rule}", highlight=False)
+
+
+def _column_map(text: str | None) -> dict[str, str]:
+    """`--map a=b,c=d` as {a: b, c: d}; InputError naming the malformed pair."""
+    out: dict[str, str] = {}
+    for pair in (text or "").split(","):
+        if not pair.strip():
+            continue
+        src, sep, dst = pair.partition("=")
+        if not sep or not src.strip() or not dst.strip():
+            raise InputError(
+                f"{pair.strip()!r} is not SOURCE=COLUMN", path="--map",
+                fix="e.g. --map time=timestamp,prompt_tokens=input_tokens",
+            )  # fmt: skip
+        out[src.strip()] = dst.strip()
+    return out
 
 
 def inspect_cmd(
@@ -226,9 +252,16 @@ def drift_cmd(
     console.print(f"verdict: [{colour}]{rep.verdict}[/] ({rep.requests} requests in the window)")
     from rich.table import Table
 
-    t = Table("dimension", "value", "score (>=1 fires)", "fired", "detail")
+    t = Table("dimension", "value", "score", "fired", "detail")
     for sc in rep.scores:
-        t.add_row(sc.name, f"{sc.value:g}", f"{sc.score:.2f}", "yes" if sc.fired else "", sc.detail)
+        why = "" if sc.fired or sc.score < 1 else "no: change too small or too few requests"
+        t.add_row(
+            sc.name, f"{sc.value:g}", f"{sc.score:.2f}", "yes" if sc.fired else why, sc.detail
+        )
+    t.caption = (
+        "score: the statistic over its critical value; a dimension fires at 1 or more when the "
+        "change is also large enough to matter and enough requests and sessions show it"
+    )
     console.print(t)
 
 

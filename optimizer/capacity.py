@@ -106,8 +106,13 @@ def point_capacity_rps(
     return out
 
 
-def capacity_report(trace: Any, capacity: dict[str, float]) -> CapacityReport:
-    """Hourly demand of `trace` against `capacity` (model -> requests/s)."""
+def capacity_report(
+    trace: Any, capacity: dict[str, float], *, whole_cluster: bool = True
+) -> CapacityReport:
+    """Hourly demand of `trace` against `capacity` (model -> requests/s). `whole_cluster`:
+    `capacity` gives each model the whole cluster, so the models' shares add up (the hours
+    they exceed it together); a point's instances serve only their own model, and its
+    models' shares do not add up to anything."""
     t = np.asarray(trace["timestamp"], dtype=float)
     if not len(t):
         return CapacityReport([])
@@ -137,4 +142,5 @@ def capacity_report(trace: Any, capacity: dict[str, float]) -> CapacityReport:
                 hours_over=np.flatnonzero(per_h > cap_h).tolist(),
             )
         )
-    return CapacityReport(rows, np.flatnonzero(share > 1.0 + 1e-9).tolist())
+    over_all = np.flatnonzero(share > 1.0 + 1e-9).tolist() if whole_cluster else []
+    return CapacityReport(rows, over_all)

@@ -81,6 +81,10 @@ class Searcher:
             scoring.scorer(self.held_req, slo, names) if self.held_req is not None else None
         )
         self._twins: dict[int, dict[str, Any]] = {}
+        # `run`'s progress callback and its total: the front's later evaluations (select.py)
+        # report through it too, so the total shown ends equal to the evaluations made
+        self._progress: Progress | None = None
+        self._total = 0
         self.demand = model_demand(self.fit)
         self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
         self.gpu_usable = {
@@ -191,7 +195,11 @@ class Searcher:
             knobs, point, perfs, origin = jobs[k]
             return self.evaluate_point(start + k, knobs, point, perfs, origin=origin)
 
-        return self.job_map(job, len(jobs))
+        done = self.job_map(job, len(jobs))
+        if self._progress is not None and jobs:
+            self._total = max(self._total, start + len(jobs))
+            self._progress(start + len(jobs), self._total, None)
+        return done
 
     def twin_metrics(self, ev: Evaluation) -> dict[str, Any]:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
@@ -273,6 +281,7 @@ class Searcher:
         ]
         lams = (0.3, 1.0, 3.0)  # trade-offs the three GP phases favour
         total = max(cfg.evals, len(anchors))
+        self._progress, self._total = progress, total
         # The last quarter refines the leanest plan that meets the SLO by letting one more
         # model sleep at a time: it fills the front where the switch/memory trade-off bites.
         n_refine = min(n_models - 1, (total - len(anchors)) // 4)
@@ -342,6 +351,9 @@ class Searcher:
                 )
                 if ev.feasible and ev.metrics["slo_attainment"] < self.slo.attainment - 0.05:
                     break  # more sleepers only add switches from here
+        if progress and len(evals) != total:  # stopped early: the total is what was made
+            progress(len(evals), len(evals), best)
+        self._total = len(evals)
         return self.finish(evals)
 
     def finish(self, evals: list[Evaluation]) -> SearchResult:

@@ -98,7 +98,66 @@ def read_mooncake(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
     return df, n
 
 
-def read_own(p: Path, fmt: str, skipped: Counter) -> tuple[pd.DataFrame, int]:
+# Column names of OpenAI-style request logs (and the usage object) -> the trace's; used when
+# the trace's own name is absent. `--map SOURCE=TRACE,...` adds to and overrides these.
+OPENAI_COLUMNS = {
+    "created": "timestamp", "created_at": "timestamp", "time": "timestamp",
+    "prompt_tokens": "input_tokens", "completion_tokens": "output_tokens",
+    "usage.prompt_tokens": "input_tokens", "usage.completion_tokens": "output_tokens",
+    "usage.prompt_tokens_details.cached_tokens": "cached_tokens",
+    "prompt_tokens_details.cached_tokens": "cached_tokens", "user_id": "user",
+    "session_id": "session", "conversation_id": "session",
+}  # fmt: skip
+TRACE_NAMES = ("timestamp", "model", "input_tokens", "output_tokens", "cached_tokens", "user",
+               "session")  # fmt: skip
+
+
+def rename_columns(
+    raw: pd.DataFrame, column_map: dict[str, str], file: str, rules: list[str]
+) -> pd.DataFrame:
+    """The trace's column names on `raw`: `column_map` (SOURCE -> trace name, from --map)
+    first, then the OpenAI-log names for trace columns still missing; nested objects (jsonl
+    `usage: {...}`) are read as dotted names. Each renaming is recorded in `rules`."""
+    bad = sorted(set(column_map.values()) - set(TRACE_NAMES))
+    if bad:
+        from planner.schemas.common import did_you_mean
+
+        raise InputError(
+            f"--map names {bad}, which are not trace columns{did_you_mean(bad[0], TRACE_NAMES)}",
+            path="--map",
+            fix=f"map onto {list(TRACE_NAMES)}",
+        )  # fmt: skip
+    nested = [c for c in raw.columns if raw[c].map(lambda v: isinstance(v, dict)).any()]
+    if nested:
+        recs = [{k: v if isinstance(v, dict) else {} for k, v in r.items()}
+                for r in raw[nested].to_dict("records")]  # fmt: skip
+        flat = pd.json_normalize(recs, sep=".")
+        raw = pd.concat([raw.drop(columns=nested).reset_index(drop=True), flat], axis=1)
+    missing = sorted(set(column_map) - set(raw.columns))
+    if missing:
+        raise InputError(
+            f"--map names column(s) {missing} the file does not have", file=file, path="--map",
+            fix=f"its columns: {sorted(map(str, raw.columns))}",
+        )  # fmt: skip
+    renames = dict(column_map)
+    for src, dst in OPENAI_COLUMNS.items():
+        taken = dst in raw.columns or dst in renames.values()
+        if src in raw.columns and not taken:
+            renames[src] = dst
+    if renames:
+        rules.append("columns: " + ", ".join(f"{a} -> {b}" for a, b in renames.items()))
+        raw = raw.drop(columns=[d for d in renames.values() if d in raw.columns])
+        raw = raw.rename(columns=renames)
+    return raw
+
+
+def read_own(
+    p: Path,
+    fmt: str,
+    skipped: Counter,
+    column_map: dict[str, str] | None = None,
+    rules: list[str] | None = None,
+) -> tuple[pd.DataFrame, int]:
     if p.suffix.lower() != f".{fmt}":
         raise InputError(f"--format {fmt} but the file ends in {p.suffix!r}", file=str(p))
     if fmt == "jsonl":
@@ -106,13 +165,16 @@ def read_own(p: Path, fmt: str, skipped: Counter) -> tuple[pd.DataFrame, int]:
     else:
         raw, _ = _read_raw(p)
         n = len(raw)
+    raw = rename_columns(raw, column_map or {}, str(p), rules if rules is not None else [])
     missing = [
         c for c in ("timestamp", "model", "input_tokens", "output_tokens") if c not in raw.columns
     ]
     if missing and len(raw):
         raise InputError(
-            f"missing column(s) {missing}", file=str(p), fix="see `planner schema trace`"
-        )
+            f"missing column(s) {missing}", file=str(p),
+            fix="name them with --map SOURCE=COLUMN,... (e.g. --map time=timestamp); "
+            "see `planner schema trace`",
+        )  # fmt: skip
     m = len(raw)
     ts_col = raw["timestamp"] if m else pd.Series([], dtype=float)
     num = pd.to_numeric(ts_col, errors="coerce")

@@ -198,8 +198,15 @@ def import_trace(
     model_names: list[str] | None = None,
     assign: str | None = None,
     seed: int = 0,
+    column_map: dict[str, str] | None = None,
 ) -> tuple[pd.DataFrame, ImportSummary]:
-    """Read `src` in format `fmt` into a canonical trace and say what happened."""
+    """Read `src` in format `fmt` into a canonical trace and say what happened
+    (`column_map`: source column -> trace column, for csv/jsonl/parquet)."""
+    if column_map and fmt not in ("csv", "jsonl", "parquet"):
+        raise InputError(
+            f"--map applies to csv, jsonl and parquet files, not --format {fmt}",
+            path="--map", fix="drop --map (this format's columns are known)",
+        )  # fmt: skip
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
     p = Path(src)
@@ -225,7 +232,7 @@ def import_trace(
             f"lengths lognormal around param1/param2 (seed {seed})"
         )
     else:
-        df, n = read_own(p, fmt, skipped)
+        df, n = read_own(p, fmt, skipped, column_map, summary.rules)
     summary.rows_read = n
     summary.skipped = dict(sorted(skipped.items()))
     if len(df) == 0:

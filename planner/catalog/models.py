@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from pathlib import Path
 
 from planner.catalog.schema import ModelArch, ModelCatalog, load_catalog
@@ -87,12 +88,36 @@ def resolve_arch_name(name: str) -> ModelArch:
     for cand in (k, k + "-instruct", k + "-it"):
         if cand in lower:
             return lower[cand]
-    close = difflib.get_close_matches(key, list(MODELS), n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    close = closest_arch(key)
+    hint = f" (did you mean {close}?)" if close else ""
+    if close and "distill-" in key.lower():
+        hint = f" (did you mean {close}? a distilled model has its base model's architecture)"
     raise ValueError(
         f"{name!r} is not a known architecture{hint}; see `planner catalog models`, "
         "or give a path to a Hugging Face config.json, or inline numbers"
     )
+
+
+_SIZE = re.compile(r"\d+(?:\.\d+)?b")
+
+
+def closest_arch(name: str) -> str | None:
+    """The catalog row `name` most likely shares its architecture with: for a distill, its
+    base (`DeepSeek-R1-Distill-Qwen-14B` -> the Qwen 14B row, not a DeepSeek one); else a row
+    of the same family and size; else the closest spelling."""
+    low = name.lower()
+    base = low.split("distill-", 1)[1] if "distill-" in low else low
+    words = re.findall(r"[a-z]+|\d+(?:\.\d+)?b", base)
+    lows = {n: n.lower() for n in MODELS}
+    family = next((w for w in words if len(w) >= 3 and any(w in v for v in lows.values())), None)
+    size = next((w for w in words if _SIZE.fullmatch(w)), None)
+    if family and size:
+        at = re.compile(rf"(?<![\d.]){re.escape(size)}")
+        rows = [n for n, v in lows.items() if family in v and at.search(v)]
+        if rows:
+            return min(rows, key=lambda n: (len(n), n))  # the plainest row of that size
+    close = difflib.get_close_matches(name, list(MODELS), n=1, cutoff=0.5)
+    return close[0] if close else None
 
 
 _FAMILIES = (

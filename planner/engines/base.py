@@ -26,6 +26,7 @@ FailureReason = Literal[
     "out_of_memory",
     "port_in_use",
     "bad_model_path",
+    "hub_auth",
     "max_model_len_too_large",
     "timeout",
     "unknown",

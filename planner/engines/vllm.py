@@ -63,6 +63,17 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         ),
     ),
     (
+        # the hub refused: a gated repo whose licence this token's account has not accepted,
+        # or no/invalid HF_TOKEN (a 401 reads as "Repository Not Found" too: checked first)
+        "hub_auth",
+        re.compile(
+            r"GatedRepoError|Cannot access gated repo|trying to access a gated repo"
+            r"|is a gated repository|401 Client Error|403 Forbidden"
+            r"|Invalid credentials in Authorization header|Invalid user token",
+            re.I,
+        ),
+    ),
+    (
         "bad_model_path",
         re.compile(
             r"Repo id must be in the form|Repository Not Found|is not a local folder and is not a valid model"
@@ -77,6 +88,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 _FAILURE_FIXES = {  # reason -> what to change
     "port_in_use": "another process listens on the port: stop it or change the instance's port",
     "bad_model_path": "check the variant's path in models.yaml (a checkpoint dir with config.json)",
+    "hub_auth": "the hub refused the download (gated repo or 401): accept the model's licence on "
+    "its hub page, give the engines an HF_TOKEN of that account (docs/operations.md), or "
+    "download it beforehand into HF_HOME",
     "max_model_len_too_large": "lower engine.max_model_len (the model or the KV cache cannot hold it)",
     "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
 }
