@@ -6,6 +6,8 @@ coefficients of `StepModel`; the simulator calls `StepModel.time_s` for every st
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch, param_counts
 from planner.optimizer.perf.calib import Calib, default_calib
@@ -159,6 +161,7 @@ def gemm_kind(arch: ModelArch, quantization: str, gpu: GpuSpec) -> str | None:
     return None
 
 
+@lru_cache(maxsize=8192)  # the search builds the same instance under many engine settings
 def dense_compute_s_per_token(
     arch: ModelArch, quantization: str, gpu: GpuSpec, tp: int, calib: Calib, ref_tokens: int
 ) -> tuple[float, Source]:

@@ -28,10 +28,7 @@ class GemmTable:
 
     @staticmethod
     def from_lists(m: list, n: list, k: list, us: list) -> GemmTable:
-        arr = np.array(
-            [[[np.nan if v is None else v for v in row] for row in plane] for plane in us],
-            dtype=float,
-        )
+        arr = np.array(us, dtype=float)  # None (not measured) becomes NaN
         return GemmTable(tuple(m), tuple(n), tuple(k), np.log(arr))
 
 
