@@ -3,7 +3,10 @@
 The choices are `planner.optimizer.tiering`'s (the simulator's router calls the same
 functions). The mechanics are the gateway's: a wake runs `InstanceControl.wake` in a thread
 (the event loop keeps serving); first its displaced co-tenants are drained (no new requests;
-in-flight ones finish, at most `drain_timeout_s`) and put to sleep. One wake runs per model at
+in-flight ones finish: a busy instance is never put to sleep) and put to sleep. Before that,
+the wake waits (`await_swap`, `planner.optimizer.swap`) while a displaced co-tenant is busy
+or was woken less than `min_awake_s` ago, at most until the deadline of the request that
+started it; requests for the waking model collate behind it meanwhile. One wake runs per model at
 a time, under the locks of its GPUs (sorted: no deadlock between wakes); requests that
 arrive meanwhile wait behind it, at most `queue_limit` of them per model, and the next one
 gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
