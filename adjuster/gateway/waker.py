@@ -77,8 +77,25 @@ class Waker:
         took = self.wake_s.get(model, math.inf)
         started = self.started_s.get(model) if model in self.tasks else None
         if started is None:
-            return took
+            if not self.gw.pool.by_model.get(model):
+                return took
+            victims = self.plan(model)[1]  # plus the wait for its swap (no drains)
+            now = time.monotonic()
+            at = swap.swap_at_s(
+                victims, now_s=now, deadline_s=self.swap_deadline_s(model, now),
+                woke_s=_woke_s, min_awake_s=self.gw.cfg.min_awake_s,
+            )  # fmt: skip
+            return took + (at - now)
         return max(took - (time.perf_counter() - started), 0.0)
+
+    def swap_deadline_s(self, model: str, since_s: float) -> float:
+        """The latest a swap for a request of `model` waiting since `since_s` may begin
+        (`swap.swap_deadline_s`; its switch SLO: the substitute rule's `max_wait_s`)."""
+        rule = self.gw.point.substitutes.get(model)
+        slo_s = rule.max_wait_s if rule is not None else None
+        return swap.swap_deadline_s(
+            since_s, self.wake_s.get(model, 0.0), slo_s, self.gw.cfg.swap_max_wait_s
+        )
 
     def start_wake(self, model: str, target: Inst | None = None) -> asyncio.Task:
         """The model's wake in progress, started (of `target`, else of `plan`'s) if none runs."""
@@ -154,11 +171,7 @@ class Waker:
         request that started the wake). Requests for `model` collate behind this wake."""
         gw = self.gw
         pool, cfg = gw.pool, gw.cfg
-        rule = gw.point.substitutes.get(model)
-        slo_s = rule.max_wait_s if rule is not None else None
-        deadline = swap.swap_deadline_s(
-            since_s, self.wake_s.get(model, 0.0), slo_s, cfg.swap_max_wait_s
-        )
+        deadline = self.swap_deadline_s(model, since_s)
 
         def busy(v: Inst) -> bool:
             m = v.spec.model

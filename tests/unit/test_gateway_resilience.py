@@ -89,7 +89,7 @@ def test_retention_deletes_rows_by_age_and_size(tmp_path):
     for k in range(10):
         log.add(_row(float(k * 50)))
     assert log.flush(now_s=500.0)
-    assert [r["timestamp"] for r in rows(tmp_path)] == [400.0, 450.0]  # 500 - 100 and later
+    assert [r["timestamp"] for r in rows(tmp_path)] == [350.0, 400.0, 450.0]  # newest - 100
     log.close()
     log = RequestLog(tmp_path / "r2.sqlite", max_age_s=1e12, max_bytes=64 * 1024)
     for k in range(5000):
