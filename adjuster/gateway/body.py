@@ -42,6 +42,14 @@ async def read_body(request: web.Request, cap_bytes: int, timeout_s: float) -> b
     length = request.content_length
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
+    if length is not None and length <= READ_CHUNK:  # the common case: one bounded read
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await request.read()
+        except TimeoutError:
+            raise BadBody(
+                408, "body_timeout", f"the body paused for more than {timeout_s:g} s"
+            ) from None
     buf = bytearray()
     loop = asyncio.get_running_loop()
     t0 = loop.time()

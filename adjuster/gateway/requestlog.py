@@ -9,7 +9,9 @@ and `substituted` 1 then. A log written before these two columns gains them (emp
 at least one token each way (the trace schema's floor). Table `failures`: every request that
 got no answer from an engine (404, 405, 503, 502, 499 client gone), so `read_trace` on the
 file sees only real traffic. Rows are queued and written in batches by the gateway's flush
-loop; `RequestLogSource` reads windows of it for `planner adjust`.
+loop, which outlives a full or read-only disk (`RequestLog`); a damaged file stops the
+gateway at start with exit 2 naming it. `RequestLogSource` reads windows of it for
+`planner adjust`.
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ class RequestLog:
     counted in `dropped`). A write that fails (disk full, read-only file, a lock) keeps its
     rows for the next flush, counts in `write_failures`, and is logged once per
     `warn_every_s`; the next flush that succeeds says so: writing resumes by itself.
-    Retention: rows older than `max_age_s`, and the oldest beyond `max_bytes` of used pages,
-    are deleted at most once per `prune_every_s`.
+    Retention: rows older than `max_age_s` before the newest, and the oldest beyond
+    `max_bytes` of used pages, are deleted at most once per `prune_every_s`.
     """
 
     def __init__(
@@ -153,7 +155,7 @@ class RequestLog:
             if now_s - self._pruned_s >= self.prune_every_s:
                 self._pruned_s = now_s
                 with contextlib.suppress(sqlite3.Error):  # retention is retried next time
-                    self._prune(now_s)
+                    self._prune()
             return True
 
     def _write(self, rows: list[tuple], fails: list[tuple]) -> None:
@@ -180,13 +182,19 @@ class RequestLog:
                 self.path, why_unwritable(e), self.pending(), self.max_pending, self.dropped,
             )  # fmt: skip
 
-    def _prune(self, now_s: float) -> None:
-        """Delete rows past `max_age_s`, then the oldest while the used pages exceed
-        `max_bytes` (freed pages are reused, so the file stops growing)."""
+    def _prune(self) -> None:
+        """Delete rows older than `max_age_s` before the newest row (the log's own time: a
+        gateway that was off for months does not wipe its history), then the oldest while the
+        used pages exceed `max_bytes` (freed pages are reused, so the file stops growing)."""
         con = self._con
-        for table in ("requests", "failures"):
-            con.execute(f"DELETE FROM {table} WHERE timestamp < ?", (now_s - self.max_age_s,))
-        con.commit()
+        newest = con.execute(
+            "SELECT MAX(t) FROM (SELECT MAX(timestamp) AS t FROM requests"
+            " UNION ALL SELECT MAX(timestamp) FROM failures)"
+        ).fetchone()[0]
+        if newest is not None:
+            for table in ("requests", "failures"):
+                con.execute(f"DELETE FROM {table} WHERE timestamp < ?", (newest - self.max_age_s,))
+            con.commit()
         for _ in range(20):  # each round deletes a tenth of the rows
             pages, free, size = (
                 con.execute(f"PRAGMA {p}").fetchone()[0]

@@ -83,7 +83,7 @@ class GatewayConfig:
     warn_every_s: float = 60.0  # a recurring error (log write, accept) is logged this often
     # request log (requestlog.py)
     log_max_pending: int = 100_000  # rows kept while the log cannot be written
-    log_max_age_s: float = 90 * 86400.0  # rows older than this are deleted
+    log_max_age_s: float = 90 * 86400.0  # rows this much older than the newest are deleted
     log_max_bytes: int = 1 << 30  # the oldest rows go beyond this much data
 
 

@@ -3,7 +3,10 @@
 The choices are `planner.optimizer.tiering`'s (the simulator's router calls the same
 functions). The mechanics are the gateway's: a wake runs `InstanceControl.wake` in a thread
 (the event loop keeps serving); first its displaced co-tenants are drained (no new requests;
-in-flight ones finish, at most `drain_timeout_s`) and put to sleep. One wake runs per model at
+in-flight ones finish: a busy instance is never put to sleep) and put to sleep. Before that,
+the wake waits (`await_swap`, `planner.optimizer.swap`) while a displaced co-tenant is busy
+or was woken less than `min_awake_s` ago, at most until the deadline of the request that
+started it; requests for the waking model collate behind it meanwhile. One wake runs per model at
 a time, under the locks of its GPUs (sorted: no deadlock between wakes); requests that
 arrive meanwhile wait behind it, at most `queue_limit` of them per model, and the next one
 gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
@@ -81,8 +84,25 @@ class Waker:
         took = self.wake_s.get(model, math.inf)
         started = self.started_s.get(model) if model in self.tasks else None
         if started is None:
-            return took
+            if not self.gw.pool.by_model.get(model):
+                return took
+            victims = self.plan(model)[1]  # plus the wait for its swap (no drains)
+            now = time.monotonic()
+            at = swap.swap_at_s(
+                victims, now_s=now, deadline_s=self.swap_deadline_s(model, now),
+                woke_s=_woke_s, min_awake_s=self.gw.cfg.min_awake_s,
+            )  # fmt: skip
+            return took + (at - now)
         return max(took - (time.perf_counter() - started), 0.0)
+
+    def swap_deadline_s(self, model: str, since_s: float) -> float:
+        """The latest a swap for a request of `model` waiting since `since_s` may begin
+        (`swap.swap_deadline_s`; its switch SLO: the substitute rule's `max_wait_s`)."""
+        rule = self.gw.point.substitutes.get(model)
+        slo_s = rule.max_wait_s if rule is not None else None
+        return swap.swap_deadline_s(
+            since_s, self.wake_s.get(model, 0.0), slo_s, self.gw.cfg.swap_max_wait_s
+        )
 
     def start_wake(self, model: str, target: Inst | None = None) -> asyncio.Task:
         """The model's wake in progress, started (of `target`, else of `plan`'s) if none runs."""
@@ -160,11 +180,7 @@ class Waker:
         request that started the wake). Requests for `model` collate behind this wake."""
         gw = self.gw
         pool, cfg = gw.pool, gw.cfg
-        rule = gw.point.substitutes.get(model)
-        slo_s = rule.max_wait_s if rule is not None else None
-        deadline = swap.swap_deadline_s(
-            since_s, self.wake_s.get(model, 0.0), slo_s, cfg.swap_max_wait_s
-        )
+        deadline = self.swap_deadline_s(model, since_s)
 
         def busy(v: Inst) -> bool:
             m = v.spec.model

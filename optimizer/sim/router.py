@@ -29,6 +29,12 @@ Stand-ins (`substitutes`): a request that would wait goes to a ready instance of
 model when the model's rule says so (`tiering.substitute`); the wake still happens unless
 the rule says not to.
 
+No thrash (`planner.optimizer.swap`, policy `plan` only): a wake that displaces a co-tenant
+woken less than `min_awake_s` ago begins no earlier than that, and no later than the
+deadline of the request that asked for it (its model's switch SLO less the wake, or
+`swap.MAX_WAIT_S`); until then the co-tenant keeps serving its model's requests (they
+collate on it, as requests for the waking model collate on its wake).
+
 A sleeping instance is woken again by the next request for its model, after the instance
 that displaced it has drained in turn: the GPUs pass between models in arrival order.
 `gpu`-tier instances never sleep.

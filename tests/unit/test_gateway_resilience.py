@@ -89,7 +89,7 @@ def test_retention_deletes_rows_by_age_and_size(tmp_path):
     for k in range(10):
         log.add(_row(float(k * 50)))
     assert log.flush(now_s=500.0)
-    assert [r["timestamp"] for r in rows(tmp_path)] == [400.0, 450.0]  # 500 - 100 and later
+    assert [r["timestamp"] for r in rows(tmp_path)] == [350.0, 400.0, 450.0]  # newest - 100
     log.close()
     log = RequestLog(tmp_path / "r2.sqlite", max_age_s=1e12, max_bytes=64 * 1024)
     for k in range(5000):
@@ -344,3 +344,22 @@ def test_a_busy_port_is_exit_2_with_the_fix(tmp_path):
         ctl.close()
     assert e.value.exit_code == 2
     assert f"127.0.0.1:{port} is in use" in str(e.value) and "--port" in str(e.value)
+
+
+def test_a_trickling_body_is_ended_though_it_never_pauses(setup):
+    th, _ = setup([inst("a0", "a", [0], "gpu")], {"a0"}, body_timeout_s=1.0)
+    s = _raw(th, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n")
+    got = b""
+    s.settimeout(0.3)
+    for _ in range(100):  # a byte every 0.3 s, for at most 30 s
+        try:
+            s.sendall(b" ")
+            got += s.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if b"\r\n\r\n" in got:
+            break
+    s.close()
+    assert b" 408 " in got.split(b"\r\n")[0] and b"slower than" in got
