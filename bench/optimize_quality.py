@@ -60,7 +60,9 @@ def run(name: str, evals: int, unseen_seeds: list[int]) -> dict[int, dict[str, s
     )
     print(
         f"\n== {name}: fit on {res.fit_requests} requests, points chosen on the "
-        f"{res.validate_days} held-back days ({res.held_requests} requests)"
+        f"{res.validate_days} held-back days ({res.held_requests} requests: "
+        + ", ".join(f"day {d} {n}" for d, n in res.held_days)
+        + ")"
     )
     print(HEAD)
     for p in res.points:

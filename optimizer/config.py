@@ -43,7 +43,8 @@ class OptimizeConfig(BaseModel):
         default=None,
         ge=0,
         le=366,
-        description="last days of the trace held back to choose and score the points "
+        description="days of the trace held back to choose and score the points, ones that "
+        "stand for the week: ranked by requests, the days at the quantiles (k+1/2)/N "
         "(default: 2 of a trace of 5 or more days, else 0)",
     )
     awake_min_requests_per_h: tuple[float, ...] = Field(
