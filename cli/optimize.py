@@ -66,6 +66,10 @@ def optimize_cmd(
             max=366,
         ),
     ] = _D.validate_days,
+    held_back: Annotated[
+        str,
+        typer.Option("--held-back", help=OptimizeConfig.model_fields["held_back"].description),
+    ] = _D.held_back,
     quality_weight: Annotated[
         float | None,
         typer.Option(
@@ -108,6 +112,7 @@ def optimize_cmd(
         seed=seed,
         milp_time_limit_s=time_limit,
         validate_days=validate_days,
+        held_back=held_back,
         baselines=baselines,
         quality_weight=quality_weight,
     )

@@ -84,24 +84,26 @@ def day_counts(trace: Any) -> np.ndarray:
     return np.bincount(_day_index(trace), minlength=trace_days(trace))
 
 
-def held_back_days(trace: Any, held_days: int) -> list[int]:
-    """The days held back (from 0): ones that stand for the week, not its last ones (the
-    last two of a week that starts on Monday are its weekend). Days are ranked by their
-    requests (ties: the earlier first) and the day at each of the `held_days` quantiles
-    (k + 1/2) / held_days is taken: with two of seven, the busier weekend day and the second
-    busiest weekday, so the held-back days span quiet and busy traffic."""
+def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
+    """The days held back (from 0). `last`: the trace's last `held_days`. `spread`: ones that
+    stand for the week (the last two of a week that starts on Monday are its weekend): days
+    are ranked by their requests (ties: the earlier first) and the day at each of the
+    `held_days` quantiles (k + 1/2) / held_days is taken: with two of seven, the busier
+    weekend day and the second busiest weekday, so they span quiet and busy traffic."""
     days = trace_days(trace)
     if held_days <= 0 or not days:
         return []
+    if rule == "last":
+        return list(range(max(0, days - held_days), days))
     counts = day_counts(trace)
     ranked = sorted(range(days), key=lambda d: (counts[d], d))
     picks = {ranked[min(days - 1, int((k + 0.5) * days / held_days))] for k in range(held_days)}
     return sorted(picks)
 
 
-def split_days(trace: Any, held_days: int) -> tuple[Any, Any]:
+def split_days(trace: Any, held_days: int, rule: str = "last") -> tuple[Any, Any]:
     """(fit, held back): the `held_back_days` apart from the rest."""
-    held = np.isin(_day_index(trace), held_back_days(trace, held_days))
+    held = np.isin(_day_index(trace), held_back_days(trace, held_days, rule))
     return trace[~held].reset_index(drop=True), trace[held].reset_index(drop=True)
 
 
