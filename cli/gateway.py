@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.cli.common import err_console, require_extra
+from planner.optimizer.admission import QUEUE_LIMIT  # the one queue model (light import)
 
 
 def open_gateway(
@@ -18,7 +19,7 @@ def open_gateway(
     backend: str = "local",
     cluster: Path | None = None,
     models: Path | None = None,
-    queue_limit: int = 64,
+    queue_limit: int = QUEUE_LIMIT,
 ):
     """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad ones)."""
     from planner.adjuster.apply import model_path_resolver
@@ -75,7 +76,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
-        ] = 64,
+        ] = QUEUE_LIMIT,
     ) -> None:
         """Serve /v1/models, /v1/completions, /v1/chat/completions, /health and /metrics.
 
