@@ -74,6 +74,7 @@ def plan_from_result(
             "validate_days": result.validate_days,
             "fit_requests": result.fit_requests,
             "held_requests": result.held_requests,
+            "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
             **(search or {}),
         },
         selected=result.selected,

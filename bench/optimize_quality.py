@@ -52,15 +52,24 @@ def _row(name: str, m: dict, waited: int | None = None) -> str:
     )
 
 
-def run(name: str, evals: int, unseen_seeds: list[int]) -> dict[int, dict[str, str]]:
+def run(
+    name: str, evals: int, unseen_seeds: list[int], held_back: str = "last"
+) -> dict[int, dict[str, str]]:
     """Optimize on the example's week once; the targets' verdicts on each unseen week."""
     cl, ms, sl, fit_week = example(name, seed=0)
     res = optimize(
-        cl, ms, sl, fit_week, OptimizeConfig(evals=evals), job_map=fork_map(default_workers())
+        cl,
+        ms,
+        sl,
+        fit_week,
+        OptimizeConfig(evals=evals, held_back=held_back),
+        job_map=fork_map(default_workers()),
     )
     print(
         f"\n== {name}: fit on {res.fit_requests} requests, points chosen on the "
-        f"{res.validate_days} held-back days ({res.held_requests} requests)"
+        f"{res.validate_days} held-back days ({res.held_requests} requests: "
+        + ", ".join(f"day {d} {n}" for d, n in res.held_days)
+        + ")"
     )
     print(HEAD)
     for p in res.points:
@@ -134,6 +143,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="8 evaluations per example")
     ap.add_argument(
+        "--held-back", default="last", choices=("last", "spread"), help="optimize --held-back"
+    )
+    ap.add_argument(
         "--unseen-seed", type=int, nargs="+", default=[1], help="seeds of the unseen weeks (not 0)"
     )
     args = ap.parse_args()
@@ -143,7 +155,9 @@ def main() -> None:
     inputs.silence_solver_banner()
     weeks: dict[int, dict[str, str]] = {s: {} for s in seeds}
     for name in EXAMPLES:
-        for s, verdicts in run(name, 8 if args.quick else OptimizeConfig().evals, seeds).items():
+        for s, verdicts in run(
+            name, 8 if args.quick else OptimizeConfig().evals, seeds, args.held_back
+        ).items():
             weeks[s].update(verdicts)
     ok_keys = [k for k in weeks[seeds[0]] if k.endswith("_ok") or k.endswith("_built")]
     met = {s: all(w[k] == "True" for k in ok_keys) for s, w in weeks.items()}

@@ -1,5 +1,7 @@
 """What declared stand-ins buy (issue 17): warm GPU memory vs switch P95 vs quality cost, on
-each example cluster (`lab16`, `edge6`), with and without substitutes declared for two models.
+each example cluster (`lab16`, `edge6`) and a third of the bench's own (`mixed8`: 2x A100-80GB,
+4x RTX-4090, 2x L40S on three nodes, lab16's models and SLO, 8 developers; issue 30 item 8),
+with and without substitutes declared for two models.
 
 Declarations (`DECLARED`): written into a copy of the example's models.yaml in a temporary
 folder (the example files stay as they are) and loaded through `planner validate`'s checks.
@@ -40,7 +42,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from lab16 import ROOT, example
+from lab16 import example, example_dir
 
 from planner.cli import inputs
 from planner.optimizer import scoring
@@ -49,12 +51,14 @@ from planner.optimizer.search import optimize
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas import load_models
 
-EXAMPLES = ("lab16", "edge6")
+EXAMPLES = ("lab16", "edge6", "mixed8")  # mixed8: bench/data/substitute/mixed8 (issue 30)
 # cluster -> covered model -> (stand-in, quality penalty): a smaller sibling that is awake
 # most of the day answers while the covered model wakes.
 DECLARED = {
     "lab16": {"reviewer-14b": ("planner-7b", 0.10), "reasoner-30b": ("coder-32b", 0.08)},
     "edge6": {"reviewer-14b": ("coder-32b", 0.05), "reasoner-30b": ("planner-8b", 0.05)},
+    # large models covered by an 8B one, on a mix of datacenter and consumer cards
+    "mixed8": {"reasoner-30b": ("summarizer-8b", 0.10), "coder-32b": ("summarizer-8b", 0.10)},
 }
 SWITCH_S = 1.0  # switch P95 the new point must hold, s
 SAVING = 0.20  # warm GiB below the best point without substitutes
@@ -63,7 +67,7 @@ SAME_ATTAINMENT = 0.01  # attainment within this counts as the same
 
 def declared_models(name: str, folder: Path) -> Path:
     """A copy of the example's models.yaml with `DECLARED[name]` added, in `folder`."""
-    data = yaml.safe_load((ROOT / "plans" / "examples" / name / "models.yaml").read_text())
+    data = yaml.safe_load((example_dir(name) / "models.yaml").read_text())
     for m in data["models"]:
         if m["name"] in DECLARED[name]:
             sub, penalty = DECLARED[name][m["name"]]

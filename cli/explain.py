@@ -49,8 +49,18 @@ def explain_cmd(
         demand = demand_from_summary(plan.workload_summary)
     knobs = plan.search.get("knobs", {}).get(pt.name) or {}
     exps = explain(pt, cl, ms, sl, demand, headroom=float(knobs.get("headroom", 1.0)))
+    from planner.optimizer.daymemory import day_memory, hours_text, idle_sleep_rule
+
+    days = [
+        {"node": d.node, "gpu": d.gpu, "peak_gib": d.peak_gib, "peak_hours": d.peak_hours,
+         "on_demand_gib": d.on_demand_gib}
+        for d in day_memory(pt)
+    ]  # fmt: skip
     if json_out:
-        print_json({"point": pt.name, "models": [asdict(e) for e in exps]})
+        print_json(
+            {"point": pt.name, "models": [asdict(e) for e in exps], "gpus": days,
+             "idle_sleep": idle_sleep_rule(pt)}
+        )  # fmt: skip
         return
     for e in exps:
         console.print(f"[bold]{e.model}[/]", highlight=False)
@@ -63,3 +73,12 @@ def explain_cmd(
         console.print(
             f"  alternatives: {e.alternative}", style="dim", highlight=False, markup=False
         )
+    console.print("[bold]memory over the day[/] (per GPU, planned awake, UTC)", highlight=False)
+    for d in days:
+        extra = f"; up to {d['on_demand_gib']:.1f} GiB more" if d["on_demand_gib"] else ""
+        console.print(
+            f"  {d['node']}:{d['gpu']}: peak {d['peak_gib']:.1f} GiB at "
+            f"{hours_text(d['peak_hours'])}{extra} when a request wakes a sleeper off-hours",
+            highlight=False, markup=False,
+        )  # fmt: skip
+    console.print(f"  {idle_sleep_rule(pt)}", highlight=False, markup=False)

@@ -9,6 +9,7 @@ import typer
 
 from planner.adjuster.backends import BackendKind
 from planner.cli.common import BackendOpt, err_console, require_extra
+from planner.optimizer.admission import QUEUE_LIMIT  # the one queue model (light import)
 
 
 def open_gateway(
@@ -19,7 +20,7 @@ def open_gateway(
     backend: str = "local",
     cluster: Path | None = None,
     models: Path | None = None,
-    queue_limit: int = 64,
+    queue_limit: int = QUEUE_LIMIT,
     keys: Path | None = None,
     insecure: bool = False,
 ):
@@ -86,7 +87,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
-        ] = 64,
+        ] = QUEUE_LIMIT,
         keys: Annotated[
             Path | None,
             typer.Option(

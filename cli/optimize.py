@@ -66,6 +66,10 @@ def optimize_cmd(
             max=366,
         ),
     ] = _D.validate_days,
+    held_back: Annotated[
+        str,
+        typer.Option("--held-back", help=OptimizeConfig.model_fields["held_back"].description),
+    ] = _D.held_back,
     quality_weight: Annotated[
         float | None,
         typer.Option(
@@ -110,6 +114,7 @@ def optimize_cmd(
         seed=seed,
         milp_time_limit_s=time_limit,
         validate_days=validate_days,
+        held_back=held_back,
         baselines=baselines,
         quality_weight=quality_weight,
     )
@@ -180,6 +185,7 @@ def optimize_cmd(
                     a: {b: h.model_dump() for b, h in d.items()} for a, d in plan.hops.items()
                 },
                 "validate_days": result.validate_days,
+                "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
                 "evaluations": len(result.evaluations),
                 "feasible_evaluations": sum(e.feasible for e in result.evaluations),
                 "milp_time_s": round(result.milp_time_s, 3),
@@ -190,9 +196,10 @@ def optimize_cmd(
         return
     from planner.cli.tables import metrics_table
 
+    which = ", ".join(f"day {d} ({n} requests)" for d, n in result.held_days)
     days = (
-        f"the {result.validate_days} held-back days ({result.held_requests} requests; "
-        f"fitted on {result.fit_requests})"
+        f"the {result.validate_days} held-back days: {which}; fitted on {result.fit_requests} "
+        "requests"
         if result.validate_days
         else "the whole trace (nothing held back)"
     )
@@ -204,6 +211,7 @@ def optimize_cmd(
             selected=plan.selected,
             attainment=sl.attainment,
             twins=result.twins,
+            fitted=result.metrics_fit if result.validate_days else None,
         )
     )
     if result.capacity is not None and result.capacity.overloaded:

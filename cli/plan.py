@@ -23,9 +23,14 @@ def show_cmd(
     point: Annotated[
         str | None, typer.Option("--point", help="Point to show; default: the selected one.")
     ] = None,
+    hour: Annotated[
+        int | None,
+        typer.Option("--hour", min=0, max=23, help="Draw the memory planned at this UTC hour."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Memory per GPU of a plan point: weights, KV cache, sleeping instances, and who is there."""
+    """Memory per GPU of a plan point: weights, KV cache, sleeping instances, who is there,
+    and the memory over the day (peak and when, awake hours, the idle-sleep rule)."""
     from planner.errors import InputError
 
     plan = _load(plan_path)
@@ -37,22 +42,34 @@ def show_cmd(
             path="--point",
             fix=f"use one of {names}",
         )
+    from planner.optimizer.daymemory import idle_sleep_rule
+
     p = plan.point(point)
-    gpus = gpu_rows(p, _capacities(plan, plan_path))
+    gpus = gpu_rows(p, _capacities(plan, plan_path), hour)
     if json_out:
         print_json(
-            {"plan": str(plan_path), "point": p.name, "predicted": p.predicted, "gpus": gpus}
-        )
+            {
+                "plan": str(plan_path), "point": p.name, "predicted": p.predicted,
+                "idle_sleep": idle_sleep_rule(p), "hour": hour, "gpus": gpus,
+            }
+        )  # fmt: skip
         return
-    _print(plan, p, gpus)
+    _print(plan, p, gpus, hour)
 
 
-def gpu_rows(point: Any, capacity_gib: dict[tuple[str, int], float]) -> list[dict[str, Any]]:
-    """One row per GPU the point uses: awake weights / KV / other GiB, the sleeping slot, who.
+def gpu_rows(
+    point: Any, capacity_gib: dict[tuple[str, int], float], hour: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per GPU the point uses: awake weights / KV / other GiB, the sleeping slot, who,
+    and the memory over the day (`optimizer.daymemory`): the peak planned awake and its
+    hours, and with `hour` what is planned then.
 
     The sleeping slot is the largest awake footprint of the `host`/`disk` instances on the GPU:
     what must stay free to wake one of them (the memory invariant of docs/plan-format.md).
     """
+    from planner.optimizer.daymemory import day_memory
+
+    days = {(d.node, d.gpu): d for d in day_memory(point)}
     rows: dict[tuple[str, int], dict[str, Any]] = {}
     for inst in point.instances:
         for g in inst.gpus:
@@ -77,11 +94,18 @@ def gpu_rows(point: Any, capacity_gib: dict[tuple[str, int], float]) -> list[dic
                 r["other_gib"] += m.overhead
             else:
                 r["sleeping_gib"] = max(r["sleeping_gib"], m.total)
-            r["instances"].append({"id": inst.id, "tier": inst.tier, "tp": inst.tp})
+            r["instances"].append(
+                {"id": inst.id, "tier": inst.tier, "tp": inst.tp, "awake_hours": inst.awake_hours}
+            )
     out = [rows[k] for k in sorted(rows)]
     for r in out:
         for k in ("weights_gib", "kv_gib", "other_gib", "sleeping_gib"):
             r[k] = round(r[k], 3)
+        d = days[(r["node"], r["gpu"])]
+        r["peak_gib"], r["peak_hours"] = d.peak_gib, d.peak_hours
+        r["on_demand_gib"] = d.on_demand_gib
+        if hour is not None:
+            r["at_hour_gib"], r["awake_at_hour"] = d.by_hour_gib[hour], list(d.awake_by_hour[hour])
     return out
 
 
@@ -132,8 +156,9 @@ def _capacities(plan: Any, plan_path: Path) -> dict[tuple[str, int], float]:
     return out
 
 
-def _print(plan: Any, point: Any, gpus: list[dict[str, Any]]) -> None:
+def _print(plan: Any, point: Any, gpus: list[dict[str, Any]], hour: int | None) -> None:
     from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
+    from planner.optimizer.daymemory import hours_text, idle_sleep_rule
 
     pr = point.predicted
     cols = [
@@ -145,14 +170,18 @@ def _print(plan: Any, point: Any, gpus: list[dict[str, Any]]) -> None:
         Col("other", drop=4),
         Col("sleeping", drop=1),
         Col("used/GiB"),
-        Col("instances (tier, TP)", "left"),
+        Col("peak GiB (UTC)"),
+        *([Col(f"at {hour:02d}h")] if hour is not None else []),
+        Col("instances (tier, TP, awake hours)", "left"),
     ]
     rows = []
     for r in gpus:
         used = r["weights_gib"] + r["kv_gib"] + r["other_gib"] + r["sleeping_gib"]
         cap = r["capacity_gib"]
         who = ", ".join(
-            f"{i['id']} ({i['tier']}{', tp' + str(i['tp']) if i['tp'] > 1 else ''})"
+            f"{i['id']} ({i['tier']}{', tp' + str(i['tp']) if i['tp'] > 1 else ''}"
+            f"{', ' + hours_text(i['awake_hours']) if i['awake_hours'] else ''}"
+            f"{', asleep' if hour is not None and i['id'] not in r['awake_at_hour'] else ''})"
             for i in r["instances"]
         )
         rows.append(
@@ -166,6 +195,8 @@ def _print(plan: Any, point: Any, gpus: list[dict[str, Any]]) -> None:
                     fmt_num(r["other_gib"]),
                     fmt_num(r["sleeping_gib"]),
                     f"{fmt_num(used)}/{fmt_num(cap)}" if cap else fmt_num(used),
+                    f"{fmt_num(r['peak_gib'])} @{hours_text(r['peak_hours'])}",
+                    *([fmt_num(r["at_hour_gib"])] if hour is not None else []),
                     who,
                 ],
                 None,
@@ -178,7 +209,8 @@ def _print(plan: Any, point: Any, gpus: list[dict[str, Any]]) -> None:
             cols,
             rows,
             caption="GiB per GPU; weights/KV/other: awake instances; sleeping: kept free to "
-            "wake the largest host/disk instance there",
+            "wake the largest host/disk instance there; peak: memory planned awake over the "
+            f"day (awake hours, UTC) and when; {idle_sleep_rule(point)}",
         )
     )
     console.print(

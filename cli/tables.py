@@ -144,6 +144,7 @@ _METRIC_COLS = [
     Col("GPUs", drop=1),
 ]
 _QUALITY_COL = Col("quality cost", drop=1)  # shown when a stand-in answered some request
+_FITTED_COL = Col("SLO met (fitted)", drop=2)  # beside the held-back days' figure
 
 
 def metrics_table(
@@ -155,22 +156,30 @@ def metrics_table(
     attainment: float | None = None,
     note: str = "",
     twins: dict[str, dict[str, Any]] | None = None,
+    fitted: dict[str, dict[str, Any]] | None = None,
 ) -> Table:
     """One row per point, each followed by its `lru@` twin when given (then one per
     baseline): attainment, P95s, switches, warm GiB, GPUs, and the quality cost of
-    stand-ins when any answered.
+    stand-ins when any answered; with `fitted` (a point's figures on the fitted days), its
+    attainment there beside the one on the days the rows are scored on.
 
     `note` goes under the table (e.g. how the rows were scored)."""
     errors = [f"n/a {n}: {m['error']}" for n, m in (baselines or {}).items() if "error" in m]
     every = [*points.values(), *(twins or {}).values(), *(baselines or {}).values()]
     quality = any(m.get("quality_cost", 0.0) > 0 for m in every)
-    cols = [*_METRIC_COLS, _QUALITY_COL] if quality else _METRIC_COLS
+    cols = [*_METRIC_COLS, _QUALITY_COL] if quality else list(_METRIC_COLS)
+    if fitted:
+        cols.insert(2, _FITTED_COL)
     caption = "P95 latencies; warm: time-average GiB kept on GPUs"
     if quality:
         caption += "; quality cost: stand-ins' quality penalties per request"
     if selected is not None:
         caption += "; * the selected point"
     rows: list[tuple[list[str], str | None]] = []
+
+    def fitted_att(name: str) -> str:
+        m = (fitted or {}).get(name.removesuffix(" *"))
+        return fmt_attainment(m["slo_attainment"]) if m else ""
 
     def row(name: str, m: dict[str, Any], style: str | None = None) -> None:
         if "error" in m:
@@ -183,6 +192,7 @@ def metrics_table(
                 [
                     name,
                     f"[red]{fmt_attainment(att)}[/]" if below else fmt_attainment(att),
+                    *([fitted_att(name)] if fitted else []),
                     fmt_num(m["ttft_p95_s"]),
                     fmt_num(1000 * m["tpot_p95_s"]),
                     fmt_num(m["switch_p95_s"]),

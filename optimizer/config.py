@@ -43,8 +43,14 @@ class OptimizeConfig(BaseModel):
         default=None,
         ge=0,
         le=366,
-        description="last days of the trace held back to choose and score the points "
-        "(default: 2 of a trace of 5 or more days, else 0)",
+        description="days of the trace held back to choose and score the points "
+        "(default: 2 of a trace of 5 or more days, else 0; which ones: --held-back)",
+    )
+    held_back: str = Field(
+        default="last",
+        pattern="^(last|spread)$",
+        description="which days are held back: last (the trace's last days) or spread (days "
+        "ranked by requests, the ones at the quantiles (k+1/2)/N: quiet and busy days alike)",
     )
     awake_min_requests_per_h: tuple[float, ...] = Field(
         default=(0.5, 8.0),

@@ -61,6 +61,7 @@ class SearchResult:
     validate_days: int = 0
     fit_requests: int = 0
     held_requests: int = 0
+    held_days: list[tuple[int, int]] = field(default_factory=list)  # (day from 0, requests)
 
 
 def knobs_to_dict(k: Knobs) -> dict[str, Any]:

@@ -73,11 +73,37 @@ def validate_days(trace: Any, asked: int | None) -> int:
     return asked if asked < days else 0
 
 
-def split_days(trace: Any, held_days: int) -> tuple[Any, Any]:
-    """(fit, held back): the last `held_days` calendar days apart from the rest."""
+def _day_index(trace: Any) -> np.ndarray:
+    """Each request's calendar day, from 0 (the trace's first day)."""
     t = np.asarray(trace["timestamp"], dtype=float)
-    day = np.floor(t / DAY_S) - (np.floor(t.min() / DAY_S) if len(t) else 0.0)
-    held = day >= trace_days(trace) - held_days
+    return (np.floor(t / DAY_S) - (np.floor(t.min() / DAY_S) if len(t) else 0.0)).astype(int)
+
+
+def day_counts(trace: Any) -> np.ndarray:
+    """Requests on each calendar day of the trace (from its first day)."""
+    return np.bincount(_day_index(trace), minlength=trace_days(trace))
+
+
+def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
+    """The days held back (from 0). `last`: the trace's last `held_days`. `spread`: ones that
+    stand for the week (the last two of a week that starts on Monday are its weekend): days
+    are ranked by their requests (ties: the earlier first) and the day at each of the
+    `held_days` quantiles (k + 1/2) / held_days is taken: with two of seven, the busier
+    weekend day and the second busiest weekday, so they span quiet and busy traffic."""
+    days = trace_days(trace)
+    if held_days <= 0 or not days:
+        return []
+    if rule == "last":
+        return list(range(max(0, days - held_days), days))
+    counts = day_counts(trace)
+    ranked = sorted(range(days), key=lambda d: (counts[d], d))
+    picks = {ranked[min(days - 1, int((k + 0.5) * days / held_days))] for k in range(held_days)}
+    return sorted(picks)
+
+
+def split_days(trace: Any, held_days: int, rule: str = "last") -> tuple[Any, Any]:
+    """(fit, held back): the `held_back_days` apart from the rest."""
+    held = np.isin(_day_index(trace), held_back_days(trace, held_days, rule))
     return trace[~held].reset_index(drop=True), trace[held].reset_index(drop=True)
 
 

@@ -72,8 +72,13 @@ class Searcher:
         names = models.names
         # A given scorer defines the scoring trace itself: nothing is held back then.
         self.validate_days = scoring.validate_days(trace, cfg.validate_days) if not scorer else 0
-        self.fit, held = scoring.split_days(trace, self.validate_days)
+        self.fit, held = scoring.split_days(trace, self.validate_days, cfg.held_back)
         self.held = held if self.validate_days else None
+        counts = scoring.day_counts(trace)
+        self.held_days = [
+            (d, int(counts[d]))
+            for d in scoring.held_back_days(trace, self.validate_days, cfg.held_back)
+        ]
         self.fit_req = scoring.requests(self.fit, models)
         self.held_req = scoring.requests(self.held, models) if self.held is not None else None
         self.scorer = scorer or scoring.scorer(self.fit_req, slo, names)

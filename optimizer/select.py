@@ -393,4 +393,5 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         validate_days=S.validate_days,
         fit_requests=len(S.fit_req),
         held_requests=len(S.held_req) if S.held_req is not None else 0,
+        held_days=S.held_days,
     )

@@ -14,10 +14,16 @@ LAB16 = ROOT / "plans" / "examples" / "lab16"
 EXAMPLES = ("lab16", "edge6")  # the clusters the optimize benches run on
 
 
+def example_dir(name: str) -> Path:
+    """plans/examples/NAME, else the benches' own cluster bench/data/substitute/NAME."""
+    d = ROOT / "plans" / "examples" / name
+    return d if d.is_dir() else ROOT / "bench" / "data" / "substitute" / name
+
+
 def example(name: str, seed: int = 0, users: int | None = None):
     """(cluster, models, slo, trace) of plans/examples/<name>, the trace from its workload
     spec with `seed` (and `users` developers instead of the spec's)."""
-    d = ROOT / "plans" / "examples" / name
+    d = example_dir(name)
     cl = load_cluster(d / "cluster.yaml")
     ms = load_models(d / "models.yaml")
     sl = load_slo(d / "slo.yaml")
