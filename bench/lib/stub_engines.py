@@ -101,6 +101,9 @@ class StubControl:
     def follow(self) -> Point:
         return self.point
 
+    def drained(self) -> str:
+        return ""  # the bench never runs `planner down`
+
     def close(self) -> None:
         for e in self.engines.values():
             e.stop()
