@@ -75,13 +75,15 @@ def synth_spec(path: Path, model_names: list[str] | None = None):
         )
     data.pop("kind", None)
     merged = _deep_merge(default_spec().model_dump(mode="json"), data)
-    _drop_roles(merged, [r for r, v in (data.get("roles") or {}).items() if v is None])
+    roles = data.get("roles")
+    if isinstance(roles, dict):  # `role: null` removes a default role; other shapes: the schema
+        _drop_roles(merged, [r for r, v in roles.items() if v is None])
     try:
         spec = SynthSpec.model_validate(merged)
     except ValidationError as e:
         raise validation_to_input_error(e, str(path), "workload", SynthSpec) from None
     check_spec_size(spec, str(path))
-    for role, rs in (data.get("roles") or {}).items():
+    for role, rs in (roles if isinstance(roles, dict) else {}).items():
         name = rs.get("model") if isinstance(rs, dict) else None
         if model_names and name is not None and name not in model_names:
             raise InputError(

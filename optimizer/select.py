@@ -147,12 +147,12 @@ def _tie_beats(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _real_choices(
-    front: list[Evaluation], extra: list[Evaluation], S: Searcher
+    front: list[Evaluation], extra: list[Evaluation], shown: dict[str, dict[str, Any]]
 ) -> list[Evaluation]:
     """The baseline-built points no written point dominates (issue 30 item 5) on the days
     points are chosen on (`chosen`) as well as on the fitted ones, ties at the simulator's
-    resolution (`_tie_beats`); among themselves the one that holds the SLO best, then the
-    leanest, is judged first."""
+    resolution (`_tie_beats`), nor another baseline as the table shows it (`shown`); among
+    themselves the one that holds the SLO best, then the leanest, is judged first."""
     kept: list[Evaluation] = []
     order = sorted(extra, key=lambda e: (-e.chosen["slo_attainment"], _warm(e), e.index))
     for e in order:
@@ -160,8 +160,30 @@ def _real_choices(
             continue
         if any(_tie_beats(o.chosen, e.chosen) for o in kept):
             continue
+        others = [m for n, m in shown.items() if "error" not in m and f"from-{n}" != e.origin]
+        if any(_tie_beats(m, e.chosen) for m in others):  # another baseline, as shown
+            continue
         kept.append(e)
     return sorted(kept, key=lambda e: e.index)
+
+
+def _baselines_shown(
+    S: Searcher, built: dict[str, Any], base_fit: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The baselines' metrics as the table shows them: on the held-back days where there are
+    some (the days points are chosen on), else on the fitted ones."""
+    if S.held_req is None or not built:
+        return base_fit
+    return {
+        n: (
+            {"error": b}
+            if isinstance(b, str)
+            else scoring.simulate_baseline(
+                b, S.held_req, S.slo, S.models, S.cluster, S.calib
+            ).to_metrics()
+        )
+        for n, b in built.items()
+    }
 
 
 def _pool(
@@ -314,7 +336,15 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         base_res[name] = r
         base_fit[name] = r.to_metrics()
     ok = {n: m for n, m in base_fit.items() if "error" not in m}
-    front = [e for e in front if not any(dominates(m, e.metrics) for m in ok.values())]
+    base_shown = _baselines_shown(S, built, base_fit)
+    shown_ok = [m for m in base_shown.values() if "error" not in m]
+    kept = [
+        e
+        for e in front
+        if not any(dominates(m, e.metrics) for m in ok.values())
+        and not any(_tie_beats(m, e.chosen) for m in shown_ok)  # as the table shows them
+    ]
+    front = kept or front[:0]
     extra: list[Evaluation] = []
     for name, m in ok.items():
         if any(dominates(e.metrics, m) for e in front):
@@ -322,7 +352,7 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         ev = _from_baseline(S, name, built[name], base_res[name], len(evals))
         evals.append(ev)
         extra.append(ev)
-    extra = _real_choices(front, extra, S)
+    extra = _real_choices(front, extra, base_shown)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen["slo_attainment"], -e.index))]
 
@@ -362,18 +392,6 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     if S.cfg.baselines:
         S.run_twins([ev for _, ev in named])
         twins = {n: S.twin_metrics(ev) for n, ev in named}
-    base_shown = base_fit
-    if S.held_req is not None and built:
-        base_shown = {
-            n: (
-                {"error": b}
-                if isinstance(b, str)
-                else scoring.simulate_baseline(
-                    b, S.held_req, S.slo, S.models, S.cluster, S.calib
-                ).to_metrics()
-            )
-            for n, b in built.items()
-        }
     return SearchResult(
         evaluations=evals,
         points=points,
