@@ -16,23 +16,17 @@ from pathlib import Path
 import pytest
 import typer
 import yaml
+from cli_helpers import run_cli as run
 from hypothesis import given
 from hypothesis import strategies as st
 
-from planner.cli.main import app, main
+from planner.cli.main import app
 from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
 from planner.schemas import load_cluster, load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
 OLD_PLAN = ROOT / "tests" / "data" / "plan_small_before_gpu_type.yaml"
-
-
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out, err = capsys.readouterr()
-    return int(e.value.code or 0), out, err
 
 
 def cli(args: list[str], cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess:

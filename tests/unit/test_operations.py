@@ -8,20 +8,12 @@ import configparser
 import shlex
 from pathlib import Path
 
-import pytest
+from cli_helpers import run_cli as _run
 
 from planner.adjuster.state import StateStore
-from planner.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAN = ROOT / "tests" / "golden" / "plan_small.yaml"
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ei.value.code or 0), out, err
 
 
 def _units(text: str) -> dict[str, configparser.ConfigParser]:

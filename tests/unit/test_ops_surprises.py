@@ -7,18 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-
-from planner.cli.main import main
+from cli_helpers import run_cli as _run
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
-
-
-def _run(args: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ei.value.code or 0), out, err
 
 
 ADJUST_ONCE = ["adjust", "--plan", str(ROOT / "tests/golden/plan_small.yaml"), "--once"]

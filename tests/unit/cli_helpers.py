@@ -1,0 +1,15 @@
+"""The CLI in process, as the unit tests call it: exit code, stdout and stderr."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.cli.main import main
+
+
+def run_cli(args: list, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """Run `planner ARGS` (every command ends in SystemExit) and read what it printed."""
+    with pytest.raises(SystemExit) as ei:
+        main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return int(ei.value.code or 0), out, err
