@@ -243,18 +243,7 @@ def overload_scenario(cl, ms, sl, spec, plan_for, acfg, reoptimizer, seed: int) 
         f"planned on day 0 ({[p.name for p in plan.points]}, selected {plan.selected}), "
         "scored on days 0-6"
     )
-    for name, m in {"adjusted": a, **{f"static {k}": v for k, v in out["static"].items()}}.items():
-        print(
-            f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
-            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
-        )
-    for x in out["hops"]:
-        d, hh = divmod(x["at_s"] / 3600.0, 24)
-        kind = "sleep/wake only" if x["tiers_only"] else f"{x['restarts']} restart(s)"
-        print(f"  day {int(d)} {hh:05.2f} h  {x['from']} -> {x['to']} [{kind}]: {x['reason']}")
-    for x in out["reoptimizations"]:
-        d, hh = divmod(x["at_s"] / 3600.0, 24)
-        print(f"  day {int(d)} {hh:05.2f} h  reoptimize: {x['reason']}")
+    print_replay(out, acfg)
     sw_cap = max(2 * h["switch_p95_s"], h["switch_p95_s"] + 1.0)
     checks = {
         f"attainment >= held {plan.selected} - 0.002": a["slo_attainment"]
@@ -273,6 +262,23 @@ def overload_scenario(cl, ms, sl, spec, plan_for, acfg, reoptimizer, seed: int) 
         f"overload_target_met={int(ok)}"
     )
     return {"ok": ok, "result": result}
+
+
+def print_replay(out: dict, acfg) -> None:
+    """The replay's table (adjusted and every point held all week), hops and re-optimizations."""
+    a = out["adjusted"]
+    for name, m in {"adjusted": a, **{f"static {k}": v for k, v in out["static"].items()}}.items():
+        print(
+            f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+        )
+    for x in out["hops"]:
+        d, hh = divmod(x["at_s"] / 3600.0, 24)
+        kind = "sleep/wake only" if x["tiers_only"] else f"{x['restarts']} restart(s)"
+        print(f"  day {int(d)} {hh:05.2f} h  {x['from']} -> {x['to']} [{kind}]: {x['reason']}")
+    for x in out["reoptimizations"]:
+        d, hh = divmod(x["at_s"] / 3600.0, 24)
+        print(f"  day {int(d)} {hh:05.2f} h  reoptimize: {x['reason']} {x.get('added_points', '')}")
 
 
 def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed: int) -> dict:
@@ -294,18 +300,7 @@ def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed
         f"planned on day 0 ({[p.name for p in plan.points]}, selected {plan.selected}), "
         "scored on days 0-6"
     )
-    for name, m in {"adjusted": a, **{f"static {k}": v for k, v in out["static"].items()}}.items():
-        print(
-            f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
-            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
-        )
-    for h in out["hops"]:
-        d, hh = divmod(h["at_s"] / 3600.0, 24)
-        kind = "sleep/wake only" if h["tiers_only"] else f"{h['restarts']} restart(s)"
-        print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']} [{kind}]: {h['reason']}")
-    for x in out["reoptimizations"]:
-        d, hh = divmod(x["at_s"] / 3600.0, 24)
-        print(f"  day {int(d)} {hh:05.2f} h  reoptimize: {x['reason']} {x.get('added_points', '')}")
+    print_replay(out, acfg)
     cheaper = {k: v for k, v in out["static"].items() if v["warm_gpu_gib"] <= a["warm_gpu_gib"]}
     worse_than = [k for k, v in cheaper.items() if a["switch_p95_s"] > v["switch_p95_s"] + 1e-9]
     n_hops = len(out["hops"])
