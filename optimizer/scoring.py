@@ -107,6 +107,23 @@ def split_days(trace: Any, held_days: int, rule: str = "last") -> tuple[Any, Any
     return trace[~held].reset_index(drop=True), trace[held].reset_index(drop=True)
 
 
+def baselines_on(
+    built: dict[str, baselines.Baseline | str],
+    trace: Any,
+    slo: Slo,
+    models: Models,
+    cluster: Cluster | None = None,
+    calib: dict[str, Any] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Each built baseline's metrics on `trace` ({"error": why} where it could not be built)."""
+    return {
+        n: {"error": b}
+        if isinstance(b, str)
+        else simulate_baseline(b, trace, slo, models, cluster, calib).to_metrics()
+        for n, b in built.items()
+    }
+
+
 def simulate_baseline(
     b: baselines.Baseline,
     trace: Any,

@@ -167,25 +167,6 @@ def _real_choices(
     return sorted(kept, key=lambda e: e.index)
 
 
-def _baselines_shown(
-    S: Searcher, built: dict[str, Any], base_fit: dict[str, dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
-    """The baselines' metrics as the table shows them: on the held-back days where there are
-    some (the days points are chosen on), else on the fitted ones."""
-    if S.held_req is None or not built:
-        return base_fit
-    return {
-        n: (
-            {"error": b}
-            if isinstance(b, str)
-            else scoring.simulate_baseline(
-                b, S.held_req, S.slo, S.models, S.cluster, S.calib
-            ).to_metrics()
-        )
-        for n, b in built.items()
-    }
-
-
 def _pool(
     feasible: list[Evaluation], target: float, max_quality_cost: float | None = None
 ) -> tuple[list[Evaluation], bool]:
@@ -336,7 +317,9 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         base_res[name] = r
         base_fit[name] = r.to_metrics()
     ok = {n: m for n, m in base_fit.items() if "error" not in m}
-    base_shown = _baselines_shown(S, built, base_fit)
+    base_shown = base_fit  # as the table shows them: on the held-back days where there are some
+    if S.held_req is not None and built:
+        base_shown = scoring.baselines_on(built, S.held_req, S.slo, S.models, S.cluster, S.calib)
     shown_ok = [m for m in base_shown.values() if "error" not in m]
     kept = [
         e
