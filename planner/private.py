@@ -68,8 +68,11 @@ def private_sqlite(path: str | Path, *, new: bool = False) -> Path:
     for new ones; existing wider ones are tightened. `new`: SQLite just created the file under
     the umask (no note: nothing was exposed yet, the dir is private)."""
     p = Path(path)
-    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-    os.close(fd)
+    # Never open an existing database file here: closing any descriptor of it drops every
+    # POSIX lock this process's SQLite connections hold on it (fcntl semantics), and another
+    # process may then write beside them (sqlite.org, "How To Corrupt", 2.2). Create only.
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
     for q in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
         _tighten(q, FILE_MODE, note=not new)
     return p

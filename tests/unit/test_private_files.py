@@ -68,3 +68,33 @@ def test_existing_wide_dir_and_files_are_tightened_with_a_note(tmp_path, umask_0
     assert _mode(sd / "state.sqlite") == 0o600
     notes = [r.getMessage() for r in caplog.records]
     assert any("tightened" in n and str(sd) in n and "755" in n for n in notes), notes
+
+
+def test_making_an_open_database_private_keeps_its_locks(tmp_path):
+    """private_sqlite on a database this process has open must not drop its locks: closing any
+    descriptor of the file releases every POSIX lock the process holds on it, and another
+    process could then write beside a transaction in flight (the state DB was found malformed
+    after an integration run that opened StateStores while a gateway wrote)."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from planner.private import private_sqlite
+
+    db = tmp_path / "state.sqlite"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.execute("BEGIN IMMEDIATE")  # this process holds the write lock
+    con.execute("INSERT INTO t VALUES (1)")
+    private_sqlite(db)  # what every StateStore open does
+    other = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+        "try:\n    c.execute('BEGIN IMMEDIATE'); print('got the lock')\n"
+        "except sqlite3.OperationalError as e:\n    print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", other, str(db)], capture_output=True, text=True, timeout=60
+    ).stdout
+    con.execute("COMMIT")
+    con.close()
+    assert "locked" in out, out
