@@ -134,11 +134,13 @@ def owns_port(pid: int, port: int) -> bool | None:
     return pid in (holder.pid, holder.sid)
 
 
-def port_held_error(holder: PortHolder) -> LaunchError:
-    """The start failure of a port another program holds (exit 3)."""
+def port_held_error(holder: PortHolder, log_tail: str = "") -> LaunchError:
+    """The start failure of a port another program holds (exit 3); `log_tail`: what our own
+    server wrote before it gave up (kept for the user)."""
     return PortHeldError(
         holder.describe(),
         reason="port_in_use",
+        log_tail=log_tail,
         fix="stop that process, or move this state dir's servers: `planner apply --port-base "
         "N`, or `ports:` of the node in the cluster file",
     )
@@ -271,13 +273,13 @@ def wait_ready(
                 return time.monotonic() - t0
             holder = port_holder(port, host)
             if holder is not None:
-                raise port_held_error(holder)
+                raise port_held_error(holder, read_tail(log_path))
         if not _running(proc):
             tail = read_tail(log_path)
             reason = engine.classify_failure(tail)
             holder = port_holder(port, host) if reason == "port_in_use" else None
             if holder is not None:
-                raise port_held_error(holder)
+                raise port_held_error(holder, tail)
             raise LaunchError(
                 f"{name} server on {host}:{port} exited during start-up ({reason}); log: {log_path}",
                 reason=reason,

@@ -30,10 +30,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 START_TIMEOUT = os.environ.get("PLANNER_TEST_START_TIMEOUT_S", "240")
 
 
-def completion(live, iid: str = "a-0") -> dict:
-    """A completion straight from an instance, with its API key from the state DB."""
+def completion(state_dir: Path, iid: str = "a-0") -> dict:
+    """A completion straight from an instance, with its port and API key from the state DB."""
     body = json.dumps({"model": "tiny-a", "prompt": "hello", "max_tokens": 4}).encode()
-    row = rows(live.state)[iid]
+    row = rows(state_dir)[iid]
     req = urllib.request.Request(
         f"http://127.0.0.1:{row.port}/v1/completions",
         data=body,
@@ -99,7 +99,7 @@ def test_apply_serves_and_second_apply_does_nothing(live) -> None:
     assert [(a["action"], a["instance"], a["result"]) for a in live.first["actions"]] == [
         ("start", "a-0", "ok")
     ]
-    assert completion(live)["choices"]
+    assert completion(live.state)["choices"]
     again = apply_base(live)
     assert again["actions"] == []
     assert again["point"] == "dev"
@@ -120,7 +120,7 @@ def test_killed_process_is_restarted(live) -> None:
     new = rows(live.state)["a-0"]
     assert new.pid != old.pid and new.status == "awake" and new.restarts == 1
     assert not process.group_alive(old.pid)  # the orphaned engine process was stopped too
-    assert completion(live)["choices"]
+    assert completion(live.state)["choices"]
     assert apply_base(live)["actions"] == []
 
 
@@ -229,7 +229,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
         assert [(i["id"], i["port"], i["status"]) for i in out["instances"]] == [
             ("a-0", base, "awake")
         ]
-        assert completion(base)["choices"] and completion(live.port)["choices"]
+        assert completion(other)["choices"] and completion(live.state)["choices"]
         code, out, err = cli(args)  # the base is kept: nothing moves
         assert code == 0 and out["actions"] == [], err
     finally:
@@ -290,7 +290,7 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
     assert rows(live.state)["b-0"].status == "awake"
     new = rows(live.state)["b-0"].pid
     assert new == orphan or not process.pid_alive(orphan)
-    assert completion(live, "b-0")["choices"]
+    assert completion(live.state, "b-0")["choices"]
     code, out, err = cli(args)
     assert code == 0 and out["actions"] == []
     out = apply_base(live)
