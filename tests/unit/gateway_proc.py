@@ -16,6 +16,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -38,19 +39,28 @@ def serve(args: argparse.Namespace) -> None:
         ctl.close()
 
 
-def client(url: str, requests: list) -> None:
+def wait_health(url: str, up: Callable[[], bool] = lambda: True, timeout_s: float = 60.0) -> bool:
+    """Poll URL/health until it answers 200 (True), or `up()` says the server is gone or
+    `timeout_s` passes (False)."""
     import httpx
 
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout_s
     while True:
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
-                break
+                return True
         except httpx.HTTPError:
             pass
-        if time.monotonic() > deadline:
-            sys.exit(f"{url}/health did not answer")
+        if not up() or time.monotonic() > deadline:
+            return False
         time.sleep(0.1)
+
+
+def client(url: str, requests: list) -> None:
+    import httpx
+
+    if not wait_health(url):
+        sys.exit(f"{url}/health did not answer")
     out = []
     for method, path, headers in requests:
         r = httpx.request(method, url + path, headers=headers, timeout=30)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateway_proc import wait_health
 from test_gateway import FakeControl, free_port, inst, wait_rows
 
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -187,17 +188,7 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
         return httpx.post(url + "/v1/completions", json=body, headers=bearer(key), timeout=30)
 
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                tmp_path / "gw.log"
-            ).read_text()
-            time.sleep(0.1)
+        assert wait_health(url, lambda: proc.poll() is None), (tmp_path / "gw.log").read_text()
         with ThreadPoolExecutor(1) as ex:
             slow = ex.submit(call, alice, model="a", prompt="x", delay_s=5.0)
             in_flight(url, "a")
