@@ -73,7 +73,7 @@ def run(
     )
     print(HEAD)
     for p in res.points:
-        print(_row(p.name, res.metrics[p.name]))
+        print(_row(p.name, res.metrics[p.name].to_json()))
     # Baselines sized on the fitted week, as the optimizer was, and scored on the unseen ones.
     built = scoring.build_baselines(cl, ms, sl, fit_week)
     return {s: score(name, res, built, example(name, seed=s), s) for s in unseen_seeds}
@@ -99,7 +99,8 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
             host_margin=OptimizeConfig().host_memory_margin,
         )  # fmt: skip
         t = tr.to_metrics()
-        ok = scoring.beats_twin(m, t) and t["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
+        ok = scoring.beats_twin(r.point_metrics(), tr.point_metrics())
+        ok = ok and t["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
         print(_row(p.name, m, int(r.switched.sum())))
         print(
             _row(f"  lru@{p.name}", t, int(tr.switched.sum()))
@@ -116,7 +117,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
         )
     all_built = all("error" not in m for m in base.values())
     sel = res.selected
-    held_ok = res.metrics[sel]["slo_attainment"] >= target
+    held_ok = res.metrics[sel].slo_attainment >= target
     next_ok = pts[sel]["slo_attainment"] >= target
     mel = base.get("melange", {})
     vs_melange = "error" not in mel and any(
@@ -125,7 +126,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
         for m in pts.values()
     )
     print(
-        f"selected {sel}: attainment {res.metrics[sel]['slo_attainment']:.3f} on the held-back "
+        f"selected {sel}: attainment {res.metrics[sel].slo_attainment:.3f} on the held-back "
         f"days, {pts[sel]['slo_attainment']:.3f} on the unseen week (target {target}); "
         f"points not 3x faster than their twin: {fails or 'none'}"
     )

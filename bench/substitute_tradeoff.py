@@ -87,11 +87,11 @@ def curve(res, suffix: str = "") -> list[dict]:
             {
                 "point": p.name + suffix,
                 "plan": (p, res.perfs[p.name]),
-                "attainment": m["slo_attainment"],
-                "switch_p95_s": m["switch_p95_s"],
-                "warm_gib": m["warm_gpu_gib"],
-                "quality_cost": m.get("quality_cost", 0.0),
-                "substituted_share": m.get("substituted_share", 0.0),
+                "attainment": m.slo_attainment,
+                "switch_p95_s": m.switch_p95_s,
+                "warm_gib": m.warm_gpu_gib,
+                "quality_cost": m.quality_cost,
+                "substituted_share": m.substituted_share,
             }
         )
     return out

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from planner.cli.common import JsonOpt, console, err_console, print_json
 from planner.errors import InputError
 from planner.optimizer.config import OptimizeConfig
+
+if TYPE_CHECKING:
+    from planner.optimizer.point_metrics import PointMetrics
 
 _D = OptimizeConfig()
 
@@ -140,10 +143,10 @@ def optimize_cmd(
             task = bar.add_task("", total=evals)
             lines = _ProgressLines(not console.is_terminal)
 
-            def progress(done: int, total: int, best: dict[str, Any] | None) -> None:
+            def progress(done: int, total: int, best: PointMetrics | None) -> None:
                 desc = (
-                    f"best: switch P95 {best['switch_p95_s']:.2f} s, warm {best['warm_gpu_gib']:.0f} GiB, "
-                    f"attainment {best['slo_attainment']:.1%}"
+                    f"best: switch P95 {best.switch_p95_s:.2f} s, warm {best.warm_gpu_gib:.0f} GiB, "
+                    f"attainment {best.slo_attainment:.1%}"
                     if best
                     else lines.desc
                 )
@@ -164,8 +167,12 @@ def optimize_cmd(
     plan = plan_from_result(result, cfg, inputs=refs, trace=trace, seed=seed)
     write_plan(out, plan, cl)
 
-    base_metrics = result.baselines
-    points = result.metrics
+    from planner.optimizer.point_metrics import metrics_json
+
+    base_metrics = metrics_json(result.baselines)
+    points = metrics_json(result.metrics)
+    twins = metrics_json(result.twins)
+    fitted = metrics_json(result.metrics_fit)
     if report is not None:
         from planner.cli.report import draw_report
 
@@ -176,8 +183,8 @@ def optimize_cmd(
                 "plan": str(out),
                 "selected": plan.selected,
                 "points": points,
-                "points_fit": result.metrics_fit,
-                "twins": {f"lru@{n}": m for n, m in result.twins.items()},
+                "points_fit": fitted,
+                "twins": {f"lru@{n}": m for n, m in twins.items()},
                 "baselines": base_metrics,
                 "notes": plan.notes,
                 "capacity": result.capacity.to_json() if result.capacity else None,
@@ -210,8 +217,8 @@ def optimize_cmd(
             base_metrics,
             selected=plan.selected,
             attainment=sl.attainment,
-            twins=result.twins,
-            fitted=result.metrics_fit if result.validate_days else None,
+            twins=twins,
+            fitted=fitted if result.validate_days else None,
         )
     )
     if result.capacity is not None and result.capacity.overloaded:

@@ -39,12 +39,12 @@ def front_series(result: Any, plan: Any, baselines: dict[str, dict[str, Any]]) -
     out: Series = {"evaluated": [], "points": [], "twins": [], "baselines": []}
     for e in result.evaluations:
         if e.feasible:
-            out["evaluated"].append(("", e.chosen["warm_gpu_gib"], e.chosen["switch_p95_s"]))
+            out["evaluated"].append(("", e.chosen.warm_gpu_gib, e.chosen.switch_p95_s))
     for p in plan.points:
         out["points"].append((p.name, p.predicted.warm_gpu_gib, p.predicted.switch_p95_s))
         t = twins.get(p.name)
         if t is not None:
-            out["twins"].append((f"lru@{p.name}", t["warm_gpu_gib"], t["switch_p95_s"]))
+            out["twins"].append((f"lru@{p.name}", t.warm_gpu_gib, t.switch_p95_s))
     for name, m in baselines.items():
         if "error" not in m:
             out["baselines"].append((name, m["warm_gpu_gib"], m["switch_p95_s"]))

@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 from planner.errors import InfeasibleError
-from planner.optimizer.candidates import smallest_footprint
+from planner.optimizer.candidates import Candidate, smallest_footprint
+from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.search_context import SearchContext
 from planner.schemas.models import Models
 from planner.schemas.slo import Slo
 
-if TYPE_CHECKING:
-    from planner.optimizer.search import Searcher
 
-
-def binding_slo(metrics: dict[str, Any], slo: Slo) -> str:
+def binding_slo(metrics: PointMetrics, slo: Slo) -> str:
     """Which SLO the worst model misses by the most (relative), in words."""
     worst = ("none", 0.0)
-    for model, pm in sorted(metrics.get("per_model", {}).items()):
+    for model, pm in sorted(metrics.per_model.items()):
         t = slo.for_model(model)
-        for key, target in (
-            ("ttft_p95_s", t.ttft_p95_s),
-            ("tpot_p95_s", t.tpot_p95_s),
-            ("switch_p95_s", t.switch_p95_s),
+        for key, value, target in (
+            ("ttft_p95_s", pm.ttft_p95_s, t.ttft_p95_s),
+            ("tpot_p95_s", pm.tpot_p95_s, t.tpot_p95_s),
+            ("switch_p95_s", pm.switch_p95_s, t.switch_p95_s),
         ):
-            if target and pm.get(key, 0.0) > target:
-                ratio = pm[key] / target
+            if target and value > target:
+                ratio = value / target
                 if ratio > worst[1]:
-                    worst = (f"{model} {key} {pm[key]:.2f} s > target {target:.2f} s", ratio)
+                    worst = (f"{model} {key} {value:.2f} s > target {target:.2f} s", ratio)
     return (
         worst[0]
         if worst[1]
@@ -70,27 +69,29 @@ def unplaceable_fix(models: Models, missing: list[str]) -> str:
     return "; or ".join(steps)
 
 
-def check_placeable(S: Searcher) -> None:
-    """Raise InfeasibleError naming each model that fits nowhere, before any search."""
-    have = {c.model for c in S.candidates(S.loosest_knobs())}
-    missing = [m for m in S.models.names if m not in have]
+def check_placeable(ctx: SearchContext, loosest: Sequence[Candidate]) -> None:
+    """Raise InfeasibleError naming each model that fits nowhere, before any search;
+    `loosest`: the candidates of the loosest knobs (`search_context.loosest_knobs`)."""
+    have = {c.model for c in loosest}
+    missing = [m for m in ctx.models.names if m not in have]
     if missing:
         lines = []
         for m in missing:
             lines.append(f"model {m!r} fits on no GPU of the cluster:")
-            lines += ["    " + s for s in smallest_footprint(S.cluster, S.models, m, S.calib)]
-        raise InfeasibleError("\n".join(lines), fix=unplaceable_fix(S.models, missing))
+            lines += ["    " + s for s in smallest_footprint(ctx.cluster, ctx.models, m, ctx.calib)]
+        raise InfeasibleError("\n".join(lines), fix=unplaceable_fix(ctx.models, missing))
 
 
-def explain_capacity(S: Searcher) -> str:
-    """Why no placement meets demand: models whose demand exceeds what the cluster can give."""
-    cands = S.candidates(S.roomiest_knobs())
+def explain_capacity(ctx: SearchContext, roomiest: Sequence[Candidate]) -> str:
+    """Why no placement meets demand: models whose demand exceeds what the cluster can give;
+    `roomiest`: the candidates of the roomiest knobs (`search_context.roomiest_knobs`)."""
     parts = []
-    for m in S.models.names:
-        d = S.demand.get(m)
-        best = max((c.capacity_rps for c in cands if c.model == m), default=0.0)
-        if d and best * S.cfg.max_replicas < d.peak_rps:
+    reps = ctx.cfg.max_replicas
+    for m in ctx.models.names:
+        d = ctx.demand.get(m)
+        best = max((c.capacity_rps for c in roomiest if c.model == m), default=0.0)
+        if d and best * reps < d.peak_rps:
             parts.append(
-                f"{m}: peak {d.peak_rps:.2f} req/s > {S.cfg.max_replicas} x {best:.2f} req/s per instance"
+                f"{m}: peak {d.peak_rps:.2f} req/s > {reps} x {best:.2f} req/s per instance"
             )
     return "; ".join(parts) or "all models together need more GPU memory than the cluster has"

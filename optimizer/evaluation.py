@@ -9,6 +9,7 @@ from planner.optimizer.candidates import Knobs
 from planner.optimizer.capacity import CapacityReport
 from planner.optimizer.milp import MilpResult
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.point_metrics import PointMetrics
 from planner.schemas.plan import Hop, Point, Predicted
 
 
@@ -21,10 +22,10 @@ class Evaluation:
     milp: MilpResult | None
     point: Point | None
     perfs: dict[str, InstancePerf]
-    metrics: dict[str, Any] | None  # on the days the search fits to
+    metrics: PointMetrics | None  # on the days the search fits to
     milp_s: float = 0.0  # wall time of candidate generation + solve, s
     sim_s: float = 0.0  # wall time of the simulator, s
-    held: dict[str, Any] | None = None  # on the held-back days (None: none held back)
+    held: PointMetrics | None = None  # on the held-back days (None: none held back)
     origin: str = "milp"  # milp | tiers (a tier variant) | from-<baseline>
 
     @property
@@ -33,7 +34,7 @@ class Evaluation:
         return self.metrics is not None
 
     @property
-    def chosen(self) -> dict[str, Any]:
+    def chosen(self) -> PointMetrics:
         """The metrics points are chosen on: held-back days if any, else the fitted ones."""
         assert self.metrics is not None
         return self.held if self.held is not None else self.metrics
@@ -51,10 +52,11 @@ class SearchResult:
     sim_time_s: float = 0.0
     milp_max_s: float = 0.0
     knobs: dict[str, Knobs] = field(default_factory=dict)  # point name -> the knobs that made it
-    metrics: dict[str, dict[str, Any]] = field(default_factory=dict)  # point name -> chosen on
-    metrics_fit: dict[str, dict[str, Any]] = field(default_factory=dict)  # on the fitted days
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # same days as `metrics`
-    twins: dict[str, dict[str, Any]] = field(default_factory=dict)  # point -> its lru@ twin's
+    metrics: dict[str, PointMetrics] = field(default_factory=dict)  # point name -> chosen on
+    metrics_fit: dict[str, PointMetrics] = field(default_factory=dict)  # on the fitted days
+    # same days as `metrics`; a baseline that could not be built: why (a string)
+    baselines: dict[str, PointMetrics | str] = field(default_factory=dict)
+    twins: dict[str, PointMetrics] = field(default_factory=dict)  # point -> its lru@ twin's
     capacity: CapacityReport | None = None
     hops: dict[str, dict[str, Hop]] = field(default_factory=dict)
     perfs: dict[str, dict[str, InstancePerf]] = field(default_factory=dict)  # point -> perfs
@@ -78,13 +80,13 @@ def knobs_to_dict(k: Knobs) -> dict[str, Any]:
     }
 
 
-def predicted(m: dict[str, Any]) -> Predicted:
+def predicted(m: PointMetrics) -> Predicted:
     """Rounded metrics as the plan records them."""
     return Predicted(
-        switch_p95_s=round(float(m["switch_p95_s"]), 4),
-        ttft_p95_s=round(float(m["ttft_p95_s"]), 4),
-        tpot_p95_s=round(float(m["tpot_p95_s"]), 5),
-        slo_attainment=round(float(m["slo_attainment"]), 5),
-        warm_gpu_gib=round(float(m["warm_gpu_gib"]), 3),
-        gpus_used=int(m["gpus_used"]),
+        switch_p95_s=round(float(m.switch_p95_s), 4),
+        ttft_p95_s=round(float(m.ttft_p95_s), 4),
+        tpot_p95_s=round(float(m.tpot_p95_s), 5),
+        slo_attainment=round(float(m.slo_attainment), 5),
+        warm_gpu_gib=round(float(m.warm_gpu_gib), 3),
+        gpus_used=int(m.gpus_used),
     )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from planner.optimizer.point_metrics import PointMetrics
 
 T = TypeVar("T")
 
@@ -29,18 +31,18 @@ def pareto_front(items: Sequence[T], objectives: Callable[[T], tuple[float, ...]
     return out
 
 
-def dominates(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def dominates(a: PointMetrics, b: PointMetrics) -> bool:
     """Metrics `a` dominate `b`: attainment no lower, switch P95 and warm GiB no higher, and
     one of the three strictly better."""
     no_worse = (
-        a["slo_attainment"] >= b["slo_attainment"]
-        and a["switch_p95_s"] <= b["switch_p95_s"]
-        and a["warm_gpu_gib"] <= b["warm_gpu_gib"]
+        a.slo_attainment >= b.slo_attainment
+        and a.switch_p95_s <= b.switch_p95_s
+        and a.warm_gpu_gib <= b.warm_gpu_gib
     )
     better = (
-        a["slo_attainment"] > b["slo_attainment"]
-        or a["switch_p95_s"] < b["switch_p95_s"]
-        or a["warm_gpu_gib"] < b["warm_gpu_gib"]
+        a.slo_attainment > b.slo_attainment
+        or a.switch_p95_s < b.switch_p95_s
+        or a.warm_gpu_gib < b.warm_gpu_gib
     )
     return no_worse and better
 

@@ -15,6 +15,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.optimizer import baselines
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.point_metrics import PointMetrics, metrics_json
 from planner.optimizer.sim.metrics import SimResult
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.sim.request import Requests, to_requests
@@ -24,7 +25,7 @@ from planner.schemas.models import Models
 from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 
-Scorer = Callable[[Point, dict[str, InstancePerf]], dict[str, Any]]
+Scorer = Callable[[Point, dict[str, InstancePerf]], PointMetrics]
 DAY_S = 86400.0
 AUTO_VALIDATE_DAYS = 2  # days held back by default ...
 AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
@@ -45,14 +46,14 @@ def requests(trace: Any, models: Models | None = None) -> Requests:
 
 
 def scorer(trace: Any, slo: Slo, model_names: list[str] | None = None) -> Scorer:
-    """The simulator as the optimizer's scorer: (point, perfs) -> metrics dict.
+    """The simulator as the optimizer's scorer: (point, perfs) -> PointMetrics.
 
     The trace is converted to arrays once, so instances shared between points are
     simulated once (the simulator's per-trace memo)."""
     req = to_requests(trace, model_names)
 
-    def score(point: Point, perfs: dict[str, InstancePerf]) -> dict[str, Any]:
-        return simulate(point, perfs, req, slo, model_names=model_names).to_metrics()
+    def score(point: Point, perfs: dict[str, InstancePerf]) -> PointMetrics:
+        return simulate(point, perfs, req, slo, model_names=model_names).point_metrics()
 
     return score
 
@@ -114,12 +115,12 @@ def baselines_on(
     models: Models,
     cluster: Cluster | None = None,
     calib: dict[str, Any] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Each built baseline's metrics on `trace` ({"error": why} where it could not be built)."""
+) -> dict[str, PointMetrics | str]:
+    """Each built baseline's metrics on `trace` (why, where it could not be built)."""
     return {
-        n: {"error": b}
+        n: b
         if isinstance(b, str)
-        else simulate_baseline(b, trace, slo, models, cluster, calib).to_metrics()
+        else simulate_baseline(b, trace, slo, models, cluster, calib).point_metrics()
         for n, b in built.items()
     }
 
@@ -160,31 +161,10 @@ def baseline_metrics(
     calib: dict[str, Any] | None = None,
     built: dict[str, baselines.Baseline | str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """static / lru / melange metrics on `trace`; a baseline that cannot be built says why."""
+    """static / lru / melange metrics on `trace` as plain data (`metrics_json`: a baseline
+    that cannot be built says why)."""
     built = built if built is not None else build_baselines(cluster, models, slo, trace)
-    return {
-        name: (
-            {"error": b}
-            if isinstance(b, str)
-            else simulate_baseline(b, trace, slo, models, cluster, calib).to_metrics()
-        )
-        for name, b in built.items()
-    }
-
-
-def twin(
-    point: Point,
-    perfs: dict[str, InstancePerf],
-    warm_gib: float,
-    cluster: Cluster,
-    *,
-    gpu_margin: float = 0.0,
-    host_margin: float = 0.0,
-) -> baselines.Baseline:
-    """The point's `lru@` twin: its instances, reactive LRU within `warm_gib`."""
-    return baselines.lru_matched(
-        point, perfs, cluster, warm_gib, gpu_margin=gpu_margin, host_margin=host_margin
-    )
+    return metrics_json(baselines_on(built, trace, slo, models, cluster, calib))
 
 
 def twin_result(
@@ -205,7 +185,7 @@ def twin_result(
     step raises the cap by the memory the twin left unused on average, or tries half the
     last step where that took the twin past the point's average (`TWIN_CAP_STEPS` runs
     beyond the first: the twin costs at most 1 + that many simulations; deterministic)."""
-    b = twin(point, perfs, warm_gib, cluster, **margins)
+    b = baselines.lru_matched(point, perfs, cluster, warm_gib, **margins)
 
     def run(cap_gib: float) -> SimResult:
         kw = {**b.simulate_kwargs(), "warm_budget_gib": cap_gib}
@@ -226,10 +206,8 @@ def twin_result(
     return best
 
 
-def beats_twin(m: dict[str, Any], twin_m: dict[str, Any]) -> bool:
+def beats_twin(m: PointMetrics, twin_m: PointMetrics) -> bool:
     """Planned tiers worth a plan: switch P95 <= 1/3 of the twin's (or no switch at all, as
     the twin) at attainment >= the twin's - 0.01 (issue 13)."""
-    fast = (
-        m["switch_p95_s"] <= twin_m["switch_p95_s"] / TWIN_SWITCH_FACTOR or m["switch_p95_s"] == 0
-    )
-    return fast and m["slo_attainment"] >= twin_m["slo_attainment"] - TWIN_ATTAINMENT_SLACK
+    fast = m.switch_p95_s <= twin_m.switch_p95_s / TWIN_SWITCH_FACTOR or m.switch_p95_s == 0
+    return fast and m.slo_attainment >= twin_m.slo_attainment - TWIN_ATTAINMENT_SLACK

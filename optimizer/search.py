@@ -14,40 +14,29 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import pandas as pd
 
 from planner.forkmap import JobMap, serial_map
 from planner.optimizer import schedule, scoring
 from planner.optimizer.advice import check_placeable
-from planner.optimizer.build import build_point, substitute_rules
-from planner.optimizer.candidates import (
-    Knobs,
-    enumerate_candidates,
-    gpu_groups,
-    gpu_sets,
-)
+from planner.optimizer.build import build_point
+from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_groups, gpu_sets
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.demand import model_demand
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.milp import MilpInput, MilpResult, solve
 from planner.optimizer.perf import Calib
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.scoring import Scorer
-from planner.optimizer.space import (
-    better,
-    knobs_from_vector,
-    knobs_vector,
-    search_space,
-    sleep_order,
-)
+from planner.optimizer.search_context import Job, loosest_knobs, search_context
+from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
 from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 
-Progress = Callable[[int, int, dict[str, Any] | None], None]
+Progress = Callable[[int, int, PointMetrics | None], None]
 
 
 class Searcher:
@@ -67,30 +56,19 @@ class Searcher:
     ):
         self.clock = clock  # injected (the core reads no clock itself): times MILP and simulator
         self.job_map = job_map
-        self.cluster, self.models, self.slo, self.trace, self.cfg = cluster, models, slo, trace, cfg
-        self.calib = calib
-        names = models.names
         # A given scorer defines the scoring trace itself: nothing is held back then.
-        self.validate_days = scoring.validate_days(trace, cfg.validate_days) if not scorer else 0
-        self.fit, held = scoring.split_days(trace, self.validate_days, cfg.held_back)
-        self.held = held if self.validate_days else None
-        counts = scoring.day_counts(trace)
-        self.held_days = [
-            (d, int(counts[d]))
-            for d in scoring.held_back_days(trace, self.validate_days, cfg.held_back)
-        ]
-        self.fit_req = scoring.requests(self.fit, models)
-        self.held_req = scoring.requests(self.held, models) if self.held is not None else None
-        self.scorer = scorer or scoring.scorer(self.fit_req, slo, names)
+        self.ctx = c = search_context(cluster, models, slo, trace, cfg, calib, scorer is None)
+        self.cluster, self.models, self.slo, self.cfg = cluster, models, slo, cfg
+        names = models.names
+        self.scorer = scorer or scoring.scorer(c.fit_req, slo, names)
         self.held_scorer = (
-            scoring.scorer(self.held_req, slo, names) if self.held_req is not None else None
+            scoring.scorer(c.held_req, slo, names) if c.held_req is not None else None
         )
-        self._twins: dict[int, dict[str, Any]] = {}
+        self._twins: dict[int, PointMetrics] = {}
         # `run`'s progress callback and its total: the front's later evaluations (select.py)
         # report through it too, so the total shown ends equal to the evaluations made
         self._progress: Progress | None = None
         self._total = 0
-        self.demand = model_demand(self.fit)
         self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
         self.gpu_usable = {
             (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
@@ -101,10 +79,6 @@ class Searcher:
         self.node_ram = {
             n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
         }
-        self.sleep_order = sleep_order(models, self.demand)
-        self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
-        self.handoff = schedule.handoffs(self.fit, cfg.handoff_min_share)
-        self.substitutes = substitute_rules(models, slo)
         self.quality_weight = quality_weight(cfg, slo)
         self._cands: dict[tuple[float, int], tuple] = {}
         self.total_gpu_gib = sum(self.gpu_usable.values()) or 1.0
@@ -118,12 +92,12 @@ class Searcher:
                     self.cluster,
                     self.models,
                     self.slo,
-                    self.demand,
+                    self.ctx.demand,
                     knobs,
                     max_tp=self.cfg.max_tp,
                     max_model_len_cap=self.cfg.max_model_len,
                     gpu_margin=self.cfg.gpu_memory_margin,
-                    calib=self.calib,
+                    calib=self.ctx.calib,
                 )
             )
         return self._cands[key]
@@ -133,7 +107,7 @@ class Searcher:
         return MilpInput(
             candidates=self.candidates(knobs),
             sets=self.sets,
-            demand=self.demand,
+            demand=self.ctx.demand,
             models=tuple(self.models.names),
             gpu_usable_gib=self.gpu_usable,
             gpu_groups=self.gpu_groups,
@@ -180,19 +154,17 @@ class Searcher:
         point.gpu_usable_gib = schedule.gpu_usable_gib(
             point, self.cluster, self.cfg.gpu_memory_margin
         )
-        point.substitutes = dict(self.substitutes)
+        point.substitutes = dict(self.ctx.substitutes)
         t1 = self.clock()
         metrics = self.scorer(point, perfs)
         held = self.held_scorer(point, perfs) if self.held_scorer else None
         t2 = self.clock()
-        point.predicted = predicted(held or metrics)
+        point.predicted = predicted(held if held is not None else metrics)
         return Evaluation(
             index, knobs, milp, point, perfs, metrics, sim_s=t2 - t1, held=held, origin=origin
         )
 
-    def evaluate_points(
-        self, start: int, jobs: list[tuple[Knobs, Point, dict[str, InstancePerf], str]]
-    ) -> list[Evaluation]:
+    def evaluate_points(self, start: int, jobs: list[Job]) -> list[Evaluation]:
         """`evaluate_point` of each (knobs, point, perfs, origin), indexed from `start`, as
         one batch through `job_map` (same figures however it runs them)."""
 
@@ -206,7 +178,7 @@ class Searcher:
             self._progress(start + len(jobs), self._total, None)
         return done
 
-    def twin_metrics(self, ev: Evaluation) -> dict[str, Any]:
+    def twin_metrics(self, ev: Evaluation) -> PointMetrics:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
         self.run_twins([ev])
         return self._twins[ev.index]
@@ -222,21 +194,21 @@ class Searcher:
                 self._twins[ev.index] = ev.chosen
             else:
                 todo.append(ev)
-        req = self.held_req if self.held_req is not None else self.fit_req
+        req = self.ctx.chosen_req
 
-        def job(k: int) -> dict[str, Any]:
+        def job(k: int) -> PointMetrics:
             ev = todo[k]
             return scoring.twin_result(
                 ev.point,
                 ev.perfs,
-                ev.chosen["warm_gpu_gib"],
+                ev.chosen.warm_gpu_gib,
                 self.cluster,
                 self.slo,
                 req,
                 self.models.names,
                 gpu_margin=self.cfg.gpu_memory_margin,
                 host_margin=self.cfg.host_memory_margin,
-            ).to_metrics()
+            ).point_metrics()
 
         for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = m
@@ -247,32 +219,18 @@ class Searcher:
         if not ev.feasible:
             return 10.0
         m = ev.metrics
-        switch_n = m["switch_p95_s"] / 30.0  # s, against a 30 s reference wake
-        warm_n = m["warm_gpu_gib"] / self.total_gpu_gib
-        short = max(0.0, self.slo.attainment - m["slo_attainment"])
-        quality = self.quality_weight * m.get("quality_cost", 0.0)
+        switch_n = m.switch_p95_s / 30.0  # s, against a 30 s reference wake
+        warm_n = m.warm_gpu_gib / self.total_gpu_gib
+        short = max(0.0, self.slo.attainment - m.slo_attainment)
+        quality = self.quality_weight * m.quality_cost
         return switch_n + lam * warm_n + 20.0 * short + quality
-
-    def loosest_knobs(self) -> Knobs:
-        """The knobs that let the most candidates fit: the least KV and the smallest batch."""
-        return Knobs(
-            kv_factor=self.cfg.kv_factor_range[0], max_num_seqs=min(self.cfg.max_num_seqs_choices)
-        )
-
-    def roomiest_knobs(self) -> Knobs:
-        """The knobs of the most capacity per instance: the most KV and the largest batch."""
-        return Knobs(
-            headroom=0.0,
-            kv_factor=self.cfg.kv_factor_range[1],
-            max_num_seqs=max(self.cfg.max_num_seqs_choices),
-        )
 
     def run(self, progress: Progress | None = None) -> SearchResult:
         """The whole search; deterministic for a seed."""
         from skopt import Optimizer
         from skopt.utils import cook_estimator
 
-        check_placeable(self)
+        check_placeable(self.ctx, self.candidates(loosest_knobs(self.cfg)))
         cfg = self.cfg
         n_models = len(self.models.names)
         evals: list[Evaluation] = []
@@ -291,7 +249,7 @@ class Searcher:
         # model sleep at a time: it fills the front where the switch/memory trade-off bites.
         n_refine = min(n_models - 1, (total - len(anchors)) // 4)
         per_phase = max(1, math.ceil(max(0, total - len(anchors) - n_refine) / len(lams)))
-        best: dict[str, Any] | None = None
+        best: PointMetrics | None = None
 
         def record(ev: Evaluation) -> Evaluation:
             nonlocal best
@@ -305,7 +263,8 @@ class Searcher:
             return record(self.evaluate(len(evals), knobs))
 
         # the anchors do not depend on each other: one batch
-        first = [knobs_from_vector(v, self.sleep_order) for v in anchors[:total]]
+        order = self.ctx.sleep_order
+        first = [knobs_from_vector(v, order) for v in anchors[:total]]
         for ev in self.job_map(lambda k: self.evaluate(k, first[k]), len(first)):
             record(ev)
         for phase, lam in enumerate(lams):
@@ -328,20 +287,20 @@ class Searcher:
                 random_state=cfg.seed * 7919 + phase,
             )
             opt.tell(
-                [knobs_vector(ev.knobs, self.sleep_order) for ev in evals],
+                [knobs_vector(ev.knobs) for ev in evals],
                 [self.scalar(ev, lam) for ev in evals],
             )
             for _ in range(per_phase):
                 if len(evals) >= total - n_refine:
                     break
                 v = opt.ask()
-                ev = step(knobs_from_vector(v, self.sleep_order))
+                ev = step(knobs_from_vector(v, order))
                 opt.tell(v, self.scalar(ev, lam))
         meeting = [
-            e for e in evals if e.feasible and e.metrics["slo_attainment"] >= self.slo.attainment
+            e for e in evals if e.feasible and e.metrics.slo_attainment >= self.slo.attainment
         ]
         if meeting:
-            base = min(meeting, key=lambda e: (e.metrics["warm_gpu_gib"], e.index)).knobs
+            base = min(meeting, key=lambda e: (e.metrics.warm_gpu_gib, e.index)).knobs
             start = len(base.may_sleep)
             for k in range(1, n_refine + 1):
                 if start + k > n_models or len(evals) >= total:
@@ -349,12 +308,12 @@ class Searcher:
                 ev = step(
                     replace(
                         base,
-                        may_sleep=frozenset(self.sleep_order[: start + k]),
+                        may_sleep=frozenset(order[: start + k]),
                         w_switch=min(base.w_switch, 0.1),
                         w_memory=max(base.w_memory, 3.0),
                     )
                 )
-                if ev.feasible and ev.metrics["slo_attainment"] < self.slo.attainment - 0.05:
+                if ev.feasible and ev.metrics.slo_attainment < self.slo.attainment - 0.05:
                     break  # more sleepers only add switches from here
         if progress and len(evals) != total:  # stopped early: the total is what was made
             progress(len(evals), len(evals), best)
@@ -365,7 +324,7 @@ class Searcher:
         """Pareto set, names, selected point, twins, baselines, hops and notes."""
         from planner.optimizer.select import select_points
 
-        return select_points(self, evals)
+        return select_points(self.ctx, self, evals)
 
 
 DEFAULT_QUALITY_WEIGHT = 10.0  # a quality cost of 0.1 counts as 30 s of switch P95

@@ -9,6 +9,7 @@ from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.demand import ModelDemand
 from planner.optimizer.evaluation import Evaluation
+from planner.optimizer.point_metrics import PointMetrics
 from planner.schemas.models import Models
 
 
@@ -48,7 +49,8 @@ def search_space(cfg: OptimizeConfig, n_models: int):
     ]
 
 
-def knobs_vector(k: Knobs, sleep_order: list[str]) -> list[Any]:
+def knobs_vector(k: Knobs) -> list[Any]:
+    """One search vector from knobs (the inverse of `knobs_from_vector`)."""
     return [
         k.headroom,
         k.kv_factor,
@@ -59,16 +61,16 @@ def knobs_vector(k: Knobs, sleep_order: list[str]) -> list[Any]:
     ]
 
 
-def better(best: dict[str, Any] | None, ev: Evaluation, target: float) -> dict[str, Any] | None:
+def better(best: PointMetrics | None, ev: Evaluation, target: float) -> PointMetrics | None:
+    """The better of `best` and `ev`'s metrics: meeting the target first, then the lower
+    switch P95 + warm GiB / 100 (the progress line's "best")."""
     if not ev.feasible:
         return best
-    m = ev.metrics
-    cand = {
-        "switch_p95_s": m["switch_p95_s"],
-        "warm_gpu_gib": m["warm_gpu_gib"],
-        "slo_attainment": m["slo_attainment"],
-    }
+    cand = ev.metrics
     if best is None:
         return cand
-    key = lambda d: (d["slo_attainment"] < target, d["switch_p95_s"] + d["warm_gpu_gib"] / 100.0)  # noqa: E731
+
+    def key(m: PointMetrics) -> tuple[bool, float]:
+        return (m.slo_attainment < target, m.switch_p95_s + m.warm_gpu_gib / 100.0)
+
     return cand if key(cand) < key(best) else best

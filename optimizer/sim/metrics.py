@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from planner.optimizer.admission import REFUSED_QUEUE_FULL
+from planner.optimizer.point_metrics import ModelMetrics, PointMetrics
 from planner.schemas.slo import Slo
 
 QUANTILES = (50, 95, 99)
@@ -163,41 +164,45 @@ class SimResult:
 
     def to_metrics(self) -> dict[str, Any]:
         """The per-point figures of `planner evaluate --json`."""
-        per: dict[str, Any] = {}
+        return self.point_metrics().to_json()
+
+    def point_metrics(self) -> PointMetrics:
+        """The per-point figures, typed."""
+        per: dict[str, ModelMetrics] = {}
         for m, name in enumerate(self.model_names):
             sel = self.model == m
             s = self._summary(sel)
             n = int(sel.sum())
             share, cost = self.stand_ins(sel)
-            per[name] = {
-                "requests": n,
-                "failed": int((sel & (self.instance < 0)).sum()),
-                "refused": self.refused(sel),
-                "slo_attainment": float(self.met_slo[sel].mean()) if n else 1.0,
-                "ttft_p95_s": s["ttft_s"]["p95"],
-                "tpot_p95_s": s["tpot_s"]["p95"],
-                "switch_p95_s": s["switch_wait_s"]["p95"],
-                "switch_count": sum(
+            per[name] = ModelMetrics(
+                requests=n,
+                failed=int((sel & (self.instance < 0)).sum()),
+                refused=self.refused(sel),
+                slo_attainment=float(self.met_slo[sel].mean()) if n else 1.0,
+                ttft_p95_s=s["ttft_s"]["p95"],
+                tpot_p95_s=s["tpot_s"]["p95"],
+                switch_p95_s=s["switch_wait_s"]["p95"],
+                switch_count=sum(
                     w
                     for w, im in zip(self.wakes_by_instance, self.instance_models, strict=True)
                     if im == m
                 ),
-                "substituted_share": share,
-                "quality_cost": cost,
-            }
+                substituted_share=share,
+                quality_cost=cost,
+            )
         o = self.overall
         share, cost = self.stand_ins()
-        return {
-            "slo_attainment": self.slo_attainment,
-            "ttft_p95_s": o["ttft_s"]["p95"],
-            "tpot_p95_s": o["tpot_s"]["p95"],
-            "switch_p95_s": o["switch_wait_s"]["p95"],
-            "switch_count": self.wakes,
-            "warm_gpu_gib": self.warm_gpu_gib,
-            "gpus_used": self.gpus_used,
-            "requests": self.requests,
-            "refused": self.refused(),
-            "substituted_share": share,
-            "quality_cost": cost,
-            "per_model": per,
-        }
+        return PointMetrics(
+            slo_attainment=self.slo_attainment,
+            ttft_p95_s=o["ttft_s"]["p95"],
+            tpot_p95_s=o["tpot_s"]["p95"],
+            switch_p95_s=o["switch_wait_s"]["p95"],
+            switch_count=self.wakes,
+            warm_gpu_gib=self.warm_gpu_gib,
+            gpus_used=self.gpus_used,
+            requests=self.requests,
+            refused=self.refused(),
+            substituted_share=share,
+            quality_cost=cost,
+            per_model=per,
+        )

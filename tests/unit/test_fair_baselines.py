@@ -14,7 +14,9 @@ from test_sim_closed_form import perf, point, step_model, trace
 
 from planner.cli.main import main
 from planner.optimizer import scoring
+from planner.optimizer.baselines import lru_matched
 from planner.optimizer.pareto import dominates
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim import simulator
 from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.tiers import hop
@@ -56,7 +58,7 @@ def test_twin_keeps_instances_and_stays_within_the_points_warm_gib():
     perfs = {i.id: P for i in pt.instances}
     tr = trace([10, 20, 30, 40, 50, 60], ["m0", "m1", "m2", "m1", "m2", "m0"], 100, 5)
     m = simulate(pt, perfs, tr, Slo()).to_metrics()
-    b = scoring.twin(pt, perfs, m["warm_gpu_gib"], cl)
+    b = lru_matched(pt, perfs, cl, m["warm_gpu_gib"])
     assert b.point.name == f"lru@{pt.name}"
     for a, t in zip(pt.instances, b.point.instances, strict=True):
         assert (a.id, a.node, a.gpus, a.variant, a.tp) == (t.id, t.node, t.gpus, t.variant, t.tp)
@@ -80,7 +82,7 @@ def test_twin_raises_its_warm_cap_as_far_as_its_time_average_allows():
     ts = [15, 294, 435, 485, 930, 1061, 1397, 1691]
     tr = trace(ts, ["m1", "m0", "m2", "m2", "m0", "m0", "m1", "m0"], 100, 5)
     warm = simulate(pt, perfs, tr, Slo()).warm_gpu_gib
-    b = scoring.twin(pt, perfs, warm, cl)
+    b = lru_matched(pt, perfs, cl, warm)
     at_avg = simulate(b.point, b.perfs, tr, Slo(), **b.simulate_kwargs())
     got = scoring.twin_result(pt, perfs, warm, cl, Slo(), tr, None)
     assert got.warm_gpu_gib <= warm + 1e-6
@@ -132,7 +134,8 @@ def test_overload_no_point_dominated_and_capacity_table_names_models_and_hours(
     bases = [m for m in got["baselines"].values() if "error" not in m]
     assert len(bases) == 3
     for name, m in got["points_fit"].items():
-        assert not any(dominates(b, m) for b in bases), name
+        fit = PointMetrics.from_json(m)
+        assert not any(dominates(PointMetrics.from_json(b), fit) for b in bases), name
     cap = got["capacity"]
     assert cap["overloaded"]
     over = {r["model"]: r["hours_over"] for r in cap["models"] if r["hours_over"]}

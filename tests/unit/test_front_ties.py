@@ -4,14 +4,12 @@ none, and a point leaves the front only for one that stays on it."""
 from __future__ import annotations
 
 from planner.optimizer.evaluation import Evaluation
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.select import ATTAINMENT_TIE, _front
 
 
 def _ev(index: int, warm_gib: float, attainment: float) -> Evaluation:
-    metrics = {
-        "switch_p95_s": 0.0, "warm_gpu_gib": warm_gib, "slo_attainment": attainment,
-        "requests": 1000,
-    }  # fmt: skip
+    metrics = PointMetrics(warm_gpu_gib=warm_gib, slo_attainment=attainment, requests=1000)
     return Evaluation(index=index, knobs=None, milp=None, point=None, perfs={}, metrics=metrics)
 
 

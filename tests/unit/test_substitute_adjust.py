@@ -56,7 +56,7 @@ def _optimizer(p, tr):
     """The optimizer's figures of each point on `tr` (its scorer)."""
     score = scoring.scorer(tr, h.slo(), [h.A, h.B])
     perfs = h.perfs(p)
-    return {pt.name: score(pt, perfs[pt.name]) for pt in p.points}
+    return {pt.name: score(pt, perfs[pt.name]).to_json() for pt in p.points}
 
 
 def _same(got: dict, want: dict) -> None:

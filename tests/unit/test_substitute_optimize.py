@@ -14,6 +14,7 @@ from planner.optimizer.build import substitute_rules
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.evaluation import Evaluation
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.search import DEFAULT_QUALITY_WEIGHT, optimize, quality_weight
 from planner.optimizer.select import _pool
 from planner.schemas import load_cluster, load_models, load_slo
@@ -54,12 +55,12 @@ def test_variants_keep_covered_models_asleep_and_stand_ins_answer(run):
         and any(i.awake_hours for i in e.point.instances if i.model != COVERED)
     ]
     assert {e.point.idle_sleep_s for e in covered} == {CFG.idle_sleep_s, 300.0}
-    answered = [e for e in covered if e.metrics["substituted_share"] > 0]
+    answered = [e for e in covered if e.metrics.substituted_share > 0]
     assert answered, "no stand-in ever answered: the variants test nothing"
     for e in answered:  # the penalty of each answer, over all requests
         m = e.metrics
-        assert m["quality_cost"] == pytest.approx(0.1 * m["substituted_share"])
-        assert m["per_model"]["planner-7b"]["substituted_share"] == 0.0
+        assert m.quality_cost == pytest.approx(0.1 * m.substituted_share)
+        assert m.per_model["planner-7b"].substituted_share == 0.0
 
 
 def test_quality_weight_default_and_override():
@@ -71,8 +72,8 @@ def test_quality_weight_default_and_override():
 
 
 def _ev(i: int, attainment: float, quality_cost: float) -> Evaluation:
-    m = {"slo_attainment": attainment, "quality_cost": quality_cost}
-    return Evaluation(i, Knobs(), None, None, {}, dict(m), held=dict(m))
+    m = PointMetrics(slo_attainment=attainment, quality_cost=quality_cost)
+    return Evaluation(i, Knobs(), None, None, {}, m, held=m)
 
 
 def test_max_quality_cost_bounds_the_pool():
