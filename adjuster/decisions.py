@@ -13,7 +13,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from planner.adjuster.policy_types import Action, AdjustState
+from planner.adjuster.policy_types import AdjustState, Decision
 from planner.private import private_dir, private_sqlite
 
 STATE_DB = "state.sqlite"  # the state store's file (adjuster/state.py DB_NAME)
@@ -66,7 +66,7 @@ class DecisionLog:
         return AdjustState.model_validate_json(row[0]) if row else None
 
     def record(
-        self, ts: float, plan_sha: str, state: AdjustState, action: Action, *, dry_run: bool
+        self, ts: float, plan_sha: str, state: AdjustState, action: Decision, *, dry_run: bool
     ) -> int:
         """Append one decision; returns its sequence number."""
         cur = self._db.execute(

@@ -38,9 +38,15 @@ import pandas as pd
 from planner.adjuster.apply import ApplyResult, ModelPathResolver, apply_point
 from planner.adjuster.backends.base import Backend
 from planner.adjuster.decisions import DecisionLog
-from planner.adjuster.observe import cost_of_steps, foresaw, observe
+from planner.adjuster.observe import (
+    ObserveSetting,
+    Simulated,
+    cost_of_steps,
+    foresaw,
+    observe,
+)
 from planner.adjuster.policy import decide
-from planner.adjuster.policy_types import DAY_S, Action, AdjustConfig, AdjustState, HopCost
+from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, Decision, HopCost
 from planner.adjuster.state import StateStore
 from planner.errors import PlannerError
 from planner.schemas.plan import Plan
@@ -109,7 +115,7 @@ class TickResult:
     window: pd.DataFrame
     state_before: AdjustState
     state: AdjustState  # after the decision (and its effects)
-    action: Action
+    action: Decision
     sims: dict[str, Any]  # point name -> SimResult on the window
     forecast_requests: tuple[int, ...]  # requests in each forecast window
     plan: Plan  # the plan after the tick (grown by a replay re-optimization)
@@ -164,21 +170,11 @@ def tick(
             dropped = not foresaw(window_at(log, now_s - DAY_S, cfg.window_s), win, cfg)
             fc = None if dropped else fc
         sims = _simulate(plan, win, config)
-        obs = observe(
-            plan,
-            st,
-            win,
-            now_s,
-            None,
-            config.perfs,
-            config.slo.attainment,
-            sims=sims,
-            sleep_supported=backend.supports_sleep,
-            suggest_command=config.suggest_command,
-            forecast=fc,
-            forecast_sims=_simulate(plan, fc, config) if fc is not None else None,
-            forecast_dropped=dropped,
+        setting = ObserveSetting(
+            config.perfs, config.slo.attainment, backend.supports_sleep, config.suggest_command
         )
+        ahead = Simulated(fc, _simulate(plan, fc, config)) if fc is not None else None
+        obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped)
         new_st, actions = decide(st, obs)
         act = actions[0]
         res = TickResult(now_s, win, st, new_st, act, sims, obs.forecast_window_requests, plan)

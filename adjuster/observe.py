@@ -18,21 +18,44 @@ the hop it made (on the window after it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost, Observation
+from planner.adjuster.policy_types import (
+    DAY_S,
+    AdjustConfig,
+    AdjustState,
+    HopCost,
+    Observation,
+    PointEstimate,
+)
+from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.sim.metrics import SimResult
 from planner.schemas.plan import Hop, Plan, Point
 
 STOP_S = 2.0  # SIGTERM to exit of a vLLM server, s: apply waits for it before the next step
 
 
-class Scorer(Protocol):
-    """Simulates one plan point on one window: a `SimResult`, or its `to_metrics()` dict."""
+@dataclass(frozen=True)
+class Simulated:
+    """Traffic and every plan point simulated on it: point name -> its `SimResult` (or its
+    `PointMetrics`, where no per-request waits exist: its wakes stand in for them)."""
 
-    def __call__(self, point: Point, window: pd.DataFrame) -> Any: ...
+    requests: pd.DataFrame
+    sims: Mapping[str, SimResult | PointMetrics]
+
+
+@dataclass(frozen=True)
+class ObserveSetting:
+    """What stays the same from one window to the next."""
+
+    perfs: Mapping[str, Mapping[str, Any]]  # point name -> (instance id -> InstancePerf)
+    target_attainment: float  # the SLO's
+    sleep_supported: bool = True  # the backend's: without it a lazy tier is a stop
+    suggest_command: str = ""  # the `planner optimize ...` line a suggest prints
 
 
 def hop_cost(
@@ -161,17 +184,17 @@ def switch_estimate(
     return (n * p95 + k * prior_s) / max(n + k, 1e-9), n
 
 
-def _metrics(x: Any, prior_s: float | None, k: float) -> dict[str, Any]:
-    """The metrics of a simulation, with `switch_est_s` (its switch P95 shrunk towards the
-    plan's prediction, `switch_estimate`) and `waited` (requests that did)."""
-    if hasattr(x, "to_metrics"):
-        m, w = x.to_metrics(), x.switch_wait_s
+def _estimate(x: SimResult | PointMetrics, prior_s: float | None, k: float) -> PointEstimate:
+    """A simulation's figures with its switch P95 shrunk towards the plan's prediction by
+    the requests that waited (`switch_estimate`)."""
+    if isinstance(x, SimResult):
+        m, w = x.point_metrics(), x.switch_wait_s
         waited = int((w[np.isfinite(w)] > 0).sum())
-    else:  # a metrics dict (tests): the wakes stand in for the waits
-        m, waited = dict(x), int(x.get("waited", x.get("switch_count", 0)))
-    p95 = float(m["switch_p95_s"])
+    else:  # no per-request waits: the wakes stand in for them
+        m, waited = x, int(x.switch_count)
+    p95 = float(m.switch_p95_s)
     est = p95 if prior_s is None else (waited * p95 + k * prior_s) / max(waited + k, 1e-9)
-    return {**m, "waited": waited, "switch_est_s": est}
+    return PointEstimate(m, est)
 
 
 def _priors(plan: Plan) -> dict[str, float | None]:
@@ -201,87 +224,83 @@ def unfit_points(plan: Plan, target: float) -> frozenset[str]:
 def observe(
     plan: Plan,
     state: AdjustState,
-    window: pd.DataFrame,
     end_s: float,
-    scorer: Scorer | None,
-    perfs: Mapping[str, Mapping[str, Any]],
-    target_attainment: float,
-    *,
-    sims: Mapping[str, Any] | None = None,
-    sleep_supported: bool = True,
-    suggest_command: str = "",
-    forecast: pd.DataFrame | None = None,
-    forecast_sims: Mapping[str, Any] | None = None,
+    window: Simulated,
+    setting: ObserveSetting,
+    forecast: Simulated | None = None,
     forecast_dropped: bool = False,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
-    `sims` (point name -> SimResult or metrics dict) are the window's simulations; without
-    them `scorer` runs. `forecast`: the next `forecast_windows` windows as they went a day
-    earlier (None: no history, or `forecast_dropped`: the day before did not foresee the
-    window, `foresaw`), simulated unless `forecast_sims`. `perfs`: point name -> (instance
-    id -> InstancePerf). Drift runs only on windows with enough requests.
+    `forecast`: the next `forecast_windows` windows as they went a day earlier (None: no
+    history, or `forecast_dropped`: the day before did not foresee the window, `foresaw`).
+    Drift runs only on windows with enough requests.
     """
-    from planner.optimizer.workload.drift import drift
-
-    assert sims is not None or scorer is not None
     cfg = state.config
-    if sims is None:
-        sims = {p.name: scorer(p, window) for p in plan.points}  # type: ignore[misc]
-    if forecast is not None and not cfg.forecast_windows:
+    if not cfg.forecast_windows:
         forecast = None
-    if forecast is not None and forecast_sims is None:
-        forecast_sims = {p.name: scorer(p, forecast) for p in plan.points}  # type: ignore[misc]
     cur = plan.point(state.point)
     costs = {
         p.name: hop_cost(
             cur,
             p,
-            perfs[p.name],
-            sleep_supported=sleep_supported,
+            setting.perfs[p.name],
+            sleep_supported=setting.sleep_supported,
             plan_hop=_plan_hop(plan, cur.name, p.name),
         )
         for p in plan.points
     }
-    d_plan = d_chosen = None
-    if len(window) >= cfg.min_requests:
-        if plan.workload_summary.get("requests"):
-            d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
-        if state.chosen_summary:
-            d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
     # what comes next, as forecast (else as the window): where a hop's waits are counted
-    if forecast is not None and forecast_sims is not None:
-        basis, basis_sims = forecast, forecast_sims
-        basis_start, span = end_s - DAY_S, cfg.forecast_windows * cfg.window_s
+    if forecast is not None:
+        basis, basis_start, span = forecast, end_s - DAY_S, cfg.forecast_windows * cfg.window_s
     else:
-        basis, basis_sims, basis_start, span = window, sims, end_s - cfg.window_s, cfg.window_s
-    delays = {p.name: hop_delays(p, costs[p.name], basis, basis_start) for p in plan.points}
+        basis, basis_start, span = window, end_s - cfg.window_s, cfg.window_s
+    delays = {
+        p.name: hop_delays(p, costs[p.name], basis.requests, basis_start) for p in plan.points
+    }
     prior, k = _priors(plan), cfg.prior_waits
-    rates = window_rates(window, cfg.window_s)
+    win = window.requests
+    rates = window_rates(win, cfg.window_s)
+    d_plan, d_chosen = _drifts(plan, state, win)
     return Observation(
         end_s=end_s,
-        window=window,
-        metrics={n: _metrics(s, prior.get(n), k) for n, s in sims.items()},
+        window=win,
+        metrics={n: _estimate(s, prior.get(n), k) for n, s in window.sims.items()},
         hop_costs=costs,
-        target_attainment=target_attainment,
+        target_attainment=setting.target_attainment,
         drift_plan=d_plan,
         drift_chosen=d_chosen,
-        suggest_command=suggest_command,
-        forecast={n: _metrics(s, prior.get(n), k) for n, s in (forecast_sims or {}).items()},
-        forecast_window_requests=_per_window(forecast, end_s - DAY_S, cfg)
+        suggest_command=setting.suggest_command,
+        forecast={
+            n: _estimate(s, prior.get(n), k)
+            for n, s in (forecast.sims if forecast is not None else {}).items()
+        },
+        forecast_window_requests=_per_window(forecast.requests, end_s - DAY_S, cfg)
         if forecast is not None
         else (),
-        basis_waits={
-            n: s.switch_wait_s for n, s in basis_sims.items() if hasattr(s, "switch_wait_s")
-        },
+        basis_waits={n: s.switch_wait_s for n, s in basis.sims.items() if isinstance(s, SimResult)},
         hop_delays=delays,
         priors=prior,
         basis_span_s=span,
         forecast_dropped=forecast_dropped,
-        unfit=unfit_points(plan, target_attainment),
+        unfit=unfit_points(plan, setting.target_attainment),
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
     )
+
+
+def _drifts(plan: Plan, state: AdjustState, window: pd.DataFrame) -> tuple[Any, Any]:
+    """(drift against the plan's workload summary, against the window the current point was
+    chosen on); None where there is no reference or the window has too few requests."""
+    from planner.optimizer.workload.drift import drift
+
+    d_plan = d_chosen = None
+    if len(window) >= state.config.min_requests:
+        if plan.workload_summary.get("requests"):
+            d_plan = drift(plan.workload_summary, window)  # type: ignore[arg-type]
+        if state.chosen_summary:
+            d_chosen = drift(state.chosen_summary, window)  # type: ignore[arg-type]
+    return d_plan, d_chosen
 
 
 def window_rates(window: pd.DataFrame, window_s: float) -> dict[str, float]:
@@ -336,7 +355,8 @@ def _per_window(df: pd.DataFrame, start_s: float, cfg: AdjustConfig) -> tuple[in
 
 
 __all__ = [
-    "Scorer",
+    "ObserveSetting",
+    "Simulated",
     "beyond_plan",
     "cost_of_steps",
     "foresaw",

@@ -74,7 +74,7 @@ metrics and objective, the gain and the threshold it had to pass, the waits a ho
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -82,246 +82,216 @@ import numpy as np
 from planner.adjuster.observe import switch_estimate
 from planner.adjuster.policy_types import (
     DAY_S,
-    Action,
     AdjustConfig,
     AdjustState,
+    Decision,
     HopCost,
     Observation,
 )
+from planner.adjuster.policy_view import Outcome, WindowView, meets_slo, objective_s, view
 
 # ------------------------------------------------------------------------- the decision
 
 
-def objective_s(m: dict[str, Any], cfg: AdjustConfig) -> float:
-    """J = switch P95 (as estimated, `switch_est_s`, when observe made one) + gib_weight_s x
-    warm GiB, s."""
-    switch_s = float(m.get("switch_est_s", m["switch_p95_s"]))
-    return switch_s + cfg.gib_weight_s * float(m["warm_gpu_gib"])  # s + s/GiB * GiB
-
-
-def meets_slo(m: dict[str, Any], target: float, cfg: AdjustConfig) -> bool:
-    """Attainment at least the target less `attainment_z` binomial standard errors."""
-    n = max(int(m.get("requests", 0)), 1)
-    slack = cfg.attainment_z * math.sqrt(max(target * (1.0 - target), 0.0) / n)
-    return float(m["slo_attainment"]) >= target - slack
-
-
-def _drift_json(rep: Any) -> dict[str, Any] | None:
-    if rep is None:
-        return None
-    return {
-        "verdict": rep.verdict,
-        "fired": list(rep.reasons),
-        "scores": {s.name: round(float(s.score), 3) for s in rep.scores},
-    }
-
-
-def _fired(rep: Any) -> bool:
-    return rep is not None and rep.verdict == "drift"
-
-
-def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Action]]:
+def decide(state: AdjustState, obs: Observation) -> Outcome:
     """The policy (see the module docstring). Pure and deterministic."""
-    cfg = state.config
-    now = obs.end_s
-    cur = state.point
-    since = state.since_s if state.since_s is not None else now
-    recent = [t for t in state.hop_times_s if now - t < DAY_S]
-    fired = _fired(obs.drift_plan) or _fired(obs.drift_chosen)
-    alarms = [t for t in state.drift_times_s if now - t < cfg.track_after_drift_s]
-    alarms += [now] if fired else []
-    tracking = len(alarms) >= cfg.track_min_alarms
-    base = state.model_copy(
-        update={
-            "drift_times_s": alarms,
-            "since_s": since,
-            "hop_times_s": recent,
-            "decisions": state.decisions + 1,
-            "candidate": None,
-            "candidate_wins": 0,
-            "failing_windows": 0,
-        }
+    v = view(state, obs)
+    if (out := _quiet(v)) is not None:
+        return out
+    if v.cur not in obs.metrics:
+        raise ValueError(f"no metrics for the current point {v.cur!r}")
+    meeting = _meeting(v)
+    if not meeting:
+        return _none_meets(v)
+    best, cur_ok = _best(v, meeting)
+    if (out := _hold_gates(v, best, cur_ok)) is not None:
+        return out
+    gain = _gain(v, best)
+    if (out := _gain_gates(v, best, cur_ok, gain)) is not None:
+        return out
+    return _hop(v, best, cur_ok, gain)
+
+
+def _quiet(v: WindowView) -> Outcome | None:
+    """Rule 1: a quiet window (and not tracking) is no ground to judge on."""
+    n, cfg, st = len(v.obs.window), v.cfg, v.state
+    if n >= cfg.min_requests or v.tracking:
+        return None
+    # a quiet hour neither confirms nor breaks a trend
+    return v.hold(
+        f"{n} requests in the window (< {cfg.min_requests}): nothing to judge",
+        candidate=st.candidate,
+        candidate_wins=st.candidate_wins,
+        failing_windows=st.failing_windows,
     )
-    n = len(obs.window)
-    # a point seen missing the SLO (beyond the noise slack) on traffic beyond the plan lacks
-    # the capacity that traffic needs, and it comes back (busy days): it stays unfit
-    failed = set(state.failed_beyond_plan)
-    if obs.beyond_plan:
-        target = obs.target_attainment
-        failed |= {p for p, m in obs.metrics.items() if not meets_slo(m, target, cfg)}
-    base = base.model_copy(update={"failed_beyond_plan": sorted(failed)})
-    table = {
-        name: {
-            "slo_attainment": round(float(m["slo_attainment"]), 5),
-            "switch_p95_s": round(float(m["switch_p95_s"]), 4),
-            "ttft_p95_s": round(float(m["ttft_p95_s"]), 4),
-            "warm_gpu_gib": round(float(m["warm_gpu_gib"]), 3),
-            "objective_s": round(objective_s(m, cfg), 4),
-            "meets_slo": meets_slo(m, obs.target_attainment, cfg),
-            "hop_cost": obs.hop_costs[name].to_json() if name in obs.hop_costs else None,
-        }
-        for name, m in sorted(obs.metrics.items())
-    }
-    ahead = tracking and bool(obs.forecast) and set(obs.metrics) <= set(obs.forecast)
-    if ahead:
-        for name, m in obs.forecast.items():
-            if name in table:
-                table[name]["forecast_objective_s"] = round(objective_s(m, cfg), 4)
-                table[name]["forecast_meets_slo"] = meets_slo(m, obs.target_attainment, cfg)
 
-    def score(p: str) -> float:  # the objective a point is chosen by
-        r = table[p]
-        return max(r["objective_s"], r["forecast_objective_s"]) if ahead else r["objective_s"]
 
-    reasons: dict[str, Any] = {
-        "window_end_s": now,
-        "requests": n,
-        "drift_plan": _drift_json(obs.drift_plan),
-        "drift_chosen": _drift_json(obs.drift_chosen),
-        "points": table,
-        "current": cur,
-        "in_force_s": round(now - since, 1),
-        "tracking": tracking,
-        "forecast_window_requests": list(obs.forecast_window_requests) if ahead else None,
-        "forecast_dropped": obs.forecast_dropped,
-        "beyond_plan": list(obs.beyond_plan),
-    }
-
-    def hold(why: str) -> tuple[AdjustState, list[Action]]:
-        return base, [Action("hold", cur, why, {**reasons, "action": "hold"}, from_point=cur)]
-
-    if n < cfg.min_requests and not tracking:  # a quiet hour neither confirms nor breaks a trend
-        base = base.model_copy(
-            update={
-                "candidate": state.candidate,
-                "candidate_wins": state.candidate_wins,
-                "failing_windows": state.failing_windows,
-            }
-        )
-        return hold(f"{n} requests in the window (< {cfg.min_requests}): nothing to judge")
-    if cur not in obs.metrics:
-        raise ValueError(f"no metrics for the current point {cur!r}")
-
-    # a point the plan predicts to miss the SLO is no target, however a window went there;
-    # one seen failing traffic beyond the plan is one only when no other point meets the SLO
+def _meeting(v: WindowView) -> list[str]:
+    """The points that meet the SLO on the window and may be targets: not one the plan
+    predicts to miss (however a window went there), nor one seen failing traffic beyond the
+    plan while another meets it."""
+    obs = v.obs
     meeting = [
-        p for p in sorted(obs.metrics) if table[p]["meets_slo"] and (p == cur or p not in obs.unfit)
+        p for p in sorted(obs.metrics) if v.rows[p].meets_slo and (p == v.cur or p not in obs.unfit)
     ]
     if obs.unfit:
-        reasons["plan_predicts_miss"] = sorted(obs.unfit)
-    if failed:
-        reasons["failed_beyond_plan"] = sorted(failed)
-        meeting = [p for p in meeting if p not in failed] or meeting
-    if not meeting:
-        best_att = max(obs.metrics, key=lambda p: (obs.metrics[p]["slo_attainment"], p))
-        why = (
-            f"no point meets the SLO on the window (best: {best_att} at "
-            f"{obs.metrics[best_att]['slo_attainment']:.1%} < {obs.target_attainment:.1%})"
-        )
-        cool = (
-            state.last_reoptimize_s is not None and now - state.last_reoptimize_s < cfg.min_dwell_s
-        )
-        if cfg.reoptimize == "never" or cool:
-            return hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
-        fails = state.failing_windows + 1
-        if obs.beyond_plan:  # the load the points were fitted to is exceeded: no noise
-            why += f"; traffic beyond the plan's peak for {', '.join(obs.beyond_plan)}"
-        elif fails < cfg.confirm_windows:
-            base = base.model_copy(update={"failing_windows": fails})
-            return hold(f"{why}; {fails} of {cfg.confirm_windows} windows")
-        kind: Literal["reoptimize", "suggest"] = (
-            "reoptimize" if cfg.reoptimize == "auto" else "suggest"
-        )
-        peaks = dict(state.fitted_peak_rps)  # what the next points will have been fitted to
-        for m, r in obs.window_rate_rps.items():
-            peaks[m] = max(peaks.get(m, 0.0), r)
-        st = base.model_copy(update={"last_reoptimize_s": now, "fitted_peak_rps": peaks})
-        act = Action(
-            kind, cur, why, {**reasons, "action": kind}, from_point=cur, command=obs.suggest_command
-        )
-        return st, [act]
+        v.reasons["plan_predicts_miss"] = sorted(obs.unfit)
+    if v.failed:
+        v.reasons["failed_beyond_plan"] = sorted(v.failed)
+        meeting = [p for p in meeting if p not in v.failed] or meeting
+    return meeting
 
-    cur_ok = table[cur]["meets_slo"]
-    if ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
-        meeting = [p for p in meeting if table[p]["forecast_meets_slo"]] or meeting
-        cur_ok = cur_ok or table[cur]["forecast_meets_slo"]
-    cur_ok = cur_ok and cur not in failed
+
+def _none_meets(v: WindowView) -> Outcome:
+    """Rule 2: no point meets the SLO: re-optimize or suggest once confirmed (or at once on
+    traffic beyond the plan), at most once per dwell; else hold."""
+    obs, cfg, state = v.obs, v.cfg, v.state
+    best_att = max(obs.metrics, key=lambda p: (obs.metrics[p].metrics.slo_attainment, p))
+    why = (
+        f"no point meets the SLO on the window (best: {best_att} at "
+        f"{obs.metrics[best_att].metrics.slo_attainment:.1%} < {obs.target_attainment:.1%})"
+    )
+    last = state.last_reoptimize_s
+    cool = last is not None and v.now - last < cfg.min_dwell_s
+    if cfg.reoptimize == "never" or cool:
+        return v.hold(why + ("; re-optimized recently" if cool else "; --reoptimize never"))
+    fails = state.failing_windows + 1
+    if obs.beyond_plan:  # the load the points were fitted to is exceeded: no noise
+        why += f"; traffic beyond the plan's peak for {', '.join(obs.beyond_plan)}"
+    elif fails < cfg.confirm_windows:
+        return v.hold(f"{why}; {fails} of {cfg.confirm_windows} windows", failing_windows=fails)
+    kind: Literal["reoptimize", "suggest"] = "reoptimize" if cfg.reoptimize == "auto" else "suggest"
+    peaks = dict(state.fitted_peak_rps)  # what the next points will have been fitted to
+    for m, r in obs.window_rate_rps.items():
+        peaks[m] = max(peaks.get(m, 0.0), r)
+    st = v.base.model_copy(update={"last_reoptimize_s": v.now, "fitted_peak_rps": peaks})
+    reasons = {**v.reasons, "action": kind}
+    return st, [Decision(kind, v.cur, why, reasons, v.cur, command=obs.suggest_command)]
+
+
+def _best(v: WindowView, meeting: list[str]) -> tuple[str, bool]:
+    """(the meeting point of the lowest objective, whether the current point meets the SLO)."""
+    cur, rows = v.cur, v.rows
+    cur_ok = rows[cur].meets_slo
+    if v.ahead:  # two witnesses: a target must meet the SLO on both, the current miss on both
+        meeting = [p for p in meeting if rows[p].forecast_meets_slo] or meeting
+        cur_ok = cur_ok or bool(rows[cur].forecast_meets_slo)
+    cur_ok = cur_ok and cur not in v.failed
     if cur_ok:  # leaving a point that meets the SLO: only for one that meets it outright
-        target = obs.target_attainment
-        meeting = sorted({cur, *(p for p in meeting if _outright(p, table, obs, ahead, target))})
-    j_cur = score(cur)
-    best = min(meeting, key=lambda p: (score(p), p))
+        meeting = sorted({cur, *(p for p in meeting if _outright(v, p))})
+    return min(meeting, key=lambda p: (v.score(p), p)), cur_ok
+
+
+def _hold_gates(v: WindowView, best: str, cur_ok: bool) -> Outcome | None:
+    """Rule 4's gates before the gain: the best is the current point, no drift, the dwell,
+    a forecast-quiet move to more memory, the hops of the day."""
+    cur, cfg, now = v.cur, v.cfg, v.now
     if best == cur:
-        return hold(f"{cur} is the best point on the window (objective {j_cur:.2f} s)")
-    moved = fired or tracking or not cur_ok
+        return v.hold(f"{cur} is the best point on the window (objective {v.score(cur):.2f} s)")
+    moved = v.fired or v.tracking or not cur_ok
     if cfg.require_drift and not moved:
-        return hold(f"no drift and {cur} meets the SLO: stay (best would be {best})")
-    if now - since < cfg.min_dwell_s:
-        return hold(f"{cur} in force {now - since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
-    fc_n = obs.forecast_window_requests
+        return v.hold(f"no drift and {cur} meets the SLO: stay (best would be {best})")
+    if now - v.since < cfg.min_dwell_s:
+        return v.hold(f"{cur} in force {now - v.since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
+    fc_n = v.obs.forecast_window_requests
     if (
-        ahead
+        v.ahead
         and len(fc_n) >= 2
         and fc_n[0] == fc_n[1] == 0
-        and table[best]["warm_gpu_gib"] > table[cur]["warm_gpu_gib"]
+        and v.rows[best].warm_gpu_gib > v.rows[cur].warm_gpu_gib
     ):  # hopping one window before the traffic is early enough; sooner only holds memory
-        return hold(f"{best} keeps more memory warm and the next 2 windows are forecast quiet")
-    if len(recent) >= cfg.max_hops_per_day:
-        return hold(f"{len(recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
-    gain = j_cur - score(best)
-    nxt = fc_n[0] if ahead and fc_n else n  # the hop lands in the next window
+        return v.hold(f"{best} keeps more memory warm and the next 2 windows are forecast quiet")
+    if len(v.recent) >= cfg.max_hops_per_day:
+        return v.hold(f"{len(v.recent)} hops in the last 24 h (max {cfg.max_hops_per_day})")
+    return None
+
+
+@dataclass(frozen=True)
+class _Gain:
+    """What a hop to the best point wins, s, and the bar it must clear."""
+
+    j_cur: float  # the current point's objective
+    gain: float  # J(current) - J(best)
+    need: float  # the bar
+    j_hop: float | None  # J(best) over the dwell with the hop's waits (None: nobody waits)
+    caused: float  # those waits, request-seconds
+
+
+def _gain(v: WindowView, best: str) -> _Gain:
+    """The gain and its bar (recorded in the reasons)."""
+    cfg, fc_n = v.cfg, v.obs.forecast_window_requests
+    j_cur = v.score(v.cur)
+    gain = j_cur - v.score(best)
+    nxt = fc_n[0] if v.ahead and fc_n else len(v.obs.window)  # the hop lands in the next window
     felt = min(1.0, nxt / cfg.min_requests)
     need = cfg.margin * j_cur + cfg.min_gain_s * felt
-    j_hop, caused = _with_hop(obs, best, ahead, cfg)
-    reasons.update(gain_s=round(gain, 4), needed_gain_s=round(need, 4))
-    reasons.update(hop_waits_s=round(caused, 3))
+    j_hop, caused = _with_hop(v.obs, best, v.ahead, cfg)
+    v.reasons.update(gain_s=round(gain, 4), needed_gain_s=round(need, 4))
+    v.reasons.update(hop_waits_s=round(caused, 3))
     if j_hop is not None:
-        reasons["objective_with_hop_s"] = round(j_hop, 4)
-    if cur_ok and gain <= need:
-        return hold(f"{best} wins by {gain:.2f} s, not the {need:.2f} s a hop needs")
-    if cur_ok and j_hop is not None and j_cur - j_hop <= need:
-        return hold(
-            f"{best} wins by {gain:.2f} s, but with the {caused:.0f} s of waits the hop causes "
-            f"its objective over the dwell is {j_hop:.2f} s (current {j_cur:.2f} s)"
+        v.reasons["objective_with_hop_s"] = round(j_hop, 4)
+    return _Gain(j_cur, gain, need, j_hop, caused)
+
+
+def _gain_gates(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome | None:
+    """Rule 4's last gates: the gain over its bar, with the hop's waits too, in
+    `confirm_windows` consecutive windows (one when a second witness already confirms)."""
+    cfg, state = v.cfg, v.state
+    if cur_ok and g.gain <= g.need:
+        return v.hold(f"{best} wins by {g.gain:.2f} s, not the {g.need:.2f} s a hop needs")
+    if cur_ok and g.j_hop is not None and g.j_cur - g.j_hop <= g.need:
+        return v.hold(
+            f"{best} wins by {g.gain:.2f} s, but with the {g.caused:.0f} s of waits the hop "
+            f"causes its objective over the dwell is {g.j_hop:.2f} s (current {g.j_cur:.2f} s)"
         )
     wins = state.candidate_wins + 1 if state.candidate == best else 1
-    if wins < (1 if ahead or cur in failed else cfg.confirm_windows):  # a witness already
-        base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
-        return hold(
-            f"{best} wins by {gain:.2f} s > {need:.2f} s in {wins} of {cfg.confirm_windows} windows"
+    if wins < (1 if v.ahead or v.cur in v.failed else cfg.confirm_windows):  # a witness already
+        return v.hold(
+            f"{best} wins by {g.gain:.2f} s > {g.need:.2f} s in {wins} of "
+            f"{cfg.confirm_windows} windows",
+            candidate=best,
+            candidate_wins=wins,
         )
+    return None
+
+
+def _hop(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome:
+    """Every gate passed: hop to `best`."""
     from planner.optimizer.workload.characterize import summarize
 
+    cur, now = v.cur, v.now
     why = (
         f"{cur} missed the SLO on traffic beyond the plan; {best} meets it"
-        if cur in failed
-        else f"{cur} misses the SLO ({table[cur]['slo_attainment']:.1%}); {best} meets it"
+        if cur in v.failed
+        else f"{cur} misses the SLO ({v.rows[cur].slo_attainment:.1%}); {best} meets it"
         if not cur_ok
-        else f"{best} wins by {gain:.2f} s > {need:.2f} s"
+        else f"{best} wins by {g.gain:.2f} s > {g.need:.2f} s"
         + (
-            f", {j_cur - j_hop:.2f} s with the {caused:.0f} s of waits the hop causes"
-            if j_hop is not None
+            f", {g.j_cur - g.j_hop:.2f} s with the {g.caused:.0f} s of waits the hop causes"
+            if g.j_hop is not None
             else ""
         )
     )
-    st = base.model_copy(
+    st = v.base.model_copy(
         update={
             "point": best,
             "since_s": now,
-            "chosen_summary": _plain(summarize(obs.window)),
-            "hop_times_s": [*recent, now],
+            "chosen_summary": _plain(summarize(v.obs.window)),
+            "hop_times_s": [*v.recent, now],
         }
     )
-    return st, [Action("hop", best, why, {**reasons, "action": "hop", "to": best}, from_point=cur)]
+    reasons = {**v.reasons, "action": "hop", "to": best}
+    return st, [Decision("hop", best, why, reasons, from_point=cur)]
 
 
-def _outright(p: str, table: dict[str, Any], obs: Observation, ahead: bool, target: float) -> bool:
+def _outright(v: WindowView, p: str) -> bool:
     """Whether `p`'s attainment is at least the target itself (no noise slack): on the
     window, and on the forecast too when tracking. The slack keeps the current point from
     being left for a noisy miss; a new point must not be chosen for a noisy pass."""
-    ok = table[p]["slo_attainment"] >= target
-    if ahead:
-        ok = ok and float(obs.forecast[p]["slo_attainment"]) >= target
+    target = v.obs.target_attainment
+    ok = v.rows[p].slo_attainment >= target
+    if v.ahead:
+        ok = ok and float(v.obs.forecast[p].metrics.slo_attainment) >= target
     return ok
 
 
@@ -348,15 +318,15 @@ def _with_hop(
     vals = np.concatenate([waits + delay, waits])  # s
     wts = np.concatenate([np.full(n, min(scale, 1.0)), np.full(n, max(scale - 1.0, 0.0))])
     est, _ = switch_estimate(vals, obs.priors.get(best), cfg.prior_waits, wts)
-    m = obs.forecast[best] if ahead else obs.metrics[best]
-    return est + cfg.gib_weight_s * float(m["warm_gpu_gib"]), caused  # s + s/GiB * GiB
+    e = obs.forecast[best] if ahead else obs.metrics[best]
+    return objective_s(est, e.metrics.warm_gpu_gib, cfg), caused
 
 
 __all__ = [
     "DAY_S",
-    "Action",
     "AdjustConfig",
     "AdjustState",
+    "Decision",
     "HopCost",
     "Observation",
     "decide",

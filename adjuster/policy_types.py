@@ -2,8 +2,9 @@
 
 `AdjustConfig` (every setting typed, ranged, defaulted and documented once: the CLI's
 `--policy KEY=VALUE` takes these fields), `AdjustState` (what the policy remembers between
-windows: JSON in the live decision journal), `HopCost` and `Observation` (one window as
-`observe.observe` shows it to `policy.decide`) and `Action` (what `decide` returns).
+windows: JSON in the live decision journal), `HopCost`, `PointEstimate` and `Observation`
+(one window as `observe.observe` shows it to `policy.decide`), `PointRow` (a point in a
+decision's reasons) and `Decision` (what `decide` returns).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from typing import Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
+
+from planner.optimizer.point_metrics import PointMetrics
 
 DAY_S = 86400.0
 
@@ -172,19 +175,33 @@ class HopCost:
 
 
 @dataclass(frozen=True)
+class PointEstimate:
+    """A point's simulated figures on a window (or the forecast) as the policy reads them."""
+
+    metrics: PointMetrics
+    # its switch P95 shrunk towards the plan's prediction (`observe.switch_estimate`), s
+    switch_est_s: float
+
+    @classmethod
+    def of(cls, m: PointMetrics) -> PointEstimate:
+        """No prediction to shrink towards: the estimate is the simulated switch P95."""
+        return cls(m, m.switch_p95_s)
+
+
+@dataclass(frozen=True)
 class Observation:
     """One window as the policy sees it."""
 
     end_s: float  # end of the window, s (trace time live: epoch s)
     window: pd.DataFrame  # the window's requests (trace schema)
-    metrics: dict[str, dict[str, Any]]  # point name -> `SimResult.to_metrics()` on the window
+    metrics: dict[str, PointEstimate]  # point name -> its figures on the window
     hop_costs: dict[str, HopCost]  # point name -> cost of hopping there from the current point
     target_attainment: float  # the SLO's attainment target
     drift_plan: Any = None  # DriftReport vs the plan's workload_summary (None: no reference)
     drift_chosen: Any = None  # DriftReport vs the window the current point was chosen on
     # point name -> metrics on the forecast (the next windows as they went a day earlier);
     # empty: no forecast
-    forecast: dict[str, dict[str, Any]] = field(default_factory=dict)
+    forecast: dict[str, PointEstimate] = field(default_factory=dict)
     # forecast requests in each of the next windows (the first: the one a hop lands in)
     forecast_window_requests: tuple[int, ...] = ()
     # What comes next, as forecast (else as the window): per point, each request's switch
@@ -207,7 +224,35 @@ class Observation:
 
 
 @dataclass(frozen=True)
-class Action:
+class PointRow:
+    """One point in a decision's reasons (`reasons["points"]`), rounded as the journal keeps
+    it; the forecast's figures only when the decision looked ahead."""
+
+    slo_attainment: float
+    switch_p95_s: float
+    ttft_p95_s: float
+    warm_gpu_gib: float
+    objective_s: float  # J on the window, s
+    meets_slo: bool  # within the attainment slack (`policy.meets_slo`)
+    hop_cost: dict[str, Any] | None  # `HopCost.to_json()` of a hop there
+    forecast_objective_s: float | None = None
+    forecast_meets_slo: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "slo_attainment": self.slo_attainment, "switch_p95_s": self.switch_p95_s,
+            "ttft_p95_s": self.ttft_p95_s, "warm_gpu_gib": self.warm_gpu_gib,
+            "objective_s": self.objective_s, "meets_slo": self.meets_slo,
+            "hop_cost": self.hop_cost,
+        }  # fmt: skip
+        if self.forecast_objective_s is not None:
+            out["forecast_objective_s"] = self.forecast_objective_s
+            out["forecast_meets_slo"] = self.forecast_meets_slo
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
     """One thing to do after a window: hold, hop, reoptimize or suggest."""
 
     kind: Literal["hold", "hop", "reoptimize", "suggest"]

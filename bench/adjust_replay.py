@@ -77,6 +77,11 @@ DATA = ROOT / "bench" / "data" / "adjust"
 WARMUP_S = 86400.0
 
 
+def _j(m: dict, acfg: AdjustConfig) -> float:
+    """The policy's objective J of a replayed series (its switch P95 as simulated), s."""
+    return objective_s(m["switch_p95_s"], m["warm_gpu_gib"], acfg)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--evals", type=int, default=16, help="optimizer evaluations")
@@ -133,7 +138,7 @@ def main() -> None:
     for name, m in rows.items():
         print(
             f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
-            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {_j(m, acfg):7.2f}"
         )
     print("\nhops:")
     for h in out["hops"]:
@@ -153,9 +158,9 @@ def main() -> None:
         )
     else:
         pool = ok or out["static"]
-        best, rule = min(pool, key=lambda k: (objective_s(pool[k], acfg), k)), "lowest_objective"
+        best, rule = min(pool, key=lambda k: (_j(pool[k], acfg), k)), "lowest_objective"
     b = out["static"][best]
-    j_best = min(ok or out["static"], key=lambda k: (objective_s(out["static"][k], acfg), k))
+    j_best = min(ok or out["static"], key=lambda k: (_j(out["static"][k], acfg), k))
     print(f"\nlowest objective single point: {j_best}")
     print(
         f"best single point ({rule}): {best}; adjusted vs it: switch P95 {a['switch_p95_s']:.2f} vs "
@@ -182,7 +187,7 @@ def main() -> None:
     acfg2 = acfg.model_copy(update={"reoptimize": "auto"})
     out2 = replay(plan2, week, sl, perfs2, acfg2, reoptimizer=reoptimizer)
     a2 = out2["adjusted"]
-    best2 = min(out2["static"], key=lambda k: (objective_s(out2["static"][k], acfg), k))
+    best2 = min(out2["static"], key=lambda k: (_j(out2["static"][k], acfg), k))
     b2 = out2["static"][best2]
     print(f"\nplan made on days 0-1 ({[p.name for p in plan2.points]}), --reoptimize auto:")
     for name, m in {
@@ -191,7 +196,7 @@ def main() -> None:
     }.items():
         print(
             f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
-            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {_j(m, acfg):7.2f}"
         )
     for x in out2["actions"]:
         d, hh = divmod(x["at_s"] / 3600.0, 24)
@@ -270,7 +275,7 @@ def print_replay(out: dict, acfg) -> None:
     for name, m in {"adjusted": a, **{f"static {k}": v for k, v in out["static"].items()}}.items():
         print(
             f"{name:28} {m['slo_attainment']:7.3f} {m['switch_p95_s']:12.2f} {m['switch_count']:7d} "
-            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {objective_s(m, acfg):7.2f}"
+            f"{m['warm_gpu_gib']:9.1f} {m['ttft_p95_s']:10.2f} {_j(m, acfg):7.2f}"
         )
     for x in out["hops"]:
         d, hh = divmod(x["at_s"] / 3600.0, 24)

@@ -6,11 +6,13 @@ point `a-hot` keeps planner-7b awake and coder-32b on the host tier, `b-hot` the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.synth import synth
@@ -178,26 +180,25 @@ def window(df: pd.DataFrame, start_s: float, length_s: float = 3600.0) -> pd.Dat
     return df[(ts >= start_s) & (ts < start_s + length_s)].reset_index(drop=True)
 
 
-def mix_scorer(point, win: pd.DataFrame) -> dict:
-    """A stand-in simulator: a point pays 20 s of switch P95 per unit share of its cold model,
-    and each request of its cold model waits 10 s."""
+def mix_scorer(point, win: pd.DataFrame) -> PointMetrics:
+    """A stand-in simulator: a point pays 20 s of switch P95 per unit share of its cold model
+    (no per-request waits: its wakes stand in for them)."""
     hot = A if point.name == "a-hot" else B
     n = len(win)
     cold = int((win["model"].astype(str) != hot).sum()) if n else 0
     cold_share = cold / n if n else 0.0
-    return {
-        "switch_wait_sum_s": 10.0 * cold,
-        "slo_attainment": 0.99,
-        "ttft_p95_s": 1.0,
-        "tpot_p95_s": 0.05,
-        "switch_p95_s": 20.0 * cold_share,
-        "switch_count": int(cold_share * n),
-        "warm_gpu_gib": 30.0,
-        "gpus_used": 2,
-        "requests": n,
-    }
+    return PointMetrics(
+        slo_attainment=0.99,
+        ttft_p95_s=1.0,
+        tpot_p95_s=0.05,
+        switch_p95_s=20.0 * cold_share,
+        switch_count=int(cold_share * n),
+        warm_gpu_gib=30.0,
+        gpus_used=2,
+        requests=n,
+    )
 
 
-def failing_scorer(point, win: pd.DataFrame) -> dict:
+def failing_scorer(point, win: pd.DataFrame) -> PointMetrics:
     """Every point misses the SLO."""
-    return {**mix_scorer(point, win), "slo_attainment": 0.5}
+    return dataclasses.replace(mix_scorer(point, win), slo_attainment=0.5)

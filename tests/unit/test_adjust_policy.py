@@ -5,8 +5,10 @@ from __future__ import annotations
 import adjust_helpers as h
 import pytest
 
-from planner.adjuster.observe import hop_cost, observe
+from planner.adjuster.observe import ObserveSetting, Simulated, hop_cost, observe
 from planner.adjuster.policy import AdjustConfig, AdjustState, Observation, decide
+from planner.adjuster.policy_types import PointEstimate
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.workload.synth import synth
 
 DAY = 86400.0
@@ -23,7 +25,8 @@ def flip():
 
 def _obs(p, perfs, st, tr, start_s, scorer=h.mix_scorer, cmd=""):
     win = h.window(tr, start_s)
-    return observe(p, st, win, start_s + 3600.0, scorer, perfs, 0.9, suggest_command=cmd)
+    sims = Simulated(win, {pt.name: scorer(pt, win) for pt in p.points})
+    return observe(p, st, start_s + 3600.0, sims, ObserveSetting(perfs, 0.9, suggest_command=cmd))
 
 
 def test_hop_cost_counts_the_restarts_of_the_diff(flip):
@@ -107,7 +110,7 @@ def test_a_hop_that_makes_requests_wait_must_pay_for_itself(flip):
         t = DAY + hour * 3600.0
         win = h.window(tr, t)
         sims = {pt.name: simulate(pt, perfs[pt.name], win, h.slo()) for pt in p.points}
-        return observe(p, st, win, t + 3600.0, None, perfs, 0.9, sims=sims)
+        return observe(p, st, t + 3600.0, Simulated(win, sims), ObserveSetting(perfs, 0.9))
 
     # 16:00: coder-32b requests arrive within the 35 s its restart on GPU 1 takes
     obs = obs_at(16)
@@ -206,11 +209,12 @@ def test_config_is_validated():
         AdjustConfig(unknown=1)
 
 
-def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> dict:
-    return {
-        "slo_attainment": attainment, "switch_p95_s": switch_s, "ttft_p95_s": 1.0,
-        "warm_gpu_gib": gib, "requests": n,
-    }  # fmt: skip
+def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> PointEstimate:
+    m = PointMetrics(
+        slo_attainment=attainment, switch_p95_s=switch_s, ttft_p95_s=1.0, warm_gpu_gib=gib,
+        requests=n,
+    )  # fmt: skip
+    return PointEstimate.of(m)
 
 
 def _quiet_obs(now: float, forecast: dict, per_window: tuple) -> Observation:
