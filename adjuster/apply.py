@@ -23,7 +23,7 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
     restart_delay_s,
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
-from planner.adjuster.running import PortLookup, blocked_ports, observe, settle
+from planner.adjuster.running import PortLookup, blocked_ports, observed_instances, settle
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.engines.process import port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
@@ -266,7 +266,7 @@ def apply_point(
     if dry_run:
         for a in diff(
             point,
-            observe(state, backend),
+            observed_instances(state, backend),
             sleep_supported=sleep_ok,
             gpu_capacity_gib=gpu_capacity_gib,
         ):
@@ -389,7 +389,7 @@ __all__ = [
     "handle_of",
     "instances_json",
     "model_path_resolver",
-    "observe",
+    "observed_instances",
     "restart_delay_s",
     "settle",
 ]

@@ -1,9 +1,9 @@
 """What runs now, as opposed to what the state rows say: live checks, and the rows made true.
 
-`observe` reads each row against its process and health route; `settle` writes the real state
-of rows an interrupted apply or a crash left behind, journaled; `blocked_ports` finds the
-point's ports that another program holds. `apply` runs all three under its lease, `status`
-the first two when it can take the lease.
+`observed_instances` reads each row against its process and health route; `settle` writes
+the real state of rows an interrupted apply or a crash left behind, journaled;
+`blocked_ports` finds the point's ports that another program holds. `apply` runs all three
+under its lease, `status` the first two when it can take the lease.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from planner.schemas.plan import Instance, Point
 PortLookup = Callable[[str, int], PortHolder | None]  # (node, port) -> who listens there
 
 
-def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
+def observed_instances(state: StateStore, backend: Backend) -> dict[str, Observed]:
     """What runs now: state rows checked against the live process and `/health`.
 
     A row left `starting` whose server is not up stays `starting` (an interrupted start, not
@@ -52,7 +52,7 @@ def observe(state: StateStore, backend: Backend) -> dict[str, Observed]:
 
 def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[str, Observed]:
     """Write the real state of every row where it differs from the recorded one, journaled;
-    returns what runs now (as `observe`).
+    returns what runs now (as `observed_instances`).
 
     What an interrupted apply (or a crash) leaves behind: a start whose server comes up
     within `wait_s` is `awake` (journal `adopt`), one whose process is gone is `stopped`
@@ -60,7 +60,7 @@ def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[
     instance that does not answer is `failed`, or `stopped` where a sleeping instance is a
     stopped process (lazy tier without sleep mode).
     """
-    seen = observe(state, backend)
+    seen = observed_instances(state, backend)
     for r in state.instances():
         o = seen[r.id]
         h = handle_of(r)

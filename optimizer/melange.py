@@ -76,7 +76,7 @@ def peak_demand(
     return demand
 
 
-def capacity_rps(
+def steady_capacity_rps(
     perf: InstancePerf,
     input_tokens: float,
     output_tokens: float,
@@ -84,7 +84,8 @@ def capacity_rps(
     ttft_s: float | None,
     cached_tokens: float = 0.0,
 ) -> float:
-    """Requests/s one instance sustains with its steady-state TPOT/TTFT within target."""
+    """Requests/s one instance sustains with its steady-state TPOT/TTFT within target (the
+    Mélange sizing; `candidates.capacity_rps` is the MILP's estimate, TPOT and KV only)."""
     best = 0.0
     c = 1
     out_tok = int(max(output_tokens, 1))
@@ -126,7 +127,7 @@ def _options(entry, d: dict[str, float], slo: Slo, types: dict) -> tuple[list[tu
 
     def cap(perf: InstancePerf, targets: bool) -> float:
         t = (tg.tpot_p95_s, tg.ttft_p95_s) if targets else (None, None)
-        return capacity_rps(perf, *args, *t, cached_tokens=d["cached_tokens"])
+        return steady_capacity_rps(perf, *args, *t, cached_tokens=d["cached_tokens"])
 
     sized = [(v, g, tp, p, cap(p, True)) for v, g, tp, p in fitting]
     within = any(c > 0 for *_, c in sized)

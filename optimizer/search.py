@@ -227,13 +227,9 @@ class Searcher:
 
     def run(self, progress: Progress | None = None) -> SearchResult:
         """The whole search; deterministic for a seed."""
-        from skopt import Optimizer
-        from skopt.utils import cook_estimator
-
         check_placeable(self.ctx, self.candidates(loosest_knobs(self.cfg)))
         cfg = self.cfg
         n_models = len(self.models.names)
-        evals: list[Evaluation] = []
         # Deterministic anchors span the trade-off before the GP takes over: everything awake
         # (roomy, then tight KV), half the models allowed to sleep, all of them.
         anchors = [
@@ -249,82 +245,102 @@ class Searcher:
         # model sleep at a time: it fills the front where the switch/memory trade-off bites.
         n_refine = min(n_models - 1, (total - len(anchors)) // 4)
         per_phase = max(1, math.ceil(max(0, total - len(anchors) - n_refine) / len(lams)))
-        best: PointMetrics | None = None
-
-        def record(ev: Evaluation) -> Evaluation:
-            nonlocal best
-            evals.append(ev)
-            best = better(best, ev, self.slo.attainment)
-            if progress:
-                progress(len(evals), total, best)
-            return ev
-
-        def step(knobs: Knobs) -> Evaluation:
-            return record(self.evaluate(len(evals), knobs))
-
+        rec = _Record(self, total, progress)
         # the anchors do not depend on each other: one batch
-        order = self.ctx.sleep_order
-        first = [knobs_from_vector(v, order) for v in anchors[:total]]
+        first = [knobs_from_vector(v, self.ctx.sleep_order) for v in anchors[:total]]
         for ev in self.job_map(lambda k: self.evaluate(k, first[k]), len(first)):
-            record(ev)
+            rec.add(ev)
         for phase, lam in enumerate(lams):
-            if len(evals) >= total - n_refine:
+            if len(rec.evals) >= total - n_refine:
                 break
-            space = search_space(cfg, n_models)
-            # With a few dozen points a fitted kernel is poorly determined and its L-BFGS fit
-            # dominated the search's time: keep skopt's Matern kernel at unit length scales on
-            # the normalized space. Sampling the acquisition keeps each ask cheap too; one
-            # batched tell of everything seen so far informs the new phase.
-            gp = cook_estimator("GP", space=space, random_state=cfg.seed, n_restarts_optimizer=0)
-            gp.set_params(optimizer=None)
-            opt = Optimizer(
-                space,
-                base_estimator=gp,
-                acq_func="EI",
-                acq_optimizer="sampling",
-                acq_optimizer_kwargs={"n_points": 2000},
-                n_initial_points=max(2, per_phase // 2),
-                random_state=cfg.seed * 7919 + phase,
-            )
-            opt.tell(
-                [knobs_vector(ev.knobs) for ev in evals],
-                [self.scalar(ev, lam) for ev in evals],
-            )
-            for _ in range(per_phase):
-                if len(evals) >= total - n_refine:
-                    break
-                v = opt.ask()
-                ev = step(knobs_from_vector(v, order))
-                opt.tell(v, self.scalar(ev, lam))
-        meeting = [
-            e for e in evals if e.feasible and e.metrics.slo_attainment >= self.slo.attainment
-        ]
-        if meeting:
-            base = min(meeting, key=lambda e: (e.metrics.warm_gpu_gib, e.index)).knobs
-            start = len(base.may_sleep)
-            for k in range(1, n_refine + 1):
-                if start + k > n_models or len(evals) >= total:
-                    break
-                ev = step(
-                    replace(
-                        base,
-                        may_sleep=frozenset(order[: start + k]),
-                        w_switch=min(base.w_switch, 0.1),
-                        w_memory=max(base.w_memory, 3.0),
-                    )
+            self._gp_phase(rec, phase, lam, per_phase, total - n_refine)
+        self._refine(rec, n_refine)
+        if progress and len(rec.evals) != total:  # stopped early: the total is what was made
+            progress(len(rec.evals), len(rec.evals), rec.best)
+        self._total = len(rec.evals)
+        return self.finish(rec.evals)
+
+    def _gp_phase(self, rec: _Record, phase: int, lam: float, steps: int, until: int) -> None:
+        """One GP phase favouring trade-off `lam`: up to `steps` asks, while fewer than
+        `until` evaluations are made."""
+        from skopt import Optimizer
+        from skopt.utils import cook_estimator
+
+        cfg = self.cfg
+        space = search_space(cfg, len(self.models.names))
+        # With a few dozen points a fitted kernel is poorly determined and its L-BFGS fit
+        # dominated the search's time: keep skopt's Matern kernel at unit length scales on
+        # the normalized space. Sampling the acquisition keeps each ask cheap too; one
+        # batched tell of everything seen so far informs the new phase.
+        gp = cook_estimator("GP", space=space, random_state=cfg.seed, n_restarts_optimizer=0)
+        gp.set_params(optimizer=None)
+        opt = Optimizer(
+            space,
+            base_estimator=gp,
+            acq_func="EI",
+            acq_optimizer="sampling",
+            acq_optimizer_kwargs={"n_points": 2000},
+            n_initial_points=max(2, steps // 2),
+            random_state=cfg.seed * 7919 + phase,
+        )
+        opt.tell(
+            [knobs_vector(ev.knobs) for ev in rec.evals],
+            [self.scalar(ev, lam) for ev in rec.evals],
+        )
+        for _ in range(steps):
+            if len(rec.evals) >= until:
+                break
+            v = opt.ask()
+            ev = rec.step(knobs_from_vector(v, self.ctx.sleep_order))
+            opt.tell(v, self.scalar(ev, lam))
+
+    def _refine(self, rec: _Record, n_refine: int) -> None:
+        """Let one more model sleep at a time from the leanest plan that meets the SLO."""
+        target = self.slo.attainment
+        meeting = [e for e in rec.evals if e.feasible and e.metrics.slo_attainment >= target]
+        if not meeting:
+            return
+        base = min(meeting, key=lambda e: (e.metrics.warm_gpu_gib, e.index)).knobs
+        start, order = len(base.may_sleep), self.ctx.sleep_order
+        for k in range(1, n_refine + 1):
+            if start + k > len(self.models.names) or len(rec.evals) >= rec.total:
+                break
+            ev = rec.step(
+                replace(
+                    base,
+                    may_sleep=frozenset(order[: start + k]),
+                    w_switch=min(base.w_switch, 0.1),
+                    w_memory=max(base.w_memory, 3.0),
                 )
-                if ev.feasible and ev.metrics.slo_attainment < self.slo.attainment - 0.05:
-                    break  # more sleepers only add switches from here
-        if progress and len(evals) != total:  # stopped early: the total is what was made
-            progress(len(evals), len(evals), best)
-        self._total = len(evals)
-        return self.finish(evals)
+            )
+            if ev.feasible and ev.metrics.slo_attainment < target - 0.05:
+                break  # more sleepers only add switches from here
 
     def finish(self, evals: list[Evaluation]) -> SearchResult:
         """Pareto set, names, selected point, twins, baselines, hops and notes."""
         from planner.optimizer.select import select_points
 
         return select_points(self.ctx, self, evals)
+
+
+class _Record:
+    """A search's evaluations so far, the best one, and its progress line."""
+
+    def __init__(self, searcher: Searcher, total: int, progress: Progress | None):
+        self.searcher, self.total, self.progress = searcher, total, progress
+        self.evals: list[Evaluation] = []
+        self.best: PointMetrics | None = None
+
+    def add(self, ev: Evaluation) -> Evaluation:
+        self.evals.append(ev)
+        self.best = better(self.best, ev, self.searcher.slo.attainment)
+        if self.progress:
+            self.progress(len(self.evals), self.total, self.best)
+        return ev
+
+    def step(self, knobs: Knobs) -> Evaluation:
+        """Evaluate `knobs` as the next evaluation."""
+        return self.add(self.searcher.evaluate(len(self.evals), knobs))
 
 
 DEFAULT_QUALITY_WEIGHT = 10.0  # a quality cost of 0.1 counts as 30 s of switch P95

@@ -11,7 +11,7 @@ from planner.cli.inputs import synth_spec
 from planner.errors import InfeasibleError
 from planner.optimizer import baselines
 from planner.optimizer.baselines import gpu_sets
-from planner.optimizer.melange import capacity_rps, peak_demand
+from planner.optimizer.melange import peak_demand, steady_capacity_rps
 from planner.optimizer.perf import instance_perf
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models
@@ -87,8 +87,8 @@ def test_prefix_cache_hits_are_not_prefilled_again(edge6):
         interconnect=s.group.interconnect,
     )
     args = (perf, d["input_tokens"], d["output_tokens"], 0.15, 4.0)
-    assert capacity_rps(*args) == 0.0  # a cold 13.5k-token prefill misses the 4 s TTFT
-    assert capacity_rps(*args, cached_tokens=d["cached_tokens"]) > d["peak_rps"]
+    assert steady_capacity_rps(*args) == 0.0  # a cold 13.5k-token prefill misses the 4 s TTFT
+    assert steady_capacity_rps(*args, cached_tokens=d["cached_tokens"]) > d["peak_rps"]
 
 
 def test_a_melange_solve_leaves_the_placement_milp_solvable_in_the_same_process(edge6):
