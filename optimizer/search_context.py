@@ -114,13 +114,7 @@ class Evaluator(Protocol):
     def evaluate_points(self, start: int, jobs: list[Job]) -> list[Evaluation]: ...
 
     def evaluate_point(
-        self,
-        index: int,
-        knobs: Knobs,
-        point: Point,
-        perfs: dict[str, InstancePerf],
-        milp: Any = None,
-        origin: str = "milp",
+        self, index: int, knobs: Knobs, point: Point, perfs: dict[str, InstancePerf], *, origin: str
     ) -> Evaluation: ...
 
     def run_twins(self, evs: list[Evaluation]) -> None: ...
