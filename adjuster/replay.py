@@ -52,7 +52,7 @@ import pandas as pd
 
 from planner.adjuster.apply import apply_point
 from planner.adjuster.backends.sim import SimBackend
-from planner.adjuster.live import TickConfig, TraceSource, tick
+from planner.adjuster.live import TickConfig, TickResult, TraceSource, tick
 from planner.adjuster.observe import hop_delays
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost
 from planner.adjuster.state import StateStore
@@ -168,10 +168,7 @@ def replay(
 
     static = {n: _Series() for n in names}
     adjusted = _Series()
-    hops: list[dict[str, Any]] = []
-    reopts: list[dict[str, Any]] = []
-    actions: list[dict[str, Any]] = []
-    decisions: list[dict[str, Any]] = []  # one per window
+    log = _Log()
     pending: HopCost | None = None  # the hop made at the end of the previous window
     source, backend = TraceSource(trace), SimBackend(sleep_supported)
     tcfg = TickConfig(
@@ -196,48 +193,73 @@ def replay(
                     adjusted.add(sim, w, ttft=t, wait=q, met=m, extra_wakes=extra)
                 else:
                     adjusted.add(sim, w)
-            act, pending = res.action, res.hop
-            decisions.append({
-                "at_s": end_s, "kind": act.kind, "from": act.from_point, "point": act.point,
-                "requests": len(win), "forecast_window_requests": list(res.forecast_requests),
-            })  # fmt: skip
-            if act.kind == "hop":
-                assert res.hop is not None
-                hops.append({
-                    "at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason,
-                    "restarts": res.hop.starts, "wakes": res.hop.wakes, "sleeps": res.hop.sleeps,
-                    "stops": res.hop.stops, "tiers_only": res.hop.tiers_only,
-                })  # fmt: skip
-            elif act.kind != "hold":
-                entry = {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
-                actions.append({**entry, **res.report})
-                if act.kind == "reoptimize":
-                    reopts.append({"at_s": end_s, "from": act.from_point, "reason": act.reason,
-                                   "window_requests": len(win), **res.report})  # fmt: skip
+            pending = res.hop
+            log.record(res, end_s)
             plan, state = res.plan, res.state
             if progress is not None:
                 progress(k + 1, n_win)
-    span_days = max(n_win * w / DAY_S, 1e-9)
-    per_day: dict[int, int] = {}
-    for h in hops:
-        d = int(h["at_s"] // DAY_S)
-        per_day[d] = per_day.get(d, 0) + 1
     return {
         "adjusted": adjusted.metrics(),
         "static": {n: s.metrics() for n, s in static.items()},
-        "hops": hops,
-        "reoptimizations": reopts,
-        "actions": actions,
-        "decisions": decisions,
+        **log.to_json(),
         "windows": n_win,
         "window_s": w,
         "start_point": start,
         "final_point": state.point,
-        "hops_per_day": round(len(hops) / span_days, 3),
-        "max_hops_per_day": max(per_day.values(), default=0),
-        "tiers_only_hops": sum(h["tiers_only"] for h in hops),
+        **log.hop_rates(n_win * w),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+class _Log:
+    """What a replay did, window by window: hops, other actions, re-optimizations, decisions."""
+
+    def __init__(self) -> None:
+        self.hops: list[dict[str, Any]] = []
+        self.reopts: list[dict[str, Any]] = []
+        self.actions: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []  # one per window
+
+    def record(self, res: TickResult, end_s: float) -> None:
+        """The decision of the window ending at `end_s` (and its hop or other action)."""
+        act, win = res.action, res.window
+        self.decisions.append({
+            "at_s": end_s, "kind": act.kind, "from": act.from_point, "point": act.point,
+            "requests": len(win), "forecast_window_requests": list(res.forecast_requests),
+        })  # fmt: skip
+        if act.kind == "hop":
+            assert res.hop is not None
+            self.hops.append({
+                "at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason,
+                "restarts": res.hop.starts, "wakes": res.hop.wakes, "sleeps": res.hop.sleeps,
+                "stops": res.hop.stops, "tiers_only": res.hop.tiers_only,
+            })  # fmt: skip
+        elif act.kind != "hold":
+            entry = {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
+            self.actions.append({**entry, **res.report})
+            if act.kind == "reoptimize":
+                self.reopts.append({"at_s": end_s, "from": act.from_point, "reason": act.reason,
+                                    "window_requests": len(win), **res.report})  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "hops": self.hops,
+            "reoptimizations": self.reopts,
+            "actions": self.actions,
+            "decisions": self.decisions,
+        }
+
+    def hop_rates(self, span_s: float) -> dict[str, Any]:
+        """Hops per day over the replayed span, the most on one day, those of tiers only."""
+        per_day: dict[int, int] = {}
+        for h in self.hops:
+            d = int(h["at_s"] // DAY_S)
+            per_day[d] = per_day.get(d, 0) + 1
+        return {
+            "hops_per_day": round(len(self.hops) / max(span_s / DAY_S, 1e-9), 3),
+            "max_hops_per_day": max(per_day.values(), default=0),
+            "tiers_only_hops": sum(h["tiers_only"] for h in self.hops),
+        }
 
 
 def _grower(reoptimizer: Reoptimizer, perfs: dict[str, dict[str, Any]]):
