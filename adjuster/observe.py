@@ -213,6 +213,7 @@ def observe(
     forecast: pd.DataFrame | None = None,
     forecast_sims: Mapping[str, Any] | None = None,
     forecast_dropped: bool = False,
+    after: Any = None,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
@@ -220,7 +221,8 @@ def observe(
     them `scorer` runs. `forecast`: the next `forecast_windows` windows as they went a day
     earlier (None: no history, or `forecast_dropped`: the day before did not foresee the
     window, `foresaw`), simulated unless `forecast_sims`. `perfs`: point name -> (instance
-    id -> InstancePerf). Drift runs only on windows with enough requests.
+    id -> InstancePerf). `after`: the traffic a hop is judged on (`hopcost.after`), priced
+    here. Drift runs only on windows with enough requests.
     """
     from planner.optimizer.workload.drift import drift
 
@@ -281,6 +283,7 @@ def observe(
         unfit=unfit_points(plan, target_attainment),
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
+        after=after.priced(plan, costs) if after is not None else None,
     )
 
 

@@ -79,6 +79,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from planner.adjuster.hopcost import judge
 from planner.adjuster.observe import switch_estimate
 from planner.adjuster.policy_types import (
     DAY_S,
@@ -284,6 +285,11 @@ def decide(state: AdjustState, obs: Observation) -> tuple[AdjustState, list[Acti
             f"{best} wins by {gain:.2f} s, but with the {caused:.0f} s of waits the hop causes "
             f"its objective over the dwell is {j_hop:.2f} s (current {j_cur:.2f} s)"
         )
+    verdict = judge(obs, cur, best, cfg, rescue=not cur_ok, need_s=need)  # hopcost.py
+    if verdict is not None:
+        reasons["hop_verdict"] = verdict.to_json()
+        if not verdict.pays:
+            return hold(verdict.reason)
     wins = state.candidate_wins + 1 if state.candidate == best else 1
     if wins < (1 if ahead or cur in failed else cfg.confirm_windows):  # a witness already
         base = base.model_copy(update={"candidate": best, "candidate_wins": wins})
