@@ -21,9 +21,11 @@ Rules (`judge`), each on the basis with the hop's waits counted:
    estimate + `gib_weight_s` x warm GiB) over holding by the gain the policy asks;
 2. a hop that leaves a point missing the SLO (the policy asks no margin of it; it is how a
    re-optimized point is first reached) must beat holding on both: strictly more requests
-   in the SLO, and a switch P95 no worse than holding's by more than `min_gain_s` (the
-   policy's latency noise floor). A request the held point cannot serve at all (no
-   instance of its model) counts as an unbounded wait there.
+   in the SLO, and a switch P95 no worse than holding's (by more than `min_gain_s`, the
+   policy's latency noise floor) unless it stays within the SLO's default switch target (a
+   hop that keeps more requests in the SLO may make the waits longer, never past the SLO).
+   A request the held point cannot serve at all (no instance of its model) counts as an
+   unbounded wait there.
 """
 
 from __future__ import annotations
@@ -164,7 +166,7 @@ def outlook(
     default = after.switch_limit_s.get("", np.inf)  # the SLO's default target
     limit = np.array([after.switch_limit_s.get(m, default) for m in sim.model_names] or [np.inf])
     met = np.asarray(sim.met_slo, bool)
-    met_hop = met & (wait + d <= limit[sim.model]) if n else met
+    met_hop = met & ~((d > 0) & (wait + d > limit[sim.model])) if n else met
     passes = max(cfg.min_dwell_s, cfg.window_s) / max(after.span_s, 1e-9)
     first, rest = min(passes, 1.0), max(passes - 1.0, 0.0)
     att = (first * met_hop.sum() + rest * met.sum()) / (passes * n) if n else 1.0
@@ -212,10 +214,11 @@ def judge(
                 f"holding {cur} keeps {hold.attainment:.2%} of requests in the SLO {on}, "
                 f"{best}{waits} {hop.attainment:.2%}: no gain"
             )
-        if hop.switch_p95_s > hold.switch_p95_s + cfg.min_gain_s:
+        allowed = max(hold.switch_p95_s + cfg.min_gain_s, after.switch_limit_s.get("", 0.0))
+        if hop.switch_p95_s > allowed:
             return verdict(
                 f"{best}{waits} has switch P95 {hop.switch_p95_s:.2f} s {on}, holding {cur} "
-                f"{hold.switch_p95_s:.2f} s"
+                f"{hold.switch_p95_s:.2f} s (at most {allowed:.2f} s)"
             )
         return verdict(None)
     if hop.attainment < min(hold.attainment, target):
