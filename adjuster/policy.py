@@ -67,7 +67,11 @@ Rule, in order:
      at least a window): a restart at 3 am delays nobody, one at 10 am may cost more in
      the tail of the waits than the better point wins. The forecast is the same hours a
      day earlier when tracking, else the last window (observe.py).
-     A current point that misses the SLO is left for any meeting point (no margin).
+     - `hopcost.judge`: against holding, on the traffic forecast after the hop (never the
+       triggering window alone), with the waits of the requests arriving during its restarts
+       counted in attainment and switch P95 (hopcost.py).
+     A current point that misses the SLO is left for any meeting point (no margin) that beats
+     holding on both attainment and switch P95 there (hopcost.py).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
 metrics and objective, the gain and the threshold it had to pass, the waits a hop causes.
 """

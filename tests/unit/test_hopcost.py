@@ -45,25 +45,21 @@ def _m(switch_s: float, gib: float, attainment: float = 0.99) -> dict:
 
 def _window() -> pd.DataFrame:
     """N requests in the hour before NOW (what `decide` counts and summarizes)."""
-    t = empty_trace()
-    return pd.DataFrame(
-        {
-            "timestamp": NOW - 3600.0 + np.arange(N) * 3600.0 / N, "model": "m",
-            "input_tokens": 500, "output_tokens": 100, "user": "u", "session": "s",
-            "cached_tokens": 0, "served_by": "", "substituted": 0,
-        }  # fmt: skip
-    ).astype(t.dtypes.to_dict())
+    cols = {
+        "timestamp": NOW - 3600.0 + np.arange(N) * 3600.0 / N, "model": "m",
+        "input_tokens": 500, "output_tokens": 100, "user": "u", "session": "s",
+        "cached_tokens": 0, "served_by": "", "substituted": 0,
+    }  # fmt: skip
+    return pd.DataFrame(cols).astype(empty_trace().dtypes.to_dict())
 
 
 def _obs(metrics: dict, sims: dict | None, delays: dict | None = None) -> Observation:
-    basis = (
-        After(
+    basis = None
+    if sims is not None:
+        basis = After(
             traffic=empty_trace(), sims=sims, start_s=NOW - DAY, span_s=3 * 3600.0,
             kind="forecast", switch_limit_s={"": 30.0}, delays=delays or {},
         )  # fmt: skip
-        if sims is not None
-        else None
-    )
     return Observation(
         end_s=NOW, window=_window(), metrics=metrics, hop_costs={},
         target_attainment=0.95, after=basis,
