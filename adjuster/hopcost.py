@@ -30,7 +30,7 @@ Rules (`judge`), each on the basis with the hop's waits counted:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -38,6 +38,11 @@ import numpy as np
 import pandas as pd
 
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, HopCost, Observation
+from planner.schemas.plan import Plan
+from planner.schemas.slo import Slo
+
+# (point, hop cost, requests, hop start s) -> per request, its wait for the hop, s
+Waits = Callable[[Any, HopCost, pd.DataFrame, float], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,11 @@ class After:
     # point name -> per request of the basis, its wait for a hop there, s (`priced`)
     delays: Mapping[str, np.ndarray] = field(default_factory=dict)
 
-    def priced(self, plan: Any, costs: Mapping[str, HopCost]) -> After:
-        """With the waits of a hop to every point of `plan` (`costs`: from the current one)."""
-        from planner.adjuster.observe import hop_delays
-
+    def priced(self, plan: Plan, costs: Mapping[str, HopCost], waits: Waits) -> After:
+        """With the waits of a hop to every point of `plan` (`costs`: from the current one;
+        `waits`: `observe.hop_delays`)."""
         delays = {
-            p.name: hop_delays(p, costs[p.name], self.traffic, self.start_s)
+            p.name: waits(p, costs[p.name], self.traffic, self.start_s)
             for p in plan.points
             if p.name in costs
         }
@@ -71,7 +75,7 @@ def recent_s(cfg: AdjustConfig) -> float:
 
 
 def after(
-    slo: Any,
+    slo: Slo,
     now_s: float,
     cfg: AdjustConfig,
     forecast: pd.DataFrame | None,
@@ -128,7 +132,7 @@ class HopVerdict:
         }  # fmt: skip
 
 
-def switch_limits(slo: Any, models: Any) -> dict[str, float]:
+def switch_limits(slo: Slo, models: Iterable[str]) -> dict[str, float]:
     """Model -> its switch target in `slo`, s (inf: none); "": the default's."""
     out = {}
     for m in ["", *models]:
@@ -192,7 +196,7 @@ def judge(
     """Whether the hop `cur -> best` pays for itself (module docstring). `rescue`: `cur` misses
     the SLO (rule 2); `need_s`: the objective gain the policy asks (rule 1). None: no basis
     to judge on (an observation without simulations)."""
-    after: After | None = getattr(obs, "after", None)
+    after = obs.after
     if after is None or cur not in after.sims or best not in after.sims:
         return None
     hold = outlook(after.sims[cur], None, after, cfg, obs.priors.get(cur))

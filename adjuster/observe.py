@@ -18,13 +18,16 @@ the hop it made (on the window after it).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
 
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost, Observation
 from planner.schemas.plan import Hop, Plan, Point
+
+if TYPE_CHECKING:
+    from planner.adjuster.hopcost import After
 
 STOP_S = 2.0  # SIGTERM to exit of a vLLM server, s: apply waits for it before the next step
 
@@ -213,7 +216,7 @@ def observe(
     forecast: pd.DataFrame | None = None,
     forecast_sims: Mapping[str, Any] | None = None,
     forecast_dropped: bool = False,
-    after: Any = None,
+    after: After | None = None,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
@@ -283,7 +286,7 @@ def observe(
         unfit=unfit_points(plan, target_attainment),
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
-        after=after.priced(plan, costs) if after is not None else None,
+        after=after.priced(plan, costs, hop_delays) if after is not None else None,
     )
 
 
