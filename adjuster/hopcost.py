@@ -238,4 +238,14 @@ def judge(
     return verdict(None)
 
 
-__all__ = ["After", "HopVerdict", "Outlook", "judge", "outlook", "switch_limits"]
+__all__ = [
+    "After",
+    "HopVerdict",
+    "Outlook",
+    "Waits",
+    "after",
+    "judge",
+    "outlook",
+    "recent_s",
+    "switch_limits",
+]
