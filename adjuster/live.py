@@ -11,7 +11,8 @@ length_s)`. One tick:
    selected one) in force since it was applied;
 2. the window (the last `window_s`) and, once the log reaches back a day, the forecast (the
    next `forecast_windows` windows as they went a day earlier, used while the day before
-   foresaw the window: `observe.foresaw`);
+   foresaw the window: `observe.foresaw`; when it did not, or there is no day of history, the
+   last `forecast_windows` windows stand for the traffic a hop is judged on: hopcost.py);
 3. every point of the plan simulated on both (`simulate`, the optimizer's scorer), the
    Observation (`observe.observe`) and the decision (`policy.decide`);
 4. its effects, unless `config.dry_run`: a hop is `apply_point` on `backend` (the real one
@@ -35,6 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from planner.adjuster import hopcost
 from planner.adjuster.apply import ApplyResult, ModelPathResolver, apply_point
 from planner.adjuster.backends.base import Backend
 from planner.adjuster.decisions import DecisionLog
@@ -170,11 +172,16 @@ def tick(
             dropped = not foresaw(window_at(log, now_s - DAY_S, cfg.window_s), win, cfg)
             fc = None if dropped else fc
         sims = _simulate(plan, win, config)
+        fc_sims = _simulate(plan, fc, config) if fc is not None else None
+        back = window_at(log, now_s, hopcost.recent_s(cfg)) if fc is None else None
+        after = hopcost.after(
+            config.slo, now_s, cfg, fc, fc_sims, back, lambda df: _simulate(plan, df, config)
+        )
         setting = ObserveSetting(
             config.perfs, config.slo.attainment, backend.supports_sleep, config.suggest_command
         )
-        ahead = Simulated(fc, _simulate(plan, fc, config)) if fc is not None else None
-        obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped)
+        ahead = Simulated(fc, fc_sims) if fc is not None else None
+        obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped, after)
         new_st, actions = decide(st, obs)
         act = actions[0]
         res = TickResult(now_s, win, st, new_st, act, sims, obs.forecast_window_requests, plan)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -35,6 +35,9 @@ from planner.adjuster.policy_types import (
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim.metrics import SimResult
 from planner.schemas.plan import Hop, Plan, Point
+
+if TYPE_CHECKING:
+    from planner.adjuster.hopcost import After
 
 STOP_S = 2.0  # SIGTERM to exit of a vLLM server, s: apply waits for it before the next step
 
@@ -229,12 +232,14 @@ def observe(
     setting: ObserveSetting,
     forecast: Simulated | None = None,
     forecast_dropped: bool = False,
+    after: After | None = None,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
     `forecast`: the next `forecast_windows` windows as they went a day earlier (None: no
     history, or `forecast_dropped`: the day before did not foresee the window, `foresaw`).
-    Drift runs only on windows with enough requests.
+    `after`: the traffic a hop is judged on (`hopcost.after`), priced here. Drift runs only
+    on windows with enough requests.
     """
     cfg = state.config
     if not cfg.forecast_windows:
@@ -286,6 +291,7 @@ def observe(
         unfit=unfit_points(plan, setting.target_attainment),
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
+        after=after.priced(plan, costs, hop_delays) if after is not None else None,
     )
 
 

@@ -67,7 +67,11 @@ Rule, in order:
      at least a window): a restart at 3 am delays nobody, one at 10 am may cost more in
      the tail of the waits than the better point wins. The forecast is the same hours a
      day earlier when tracking, else the last window (observe.py).
-     A current point that misses the SLO is left for any meeting point (no margin).
+     - `hopcost.judge`: against holding, on the traffic forecast after the hop (never the
+       triggering window alone), with the waits of the requests arriving during its restarts
+       counted in attainment and switch P95 (hopcost.py).
+     A current point that misses the SLO is left for any meeting point (no margin) that beats
+     holding on both attainment and switch P95 there (hopcost.py).
 Every action carries its reasons: drift verdicts and fired dimensions, every point's
 metrics and objective, the gain and the threshold it had to pass, the waits a hop causes.
 """
@@ -79,6 +83,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from planner.adjuster.hopcost import judge
 from planner.adjuster.observe import switch_estimate
 from planner.adjuster.policy_types import (
     DAY_S,
@@ -244,6 +249,11 @@ def _gain_gates(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome | N
             f"{best} wins by {g.gain:.2f} s, but with the {g.caused:.0f} s of waits the hop "
             f"causes its objective over the dwell is {g.j_hop:.2f} s (current {g.j_cur:.2f} s)"
         )
+    verdict = judge(v.obs, v.cur, best, cfg, rescue=not cur_ok, need_s=g.need)  # hopcost.py
+    if verdict is not None:
+        v.reasons["hop_verdict"] = verdict.to_json()
+        if not verdict.pays:
+            return v.hold(verdict.reason)
     wins = state.candidate_wins + 1 if state.candidate == best else 1
     if wins < (1 if v.ahead or v.cur in v.failed else cfg.confirm_windows):  # a witness already
         return v.hold(

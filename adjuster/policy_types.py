@@ -221,6 +221,9 @@ class Observation:
     # the last re-optimization's window, whichever is higher)
     window_rate_rps: dict[str, float] = field(default_factory=dict)
     beyond_plan: tuple[str, ...] = ()
+    # the traffic forecast after a hop as every point would serve it (hopcost.After: what
+    # `hopcost.judge` prices a hop on); None: no simulations to judge on
+    after: Any = None
 
 
 @dataclass(frozen=True)
