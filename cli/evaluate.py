@@ -164,15 +164,13 @@ def _table(results: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    from planner.cli.tables import EVALUATE_SCORING
+    from planner.cli.tables import EVALUATE_SCORING, refusal_text
 
     first = next(iter(results.values()))
-    failed = ", ".join(f"{n}: {r.failed}" for n, r in results.items() if r.failed)
+    refused = [f"{n}: {t}" for n, r in results.items() if (t := refusal_text(r.refused()))]
     t = Table(
         title="simulated on the workload (P95 latencies, s)",
-        caption=f"{first.requests} requests"
-        + (f"; unserved {failed}" if failed else "")
-        + f"\n{EVALUATE_SCORING}",
+        caption="\n".join([f"{first.requests} requests", *refused, EVALUATE_SCORING]),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -202,7 +200,10 @@ def _table(results: dict[str, Any]) -> None:
         )
         for col in ("model", "requests", "failed", "SLO met", "TTFT", "TPOT", "switch", "wakes"):
             pm.add_column(col, justify="left" if col == "model" else "right")
-        for model, v in r.to_metrics()["per_model"].items():
+        per_model = r.to_metrics()["per_model"]
+        why = [f"{m}: {t}" for m, v in per_model.items() if (t := refusal_text(v["refused"]))]
+        pm.caption = "\n".join(why) or None
+        for model, v in per_model.items():
             pm.add_row(
                 model,
                 str(v["requests"]),
