@@ -32,7 +32,11 @@ def evaluate_points(
     from planner.cli.common import err_console
     from planner.cli.inputs import calibration, input_path, quiet_c_stdout
     from planner.optimizer import baselines, scoring
-    from planner.optimizer.capacity import capacity_report, point_capacity_rps
+    from planner.optimizer.capacity import (
+        capacity_report,
+        point_capacity_rps,
+        slow_within_capacity,
+    )
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
     from planner.optimizer.sim.perfs import perfs_for_point
@@ -106,8 +110,13 @@ def evaluate_points(
         results[name] = r = simulate(p, perfs, req, slo, model_names=models.names, **kw)
         if kw:  # a baseline: no capacity table, no twin
             continue
-        capacity[name] = capacity_report(
+        capacity[name] = c = capacity_report(
             trace, point_capacity_rps(p, perfs, demand, slo), whole_cluster=False
+        )
+        per = r.to_metrics()["per_model"]
+        ttft = {m: v["ttft_p95_s"] for m, v in per.items()}
+        c.slow = slow_within_capacity(
+            trace, c, ttft, {m: v["switch_p95_s"] for m, v in per.items()}, slo
         )
         if baseline == "lru-matched":
             results[f"lru@{name}"] = scoring.twin_result(
@@ -332,5 +341,7 @@ def register(app: typer.Typer) -> None:
         for name, c in capacity.items():
             if c.overloaded:
                 console.print(capacity_table(c, f"{name}: demand beyond what the point can serve"))
+            for model, why in c.slow.items():
+                console.print(f"[yellow]note:[/] {name}: {model}: {why}", highlight=False)
         if plot_out is not None:
             console.print(f"plot: {plot_out}")
