@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from planner.errors import LaunchError, PortHeldError
 from planner.private import open_private_append
+from planner.torch_addons import ENGINE_SITE_DIR
 
 if TYPE_CHECKING:
     from planner.engines.base import Engine
@@ -180,6 +181,9 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> 
     full_env = {**os.environ, **env, _MARK: str(Path(log_path).resolve())}
     if "CUDA_VISIBLE_DEVICES" not in env:
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    # its start-up hook hides torch add-ons that cannot load (planner/torch_addons.py)
+    paths = [str(ENGINE_SITE_DIR), *filter(None, [full_env.get("PYTHONPATH")])]
+    full_env["PYTHONPATH"] = os.pathsep.join(paths)
     with open_private_append(log_path) as f:  # engine logs name users' models: 0600
         return subprocess.Popen(
             argv,
