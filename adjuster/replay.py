@@ -37,12 +37,14 @@ request a stand-in answered waits for no hop of its own model.
 Aggregation: per-request arrays of all windows are concatenated and the percentiles
 recomputed (switch P95 over requests that waited, as `SimResult`; substituted share and
 quality cost over all requests); warm GiB is the time-average over windows (each window's
-simulated average weighted by the window length); `gpus_used` is the most any window used.
+simulated average weighted by the window length); `gpus_used` is the most any window used;
+`refused` sums the unserved requests of every window by reason.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +81,7 @@ class _Series:
     gib_s: float = 0.0  # warm GiB x seconds
     span_s: float = 0.0
     gpus: int = 0
+    refused: Counter[str] = field(default_factory=Counter)  # unserved requests by reason
 
     def add(
         self, sim: Any, window_s: float, ttft=None, wait=None, met=None, extra_wakes: int = 0
@@ -96,6 +99,7 @@ class _Series:
         self.gib_s += sim.warm_gpu_gib * window_s  # GiB x s
         self.span_s += window_s
         self.gpus = max(self.gpus, sim.gpus_used)
+        self.refused.update(sim.refused())
 
     def metrics(self) -> dict[str, Any]:
         """The keys of `planner evaluate --json` (per point), over the whole trace."""
@@ -112,6 +116,7 @@ class _Series:
             "warm_gpu_gib": self.gib_s / self.span_s if self.span_s > 0 else 0.0,
             "gpus_used": int(self.gpus),
             "requests": len(met),
+            "refused": dict(self.refused),
             "substituted_share": float(subst.mean()) if len(subst) else 0.0,
             "quality_cost": float(penalty.sum() / len(penalty)) if len(penalty) else 0.0,
         }

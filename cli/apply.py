@@ -199,6 +199,8 @@ def apply_cmd(
         err_console.print(f"note: {note}", highlight=False, markup=False)
     starts = None if dry_run else "`planner apply` (it starts vLLM)"
     be = open_backend(backend, cl, starts_engines=starts)
+    if hasattr(be, "progress"):  # a first start's weight download, under the spinner
+        be.progress = lambda line: err_console.print(line, highlight=False, markup=False)
     with StateStore(state_dir, readonly=dry_run) as state:
         kw = dict(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,

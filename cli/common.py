@@ -78,8 +78,6 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "serve-cpu": ("vllm", "torch", "transformers", "tokenizers", "aiohttp", "httpx"),
     "cluster": ("ray",),
 }
-# The CPU build of vLLM pulls CUDA builds of these, which break `import transformers` (README).
-_SERVE_CPU_THEN = "pip uninstall -y torchvision torchaudio torchcodec"
 
 
 def require_extra(extra: str, needed_by: str, modules: tuple[str, ...] | None = None) -> None:
@@ -92,8 +90,7 @@ def require_extra(extra: str, needed_by: str, modules: tuple[str, ...] | None = 
 
     missing = [m for m in (modules or EXTRA_MODULES[extra]) if not _importable(m)]
     if missing:
-        then = _SERVE_CPU_THEN if extra == "serve-cpu" else ""
-        raise MissingExtraError(needed_by, missing, extra, then)
+        raise MissingExtraError(needed_by, missing, extra)
 
 
 def serve_extra(device: str | None) -> str:

@@ -32,7 +32,11 @@ def evaluate_points(
     from planner.cli.common import err_console
     from planner.cli.inputs import calibration, input_path, quiet_c_stdout
     from planner.optimizer import baselines, scoring
-    from planner.optimizer.capacity import capacity_report, point_capacity_rps
+    from planner.optimizer.capacity import (
+        capacity_report,
+        point_capacity_rps,
+        slow_within_capacity,
+    )
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
     from planner.optimizer.sim.perfs import perfs_for_point
@@ -106,8 +110,13 @@ def evaluate_points(
         results[name] = r = simulate(p, perfs, req, slo, model_names=models.names, **kw)
         if kw:  # a baseline: no capacity table, no twin
             continue
-        capacity[name] = capacity_report(
+        capacity[name] = c = capacity_report(
             trace, point_capacity_rps(p, perfs, demand, slo), whole_cluster=False
+        )
+        per = r.to_metrics()["per_model"]
+        ttft = {m: v["ttft_p95_s"] for m, v in per.items()}
+        c.slow = slow_within_capacity(
+            trace, c, ttft, {m: v["switch_p95_s"] for m, v in per.items()}, slo
         )
         if baseline == "lru-matched":
             results[f"lru@{name}"] = scoring.twin_result(
@@ -164,15 +173,13 @@ def _table(results: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
 
-    from planner.cli.tables import EVALUATE_SCORING
+    from planner.cli.tables import EVALUATE_SCORING, refusal_text
 
     first = next(iter(results.values()))
-    failed = ", ".join(f"{n}: {r.failed}" for n, r in results.items() if r.failed)
+    refused = [f"{n}: {t}" for n, r in results.items() if (t := refusal_text(r.refused()))]
     t = Table(
         title="simulated on the workload (P95 latencies, s)",
-        caption=f"{first.requests} requests"
-        + (f"; unserved {failed}" if failed else "")
-        + f"\n{EVALUATE_SCORING}",
+        caption="\n".join([f"{first.requests} requests", *refused, EVALUATE_SCORING]),
         box=box.SIMPLE_HEAD,
         pad_edge=False,
         collapse_padding=True,
@@ -202,7 +209,10 @@ def _table(results: dict[str, Any]) -> None:
         )
         for col in ("model", "requests", "failed", "SLO met", "TTFT", "TPOT", "switch", "wakes"):
             pm.add_column(col, justify="left" if col == "model" else "right")
-        for model, v in r.to_metrics()["per_model"].items():
+        per_model = r.to_metrics()["per_model"]
+        why = [f"{m}: {t}" for m, v in per_model.items() if (t := refusal_text(v["refused"]))]
+        pm.caption = "\n".join(why) or None
+        for model, v in per_model.items():
             pm.add_row(
                 model,
                 str(v["requests"]),
@@ -331,5 +341,7 @@ def register(app: typer.Typer) -> None:
         for name, c in capacity.items():
             if c.overloaded:
                 console.print(capacity_table(c, f"{name}: demand beyond what the point can serve"))
+            for model, why in c.slow.items():
+                console.print(f"[yellow]note:[/] {name}: {model}: {why}", highlight=False)
         if plot_out is not None:
             console.print(f"plot: {plot_out}")

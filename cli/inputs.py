@@ -49,7 +49,8 @@ def workload(path: Path, ms: Models, seed: int):
             from planner.optimizer.workload.synth_spec import bind_models
 
             spec, _ = bind_models(synth_spec(path, ms.names), ms.names)
-            return synth(spec, seed=seed)
+            limits = {m.name: m.max_context for m in ms.models}
+            return synth(spec, seed=seed, max_context=limits)
         return read_trace(path, ms.names)
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 from rich.console import Console
 from rich.table import Table
 
+from planner.optimizer.admission import REFUSED_QUEUE_FULL
+
 
 @dataclass(frozen=True)
 class Col:
@@ -133,6 +135,34 @@ REPLAY_SCORING = (
     "series also pays for its hops (requests wait while instances restart or wake)"
 )
 
+# Why the simulator counted a request unserved (SimResult.refused's keys), in words.
+REFUSAL_REASONS = {
+    "over_context": "prompt longer than max_model_len",
+    REFUSED_QUEUE_FULL: "queue full",  # the gateway answers 503
+    "no_instance": "no instance of its model",
+}
+
+
+def refusal_text(refused: dict[str, int] | None) -> str:
+    """'12 refused (8 prompt longer than max_model_len, 4 queue full)'; '' for none."""
+    parts = [f"{n} {REFUSAL_REASONS.get(k, k)}" for k, n in (refused or {}).items() if n]
+    return f"{sum((refused or {}).values())} refused ({', '.join(parts)})" if parts else ""
+
+
+def _refusal_lines(
+    points: dict[str, dict[str, Any]],
+    twins: dict[str, dict[str, Any]] | None,
+    baselines: dict[str, dict[str, Any]] | None,
+) -> list[str]:
+    """One line per row whose requests were refused, with why."""
+    named = [
+        *points.items(),
+        *((f"lru@{n}", m) for n, m in (twins or {}).items()),
+        *((f"{n} (baseline)", m) for n, m in (baselines or {}).items()),
+    ]
+    return [f"{n}: {t}" for n, m in named if (t := refusal_text(m.get("refused")))]
+
+
 _METRIC_COLS = [
     Col("point", "left"),
     Col("SLO met"),
@@ -211,5 +241,6 @@ def metrics_table(
             row(f"  lru@{name}", twins[name], style="dim")
     for name, m in (baselines or {}).items():
         row(f"{name} (baseline)", m, style="dim")
-    lines = [caption, *([note] if note else []), *errors]
+    lines = [caption, *_refusal_lines(points, twins, baselines), *([note] if note else [])]
+    lines += errors
     return fit_table(title, cols, rows, caption="\n".join(lines))

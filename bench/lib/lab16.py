@@ -31,7 +31,8 @@ def example(name: str, seed: int = 0, users: int | None = None):
     if users is not None:
         spec = spec.model_copy(update={"users": users})
     spec, _ = bind_models(spec, ms.names)
-    return cl, ms, sl, synth(spec, seed=seed)
+    limits = {m.name: m.max_context for m in ms.models}  # as `optimize` generates it
+    return cl, ms, sl, synth(spec, seed=seed, max_context=limits)
 
 
 def lab16(seed: int = 0, users: int | None = None):

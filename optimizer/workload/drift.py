@@ -82,6 +82,7 @@ class DimensionScore(BaseModel):
     )
     fired: bool
     detail: str = ""
+    held: str = Field(default="", description="why a score >= 1 did not fire")
 
 
 class DriftReport(BaseModel):
@@ -160,6 +161,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
             score=round(stat / crit, 4) if math.isfinite(crit) else 0.0,
             fired=bool(stat >= crit and js >= MIX_JS_MIN),
             detail=f"JS {js:.4f} nats over {k} models, phi {phi_mix:.2f}",
+            held=f"JS below the {MIX_JS_MIN:g}-nat floor",
         )
     )
 
@@ -197,6 +199,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 score=round(abs(z) / SHARE_Z_CRIT, 4),
                 fired=bool(abs(z) >= SHARE_Z_CRIT and off),
                 detail=f"{cm / n:.1%} of requests vs {em:.1%} expected",
+                held=f"share within 1/{SHARE_RATIO_MAX:g}x-{SHARE_RATIO_MAX:g}x of expected",
             )
         )
 
@@ -222,6 +225,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 score=round(abs(z) / Z_CRIT, 4),
                 fired=bool(abs(z) >= Z_CRIT and off),
                 detail=f"{cm:.0f} requests vs {lm:.1f} expected ({peak:.0f} at the peak hour)",
+                held=_rate_held(ratio, cm - lm, a, cm, peak),
             )
         )
 
@@ -244,6 +248,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 score=round(abs(shift) / LENGTH_SHIFT_MIN, 4),
                 fired=bool(abs(shift) >= LENGTH_SHIFT_MIN and nm >= LENGTH_MIN_REQUESTS),
                 detail=f"input {shifts[0]:+.2f} sd, output {shifts[1]:+.2f} sd over {nm} requests",
+                held=f"{nm} requests, fewer than {LENGTH_MIN_REQUESTS}",
             )
         )
 
@@ -252,7 +257,9 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
         for s in scores:
             if s.fired and s.name.split(":")[0] in _TEAM_DIMENSIONS:
                 s.fired = False
-                s.detail += f" (ignored: {sessions} session(s) in the window)"
+                s.held = f"{sessions} session(s) in the window, fewer than {MIN_SESSIONS}"
+    for s in scores:  # a reason only where a score of 1 or more did not fire
+        s.held = s.held if s.score >= 1 and not s.fired else ""
     reasons = [f"{s.name}: {s.detail}" for s in scores if s.fired]
     return DriftReport(
         verdict="drift" if reasons else "stable",
@@ -302,7 +309,21 @@ def _switch_score(ref: WorkloadSummary, win: WorkloadSummary, phi: float) -> Dim
         score=round(stat / crit, 4),
         fired=bool(stat >= crit and mean_js >= SWITCH_JS_MIN),
         detail=f"mean JS {mean_js:.4f} nats over {rows} hand-offs",
+        held=f"mean JS below the {SWITCH_JS_MIN:g}-nat floor",
     )
+
+
+def _rate_held(ratio: float, excess: float, burst: float, count: float, peak: float) -> str:
+    """Why a rate score >= 1 did not fire (the first of its effect floors it missed)."""
+    if ratio < 1:
+        return "less traffic: only a rise fires"
+    if ratio <= RATE_RATIO_MAX:
+        return f"{ratio:.2f}x expected, not above {RATE_RATIO_MAX:g}x"
+    if excess < RATE_MIN_BURSTS * burst:
+        return f"{excess:.0f} more requests, under {RATE_MIN_BURSTS:g} sessions' worth"
+    if count <= RATE_PEAK_FACTOR * peak:
+        return f"not past {RATE_PEAK_FACTOR:g}x the busiest hour the plan saw"
+    return ""
 
 
 def report_dict(report: DriftReport) -> dict[str, Any]:

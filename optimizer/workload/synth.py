@@ -26,6 +26,7 @@ and over steps of the Markov chains. Same spec and seed, same frame.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -60,8 +61,13 @@ def _activity_curve(spec: SynthSpec, start_h: float, end_h: float, lunch_h: floa
     return on * dip
 
 
-def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
-    """Generate a canonical trace (planner.trace columns and dtypes, sorted by time)."""
+def synth(
+    spec: SynthSpec, seed: int = 0, max_context: Mapping[str, int] | None = None
+) -> pd.DataFrame:
+    """Generate a canonical trace (planner.trace columns and dtypes, sorted by time).
+
+    `max_context` (model -> tokens): each request's prompt + output stays within it.
+    """
     rng = np.random.default_rng(seed)
     role_names = list(spec.roles)
     n_roles = len(role_names)
@@ -236,6 +242,12 @@ def synth(spec: SynthSpec, seed: int = 0) -> pd.DataFrame:
     cached = np.empty(n_calls, np.int64)
     inp[g] = input_g
     cached[g] = np.minimum(cached_g, input_g)
+    # vLLM refuses prompt + output past max_model_len: the agent shortens its answer to at
+    # most half the context, then its prompt (dropping the oldest turns) to the rest.
+    limit = np.array([(max_context or {}).get(m, 1 << 62) for m in model_names])[c_model]
+    out = np.minimum(out, np.maximum(1, limit // 2))
+    inp = np.minimum(inp, limit - out)
+    cached = np.minimum(cached, inp)
 
     # --- frame --------------------------------------------------------------------------
     horizon_s = n_days * 86400.0

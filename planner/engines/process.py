@@ -16,12 +16,15 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner.engines.download import DownloadWatch
 from planner.errors import LaunchError, PortHeldError
 from planner.private import open_private_append
+from planner.torch_addons import ENGINE_SITE_DIR
 
 if TYPE_CHECKING:
     from planner.engines.base import Engine
@@ -180,6 +183,9 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> 
     full_env = {**os.environ, **env, _MARK: str(Path(log_path).resolve())}
     if "CUDA_VISIBLE_DEVICES" not in env:
         full_env.pop("CUDA_VISIBLE_DEVICES", None)
+    # its start-up hook hides torch add-ons that cannot load (planner/torch_addons.py)
+    paths = [str(ENGINE_SITE_DIR), *filter(None, [full_env.get("PYTHONPATH")])]
+    full_env["PYTHONPATH"] = os.pathsep.join(paths)
     with open_private_append(log_path) as f:  # engine logs name users' models: 0600
         return subprocess.Popen(
             argv,
@@ -278,8 +284,14 @@ def wait_ready(
     *,
     poll_s: float = 0.5,
     secret: str = "",
+    download_dir: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> float:
     """Block until the engine's ready route answers; returns the seconds waited.
+
+    `download_dir`: the hub cache folder the server fills when it downloads its weights
+    (planner/engines/download.py): while it grows, the time is not counted against
+    `timeout_s`, and `progress` gets a line every few seconds saying how much has arrived.
 
     Ready means: the process `proc` runs, the route answers, and the listener on the port is
     that process or one of its session (a foreign server answering there raises
@@ -287,7 +299,9 @@ def wait_ready(
     with the reason the engine reads from the log when the process exits first, or reason
     `timeout` when `timeout_s` passes (the caller stops the process).
     """
-    t0 = time.monotonic()
+    t0 = last = time.monotonic()
+    counted = 0.0  # seconds counted against timeout_s: not those a download grew in
+    watch = DownloadWatch(Path(download_dir)) if download_dir else None
     name = engine.display_name
     pid = proc if isinstance(proc, int) else proc.pid if proc is not None else None
     while True:
@@ -310,10 +324,16 @@ def wait_ready(
                 log_tail=_last_lines(tail, 30),
                 fix=engine.failure_fix(reason),
             )
-        if time.monotonic() - t0 > timeout_s:
+        now = time.monotonic()
+        what = f"{name} server on {host}:{port}"
+        if watch is None or not watch.poll(now - last, now, progress, what):
+            counted += now - last
+        last = now
+        if counted > timeout_s:
             tail = read_tail(log_path)
+            fetched = watch.besides() if watch is not None else ""
             raise LaunchError(
-                f"{name} server on {host}:{port} not ready after {timeout_s:.0f} s; log: {log_path}",
+                f"{what} not ready after {timeout_s:.0f} s{fetched}; log: {log_path}",
                 reason="timeout",
                 log_tail=_last_lines(tail, 30),
                 fix="raise --timeout, or read the log for a hang",

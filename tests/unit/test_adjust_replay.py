@@ -20,6 +20,7 @@ KEYS = {
     "warm_gpu_gib",
     "gpus_used",
     "requests",
+    "refused",
     "substituted_share",
     "quality_cost",
 }

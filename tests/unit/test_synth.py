@@ -163,3 +163,16 @@ def test_time_zones_shift_working_hours():
     hour = df["timestamp"] // 3600 % 24
     west = df["user"].isin(["u01", "u03", "u05"])  # round-robin: odd users are UTC-6
     assert hour[west].median() - hour[~west].median() >= 4
+
+
+def test_prompt_plus_output_within_each_models_context(week):
+    # the default week has prompts up to 32768 tokens; two models get smaller contexts
+    assert (week["input_tokens"] + week["output_tokens"]).max() > 8192
+    limits = {"coder-32b": 8192, "planner-7b": 4096}
+    df = synth(default_spec(), seed=7, max_context=limits)
+    total = df["input_tokens"] + df["output_tokens"]
+    for m, ctx in limits.items():
+        assert total[df["model"] == m].max() <= ctx
+    assert (df["input_tokens"] >= 1).all() and (df["cached_tokens"] <= df["input_tokens"]).all()
+    other = df["model"].isin(limits.keys())  # models without a limit keep their lengths
+    assert df.loc[~other, "input_tokens"].equals(week.loc[~other.values, "input_tokens"])

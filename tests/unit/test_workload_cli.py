@@ -176,3 +176,36 @@ def test_drift_trace_vs_trace_and_plan(tmp_path, capsys):
     plan.write_text(dump_yaml(data))
     code, out, _ = _run(["workload", "drift", str(plan), str(ref), "--json"], capsys)
     assert code == 0 and json.loads(out)["verdict"] == "stable"
+
+
+def test_synth_keeps_requests_within_each_models_max_context(tmp_path, capsys):
+    models = yaml.safe_load(MODELS.read_text())
+    for m in models["models"]:
+        m["max_context"] = 4096
+    mfile = tmp_path / "models.yaml"
+    mfile.write_text(yaml.safe_dump(models))
+    out = tmp_path / "t.parquet"
+    argv = ["workload", "synth", "--users", "3", "--days", "1", "--models", str(mfile)]
+    code, _, _ = _run([*argv, "-o", str(out)], capsys)
+    df = read_trace(out)
+    assert code == 0 and len(df) > 100
+    assert (df["input_tokens"] + df["output_tokens"]).max() <= 4096
+
+
+def test_drift_table_says_why_a_score_above_one_did_not_fire(tmp_path, capsys):
+    ref = tmp_path / "ref.parquet"
+    argv = ["workload", "synth", "--users", "6", "--days", "3", "--stationary", "-o", str(ref)]
+    _run(argv, capsys)
+    df = read_trace(ref)  # day 1 without its busiest model: that model's rate falls to 0
+    day = df[(df["timestamp"] >= 86400) & (df["timestamp"] < 2 * 86400)]
+    win = tmp_path / "win.csv"
+    day[day["model"] != "coder-32b"].to_csv(win, index=False)
+    code, out, _ = _run(["workload", "drift", str(ref), str(win), "--json"], capsys)
+    scores = {s["name"]: s for s in json.loads(out)["scores"]}
+    assert code == 0 and scores["rate:coder-32b"]["score"] >= 1
+    assert not scores["rate:coder-32b"]["fired"]
+    assert scores["rate:coder-32b"]["held"] == "less traffic: only a rise fires"
+    assert all(bool(s["held"]) == (s["score"] >= 1 and not s["fired"]) for s in scores.values())
+    code, out, _ = _run(["workload", "drift", str(ref), str(win)], capsys)
+    flat = " ".join(out.split())
+    assert "not fired: less traffic: only a rise fires" in flat.replace("│ ", "")
