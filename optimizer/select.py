@@ -208,7 +208,7 @@ def _from_baseline(S: Searcher, name: str, b: Any, res: Any, index: int) -> Eval
     point = b.point.model_copy(deep=True)
     point.name = f"from-{name}"
     point.notes = []
-    if b.policy == "lru":
+    if b.policy.reactive:
         awake = point.model_copy(
             update={"instances": [i.model_copy(update={"tier": "gpu"}) for i in point.instances]}
         )

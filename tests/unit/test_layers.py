@@ -24,8 +24,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     ),
     # select/advice read the whole Searcher
     frozenset({"planner.optimizer.advice", "planner.optimizer.search", "planner.optimizer.select"}),
-    # melange imports baselines' private helpers, baselines imports melange (deferred)
-    frozenset({"planner.optimizer.baselines", "planner.optimizer.melange"}),
 ]
 
 
