@@ -181,15 +181,7 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    if previous:
-        from planner.cli.history import previous_applied
-
-        plan_path, point = previous_applied(plan_path, point, state_dir)
-    elif plan_path is None:
-        raise InputError(
-            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
-        )
-
+    plan_path, point = _which_plan(plan_path, point, previous, state_dir)
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
@@ -213,21 +205,52 @@ def apply_cmd(
             with err_console.status(f"applying point {point or plan.selected} ..."):
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
-            nodes = {i.node for i in plan.point(point).instances}
-            here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
-            state.set_meta(
-                plan_path=str(plan_path.resolve()), node=here,
-                port_base=str(base) if base is not None else "",
-            )  # fmt: skip
-            from planner.cli.history import keep_previous
-
-            keep_previous(state, before, str(plan_path.resolve()), result.point)
+            _remember(state, before, result, plan, plan_path, point, node, base)
     _show(result, json_out, dry_run)
     if result.error is not None:
         from planner.cli.common import print_error
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
+
+
+def _which_plan(
+    plan_path: Path | None, point: str | None, previous: bool, state_dir: Path | None
+) -> tuple[Path, str | None]:
+    """The plan file and point to apply: those given, or with `--previous` the ones in
+    force before the last apply."""
+    if previous:
+        from planner.cli.history import previous_applied
+
+        return previous_applied(plan_path, point, state_dir)
+    if plan_path is None:
+        raise InputError(
+            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
+        )
+    return plan_path, point
+
+
+def _remember(
+    state: Any,
+    before: Any,
+    result: Any,
+    plan: Any,
+    plan_path: Path,
+    point: str | None,
+    node: str | None,
+    base: int | None,
+) -> None:
+    """Record what is now in force (plan, node, port base) for the gateway, adjust and the
+    next apply, and keep what was in force before for `--previous`."""
+    from planner.cli.history import keep_previous
+
+    nodes = {i.node for i in plan.point(point).instances}
+    here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
+    state.set_meta(
+        plan_path=str(plan_path.resolve()), node=here,
+        port_base=str(base) if base is not None else "",
+    )  # fmt: skip
+    keep_previous(state, before, str(plan_path.resolve()), result.point)
 
 
 def _show(result: Any, json_out: bool, dry_run: bool) -> None:
