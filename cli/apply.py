@@ -13,6 +13,8 @@ from planner.cli.apply_checks import check_host, placed, port_lookup, settle_row
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
     StateDirOpt,
     console,
     err_console,
@@ -150,12 +152,8 @@ def apply_cmd(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="Seconds to wait for each server to be ready.")
     ] = 300.0,
-    cluster: Annotated[
-        Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster.")
-    ] = None,
-    models: Annotated[
-        Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
-    ] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
     wait_lock: Annotated[
         float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
     ] = 0.0,

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import (
+    JsonOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PlanSloOpt,
+    ProfilesOpt,
+    console,
+    print_json,
+)
 from planner.errors import InputError
 
 BASELINE_NAMES = ("static", "lru", "melange", "lru-matched")
@@ -315,18 +323,10 @@ def evaluate(
             "(each point's lru@ twin: reactive LRU on its instances within its warm GiB).",
         ),
     ] = None,
-    cluster: Annotated[
-        Path | None, typer.Option("--cluster", help="cluster.yaml (default: the plan's).")
-    ] = None,
-    models: Annotated[
-        Path | None, typer.Option("--models", help="models.yaml (default: the plan's).")
-    ] = None,
-    slo: Annotated[
-        Path | None, typer.Option("--slo", help="slo.yaml (default: the plan's).")
-    ] = None,
-    profiles: Annotated[
-        Path | None, typer.Option("--profiles", help="Profile directory (calibration).")
-    ] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
+    slo: PlanSloOpt = None,
+    profiles: ProfilesOpt = None,
     json_out: JsonOpt = False,
     plot_out: Annotated[
         Path | None,

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from planner.adjuster.backends import BackendKind
-from planner.cli.common import BackendOpt, err_console, require_extra
+from planner.cli.common import BackendOpt, PlanClusterOpt, PlanModelsOpt, err_console, require_extra
 from planner.optimizer.admission import QUEUE_LIMIT  # the one queue model (light import)
 
 
@@ -78,13 +78,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         backend: BackendOpt = BackendKind.LOCAL,
-        cluster: Annotated[
-            Path | None,
-            typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster."),
-        ] = None,
-        models: Annotated[
-            Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
-        ] = None,
+        cluster: PlanClusterOpt = None,
+        models: PlanModelsOpt = None,
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
         ] = QUEUE_LIMIT,

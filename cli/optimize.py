@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, ProfilesOpt, console, err_console, print_json
 from planner.errors import InputError
 from planner.optimizer.config import OptimizeConfig
 
@@ -37,9 +37,7 @@ def optimize_cmd(
         Path | None,
         typer.Option("--output", "-o", help="plan file; default plans/<cluster>.plan.yaml"),
     ] = None,
-    profiles: Annotated[
-        Path | None, typer.Option("--profiles", help="folder of profiles (calibration)")
-    ] = None,
+    profiles: ProfilesOpt = None,
     evals: Annotated[int, _opt("evals", min=1, max=500)] = _D.evals,
     seed: Annotated[int, _opt("seed", min=0)] = _D.seed,
     time_limit: Annotated[float, _opt("milp_time_limit_s", "--time-limit")] = _D.milp_time_limit_s,
