@@ -42,7 +42,7 @@ windows of 51-78 requests, too few to tell a doubling of a 17% share from chance
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -147,12 +147,13 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
     win_hours = max(1, sum(win["hours_spanned"]))
     # Mix vs the reference at the same hours (global mix if it never saw these hours).
     expect = lam if lam.sum() > 0 else np.array([reference["mix"].get(m, 0.0) for m in allm])
-    known = [m in ref_models for m in allm]  # a new model is covered by new_models
+    # a new model is covered by new_models
+    counts = _Counts(allm, [m in ref_models for m in allm], c, n)
     scores = [
         _mix_score(c, expect, n, phi_mix),
         _new_models_score(win, ref_models, n),
-        *_share_scores(allm, known, c, expect, n, phi_mix),
-        *_rate_scores(reference, allm, known, c, lam, phi_rates, win_hours),
+        *_share_scores(counts, expect, phi_mix),
+        *_rate_scores(reference, counts, lam, phi_rates, win_hours),
         _switch_score(reference, win, phi_mix),
         *_length_scores(reference, win, ref_models, n),
     ]
@@ -202,18 +203,21 @@ def _new_models_score(win: WorkloadSummary, ref_models: list[str], n: int) -> Di
     )
 
 
-def _share_scores(
-    allm: list[str],
-    known: list[bool],
-    c: np.ndarray,
-    expect: np.ndarray,
-    n: int,
-    phi_mix: float,
-) -> list[DimensionScore]:
+class _Counts(NamedTuple):
+    """The window's requests per model: the reference's models, then new ones."""
+
+    models: list[str]
+    known: list[bool]  # in the reference
+    c: np.ndarray
+    n: int  # all requests of the window
+
+
+def _share_scores(w: _Counts, expect: np.ndarray, phi_mix: float) -> list[DimensionScore]:
     """Per known model: its share of requests against the expected share."""
     out = []
+    n = w.n
     share_e = expect / expect.sum() if expect.sum() > 0 else expect
-    for m, kn, cm, em in zip(allm, known, c, share_e, strict=True):
+    for m, kn, cm, em in zip(w.models, w.known, w.c, share_e, strict=True):
         if not kn or em <= 0:
             continue
         sd = math.sqrt(phi_mix * n * em * (1.0 - em)) or 1.0
@@ -233,17 +237,11 @@ def _share_scores(
 
 
 def _rate_scores(
-    reference: WorkloadSummary,
-    allm: list[str],
-    known: list[bool],
-    c: np.ndarray,
-    lam: np.ndarray,
-    phi_rates: dict,
-    win_hours: int,
+    reference: WorkloadSummary, w: _Counts, lam: np.ndarray, phi_rates: dict, win_hours: int
 ) -> list[DimensionScore]:
     """Per known model: its requests against those expected at the window's hours."""
     out = []
-    for m, kn, cm, lm in zip(allm, known, c, lam, strict=True):
+    for m, kn, cm, lm in zip(w.models, w.known, w.c, lam, strict=True):
         if not kn:
             continue
         a, b = phi_rates.get(m) or (DEFAULT_PHI_RATE, DEFAULT_RATE_CV2)
