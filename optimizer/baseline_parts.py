@@ -4,7 +4,7 @@ it tries variants, TPs and GPU sets."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,3 +148,24 @@ class Ports:
 def by_size(models: Models) -> list[ModelEntry]:
     """Biggest models first: they have the fewest places to go."""
     return sorted(models.models, key=lambda m: -weights_bytes(m.arch, "bf16"))
+
+
+def one_each(
+    models: Models, place: Callable[[ModelEntry], tuple | None], tier: str, why_not: str
+) -> tuple[list[Instance], dict[str, InstancePerf], list[str]]:
+    """One instance of each model, biggest first, where `place` puts it ((variant, GPU set,
+    perf), or None: noted with `why_not`, its requests fail); with its perfs and the notes."""
+    ports = Ports()
+    insts: list[Instance] = []
+    perfs: dict[str, InstancePerf] = {}
+    notes: list[str] = []
+    for entry in by_size(models):
+        spot = place(entry)
+        if spot is None:
+            notes.append(f"{entry.name}: {why_not}; its requests fail")
+            continue
+        v, s, p = spot
+        inst = instance(0, entry, v.name, v.quantization, s, p, tier, ports.take(s.node))
+        insts.append(inst)
+        perfs[inst.id] = p
+    return insts, perfs, notes

@@ -37,7 +37,7 @@ from planner.optimizer.perf import InstancePerf
 from planner.optimizer.schedule import all_lazy
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import ModelEntry, Models
-from planner.schemas.plan import Instance, Point
+from planner.schemas.plan import Point
 from planner.schemas.slo import Slo
 from planner.units import GIB
 
@@ -47,20 +47,14 @@ LRU_KV_TOKENS = 65536  # KV an lru instance gets when awake (a few long agent pr
 def static(cluster: Cluster, models: Models) -> Baseline:
     """Every model awake on its own GPUs; first fit, biggest GPUs first."""
     used: set[tuple[str, int]] = set()
-    ports = parts.Ports()
-    insts: list[Instance] = []
-    perfs: dict[str, InstancePerf] = {}
-    notes: list[str] = []
-    for entry in parts.by_size(models):
+
+    def place(entry: ModelEntry) -> tuple | None:
         spot = _first_free(cluster, entry, used)
-        if spot is None:
-            notes.append(f"{entry.name}: no free GPUs left; its requests fail")
-            continue
-        v, s, perf = spot
-        inst = parts.instance(0, entry, v.name, v.quantization, s, perf, "gpu", ports.take(s.node))
-        insts.append(inst)
-        perfs[inst.id] = perf
-        used.update((s.node, d) for d in s.gpus)
+        if spot is not None:
+            used.update((spot[1].node, d) for d in spot[1].gpus)
+        return spot
+
+    insts, perfs, notes = parts.one_each(models, place, "gpu", "no free GPUs left")
     return Baseline(Point(name="static", instances=insts, notes=notes), perfs)
 
 
@@ -79,20 +73,15 @@ def _first_free(cluster: Cluster, entry: ModelEntry, used: set[tuple[str, int]])
 def lru(cluster: Cluster, models: Models) -> Baseline:
     """Every model a host-tier instance with a home GPU set; LRU decides who is awake."""
     load: dict[tuple[str, tuple[int, ...]], float] = {}  # GiB of awake memory homed per set
-    ports = parts.Ports()
-    insts: list[Instance] = []
-    perfs: dict[str, InstancePerf] = {}
-    notes: list[str] = []
-    for entry in parts.by_size(models):
-        best = _home(cluster, entry, load)
-        if best is None:
-            notes.append(f"{entry.name}: fits no GPU set; its requests fail")
-            continue
-        v, s, perf = best
-        load[(s.node, s.gpus)] = load.get((s.node, s.gpus), 0.0) + perf.awake_gib_per_gpu
-        inst = parts.instance(0, entry, v.name, v.quantization, s, perf, "host", ports.take(s.node))
-        insts.append(inst)
-        perfs[inst.id] = perf
+
+    def place(entry: ModelEntry) -> tuple | None:
+        home = _home(cluster, entry, load)
+        if home is not None:
+            _, s, perf = home
+            load[(s.node, s.gpus)] = load.get((s.node, s.gpus), 0.0) + perf.awake_gib_per_gpu
+        return home
+
+    insts, perfs, notes = parts.one_each(models, place, "host", "fits no GPU set")
     mem = {
         (n.name, dev): g.spec.memory_gib * GPU_UTIL
         for n in cluster.nodes
