@@ -15,6 +15,7 @@ from planner.cli.common import (
     JsonOpt,
     PlanClusterOpt,
     PlanModelsOpt,
+    PointOpt,
     StateDirOpt,
     console,
     err_console,
@@ -140,10 +141,7 @@ def apply_cmd(
         Path | None,
         typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`."),
     ] = None,
-    point: Annotated[
-        str | None,
-        typer.Option("--point", help="Point to apply; default: the plan's selected one."),
-    ] = None,
+    point: PointOpt = None,
     backend: BackendOpt = BackendKind.LOCAL,
     state_dir: StateDirOpt = None,
     dry_run: Annotated[

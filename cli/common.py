@@ -50,6 +50,10 @@ BackendOpt = Annotated[
     ),
 ]
 
+PlanArg = Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")]
+PointOpt = Annotated[
+    str | None, typer.Option("--point", help="Point of the plan; default: its selected one.")
+]
 # The inputs a plan records, overridden by a flag (apply, adjust, gateway, evaluate, explain).
 PlanClusterOpt = Annotated[
     Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster.")

@@ -13,6 +13,7 @@ from planner.cli.common import (
     PlanClusterOpt,
     PlanModelsOpt,
     PlanSloOpt,
+    PointOpt,
     ProfilesOpt,
     console,
     print_json,
@@ -308,10 +309,7 @@ def evaluate(
     workload: Annotated[
         Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")
     ] = ...,  # type: ignore[assignment]
-    point: Annotated[
-        str | None,
-        typer.Option("--point", help="Point to evaluate (default: the selected one)."),
-    ] = None,
+    point: PointOpt = None,
     all_points: Annotated[
         bool, typer.Option("--all-points", help="Evaluate every point of the plan.")
     ] = False,

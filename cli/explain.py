@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, PlanClusterOpt, PlanModelsOpt, console, print_json
+from planner.cli.common import (
+    JsonOpt,
+    PlanArg,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PointOpt,
+    console,
+    print_json,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,10 +24,8 @@ def register(app: typer.Typer) -> None:
 
 
 def explain_cmd(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")],
-    point: Annotated[
-        str | None, typer.Option("--point", help="point name; default: the selected one")
-    ] = None,
+    plan_path: PlanArg,
+    point: PointOpt = None,
     workload: Annotated[
         Path | None,
         typer.Option("--workload", help="trace to take demand from; default: the plan's summary"),
