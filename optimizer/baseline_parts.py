@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from planner.optimizer.build import memory_gib
 from planner.optimizer.candidates import GpuSet
 from planner.optimizer.candidates import gpu_sets as candidate_sets
 from planner.optimizer.perf import InstancePerf, instance_perf
@@ -16,7 +17,7 @@ from planner.optimizer.tiering import PLAN, EvictionPolicy
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import ModelEntry, Models
-from planner.schemas.plan import EngineArgs, Instance, MemoryGib, Point
+from planner.schemas.plan import EngineArgs, Instance, Point
 
 PORT0 = 8100  # first port of baseline instances on each node
 GPU_UTIL = 0.9  # vLLM's default gpu_memory_utilization
@@ -116,12 +117,7 @@ def instance(
         gpus=list(s.gpus),
         tp=len(s.gpus),
         tier=tier,
-        memory_gib=MemoryGib(
-            weights=round(perf.weights_gib_per_gpu, 6),
-            kv=round(perf.kv_gib_per_gpu, 6),
-            overhead=round(perf.overhead_gib_per_gpu, 6),
-            asleep=round(perf.context_gib_per_gpu, 6),
-        ),
+        memory_gib=memory_gib(perf, 6),
         engine=EngineArgs(
             gpu_memory_utilization=util,
             max_model_len=entry.max_context,
