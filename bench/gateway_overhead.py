@@ -41,16 +41,13 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
-from planner.engines.process import free_port
+from planner.engines.process import free_port, stop_server
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -60,28 +57,12 @@ def pct(xs: list[float], q: float) -> float:
 
 def write_inputs(d: Path, port: int) -> Path:
     """CPU example cluster/models, the tiny model, and a plan with one host-tier instance."""
-    from planner.cli.example import CPU_FILES
+    from planner.cli.example import write_one_instance_plan
     from planner.tinymodel import build_tiny_model
 
-    for name, text in CPU_FILES.items():
-        (d / name).write_text(text)
-    # only tiny-a: the plan check refuses a point that leaves a model of the models file out
-    models = yaml.safe_load((d / "models.yaml").read_text())
-    models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
-    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    plan = write_one_instance_plan(d, port, point="bench", engine={"enforce_eager": True})
     build_tiny_model(d / "models" / "tiny-a", seed=0)
-    inst = {
-        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 1024, "max_num_seqs": 8, "enforce_eager": True},
-    }  # fmt: skip
-    plan = {
-        "kind": "plan", "version": 1, "selected": "bench",
-        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-        "points": [{"name": "bench", "instances": [inst]}],
-    }  # fmt: skip
-    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    return d / "plan.yaml"
+    return plan
 
 
 def predicted_wake_s(d: Path) -> float:
@@ -320,11 +301,7 @@ def main() -> None:
         print((d / "gateway.log").read_text()[-3000:], file=sys.stderr)
         raise
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)  # SIGTERM, then SIGKILL after 30 s
         gw_log.close()
         subprocess.run(
             [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],

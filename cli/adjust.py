@@ -19,6 +19,9 @@ from planner.adjuster.backends import BackendKind
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PlanSloOpt,
     StateDirOpt,
     console,
     err_console,
@@ -80,13 +83,9 @@ def adjust_cmd(
     start_point: Annotated[
         str | None, typer.Option("--start-point", help="Replay: point in force at the start.")
     ] = None,
-    cluster: Annotated[
-        Path | None, typer.Option("--cluster", help="default: plan.inputs.cluster.")
-    ] = None,
-    models: Annotated[
-        Path | None, typer.Option("--models", help="default: plan.inputs.models.")
-    ] = None,
-    slo: Annotated[Path | None, typer.Option("--slo", help="default: plan.inputs.slo.")] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
+    slo: PlanSloOpt = None,
     backend: BackendOpt = BackendKind.LOCAL,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="Seconds to wait for each server.")

@@ -13,6 +13,9 @@ from planner.cli.apply_checks import check_host, placed, port_lookup, settle_row
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PointOpt,
     StateDirOpt,
     console,
     err_console,
@@ -138,10 +141,7 @@ def apply_cmd(
         Path | None,
         typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`."),
     ] = None,
-    point: Annotated[
-        str | None,
-        typer.Option("--point", help="Point to apply; default: the plan's selected one."),
-    ] = None,
+    point: PointOpt = None,
     backend: BackendOpt = BackendKind.LOCAL,
     state_dir: StateDirOpt = None,
     dry_run: Annotated[
@@ -150,12 +150,8 @@ def apply_cmd(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="Seconds to wait for each server to be ready.")
     ] = 300.0,
-    cluster: Annotated[
-        Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster.")
-    ] = None,
-    models: Annotated[
-        Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
-    ] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
     wait_lock: Annotated[
         float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
     ] = 0.0,
@@ -181,15 +177,7 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    if previous:
-        from planner.cli.history import previous_applied
-
-        plan_path, point = previous_applied(plan_path, point, state_dir)
-    elif plan_path is None:
-        raise InputError(
-            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
-        )
-
+    plan_path, point = _which_plan(plan_path, point, previous, state_dir)
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
@@ -215,21 +203,52 @@ def apply_cmd(
             with err_console.status(f"applying point {point or plan.selected} ..."):
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
-            nodes = {i.node for i in plan.point(point).instances}
-            here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
-            state.set_meta(
-                plan_path=str(plan_path.resolve()), node=here,
-                port_base=str(base) if base is not None else "",
-            )  # fmt: skip
-            from planner.cli.history import keep_previous
-
-            keep_previous(state, before, str(plan_path.resolve()), result.point)
+            _remember(state, before, result, plan, plan_path, point, node, base)
     _show(result, json_out, dry_run)
     if result.error is not None:
         from planner.cli.common import print_error
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
+
+
+def _which_plan(
+    plan_path: Path | None, point: str | None, previous: bool, state_dir: Path | None
+) -> tuple[Path, str | None]:
+    """The plan file and point to apply: those given, or with `--previous` the ones in
+    force before the last apply."""
+    if previous:
+        from planner.cli.history import previous_applied
+
+        return previous_applied(plan_path, point, state_dir)
+    if plan_path is None:
+        raise InputError(
+            "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
+        )
+    return plan_path, point
+
+
+def _remember(
+    state: Any,
+    before: Any,
+    result: Any,
+    plan: Any,
+    plan_path: Path,
+    point: str | None,
+    node: str | None,
+    base: int | None,
+) -> None:
+    """Record what is now in force (plan, node, port base) for the gateway, adjust and the
+    next apply, and keep what was in force before for `--previous`."""
+    from planner.cli.history import keep_previous
+
+    nodes = {i.node for i in plan.point(point).instances}
+    here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
+    state.set_meta(
+        plan_path=str(plan_path.resolve()), node=here,
+        port_base=str(base) if base is not None else "",
+    )  # fmt: skip
+    keep_previous(state, before, str(plan_path.resolve()), result.point)
 
 
 def _show(result: Any, json_out: bool, dry_run: bool) -> None:

@@ -50,6 +50,24 @@ BackendOpt = Annotated[
     ),
 ]
 
+PlanArg = Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")]
+PointOpt = Annotated[
+    str | None, typer.Option("--point", help="Point of the plan; default: its selected one.")
+]
+# The inputs a plan records, overridden by a flag (apply, adjust, gateway, evaluate, explain).
+PlanClusterOpt = Annotated[
+    Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster.")
+]
+PlanModelsOpt = Annotated[
+    Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
+]
+PlanSloOpt = Annotated[
+    Path | None, typer.Option("--slo", help="slo.yaml; default: plan.inputs.slo.")
+]
+ProfilesOpt = Annotated[
+    Path | None, typer.Option("--profiles", help="Profile directory (calibration).")
+]
+
 
 def open_backend(kind: str, cluster: Any = None, *, starts_engines: str | None = None) -> Any:
     """The backend `kind` for `cluster` (its device from the cluster file), after checking the

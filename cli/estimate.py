@@ -49,8 +49,58 @@ def estimate_row(
     engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
-    from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+
+    arch, gpu, q, kvd, nums, link = _scenario(row, where)
+    perf = instance_perf(
+        arch,
+        q,
+        gpu,
+        nums["tp"],
+        kv_cache_dtype=kvd,
+        interconnect=link,
+        calib=calibs.get(gpu.name),
+        **(engine or {}),
+    )
+    # clients at fixed lengths, as a serving benchmark runs them: partly in step
+    loop = closed_loop(
+        perf, nums["input_len"], nums["output_len"], nums["concurrency"], rounds=1 / BURST_SHARE
+    )
+    ttft, tpot, tps = loop.ttft_s, loop.tpot_s, loop.tokens_per_s
+    fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
+    return {
+        "model": arch.name,
+        "gpu": gpu.name,
+        "tp": nums["tp"],
+        "quantization": q,
+        "interconnect": link,
+        "input_len": nums["input_len"],
+        "output_len": nums["output_len"],
+        "concurrency": nums["concurrency"],
+        "fits": perf.fits,
+        "weights_gib_per_gpu": round(perf.weights_gib_per_gpu, 4),
+        "kv_bytes_per_token": perf.kv_bytes_per_token,
+        "max_kv_tokens": perf.max_kv_tokens,
+        # what the engine runs with: the flags given, else vLLM's defaults for this GPU
+        "max_num_seqs": perf.max_num_seqs,
+        "max_num_batched_tokens": perf.chunk_tokens,
+        # the share of requests arriving together with the other clients' (closedloop.py)
+        "burst_share": BURST_SHARE,
+        "ttft_s": fin(ttft),
+        "tpot_s": fin(tpot),
+        "output_tokens_per_s": round(tps, 3),
+        # which kernel layer gave the linear layers' rate: measured, interpolated, roofline
+        "source": perf.step.kernel_source,
+        "cold_start_s": round(perf.cold_start_s, 3),
+        "wake_host_s": round(perf.wake_host_s, 3),
+        "wake_disk_s": round(perf.wake_disk_s, 3),
+    }
+
+
+def _scenario(row: dict[str, Any], where: tuple[str | None, str]) -> tuple:
+    """(arch, GPU, quantization, KV dtype, {tp, input_len, output_len, concurrency},
+    interconnect) of one scenario, each checked; an InputError names the flag or column."""
+    from planner.catalog.gpus import resolve_gpu
     from planner.optimizer.perf.memory import KV_DTYPES, WEIGHT_QUANTS
     from planner.schemas import check_tp
 
@@ -107,49 +157,7 @@ def estimate_row(
             path=f("interconnect"),
             fix="use pcie or nvlink",
         )
-    perf = instance_perf(
-        arch,
-        q,
-        gpu,
-        nums["tp"],
-        kv_cache_dtype=kvd,
-        interconnect=link,
-        calib=calibs.get(gpu.name),
-        **(engine or {}),
-    )
-    # clients at fixed lengths, as a serving benchmark runs them: partly in step
-    loop = closed_loop(
-        perf, nums["input_len"], nums["output_len"], nums["concurrency"], rounds=1 / BURST_SHARE
-    )
-    ttft, tpot, tps = loop.ttft_s, loop.tpot_s, loop.tokens_per_s
-    fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
-    return {
-        "model": arch.name,
-        "gpu": gpu.name,
-        "tp": nums["tp"],
-        "quantization": q,
-        "interconnect": link,
-        "input_len": nums["input_len"],
-        "output_len": nums["output_len"],
-        "concurrency": nums["concurrency"],
-        "fits": perf.fits,
-        "weights_gib_per_gpu": round(perf.weights_gib_per_gpu, 4),
-        "kv_bytes_per_token": perf.kv_bytes_per_token,
-        "max_kv_tokens": perf.max_kv_tokens,
-        # what the engine runs with: the flags given, else vLLM's defaults for this GPU
-        "max_num_seqs": perf.max_num_seqs,
-        "max_num_batched_tokens": perf.chunk_tokens,
-        # the share of requests arriving together with the other clients' (closedloop.py)
-        "burst_share": BURST_SHARE,
-        "ttft_s": fin(ttft),
-        "tpot_s": fin(tpot),
-        "output_tokens_per_s": round(tps, 3),
-        # which kernel layer gave the linear layers' rate: measured, interpolated, roofline
-        "source": perf.step.kernel_source,
-        "cold_start_s": round(perf.cold_start_s, 3),
-        "wake_host_s": round(perf.wake_host_s, 3),
-        "wake_disk_s": round(perf.wake_disk_s, 3),
-    }
+    return arch, gpu, q, kvd, nums, link
 
 
 def _read_batch(path: Path) -> list[dict[str, Any]]:
@@ -230,136 +238,142 @@ def _print_human(r: dict[str, Any]) -> None:
         )
 
 
+_Model = Annotated[
+    str | None, typer.Option("--model", help="Catalog name, org/name, or a config.json path.")
+]
+_Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU type (`planner catalog gpus`).")]
+_Quantization = Annotated[
+    str,
+    typer.Option(
+        "--quantization",
+        help="bf16, fp16, fp8, awq, gptq, int4, mxfp4 or nvfp4 (fp4 only on Blackwell).",
+    ),
+]
+_MaxModelLen = Annotated[
+    int | None,
+    typer.Option("--max-model-len", min=16, help="Longest sequence; default min(model's, 32768)."),
+]
+_GpuMemoryUtilization = Annotated[
+    float,
+    typer.Option(
+        "--gpu-memory-utilization", min=0.05, max=1.0, help="Share of GPU memory vLLM may use."
+    ),
+]
+_MaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs", min=1, help="Batch cap; default: vLLM's for the GPU (see --json)."
+    ),
+]
+_MaxNumBatchedTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-batched-tokens",
+        min=16,
+        help="Tokens per step (chunked prefill); default: vLLM's for the GPU.",
+    ),
+]
+_Interconnect = Annotated[
+    str | None,
+    typer.Option(
+        "--interconnect", help="pcie or nvlink between the TP GPUs; default: nvlink on SXM."
+    ),
+]
+_EntryPoint = Annotated[
+    str,
+    typer.Option(
+        "--entry-point",
+        help="How vLLM is started, which sets its defaults: serve (OpenAI server) or offline (LLM class).",
+    ),
+]
+_Profiles = Annotated[
+    Path | None,
+    typer.Option("--profiles", help="Profile dir/file: fitted factors replace the defaults."),
+]
+_Batch = Annotated[
+    Path | None, typer.Option("--batch", help="CSV of scenarios (columns named like the flags).")
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add `planner estimate`."""
+    app.command("estimate")(estimate)
 
-    @app.command()
-    def estimate(
-        model: Annotated[
-            str | None,
-            typer.Option("--model", help="Catalog name, org/name, or a config.json path."),
-        ] = None,
-        gpu: Annotated[
-            str | None, typer.Option("--gpu", help="GPU type (`planner catalog gpus`).")
-        ] = None,
-        tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
-        quantization: Annotated[
-            str,
-            typer.Option(
-                "--quantization",
-                help="bf16, fp16, fp8, awq, gptq, int4, mxfp4 or nvfp4 (fp4 only on Blackwell).",
-            ),
-        ] = "bf16",
-        kv_cache_dtype: Annotated[
-            str, typer.Option("--kv-cache-dtype", help="auto or fp8.")
-        ] = "auto",
-        input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 1024,
-        output_len: Annotated[int, typer.Option("--output-len", help="Generated tokens.")] = 256,
-        concurrency: Annotated[
-            int, typer.Option("--concurrency", help="Clients sending back to back.")
-        ] = 1,
-        max_model_len: Annotated[
-            int | None,
-            typer.Option(
-                "--max-model-len", min=16, help="Longest sequence; default min(model's, 32768)."
-            ),
-        ] = None,
-        gpu_memory_utilization: Annotated[
-            float,
-            typer.Option(
-                "--gpu-memory-utilization",
-                min=0.05,
-                max=1.0,
-                help="Share of GPU memory vLLM may use.",
-            ),
-        ] = 0.9,
-        max_num_seqs: Annotated[
-            int | None,
-            typer.Option(
-                "--max-num-seqs", min=1, help="Batch cap; default: vLLM's for the GPU (see --json)."
-            ),
-        ] = None,
-        max_num_batched_tokens: Annotated[
-            int | None,
-            typer.Option(
-                "--max-num-batched-tokens",
-                min=16,
-                help="Tokens per step (chunked prefill); default: vLLM's for the GPU.",
-            ),
-        ] = None,
-        interconnect: Annotated[
-            str | None,
-            typer.Option(
-                "--interconnect", help="pcie or nvlink between the TP GPUs; default: nvlink on SXM."
-            ),
-        ] = None,
-        entry_point: Annotated[
-            str,
-            typer.Option(
-                "--entry-point",
-                help="How vLLM is started, which sets its defaults: serve (OpenAI server) or offline (LLM class).",
-            ),
-        ] = "serve",
-        profiles: Annotated[
-            Path | None,
-            typer.Option(
-                "--profiles", help="Profile dir/file: fitted factors replace the defaults."
-            ),
-        ] = None,
-        batch: Annotated[
-            Path | None,
-            typer.Option("--batch", help="CSV of scenarios (columns named like the flags)."),
-        ] = None,
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
-        from planner.engines.base import ENTRY_POINTS
 
-        if entry_point not in ENTRY_POINTS:
-            raise InputError(
-                f"unknown entry point {entry_point!r}",
-                path="--entry-point",
-                fix=f"use one of {list(ENTRY_POINTS)}",
-            )
-        calibs = calibration(profiles) or {}
-        engine = dict(
-            max_model_len=max_model_len,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            entry_point=entry_point,
-        )
-        if batch is not None:
-            rows = _read_batch(batch)
-            out = [
-                estimate_row(r, calibs, (str(batch), f"row {i + 1}."), engine)
-                for i, r in enumerate(rows)
-            ]
-            if json_out:
-                print_json(out)
-            else:
-                for r in out:
-                    _print_human(r)
-            return
-        if model is None or gpu is None:
-            raise InputError(
-                "--model and --gpu are required (or --batch FILE)",
-                path="--model" if model is None else "--gpu",
-                fix="e.g. `planner estimate --model Llama-3.1-8B-Instruct --gpu L40S`",
-            )
-        row = dict(
-            model=model,
-            gpu=gpu,
-            tp=tp,
-            quantization=quantization,
-            kv_cache_dtype=kv_cache_dtype,
-            input_len=input_len,
-            output_len=output_len,
-            concurrency=concurrency,
-            interconnect=interconnect,
-        )
-        r = estimate_row(row, calibs, (None, ""), engine)
+def estimate(
+    model: _Model = None,
+    gpu: _Gpu = None,
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
+    quantization: _Quantization = "bf16",
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype", help="auto or fp8.")] = "auto",
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens.")] = 1024,
+    output_len: Annotated[int, typer.Option("--output-len", help="Generated tokens.")] = 256,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", help="Clients sending back to back.")
+    ] = 1,
+    max_model_len: _MaxModelLen = None,
+    gpu_memory_utilization: _GpuMemoryUtilization = 0.9,
+    max_num_seqs: _MaxNumSeqs = None,
+    max_num_batched_tokens: _MaxNumBatchedTokens = None,
+    interconnect: _Interconnect = None,
+    entry_point: _EntryPoint = "serve",
+    profiles: _Profiles = None,
+    batch: _Batch = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
+    _check_entry_point(entry_point)
+    calibs = calibration(profiles) or {}
+    engine = dict(
+        max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        entry_point=entry_point,
+    )
+    if batch is not None:
+        rows = _read_batch(batch)
+        out = [
+            estimate_row(r, calibs, (str(batch), f"row {i + 1}."), engine)
+            for i, r in enumerate(rows)
+        ]
         if json_out:
-            print_json(r)
+            print_json(out)
         else:
-            _print_human(r)
+            for r in out:
+                _print_human(r)
+        return
+    if model is None or gpu is None:
+        raise InputError(
+            "--model and --gpu are required (or --batch FILE)",
+            path="--model" if model is None else "--gpu",
+            fix="e.g. `planner estimate --model Llama-3.1-8B-Instruct --gpu L40S`",
+        )
+    row = dict(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        quantization=quantization,
+        kv_cache_dtype=kv_cache_dtype,
+        input_len=input_len,
+        output_len=output_len,
+        concurrency=concurrency,
+        interconnect=interconnect,
+    )
+    r = estimate_row(row, calibs, (None, ""), engine)
+    if json_out:
+        print_json(r)
+    else:
+        _print_human(r)
+
+
+def _check_entry_point(entry_point: str) -> None:
+    """`--entry-point` names one vLLM has."""
+    from planner.engines.base import ENTRY_POINTS
+
+    if entry_point not in ENTRY_POINTS:
+        raise InputError(
+            f"unknown entry point {entry_point!r}",
+            path="--entry-point",
+            fix=f"use one of {list(ENTRY_POINTS)}",
+        )

@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import (
+    JsonOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PlanSloOpt,
+    PointOpt,
+    ProfilesOpt,
+    console,
+    print_json,
+)
 from planner.errors import InputError
 
 BASELINE_NAMES = ("static", "lru", "melange", "lru-matched")
@@ -28,10 +37,7 @@ def evaluate_points(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(name -> SimResult, point name -> CapacityReport) for the chosen plan points and
     baseline; `lru-matched` runs each point's `lru@` twin right after it."""
-    from planner.app.inputs import resolve
-    from planner.cli.common import err_console
-    from planner.cli.inputs import calibration, input_path, quiet_c_stdout
-    from planner.optimizer import baselines, scoring
+    from planner.optimizer import scoring
     from planner.optimizer.capacity import (
         capacity_report,
         point_capacity_rps,
@@ -39,68 +45,16 @@ def evaluate_points(
     )
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.demand import model_demand
-    from planner.optimizer.sim.perfs import perfs_for_point
     from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
-    from planner.schemas import load_cluster, load_models, load_slo
     from planner.trace import read_trace
 
-    if baseline == "lru-matched" and plan_path is None:
-        raise InputError(
-            "the lru-matched baseline is one twin per plan point: give a PLAN",
-            path="--baseline",
-            fix="planner evaluate plan.yaml --workload trace.csv --baseline lru-matched",
-        )
-    if plan_path is None and baseline is None:
-        raise InputError(
-            "give a PLAN, or --baseline with --cluster/--models/--slo",
-            path="PLAN",
-            fix="planner evaluate plan.yaml --workload trace.csv",
-        )
-    if baseline is not None and baseline not in BASELINE_NAMES:
-        raise InputError(
-            f"unknown baseline {baseline!r}",
-            path="--baseline",
-            fix=f"use one of {list(BASELINE_NAMES)}",
-        )
-    plan = None
-    if plan_path is not None:  # the one resolver: the plan's inputs and calibration, checked
-        r = resolve(
-            plan_path, cluster=cluster_path, models=models_path, slo=slo_path,
-            profiles=profiles, need_slo=True,
-        )  # fmt: skip
-        plan, cluster, models, slo, calib = r.plan, r.cluster, r.models, r.slo, r.calib
-        for w in r.warnings:
-            err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    else:
-        cluster = load_cluster(input_path(cluster_path, None, None, "cluster"))
-        models = load_models(input_path(models_path, None, None, "models"))
-        slo = load_slo(input_path(slo_path, None, None, "slo"))
-        calib = calibration(profiles) or {}
+    _check_choice(plan_path, baseline)
+    plan, cluster, models, slo, calib = _inputs(
+        plan_path, cluster_path, models_path, slo_path, profiles
+    )
     trace = read_trace(workload, models.names)
-
-    todo: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = []
-    if plan is not None:
-        if all_points:
-            pts = plan.points
-        else:
-            try:
-                pts = [plan.point(point)]
-            except KeyError:
-                raise InputError(
-                    f"no point named {point!r}",
-                    file=str(plan_path),
-                    path="--point",
-                    fix=f"use one of {[p.name for p in plan.points]}",
-                ) from None
-        for p in pts:
-            todo.append((p.name, p, perfs_for_point(p, cluster, models, calib), {}))
-    if baseline is not None and baseline != "lru-matched":
-        with quiet_c_stdout():
-            b = baselines.build(baseline, cluster, models, slo, trace)
-        perfs = perfs_for_point(b.point, cluster, models, calib) if calib else b.perfs
-        name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
-        todo.append((name, b.point, perfs, b.simulate_kwargs()))
+    todo = _todo(plan, plan_path, point, all_points, baseline, cluster, models, slo, calib, trace)
     req = to_requests(trace, models.names)
     demand = model_demand(trace) if plan is not None else {}  # for the points' capacity
     cfg = OptimizeConfig()
@@ -131,6 +85,98 @@ def evaluate_points(
                 host_margin=cfg.host_memory_margin,
             )
     return results, capacity
+
+
+def _check_choice(plan_path: Path | None, baseline: str | None) -> None:
+    """A plan, a known baseline, or both; `lru-matched` only with a plan."""
+    if baseline == "lru-matched" and plan_path is None:
+        raise InputError(
+            "the lru-matched baseline is one twin per plan point: give a PLAN",
+            path="--baseline",
+            fix="planner evaluate plan.yaml --workload trace.csv --baseline lru-matched",
+        )
+    if plan_path is None and baseline is None:
+        raise InputError(
+            "give a PLAN, or --baseline with --cluster/--models/--slo",
+            path="PLAN",
+            fix="planner evaluate plan.yaml --workload trace.csv",
+        )
+    if baseline is not None and baseline not in BASELINE_NAMES:
+        raise InputError(
+            f"unknown baseline {baseline!r}",
+            path="--baseline",
+            fix=f"use one of {list(BASELINE_NAMES)}",
+        )
+
+
+def _inputs(
+    plan_path: Path | None,
+    cluster_path: Path | None,
+    models_path: Path | None,
+    slo_path: Path | None,
+    profiles: Path | None,
+) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+    """(plan or None, cluster, models, SLO, calibration): the plan's recorded inputs (the
+    one resolver, checked; a flag overrides one), else the flags' files."""
+    from planner.app.inputs import resolve
+    from planner.cli.common import err_console
+    from planner.cli.inputs import calibration, input_path
+    from planner.schemas import load_cluster, load_models, load_slo
+
+    if plan_path is not None:
+        r = resolve(
+            plan_path, cluster=cluster_path, models=models_path, slo=slo_path,
+            profiles=profiles, need_slo=True,
+        )  # fmt: skip
+        for w in r.warnings:
+            err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        return r.plan, r.cluster, r.models, r.slo, r.calib
+    cluster = load_cluster(input_path(cluster_path, None, None, "cluster"))
+    models = load_models(input_path(models_path, None, None, "models"))
+    slo = load_slo(input_path(slo_path, None, None, "slo"))
+    return None, cluster, models, slo, calibration(profiles) or {}
+
+
+def _todo(
+    plan: Any,
+    plan_path: Path | None,
+    point: str | None,
+    all_points: bool,
+    baseline: str | None,
+    cluster: Any,
+    models: Any,
+    slo: Any,
+    calib: dict[str, Any],
+    trace: Any,
+) -> list[tuple[str, Any, dict[str, Any], dict[str, Any]]]:
+    """What to simulate: (name, point, perfs, `simulate` keywords; none for a plan point)."""
+    from planner.cli.inputs import quiet_c_stdout
+    from planner.optimizer import baselines
+    from planner.optimizer.sim.perfs import perfs_for_point
+
+    todo: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = []
+    if plan is not None:
+        if all_points:
+            pts = plan.points
+        else:
+            try:
+                pts = [plan.point(point)]
+            except KeyError:
+                raise InputError(
+                    f"no point named {point!r}",
+                    file=str(plan_path),
+                    path="--point",
+                    fix=f"use one of {[p.name for p in plan.points]}",
+                ) from None
+        for p in pts:
+            todo.append((p.name, p, perfs_for_point(p, cluster, models, calib), {}))
+    if baseline is not None and baseline != "lru-matched":
+        with quiet_c_stdout():
+            b = baselines.build(baseline, cluster, models, slo, trace)
+        perfs = perfs_for_point(b.point, cluster, models, calib) if calib else b.perfs
+        name = baseline if baseline not in {t[0] for t in todo} else f"baseline-{baseline}"
+        todo.append((name, b.point, perfs, b.simulate_kwargs()))
+    return todo
 
 
 def capacity_table(report: Any, title: str):
@@ -262,86 +308,81 @@ def plot(results: dict[str, Any], out: Path) -> None:
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
+    app.command("evaluate")(evaluate)
 
-    @app.command()
-    def evaluate(
-        plan: Annotated[
-            Path | None,
-            typer.Argument(
-                metavar="PLAN", help="plan.yaml to evaluate (optional with --baseline)."
-            ),
-        ] = None,
-        workload: Annotated[
-            Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")
-        ] = ...,  # type: ignore[assignment]
-        point: Annotated[
-            str | None,
-            typer.Option("--point", help="Point to evaluate (default: the selected one)."),
-        ] = None,
-        all_points: Annotated[
-            bool, typer.Option("--all-points", help="Evaluate every point of the plan.")
-        ] = False,
-        baseline: Annotated[
-            str | None,
-            typer.Option(
-                "--baseline",
-                help="Also evaluate a baseline: static, lru, melange, or lru-matched "
-                "(each point's lru@ twin: reactive LRU on its instances within its warm GiB).",
-            ),
-        ] = None,
-        cluster: Annotated[
-            Path | None, typer.Option("--cluster", help="cluster.yaml (default: the plan's).")
-        ] = None,
-        models: Annotated[
-            Path | None, typer.Option("--models", help="models.yaml (default: the plan's).")
-        ] = None,
-        slo: Annotated[
-            Path | None, typer.Option("--slo", help="slo.yaml (default: the plan's).")
-        ] = None,
-        profiles: Annotated[
-            Path | None, typer.Option("--profiles", help="Profile directory (calibration).")
-        ] = None,
-        json_out: JsonOpt = False,
-        plot_out: Annotated[
-            Path | None,
-            typer.Option("--plot", help="Write a PNG of latency and warm memory over time."),
-        ] = None,
-    ) -> None:
-        """Replay a trace against plan points (and a baseline) in the simulator."""
-        if point is not None and all_points:
-            raise InputError(
-                "--point and --all-points exclude each other",
-                path="--point",
-                fix="give one of them",
-            )
-        busy = contextlib.nullcontext() if json_out else console.status("simulating...")
-        with busy:
-            results, capacity = evaluate_points(
-                plan,
-                workload,
-                point=point,
-                all_points=all_points,
-                baseline=baseline,
-                cluster_path=cluster,
-                models_path=models,
-                slo_path=slo,
-                profiles=profiles,
-            )
-        if plot_out is not None:
-            plot(results, plot_out)
-        if json_out:
-            print_json(
-                {
-                    "points": {n: r.to_metrics() for n, r in results.items()},
-                    "capacity": {n: c.to_json() for n, c in capacity.items()},
-                }
-            )
-            return
-        _table(results)
-        for name, c in capacity.items():
-            if c.overloaded:
-                console.print(capacity_table(c, f"{name}: demand beyond what the point can serve"))
-            for model, why in c.slow.items():
-                console.print(f"[yellow]note:[/] {name}: {model}: {why}", highlight=False)
-        if plot_out is not None:
-            console.print(f"plot: {plot_out}")
+
+def evaluate(
+    plan: Annotated[
+        Path | None,
+        typer.Argument(metavar="PLAN", help="plan.yaml to evaluate (optional with --baseline)."),
+    ] = None,
+    workload: Annotated[
+        Path, typer.Option("--workload", help="Trace file (CSV, JSONL, Parquet, SQLite).")
+    ] = ...,  # type: ignore[assignment]
+    point: PointOpt = None,
+    all_points: Annotated[
+        bool, typer.Option("--all-points", help="Evaluate every point of the plan.")
+    ] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            help="Also evaluate a baseline: static, lru, melange, or lru-matched "
+            "(each point's lru@ twin: reactive LRU on its instances within its warm GiB).",
+        ),
+    ] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
+    slo: PlanSloOpt = None,
+    profiles: ProfilesOpt = None,
+    json_out: JsonOpt = False,
+    plot_out: Annotated[
+        Path | None,
+        typer.Option("--plot", help="Write a PNG of latency and warm memory over time."),
+    ] = None,
+) -> None:
+    """Replay a trace against plan points (and a baseline) in the simulator."""
+    if point is not None and all_points:
+        raise InputError(
+            "--point and --all-points exclude each other",
+            path="--point",
+            fix="give one of them",
+        )
+    busy = contextlib.nullcontext() if json_out else console.status("simulating...")
+    with busy:
+        results, capacity = evaluate_points(
+            plan,
+            workload,
+            point=point,
+            all_points=all_points,
+            baseline=baseline,
+            cluster_path=cluster,
+            models_path=models,
+            slo_path=slo,
+            profiles=profiles,
+        )
+    if plot_out is not None:
+        plot(results, plot_out)
+    if json_out:
+        print_json(
+            {
+                "points": {n: r.to_metrics() for n, r in results.items()},
+                "capacity": {n: c.to_json() for n, c in capacity.items()},
+            }
+        )
+        return
+    _print_results(results, capacity, plot_out)
+
+
+def _print_results(
+    results: dict[str, Any], capacity: dict[str, Any], plot_out: Path | None
+) -> None:
+    """The metrics table, the points' capacity shortfalls and where the plot went."""
+    _table(results)
+    for name, c in capacity.items():
+        if c.overloaded:
+            console.print(capacity_table(c, f"{name}: demand beyond what the point can serve"))
+        for model, why in c.slow.items():
+            console.print(f"[yellow]note:[/] {name}: {model}: {why}", highlight=False)
+    if plot_out is not None:
+        console.print(f"plot: {plot_out}")

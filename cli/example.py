@@ -112,6 +112,33 @@ def write_cpu_example(out_dir: Path, *, build_models: bool = True) -> list[Path]
     return written
 
 
+def write_one_instance_plan(
+    d: Path, port: int, *, point: str = "p", engine: dict | None = None
+) -> Path:
+    """The cpu example's inputs with tiny-a only (the plan check refuses a point that leaves
+    a model of the models file out) and `plan.yaml`: one point of one host-tier instance of
+    tiny-a on `port` (`engine`: more engine settings). The gateway's tests and bench."""
+    import yaml
+
+    for name, text in CPU_FILES.items():
+        (d / name).write_text(text)
+    models = yaml.safe_load((d / "models.yaml").read_text())
+    models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
+    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    inst = {
+        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
+        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {"max_model_len": 1024, "max_num_seqs": 8, **(engine or {})},
+    }  # fmt: skip
+    plan = {
+        "kind": "plan", "version": 1, "selected": point,
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+        "points": [{"name": point, "instances": [inst]}],
+    }  # fmt: skip
+    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
+    return d / "plan.yaml"
+
+
 def example_cmd(
     name: Annotated[
         str, typer.Argument(metavar="NAME", help="cpu or lab16 (a folder of plans/examples/).")

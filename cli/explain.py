@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import (
+    JsonOpt,
+    PlanArg,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PointOpt,
+    console,
+    print_json,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,20 +24,14 @@ def register(app: typer.Typer) -> None:
 
 
 def explain_cmd(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")],
-    point: Annotated[
-        str | None, typer.Option("--point", help="point name; default: the selected one")
-    ] = None,
+    plan_path: PlanArg,
+    point: PointOpt = None,
     workload: Annotated[
         Path | None,
         typer.Option("--workload", help="trace to take demand from; default: the plan's summary"),
     ] = None,
-    cluster: Annotated[
-        Path | None, typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster")
-    ] = None,
-    models: Annotated[
-        Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models")
-    ] = None,
+    cluster: PlanClusterOpt = None,
+    models: PlanModelsOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """For each model of a point as the file places it: what binds, what its tier costs, what else would fit."""

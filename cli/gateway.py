@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 
 from planner.adjuster.backends import BackendKind
-from planner.cli.common import BackendOpt, err_console, require_extra
+from planner.cli.common import (
+    BackendOpt,
+    PlanClusterOpt,
+    PlanModelsOpt,
+    PointOpt,
+    err_console,
+    require_extra,
+)
 from planner.optimizer.admission import QUEUE_LIMIT  # the one queue model (light import)
 
 
@@ -66,9 +73,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def gateway(
         plan: Annotated[Path, typer.Option("--plan", help="plan.yaml that was applied.")],
-        point: Annotated[
-            str | None, typer.Option("--point", help="Plan point (default: the selected one).")
-        ] = None,
+        point: PointOpt = None,
         host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
         port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8000,
         state_dir: Annotated[
@@ -78,13 +83,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         backend: BackendOpt = BackendKind.LOCAL,
-        cluster: Annotated[
-            Path | None,
-            typer.Option("--cluster", help="cluster.yaml; default: plan.inputs.cluster."),
-        ] = None,
-        models: Annotated[
-            Path | None, typer.Option("--models", help="models.yaml; default: plan.inputs.models.")
-        ] = None,
+        cluster: PlanClusterOpt = None,
+        models: PlanModelsOpt = None,
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
         ] = QUEUE_LIMIT,

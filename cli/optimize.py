@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json
+from planner.cli.common import JsonOpt, ProfilesOpt, console, err_console, print_json
 from planner.errors import InputError
 from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.point_metrics import metrics_json
 
 if TYPE_CHECKING:
     from planner.optimizer.point_metrics import PointMetrics
@@ -21,6 +22,11 @@ _D = OptimizeConfig()
 def register(app: typer.Typer) -> None:
     """Add `optimize`."""
     app.command("optimize")(optimize_cmd)
+
+
+def _opt(field: str, *flags: str, **kw: Any) -> Any:
+    """A typer option whose help is the `OptimizeConfig` field's description."""
+    return typer.Option(*flags, help=OptimizeConfig.model_fields[field].description, **kw)
 
 
 def optimize_cmd(
@@ -35,52 +41,21 @@ def optimize_cmd(
         Path | None,
         typer.Option("--output", "-o", help="plan file; default plans/<cluster>.plan.yaml"),
     ] = None,
-    profiles: Annotated[
-        Path | None, typer.Option("--profiles", help="folder of profiles (calibration)")
-    ] = None,
-    evals: Annotated[
-        int, typer.Option(help=OptimizeConfig.model_fields["evals"].description, min=1, max=500)
-    ] = _D.evals,
-    seed: Annotated[
-        int, typer.Option(help=OptimizeConfig.model_fields["seed"].description, min=0)
-    ] = _D.seed,
-    time_limit: Annotated[
-        float,
-        typer.Option(
-            "--time-limit", help=OptimizeConfig.model_fields["milp_time_limit_s"].description
-        ),
-    ] = _D.milp_time_limit_s,
+    profiles: ProfilesOpt = None,
+    evals: Annotated[int, _opt("evals", min=1, max=500)] = _D.evals,
+    seed: Annotated[int, _opt("seed", min=0)] = _D.seed,
+    time_limit: Annotated[float, _opt("milp_time_limit_s", "--time-limit")] = _D.milp_time_limit_s,
     report: Annotated[
         Path | None,
         typer.Option("--report", help="draw the Pareto front and placement (.png or .html)"),
     ] = None,
-    baselines: Annotated[
-        bool,
-        typer.Option(
-            "--baselines/--no-baselines", help=OptimizeConfig.model_fields["baselines"].description
-        ),
-    ] = _D.baselines,
+    baselines: Annotated[bool, _opt("baselines", "--baselines/--no-baselines")] = _D.baselines,
     validate_days: Annotated[
-        int | None,
-        typer.Option(
-            "--validate-days",
-            help=OptimizeConfig.model_fields["validate_days"].description,
-            min=0,
-            max=366,
-        ),
+        int | None, _opt("validate_days", "--validate-days", min=0, max=366)
     ] = _D.validate_days,
-    held_back: Annotated[
-        str,
-        typer.Option("--held-back", help=OptimizeConfig.model_fields["held_back"].description),
-    ] = _D.held_back,
+    held_back: Annotated[str, _opt("held_back", "--held-back")] = _D.held_back,
     quality_weight: Annotated[
-        float | None,
-        typer.Option(
-            "--quality-weight",
-            help=OptimizeConfig.model_fields["quality_weight"].description,
-            min=0,
-            max=1e6,
-        ),
+        float | None, _opt("quality_weight", "--quality-weight", min=0, max=1e6)
     ] = _D.quality_weight,
     jobs: Annotated[
         int | None,
@@ -96,22 +71,12 @@ def optimize_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
+    from planner.app.plans import plan_from_result
     from planner.cli import inputs as inp
-    from planner.forkmap import default_workers, fork_map
-    from planner.optimizer.search import optimize
     from planner.planfile import write_plan
-    from planner.schemas import check_pins
 
-    if report is not None and report.suffix not in (".png", ".html"):
-        raise InputError(
-            "unsupported report format", file=str(report), fix="use a .png or .html file name"
-        )
-    cl = inp.cluster(cluster)
-    ms = inp.models(models)
-    check_pins(ms, cl, file=str(models))
-    sl = inp.slo(slo, ms)
-    trace = inp.workload(workload, ms, seed)
-    calib = inp.calibration(profiles)
+    _check_report_name(report)
+    cl, ms, sl, trace, calib = _load(cluster, models, slo, workload, profiles, seed)
     cfg = OptimizeConfig(
         evals=evals,
         seed=seed,
@@ -122,42 +87,7 @@ def optimize_cmd(
         quality_weight=quality_weight,
     )
     inp.silence_solver_banner()
-    job_map = fork_map(jobs or default_workers())
-
-    if json_out:
-        result = optimize(
-            cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter, job_map=job_map
-        )
-    else:
-        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-        with Progress(
-            TextColumn("[bold]optimize"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.description}"),
-            console=console,
-            transient=True,
-        ) as bar:
-            task = bar.add_task("", total=evals)
-            lines = _ProgressLines(not console.is_terminal)
-
-            def progress(done: int, total: int, best: PointMetrics | None) -> None:
-                desc = (
-                    f"best: switch P95 {best.switch_p95_s:.2f} s, warm {best.warm_gpu_gib:.0f} GiB, "
-                    f"attainment {best.slo_attainment:.1%}"
-                    if best
-                    else lines.desc
-                )
-                bar.update(task, completed=done, total=total, description=desc)
-                lines.update(done, total, desc)
-
-            result = optimize(
-                cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map
-            )
-
-    from planner.app.plans import plan_from_result
+    result = _search(cl, ms, sl, trace, cfg, calib, jobs, show_progress=not json_out)
 
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
     refs = inp.provenance(  # relative to the plan: `apply` finds them from any folder
@@ -167,40 +97,105 @@ def optimize_cmd(
     plan = plan_from_result(result, cfg, inputs=refs, trace=trace, seed=seed)
     write_plan(out, plan, cl)
 
-    from planner.optimizer.point_metrics import metrics_json
-
-    base_metrics = metrics_json(result.baselines)
-    points = metrics_json(result.metrics)
-    twins = metrics_json(result.twins)
-    fitted = metrics_json(result.metrics_fit)
     if report is not None:
         from planner.cli.report import draw_report
 
-        draw_report(report, result, plan, base_metrics)
+        draw_report(report, result, plan, metrics_json(result.baselines))
     if json_out:
-        print_json(
-            {
-                "plan": str(out),
-                "selected": plan.selected,
-                "points": points,
-                "points_fit": fitted,
-                "twins": {f"lru@{n}": m for n, m in twins.items()},
-                "baselines": base_metrics,
-                "notes": plan.notes,
-                "capacity": result.capacity.to_json() if result.capacity else None,
-                "hops": {
-                    a: {b: h.model_dump() for b, h in d.items()} for a, d in plan.hops.items()
-                },
-                "validate_days": result.validate_days,
-                "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
-                "evaluations": len(result.evaluations),
-                "feasible_evaluations": sum(e.feasible for e in result.evaluations),
-                "milp_time_s": round(result.milp_time_s, 3),
-                "milp_max_s": round(result.milp_max_s, 3),
-                "sim_time_s": round(result.sim_time_s, 3),
-            }
+        print_json(_summary_json(result, plan, out))
+    else:
+        _print_summary(result, plan, out, sl)
+
+
+def _check_report_name(report: Path | None) -> None:
+    """A report is drawn as .png or .html: say so before the search, not after it."""
+    if report is not None and report.suffix not in (".png", ".html"):
+        raise InputError(
+            "unsupported report format", file=str(report), fix="use a .png or .html file name"
         )
-        return
+
+
+def _load(
+    cluster: Path, models: Path, slo: Path, workload: Path, profiles: Path | None, seed: int
+) -> tuple[Any, Any, Any, Any, Any]:
+    """The inputs, checked: cluster, models (pins against the cluster), SLO, trace and the
+    calibration of `profiles`."""
+    from planner.cli import inputs as inp
+    from planner.schemas import check_pins
+
+    cl = inp.cluster(cluster)
+    ms = inp.models(models)
+    check_pins(ms, cl, file=str(models))
+    sl = inp.slo(slo, ms)
+    return cl, ms, sl, inp.workload(workload, ms, seed), inp.calibration(profiles)
+
+
+def _search(
+    cl: Any, ms: Any, sl: Any, trace: Any, cfg: OptimizeConfig, calib: Any, jobs: int | None,
+    *, show_progress: bool,
+) -> Any:  # fmt: skip
+    """`optimize` on the loaded inputs, with a progress bar (and lines, off a terminal)."""
+    from planner.forkmap import default_workers, fork_map
+    from planner.optimizer.search import optimize
+
+    job_map = fork_map(jobs or default_workers())
+    if not show_progress:
+        return optimize(
+            cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter, job_map=job_map
+        )
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]optimize"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("", total=cfg.evals)
+        lines = _ProgressLines(not console.is_terminal)
+
+        def progress(done: int, total: int, best: PointMetrics | None) -> None:
+            desc = (
+                f"best: switch P95 {best.switch_p95_s:.2f} s, warm {best.warm_gpu_gib:.0f} GiB, "
+                f"attainment {best.slo_attainment:.1%}"
+                if best
+                else lines.desc
+            )
+            bar.update(task, completed=done, total=total, description=desc)
+            lines.update(done, total, desc)
+
+        return optimize(cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map)
+
+
+def _summary_json(result: Any, plan: Any, out: Path) -> dict[str, Any]:
+    """The `--json` summary of a run: where the plan went, its points, twins, baselines and
+    the search's figures."""
+    return {
+        "plan": str(out),
+        "selected": plan.selected,
+        "points": metrics_json(result.metrics),
+        "points_fit": metrics_json(result.metrics_fit),
+        "twins": {f"lru@{n}": m for n, m in metrics_json(result.twins).items()},
+        "baselines": metrics_json(result.baselines),
+        "notes": plan.notes,
+        "capacity": result.capacity.to_json() if result.capacity else None,
+        "hops": {a: {b: h.model_dump() for b, h in d.items()} for a, d in plan.hops.items()},
+        "validate_days": result.validate_days,
+        "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
+        "evaluations": len(result.evaluations),
+        "feasible_evaluations": sum(e.feasible for e in result.evaluations),
+        "milp_time_s": round(result.milp_time_s, 3),
+        "milp_max_s": round(result.milp_max_s, 3),
+        "sim_time_s": round(result.sim_time_s, 3),
+    }
+
+
+def _print_summary(result: Any, plan: Any, out: Path, sl: Any) -> None:
+    """The run's table (points beside their twins and the baselines), capacity shortfall,
+    notes and where the plan went."""
     from planner.cli.tables import metrics_table
 
     which = ", ".join(f"day {d} ({n} requests)" for d, n in result.held_days)
@@ -213,12 +208,12 @@ def optimize_cmd(
     console.print(
         metrics_table(
             f"Pareto points, each beside its lru@ twin, and baselines: simulated on {days}",
-            points,
-            base_metrics,
+            metrics_json(result.metrics),
+            metrics_json(result.baselines),
             selected=plan.selected,
             attainment=sl.attainment,
-            twins=twins,
-            fitted=fitted if result.validate_days else None,
+            twins=metrics_json(result.twins),
+            fitted=metrics_json(result.metrics_fit) if result.validate_days else None,
         )
     )
     if result.capacity is not None and result.capacity.overloaded:

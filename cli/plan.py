@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, print_json
+from planner.cli.common import JsonOpt, PlanArg, PointOpt, console, print_json
 
 plan_app = typer.Typer(help="Read plan files.", no_args_is_help=True)
 
@@ -19,10 +19,8 @@ def register(app: typer.Typer) -> None:
 
 @plan_app.command("show")
 def show_cmd(
-    plan_path: Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")],
-    point: Annotated[
-        str | None, typer.Option("--point", help="Point to show; default: the selected one.")
-    ] = None,
+    plan_path: PlanArg,
+    point: PointOpt = None,
     hour: Annotated[
         int | None,
         typer.Option("--hour", min=0, max=23, help="Draw the memory planned at this UTC hour."),

@@ -57,10 +57,27 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [1, 1.3]})
-    ser = front_series(result, plan, baselines)
+    _draw_front(ax1, front_series(result, plan, baselines), plan.selected)
+    _draw_placement(ax2, plan.point())
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    if path.suffix != ".html":
+        atomic_write_bytes(path, buf.getvalue())
+    else:
+        b64 = base64.b64encode(buf.getvalue()).decode()
+        atomic_write_text(
+            path,
+            f"<!doctype html><meta charset=utf-8><title>planner report</title>"
+            f"<h1>planner optimize</h1><img src='data:image/png;base64,{b64}'>\n",
+        )
+
+
+def _draw_front(ax1: Any, ser: Series, selected: str) -> None:
+    """The left panel: every feasible plan, the Pareto points, their twins and baselines."""
     ax1.scatter(
         [x for _, x, _ in ser["evaluated"]],
         [y for _, _, y in ser["evaluated"]],
@@ -73,7 +90,7 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     ax1.plot([x for x, _ in line], [y for _, y in line], "o-", c="#1f77b4", label="Pareto points")
     for k, (name, (x, y)) in enumerate(pts.items()):
         ax1.annotate(
-            name + (" (selected)" if name == plan.selected else ""),
+            name + (" (selected)" if name == selected else ""),
             (x, y),
             textcoords="offset points",
             xytext=(6, 8 + 12 * (k % 2)),
@@ -103,7 +120,11 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     ax1.grid(alpha=0.3)
     ax1.legend(fontsize=8, loc="center right")  # points sit top left and along the bottom
 
-    point = plan.point()
+
+def _draw_placement(ax2: Any, point: Any) -> None:
+    """The right panel: the point's instances on each GPU, awake ones then the sleepers' slot."""
+    from matplotlib.patches import Patch
+
     gpus: list[tuple[str, int]] = sorted({(i.node, g) for i in point.instances for g in i.gpus})
     rows = {g: k for k, g in enumerate(gpus)}
     awake_end: dict[tuple[str, int], float] = {}
@@ -128,16 +149,3 @@ def draw_report(path: Path, result: Any, plan: Any, baselines: dict[str, dict[st
     ax2.legend(
         handles=[Patch(color=c, label=f"tier {t}") for t, c in _TIER_COLOURS.items()], fontsize=8
     )
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    if path.suffix != ".html":
-        atomic_write_bytes(path, buf.getvalue())
-    else:
-        b64 = base64.b64encode(buf.getvalue()).decode()
-        atomic_write_text(
-            path,
-            f"<!doctype html><meta charset=utf-8><title>planner report</title>"
-            f"<h1>planner optimize</h1><img src='data:image/png;base64,{b64}'>\n",
-        )

@@ -111,6 +111,44 @@ def _checked(path: Path, *args: Any) -> dict[str, Any]:
         }  # fmt: skip
 
 
+def _models_and_clusters(files: list[Path]) -> dict[Path, tuple[str, Any]]:
+    """The models and cluster files among `files` (YAML whose kind says so), parsed: files
+    given together cross-check each other without the flags (each read once). A file that
+    does not parse is left to `validate_file` to report."""
+    from planner import schemas
+    from planner.io import read_yaml
+
+    parsed: dict[Path, tuple[str, Any]] = {}
+    for f in files:
+        if f.suffix.lower() not in (".yaml", ".yml") or not f.exists():
+            continue
+        try:
+            data = read_yaml(f)
+            k = schemas.detect_kind(data, str(f))
+            if k in ("models", "cluster"):
+                parsed[f] = (k, schemas.parse(data, k, str(f)))
+        except InputError:
+            continue
+    return parsed
+
+
+def _print_results(results: list[dict[str, Any]]) -> None:
+    """Each failed file's error and fix, then a line for each file that passed."""
+    for r in results:
+        if not r["ok"]:
+            print_error(r["error"] + (f"\n  fix: {r['fix']}" if r["fix"] else ""))
+    for r in results:
+        if not r["ok"]:
+            continue
+        extra = f", {r['rows']} rows" if "rows" in r else ""
+        extra += "".join(
+            f", {r[k]} {k.replace('_', ' ')}" for k in ("out_of_order", "duplicates") if r.get(k)
+        )
+        if r.get("cross_checked") is False:
+            extra += "; not checked against a cluster and models (pass --cluster, --models)"
+        console.print(f"[green]ok[/] {r['file']} ({r['kind']}{extra})", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add `planner validate` and `planner schema`."""
 
@@ -141,7 +179,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Check input files; every problem is named (file, field, fix), then exit code 2."""
         from planner import schemas
-        from planner.io import read_yaml
 
         if kind is not None and kind not in _KINDS:
             raise InputError(
@@ -149,44 +186,23 @@ def register(app: typer.Typer) -> None:
             )
         models = schemas.load_models(models_file) if models_file else None
         cluster = schemas.load_cluster(cluster_file) if cluster_file else None
-        # files given together cross-check each other without the flags (each read once)
-        parsed: dict[Path, Any] = {}
-        for f in files:
-            if kind is None and f.suffix.lower() in (".yaml", ".yml") and f.exists():
-                try:
-                    data = read_yaml(f)
-                    k = schemas.detect_kind(data, str(f))
-                    if k in ("models", "cluster"):
-                        parsed[f] = schemas.parse(data, k, str(f))
-                except InputError:
-                    continue  # validate_file reports it
-                if k in ("models", "cluster"):
-                    if k == "models" and models is None:
-                        models = parsed[f]
-                    elif k == "cluster" and cluster is None:
-                        cluster = parsed[f]
+        parsed = _models_and_clusters(files) if kind is None else {}
+        for k, doc in parsed.values():  # the first given, unless a flag gave one
+            if k == "models" and models is None:
+                models = doc
+            elif k == "cluster" and cluster is None:
+                cluster = doc
         names = models.names if models is not None else None
-        results = [_checked(f, kind, names, cluster, models, parsed.get(f)) for f in files]
+        results = [
+            _checked(f, kind, names, cluster, models, parsed.get(f, (None, None))[1]) for f in files
+        ]
         failed = [r for r in results if not r["ok"]]
         if json_out:
             print_json(results)
             if failed:
                 raise typer.Exit(2)
             return
-        for r in failed:
-            print_error(r["error"] + (f"\n  fix: {r['fix']}" if r["fix"] else ""))
-        for r in results:
-            if not r["ok"]:
-                continue
-            extra = f", {r['rows']} rows" if "rows" in r else ""
-            extra += "".join(
-                f", {r[k]} {k.replace('_', ' ')}"
-                for k in ("out_of_order", "duplicates")
-                if r.get(k)
-            )
-            if r.get("cross_checked") is False:
-                extra += "; not checked against a cluster and models (pass --cluster, --models)"
-            console.print(f"[green]ok[/] {r['file']} ({r['kind']}{extra})", highlight=False)
+        _print_results(results)
         if failed:
             raise typer.Exit(2)
 

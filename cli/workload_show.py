@@ -58,20 +58,38 @@ def print_summary(s: dict[str, Any], path: Path) -> None:
 
 def plot_summary(df, s: dict[str, Any], path: Path, *, title: str = "") -> None:
     """One figure: requests per model over time, switch matrix, concurrency CDFs."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     from planner.io import atomic_write_bytes
 
-    models = s["models"]
     fig = plt.figure(figsize=(15, 9), constrained_layout=True)
     gs = fig.add_gridspec(2, 2, height_ratios=[1, 1.1])
     ax_rate = fig.add_subplot(gs[0, :])
     ax_sw = fig.add_subplot(gs[1, 0])
     ax_cc = fig.add_subplot(gs[1, 1])
+    _plot_rates(ax_rate, df, s["models"])
+    _plot_switches(fig, ax_sw, s)
+    _plot_concurrency(ax_cc, s["concurrency"])
+    fig.suptitle(
+        f"{title}: {s['requests']} requests, {s['users']} users, {s['sessions']} sessions",
+        fontsize=13,
+    )
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _plot_rates(ax_rate: Any, df, models: list[str]) -> None:
+    """Requests per hour of each model over time, stacked."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
     ts = df["timestamp"].to_numpy(dtype=float)
     span_h = max((ts.max() - ts.min()) / 3600.0, 1e-9)
     bin_s = 3600.0 if span_h > 6 else 300.0
@@ -100,6 +118,12 @@ def plot_summary(df, s: dict[str, Any], path: Path, *, title: str = "") -> None:
     if span_h > 48:
         ax_rate.set_xticks(np.arange(np.floor(x.min()), np.ceil(x.max()) + 1))
 
+
+def _plot_switches(fig: Any, ax_sw: Any, s: dict[str, Any]) -> None:
+    """The hand-off matrix: P(next model | previous model) within a session."""
+    import numpy as np
+
+    models = s["models"]
     counts = np.asarray(s["switch"]["counts"], float)
     rows = counts.sum(axis=1, keepdims=True)
     prob = np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
@@ -131,7 +155,11 @@ def plot_summary(df, s: dict[str, Any], path: Path, *, title: str = "") -> None:
             fontsize=11,
         )
 
-    cc = s["concurrency"]
+
+def _plot_concurrency(ax_cc: Any, cc: dict[str, Any]) -> None:
+    """CDFs of the models and sessions active per window with traffic."""
+    import matplotlib.pyplot as plt
+
     win = f"{cc['window_s']:.0f} s window"
     m_cdf, s_cdf = cc["models_active_cdf"], cc["sessions_active_cdf"]
     ax_cc.step(range(len(m_cdf)), m_cdf, where="post", color="tab:blue", lw=1.8)
@@ -156,13 +184,3 @@ def plot_summary(df, s: dict[str, Any], path: Path, *, title: str = "") -> None:
         loc="lower right",
     )
     ax_cc.grid(alpha=0.3)
-    fig.suptitle(
-        f"{title}: {s['requests']} requests, {s['users']} users, {s['sessions']} sessions",
-        fontsize=13,
-    )
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, metadata={"Software": None})
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())

@@ -55,12 +55,7 @@ def build_point(
             gpus=list(p.gset.gpus),
             tp=c.tp,
             tier=p.tier,
-            memory_gib=MemoryGib(
-                weights=round(perf.weights_gib_per_gpu, 3),
-                kv=round(perf.kv_gib_per_gpu, 3),
-                overhead=round(perf.overhead_gib_per_gpu, 3),
-                asleep=round(perf.context_gib_per_gpu, 3),
-            ),
+            memory_gib=memory_gib(perf, 3),
             engine=EngineArgs(
                 gpu_memory_utilization=util,
                 max_model_len=c.max_model_len,
@@ -74,6 +69,16 @@ def build_point(
         instances.append(inst)
         perfs[inst.id] = perf
     return Point(name=name, instances=instances), perfs
+
+
+def memory_gib(perf: InstancePerf, digits: int) -> MemoryGib:
+    """An instance's memory per GPU as a plan records it, rounded to `digits` decimals."""
+    return MemoryGib(
+        weights=round(perf.weights_gib_per_gpu, digits),
+        kv=round(perf.kv_gib_per_gpu, digits),
+        overhead=round(perf.overhead_gib_per_gpu, digits),
+        asleep=round(perf.context_gib_per_gpu, digits),
+    )
 
 
 def substitute_rules(models: Models, slo: Slo) -> dict[str, SubstituteRule]:

@@ -22,16 +22,8 @@ from typing import Any
 import numpy as np
 
 from planner.errors import InfeasibleError
-from planner.optimizer.baselines import (
-    Baseline,
-    _fits,
-    _instance,
-    _perf,
-    _Ports,
-    _tp_ok,
-    _variants,
-    gpu_sets,
-)
+from planner.optimizer import baseline_parts as parts
+from planner.optimizer.baseline_parts import Baseline, gpu_sets
 from planner.optimizer.milp import run_solver
 from planner.optimizer.perf import InstancePerf, steady_state
 from planner.schemas.cluster import Cluster
@@ -112,16 +104,16 @@ def _options(entry, d: dict[str, float], slo: Slo, types: dict) -> tuple[list[tu
     are sized by throughput alone and the model is flagged."""
     tg = slo.for_model(entry.name)
     fitting = []
-    for v in _variants(entry):
+    for v in parts.variants(entry):
         for tp in (1, 2, 4, 8):
-            if not _tp_ok(entry, tp):
+            if not parts.tp_ok(entry, tp):
                 continue
             for gname, (sets, count) in types.items():
                 mine = [s for s in sets if len(s.gpus) == tp]
                 if not mine or tp > count:
                     continue
-                perf = _perf(entry, v.quantization, mine[0])
-                if _fits(perf, entry):
+                perf = parts.perf(entry, v.quantization, mine[0])
+                if parts.fits(perf, entry):
                     fitting.append((v, gname, tp, perf))
     args = (d["input_tokens"], d["output_tokens"])
 
@@ -134,12 +126,14 @@ def _options(entry, d: dict[str, float], slo: Slo, types: dict) -> tuple[list[tu
     if not within:
         sized = [(v, g, tp, p, cap(p, False)) for v, g, tp, p in fitting]
     sized = [o for o in sized if o[4] > 0]
-    preferred = sized[0][0].name if sized else None  # _variants order: bf16, then by size
+    preferred = sized[0][0].name if sized else None  # parts.variants order: bf16, then by size
     return [(*o, o[0].name == preferred) for o in sized], within
 
 
 def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
     """Per-model variant/GPU type/count ILP for the peak hour (module doc)."""
+    if trace is None:
+        raise ValueError("the melange baseline needs the trace (peak demand per model)")
     import pulp
 
     demand = peak_demand(trace, models.names)
@@ -203,7 +197,7 @@ def _place(
 ) -> tuple[list[Instance], dict[str, InstancePerf]]:
     """The chosen instances first fit onto concrete aligned GPU sets, biggest first."""
     used: set[tuple[str, int]] = set()
-    ports = _Ports()
+    ports = parts.Ports()
     insts: list[Instance] = []
     perfs: dict[str, InstancePerf] = {}
     count_by_model: dict[str, int] = {}
@@ -224,8 +218,8 @@ def _place(
             used.update((s.node, d) for d in s.gpus)
             n = count_by_model.get(entry.name, 0)
             count_by_model[entry.name] = n + 1
-            p = _perf(entry, v.quantization, s)
-            inst = _instance(n, entry, v.name, v.quantization, s, p, "gpu", ports.take(s.node))
+            p = parts.perf(entry, v.quantization, s)
+            inst = parts.instance(n, entry, v.name, v.quantization, s, p, "gpu", ports.take(s.node))
             insts.append(inst)
             perfs[inst.id] = p
     return insts, perfs

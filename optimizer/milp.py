@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulp
 
@@ -180,75 +181,11 @@ def solve(
         if p.tier == "host":
             by_node_host.setdefault(p.gset.node, []).append(i)
 
-    def warm_gib(p: Placement) -> float:
-        per_gpu = (
-            p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
-        )
-        return per_gpu * p.cand.tp
-
-    total_share = sum(d.share for d in inp.demand.values()) or 1.0
-    prob += (
-        inp.w_switch
-        * pulp.lpSum(switch_delay_s_per_h(p, inp.demand) * x[i] for i, p in enumerate(opts))
-        + inp.w_memory
-        * (pulp.lpSum(warm_gib(p) * x[i] for i, p in enumerate(opts)) + pulp.lpSum(z))
-        + inp.w_quality
-        * pulp.lpSum(
-            p.cand.quality_penalty
-            * (inp.demand[p.cand.model].share / total_share if p.cand.model in inp.demand else 0.0)
-            * x[i]
-            for i, p in enumerate(opts)
-        )
-        + inp.w_gpus * pulp.lpSum(y)
-    )
-    # Constraint names use indices: PuLP rewrites characters such as '-' in names.
-    for mi, m in enumerate(inp.models):
-        ids = by_model[m]
-        # (1) every model served
-        prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{mi}"
-        d = inp.demand.get(m)
-        if d is not None and d.peak_rps > 0:
-            # (2) capacity >= headroom x peak-hour demand, less what is left unserved
-            u = prob.add_variable(f"u{mi}", lowBound=0)
-            prob.objective += W_UNSERVED * u
-            prob += (
-                pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids) + u
-                >= inp.headroom * d.peak_rps,
-                f"c2_capacity_{mi}",
-            )
-        # (3) at most K replicas
-        prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{mi}"
+    # The rows go in this order (the solver's answer may depend on it).
+    prob += _objective(inp, opts, x, z, y)
+    _model_rows(prob, inp, opts, x, by_model)
     for k, g in enumerate(gpus):
-        sleepers = [i for i in by_gpu[k] if opts[i].tier != "gpu"]
-        per_model: dict[str, list[int]] = {}
-        for i in sleepers:
-            per_model.setdefault(opts[i].cand.model, []).append(i)
-        for mi, m in enumerate(inp.models):
-            ids = per_model.get(m)
-            if not ids:
-                continue
-            # (4) the swap slot holds the largest sleeper (one term per model is nonzero: (8))
-            prob += (
-                z[k] >= pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in ids),
-                f"c4_slot_{k}_{mi}",
-            )
-            if len(ids) > 1:
-                # (8) at most one sleeper of a model on a GPU
-                prob += pulp.lpSum(x[i] for i in ids) <= 1, f"c8_one_sleeper_{k}_{mi}"
-        # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
-        prob += (
-            (
-                pulp.lpSum(
-                    opts[i].cand.perf.awake_gib_per_gpu * x[i]
-                    for i in by_gpu[k]
-                    if opts[i].tier == "gpu"
-                )
-                + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
-                + z[k]
-                <= inp.gpu_usable_gib[g] * y[k]
-            ),
-            f"c5_memory_{k}",
-        )
+        _gpu_rows(prob, inp, opts, x, k, z[k], inp.gpu_usable_gib[g] * y[k], by_gpu[k])
     for n, ids in sorted(by_node_host.items()):
         # (6) host RAM holds the weights of every host-tier sleeper on the node
         prob += (
@@ -270,6 +207,96 @@ def solve(
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
     slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
     return MilpResult(status, objective, chosen, prob.solutionTime or 0.0, len(x), slack=slack)
+
+
+def _warm_gib(p: Placement) -> float:
+    """GiB the placement holds warm over all its GPUs: awake (gpu tier) or its contexts."""
+    per_gpu = p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
+    return per_gpu * p.cand.tp
+
+
+def _objective(inp: MilpInput, opts: list[Placement], x: list, z: list, y: list) -> Any:
+    """Weighted switch delay, warm memory (with the swap slots), quality and GPUs used."""
+    total_share = sum(d.share for d in inp.demand.values()) or 1.0
+    return (
+        inp.w_switch
+        * pulp.lpSum(switch_delay_s_per_h(p, inp.demand) * x[i] for i, p in enumerate(opts))
+        + inp.w_memory
+        * (pulp.lpSum(_warm_gib(p) * x[i] for i, p in enumerate(opts)) + pulp.lpSum(z))
+        + inp.w_quality
+        * pulp.lpSum(
+            p.cand.quality_penalty
+            * (inp.demand[p.cand.model].share / total_share if p.cand.model in inp.demand else 0.0)
+            * x[i]
+            for i, p in enumerate(opts)
+        )
+        + inp.w_gpus * pulp.lpSum(y)
+    )
+
+
+def _model_rows(
+    prob: Any, inp: MilpInput, opts: list[Placement], x: list, by_model: dict[str, list[int]]
+) -> None:
+    """Per model: served (1), capacity for its peak less a penalised shortfall (2), at most
+    `max_replicas` (3). Constraint names use indices: PuLP rewrites characters such as '-'."""
+    for mi, m in enumerate(inp.models):
+        ids = by_model[m]
+        # (1) every model served
+        prob += pulp.lpSum(x[i] for i in ids) >= 1, f"c1_served_{mi}"
+        d = inp.demand.get(m)
+        if d is not None and d.peak_rps > 0:
+            # (2) capacity >= headroom x peak-hour demand, less what is left unserved
+            u = prob.add_variable(f"u{mi}", lowBound=0)
+            prob.objective += W_UNSERVED * u
+            prob += (
+                pulp.lpSum(opts[i].cand.capacity_rps * x[i] for i in ids) + u
+                >= inp.headroom * d.peak_rps,
+                f"c2_capacity_{mi}",
+            )
+        # (3) at most K replicas
+        prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{mi}"
+
+
+def _gpu_rows(
+    prob: Any,
+    inp: MilpInput,
+    opts: list[Placement],
+    x: list,
+    k: int,
+    slot: Any,
+    usable: Any,
+    on_gpu: list[int],
+) -> None:
+    """GPU k: its swap `slot` holds the largest sleeper (4), one sleeper per model (8), and
+    its memory fits the `usable` GiB when used (5)."""
+    sleepers = [i for i in on_gpu if opts[i].tier != "gpu"]
+    per_model: dict[str, list[int]] = {}
+    for i in sleepers:
+        per_model.setdefault(opts[i].cand.model, []).append(i)
+    for mi, m in enumerate(inp.models):
+        ids = per_model.get(m)
+        if not ids:
+            continue
+        # (4) the swap slot holds the largest sleeper (one term per model is nonzero: (8))
+        prob += (
+            slot >= pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in ids),
+            f"c4_slot_{k}_{mi}",
+        )
+        if len(ids) > 1:
+            # (8) at most one sleeper of a model on a GPU
+            prob += pulp.lpSum(x[i] for i in ids) <= 1, f"c8_one_sleeper_{k}_{mi}"
+    # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
+    prob += (
+        (
+            pulp.lpSum(
+                opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in on_gpu if opts[i].tier == "gpu"
+            )
+            + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
+            + slot
+            <= usable
+        ),
+        f"c5_memory_{k}",
+    )
 
 
 def _seen_by_milp(p: Placement) -> tuple[float, ...]:

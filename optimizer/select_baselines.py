@@ -65,7 +65,7 @@ def _from_baseline(
     point = b.point.model_copy(deep=True)
     point.name = f"from-{name}"
     point.notes = []
-    if b.policy == "lru":
+    if b.policy.reactive:
         awake = point.model_copy(
             update={"instances": [i.model_copy(update={"tier": "gpu"}) for i in point.instances]}
         )

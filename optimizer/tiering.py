@@ -16,13 +16,14 @@ UTC epoch seconds at the gateway).
   whose wake puts the fewest awake co-tenants to sleep, then the one whose displaced
   co-tenants hold the fewest requests in flight (ties: plan order).
 - `displaced`: the co-tenants a wake puts to sleep: only as many awake host/disk-tier ones as
-  the GPU memory needs (`capacity_gib`, the point's `gpu_usable_gib`). Policy `plan` (the
-  gateway's) takes first those outside their awake hours (the plan's forecast says they are
-  not needed now), then the least recently used; policy `lru` (the reactive-swapping
-  baseline) the least recently used. A GPU whose capacity the point does not give holds one
-  lazy instance awake at a time (the plan's memory invariant: every gpu-tier instance plus
-  exactly one lazy one), so there a wake puts every awake lazy co-tenant to sleep. A
-  gpu-tier instance coming back (after a crash) displaces nobody.
+  the GPU memory needs (`capacity_gib`, the point's `gpu_usable_gib`), in the order of an
+  eviction policy (`EvictionPolicy`): `PLAN` (the gateway's) takes first those outside their
+  awake hours (the plan's forecast says they are not needed now), then the least recently
+  used; `LRU` (the reactive-swapping baseline) the least recently used. Under `PLAN` a GPU
+  whose capacity the point does not give holds one lazy instance awake at a time (the plan's
+  memory invariant: every gpu-tier instance plus exactly one lazy one), so there a wake puts
+  every awake lazy co-tenant to sleep. A gpu-tier instance coming back (after a crash)
+  displaces nobody.
 - `wakes_ahead`: a sleeping lazy instance wakes without a request at the start of each of its
   awake hours, unless that would put to sleep a co-tenant within its own awake hours or one
   with requests in flight.
@@ -44,6 +45,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from planner.schemas.plan import SubstituteRule
@@ -110,6 +112,60 @@ def in_hours(c: Tenant, t_s: float) -> bool:
     return bool(c.awake_hours) and hour_of_day(t_s) in c.awake_hours
 
 
+@dataclass(frozen=True)
+class EvictionPolicy:
+    """Whom a wake puts to sleep first, and what the policy implies beyond that order.
+
+    A new policy is a subclass overriding `victim_key` (and a line in `EVICTION_POLICIES`).
+    Frozen values: they compare equal across processes (the simulator runs in workers)."""
+
+    name: str
+    # No plan behind it: it swaps on demand only, so no no-thrash hold (`swap`) and a cap on
+    # the point's warm memory may apply (the `lru@` twin); a GPU the point gives no capacity
+    # holds as many awake as its memory (no one-lazy-instance invariant).
+    reactive: bool
+
+    def victim_key(self, c: Tenant, t_s: float) -> tuple:
+        """Sort key of a co-tenant among those a wake may put to sleep (smaller: first)."""
+        return (c.last_used_s,)
+
+
+@dataclass(frozen=True)
+class PlanEviction(EvictionPolicy):
+    """The gateway's: co-tenants outside their awake hours first, then least recently used."""
+
+    name: str = "plan"
+    reactive: bool = False
+
+    def victim_key(self, c: Tenant, t_s: float) -> tuple:
+        return (in_hours(c, t_s), c.last_used_s)
+
+
+@dataclass(frozen=True)
+class LruEviction(EvictionPolicy):
+    """Reactive swapping (the `lru` baselines): the least recently used first."""
+
+    name: str = "lru"
+    reactive: bool = True
+
+
+PLAN = PlanEviction()
+LRU = LruEviction()
+EVICTION_POLICIES: dict[str, EvictionPolicy] = {p.name: p for p in (PLAN, LRU)}
+
+
+def eviction_policy(policy: str | EvictionPolicy) -> EvictionPolicy:
+    """The policy object of a name (an object passes through); ValueError for an unknown one."""
+    if isinstance(policy, EvictionPolicy):
+        return policy
+    try:
+        return EVICTION_POLICIES[policy]
+    except KeyError:
+        raise ValueError(
+            f"policy must be one of {tuple(EVICTION_POLICIES)}, not {policy!r}"
+        ) from None
+
+
 def route(cands: Sequence[T], up: Callable[[T], bool], load: Callable[[T], int]) -> T | None:
     """The instance a request goes to: of those `up`, the fewest `load` (ties: first).
 
@@ -135,7 +191,7 @@ def displaced(
     target: T,
     near: Sequence[T],
     *,
-    policy: str = "plan",
+    policy: EvictionPolicy = PLAN,
     capacity_gib: Mapping[Gpu, float] | None = None,
     t_s: float = 0.0,
 ) -> list[T]:
@@ -143,7 +199,7 @@ def displaced(
 
     `near`: every other instance sharing a GPU with `target`, in plan order, any tier,
     awake or not. `capacity_gib`: (node, device) -> GiB the instances on it may hold.
-    `t_s`: now (policy `plan` spares co-tenants within their awake hours).
+    `t_s`: now (`PLAN` spares co-tenants within their awake hours).
     """
     if not target.lazy:  # the plan keeps room for every gpu-tier instance beside one lazy one
         return []
@@ -151,12 +207,8 @@ def displaced(
     if not awake:
         return awake
     cap = capacity_gib or {}
-    if policy == "plan" and not all(g in cap for g in target.gpus):
+    if not policy.reactive and not all(g in cap for g in target.gpus):
         return awake  # one lazy instance awake per GPU (the memory invariant)
-    if policy == "plan":
-        order: Callable[[T], tuple] = lambda c: (in_hours(c, t_s), c.last_used_s)  # noqa: E731
-    else:
-        order = lambda c: (c.last_used_s,)  # noqa: E731
     lazy_awake = {id(c) for c in awake}
     out: set[int] = set()  # ids: instances need not be hashable or comparable
     for g in target.gpus:
@@ -167,7 +219,7 @@ def displaced(
         )
         victims = sorted(
             (k for k, c in enumerate(on_g) if id(c) in lazy_awake and id(c) not in out),
-            key=lambda k: (*order(on_g[k]), k),
+            key=lambda k: (*policy.victim_key(on_g[k], t_s), k),
         )
         for k in victims:
             if used <= limit + 1e-9:
@@ -295,10 +347,17 @@ def substitute(
 
 
 __all__ = [
+    "EVICTION_POLICIES",
     "HOUR_S",
+    "LRU",
+    "PLAN",
+    "EvictionPolicy",
+    "LruEviction",
+    "PlanEviction",
     "Tenant",
     "choose_wake",
     "displaced",
+    "eviction_policy",
     "handoff_displaces_nobody",
     "hour_of_day",
     "in_hours",

@@ -133,6 +133,24 @@ def normalize(
     `line_offset` maps a 0-based row to its file line (1 for a CSV header); None when the
     source has no lines. Extra columns are dropped.
     """
+    _check_shape(df, file)
+    out = _columns(df, file, line_offset)
+    _check_ranges(out, (file, line_offset))
+    res = pd.DataFrame({c: pd.Series(out[c], dtype=DTYPES[c]) for c in COLUMNS})
+    if model_names is not None:
+        _check_known_models(res, model_names, file, line_offset)
+    ts = res["timestamp"].to_numpy()
+    counts = {
+        "out_of_order": int((ts[1:] < ts[:-1]).sum()),  # rows earlier than the row before
+        "duplicates": int(res.duplicated().sum()),  # rows equal to an earlier one in every column
+    }
+    res = sort_trace(res)
+    res.attrs["counts"] = counts
+    return res
+
+
+def _check_shape(df: pd.DataFrame, file: str | None) -> None:
+    """Some rows, not too many, and the required columns."""
     if len(df) == 0:
         raise InputError(
             "the trace has no requests", file=file, fix="write at least one row after the header"
@@ -150,6 +168,10 @@ def normalize(
             file=file,
             fix=f"a trace needs {REQUIRED}; optional {COLUMNS[4:]} (`planner schema trace`)",
         )
+
+
+def _columns(df: pd.DataFrame, file: str | None, line_offset: int | None) -> dict[str, Any]:
+    """Each canonical column, parsed and checked (a missing optional one at its default)."""
     at = (file, line_offset)
     out: dict[str, Any] = {"timestamp": seconds_column(df["timestamp"], file, line_offset)}
     for name in _STRINGS:
@@ -173,6 +195,11 @@ def normalize(
             continue
         default = 0 if name not in REQUIRED else None
         out[name] = ints_column(df[name], name, file, line_offset, default)
+    return out
+
+
+def _check_ranges(out: dict[str, Any], at: tuple[str | None, int | None]) -> None:
+    """Token counts in range, `substituted` 0 or 1, the cached prefix within the prompt."""
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         v = out[name]
         refuse_first(
@@ -190,28 +217,24 @@ def normalize(
         lambda i: f"{int(cached[i])} exceeds input_tokens {int(inp[i])}",
         "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens", *at,
     )  # fmt: skip
-    res = pd.DataFrame({c: pd.Series(out[c], dtype=DTYPES[c]) for c in COLUMNS})
-    if model_names is not None:
-        known = set(model_names)
-        seen = res["model"].unique()
-        absent = sorted(str(m) for m in seen if m not in known)
-        if absent:
-            first = int(np.flatnonzero(res["model"].isin(absent).to_numpy())[0])
-            raise InputError(
-                f"model(s) {absent} are not in the models file (first at "
-                f"{where(first, line_offset)}); the models file has {list(model_names)}",
-                file=file,
-                fix="rename them in the trace, add them to models.yaml, or import with "
-                "`planner workload import --assign` to map requests onto known models",
-            )
-    ts = res["timestamp"].to_numpy()
-    counts = {
-        "out_of_order": int((ts[1:] < ts[:-1]).sum()),  # rows earlier than the row before
-        "duplicates": int(res.duplicated().sum()),  # rows equal to an earlier one in every column
-    }
-    res = sort_trace(res)
-    res.attrs["counts"] = counts
-    return res
+
+
+def _check_known_models(
+    res: pd.DataFrame, model_names: Sequence[str], file: str | None, line_offset: int | None
+) -> None:
+    """Every model the trace names is in the models file."""
+    known = set(model_names)
+    seen = res["model"].unique()
+    absent = sorted(str(m) for m in seen if m not in known)
+    if absent:
+        first = int(np.flatnonzero(res["model"].isin(absent).to_numpy())[0])
+        raise InputError(
+            f"model(s) {absent} are not in the models file (first at "
+            f"{where(first, line_offset)}); the models file has {list(model_names)}",
+            file=file,
+            fix="rename them in the trace, add them to models.yaml, or import with "
+            "`planner workload import --assign` to map requests onto known models",
+        )
 
 
 def sort_trace(df: pd.DataFrame) -> pd.DataFrame:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planner.engines.process import free_port
 from planner.errors import LaunchError
@@ -47,6 +48,9 @@ from planner.profiler.engine_runs import (
     precheck_path,
 )
 from planner.schemas.profile import EngineRun
+
+if TYPE_CHECKING:
+    from planner.engines.base import Engine
 
 # ---------------------------------------------------------------- one run
 
@@ -83,8 +87,6 @@ def profile_run(
     tick: Callable[[str], None] = lambda _label: None,
 ) -> RunResult:
     """Start a server for `spec`, measure it, stop it; a failed start becomes a failed run."""
-    import numpy as np
-
     from planner.engines import process
     from planner.engines.base import get_engine
 
@@ -130,25 +132,9 @@ def profile_run(
         client = Client(port, spec.model.name, cfg.request_timeout_s, secret=secret)
         if run.kv_capacity_tokens is None:
             run.kv_capacity_tokens = engine.kv_capacity_tokens("", client.metrics())
-        rng = np.random.default_rng(cfg.seed)
         vocab = vocab_size_of(model_path, spec.model.arch.vocab_size)
         try:
-            # warm-up: the first plain and the first streamed request take slow first-use paths
-            client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
-            client.streams([prompt_ids(8, vocab, rng)], 4)
-            run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
-            run.decode = measure_decode(
-                client,
-                cfg,
-                vocab,
-                rng,
-                tick,
-                run.notes,
-                prefill_at(run.prefill, cfg.decode_prompt_tokens),
-            )
-            if cfg.device == "cuda" and cfg.sleep:
-                measure_sleep(client, run, engine)
-                tick("sleep/wake")
+            _measure(client, run, cfg, engine, vocab, tick)
         except Exception as e:  # a request failed: keep what was measured, say why
             run.status, run.reason = "failed", "measurement_error"
             run.detail = f"{type(e).__name__}: {e}\n" + process.read_tail(log_path, 4000)[-3000:]
@@ -157,6 +143,31 @@ def profile_run(
         if client is not None:
             client.close()
         process.stop_server(proc)
+
+
+def _measure(
+    client: Client,
+    run: EngineRun,
+    cfg: BenchConfig,
+    engine: Engine,
+    vocab: int,
+    tick: Callable[[str], None],
+) -> None:
+    """Warm the server up, then measure prefill, decode and (on a GPU, when asked) sleep and
+    wake into `run`."""
+    import numpy as np
+
+    rng = np.random.default_rng(cfg.seed)
+    # warm-up: the first plain and the first streamed request take slow first-use paths
+    client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
+    client.streams([prompt_ids(8, vocab, rng)], 4)
+    run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
+    run.decode = measure_decode(
+        client, cfg, vocab, rng, tick, run.notes, prefill_at(run.prefill, cfg.decode_prompt_tokens)
+    )
+    if cfg.device == "cuda" and cfg.sleep:
+        measure_sleep(client, run, engine)
+        tick("sleep/wake")
 
 
 # ---------------------------------------------------------------- one node (local or a Ray task)

@@ -5,6 +5,8 @@ was reached, served again through the router."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from planner.optimizer import admission
@@ -50,3 +52,15 @@ def over_bound(point: Point, perfs: dict[str, InstancePerf], res: SimResult) -> 
         ):
             out.add(m)
     return frozenset(out)
+
+
+def with_admission(
+    serve: Callable[[frozenset[int]], SimResult], point: Point, perfs: dict[str, InstancePerf]
+) -> SimResult:
+    """`serve` (a run with the models given taking the router's path), once with the fast
+    paths; where a model's requests in flight reached its bound (the gateway would have
+    refused some), again with those models through the router, which admits request by
+    request."""
+    res = serve(frozenset())
+    full = over_bound(point, perfs, res)
+    return serve(full) if full else res

@@ -24,13 +24,19 @@ Conventions:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from planner.optimizer.admission import REFUSED_QUEUE_FULL
 from planner.optimizer.point_metrics import ModelMetrics, PointMetrics
 from planner.schemas.slo import Slo
+
+if TYPE_CHECKING:
+    from planner.optimizer.sim.event import Timeline
+    from planner.optimizer.sim.request import Outcome, Requests
+    from planner.optimizer.sim.router import Slot
+    from planner.schemas.plan import Point
 
 QUANTILES = (50, 95, 99)
 
@@ -206,3 +212,74 @@ class SimResult:
             quality_cost=cost,
             per_model=per,
         )
+
+
+def measure(
+    point: Point,
+    req: Requests,
+    out: Outcome,
+    slots: list[Slot],
+    timeline: Timeline,
+    t0: float,
+    end_s: float,
+    slo: Slo,
+    over_context: np.ndarray,
+    queue_full: np.ndarray,
+) -> SimResult:
+    """The report of a finished run: per-request latencies from `out`, the warm memory the
+    slots held over [t0, end_s] from `timeline`."""
+    a = req.arrival_s
+    ttft = out.first_token_s - a
+    e2e = out.finish_s - a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(
+            req.output_tokens > 1,
+            (out.finish_s - out.first_token_s) / (req.output_tokens - 1),
+            np.nan,
+        )
+    met = met_slo(req.model, req.model_names, ttft, tpot, out.switch_wait_s, slo)
+    duration_s = max(end_s - t0, 1e-9)
+    gib_s = 0.0  # GiB x seconds held
+    awake_gib: dict[int, float] = {}
+    asleep_gib: dict[int, float] = {}
+    for s in slots:
+        tp = len(s.gpus)
+        awake_gib[s.index] = s.awake_gib * tp
+        asleep_gib[s.index] = s.context_gib * tp if s.tier != "gpu" else 0.0
+        up = timeline.awake_s(s.index, end_s)
+        gib_s += up * awake_gib[s.index] + max(duration_s - up, 0.0) * asleep_gib[s.index]
+    curve = timeline.curve(awake_gib, asleep_gib, end_s)
+    # An empty trace has no span: report what is held at the start.
+    held_gib = sum(awake_gib[s.index] if s.awake else asleep_gib[s.index] for s in slots)
+    avg_gib = gib_s / duration_s if end_s > t0 else held_gib
+    gpus = {g for s in slots for g in s.gpus}
+    busy_gpu_s = sum(s.engine.busy_s * len(s.gpus) for s in slots)
+    return SimResult(
+        model_names=req.model_names,
+        arrival_s=a,
+        model=req.model,
+        instance=out.instance,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        switch_wait_s=out.switch_wait_s,
+        met_slo=met,
+        cache_hit=out.cache_hit,
+        instance_ids=tuple(s.id for s in slots),
+        start_s=t0,
+        end_s=end_s,
+        warm_gpu_gib_hours=gib_s / 3600.0,
+        warm_gpu_gib=avg_gib,
+        wakes=timeline.count("wake"),
+        sleeps=timeline.count("sleep"),
+        wakes_by_instance=tuple(s.wakes for s in slots),
+        gpu_busy_fraction=min(busy_gpu_s / (len(gpus) * duration_s), 1.0) if gpus else 0.0,
+        gpus_used=len(gpus),
+        preemptions=sum(s.engine.preemptions for s in slots),
+        memory_curve=curve,
+        instance_models=tuple(s.model for s in slots),
+        over_context=over_context,
+        queue_full=queue_full,
+        substituted=out.substituted,
+        quality_penalty=out.quality_penalty,
+    )

@@ -12,7 +12,7 @@ fewest requests in flight on them; ties: plan order):
   point gives no GPU capacity) stop taking requests, finish what they hold, and sleep
   (`sleep_s`); the wake (`wake_host_s` for host tier, `wake_disk_s` for disk tier) starts
   when the last of them has slept;
-- with `policy="lru"` the least recently used go first (the reactive-swapping baseline);
+- with `policy=tiering.LRU` the least recently used go first (the reactive-swapping baseline);
   with a `warm_budget_gib` too, the least recently used awake instances anywhere are put to
   sleep until the warm memory of the whole point (awake instances, plus the CUDA contexts of
   sleeping ones) stays within it (the memory-matched `lru@POINT` baseline: the router's
@@ -29,7 +29,7 @@ Stand-ins (`substitutes`): a request that would wait goes to a ready instance of
 model when the model's rule says so (`tiering.substitute`); the wake still happens unless
 the rule says not to.
 
-No thrash (`planner.optimizer.swap`, policy `plan` only): a wake that displaces a co-tenant
+No thrash (`planner.optimizer.swap`, a planned policy only, not a reactive one): a wake that displaces a co-tenant
 woken less than `min_awake_s` ago begins no earlier than that, and no later than the
 deadline of the request that asked for it (its model's switch SLO less the wake, or
 `swap.MAX_WAIT_S`); until then the co-tenant keeps serving its model's requests (they
@@ -109,7 +109,7 @@ class Router:
         by_model: dict[int, list[int]],
         timeline: Timeline,
         *,
-        policy: str = "plan",
+        policy: tiering.EvictionPolicy = tiering.PLAN,
         gpu_memory_gib: dict[tuple[str, int], float] | None = None,
         idle_timeout_s: float | None = None,
         warm_budget_gib: float | None = None,
@@ -124,14 +124,14 @@ class Router:
         self.policy = policy
         self.capacity = gpu_memory_gib or {}
         self.idle_timeout_s = idle_timeout_s
-        self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (policy "lru" only)
+        self.warm_budget_gib = warm_budget_gib  # GiB over all GPUs (a reactive policy only)
         # model -> (its rule, the stand-in slots with their quality penalty)
         self.substitutes = substitutes or {}
         self.handoff = handoff or {}  # model -> models woken with its requests
-        # The no-thrash rule (`swap`, as the gateway's waker): policy plan only, the
+        # The no-thrash rule (`swap`, as the gateway's waker): a planned policy only, the
         # reactive baseline swaps at once.
         self.switch_slo_s = switch_slo_s or {}
-        self.min_awake_s = min_awake_s if policy == "plan" else 0.0
+        self.min_awake_s = 0.0 if policy.reactive else min_awake_s
         self.on_gpu: dict[tuple[str, int], list[int]] = {}
         for s in slots:
             for g in s.gpus:
@@ -361,7 +361,7 @@ class Router:
         out = tiering.displaced(
             s, self.near[s.index], policy=self.policy, capacity_gib=self.capacity, t_s=self.now_s
         )
-        if self.policy == "lru" and self.warm_budget_gib is not None:
+        if self.policy.reactive and self.warm_budget_gib is not None:
             out = self._budget_victims(s, out)
         return out
 

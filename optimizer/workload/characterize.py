@@ -111,19 +111,8 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     rate_hod = per_hod / np.maximum(spanned, 1)[None, :]
     # Only the clock hours that have requests: memory follows the rows, not the span.
     busy_slots, slot0 = np.unique(slot, return_inverse=True)
-    n_slots = len(busy_slots)
-    slot_counts = _count2(codes, slot0, (k, n_slots))
-    slot_in = _count2(codes, slot0, (k, n_slots), inp.astype(float))
-    slot_out = _count2(codes, slot0, (k, n_slots), out.astype(float))
-    peak = {}
-    for i, m in enumerate(models):
-        j = int(slot_counts[i].argmax())
-        peak[m] = {
-            "hour_of_day": int(busy_slots[j] % 24),
-            "requests_per_s": _r(slot_counts[i, j] / 3600.0),
-            "input_tokens_per_s": _r(slot_in[i, j] / 3600.0),
-            "output_tokens_per_s": _r(slot_out[i, j] / 3600.0),
-        }
+    slot_counts = _count2(codes, slot0, (k, len(busy_slots)))
+    peak = _peaks(models, codes, busy_slots, slot0, slot_counts, inp, out)
     total_slot = slot_counts.sum(axis=0)
 
     # Burst size: requests one stream sends a model within one clock hour (mean over the
@@ -134,61 +123,7 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
     burst = np.bincount(cell_ids % k, weights=cell_n, minlength=k) / np.maximum(
         np.bincount(cell_ids % k, minlength=k), 1
     )
-
-    # Lengths.
-    lengths = {}
-    for i, m in enumerate(models):
-        sel = codes == i
-        li, lo = np.log(inp[sel]), np.log(out[sel])
-        lengths[m] = {
-            "input_mean": _r(inp[sel].mean()),
-            "input_p50_p95": _q(inp[sel]),
-            "output_mean": _r(out[sel].mean()),
-            "output_p50_p95": _q(out[sel]),
-            "cached_mean": _r(cached[sel].mean()),
-            "log_input_mean_sd": [_r(li.mean()), _r(li.std())],
-            "log_output_mean_sd": [_r(lo.mean()), _r(lo.std())],
-        }
-
-    # Consecutive calls of a stream: switches and gaps.
-    order = np.lexsort((ts, stream))
-    s_sorted, m_sorted, t_sorted = stream[order], codes[order], ts[order]
-    same = s_sorted[1:] == s_sorted[:-1]
-    prev_m, cur_m = m_sorted[:-1][same], m_sorted[1:][same]
-    gaps = (t_sorted[1:] - t_sorted[:-1])[same]
-    switch = _count2(prev_m, cur_m, (k, k)).astype(np.int64)
-    switch_rate = float((prev_m != cur_m).mean()) if len(prev_m) else 0.0
-
-    # Prefix reuse: time since the same stream's previous call to the same model.
-    order2 = np.lexsort((ts, codes, stream))
-    s2, m2, t2 = stream[order2], codes[order2], ts[order2]
-    same2 = (s2[1:] == s2[:-1]) & (m2[1:] == m2[:-1])
-    reuse_t = np.full(n, np.nan)
-    reuse_t[order2[1:][same2]] = (t2[1:] - t2[:-1])[same2]
-    prefix = {}
-    for i, m in enumerate(models):
-        sel = codes == i
-        d = reuse_t[sel & (cached > 0)]
-        prefix[m] = {
-            "reuse_ratio": _r(cached[sel].sum() / max(inp[sel].sum(), 1)),
-            "reuse_distance_s_p50_p95": _q(d[np.isfinite(d)]),
-        }
-
-    # Arrivals that find their model idle longer than T (the optimizer's switch rates).
-    idle: dict[str, list[float]] = {}
-    hours = duration_s / 3600.0
-    for i, m in enumerate(models):
-        t = np.sort(ts[codes == i])
-        gap = np.diff(t)
-        # The first request of a model always finds it idle.
-        idle[m] = [_r((1 + int((gap > T).sum())) / hours) for T in IDLE_GRID_S]
-
-    # Concurrency over busy windows (distinct (window, model) and (window, stream) pairs).
-    w = np.floor(ts / CONCURRENCY_WINDOW_S).astype(np.int64)
-    w0 = w - w.min()
-    models_active = np.unique(np.unique(w0 * k + codes) // k, return_counts=True)[1]
-    sess_active = np.unique(np.unique(w0 * n_streams + stream) // n_streams, return_counts=True)[1]
-
+    switch, switch_rate, gaps = _switches(stream, codes, ts, k)
     summary: WorkloadSummary = {
         "version": SUMMARY_VERSION,
         "requests": int(n),
@@ -202,25 +137,141 @@ def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
         "rate_per_hour_of_day": {m: [_r(x) for x in rate_hod[i]] for i, m in enumerate(models)},
         "peak": peak,
         "peak_hour_requests_per_s": _r(total_slot.max() / 3600.0),
-        "lengths": lengths,
+        "lengths": _lengths(models, codes, inp, out, cached),
         "switch": {
             "models": models,
             "counts": switch.tolist(),
             "rate": _r(switch_rate),
         },
         "gap_s_p10_p50_p90_p99": _q(gaps, (0.1, 0.5, 0.9, 0.99)),
-        "prefix": prefix,
-        "idle_arrivals_per_hour": {"idle_s": list(IDLE_GRID_S), **idle},
-        "concurrency": {
-            "window_s": CONCURRENCY_WINDOW_S,
-            "models_active_cdf": _cdf(models_active),
-            "sessions_active_cdf": _cdf(sess_active),
+        "prefix": _prefix(models, codes, stream, ts, inp, cached),
+        "idle_arrivals_per_hour": {
+            "idle_s": list(IDLE_GRID_S),
+            **_idle_arrivals(models, codes, ts, duration_s),
         },
+        "concurrency": _concurrency(ts, codes, stream, k, n_streams),
         "noise": _noise(models, burst, busy_slots, spanned, per_hod, slot_counts, total_slot),
     }
     if full:
         summary["switch_per_user"] = _per_user_switch(df, stream, codes, ts, k)
     return summary
+
+
+def _peaks(
+    models: list[str],
+    codes: np.ndarray,
+    busy_slots: np.ndarray,
+    slot0: np.ndarray,
+    slot_counts: np.ndarray,
+    inp: np.ndarray,
+    out: np.ndarray,
+) -> dict[str, dict[str, Any]]:
+    """Per model, its busiest clock hour: hour of day, requests and tokens per second."""
+    shape = slot_counts.shape
+    slot_in = _count2(codes, slot0, shape, inp.astype(float))
+    slot_out = _count2(codes, slot0, shape, out.astype(float))
+    peak = {}
+    for i, m in enumerate(models):
+        j = int(slot_counts[i].argmax())
+        peak[m] = {
+            "hour_of_day": int(busy_slots[j] % 24),
+            "requests_per_s": _r(slot_counts[i, j] / 3600.0),
+            "input_tokens_per_s": _r(slot_in[i, j] / 3600.0),
+            "output_tokens_per_s": _r(slot_out[i, j] / 3600.0),
+        }
+    return peak
+
+
+def _lengths(
+    models: list[str], codes: np.ndarray, inp: np.ndarray, out: np.ndarray, cached: np.ndarray
+) -> dict[str, dict[str, Any]]:
+    """Per model: input, output and cached lengths (means, quantiles, lognormal fit)."""
+    lengths = {}
+    for i, m in enumerate(models):
+        sel = codes == i
+        li, lo = np.log(inp[sel]), np.log(out[sel])
+        lengths[m] = {
+            "input_mean": _r(inp[sel].mean()),
+            "input_p50_p95": _q(inp[sel]),
+            "output_mean": _r(out[sel].mean()),
+            "output_p50_p95": _q(out[sel]),
+            "cached_mean": _r(cached[sel].mean()),
+            "log_input_mean_sd": [_r(li.mean()), _r(li.std())],
+            "log_output_mean_sd": [_r(lo.mean()), _r(lo.std())],
+        }
+    return lengths
+
+
+def _switches(
+    stream: np.ndarray, codes: np.ndarray, ts: np.ndarray, k: int
+) -> tuple[np.ndarray, float, np.ndarray]:
+    """Consecutive calls of a stream: model-to-model counts, the share that switch model,
+    and the gaps between them."""
+    order = np.lexsort((ts, stream))
+    s_sorted, m_sorted, t_sorted = stream[order], codes[order], ts[order]
+    same = s_sorted[1:] == s_sorted[:-1]
+    prev_m, cur_m = m_sorted[:-1][same], m_sorted[1:][same]
+    gaps = (t_sorted[1:] - t_sorted[:-1])[same]
+    switch = _count2(prev_m, cur_m, (k, k)).astype(np.int64)
+    switch_rate = float((prev_m != cur_m).mean()) if len(prev_m) else 0.0
+    return switch, switch_rate, gaps
+
+
+def _prefix(
+    models: list[str],
+    codes: np.ndarray,
+    stream: np.ndarray,
+    ts: np.ndarray,
+    inp: np.ndarray,
+    cached: np.ndarray,
+) -> dict[str, dict[str, Any]]:
+    """Prefix reuse per model: the cached share of input, and the time since the same
+    stream's previous call to the same model of the calls that reuse a prefix."""
+    order2 = np.lexsort((ts, codes, stream))
+    s2, m2, t2 = stream[order2], codes[order2], ts[order2]
+    same2 = (s2[1:] == s2[:-1]) & (m2[1:] == m2[:-1])
+    reuse_t = np.full(len(ts), np.nan)
+    reuse_t[order2[1:][same2]] = (t2[1:] - t2[:-1])[same2]
+    prefix = {}
+    for i, m in enumerate(models):
+        sel = codes == i
+        d = reuse_t[sel & (cached > 0)]
+        prefix[m] = {
+            "reuse_ratio": _r(cached[sel].sum() / max(inp[sel].sum(), 1)),
+            "reuse_distance_s_p50_p95": _q(d[np.isfinite(d)]),
+        }
+    return prefix
+
+
+def _idle_arrivals(
+    models: list[str], codes: np.ndarray, ts: np.ndarray, duration_s: float
+) -> dict[str, list[float]]:
+    """Per model, arrivals per hour that find it idle longer than each `IDLE_GRID_S` (the
+    optimizer's switch rates)."""
+    idle: dict[str, list[float]] = {}
+    hours = duration_s / 3600.0
+    for i, m in enumerate(models):
+        t = np.sort(ts[codes == i])
+        gap = np.diff(t)
+        # The first request of a model always finds it idle.
+        idle[m] = [_r((1 + int((gap > T).sum())) / hours) for T in IDLE_GRID_S]
+    return idle
+
+
+def _concurrency(
+    ts: np.ndarray, codes: np.ndarray, stream: np.ndarray, k: int, n_streams: int
+) -> dict[str, Any]:
+    """Models and sessions active per busy window (distinct (window, model) and (window,
+    stream) pairs), as CDFs."""
+    w = np.floor(ts / CONCURRENCY_WINDOW_S).astype(np.int64)
+    w0 = w - w.min()
+    models_active = np.unique(np.unique(w0 * k + codes) // k, return_counts=True)[1]
+    sess_active = np.unique(np.unique(w0 * n_streams + stream) // n_streams, return_counts=True)[1]
+    return {
+        "window_s": CONCURRENCY_WINDOW_S,
+        "models_active_cdf": _cdf(models_active),
+        "sessions_active_cdf": _cdf(sess_active),
+    }
 
 
 def _cdf(x: np.ndarray) -> list[float]:

@@ -42,7 +42,7 @@ windows of 51-78 requests, too few to tell a doubling of a 17% share from chance
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -145,54 +145,90 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
     c = np.array([win["mix"].get(m, 0.0) * n for m in allm])
     lam_by = _expected_counts(reference, win["hours_spanned"])
     lam = np.array([lam_by.get(m, 0.0) for m in allm])
-    scores: list[DimensionScore] = []
     win_hours = max(1, sum(win["hours_spanned"]))
-
     # Mix vs the reference at the same hours (global mix if it never saw these hours).
     expect = lam if lam.sum() > 0 else np.array([reference["mix"].get(m, 0.0) for m in allm])
+    # a new model is covered by new_models
+    counts = _Counts(allm, [m in ref_models for m in allm], c, n)
+    scores = [
+        _mix_score(c, expect, n, phi_mix),
+        _new_models_score(win, ref_models, n),
+        *_share_scores(counts, expect, phi_mix),
+        *_rate_scores(reference, counts, lam, phi_rates, win_hours),
+        _switch_score(reference, win, phi_mix),
+        *_length_scores(reference, win, ref_models, n),
+    ]
+    _ignore_team_dimensions(scores, int(win.get("sessions", 0)))
+    for s in scores:  # a reason only where a score of 1 or more did not fire
+        s.held = s.held if s.score >= 1 and not s.fired else ""
+    reasons = [f"{s.name}: {s.detail}" for s in scores if s.fired]
+    return DriftReport(
+        verdict="drift" if reasons else "stable",
+        requests=n,
+        reasons=reasons,
+        scores=scores,
+        thresholds=_thresholds(),
+    )
+
+
+def _mix_score(c: np.ndarray, expect: np.ndarray, n: int, phi_mix: float) -> DimensionScore:
+    """The window's model mix against the expected one: JS divergence, chi-squared test."""
     js = js_divergence(c, expect)
     k = int(((c > 0) | (expect > 0)).sum())
     crit = chi2_quantile(k - 1)
     stat = 8.0 * n * js / phi_mix
-    scores.append(
-        DimensionScore(
-            name="mix",
-            value=round(js, 6),
-            score=round(stat / crit, 4) if math.isfinite(crit) else 0.0,
-            fired=bool(stat >= crit and js >= MIX_JS_MIN),
-            detail=f"JS {js:.4f} nats over {k} models, phi {phi_mix:.2f}",
-            held=f"JS below the {MIX_JS_MIN:g}-nat floor",
-        )
+    return DimensionScore(
+        name="mix",
+        value=round(js, 6),
+        score=round(stat / crit, 4) if math.isfinite(crit) else 0.0,
+        fired=bool(stat >= crit and js >= MIX_JS_MIN),
+        detail=f"JS {js:.4f} nats over {k} models, phi {phi_mix:.2f}",
+        held=f"JS below the {MIX_JS_MIN:g}-nat floor",
     )
 
-    new = [(m, round(win["mix"][m] * n)) for m in win_models if m not in ref_models]
+
+def _new_models_score(win: WorkloadSummary, ref_models: list[str], n: int) -> DimensionScore:
+    """Models the reference never saw, firing when one has enough requests."""
+    new = [(m, round(win["mix"][m] * n)) for m in win["models"] if m not in ref_models]
     big = [(m, x) for m, x in new if x >= NEW_MODEL_MIN_REQUESTS and x >= NEW_MODEL_MIN_SHARE * n]
     share = sum(x for _, x in big) / n
-    scores.append(
-        DimensionScore(
-            name="new_models",
-            value=round(share, 6),
-            score=round(
-                max(
-                    (x / max(NEW_MODEL_MIN_REQUESTS, NEW_MODEL_MIN_SHARE * n) for _, x in new),
-                    default=0.0,
-                ),
-                4,
+    return DimensionScore(
+        name="new_models",
+        value=round(share, 6),
+        score=round(
+            max(
+                (x / max(NEW_MODEL_MIN_REQUESTS, NEW_MODEL_MIN_SHARE * n) for _, x in new),
+                default=0.0,
             ),
-            fired=bool(big),
-            detail=", ".join(f"{m}: {x} requests" for m, x in new) or "none",
-        )
+            4,
+        ),
+        fired=bool(big),
+        detail=", ".join(f"{m}: {x} requests" for m, x in new) or "none",
     )
 
+
+class _Counts(NamedTuple):
+    """The window's requests per model: the reference's models, then new ones."""
+
+    models: list[str]
+    known: list[bool]  # in the reference
+    c: np.ndarray
+    n: int  # all requests of the window
+
+
+def _share_scores(w: _Counts, expect: np.ndarray, phi_mix: float) -> list[DimensionScore]:
+    """Per known model: its share of requests against the expected share."""
+    out = []
+    n = w.n
     share_e = expect / expect.sum() if expect.sum() > 0 else expect
-    for m, cm, em in zip(allm, c, share_e, strict=True):
-        if m not in ref_models or em <= 0:
-            continue  # a new model is covered by new_models
+    for m, kn, cm, em in zip(w.models, w.known, w.c, share_e, strict=True):
+        if not kn or em <= 0:
+            continue
         sd = math.sqrt(phi_mix * n * em * (1.0 - em)) or 1.0
         z = (cm - n * em) / sd
         ratio = cm / (n * em)
         off = ratio > SHARE_RATIO_MAX or ratio < 1.0 / SHARE_RATIO_MAX
-        scores.append(
+        out.append(
             DimensionScore(
                 name=f"share:{m}",
                 value=round(ratio, 4),
@@ -202,10 +238,17 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 held=f"share within 1/{SHARE_RATIO_MAX:g}x-{SHARE_RATIO_MAX:g}x of expected",
             )
         )
+    return out
 
-    for m, cm, lm in zip(allm, c, lam, strict=True):
-        if m not in ref_models:
-            continue  # covered by new_models
+
+def _rate_scores(
+    reference: WorkloadSummary, w: _Counts, lam: np.ndarray, phi_rates: dict, win_hours: int
+) -> list[DimensionScore]:
+    """Per known model: its requests against those expected at the window's hours."""
+    out = []
+    for m, kn, cm, lm in zip(w.models, w.known, w.c, lam, strict=True):
+        if not kn:
+            continue
         a, b = phi_rates.get(m) or (DEFAULT_PHI_RATE, DEFAULT_RATE_CV2)
         lf = max(lm, a)
         z = (cm - lm) / math.sqrt(a * lf + b * lf * lf)
@@ -218,7 +261,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
             and cm - lm >= RATE_MIN_BURSTS * a
             and cm > RATE_PEAK_FACTOR * peak
         )
-        scores.append(
+        out.append(
             DimensionScore(
                 name=f"rate:{m}",
                 value=round(ratio, 4) if math.isfinite(ratio) else 1e9,
@@ -228,10 +271,15 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 held=_rate_held(ratio, cm - lm, a, cm, peak),
             )
         )
+    return out
 
-    scores.append(_switch_score(reference, win, phi_mix))
 
-    for m in win_models:
+def _length_scores(
+    reference: WorkloadSummary, win: WorkloadSummary, ref_models: list[str], n: int
+) -> list[DimensionScore]:
+    """Per known model: the shift of its log input and output lengths, in reference sds."""
+    out = []
+    for m in win["models"]:
         if m not in ref_models:
             continue
         nm = round(win["mix"][m] * n)
@@ -241,7 +289,7 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
             sd = max(float(r[key][1]), 0.1)  # floor: a constant length has sd 0
             shifts.append((float(w[key][0]) - float(r[key][0])) / sd)
         shift = max(shifts, key=abs)
-        scores.append(
+        out.append(
             DimensionScore(
                 name=f"length:{m}",
                 value=round(shift, 4),
@@ -251,23 +299,17 @@ def drift(reference: WorkloadSummary, window: pd.DataFrame | WorkloadSummary) ->
                 held=f"{nm} requests, fewer than {LENGTH_MIN_REQUESTS}",
             )
         )
+    return out
 
-    sessions = int(win.get("sessions", 0))
-    if sessions < MIN_SESSIONS:
-        for s in scores:
-            if s.fired and s.name.split(":")[0] in _TEAM_DIMENSIONS:
-                s.fired = False
-                s.held = f"{sessions} session(s) in the window, fewer than {MIN_SESSIONS}"
-    for s in scores:  # a reason only where a score of 1 or more did not fire
-        s.held = s.held if s.score >= 1 and not s.fired else ""
-    reasons = [f"{s.name}: {s.detail}" for s in scores if s.fired]
-    return DriftReport(
-        verdict="drift" if reasons else "stable",
-        requests=n,
-        reasons=reasons,
-        scores=scores,
-        thresholds=_thresholds(),
-    )
+
+def _ignore_team_dimensions(scores: list[DimensionScore], sessions: int) -> None:
+    """Too few sessions say nothing about the team: their dimensions do not fire."""
+    if sessions >= MIN_SESSIONS:
+        return
+    for s in scores:
+        if s.fired and s.name.split(":")[0] in _TEAM_DIMENSIONS:
+            s.fired = False
+            s.held = f"{sessions} session(s) in the window, fewer than {MIN_SESSIONS}"
 
 
 def _switch_score(ref: WorkloadSummary, win: WorkloadSummary, phi: float) -> DimensionScore:

@@ -27,7 +27,7 @@ and over steps of the Markov chains. Same spec and seed, same frame.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -61,6 +61,24 @@ def _activity_curve(spec: SynthSpec, start_h: float, end_h: float, lunch_h: floa
     return on * dip
 
 
+class _Sessions(NamedTuple):
+    """Every session of every user and day: its user, day, start (trace time) and local hour."""
+
+    user: np.ndarray
+    day: np.ndarray
+    start_s: np.ndarray
+    local_h: np.ndarray
+
+
+class _Calls(NamedTuple):
+    """Every model call in session order: its turn, role and session; and each turn's session."""
+
+    turn: np.ndarray
+    role: np.ndarray
+    sess: np.ndarray
+    turn_sess: np.ndarray
+
+
 def synth(
     spec: SynthSpec, seed: int = 0, max_context: Mapping[str, int] | None = None
 ) -> pd.DataFrame:
@@ -68,15 +86,27 @@ def synth(
 
     `max_context` (model -> tokens): each request's prompt + output stays within it.
     """
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # the steps draw from it in this order: same seed, same frame
     role_names = list(spec.roles)
-    n_roles = len(role_names)
-    ridx = {r: i for i, r in enumerate(role_names)}
     model_names = list(dict.fromkeys(rs.model for rs in spec.roles.values()))
     role_model = np.array([model_names.index(spec.roles[r].model) for r in role_names])
-    n_users, n_days = spec.users, spec.days
+    ses = _sessions(spec, rng)
+    if ses is None:
+        return empty_trace()
+    cum_mats, cum_starts, s_variant = _role_chains(spec, ses)
+    calls = _calls(spec, rng, s_variant, cum_starts, cum_mats)
+    new_in, out, keeps = _lengths(spec, rng, calls.role)
+    c_model = _models(spec, rng, ses, calls, role_model)
+    ts = _timestamps(spec, rng, ses, calls, out)
+    inp, cached = _context(spec, calls, c_model, keeps[calls.role], new_in, out, len(model_names))
+    limit = np.array([(max_context or {}).get(m, 1 << 62) for m in model_names])[c_model]
+    out, inp, cached = _within_context(limit, out, inp, cached)
+    return _frame(spec, ses, calls, model_names, ts, c_model, inp, out, cached)
 
-    # --- sessions: users x days -> start times --------------------------------------
+
+def _sessions(spec: SynthSpec, rng: np.random.Generator) -> _Sessions | None:
+    """Users' habits, then their sessions per day and start times (None: no session)."""
+    n_users, n_days = spec.users, spec.days
     start_h = spec.work_start_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
     end_h = spec.work_end_hour + spec.hours_jitter_h * rng.standard_normal(n_users)
     end_h = np.maximum(end_h, start_h + 1.0)
@@ -97,7 +127,7 @@ def synth(
     s_day = np.repeat(np.tile(np.arange(n_days), n_users), n_sess_ud.ravel())
     n_sess = len(s_user)
     if n_sess == 0:
-        return empty_trace()
+        return None
     s_local_s = np.empty(n_sess)
     u_draw = rng.random(n_sess)
     jitter = rng.random(n_sess)
@@ -110,16 +140,25 @@ def synth(
         minute = np.searchsorted(cdf, u_draw[m], side="right")
         s_local_s[m] = (np.minimum(minute, 1439) + jitter[m]) * 60.0
     s_start = s_day * 86400.0 + s_local_s - tz_h[s_user] * 3600.0
-    s_local_h = s_local_s / 3600.0
+    return _Sessions(s_user, s_day, s_start, s_local_s / 3600.0)
 
-    # Matrix variant per session: phase (0 neutral, 1 morning, 2 afternoon) x adopted (0/1).
+
+def _role_chains(spec: SynthSpec, ses: _Sessions) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The role chains' cumulative transition and start rows of each matrix variant (phase:
+    0 neutral, 1 morning, 2 afternoon; x adopted: 0/1), and each session's variant."""
+    role_names = list(spec.roles)
+    n_roles = len(role_names)
+    ridx = {r: i for i, r in enumerate(role_names)}
+    n_sess = len(ses.user)
     if spec.stationary:
         phase = np.zeros(n_sess, dtype=int)
         adopted = np.ones(n_sess, dtype=int)
     else:
-        phase = np.where(s_local_h < spec.lunch_hour, 1, 2)
+        phase = np.where(ses.local_h < spec.lunch_hour, 1, 2)
         adopted = (
-            (s_day >= spec.adoption_day).astype(int) if spec.adopted_role else np.ones(n_sess, int)
+            (ses.day >= spec.adoption_day).astype(int)
+            if spec.adopted_role
+            else np.ones(n_sess, int)
         )
     base = np.zeros((n_roles, n_roles + 1))
     for r, row in spec.transitions.items():
@@ -151,16 +190,22 @@ def synth(
             m[m.sum(axis=1) == 0, n_roles] = 1.0
             mats[ph * 2 + ad] = m
             starts[ph * 2 + ad] = sp if sp.sum() > 0 else np.ones(n_roles)
-    cum_mats, cum_starts = _cum_rows(mats), _cum_rows(starts)
-    s_variant = phase * 2 + adopted
+    return _cum_rows(mats), _cum_rows(starts), phase * 2 + adopted
 
-    # --- turns ----------------------------------------------------------------------
-    n_turns_s = rng.geometric(1.0 / spec.turns_per_session, n_sess)
-    t_sess = np.repeat(np.arange(n_sess), n_turns_s)
+
+def _calls(
+    spec: SynthSpec,
+    rng: np.random.Generator,
+    s_variant: np.ndarray,
+    cum_starts: np.ndarray,
+    cum_mats: np.ndarray,
+) -> _Calls:
+    """Turns per session, then each turn's calls: Markov chains over roles, all turns at once."""
+    n_roles = cum_starts.shape[1]
+    n_turns_s = rng.geometric(1.0 / spec.turns_per_session, len(s_variant))
+    t_sess = np.repeat(np.arange(len(s_variant)), n_turns_s)
     n_turns = len(t_sess)
     t_var = s_variant[t_sess]
-
-    # --- calls: Markov chains over roles, all turns at once -------------------------
     state = (rng.random(n_turns)[:, None] > cum_starts[t_var]).sum(axis=1)
     call_turn, call_step, call_role = [np.arange(n_turns)], [np.zeros(n_turns, int)], [state]
     active = np.arange(n_turns)
@@ -179,33 +224,53 @@ def synth(
     c_role = np.concatenate(call_role)
     order = np.lexsort((c_step, c_turn))  # turn-major, then step: the session's call order
     c_turn, c_role = c_turn[order], c_role[order]
-    n_calls = len(c_turn)
-    c_sess = t_sess[c_turn]
+    return _Calls(c_turn, c_role, t_sess[c_turn], t_sess)
 
-    # --- lengths --------------------------------------------------------------------
+
+def _lengths(
+    spec: SynthSpec, rng: np.random.Generator, c_role: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each call's new input and output tokens (lognormal by role), and per role whether it
+    keeps its context."""
+    role_names = list(spec.roles)
     mu_in = np.log([spec.roles[r].new_input_median_tokens for r in role_names])
     sd_in = np.array([spec.roles[r].new_input_sigma for r in role_names])
     mu_out = np.log([spec.roles[r].output_median_tokens for r in role_names])
     sd_out = np.array([spec.roles[r].output_sigma for r in role_names])
     keeps = np.array([spec.roles[r].keeps_context for r in role_names])
-    z = rng.standard_normal((2, n_calls))
+    z = rng.standard_normal((2, len(c_role)))
     new_in = np.maximum(1, np.rint(np.exp(mu_in[c_role] + sd_in[c_role] * z[0]))).astype(np.int64)
     out = np.maximum(1, np.rint(np.exp(mu_out[c_role] + sd_out[c_role] * z[1]))).astype(np.int64)
+    return new_in, out, keeps
 
-    # --- models (group switch) --------------------------------------------------------
-    c_model = role_model[c_role]
+
+def _models(
+    spec: SynthSpec, rng: np.random.Generator, ses: _Sessions, calls: _Calls, role_model: np.ndarray
+) -> np.ndarray:
+    """Each call's model: its role's, but the switching group's from `switch_day`."""
+    c_model = role_model[calls.role]
     if spec.switch_role and not spec.stationary and spec.switch_user_fraction > 0:
+        ridx = {r: i for i, r in enumerate(spec.roles)}
+        n_users = spec.users
         n_group = round(spec.switch_user_fraction * n_users)
         group = np.zeros(n_users, bool)
         group[rng.permutation(n_users)[:n_group]] = True
         sw = (
-            group[s_user[c_sess]]
-            & (s_day[c_sess] >= spec.switch_day)
-            & (c_role == ridx[spec.switch_role])
+            group[ses.user[calls.sess]]
+            & (ses.day[calls.sess] >= spec.switch_day)
+            & (calls.role == ridx[spec.switch_role])
         )
         c_model = np.where(sw, role_model[ridx[spec.switch_to_role]], c_model)
+    return c_model
 
-    # --- timing -----------------------------------------------------------------------
+
+def _timestamps(
+    spec: SynthSpec, rng: np.random.Generator, ses: _Sessions, calls: _Calls, out: np.ndarray
+) -> np.ndarray:
+    """Each call's arrival: its turn's start plus the decodes and tool gaps before it in the
+    turn; turns follow each other after the person's think time."""
+    c_turn, t_sess = calls.turn, calls.turn_sess
+    n_calls, n_turns = len(c_turn), len(t_sess)
     decode_s = out * spec.decode_s_per_token  # s: time the call spends generating
     gap_s = spec.tool_gap_median_s * np.exp(spec.tool_gap_sigma * rng.standard_normal(n_calls))
     first_in_turn = np.ones(n_calls, bool)
@@ -220,17 +285,28 @@ def synth(
     first_turn = np.ones(n_turns, bool)
     first_turn[1:] = t_sess[1:] != t_sess[:-1]
     t_step = np.where(first_turn, 0.0, np.roll(turn_len_s, 1) + think_s)
-    t_start = s_start[t_sess] + _group_cumsum_exclusive(t_step, first_turn) + t_step
-    ts = t_start[c_turn] + offset_s
+    t_start = ses.start_s[t_sess] + _group_cumsum_exclusive(t_step, first_turn) + t_step
+    return t_start[c_turn] + offset_s
 
-    # --- context and prefix cache per (session, model) --------------------------------
-    n_models = len(model_names)
-    key = (c_sess * n_models + c_model) * 2 + keeps[c_role]
+
+def _context(
+    spec: SynthSpec,
+    calls: _Calls,
+    c_model: np.ndarray,
+    c_keeps: np.ndarray,
+    new_in: np.ndarray,
+    out: np.ndarray,
+    n_models: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's prompt and cached prefix: the context its session carries on its model
+    (roles that keep it), compacted at `compact_at_tokens`."""
+    n_calls = len(calls.turn)
+    key = (calls.sess * n_models + c_model) * 2 + c_keeps
     g = np.argsort(key, kind="stable")  # groups in call order
     gk = key[g]
     g_first = np.ones(n_calls, bool)
     g_first[1:] = gk[1:] != gk[:-1]
-    flow = np.where(keeps[c_role[g]], new_in[g] + out[g], 0)
+    flow = np.where(c_keeps[g], new_in[g] + out[g], 0)
     before = _group_cumsum_exclusive(flow, g_first)
     seg = before // spec.compact_at_tokens
     carried = before - seg * spec.compact_at_tokens
@@ -242,27 +318,49 @@ def synth(
     cached = np.empty(n_calls, np.int64)
     inp[g] = input_g
     cached[g] = np.minimum(cached_g, input_g)
-    # vLLM refuses prompt + output past max_model_len: the agent shortens its answer to at
-    # most half the context, then its prompt (dropping the oldest turns) to the rest.
-    limit = np.array([(max_context or {}).get(m, 1 << 62) for m in model_names])[c_model]
+    return inp, cached
+
+
+def _within_context(
+    limit: np.ndarray, out: np.ndarray, inp: np.ndarray, cached: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """vLLM refuses prompt + output past max_model_len: the agent shortens its answer to at
+    most half the context (`limit`, per call), then its prompt (dropping the oldest turns) to
+    the rest."""
     out = np.minimum(out, np.maximum(1, limit // 2))
     inp = np.minimum(inp, limit - out)
-    cached = np.minimum(cached, inp)
+    return out, inp, np.minimum(cached, inp)
 
-    # --- frame --------------------------------------------------------------------------
-    horizon_s = n_days * 86400.0
+
+def _frame(
+    spec: SynthSpec,
+    ses: _Sessions,
+    calls: _Calls,
+    model_names: list[str],
+    ts: np.ndarray,
+    c_model: np.ndarray,
+    inp: np.ndarray,
+    out: np.ndarray,
+    cached: np.ndarray,
+) -> pd.DataFrame:
+    """The calls within the spec's days as a trace frame, sorted by time."""
+    n_users = spec.users
+    horizon_s = spec.days * 86400.0
     keep = (ts >= 0) & (ts < horizon_s)
     idx = np.flatnonzero(keep)
     idx = idx[np.argsort(ts[idx], kind="stable")]
     width = max(2, len(str(n_users - 1)))
     user_names = np.array([f"u{u:0{width}d}" for u in range(n_users)], dtype=object)
-    sess_names = np.array([f"{user_names[u]}-s{i:05d}" for i, u in enumerate(s_user)], dtype=object)
+    sess_names = np.array(
+        [f"{user_names[u]}-s{i:05d}" for i, u in enumerate(ses.user)], dtype=object
+    )
+    c_sess = calls.sess
     cols: dict[str, Any] = {
         "timestamp": ts[idx],
         "model": np.array(model_names, dtype=object)[c_model[idx]],
         "input_tokens": inp[idx],
         "output_tokens": out[idx],
-        "user": user_names[s_user[c_sess[idx]]],
+        "user": user_names[ses.user[c_sess[idx]]],
         "session": sess_names[c_sess[idx]],
         "cached_tokens": cached[idx],
         "served_by": np.full(len(idx), "", dtype=object),

@@ -7,6 +7,7 @@ import difflib
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from planner.catalog.schema import ModelArch, ModelCatalog, load_catalog
 
@@ -155,19 +156,7 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
     family = cfg.get("model_type")
     if family is None:
         raise ValueError("config.json lacks required key 'model_type'")
-    if family == "gemma3" and "text_config" in cfg:
-        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}
-    if family == "kimi_k25" and isinstance(cfg.get("text_config"), dict):
-        # the multimodal wrapper: the language model is DeepSeek-V3 (MLA) in text_config
-        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"]}
-    if family.startswith("gemma3"):
-        # google/gemma-3-*-it text_config leaves these at the transformers defaults
-        cfg = {
-            "vocab_size": 262208,
-            "sliding_window_pattern": 6,
-            "max_position_embeddings": 131072,
-            **{k: v for k, v in cfg.items() if v is not None},
-        }
+    cfg = _language_config(cfg, family)
     if family not in _FAMILIES:
         raise ValueError(
             f"config.json model_type {family!r} is not supported; use one of {list(_FAMILIES)}"
@@ -190,6 +179,38 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         max_position_embeddings=int(cfg.get("max_position_embeddings") or 32768),
         source="config.json",
     )
+    kw.update(_sliding(cfg, family, layers))
+    kw.update(_moe(cfg, family, r))
+    if kw["intermediate_size"] == 0 and not kw.get("num_experts"):
+        r("intermediate_size")
+    return _with_param_counts(ModelArch(**kw, total_params_b=1.0, active_params_b=1.0))
+
+
+def _language_config(cfg: dict, family: str) -> dict:
+    """The language model's keys of a config.json (a multimodal wrapper's `text_config`),
+    with the transformers defaults gemma-3 leaves out."""
+    if family == "gemma3" and "text_config" in cfg:
+        cfg = {**cfg["text_config"], "tie_word_embeddings": cfg.get("tie_word_embeddings", True)}
+    if family == "kimi_k25" and isinstance(cfg.get("text_config"), dict):
+        # the multimodal wrapper: the language model is DeepSeek-V3 (MLA) in text_config
+        cfg = {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **cfg["text_config"]}
+    if family.startswith("gemma3"):
+        # google/gemma-3-*-it text_config leaves these at the transformers defaults
+        cfg = {
+            "vocab_size": 262208,
+            "sliding_window_pattern": 6,
+            "max_position_embeddings": 131072,
+            **{k: v for k, v in cfg.items() if v is not None},
+        }
+    if family not in _FAMILIES:
+        raise ValueError(
+            f"config.json model_type {family!r} is not supported; use one of {list(_FAMILIES)}"
+        )
+    return cfg
+
+
+def _sliding(cfg: dict, family: str, layers: int) -> dict:
+    """The sliding-window size and how many layers use it."""
     window = cfg.get("sliding_window") or 0
     if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window"):
         window = 0
@@ -201,16 +222,21 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         n_sliding = layers - layers // pattern
     else:
         n_sliding = layers if window else 0
-    kw.update(sliding_window=int(window) if n_sliding else 0, num_sliding_layers=n_sliding)
+    return dict(sliding_window=int(window) if n_sliding else 0, num_sliding_layers=n_sliding)
+
+
+def _moe(cfg: dict, family: str, r: Any) -> dict:
+    """The experts (and MLA attention) of the MoE families, as ModelArch fields; `r` reads
+    a required key."""
     if family == "qwen3_moe":
-        kw.update(
+        return dict(
             num_experts=int(r("num_experts")),
             num_experts_per_tok=int(r("num_experts_per_tok")),
             moe_intermediate_size=int(r("moe_intermediate_size")),
             first_dense_layers=len(cfg.get("mlp_only_layers") or []),
         )
     elif family == "gpt_oss":
-        kw.update(
+        return dict(
             num_experts=int(r("num_local_experts")),
             num_experts_per_tok=int(cfg.get("num_experts_per_tok") or r("experts_per_token")),
             moe_intermediate_size=int(r("intermediate_size")),
@@ -218,7 +244,7 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         )
     elif family == "minimax_m2":
         # every layer is MoE; config.json's intermediate_size is one expert's width
-        kw.update(
+        return dict(
             num_experts=int(r("num_local_experts")),
             num_experts_per_tok=int(r("num_experts_per_tok")),
             moe_intermediate_size=int(r("intermediate_size")),
@@ -226,7 +252,7 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         )
     elif family in ("deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"):
         nope, rope = int(r("qk_nope_head_dim")), int(r("qk_rope_head_dim"))
-        kw.update(
+        return dict(
             num_experts=int(r("n_routed_experts")),
             num_experts_per_tok=int(r("num_experts_per_tok")),
             moe_intermediate_size=int(r("moe_intermediate_size")),
@@ -239,9 +265,12 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
             q_lora_rank=int(cfg.get("q_lora_rank") or 0),
             head_dim=nope + rope,
         )
-    if kw["intermediate_size"] == 0 and not kw.get("num_experts"):
-        r("intermediate_size")
-    base = ModelArch(**kw, total_params_b=1.0, active_params_b=1.0)
+    return {}
+
+
+def _with_param_counts(base: ModelArch) -> ModelArch:
+    """`base` with its total and active parameters from the architecture arithmetic."""
+    layers, hidden = base.num_layers, base.hidden_size
     pc = param_counts(base)
     total = sum(
         v for k, v in pc.items() if k not in ("linear_attn_kv", "one_expert_all_layers", "other")

@@ -17,49 +17,16 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from gateway_stack import local_gateway
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
-from planner.adjuster.control import Controller
-from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
+from planner.adjuster.gateway import GatewayConfig
 from planner.cli.example import CPU_CLUSTER
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import tiny_arch
 from planner.trace import read_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
-
-
-class Recording:
-    """The real Controller, with the order of wake/sleep calls recorded."""
-
-    def __init__(self, inner: Controller):
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def status(self):
-        return self.inner.status()
-
-    def wake(self, instance_id: str, timeout_s: float):
-        self.calls.append(("wake", instance_id))
-        return self.inner.wake(instance_id, timeout_s)
-
-    def sleep(self, instance_id: str) -> None:
-        self.calls.append(("sleep", instance_id))
-        self.inner.sleep(instance_id)
-
-    def restart(self, instance_id: str, timeout_s: float):
-        self.calls.append(("restart", instance_id))
-        return self.inner.restart(instance_id, timeout_s)
-
-    def follow(self):
-        return self.inner.follow()
-
-    def drained(self) -> str:
-        return self.inner.drained()
 
 
 def _instance(iid: str, model: str, port: int) -> dict:
@@ -89,25 +56,16 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
             "points": [{"name": "dev", "instances": insts}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
 
-    state = StateStore(d / "state")
-    backend = LocalBackend("cpu")
-    control = Recording(
-        Controller(
-            load_plan(d / "plan.yaml"), None, backend, state,
-            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        )
-    )  # fmt: skip
     cfg = GatewayConfig(queue_limit=1, wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=1.0)
-    gateway = Gateway(control.inner.point, control, state_dir=d / "state", config=cfg)
-    th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
-    client = httpx.Client(base_url=th.url, timeout=WAKE_TIMEOUT_S + 60)
-    try:
-        yield type("GW", (), {"th": th, "control": control, "state": state, "dir": d, "c": client})
-    finally:
-        client.close()
-        th.stop()
-        down(state, backend)
-        state.close()
+    with local_gateway(d, cfg, cpu_plan.free_port()) as stack:
+        client = httpx.Client(base_url=stack.th.url, timeout=WAKE_TIMEOUT_S + 60)
+        try:
+            yield type(
+                "GW", (), {"th": stack.th, "control": stack.control, "state": stack.state,
+                           "dir": d, "c": client},
+            )  # fmt: skip
+        finally:
+            client.close()
 
 
 def _log(d: Path) -> list[dict]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -30,27 +31,14 @@ HELPER = textwrap.dedent(
     import json, sys
     import httpx, ray
     from planner.adjuster.apply import down
-    from planner.adjuster.backends.ray import RayBackend, agent_name
-    from planner.adjuster.control import Controller
-    from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-    from planner.adjuster.state import StateStore
-    from planner.schemas.plan import Plan
+    from planner.adjuster.backends.ray import agent_name
+    from ray_stack import gateway_for, node_b_control
 
     model_dir, state_dir, address = sys.argv[1], sys.argv[2], sys.argv[5]
     port, gw_port = int(sys.argv[3]), int(sys.argv[4])
-    inst = {
-        "id": "tiny-b0", "model": "tiny", "variant": "main", "node": "node-b", "gpus": [0],
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True},
-    }
-    plan = Plan.model_validate({"selected": "p", "points": [{"name": "p", "instances": [inst]}]})
-    backend = RayBackend(address, device="cpu")
-    state = StateStore(state_dir)
-    control = Controller(plan, None, backend, state, model_path_resolver=lambda i: model_dir)
+    backend, state, control = node_b_control(model_dir, state_dir, address, port, "host")
     out = {"status_before": control.status()["tiny-b0"][0]}
-    gw = Gateway(control.point, control, state_dir=state_dir,
-                 config=GatewayConfig(wake_timeout_s=400))
-    th = GatewayThread(gw, port=gw_port).start()
+    gw, th = gateway_for(control, state_dir, gw_port)
     try:
         r = httpx.post(th.url + "/v1/completions", timeout=500,
                        json={"model": "tiny", "prompt": "hello", "max_tokens": 4})
@@ -110,6 +98,7 @@ def test_tiny_model_on_node_b_through_the_gateway(netns, tmp_path, tiny_model_di
             "--resources=" + json.dumps({"node-b": 1}), *common])  # fmt: skip
     helper = tmp_path / "ray_helper.py"
     helper.write_text(HELPER)
+    shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it
     r = ns_run(
         [
             sys.executable,

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 from netns import loopback_namespace
@@ -78,26 +80,12 @@ HELPER = textwrap.dedent(
     from pathlib import Path
     import httpx
     from planner.adjuster.apply import down
-    from planner.adjuster.backends.ray import RayBackend
-    from planner.adjuster.control import Controller
-    from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-    from planner.adjuster.state import StateStore
-    from planner.schemas.plan import Plan
+    from ray_stack import gateway_for, node_b_control
 
     model_dir, state_dir, address, probe, netns_b = sys.argv[1:6]
     port, gw_port, addr_b = int(sys.argv[6]), int(sys.argv[7]), sys.argv[8]
-    inst = {
-        "id": "tiny-b0", "model": "tiny", "variant": "main", "node": "node-b", "gpus": [0],
-        "tier": "gpu", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True},
-    }
-    plan = Plan.model_validate({"selected": "p", "points": [{"name": "p", "instances": [inst]}]})
-    backend = RayBackend(address, device="cpu")
-    state = StateStore(state_dir)
-    control = Controller(plan, None, backend, state, model_path_resolver=lambda i: model_dir)
-    gw = Gateway(control.point, control, state_dir=state_dir,
-                 config=GatewayConfig(wake_timeout_s=400))
-    th = GatewayThread(gw, port=gw_port).start()
+    backend, state, control = node_b_control(model_dir, state_dir, address, port, "gpu")
+    gw, th = gateway_for(control, state_dir, gw_port)
     out = {}
 
     def listeners(pgid):
@@ -199,6 +187,7 @@ def test_engine_ports_answer_only_the_planner_from_another_host(
     in_a([*ray, "start", f"--address={ADDR_A}:{HEAD_PORT}", f"--node-ip-address={ADDR_A}",
           "--resources=" + json.dumps({"node-b": 1}), *common])  # fmt: skip
     (tmp_path / "helper.py").write_text(HELPER)
+    shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it
     (tmp_path / "probe.py").write_text(PROBE)
     r = in_a(
         [sys.executable, str(tmp_path / "helper.py"), str(tiny_model_dir), str(tmp_path / "state"),

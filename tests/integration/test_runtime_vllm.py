@@ -14,51 +14,16 @@ import httpx
 import pytest
 import yaml
 from cli_run import cli
+from gateway_stack import local_gateway
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
-from planner.adjuster.control import Controller
-from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
+from planner.adjuster.gateway import GatewayConfig
 from planner.cli.example import CPU_CLUSTER
 from planner.engines import process
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
-
-
-class Recording:
-    """The real Controller, with the wakes and restarts it carried out recorded (a refused
-    one, e.g. while drained, raises and is not)."""
-
-    def __init__(self, inner: Controller):
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def status(self):
-        return self.inner.status()
-
-    def wake(self, instance_id: str, timeout_s: float):
-        h = self.inner.wake(instance_id, timeout_s)
-        self.calls.append(("wake", instance_id))
-        return h
-
-    def sleep(self, instance_id: str) -> None:
-        self.inner.sleep(instance_id)
-
-    def restart(self, instance_id: str, timeout_s: float):
-        h = self.inner.restart(instance_id, timeout_s)
-        self.calls.append(("restart", instance_id))
-        return h
-
-    def follow(self):
-        return self.inner.follow()
-
-    def drained(self) -> str:
-        return self.inner.drained()
 
 
 @pytest.fixture(scope="module")
@@ -81,29 +46,18 @@ def gw(tmp_path_factory, require_vllm, cpu_plan):
             "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
             "points": [{"name": "dev", "instances": [inst]}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    state = StateStore(d / "state")
-    backend = LocalBackend("cpu")
-    control = Recording(
-        Controller(
-            load_plan(d / "plan.yaml"), None, backend, state,
-            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        )
-    )  # fmt: skip
     cfg = GatewayConfig(
         wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
     )
-    gateway = Gateway(control.inner.point, control, state_dir=d / "state", config=cfg)
-    th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
-    client = httpx.Client(base_url=th.url, timeout=3 * WAKE_TIMEOUT_S)
-    ns = type("GW", (), {"th": th, "gw": gateway, "control": control, "state": state, "dir": d,
-                         "c": client, "port": port, "weights": weights})  # fmt: skip
-    try:
-        yield ns
-    finally:
-        client.close()
-        th.stop()
-        down(state, backend)
-        state.close()
+    with local_gateway(d, cfg, cpu_plan.free_port(), done_only=True) as stack:
+        client = httpx.Client(base_url=stack.th.url, timeout=3 * WAKE_TIMEOUT_S)
+        ns = type("GW", (), {"th": stack.th, "gw": stack.gw, "control": stack.control,
+                             "state": stack.state, "dir": d, "c": client, "port": port,
+                             "weights": weights})  # fmt: skip
+        try:
+            yield ns
+        finally:
+            client.close()
 
 
 def _ask(gw) -> httpx.Response:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from planner.cli.main import main
+from cli_helpers import run_cli as _run
 
 KEYS = {
     "weights_gib_per_gpu",
@@ -19,13 +18,6 @@ KEYS = {
     "wake_host_s",
     "wake_disk_s",
 }
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def test_single_json(capsys):

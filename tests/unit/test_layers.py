@@ -22,8 +22,6 @@ KNOWN_CYCLES: list[frozenset[str]] = [
     frozenset(
         f"planner.adjuster.gateway.{m}" for m in ("health", "proxy", "server", "tiers", "waker")
     ),
-    # melange imports baselines' private helpers, baselines imports melange (deferred)
-    frozenset({"planner.optimizer.baselines", "planner.optimizer.melange"}),
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 from planner.cli.inputs import synth_spec
 from planner.errors import InfeasibleError
 from planner.optimizer import baselines
-from planner.optimizer.baselines import gpu_sets
+from planner.optimizer.baseline_parts import gpu_sets
 from planner.optimizer.melange import peak_demand, steady_capacity_rps
 from planner.optimizer.perf import instance_perf
 from planner.optimizer.workload.synth import synth

@@ -9,20 +9,13 @@ import json
 
 import pytest
 import yaml
+from cli_helpers import run_cli as _run
 
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch_name
-from planner.cli.main import main
 from planner.optimizer.perf import BURST_SHARE, closed_loop, default_calib, instance_perf
 
 MODEL = "Llama-3.1-8B-Instruct"
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def _vllm_result(path, **over):

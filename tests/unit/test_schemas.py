@@ -6,23 +6,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli as _run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import schemas
 from planner.catalog.gpus import GPUS
 from planner.catalog.models import MODELS
-from planner.cli.main import main
 from planner.io import dump_yaml
 
 LAB16 = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def _write(tmp_path: Path, name: str, text: str) -> str:

@@ -5,22 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 import yaml
+from cli_helpers import run_cli as _run
 
-from planner.cli.main import main
 from planner.trace import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "plans" / "examples" / "lab16" / "models.yaml"
 AZURE = ROOT / "tests" / "data" / "AzureLLMInferenceTrace_code.csv"
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def test_print_spec_is_the_default_yaml(capsys):
