@@ -154,6 +154,7 @@ def optimize_cmd(
                 cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map
             )
 
+    from planner.app.inputs import calibration_refs
     from planner.app.plans import plan_from_result
 
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
@@ -161,7 +162,9 @@ def optimize_cmd(
         base=out.parent, cluster=cluster, models=models, slo=slo, workload=workload,
         profiles=profiles,
     )  # fmt: skip
-    plan = plan_from_result(result, cfg, inputs=refs, trace=trace, seed=seed)
+    plan = plan_from_result(
+        result, cfg, inputs=refs, trace=trace, seed=seed, calibration=calibration_refs(profiles)
+    )
     write_plan(out, plan, cl)
 
     base_metrics = result.baselines
