@@ -57,7 +57,7 @@ INFEASIBLE = LoopResult(math.inf, math.inf, 0.0, 0, False)
 # step: this share of their requests arrive with the other clients' as in a first round.
 # Fitted with the engine's constants to the 744 serving rows (bench/perfmodel_vs_serving.py,
 # its line "all rows"); `closed_loop(..., rounds=1 / BURST_SHARE)` applies it.
-BURST_SHARE = 0.167
+BURST_SHARE = 0.179
 
 
 def closed_loop(
