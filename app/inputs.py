@@ -48,6 +48,22 @@ def calibration(profiles: Path | None) -> tuple[dict[str, Any], list[str]]:
     return {p.gpu_type: calib_from_profile(p) for p in found}, list(warnings_here(found))
 
 
+def calibration_refs(profiles: Path | None) -> dict[str, Any]:
+    """GPU type -> CalibrationRef: the runs each GPU type's factors in `calibration` were
+    fitted from (the same profile per GPU type: the last one found)."""
+    if profiles is None or not profiles.exists():
+        return {}
+    from planner.profiler.store import load_profiles
+    from planner.schemas.plan import CalibrationRef
+
+    return {
+        p.gpu_type: CalibrationRef(
+            node=p.node, source=p.calibration.source, runs=list(p.calibration.runs)
+        )
+        for p in load_profiles([profiles])
+    }
+
+
 @dataclass
 class PlanInputs:
     """A plan and the inputs it was optimized on, checked against each other."""
@@ -126,4 +142,4 @@ def resolve(
     )  # fmt: skip
 
 
-__all__ = ["PlanInputs", "calibration", "recorded_path", "resolve"]
+__all__ = ["PlanInputs", "calibration", "calibration_refs", "recorded_path", "resolve"]

@@ -47,9 +47,11 @@ def plan_from_result(
     trace: Any,
     seed: int,
     search: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
 ) -> Any:
     """The Plan of `result` (`optimizer.search.optimize`'s) under `cfg` (its OptimizeConfig):
-    `inputs` the provenance, `trace` the traffic it was optimized on, `search` extra fields."""
+    `inputs` the provenance, `trace` the traffic it was optimized on, `search` extra fields,
+    `calibration` the runs each GPU type's factors came from (`inputs.calibration_refs`)."""
     from planner.optimizer.evaluation import knobs_to_dict
     from planner.optimizer.workload.characterize import summarize
     from planner.schemas.plan import Plan
@@ -62,6 +64,7 @@ def plan_from_result(
     )
     return Plan(
         inputs=inputs,
+        calibration=calibration or {},
         workload_summary=summarize(trace),
         search={
             "seed": seed,

@@ -40,6 +40,7 @@ class Reoptimizer:
 
     def write(self, trace: Any, out: Path, workload_file: Path) -> Path:
         """Optimize on `trace` and write the plan to `out` atomically."""
+        from planner.app.inputs import calibration_refs
         from planner.app.plans import plan_from_result, provenance
         from planner.planfile import write_plan
 
@@ -52,6 +53,7 @@ class Reoptimizer:
         plan = plan_from_result(
             res, cfg, inputs=refs, trace=trace, seed=inp.seed(),
             search={"reoptimized_from": str(inp.plan_path)},
+            calibration=calibration_refs(inp.profiles_path),
         )  # fmt: skip
         write_plan(out, plan, inp.cluster)
         return out

@@ -6,9 +6,10 @@ express (bench/lib/serving.py). For each GPU and each model measured on it:
 
 1. the starting constants are fitted on the other GPUs' rows only (leave that GPU out, as
    bench/perfmodel_vs_serving.py does);
-2. a team's calibration: the per-GPU constants (bandwidth efficiency, step overhead, the
-   request overheads, and on Blackwell its fp8/fp4 GEMM efficiency) refitted to that one
-   model's runs at concurrency <= 8 on that GPU;
+2. a team's calibration: the per-GPU constants (step overhead, the request overheads, and
+   on Blackwell its fp8/fp4 GEMM efficiency) refitted to that one model's runs at
+   concurrency <= 8 on that GPU (refitting bandwidth efficiency too scored no better: TTFT
+   15.1%, TPOT 7.6% against 14.8%, 7.5%);
 3. scored on every other run on that GPU (the other models, and the same model above 8).
 
 Prints median |error| of TTFT and TPOT per GPU and overall (over every (GPU, calibrating

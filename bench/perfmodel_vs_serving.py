@@ -7,7 +7,8 @@ of MiniMax-M2.5, Kimi-K2.5, Llama-3.1-70B and gpt-oss-120b on B200, B300, H100 a
 The prediction is the planner's own: `instance_perf` with vLLM's defaults for the GPU (the
 runs record no engine flags; an fp8 KV cache for the fp8 and fp4 checkpoints, which some
 runs need to hold their batch: serving.kv_dtype) and `closed_loop`, the clients' closed
-loop. Linear layers run at the measured GEMM tables' rates where they cover the GPU (H200). Constants that
+loop. Linear layers run at the measured GEMM tables' rates where they cover the GPU (H200);
+Blackwell's take the H200 table's dependence on shape at their fitted level. Constants that
 per-operator tables or published kernel measurements give stay as shipped (Hopper's GEMM
 and attention efficiencies, kernel floors, activation quantization, all-reduce latency, the
 W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Eight constants are
@@ -16,7 +17,8 @@ routed-expert GEMMs' share of a dense GEMM's rate, the cost per decoder layer of
 large for vLLM's CUDA graphs, the request overhead (fixed and per prompt token), and the
 share of requests that arrive in a burst with the other clients' (fixed-length clients stay
 partly in step, as in a first round); and Blackwell's fp8/fp4 GEMM efficiency (no per-op
-table; Blackwell rows only). Every fit leaves out the group it predicts:
+table; Blackwell rows only). A fit minimizes the mean |log ratio|, each row's clipped at 0.2
+(serving.CLIP). Every fit leaves out the group it predicts:
 
 - leave one model out: fit on the other three models' rows, score the held-out model's;
 - leave one system out: fit on the other GPUs' rows, score the held-out GPU's.

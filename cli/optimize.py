@@ -71,6 +71,7 @@ def optimize_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
+    from planner.app.inputs import calibration_refs
     from planner.app.plans import plan_from_result
     from planner.cli import inputs as inp
     from planner.planfile import write_plan
@@ -94,7 +95,9 @@ def optimize_cmd(
         base=out.parent, cluster=cluster, models=models, slo=slo, workload=workload,
         profiles=profiles,
     )  # fmt: skip
-    plan = plan_from_result(result, cfg, inputs=refs, trace=trace, seed=seed)
+    plan = plan_from_result(
+        result, cfg, inputs=refs, trace=trace, seed=seed, calibration=calibration_refs(profiles)
+    )
     write_plan(out, plan, cl)
 
     if report is not None:

@@ -20,7 +20,7 @@ from planner.schemas.plan import Plan
 
 # Top-level keys in reading order; keys not named here follow in schema order.
 _FIRST = ("kind", "version", "selected", "points")
-_LAST = ("workload_summary", "inputs", "search")
+_LAST = ("workload_summary", "inputs", "calibration", "search")
 
 
 def annotate(plan: Plan, cluster: Cluster | None) -> Plan:
@@ -55,6 +55,8 @@ def plan_text(plan: Plan) -> str:
     ordered = {k: data[k] for k in _FIRST if k in data}
     ordered |= {k: v for k, v in data.items() if k not in _FIRST and k not in _LAST}
     ordered |= {k: data[k] for k in _LAST if k in data}
+    if not ordered.get("calibration"):
+        ordered.pop("calibration", None)  # spec-sheet factors: nothing to record
     for point in ordered["points"]:
         for inst in point["instances"]:
             if not inst.get("shares_gpu_with"):

@@ -37,15 +37,16 @@ class Calib:
     # W4A16 experts show B200 prefilling about as fast per SM as H200.
     w4a16_flops_per_sm_cycle: float = 989e12 / (132 * 1980e6)  # W4A16 FLOPs/SM/clock, at most
     # Fitted to the 744 expressible serving rows (B200/B300/H200; bench/perfmodel_vs_serving.py,
-    # its line "all rows": measured GEMM layer, fp8 KV for the fp8/fp4 rows), like
+    # its line "all rows": measured GEMM layer, Blackwell borrowing H200's GEMM shapes, fp8 KV
+    # for the fp8/fp4 rows, rows clipped at |log ratio| 0.2), like
     # step_overhead_s and the request overheads below:
     # grouped expert GEMMs (a few rows per expert, routing, permutes) vs a dense GEMM's rate
-    moe_compute_efficiency: float = 0.267  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
+    moe_compute_efficiency: float = 0.273  # achieved / dense-GEMM FLOP/s of routed-expert GEMMs
     # a step of more tokens than vLLM captures as CUDA graphs launches every kernel from the CPU
-    eager_layer_s: float = 5.06e-4  # per decoder layer of a step run without CUDA graphs, s
-    step_overhead_s: float = 142e-6  # beyond the kernels' floors: scheduler + sampling, s/step
-    prefill_overhead_s: float = 0.0148  # per request: HTTP, tokenize, schedule, detokenize, s
-    prompt_s_per_token: float = 1.48e-6  # per prompt token: tokenize and hand to the engine, s
+    eager_layer_s: float = 5.02e-4  # per decoder layer of a step run without CUDA graphs, s
+    step_overhead_s: float = 30.8e-6  # beyond the kernels' floors: scheduler + sampling, s/step
+    prefill_overhead_s: float = 0.00747  # per request: HTTP, tokenize, schedule, detokenize, s
+    prompt_s_per_token: float = 2.14e-6  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
@@ -117,7 +118,7 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     ),
     "hopper": dict(
         compute_efficiency=0.75,
-        bandwidth_efficiency=0.9,  # the serving fit's (H200 rows; blackwell below)
+        bandwidth_efficiency=0.947,  # the serving fit's (H200 rows; blackwell below)
         attn_efficiency=0.48,
         kv_read_efficiency=0.62,
         h2d_gbps=40.0,
@@ -126,16 +127,16 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     # blackwell: no per-operator table; bf16 GEMM and prefill attention efficiencies as
     # Hopper's (above); its decode kernels' KV read rate keeps the generic default. Its fp8 and
     # fp4 GEMMs' share of their peaks comes from the serving fit (all rows, fitted to the
-    # B200/B300 rows only: bench/perfmodel_vs_serving.py, blackwell_lowp_efficiency), 0.56
-    # against Hopper's 0.42 in the per-op tables.
+    # B200/B300 rows only: bench/perfmodel_vs_serving.py, blackwell_lowp_efficiency), 0.527
+    # at the borrowed table's (m, 8192, 8192) GEMM, against Hopper's 0.42 in the per-op tables.
     # Bandwidth (hopper and blackwell): an isolated GEMM streams at 0.86 of peak (the tables
-    # above); the serving fit (all rows: B200/B300/H200, dense and MoE) gives 0.9. (It gave
+    # above); the serving fit (all rows: B200/B300/H200, dense and MoE) gives 0.947. (It gave
     # 1.0 while the bench read the fp8/fp4 rows' KV as 16-bit: twice the bytes they read.)
     "blackwell": dict(
         compute_efficiency=0.75,
-        fp8_compute_efficiency=0.56,
-        fp4_compute_efficiency=0.56,
-        bandwidth_efficiency=0.9,
+        fp8_compute_efficiency=0.527,
+        fp4_compute_efficiency=0.527,
+        bandwidth_efficiency=0.947,
         attn_efficiency=0.48,
         h2d_gbps=40.0,
         d2h_gbps=40.0,

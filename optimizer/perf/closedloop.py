@@ -23,6 +23,12 @@ periodic steady state, fast enough for every candidate of a search):
   sending fixed-length requests stay partly in step after it: a fractional `rounds` (1 /
   the share of requests that arrive in such a burst) weighs that in.
 
+What TTFT at a concurrency means (`planner estimate`, the plan's promises): the mean over
+the requests of N clients sending fixed-length requests back to back, weighing the spread-out
+steady state by 1 - BURST_SHARE and a first-round burst (every client sending at once) by
+BURST_SHARE (`rounds=1 / BURST_SHARE`); TPOT is the steady state's. The simulator replaying
+those two limits of the same loop agrees within 5% (bench/simulator_vs_estimate.py).
+
 Pure: numbers in, numbers out.
 """
 
@@ -51,7 +57,7 @@ INFEASIBLE = LoopResult(math.inf, math.inf, 0.0, 0, False)
 # step: this share of their requests arrive with the other clients' as in a first round.
 # Fitted with the engine's constants to the 744 serving rows (bench/perfmodel_vs_serving.py,
 # its line "all rows"); `closed_loop(..., rounds=1 / BURST_SHARE)` applies it.
-BURST_SHARE = 0.167
+BURST_SHARE = 0.179
 
 
 def closed_loop(

@@ -5,7 +5,8 @@ Which layer answers (`Source`): `measured` where (m, n, k) is a point of the tab
 corners), and also just outside it (each dimension within `RESCALE_FACTOR` of the grid's
 edge), where the nearest edge point keeps its measured utilization and the time scales as
 the roofline does (`roof_s`); `roofline` elsewhere, and on GPUs or formats with no table:
-the caller's roofline with its fitted efficiencies (optimizer/perf/calib.py).
+the caller's roofline with its fitted efficiencies (optimizer/perf/calib.py). A generation
+with no table borrows the shape dependence of the nearest one's (`borrowed_factor`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from planner.catalog.kernel_tables import GemmTable
 Source = Literal["measured", "interpolated", "roofline"]
 SOURCE_RANK: dict[str, int] = {"measured": 0, "interpolated": 1, "roofline": 2}
 RESCALE_FACTOR = 4.0  # how far past the grid's edge a measurement still answers, per dimension
+# Blackwell has no table: its GEMMs lose utilization on narrow per-GPU shapes (high TP) as
+# Hopper's do; the serving runs show it (Llama-3.1-70B on B200 with the flat efficiency: TTFT
+# +21% at TP1, -13% at TP8, bench/perfmodel_vs_serving.py). The level stays the fitted one.
+BORROWED_TABLE = {"blackwell": "H200-SXM"}
+BORROWED_REF_NK = 8192  # the (m, 8192, 8192) GEMM whose borrowed utilization the level keeps
 
 
 def worst_source(sources: Sequence[str]) -> Source:
@@ -80,3 +86,32 @@ def gemm_s(
     if edge != x:
         return s * roof_s(*x) / roof_s(*edge), "interpolated"
     return s, "measured" if exact else "interpolated"
+
+
+def borrowed_factor(
+    gpu_arch: str, low_precision: bool, m: float, shapes: Sequence[tuple[int, int, int]]
+) -> float:
+    """How much slower than at the flat fitted efficiency the GEMMs `shapes` ((n, k, count),
+    m tokens each) run on a generation with no table: the FLOP-weighted mean of the borrowed
+    table's utilization at (m, BORROWED_REF_NK, BORROWED_REF_NK) over its utilization at
+    each shape; 1.0 where nothing is borrowed or the table does not answer a shape."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.catalog.kernel_tables import gemm_table
+
+    proxy = BORROWED_TABLE.get(gpu_arch)
+    table = gemm_table(proxy, "fp8" if low_precision else "bf16") if proxy else None
+    if table is None or not shapes:
+        return 1.0
+    spec = resolve_gpu(proxy)
+    peak = (spec.fp8_tflops if low_precision else spec.bf16_tflops) * 1e12  # FLOP/s
+
+    def util(n: float, k: float) -> float | None:
+        got = gemm_s(table, m, n, k, lambda m_, n_, k_: 2.0 * m_ * n_ * k_ / peak)
+        return None if got is None else 2.0 * m * n * k / peak / got[0]
+
+    ref = util(BORROWED_REF_NK, BORROWED_REF_NK)
+    each = [util(n, k) for n, k, _ in shapes]
+    if ref is None or any(u is None for u in each):
+        return 1.0
+    flops = [2.0 * n * k * count for n, k, count in shapes]
+    return sum(f * ref / u for f, u in zip(flops, each, strict=True)) / sum(flops)  # type: ignore[operator]

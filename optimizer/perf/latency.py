@@ -11,7 +11,7 @@ from functools import lru_cache
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch, param_counts
 from planner.optimizer.perf.calib import Calib, default_calib
-from planner.optimizer.perf.kernels import Source, gemm_s, worst_source
+from planner.optimizer.perf.kernels import Source, borrowed_factor, gemm_s, worst_source
 from planner.optimizer.perf.memory import (
     EXPERT_ONLY_QUANTS,
     W4A16_QUANTS,
@@ -176,8 +176,9 @@ def dense_compute_s_per_token(
     roofline = flops_dense / gemm_flops(gpu, calib, quantization), "roofline"
     kind, shapes = gemm_kind(arch, quantization, gpu), dense_gemm_shapes(arch, tp)
     table = gemm_table(gpu.name, kind) if kind and shapes else None
-    if table is None or not shapes:
-        return roofline
+    if table is None or not shapes:  # no table: the nearest generation's shape dependence
+        low = quantization not in ("bf16", "fp16")
+        return roofline[0] * borrowed_factor(gpu.arch, low, ref_tokens, shapes or []), "roofline"
     # vLLM 0.14's fp8 GEMMs (per tensor, block-scaled) measure up to 1.7x the bf16 time of a
     # shape at m = 8192 (aiconfigurator's H100 and L40S tables): a kernel choice of that
     # build, not the hardware (2x the bf16 rate); an fp8 GEMM is taken as no slower than bf16.

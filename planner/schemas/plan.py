@@ -20,6 +20,16 @@ class InputRef(Strict):
     sha256: str = Field(default="", description="hex SHA-256 of the file")
 
 
+class CalibrationRef(Strict):
+    """What one GPU type's perf factors were fitted from (its profile's `calibration`)."""
+
+    node: str = Field(default="", description="the node whose profile gave the factors")
+    source: str = Field(default="", description="what the factors come from")
+    runs: list[str] = Field(
+        default_factory=list, description="the engine and serving runs the fit used"
+    )
+
+
 class MemoryGib(Strict):
     """Per-GPU memory of an instance when awake, GiB."""
 
@@ -246,6 +256,10 @@ class Plan(Strict):
     kind: Literal["plan"] = "plan"
     version: Literal[1] = 1
     inputs: dict[str, InputRef] = Field(default_factory=dict, description="provenance of inputs")
+    calibration: dict[str, CalibrationRef] = Field(
+        default_factory=dict,
+        description="GPU type -> the profile runs its perf factors were fitted from",
+    )
     workload_summary: dict[str, Any] = Field(
         default_factory=dict, description="the drift reference"
     )

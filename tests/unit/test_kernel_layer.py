@@ -93,3 +93,24 @@ def test_estimate_json_says_source(gpu, source, capsys):
         main(argv)
     assert e.value.code == 0
     assert json.loads(capsys.readouterr().out)["source"] == source
+
+
+def test_a_generation_without_tables_borrows_the_shape_dependence():
+    """Blackwell has no GEMM table: its narrow per-GPU GEMMs at high TP lose utilization as
+    Hopper's measured ones do, so the per-GPU compute of a token at TP 8 is slower than an
+    eighth of TP 1's (a flat efficiency makes them equal: TTFT +21% at TP 1, -13% at TP 8 on
+    the B200 serving runs). The level stays the fitted one; Ampere, with no borrowed table,
+    keeps the flat roofline."""
+    arch, calib = resolve_arch_name("Llama-3.1-70B"), default_calib("blackwell")
+    b200 = resolve_gpu("B200-SXM")
+    per_gpu = {
+        tp: tp * dense_compute_s_per_token(arch, "fp8", b200, tp, calib, 8192)[0] for tp in (1, 8)
+    }
+    assert per_gpu[8] > 1.1 * per_gpu[1]
+    assert dense_compute_s_per_token(arch, "fp8", b200, 8, calib, 8192)[1] == "roofline"
+    rtx = resolve_gpu("RTX-3090")
+    flat = {
+        tp: tp * dense_compute_s_per_token(arch, "bf16", rtx, tp, default_calib("ampere"), 8192)[0]
+        for tp in (1, 8)
+    }
+    assert flat[8] == pytest.approx(flat[1])

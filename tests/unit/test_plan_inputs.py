@@ -55,3 +55,35 @@ def test_adjust_scores_with_the_plans_calibration(tmp_path, monkeypatch):
     got, spec = tick.perfs[name][on_l40s], plain.all_perfs()[name][on_l40s]
     assert got.prefill_overhead_s == 0.5 != spec.prefill_overhead_s  # calibrated, not spec
     assert "--profiles" in tick.suggest_command
+
+
+def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
+    """Issue 31 item 4: a plan optimized with profiles names, per GPU type, the runs its
+    factors were fitted from (`planner profile calibrate` writes them into the profile)."""
+    from planner.schemas import load_plan
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    runs = ["Qwen3-8B tp1 bf16: 6 points (imported from bench.json)"]
+    (profiles / "n0-L40S.yaml").write_text(
+        "kind: profile\nnode: n0\ngpu_type: L40S\ncalibration:\n"
+        "  compute_efficiency: 0.5\n  source: closed-loop fit (3 imported runs)\n"
+        f"  runs: [{runs[0]!r}]\n"
+    )
+    out = tmp_path / "plan.yaml"
+    code, _, err = _run(["optimize", "-c", SMALL / "cluster.yaml", "-m", SMALL / "models.yaml",
+                         "-s", SMALL / "slo.yaml", "-w", SMALL / "workload.yaml", "--evals", "2",
+                         "--no-baselines", "--json", "--profiles", profiles, "-o", out],
+                        capsys)  # fmt: skip
+    assert code == 0, err
+    ref = load_plan(out).calibration["L40S"]
+    assert (ref.node, ref.runs) == ("n0", runs)
+    assert ref.source.startswith("closed-loop fit")
+    assert "calibration:" in out.read_text()
+    # without profiles the plan records none (and the file has no such key)
+    plain = tmp_path / "plain.yaml"
+    code, _, err = _run(["optimize", "-c", SMALL / "cluster.yaml", "-m", SMALL / "models.yaml",
+                         "-s", SMALL / "slo.yaml", "-w", SMALL / "workload.yaml", "--evals", "2",
+                         "--no-baselines", "--json", "-o", plain], capsys)  # fmt: skip
+    assert code == 0, err
+    assert load_plan(plain).calibration == {} and "\ncalibration:" not in plain.read_text()
