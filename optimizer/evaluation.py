@@ -87,4 +87,5 @@ def predicted(m: dict[str, Any]) -> Predicted:
         slo_attainment=round(float(m["slo_attainment"]), 5),
         warm_gpu_gib=round(float(m["warm_gpu_gib"]), 3),
         gpus_used=int(m["gpus_used"]),
+        quality_cost=round(float(m.get("quality_cost", 0.0)), 5),
     )

@@ -101,6 +101,19 @@ def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
     return sorted(picks)
 
 
+def fit_extent(trace: Any, held: list[int]) -> tuple[int, float]:
+    """(days, hours) the trace covers less the `held` days (from 0): the span the fitted
+    days' per-day and per-hour rates are over (held-back days inside it do not count)."""
+    fit = ~np.isin(_day_index(trace), held)
+    t = np.asarray(trace["timestamp"], dtype=float)[fit]
+    if not len(t):
+        return 0, 0.0
+    first, last = int(np.floor(t.min() / DAY_S)), int(np.floor(t.max() / DAY_S))
+    base = int(np.floor(np.asarray(trace["timestamp"], dtype=float).min() / DAY_S))
+    inside = sum(1 for d in held if first < d + base < last)
+    return last - first + 1 - inside, (t.max() - t.min()) / 3600.0 - 24.0 * inside
+
+
 def split_days(trace: Any, held_days: int, rule: str = "last") -> tuple[Any, Any]:
     """(fit, held back): the `held_back_days` apart from the rest."""
     held = np.isin(_day_index(trace), held_back_days(trace, held_days, rule))

@@ -34,6 +34,7 @@ from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.milp import MilpInput, MilpResult, solve
 from planner.optimizer.perf import Calib
 from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.space import (
     better,
@@ -75,10 +76,10 @@ class Searcher:
         self.fit, held = scoring.split_days(trace, self.validate_days, cfg.held_back)
         self.held = held if self.validate_days else None
         counts = scoring.day_counts(trace)
-        self.held_days = [
-            (d, int(counts[d]))
-            for d in scoring.held_back_days(trace, self.validate_days, cfg.held_back)
-        ]
+        held_back = scoring.held_back_days(trace, self.validate_days, cfg.held_back)
+        self.held_days = [(d, int(counts[d])) for d in held_back]
+        # rates per day and hour over the fitted days only (held-back ones may lie between)
+        fit_days, fit_h = scoring.fit_extent(trace, held_back)
         self.fit_req = scoring.requests(self.fit, models)
         self.held_req = scoring.requests(self.held, models) if self.held is not None else None
         self.scorer = scorer or scoring.scorer(self.fit_req, slo, names)
@@ -90,7 +91,7 @@ class Searcher:
         # report through it too, so the total shown ends equal to the evaluations made
         self._progress: Progress | None = None
         self._total = 0
-        self.demand = model_demand(self.fit)
+        self.demand = model_demand(self.fit, span_h=fit_h)
         self.sets = tuple(gpu_sets(cluster, cfg.max_tp))
         self.gpu_usable = {
             (n.name, d): g.spec.memory_gib * (1 - cfg.gpu_memory_margin)
@@ -102,7 +103,7 @@ class Searcher:
             n.name: n.cpu_memory_gib * (1 - cfg.host_memory_margin) for n in cluster.nodes
         }
         self.sleep_order = sleep_order(models, self.demand)
-        self.rates = schedule.hourly_rates(self.fit)  # the forecast of the schedule variants
+        self.rates = schedule.hourly_rates(self.fit, fit_days)  # the schedule variants' forecast
         self.handoff = schedule.handoffs(self.fit, cfg.handoff_min_share)
         self.substitutes = substitute_rules(models, slo)
         self.quality_weight = quality_weight(cfg, slo)
@@ -182,8 +183,9 @@ class Searcher:
         )
         point.substitutes = dict(self.substitutes)
         t1 = self.clock()
-        metrics = self.scorer(point, perfs)
+        metrics = with_variant_quality(self.scorer(point, perfs), point, self.models)
         held = self.held_scorer(point, perfs) if self.held_scorer else None
+        held = with_variant_quality(held, point, self.models) if held is not None else None
         t2 = self.clock()
         point.predicted = predicted(held or metrics)
         return Evaluation(
@@ -239,18 +241,18 @@ class Searcher:
             ).to_metrics()
 
         for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
-            self._twins[ev.index] = m
+            self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall
-        + weighted quality cost of stand-ins (`quality_weight`)."""
+        + weighted quality cost of stand-ins (`quality_weight`; the variants' is the MILP's)."""
         if not ev.feasible:
             return 10.0
         m = ev.metrics
         switch_n = m["switch_p95_s"] / 30.0  # s, against a 30 s reference wake
         warm_n = m["warm_gpu_gib"] / self.total_gpu_gib
         short = max(0.0, self.slo.attainment - m["slo_attainment"])
-        quality = self.quality_weight * m.get("quality_cost", 0.0)
+        quality = self.quality_weight * stand_in_quality_cost(m)
         return switch_n + lam * warm_n + 20.0 * short + quality
 
     def loosest_knobs(self) -> Knobs:

@@ -19,6 +19,7 @@
    so the set is at least as good as anything the tool itself knows; but only where no
    written point dominates it on the days points are chosen on either (attainment
    differences under `ATTAINMENT_TIE` counting as none: `_real_choices`).
+   4b. Where all leave GPUs idle, a point that uses them (`idle`; never the selected one).
 5. Names, the selected point (the one that holds the SLO best over every day of the trace),
    the capacity table, and the hop between every pair of points.
 """
@@ -32,14 +33,16 @@ from planner.optimizer import scoring
 from planner.optimizer.advice import explain_capacity
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
+from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
+from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.invariants import memory_violations
 from planner.optimizer.pareto import dominates, name_points
+from planner.optimizer.quality import baselines_quality, stand_in_quality_cost, with_variant_quality
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.tiers import hop_table, tier_variants
 
 if TYPE_CHECKING:
-    from planner.optimizer.evaluation import Evaluation, SearchResult
     from planner.optimizer.search import Searcher
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
@@ -92,7 +95,7 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
         (
             e.chosen["switch_p95_s"],
             e.chosen["warm_gpu_gib"],
-            e.chosen.get("quality_cost", 0.0),
+            stand_in_quality_cost(e.chosen),  # the variants' quality: the idle-GPU point's
             _held_up(e),
         )
         for e in pool
@@ -177,7 +180,7 @@ def _pool(
         within = [
             e
             for e in feasible
-            if max(e.chosen.get("quality_cost", 0.0), e.metrics.get("quality_cost", 0.0))
+            if max(stand_in_quality_cost(e.chosen), stand_in_quality_cost(e.metrics))
             <= max_quality_cost + 1e-12
         ]
         feasible = within or feasible
@@ -221,7 +224,6 @@ def _from_baseline(S: Searcher, name: str, b: Any, res: Any, index: int) -> Eval
 def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     """See the module docstring."""
     from planner.optimizer.advice import binding_slo, capacity_fix
-    from planner.optimizer.evaluation import SearchResult
 
     feasible = [e for e in evals if e.feasible]
     if not feasible:
@@ -315,11 +317,12 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
             continue
         r = scoring.simulate_baseline(b, S.fit_req, S.slo, S.models, S.cluster, S.calib)
         base_res[name] = r
-        base_fit[name] = r.to_metrics()
+        base_fit[name] = with_variant_quality(r.to_metrics(), b.point, S.models)
     ok = {n: m for n, m in base_fit.items() if "error" not in m}
     base_shown = base_fit  # as the table shows them: on the held-back days where there are some
     if S.held_req is not None and built:
         base_shown = scoring.baselines_on(built, S.held_req, S.slo, S.models, S.cluster, S.calib)
+        base_shown = baselines_quality(base_shown, built, S.models)
     shown_ok = [m for m in base_shown.values() if "error" not in m]
     kept = [
         e
@@ -339,9 +342,12 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen["slo_attainment"], -e.index))]
 
+    roomy = idle_gpu_point(S, front + extra, evals, target, shown_ok, _tie_beats)  # 4b
+
     # 5. names, capacity, hops
     named = name_points(front, _warm, _sw_warm_switch) if front else []
-    named += [(e.origin, e) for e in extra]
+    choices = named + [(e.origin, e) for e in extra]  # the selected point is one of these
+    named = choices + ([(IDLE_POINT, roomy)] if roomy is not None else [])
     points, knobs, metrics, metrics_fit, perfs = [], {}, {}, {}, {}
     for name, ev in named:
         knobs[name] = ev.knobs
@@ -351,15 +357,13 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
         p.name = name
         p.notes = list(notes)
         if ev.held is not None:
-            from planner.optimizer.evaluation import predicted
-
             p.predicted_fit = predicted(ev.metrics)
         points.append(p)
         perfs[name] = ev.perfs
     # the one that holds the SLO best over every day (to 0.001), then the knee, then the
     # least switch and warm memory
     selected = max(
-        named,
+        choices,
         key=lambda ne: (
             round(_held_up(ne[1]), 3),
             ne[0] == "balanced",

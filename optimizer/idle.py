@@ -1,0 +1,70 @@
+"""Points that use the GPUs the front leaves idle (issue 30 item 5).
+
+The search prices warm memory and GPUs used, so on a cluster with more GPUs than the
+traffic needs its front packs every model, quantized and partly asleep, onto a few GPUs
+and leaves the rest idle. Where every written point leaves a GPU idle, one more placement is
+solved with memory and GPUs nearly free: the MILP then buys quality (the least quantized
+variants that fit, by the models' shares of requests) and keeps every model awake (no
+sleepers, no switches), at the memory that costs. It is offered beside the front, not
+selected, where no written point already gives at least its quality and switching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from planner.optimizer.evaluation import Evaluation
+    from planner.optimizer.search import Searcher
+
+IDLE_POINT = "max-quality"  # the name of the point written
+# MILP weights of warm GiB and of GPUs used for that point: small against a quality penalty
+# of 0.01 on a model with 0.5% of the requests (w_quality 10 x 0.01 x 0.005 = 5e-4), so
+# memory and GPUs only break ties between equally good placements
+ROOMY_W = 1e-5
+
+
+def cluster_gpus(S: Searcher) -> int:
+    """GPUs in the cluster."""
+    return len(S.gpu_usable)
+
+
+def idle_gpu_point(
+    S: Searcher,
+    written: list[Evaluation],
+    evals: list[Evaluation],
+    target: float,
+    baselines: list[dict[str, Any]],
+    beats: Callable[[dict[str, Any], dict[str, Any]], bool],
+) -> Evaluation | None:
+    """The placement that uses the idle GPUs for quality and no sleepers, evaluated (and
+    appended to `evals`), where every written point leaves a GPU idle; returned where it
+    `offers_more` than they do and neither a written point nor one of the `baselines` (as
+    the table shows them) `beats` it, else None."""
+    if not written or any(e.chosen["gpus_used"] >= cluster_gpus(S) for e in written):
+        return None
+    base = max(written, key=lambda e: (e.chosen["slo_attainment"], -e.index)).knobs
+    knobs = replace(base, may_sleep=frozenset(), w_memory=ROOMY_W, w_gpus=ROOMY_W)
+    ev = S.evaluate(len(evals), knobs)
+    evals.append(ev)
+    if not ev.feasible or not offers_more(ev, written, target):
+        return None
+    others = [*(o.chosen for o in written), *baselines]
+    return None if any(beats(m, ev.chosen) for m in others) else ev
+
+
+def offers_more(e: Evaluation, written: list[Evaluation], target: float) -> bool:
+    """`e` is worth writing beside `written`: it holds the SLO as well as the target or the
+    weakest written point (on the days points are chosen on), and no written point gives at
+    least its quality (quality cost no higher) and switching (switch P95 no higher)."""
+    att = e.chosen["slo_attainment"]
+    floor = min([target, *(o.chosen["slo_attainment"] for o in written)])
+    if att < floor - 1e-9:
+        return False
+    q, sw = e.chosen.get("quality_cost", 0.0), e.chosen["switch_p95_s"]
+    return not any(
+        o.chosen.get("quality_cost", 0.0) <= q + 1e-12 and o.chosen["switch_p95_s"] <= sw
+        for o in written
+    )
