@@ -1,8 +1,9 @@
 """Quality of `optimize` against fair baselines, out of sample (issue 13), on each example
 cluster (`lab16`, and `edge6`: 7 GPUs of 24 GiB, six models, sparse traffic).
 
-Split. The optimizer fits on the first 5 days of the example's week (seed 0) and chooses
-its points on the last 2 (its default `--validate-days`); everything below the first
+Split. The optimizer holds back 2 days of the example's week (seed 0; its default
+`--validate-days`, the days its default `--held-back week` names: Friday and Sunday), fits on
+the other 5 and chooses its points on those 2; everything below the first
 table is scored on the next week, a trace it never saw (seed 1 by default, same spec).
 The baselines are sized on the fitted week too (melange's peak demand) and scored on the
 unseen one.
@@ -53,7 +54,7 @@ def _row(name: str, m: dict, waited: int | None = None) -> str:
 
 
 def run(
-    name: str, evals: int, unseen_seeds: list[int], held_back: str = "last"
+    name: str, evals: int, unseen_seeds: list[int], held_back: str = OptimizeConfig().held_back
 ) -> dict[int, dict[str, str]]:
     """Optimize on the example's week once; the targets' verdicts on each unseen week."""
     cl, ms, sl, fit_week = example(name, seed=0)
@@ -143,7 +144,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="8 evaluations per example")
     ap.add_argument(
-        "--held-back", default="last", choices=("last", "spread"), help="optimize --held-back"
+        "--held-back",
+        default=OptimizeConfig().held_back,
+        choices=("week", "last", "spread"),
+        help="optimize --held-back",
     )
     ap.add_argument(
         "--unseen-seed", type=int, nargs="+", default=[1], help="seeds of the unseen weeks (not 0)"

@@ -85,20 +85,36 @@ def day_counts(trace: Any) -> np.ndarray:
 
 
 def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
-    """The days held back (from 0). `last`: the trace's last `held_days`. `spread`: ones that
-    stand for the week (the last two of a week that starts on Monday are its weekend): days
-    are ranked by their requests (ties: the earlier first) and the day at each of the
-    `held_days` quantiles (k + 1/2) / held_days is taken: with two of seven, the busier
-    weekend day and the second busiest weekday, so they span quiet and busy traffic."""
+    """The days held back (from 0).
+
+    `week`: days that stand for the week, one of each kind in turn, the
+    latest of its kind: a day is busy when it has at least the median day's requests, else
+    quiet; the trace's last day is taken, then the last day of the other kind, and so on
+    (two of a week that starts on Monday: Sunday and Friday, so the headline figures carry a
+    working day's traffic and a weekend's, not the weekend's alone).
+    `last` (the default): the trace's last `held_days` (a Monday week's weekend).
+    `spread`: days ranked by their requests (ties: the earlier first), the day at each of
+    the `held_days` quantiles (k + 1/2) / held_days (two of seven: the busier weekend day
+    and the second busiest weekday)."""
     days = trace_days(trace)
     if held_days <= 0 or not days:
         return []
     if rule == "last":
         return list(range(max(0, days - held_days), days))
     counts = day_counts(trace)
+    if rule == "week":
+        busy = counts >= np.median(counts)
+        picks: list[int] = []
+        kind = bool(busy[days - 1])
+        for _ in range(min(held_days, days)):
+            left = [d for d in range(days) if d not in picks]
+            same = [d for d in left if busy[d] == kind] or left
+            picks.append(same[-1])
+            kind = not kind
+        return sorted(picks)
     ranked = sorted(range(days), key=lambda d: (counts[d], d))
-    picks = {ranked[min(days - 1, int((k + 0.5) * days / held_days))] for k in range(held_days)}
-    return sorted(picks)
+    spread = {ranked[min(days - 1, int((k + 0.5) * days / held_days))] for k in range(held_days)}
+    return sorted(spread)
 
 
 def fit_extent(trace: Any, held: list[int]) -> tuple[int, float]:

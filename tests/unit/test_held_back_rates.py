@@ -56,3 +56,17 @@ def test_rates_over_the_fitted_days_only():
     assert np.allclose(S.rates["planner-7b"], per_h)
     d = S.demand["planner-7b"]
     assert d.switch_ins_per_hour >= d.switch_ins / (5 * 24)
+
+
+def test_week_rule_holds_back_one_day_of_each_kind():
+    """`week`: the last day, then the last day of the other kind (busy: at least the median
+    day's requests): a Monday week's Sunday and Friday, not its weekend alone."""
+    counts = [9, 8, 7, 9, 8, 1, 2]  # Monday .. Sunday
+    week = pd.DataFrame(
+        {"timestamp": [d * 86400.0 + s for d, n in enumerate(counts) for s in range(n)]}
+    ).assign(model="a")
+    assert scoring.held_back_days(week, 2, "week") == [4, 6]
+    assert scoring.held_back_days(week, 3, "week") == [4, 5, 6]
+    assert scoring.held_back_days(week, 1, "week") == [6]
+    # a week that ends on a working day: that day and the last quiet one
+    assert scoring.held_back_days(week.iloc[: sum(counts[:5])], 2, "week") == [2, 4]
