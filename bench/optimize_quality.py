@@ -2,8 +2,8 @@
 cluster (`lab16`, and `edge6`: 7 GPUs of 24 GiB, six models, sparse traffic).
 
 Split. The optimizer holds back 2 days of the example's week (seed 0; its default
-`--validate-days`, the days its default `--held-back week` names: Friday and Sunday), fits on
-the other 5 and chooses its points on those 2; everything below the first
+`--validate-days`; which ones: `--held-back`, by default optimize's: `last`, Saturday and
+Sunday; `week`: Friday and Sunday), fits on the other 5 and chooses its points on those 2; everything below the first
 table is scored on the next week, a trace it never saw (seed 1 by default, same spec).
 The baselines are sized on the fitted week too (melange's peak demand) and scored on the
 unseen one.
