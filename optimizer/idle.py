@@ -49,6 +49,7 @@ def idle_gpu_point(
     knobs = replace(base, may_sleep=frozenset(), w_memory=ROOMY_W, w_gpus=ROOMY_W)
     ev = S.evaluate(len(evals), knobs)
     evals.append(ev)
+    S.evaluated(len(evals))
     if not ev.feasible or not offers_more(ev, written, target):
         return None
     others = [*(o.chosen for o in written), *baselines]

@@ -203,10 +203,15 @@ class Searcher:
             return self.evaluate_point(start + k, knobs, point, perfs, origin=origin)
 
         done = self.job_map(job, len(jobs))
-        if self._progress is not None and jobs:
-            self._total = max(self._total, start + len(jobs))
-            self._progress(start + len(jobs), self._total, None)
+        if jobs:
+            self.evaluated(start + len(jobs))
         return done
+
+    def evaluated(self, n: int) -> None:
+        """Tell `run`'s progress callback that `n` evaluations are made (select's too)."""
+        if self._progress is not None:
+            self._total = max(self._total, n)
+            self._progress(n, self._total, None)
 
     def twin_metrics(self, ev: Evaluation) -> dict[str, Any]:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
