@@ -1,4 +1,7 @@
-"""The fitted days' per-hour forecast and demand rates are over the fitted days only: a
+"""Held-back days: which ones (`scoring.held_back_days`) and the fitted days' rates without
+them.
+
+The fitted days' per-hour forecast and demand rates are over the fitted days only: a
 held-back day taken out of the middle of the week does not dilute them (before, the rates
 were divided by the calendar days the fitted trace spans, a day too many)."""
 
