@@ -22,7 +22,8 @@ then says on how many weeks each target held): seed 1 was read while `handoff_mi
 (`schedule.fast_wake_s`), seeds 9-32 to find what still misses (21 led to the hand-off rule
 of `tiering.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains in
 `select._front`); 33-44 were first scored after the hand-off rule, 45-56 after both, as
-clean checks; 57 and above are unread.
+clean checks; 57-64 judged the held-back rules (issue 30 item 2: `spread` and `week` were
+designed on 2-7 and scored there once each); 65 and above are unread.
 """
 
 from __future__ import annotations
