@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from planner.optimizer.quality import quality_cost
+
 if TYPE_CHECKING:
     from planner.optimizer.evaluation import Evaluation
     from planner.optimizer.search import Searcher
@@ -37,12 +39,13 @@ def idle_gpu_point(
     evals: list[Evaluation],
     target: float,
     baselines: list[dict[str, Any]],
-    beats: Callable[[dict[str, Any], dict[str, Any]], bool],
+    beats: Callable[..., bool],
 ) -> Evaluation | None:
     """The placement that uses the idle GPUs for quality and no sleepers, evaluated (and
     appended to `evals`), where every written point leaves a GPU idle; returned where it
     `offers_more` than they do and neither a written point nor one of the `baselines` (as
-    the table shows them) `beats` it, else None."""
+    the table shows them) `beats(a, b, quality)` it, the variants' quality cost counted,
+    else None."""
     if not written or any(e.chosen["gpus_used"] >= cluster_gpus(S) for e in written):
         return None
     base = max(written, key=lambda e: (e.chosen["slo_attainment"], -e.index)).knobs
@@ -53,7 +56,7 @@ def idle_gpu_point(
     if not ev.feasible or not offers_more(ev, written, target):
         return None
     others = [*(o.chosen for o in written), *baselines]
-    return None if any(beats(m, ev.chosen) for m in others) else ev
+    return None if any(beats(m, ev.chosen, quality_cost) for m in others) else ev
 
 
 def offers_more(e: Evaluation, written: list[Evaluation], target: float) -> bool:

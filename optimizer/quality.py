@@ -66,6 +66,11 @@ def baselines_quality(
     }
 
 
+def quality_cost(metrics: dict[str, Any]) -> float:
+    """Both parts of `metrics`' quality cost (0 where it has none)."""
+    return metrics.get("quality_cost", 0.0)
+
+
 def stand_in_quality_cost(metrics: dict[str, Any]) -> float:
     """The stand-ins' part of `metrics`' quality cost."""
     return metrics.get("quality_cost", 0.0) - metrics.get("variant_quality_cost", 0.0)

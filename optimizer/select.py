@@ -37,7 +37,7 @@ from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.invariants import memory_violations
 from planner.optimizer.pareto import dominates, name_points
-from planner.optimizer.quality import baselines_quality, stand_in_quality_cost, with_variant_quality
+from planner.optimizer.quality import baselines_quality, stand_in_quality_cost
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.tiers import hop_table, tier_variants
@@ -136,13 +136,13 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
     return out
 
 
-def _tie_beats(a: dict[str, Any], b: dict[str, Any]) -> bool:
+def _tie_beats(a: dict[str, Any], b: dict[str, Any], quality=stand_in_quality_cost) -> bool:
     """`a` dominates `b` at the simulator's resolution: attainment differences under
     `ATTAINMENT_TIE` count as none (a few requests of the days points are chosen on), switch
-    P95, warm GiB and quality cost as computed."""
-    keys = ("switch_p95_s", "warm_gpu_gib", "quality_cost")
-    x = [a.get(k, 0.0) for k in keys]
-    y = [b.get(k, 0.0) for k in keys]
+    P95, warm GiB and `quality` (the stand-ins', as on the front; the variants' is judged for
+    the idle-GPU point) as computed."""
+    x = [a["switch_p95_s"], a["warm_gpu_gib"], quality(a)]
+    y = [b["switch_p95_s"], b["warm_gpu_gib"], quality(b)]
     no_worse = all(p <= q for p, q in zip(x, y, strict=True))
     no_worse = no_worse and a["slo_attainment"] >= b["slo_attainment"] - ATTAINMENT_TIE
     better = any(p < q for p, q in zip(x, y, strict=True))
@@ -317,7 +317,8 @@ def select_points(S: Searcher, evals: list[Evaluation]) -> SearchResult:
             continue
         r = scoring.simulate_baseline(b, S.fit_req, S.slo, S.models, S.cluster, S.calib)
         base_res[name] = r
-        base_fit[name] = with_variant_quality(r.to_metrics(), b.point, S.models)
+        base_fit[name] = r.to_metrics()
+    base_fit = baselines_quality(base_fit, built, S.models)
     ok = {n: m for n, m in base_fit.items() if "error" not in m}
     base_shown = base_fit  # as the table shows them: on the held-back days where there are some
     if S.held_req is not None and built:
