@@ -13,13 +13,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from planner.optimizer.candidates import Knobs
+from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.quality import quality_cost
 
-if TYPE_CHECKING:
-    from planner.optimizer.evaluation import Evaluation
-    from planner.optimizer.search import Searcher
+
+class Evaluator(Protocol):
+    """What the idle-GPU point needs of the search (`search.Searcher`)."""
+
+    gpu_usable: dict[tuple[str, int], float]  # (node, device) -> usable GiB, every GPU
+
+    def evaluate(self, index: int, knobs: Knobs) -> Evaluation: ...
+
+    def evaluated(self, n: int) -> None: ...
+
 
 IDLE_POINT = "max-quality"  # the name of the point written
 # MILP weights of warm GiB and of GPUs used for that point: small against a quality penalty
@@ -28,13 +37,13 @@ IDLE_POINT = "max-quality"  # the name of the point written
 ROOMY_W = 1e-5
 
 
-def cluster_gpus(S: Searcher) -> int:
+def cluster_gpus(S: Evaluator) -> int:
     """GPUs in the cluster."""
     return len(S.gpu_usable)
 
 
 def idle_gpu_point(
-    S: Searcher,
+    S: Evaluator,
     written: list[Evaluation],
     evals: list[Evaluation],
     target: float,
