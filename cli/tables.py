@@ -189,8 +189,8 @@ def metrics_table(
     fitted: dict[str, dict[str, Any]] | None = None,
 ) -> Table:
     """One row per point, each followed by its `lru@` twin when given (then one per
-    baseline): attainment, P95s, switches, warm GiB, GPUs, and the quality cost of
-    stand-ins when any answered; with `fitted` (a point's figures on the fitted days), its
+    baseline): attainment, P95s, switches, warm GiB, GPUs, and the quality cost
+    (`optimizer.quality`) when any row has one; with `fitted` (a point's figures on the fitted days), its
     attainment there beside the one on the days the rows are scored on.
 
     `note` goes under the table (e.g. how the rows were scored)."""
@@ -202,7 +202,7 @@ def metrics_table(
         cols.insert(2, _FITTED_COL)
     caption = "P95 latencies; warm: time-average GiB kept on GPUs"
     if quality:
-        caption += "; quality cost: stand-ins' quality penalties per request"
+        caption += "; quality cost: quality penalty per request (variants and stand-ins)"
     if selected is not None:
         caption += "; * the selected point"
     rows: list[tuple[list[str], str | None]] = []

@@ -24,12 +24,17 @@ class ModelDemand:
     share: float  # share of all requests
 
 
-def model_demand(trace: pd.DataFrame, idle_gap_s: float = IDLE_GAP_S) -> dict[str, ModelDemand]:
-    """Demand per model name in the trace (empty models are absent)."""
+def model_demand(
+    trace: pd.DataFrame, idle_gap_s: float = IDLE_GAP_S, span_h: float | None = None
+) -> dict[str, ModelDemand]:
+    """Demand per model name in the trace (empty models are absent); rates per hour over
+    `span_h` hours, by default the trace's span (less for a trace with days taken out)."""
     if trace.empty:
         return {}
     ts = trace["timestamp"].to_numpy(dtype=float)
-    span_h = max((ts.max() - ts.min()) / 3600.0, 1.0 / 60.0)
+    if span_h is None:
+        span_h = (ts.max() - ts.min()) / 3600.0
+    span_h = max(span_h, 1.0 / 60.0)
     total = len(trace)
     out: dict[str, ModelDemand] = {}
     for name, g in trace.groupby("model", sort=True):

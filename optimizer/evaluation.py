@@ -89,4 +89,5 @@ def predicted(m: PointMetrics) -> Predicted:
         slo_attainment=round(float(m.slo_attainment), 5),
         warm_gpu_gib=round(float(m.warm_gpu_gib), 3),
         gpus_used=int(m.gpus_used),
+        quality_cost=round(float(m.quality_cost), 5),
     )

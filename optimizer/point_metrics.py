@@ -23,7 +23,8 @@ class ModelMetrics:
     switch_p95_s: float = 0.0
     switch_count: int = 0
     substituted_share: float = 0.0
-    quality_cost: float = 0.0
+    quality_cost: float = 0.0  # per request: the variants' and the stand-ins' (`quality`)
+    variant_quality_cost: float = 0.0  # the variants' part of it
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +38,7 @@ class ModelMetrics:
             "switch_count": self.switch_count,
             "substituted_share": self.substituted_share,
             "quality_cost": self.quality_cost,
+            "variant_quality_cost": self.variant_quality_cost,
         }
 
     @classmethod
@@ -58,7 +60,8 @@ class PointMetrics:
     requests: int = 0
     refused: Mapping[str, int] = field(default_factory=dict)  # reason -> requests
     substituted_share: float = 0.0
-    quality_cost: float = 0.0
+    quality_cost: float = 0.0  # per request: the variants' and the stand-ins' (`quality`)
+    variant_quality_cost: float = 0.0  # the variants' part of it
     per_model: Mapping[str, ModelMetrics] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -74,6 +77,7 @@ class PointMetrics:
             "refused": dict(self.refused),
             "substituted_share": self.substituted_share,
             "quality_cost": self.quality_cost,
+            "variant_quality_cost": self.variant_quality_cost,
             "per_model": {n: m.to_json() for n, m in self.per_model.items()},
         }
 

@@ -32,13 +32,15 @@ from planner.schemas.plan import Instance, Point
 DAY_S = DAY_H * HOUR_S
 
 
-def hourly_rates(trace: Any) -> dict[str, np.ndarray]:
-    """model -> mean requests in each hour of the day (24 values) over the calendar days the
-    trace touches."""
+def hourly_rates(trace: Any, days: int | None = None) -> dict[str, np.ndarray]:
+    """model -> mean requests in each hour of the day (24 values) over `days` days, by default
+    the calendar days the trace touches (a trace with held-back days taken out of its middle
+    covers fewer: its caller says how many)."""
     t = np.asarray(trace["timestamp"], dtype=float)
     if not len(t):
         return {}
-    days = int(np.floor(t.max() / DAY_S) - np.floor(t.min() / DAY_S)) + 1
+    if days is None:
+        days = int(np.floor(t.max() / DAY_S) - np.floor(t.min() / DAY_S)) + 1
     hour = (np.floor(t / HOUR_S) % DAY_H).astype(np.int64)
     models = np.asarray(trace["model"])
     out = {}

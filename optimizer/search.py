@@ -28,6 +28,7 @@ from planner.optimizer.milp import MilpInput, MilpResult, solve
 from planner.optimizer.perf import Calib
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.search_context import Job, loosest_knobs, search_context
 from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
@@ -156,8 +157,9 @@ class Searcher:
         )
         point.substitutes = dict(self.ctx.substitutes)
         t1 = self.clock()
-        metrics = self.scorer(point, perfs)
+        metrics = with_variant_quality(self.scorer(point, perfs), point, self.models)
         held = self.held_scorer(point, perfs) if self.held_scorer else None
+        held = with_variant_quality(held, point, self.models) if held is not None else None
         t2 = self.clock()
         point.predicted = predicted(held if held is not None else metrics)
         return Evaluation(
@@ -173,10 +175,15 @@ class Searcher:
             return self.evaluate_point(start + k, knobs, point, perfs, origin=origin)
 
         done = self.job_map(job, len(jobs))
-        if self._progress is not None and jobs:
-            self._total = max(self._total, start + len(jobs))
-            self._progress(start + len(jobs), self._total, None)
+        if jobs:
+            self.evaluated(start + len(jobs))
         return done
+
+    def evaluated(self, n: int) -> None:
+        """Tell `run`'s progress callback that `n` evaluations are made (select's too)."""
+        if self._progress is not None:
+            self._total = max(self._total, n)
+            self._progress(n, self._total, None)
 
     def twin_metrics(self, ev: Evaluation) -> PointMetrics:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
@@ -211,18 +218,18 @@ class Searcher:
             ).point_metrics()
 
         for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
-            self._twins[ev.index] = m
+            self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall
-        + weighted quality cost of stand-ins (`quality_weight`)."""
+        + weighted quality cost of stand-ins (`quality_weight`; the variants' is the MILP's)."""
         if not ev.feasible:
             return 10.0
         m = ev.metrics
         switch_n = m.switch_p95_s / 30.0  # s, against a 30 s reference wake
         warm_n = m.warm_gpu_gib / self.total_gpu_gib
         short = max(0.0, self.slo.attainment - m.slo_attainment)
-        quality = self.quality_weight * m.quality_cost
+        quality = self.quality_weight * stand_in_quality_cost(m)
         return switch_n + lam * warm_n + 20.0 * short + quality
 
     def run(self, progress: Progress | None = None) -> SearchResult:

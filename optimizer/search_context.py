@@ -69,7 +69,9 @@ def search_context(
     fit, held = scoring.split_days(trace, validate, cfg.held_back)
     counts = scoring.day_counts(trace)
     days = scoring.held_back_days(trace, validate, cfg.held_back)
-    demand = model_demand(fit)
+    # rates per day and hour over the fitted days only (held-back ones may lie between)
+    fit_days, fit_h = scoring.fit_extent(trace, days)
+    demand = model_demand(fit, span_h=fit_h)
     return SearchContext(
         cluster=cluster,
         models=models,
@@ -85,7 +87,7 @@ def search_context(
         held_req=scoring.requests(held, models) if validate else None,
         demand=demand,
         sleep_order=sleep_order(models, demand),
-        rates=schedule.hourly_rates(fit),
+        rates=schedule.hourly_rates(fit, fit_days),
         handoff=schedule.handoffs(fit, cfg.handoff_min_share),
         substitutes=substitute_rules(models, slo),
     )
@@ -110,6 +112,10 @@ class Evaluator(Protocol):
     """What `select` asks of the search: candidates, scoring of new points, `lru@` twins."""
 
     def candidates(self, knobs: Knobs) -> tuple: ...
+
+    def evaluate(self, index: int, knobs: Knobs) -> Evaluation: ...
+
+    def evaluated(self, n: int) -> None: ...
 
     def evaluate_points(self, start: int, jobs: list[Job]) -> list[Evaluation]: ...
 

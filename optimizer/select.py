@@ -17,6 +17,7 @@
 4. Baselines on the fitted days (`select_baselines`): a point one dominates (attainment,
    switch P95, warm GiB) is dropped, and each baseline no point dominates is added as a
    `from-<baseline>` point, where no written point dominates it on the chosen days either.
+   4b. Where all leave GPUs idle, a point that uses them (`idle`; never the selected one).
 5. Names, the selected point (the one that holds the SLO best over every day of the trace),
    the capacity table, and the hop between every pair of points.
 """
@@ -30,8 +31,10 @@ from planner.optimizer import scoring
 from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
+from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.pareto import dominates, name_points
 from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.quality import stand_in_quality_cost
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
@@ -88,7 +91,8 @@ def _front(pool: list[Evaluation]) -> list[Evaluation]:
     # Among equal plans the higher attainment comes first and is the one kept.
     pool = sorted(pool, key=lambda e: (-e.chosen.slo_attainment, e.index))
     vals = [
-        (e.chosen.switch_p95_s, e.chosen.warm_gpu_gib, e.chosen.quality_cost, _held_up(e))
+        # the stand-ins' quality cost: the variants' is judged for the idle-GPU point (`idle`)
+        (e.chosen.switch_p95_s, e.chosen.warm_gpu_gib, stand_in_quality_cost(e.chosen), _held_up(e))
         for e in pool
     ]
 
@@ -137,7 +141,8 @@ def _pool(
         within = [
             e
             for e in feasible
-            if max(e.chosen.quality_cost, e.metrics.quality_cost) <= max_quality_cost + 1e-12
+            if max(stand_in_quality_cost(e.chosen), stand_in_quality_cost(e.metrics))
+            <= max_quality_cost + 1e-12
         ]
         feasible = within or feasible
     meeting = [e for e in feasible if e.chosen.slo_attainment >= target - 1e-9]
@@ -278,10 +283,13 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
     front, extra, shown = baseline_points(ctx, ev, _twin_front(ctx, ev, pool, notes), evals)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen.slo_attainment, -e.index))]
-    # 5. names, capacity, hops
-    named = name_points(front, _warm, _switch) if front else []
-    named += [(e.origin, e) for e in extra]
-    return _result(ctx, ev, evals, named, notes, shown)
+    # 4b. the idle GPUs' point; 5. names, capacity, hops
+    shown_ok = [m for m in shown.values() if not isinstance(m, str)]
+    roomy = idle_gpu_point(ctx, ev, front + extra, evals, shown_ok)
+    choices = name_points(front, _warm, _switch) if front else []
+    choices += [(e.origin, e) for e in extra]  # the selected point is one of these
+    named = choices + ([(IDLE_POINT, roomy)] if roomy is not None else [])
+    return _result(ctx, ev, evals, named, notes, shown, _selected(choices))
 
 
 def _result(
@@ -291,8 +299,9 @@ def _result(
     named: list[tuple[str, Evaluation]],
     notes: list[str],
     shown: dict[str, PointMetrics | str],
+    selected: str,
 ) -> SearchResult:
-    """Step 5: the named points, the selected one, the capacity table, twins and hops."""
+    """Step 5: the named points (`selected` among them), the capacity table, twins and hops."""
     points, perfs = [], {}
     for name, e in named:
         p = e.point.model_copy(deep=True)
@@ -313,7 +322,7 @@ def _result(
     return SearchResult(
         evaluations=evals,
         points=points,
-        selected=_selected(named),
+        selected=selected,
         notes=notes,
         milp_time_s=sum(e.milp_s for e in evals),
         sim_time_s=sum(e.sim_s for e in evals),

@@ -9,7 +9,7 @@ points are chosen on either (attainment differences under `ATTAINMENT_TIE` count
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from planner.optimizer import scoring
 from planner.optimizer.baselines import Baseline
@@ -18,18 +18,24 @@ from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.invariants import memory_violations
 from planner.optimizer.pareto import dominates
 from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.quality import baselines_quality, stand_in_quality_cost
 from planner.optimizer.search_context import Evaluator, SearchContext
 from planner.optimizer.sim.perfs import perfs_for_point
 
 ATTAINMENT_TIE = 0.005  # attainment differences below this count as none on the front
 
 
-def _tie_beats(a: PointMetrics, b: PointMetrics) -> bool:
+def tie_beats(
+    a: PointMetrics,
+    b: PointMetrics,
+    quality: Callable[[PointMetrics], float] = stand_in_quality_cost,
+) -> bool:
     """`a` dominates `b` at the simulator's resolution: attainment differences under
     `ATTAINMENT_TIE` count as none (a few requests of the days points are chosen on), switch
-    P95, warm GiB and quality cost as computed."""
-    x = (a.switch_p95_s, a.warm_gpu_gib, a.quality_cost)
-    y = (b.switch_p95_s, b.warm_gpu_gib, b.quality_cost)
+    P95, warm GiB and `quality` (the stand-ins', as on the front; the variants' is judged for
+    the idle-GPU point) as computed."""
+    x = (a.switch_p95_s, a.warm_gpu_gib, quality(a))
+    y = (b.switch_p95_s, b.warm_gpu_gib, quality(b))
     no_worse = all(p <= q for p, q in zip(x, y, strict=True))
     no_worse = no_worse and a.slo_attainment >= b.slo_attainment - ATTAINMENT_TIE
     better = any(p < q for p, q in zip(x, y, strict=True))
@@ -41,17 +47,17 @@ def _real_choices(
 ) -> list[Evaluation]:
     """The baseline-built points no written point dominates (issue 30 item 5) on the days
     points are chosen on (`chosen`) as well as on the fitted ones, ties at the simulator's
-    resolution (`_tie_beats`), nor another baseline as the table shows it (`shown`); among
+    resolution (`tie_beats`), nor another baseline as the table shows it (`shown`); among
     themselves the one that holds the SLO best, then the leanest, is judged first."""
     kept: list[Evaluation] = []
     order = sorted(extra, key=lambda e: (-e.chosen.slo_attainment, e.chosen.warm_gpu_gib, e.index))
     for e in order:
-        if any(_tie_beats(o.chosen, e.chosen) or dominates(o.metrics, e.metrics) for o in front):
+        if any(tie_beats(o.chosen, e.chosen) or dominates(o.metrics, e.metrics) for o in front):
             continue
-        if any(_tie_beats(o.chosen, e.chosen) for o in kept):
+        if any(tie_beats(o.chosen, e.chosen) for o in kept):
             continue
         others = [m for n, m in shown.items() if not isinstance(m, str) and f"from-{n}" != e.origin]
-        if any(_tie_beats(m, e.chosen) for m in others):  # another baseline, as shown
+        if any(tie_beats(m, e.chosen) for m in others):  # another baseline, as shown
             continue
         kept.append(e)
     return sorted(kept, key=lambda e: e.index)
@@ -96,18 +102,20 @@ def baseline_points(
                 b, ctx.fit_req, ctx.slo, ctx.models, ctx.cluster, ctx.calib
             ).point_metrics()
         )
+    base_fit = baselines_quality(base_fit, built, ctx.models)
     ok = {n: m for n, m in base_fit.items() if not isinstance(m, str)}
     shown = base_fit  # as the table shows them: on the held-back days where there are some
     if ctx.held_req is not None and built:
         shown = scoring.baselines_on(
             built, ctx.held_req, ctx.slo, ctx.models, ctx.cluster, ctx.calib
         )
+        shown = baselines_quality(shown, built, ctx.models)
     shown_ok = [m for m in shown.values() if not isinstance(m, str)]
     kept = [
         e
         for e in front
         if not any(dominates(m, e.metrics) for m in ok.values())
-        and not any(_tie_beats(m, e.chosen) for m in shown_ok)  # as the table shows them
+        and not any(tie_beats(m, e.chosen) for m in shown_ok)  # as the table shows them
     ]
     extra: list[Evaluation] = []
     for name, m in ok.items():

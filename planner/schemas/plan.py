@@ -162,6 +162,9 @@ class Predicted(Strict):
     slo_attainment: float = 1.0
     warm_gpu_gib: float = 0.0
     gpus_used: int = 0
+    quality_cost: float = Field(
+        default=0.0, ge=0, description="quality penalty per request: variants' and stand-ins'"
+    )
 
 
 class SubstituteRule(Strict):

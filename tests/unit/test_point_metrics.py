@@ -14,11 +14,11 @@ from planner.schemas.slo import Slo
 POINT_KEYS = [
     "slo_attainment", "ttft_p95_s", "tpot_p95_s", "switch_p95_s", "switch_count",
     "warm_gpu_gib", "gpus_used", "requests", "refused", "substituted_share", "quality_cost",
-    "per_model",
+    "variant_quality_cost", "per_model",
 ]  # fmt: skip
 MODEL_KEYS = [
     "requests", "failed", "refused", "slo_attainment", "ttft_p95_s", "tpot_p95_s",
-    "switch_p95_s", "switch_count", "substituted_share", "quality_cost",
+    "switch_p95_s", "switch_count", "substituted_share", "quality_cost", "variant_quality_cost",
 ]  # fmt: skip
 
 

@@ -29,6 +29,7 @@ KEYS = {
     "refused",
     "substituted_share",
     "quality_cost",
+    "variant_quality_cost",
     "per_model",
 }
 
