@@ -9,11 +9,11 @@ have) or there is no day of history, the last `forecast_windows` windows stand f
 comes next: a one-hour burst that triggered the hop is a fraction of them, a change that has
 lasted that long is all of them. Never the triggering window alone.
 
-Cost: over the dwell (`min_dwell_s`, at least one window) the basis repeats; on its first pass
-the requests of a model all of whose instances the hop (re)starts or wakes wait for the
-first of them to be up (`observe.hop_delays`; a request a stand-in answers waits for nobody).
-The wait adds to their switch wait and can push them past their model's switch target: a
-hop costs attainment as well as switch P95. Holding costs nothing.
+Cost: over the dwell (`min_dwell_s`, or `hop_horizon_s`; at least one window) the basis
+repeats; on its first pass the requests of a model all of whose instances the hop (re)starts
+or wakes wait for the first of them to be up (`observe.hop_delays`; a request a stand-in
+answers waits for nobody). The wait adds to their switch wait and can push them past their
+model's switch target: a hop costs attainment as well as switch P95. Holding costs nothing.
 
 Rules (`judge`), each on the basis with the hop's waits counted:
 1. a hop between two points that meet the SLO (a trade of switch for memory) keeps the
@@ -21,8 +21,8 @@ Rules (`judge`), each on the basis with the hop's waits counted:
    estimate + `gib_weight_s` x warm GiB) over holding by the gain the policy asks;
 2. a hop that leaves a point missing the SLO (the policy asks no margin of it; it is how a
    re-optimized point is first reached) must beat holding on both: strictly more requests
-   in the SLO, and a switch P95 no worse than holding's (by more than `min_gain_s`, the
-   policy's latency noise floor) unless it stays within the SLO's default switch target (a
+   in the SLO, and a switch P95 no worse than holding's (by more than the policy's noise
+   bands: `margin` of it plus `min_gain_s`) unless it stays within the SLO's default switch target (a
    hop that keeps more requests in the SLO may make the waits longer, never past the SLO).
    A request the held point cannot serve at all (no instance of its model) counts as an
    unbounded wait there.
@@ -171,7 +171,10 @@ def outlook(
     limit = np.array([after.switch_limit_s.get(m, default) for m in sim.model_names] or [np.inf])
     met = np.asarray(sim.met_slo, bool)
     met_hop = met & ~((d > 0) & (wait + d > limit[sim.model])) if n else met
-    passes = max(cfg.min_dwell_s, cfg.window_s) / max(after.span_s, 1e-9)
+    horizon_s = max(
+        cfg.min_dwell_s if cfg.hop_horizon_s is None else cfg.hop_horizon_s, cfg.window_s
+    )
+    passes = horizon_s / max(after.span_s, 1e-9)
     first, rest = min(passes, 1.0), max(passes - 1.0, 0.0)
     att = (first * met_hop.sum() + rest * met.sum()) / (passes * n) if n else 1.0
     no_inst = np.asarray(sim.instance) < 0
@@ -204,7 +207,7 @@ def judge(
     on = (
         "on the forecast after the hop"
         if after.kind == "forecast"
-        else f"on the last {after.span_s / 3600:.0f} h (standing for the hours after the hop)"
+        else f"on the last {_span(after.span_s)} (standing for the hours after the hop)"
     )
     waits = f" with the hop's waits ({hop.delayed} requests, {hop.missed} past the SLO)"
     target = obs.target_attainment
@@ -218,7 +221,12 @@ def judge(
                 f"holding {cur} keeps {hold.attainment:.2%} of requests in the SLO {on}, "
                 f"{best}{waits} {hop.attainment:.2%}: no gain"
             )
-        allowed = max(hold.switch_p95_s + cfg.min_gain_s, after.switch_limit_s.get("", 0.0))
+        # no worse within the policy's noise bands (`margin` share, `min_gain_s`), or within
+        # the SLO's default switch target
+        allowed = max(
+            hold.switch_p95_s * (1.0 + cfg.margin) + cfg.min_gain_s,
+            after.switch_limit_s.get("", 0.0),
+        )
         if hop.switch_p95_s > allowed:
             return verdict(
                 f"{best}{waits} has switch P95 {hop.switch_p95_s:.2f} s {on}, holding {cur} "
@@ -249,3 +257,8 @@ __all__ = [
     "recent_s",
     "switch_limits",
 ]
+
+
+def _span(s: float) -> str:
+    """A basis length as the reason says it: hours, or minutes under an hour."""
+    return f"{s / 3600:.0f} h" if s >= 3600 else f"{s / 60:.0f} min"

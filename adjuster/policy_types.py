@@ -34,6 +34,13 @@ class AdjustConfig(BaseModel):
         le=30 * DAY_S,
         description="least time a point stays in force before the next hop, s",
     )
+    hop_horizon_s: float | None = Field(
+        default=None,
+        ge=60,
+        le=30 * DAY_S,
+        description="time a hop is judged over (its restarts' waits against its gain), s; "
+        "None: the dwell, at least a window",
+    )
     max_hops_per_day: int = Field(default=3, ge=0, le=96, description="most hops in any 24 h")
     confirm_windows: int = Field(
         default=2, ge=1, le=48, description="consecutive windows the same better point must win"

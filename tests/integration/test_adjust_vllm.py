@@ -175,6 +175,9 @@ def adjust_once(plan: Path, sdir: Path) -> dict:
         sys.executable, "-m", "planner.cli.main", "adjust", "--plan", str(plan),
         "--state-dir", str(sdir), "--once", "--window", "1m", "--confirm", "1",
         "--min-dwell", "0", "--policy", "sleep_after_idle_s=0",
+        # time runs in minutes here: a hop is judged over an hour, as with hour windows,
+        # not over its own ~1 min of restarts (hopcost.py)
+        "--policy", "hop_horizon_s=3600",
         "--timeout", str(START_TIMEOUT_S), "--json",
     ]  # fmt: skip
     r = subprocess.run(args, capture_output=True, text=True, timeout=3 * START_TIMEOUT_S)
