@@ -28,9 +28,8 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -47,9 +46,9 @@ _MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
 _WINDOW_S = 60.0
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who sent a request: the key entry it presented (None without keys) and its identity."""
+class Caller(NamedTuple):
+    """Who sent a request: the key entry it presented (None without keys) and its identity
+    (a named tuple: one is made per request)."""
 
     key: Key | None
     user: str

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -19,10 +20,9 @@ class Histogram:
     def observe(self, v: float) -> None:
         self.total += 1
         self.sum += v
-        for i, le in enumerate(_LATENCY_BUCKETS_S):
-            if v <= le:
-                self.counts[i] += 1
-                break
+        i = bisect_left(_LATENCY_BUCKETS_S, v)  # the first bucket with v <= le
+        if i < len(self.counts):
+            self.counts[i] += 1
 
 
 def _label(v: str) -> str:

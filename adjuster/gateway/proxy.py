@@ -341,7 +341,7 @@ class Proxy:
             async with session.post(
                 _url(inst.url + request.path),
                 data=body,
-                headers={"Content-Type": "application/json", **inst.auth_headers},
+                headers=inst.post_headers,
             ) as up:
                 status = up.status
                 ctype = up.headers.get("Content-Type", "application/json")
@@ -355,8 +355,10 @@ class Proxy:
                     resp = web.Response(
                         body=data,
                         status=status,
-                        content_type=ctype.split(";")[0],
-                        headers={SERVED_BY: inst.spec.model},
+                        headers={
+                            "Content-Type": ctype.partition(";")[0],
+                            SERVED_BY: inst.spec.model,
+                        },
                     )
                     if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
                         raise _NoAnswer(f"the engine answered {status}", answer=resp)
@@ -401,14 +403,15 @@ class Proxy:
         if status != 200:
             self.fail(r, status, "engine error")
             return
-        gw.metrics.requests[(model, 200)] += 1
+        m = gw.metrics
+        m.requests[(model, 200)] += 1
         if r.served_by:
-            gw.metrics.substitutions[(model, r.served_by)] += 1
-        gw.metrics.latency[model].observe(latency_s)
+            m.substitutions[(model, r.served_by)] += 1
+        m.latency[model].observe(latency_s)
         if r.wait_s > 0.001:  # only requests that waited for a wake
-            gw.metrics.switch_wait[model].observe(r.wait_s)
+            m.switch_wait[model].observe(r.wait_s)
         if ttft_s is not None:
-            gw.metrics.ttft[model].observe(ttft_s)
+            m.ttft[model].observe(ttft_s)
         prev = self.latency_s.get(model)
         self.latency_s[model] = latency_s if prev is None else 0.9 * prev + 0.1 * latency_s
         n_in, n_out, cached = tokens(usage)
