@@ -26,7 +26,6 @@ import ipaddress
 import logging
 import math
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +33,7 @@ from typing import Any, NamedTuple
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import error, identity
+from planner.adjuster.gateway.clock import SYSTEM
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
 from planner.schemas.keys import Key
@@ -110,7 +110,7 @@ class Auth:
         *,
         insecure: bool = False,
         model_names: list[str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM.mono_s,
         watch_s: float = 1.0,
     ):
         self.secret = secret

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Handle, Status
+from planner.adjuster.gateway.clock import SYSTEM
 from planner.optimizer import admission
 from planner.schemas.plan import Instance, Point
 
@@ -42,7 +42,7 @@ class Inst:
     next_restart_at: float = 0.0
     last_used_s: float = -math.inf
     idle_since_s: float = -math.inf  # clock time its last request ended or its wake did
-    woke_s: float = -math.inf  # time.monotonic() its last wake completed (-inf: awake at start)
+    woke_s: float = -math.inf  # Clock.mono_s() its last wake completed (-inf: awake at start)
     url: str = ""  # http://host:port of the handle ("" without one)
     # what every upstream request carries: the instance's API key (never a client's)
     auth_headers: dict[str, str] = field(default_factory=dict)
@@ -113,7 +113,9 @@ def failed(inst: Inst) -> bool:
 class Pool:
     """The instances of the point in force, by id and by model, and their admission queues."""
 
-    def __init__(self, point: Point, admit_factor: float, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, point: Point, admit_factor: float, clock: Callable[[], float] = SYSTEM.now_s
+    ):
         self.admit_factor = admit_factor
         self.clock = clock  # epoch seconds: the hour of day of the plan's awake hours
         self.point = point
