@@ -23,6 +23,7 @@ def open_gateway(
     queue_limit: int = QUEUE_LIMIT,
     keys: Path | None = None,
     insecure: bool = False,
+    access_log: Path | None = None,
 ):
     """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad
     ones, the keys file included, before the state dir is touched)."""
@@ -56,7 +57,7 @@ def open_gateway(
     )  # fmt: skip
     return Gateway(
         control.point, control, state_dir=state.dir,
-        config=GatewayConfig(queue_limit=queue_limit), auth=auth,
+        config=GatewayConfig(queue_limit=queue_limit), auth=auth, access_log=access_log,
     )  # fmt: skip
 
 
@@ -104,6 +105,14 @@ def register(app: typer.Typer) -> None:
                 "call every model).",
             ),
         ] = False,
+        access_log: Annotated[
+            Path | None,
+            typer.Option(
+                "--access-log",
+                help="Append one line per request to this file (0600): time, user, model, "
+                "route, status, wake wait, latency, tokens; never keys or prompts.",
+            ),
+        ] = None,
     ) -> None:
         """Serve the OpenAI API (chat, completions, responses, embeddings), /health, /metrics.
 
@@ -123,6 +132,7 @@ def register(app: typer.Typer) -> None:
         gw = open_gateway(
             plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
             models=models, queue_limit=queue_limit, keys=keys, insecure=insecure_no_auth,
+            access_log=access_log,
         )  # fmt: skip
         if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
             keys.chmod(0o600)
@@ -130,5 +140,6 @@ def register(app: typer.Typer) -> None:
         banner = (
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
             f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}"
+            + (f"; access log {gw.access.path}" if gw.access is not None else "")
         )
         run_forever(gw, host, port, lambda: err_console.print(banner, highlight=False))

@@ -8,7 +8,8 @@ Values with spaces, quotes or control characters are JSON-quoted: a line is alwa
 Never written: bearer keys (the user is the key's name or an HMAC id), prompts or answers.
 
 The event loop only queues an entry; the gateway's flush loop formats and appends the lines
-in a thread (the loop never waits on the disk). The file is created 0600 whatever the umask;
+in a thread (the loop never waits on the disk). The file is created 0600 whatever the umask
+(a path that cannot be opened stops the start: exit 2);
 a file moved away (log rotation) is noticed at the next flush and PATH is created again. A
 failed write keeps the lines (at most `max_pending`, the oldest dropped and counted) and is
 logged once per `warn_every_s`.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from planner.adjuster.gateway.clock import SYSTEM
+from planner.errors import InputError
 
 log = logging.getLogger("planner.gateway")
 
@@ -90,7 +92,13 @@ class AccessLog:
         self._fd = -1
         self._inode = -1
         self._warned_s: float | None = None  # when a failed write was last logged
-        self._open()  # a path that cannot be written stops the start (OSError)
+        try:
+            self._open()
+        except OSError as e:  # before anything starts: exit 2 naming the file
+            raise InputError(
+                f"cannot open the access log: {e.strerror}", file=str(self.path),
+                path="--access-log", fix="pass a file in a writable directory",
+            ) from None  # fmt: skip
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
