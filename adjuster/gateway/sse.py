@@ -95,6 +95,8 @@ class SseUsage:
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to send on, for `chunk` just received."""
+        if not self._buf and chunk.endswith(b"\n\n"):  # whole events (vLLM's usual chunk)
+            return self._pass(chunk)
         buf = self._buf + chunk
         end = buf.rfind(b"\n\n")
         if end < 0:
