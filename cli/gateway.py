@@ -61,6 +61,32 @@ def open_gateway(
     )  # fmt: skip
 
 
+KeysOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys",
+        help="keys.yaml (`planner keys add`): every request needs one of its keys; "
+        "re-read on SIGHUP and when it changes.",
+    ),
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-no-auth",
+        help="Allow a non-loopback --host without --keys (anyone on the network can "
+        "call every model).",
+    ),
+]
+AccessLogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--access-log",
+        help="Append one line per request to this file (0600): time, user, model, route, "
+        "status, wake wait, latency, tokens; never keys or prompts.",
+    ),
+]
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to the app."""
 
@@ -89,30 +115,9 @@ def register(app: typer.Typer) -> None:
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
         ] = QUEUE_LIMIT,
-        keys: Annotated[
-            Path | None,
-            typer.Option(
-                "--keys",
-                help="keys.yaml (`planner keys add`): every request needs one of its keys; "
-                "re-read on SIGHUP and when it changes.",
-            ),
-        ] = None,
-        insecure_no_auth: Annotated[
-            bool,
-            typer.Option(
-                "--insecure-no-auth",
-                help="Allow a non-loopback --host without --keys (anyone on the network can "
-                "call every model).",
-            ),
-        ] = False,
-        access_log: Annotated[
-            Path | None,
-            typer.Option(
-                "--access-log",
-                help="Append one line per request to this file (0600): time, user, model, "
-                "route, status, wake wait, latency, tokens; never keys or prompts.",
-            ),
-        ] = None,
+        keys: KeysOpt = None,
+        insecure_no_auth: InsecureOpt = False,
+        access_log: AccessLogOpt = None,
     ) -> None:
         """Serve the OpenAI API (chat, completions, responses, embeddings), /health, /metrics.
 
