@@ -9,6 +9,7 @@ ends the stream, logged as 502. Each instance's slot is given back when its answ
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
 import aiohttp
@@ -16,6 +17,7 @@ import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import error
+from planner.adjuster.gateway.http1 import render_head
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.record import Recorder, RequestRecord
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
@@ -57,7 +59,7 @@ class Forwarder:
         """Send the request to `inst` (whose slot the caller took) and pass its answer on
         (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
         session = self.up.session
-        assert session is not None
+        assert session is not None and inst.handle is not None
         rec = self.rec
         usage: dict | None = None
         ttft_s: float | None = None
@@ -65,44 +67,28 @@ class Forwarder:
         resp: web.StreamResponse | None = None
         inst.last_used_s = rec.clock.mono_s()
         try:
-            async with session.post(
-                _url(inst.url + request.path),
-                data=body,
-                headers=inst.post_headers,
-            ) as up:
-                status = up.status
-                ctype = up.headers.get("Content-Type", "application/json")
-                if not (stream and status == 200 and ctype.startswith("text/event-stream")):
-                    data = await up.read()
-                    ttft_s = rec.since_s(r)
-                    if status == 200:
-                        usage = usage_in(data)
-                        if rename:
-                            data = rename_model(data, *rename)
-                    resp = web.Response(
-                        body=data,
-                        status=status,
-                        headers={
-                            "Content-Type": ctype.partition(";")[0],
-                            SERVED_BY: inst.spec.model,
-                        },
-                    )
-                    if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
-                        raise NoAnswer(f"the engine answered {status}", answer=resp)
-                else:
-                    resp = r.early or event_stream(inst.spec.model)
-                    sse = SseUsage(strip_usage, rename)
-                    async for chunk in up.content.iter_any():
-                        if ttft_s is None:
-                            ttft_s = rec.since_s(r)
-                        out = sse.feed(chunk)
-                        if out:
-                            await send(resp, request, out)
-                    out = sse.close()
-                    if out:
-                        await send(resp, request, out)
-                    usage = sse.usage
-                    await send(resp, request, b"", eof=True)
+            if not stream:  # the hot path: a lean client (http1.py)
+                h = inst.handle
+                head = render_head(h.host, h.port, request.path, tuple(inst.auth_headers.items()))
+                async with asyncio.timeout(self.up.request_timeout_s):
+                    status, ctype, data = await self.up.http.post(h.host, h.port, head, body)
+                ttft_s = rec.since_s(r)
+                resp, usage = _whole(inst, status, ctype, data, rename)
+            else:
+                async with session.post(
+                    _url(inst.url + request.path), data=body, headers=inst.post_headers
+                ) as up:
+                    status = up.status
+                    ctype = up.headers.get("Content-Type", "application/json")
+                    if status != 200 or not ctype.startswith("text/event-stream"):
+                        data = await up.read()
+                        ttft_s = rec.since_s(r)
+                        resp, usage = _whole(inst, status, ctype, data, rename)
+                    else:
+                        resp = r.early or event_stream(inst.spec.model)
+                        ttft_s, usage = await self._stream(
+                            up, resp, request, r, strip_usage, rename
+                        )
         except (aiohttp.ClientError, ConnectionError) as e:
             if resp is None or not resp.prepared:
                 raise NoAnswer(str(e) or type(e).__name__) from e
@@ -119,3 +105,47 @@ class Forwarder:
             self.pool.release(inst)
         rec.done(r, inst, status, ttft_s, usage)
         return resp
+
+    async def _stream(
+        self,
+        up: aiohttp.ClientResponse,
+        resp: web.StreamResponse,
+        request: web.Request,
+        r: RequestRecord,
+        strip_usage: bool,
+        rename: tuple[str, str] | None,
+    ) -> tuple[float | None, dict | None]:
+        """Pass an event stream on; its TTFT and usage."""
+        ttft_s = None
+        sse = SseUsage(strip_usage, rename)
+        async for chunk in up.content.iter_any():
+            if ttft_s is None:
+                ttft_s = self.rec.since_s(r)
+            out = sse.feed(chunk)
+            if out:
+                await send(resp, request, out)
+        out = sse.close()
+        if out:
+            await send(resp, request, out)
+        await send(resp, request, b"", eof=True)
+        return ttft_s, sse.usage
+
+
+def _whole(
+    inst: Inst, status: int, ctype: str, data: bytes, rename: tuple[str, str] | None
+) -> tuple[web.Response, dict | None]:
+    """A whole answer to pass on, and its usage; NoAnswer for a server error (a dying engine
+    answers 500, "EngineCore ...": the caller probes it)."""
+    usage = None
+    if status == 200:
+        usage = usage_in(data)
+        if rename:
+            data = rename_model(data, *rename)
+    resp = web.Response(
+        body=data,
+        status=status,
+        headers={"Content-Type": ctype.partition(";")[0], SERVED_BY: inst.spec.model},
+    )
+    if status >= 500:
+        raise NoAnswer(f"the engine answered {status}", answer=resp)
+    return resp, usage

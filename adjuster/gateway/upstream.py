@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from planner.adjuster.backends.base import InstanceControl
+from planner.adjuster.gateway.http1 import Http1
 from planner.adjuster.gateway.pool import Pool
 
 
@@ -22,12 +23,15 @@ class Upstream:
     def __init__(self, control: InstanceControl, pool: Pool, control_threads: int):
         self.control = control
         self.pool = pool
-        self.session: aiohttp.ClientSession | None = None
+        self.session: aiohttp.ClientSession | None = None  # streams, probes, wake checks
+        self.http = Http1()  # non-streamed proxied requests (the hot path)
+        self.request_timeout_s = 0.0
         self.threads = ThreadPoolExecutor(control_threads, thread_name_prefix="control")
         self.drained = ""  # why nothing may start or wake (`planner down`), or ""
 
     def open(self, request_timeout_s: float) -> None:
         """Open the engines' HTTP session (on the running loop)."""
+        self.request_timeout_s = request_timeout_s
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
             timeout=aiohttp.ClientTimeout(total=request_timeout_s),
@@ -38,6 +42,7 @@ class Upstream:
     async def close_session(self) -> None:
         if self.session is not None:
             await self.session.close()
+        self.http.close()
 
     async def call(self, fn: Any, *args: Any) -> Any:
         """Run a blocking InstanceControl call in the gateway's threads."""
