@@ -30,6 +30,7 @@ def open_gateway(
     queue_limit: int = QUEUE_LIMIT,
     keys: Path | None = None,
     insecure: bool = False,
+    access_log: Path | None = None,
 ):
     """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad
     ones, the keys file included, before the state dir is touched)."""
@@ -63,8 +64,34 @@ def open_gateway(
     )  # fmt: skip
     return Gateway(
         control.point, control, state_dir=state.dir,
-        config=GatewayConfig(queue_limit=queue_limit), auth=auth,
+        config=GatewayConfig(queue_limit=queue_limit), auth=auth, access_log=access_log,
     )  # fmt: skip
+
+
+KeysOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--keys",
+        help="keys.yaml (`planner keys add`): every request needs one of its keys; "
+        "re-read on SIGHUP and when it changes.",
+    ),
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure-no-auth",
+        help="Allow a non-loopback --host without --keys (anyone on the network can "
+        "call every model).",
+    ),
+]
+AccessLogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--access-log",
+        help="Append one line per request to this file (0600): time, user, model, route, "
+        "status, wake wait, latency, tokens; never keys or prompts.",
+    ),
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -88,22 +115,9 @@ def register(app: typer.Typer) -> None:
         queue_limit: Annotated[
             int, typer.Option("--queue-limit", min=1, help="Requests queued per waking model.")
         ] = QUEUE_LIMIT,
-        keys: Annotated[
-            Path | None,
-            typer.Option(
-                "--keys",
-                help="keys.yaml (`planner keys add`): every request needs one of its keys; "
-                "re-read on SIGHUP and when it changes.",
-            ),
-        ] = None,
-        insecure_no_auth: Annotated[
-            bool,
-            typer.Option(
-                "--insecure-no-auth",
-                help="Allow a non-loopback --host without --keys (anyone on the network can "
-                "call every model).",
-            ),
-        ] = False,
+        keys: KeysOpt = None,
+        insecure_no_auth: InsecureOpt = False,
+        access_log: AccessLogOpt = None,
     ) -> None:
         """Serve the OpenAI API (chat, completions, responses, embeddings), /health, /metrics.
 
@@ -123,6 +137,7 @@ def register(app: typer.Typer) -> None:
         gw = open_gateway(
             plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
             models=models, queue_limit=queue_limit, keys=keys, insecure=insecure_no_auth,
+            access_log=access_log,
         )  # fmt: skip
         if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
             keys.chmod(0o600)
@@ -130,5 +145,6 @@ def register(app: typer.Typer) -> None:
         banner = (
             f"gateway for point {gw.point.name!r} ({len(gw.instances)} instances) on "
             f"http://{host}:{port} (auth: {gw.auth.mode}); request log {gw.log.path}"
+            + (f"; access log {gw.access.path}" if gw.access is not None else "")
         )
         run_forever(gw, host, port, lambda: err_console.print(banner, highlight=False))

@@ -1,13 +1,19 @@
 """The OpenAI-compatible gateway: routes by `model`, wakes sleeping models, logs requests.
 
 One aiohttp server in front of the applied point's vLLM instances, in modules by job:
-`server` (life cycle, routes, running it), `proxy` (HTTP and streaming pass-through,
-admission, retries, client disconnects), `auth` (keys, per-key limits, who may read what),
-`answers` (caller identity without keys, JSON error answers),
-`sse` (the usage chunk of a stream), `waker` (wake/evict scheduling), `health` (probes,
-restarts, following apply), `pool` (the instances' state and admission), `requestlog` (the
-SQLite request log) and `metrics` (Prometheus). The choice of instance, of whom to wake and
-of whom to evict is `planner.optimizer.tiering`'s, shared with the simulator.
+`server` (the parts wired together, life cycle), `run` (serving: CLI, a thread for tests),
+`config` (knobs), `clock` (the one source of time), `routes` (GET routes, 404/405),
+`proxy` (a proxied request: admission, instance choice, retries, client disconnects),
+`forward` (HTTP and streaming pass-through), `http1` (the lean client of non-streamed
+requests), `record` (each request's metrics and log rows), `upstream` (the engines'
+session, controller calls, `planner down`), `auth` (keys, per-key limits, who may read
+what), `answers` (caller identity without keys, JSON error answers), `body` (reading and
+checking a body), `sse` (the usage chunk of a stream), `stream` (writing to a client),
+`waker` (wake/evict scheduling), `health` (probes, restarts, following apply), `tiers`
+(awake hours, idle sleeps), `pool` (the instances' state and admission), `guard` (client
+connections), `requestlog` (the SQLite request log), `accesslog` (the optional
+line-per-request log) and `metrics` (Prometheus). The choice of instance, of whom to wake
+and of whom to evict is `planner.optimizer.tiering`'s, shared with the simulator.
 
 The names below are imported on first use: reading the request log (`planner adjust`)
 does not load aiohttp.
@@ -20,16 +26,19 @@ from typing import Any
 
 _EXPORTS = {
     "Gateway": "server",
-    "GatewayConfig": "server",
-    "GatewayThread": "server",
+    "GatewayConfig": "config",
+    "GatewayThread": "run",
     "Auth": "auth",
-    "run_forever": "server",
-    "serve": "server",
+    "Clock": "clock",
+    "run_forever": "run",
+    "serve": "run",
     "SseUsage": "sse",
     "identity": "answers",
     "Unavailable": "waker",
     "overlaps": "pool",
     "LOG_COLUMNS": "requestlog",
+    "LogRow": "requestlog",
+    "FailureRow": "requestlog",
     "FAILURE_COLUMNS": "requestlog",
     "REQUEST_LOG": "requestlog",
     "RequestLog": "requestlog",

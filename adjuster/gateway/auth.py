@@ -26,15 +26,14 @@ import ipaddress
 import logging
 import math
 import os
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import error, identity
+from planner.adjuster.gateway.clock import SYSTEM
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
 from planner.schemas.keys import Key
@@ -47,9 +46,9 @@ _MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
 _WINDOW_S = 60.0
 
 
-@dataclass(frozen=True)
-class Caller:
-    """Who sent a request: the key entry it presented (None without keys) and its identity."""
+class Caller(NamedTuple):
+    """Who sent a request: the key entry it presented (None without keys) and its identity
+    (a named tuple: one is made per request)."""
 
     key: Key | None
     user: str
@@ -111,7 +110,7 @@ class Auth:
         *,
         insecure: bool = False,
         model_names: list[str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM.mono_s,
         watch_s: float = 1.0,
     ):
         self.secret = secret

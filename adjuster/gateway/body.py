@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +38,11 @@ class BadBody(Exception):
     param: str | None = None
 
 
-async def read_body(request: web.Request, cap_bytes: int, timeout_s: float) -> bytes:
-    """The whole body, read in chunks; BadBody when too large or too slow."""
+async def read_body(
+    request: web.Request, cap_bytes: int, timeout_s: float, clock: Callable[[], float]
+) -> bytes:
+    """The whole body, read in chunks; BadBody when too large or too slow (`clock`:
+    monotonic seconds)."""
     length = request.content_length
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
@@ -53,12 +57,11 @@ async def read_body(request: web.Request, cap_bytes: int, timeout_s: float) -> b
                 408, "body_timeout", f"the body paused for more than {timeout_s:g} s"
             ) from None
     buf = bytearray()
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
+    t0 = clock()
     while True:
         # a pause of timeout_s ends it, and so does a trickle: the whole body may take
         # timeout_s plus timeout_s per MiB received (a byte a second never finishes)
-        left_s = t0 + timeout_s * (1 + len(buf) / (1 << 20)) - loop.time()
+        left_s = t0 + timeout_s * (1 + len(buf) / (1 << 20)) - clock()
         try:
             async with asyncio.timeout(min(timeout_s, max(left_s, 0.0))):
                 chunk = await request.content.read(READ_CHUNK)

@@ -19,10 +19,13 @@ import contextlib
 import logging
 import math
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
+
+from planner.adjuster.gateway.clock import SYSTEM
 
 log = logging.getLogger("planner.gateway")
 
@@ -49,8 +52,15 @@ def connection_cap(max_connections: int, open_files: int) -> int:
 class Guard:
     """Counts, caps and times out the gateway's client connections."""
 
-    def __init__(self, cap: int, header_timeout_s: float, warn_every_s: float = 60.0):
+    def __init__(
+        self,
+        cap: int,
+        header_timeout_s: float,
+        warn_every_s: float = 60.0,
+        clock: Callable[[], float] = SYSTEM.mono_s,
+    ):
         self.cap = cap
+        self.clock = clock  # monotonic seconds
         self.header_timeout_s = header_timeout_s
         self.warn_every_s = warn_every_s
         self.open: dict[_Conn, None] = {}  # insertion order: oldest first
@@ -89,10 +99,9 @@ class Guard:
 
     async def loop(self, every_s: float = 1.0) -> None:
         """Close connections whose headers take longer than `header_timeout_s`."""
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(every_s)
-            now = loop.time()
+            now = self.clock()
             late = [
                 c
                 for c in self.open
@@ -108,7 +117,7 @@ class Guard:
 
     def warn(self, kind: str, msg: str, *args: Any) -> None:
         """Log `msg` at most once per `warn_every_s` for `kind`, with how many were not."""
-        now = asyncio.get_running_loop().time()
+        now = self.clock()
         last, quiet = self._warned.get(kind, (-math.inf, 0))
         if now - last < self.warn_every_s:
             self._warned[kind] = (last, quiet + 1)
@@ -139,16 +148,14 @@ class QuietFilter(logging.Filter):
     """Passes each distinct message at most once per `every_s`, without its traceback (a
     flood of bad requests must not flood the log)."""
 
-    def __init__(self, every_s: float):
+    def __init__(self, every_s: float, clock: Callable[[], float] = SYSTEM.mono_s):
         super().__init__()
-        self.every_s = every_s
+        self.every_s, self.clock = every_s, clock
         self._last: dict[str, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        import time
-
         key = record.getMessage()
-        now = time.monotonic()
+        now = self.clock()
         if now - self._last.get(key, -math.inf) < self.every_s:
             return False
         self._last[key] = now
@@ -159,11 +166,11 @@ class QuietFilter(logging.Filter):
         return True
 
 
-def http_logger(every_s: float) -> logging.Logger:
+def http_logger(every_s: float, clock: Callable[[], float] = SYSTEM.mono_s) -> logging.Logger:
     """The logger aiohttp's connection handlers report to (quiet: see QuietFilter)."""
     lg = logging.getLogger("planner.gateway.http")
     if not lg.filters:
-        lg.addFilter(QuietFilter(every_s))
+        lg.addFilter(QuietFilter(every_s, clock))
     return lg
 
 
@@ -191,7 +198,7 @@ class _Conn(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         if not self.busy and self.header_since is None:
-            self.header_since = self._loop.time()
+            self.header_since = self.guard.clock()
         super().data_received(data)
 
 

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from typing import TYPE_CHECKING
 
 import aiohttp
 
-from planner.adjuster.gateway.pool import Inst
+from planner.adjuster.gateway.clock import Clock
+from planner.adjuster.gateway.config import GatewayConfig
+from planner.adjuster.gateway.pool import Inst, Pool
+from planner.adjuster.gateway.upstream import Upstream
+from planner.adjuster.gateway.waker import Waker
 from planner.optimizer import tiering
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
 
@@ -32,21 +31,21 @@ log = logging.getLogger("planner.gateway")
 class Health:
     """Probes, restarts and adoption for the gateway."""
 
-    def __init__(self, gw: Gateway):
-        self.gw = gw
+    def __init__(self, pool: Pool, up: Upstream, waker: Waker, cfg: GatewayConfig, clock: Clock):
+        self.pool, self.up, self.waker, self.cfg, self.clock = pool, up, waker, cfg, clock
         self._adopting: asyncio.Lock | None = None
 
     async def loop(self) -> None:
         n = 0
         while True:
-            await asyncio.sleep(self.gw.cfg.health_interval_s)
+            await asyncio.sleep(self.cfg.health_interval_s)
             n += 1
-            if n % self.gw.cfg.adopt_every == 0:
+            if n % self.cfg.adopt_every == 0:
                 try:
                     await self.adopt()
                 except Exception as e:
                     log.warning("reading the controller's status: %s", e)
-            for inst in list(self.gw.pool.instances.values()):
+            for inst in list(self.pool.instances.values()):
                 try:
                     await self.check(inst)
                 except Exception as e:  # one instance's trouble must not stop the loop
@@ -64,37 +63,37 @@ class Health:
             await self._adopt()
 
     async def _adopt(self) -> None:
-        gw = self.gw
-        gw.set_drained(await gw.call(gw.control.drained))
-        if gw.drained:
+        up, pool = self.up, self.pool
+        up.set_drained(await up.call(up.control.drained))
+        if up.drained:
             return
-        point = await gw.call(gw.control.follow)
-        if point.name != gw.pool.point.name:
-            log.info("following point %s (was %s)", point.name, gw.pool.point.name)
-            gw.pool.set_point(point)
-        insts = gw.pool.instances
+        point = await up.call(up.control.follow)
+        if point.name != pool.point.name:
+            log.info("following point %s (was %s)", point.name, pool.point.name)
+            pool.set_point(point)
+        insts = pool.instances
         epochs = {iid: i.epoch for iid, i in insts.items()}
-        st = await gw.call(gw.control.status)
+        st = await up.call(up.control.status)
         for iid, inst in list(insts.items()):
             status, handle = st.get(iid, ("stopped", None))
             busy = (
-                inst.spec.model in gw.waker.tasks
+                inst.spec.model in self.waker.tasks
                 or inst.draining
                 or inst.epoch != epochs.get(iid, inst.epoch)
             )
             if status == "awake" and handle is not None and not inst.routable() and not busy:
                 inst.status, inst.handle, inst.want_awake = "awake", handle, True
-                gw.pool.wake_waiters(inst.spec.model)
+                pool.wake_waiters(inst.spec.model)
 
     async def probe(self, inst: Inst) -> bool | None:
         """True: healthy; False: dead; None: no answer in time (busy or hung)."""
-        session = self.gw.session
+        session = self.up.session
         assert session is not None
         try:
             async with session.get(
                 inst.url + "/health",
                 headers=inst.auth_headers,
-                timeout=aiohttp.ClientTimeout(total=self.gw.cfg.health_timeout_s),
+                timeout=aiohttp.ClientTimeout(total=self.cfg.health_timeout_s),
             ) as r:
                 return r.status == 200
         except TimeoutError:
@@ -103,7 +102,7 @@ class Health:
             return False
 
     def backoff_s(self, inst: Inst) -> float:
-        cfg = self.gw.cfg
+        cfg = self.cfg
         return min(cfg.backoff_cap_s, cfg.backoff_base_s * 2 ** max(0, inst.failures - 1))
 
     def mark_dead(self, inst: Inst) -> None:
@@ -112,12 +111,17 @@ class Health:
             log.warning("instance %s is dead", inst.spec.id)
             inst.status, inst.timeouts = "failed", 0
             inst.failures += 1
-            inst.next_restart_at = time.monotonic() + self.backoff_s(inst)
+            inst.next_restart_at = self.clock.mono_s() + self.backoff_s(inst)
 
     async def check(self, inst: Inst) -> None:
         """Probe one instance that should be awake; restart it after its backoff if dead."""
-        gw = self.gw
-        if gw.drained or not inst.want_awake or inst.draining or inst.spec.model in gw.waker.tasks:
+        pool, waker = self.pool, self.waker
+        if (
+            self.up.drained
+            or not inst.want_awake
+            or inst.draining
+            or inst.spec.model in waker.tasks
+        ):
             return
         if inst.status == "awake" and inst.handle is not None:
             epoch = inst.epoch
@@ -132,25 +136,25 @@ class Health:
                 inst.timeouts = inst.failures = 0
                 return
             self.mark_dead(inst)
-        if inst.lazy and tiering.hour_of_day(gw.pool.clock()) not in inst.awake_hours:
+        if inst.lazy and tiering.hour_of_day(pool.clock()) not in inst.awake_hours:
             # a host/disk instance starts for a request or its awake hours, not on its own:
             # its next request restarts it
             inst.want_awake = False
             return
-        if time.monotonic() < inst.next_restart_at:
+        if self.clock.mono_s() < inst.next_restart_at:
             return
-        async with gw.waker.gpus(inst):
+        async with self.waker.gpus(inst):
             if inst.routable() or not inst.want_awake:  # a wake or a sleep came first
                 return
             try:
-                await gw.waker.bring_up(inst)
+                await self.waker.bring_up(inst)
             except Exception as e:
                 inst.failures += 1
                 inst.status = "failed"
-                inst.next_restart_at = time.monotonic() + self.backoff_s(inst)
+                inst.next_restart_at = self.clock.mono_s() + self.backoff_s(inst)
                 log.warning(
                     "restart of %s failed (%d in a row): %s", inst.spec.id, inst.failures, e
                 )
                 return
             # `failures` stays until a probe finds it healthy: a crash loop keeps backing off.
-        gw.pool.wake_waiters(inst.spec.model)
+        pool.wake_waiters(inst.spec.model)

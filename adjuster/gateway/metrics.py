@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -19,10 +20,9 @@ class Histogram:
     def observe(self, v: float) -> None:
         self.total += 1
         self.sum += v
-        for i, le in enumerate(_LATENCY_BUCKETS_S):
-            if v <= le:
-                self.counts[i] += 1
-                break
+        i = bisect_left(_LATENCY_BUCKETS_S, v)  # the first bucket with v <= le
+        if i < len(self.counts):
+            self.counts[i] += 1
 
 
 def _label(v: str) -> str:
@@ -56,88 +56,64 @@ class Metrics:
         """The exposition text; `gauges()`: name -> (help, model -> value); `totals`: name ->
         (help, value), unlabelled (a `_total` name is a counter)."""
         out: list[str] = []
-
-        def counter(name: str, doc: str, label: str, data: dict) -> None:
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} counter")
-            for k, v in sorted(data.items()):
-                out.append(f'{name}{{{label}="{_label(k)}"}} {v}')
-
-        def hist(name: str, doc: str, data: dict[str, Histogram]) -> None:
-            out.append(f"# HELP {name} {doc}\n# TYPE {name} histogram")
-            for model, h in sorted(data.items()):
-                m = _label(model)
-                acc = 0
-                for le, c in zip(_LATENCY_BUCKETS_S, h.counts, strict=True):
-                    acc += c
-                    out.append(f'{name}_bucket{{model="{m}",le="{le}"}} {acc}')
-                out.append(f'{name}_bucket{{model="{m}",le="+Inf"}} {h.total}')
-                out.append(f'{name}_sum{{model="{m}"}} {h.sum:.6f}')
-                out.append(f'{name}_count{{model="{m}"}} {h.total}')
-
-        out.append(
-            "# HELP planner_gateway_requests_total Requests by model and HTTP status.\n"
-            "# TYPE planner_gateway_requests_total counter"
-        )
-        for (model, status), v in sorted(self.requests.items()):
-            out.append(
-                f'planner_gateway_requests_total{{model="{_label(model)}",status="{status}"}} {v}'
-            )
-        out.append(
-            "# HELP planner_gateway_substitutions_total Requests a stand-in answered, by the "
-            "model asked for and the stand-in.\n"
-            "# TYPE planner_gateway_substitutions_total counter"
-        )
-        for (model, by), v in sorted(self.substitutions.items()):
-            out.append(
-                f'planner_gateway_substitutions_total{{model="{_label(model)}",'
-                f'served_by="{_label(by)}"}} {v}'
-            )
-        hist("planner_gateway_request_latency_seconds", "Arrival to last byte.", self.latency)
-        hist("planner_gateway_ttft_seconds", "Arrival to first byte from the engine.", self.ttft)
-        hist(
-            "planner_gateway_switch_wait_seconds",
-            "Time requests waited for a wake.",
-            self.switch_wait,
-        )
-        counter("planner_gateway_wakes_total", "Completed wakes by model.", "model", self.wakes)
-        counter(
-            "planner_gateway_wake_failures_total",
-            "Failed wakes by model.",
-            "model",
-            self.wake_failures,
-        )
-        counter(
-            "planner_gateway_sleeps_total", "Instances put to sleep by model.", "model", self.sleeps
-        )
-        counter(
-            "planner_gateway_malformed_requests_total",
-            "Requests refused with 400 before routing, by reason.",
-            "reason",
-            self.malformed,
-        )
-        counter(
-            "planner_gateway_restarts_total",
-            "Restarts of instances that died.",
-            "instance",
-            self.restarts,
-        )
-        counter(
-            "planner_gateway_wake_checks_total",
-            "One-token checks sent after wakes, by model.",
-            "model",
-            self.wake_checks,
-        )
-        counter(
-            "planner_gateway_wake_check_failures_total",
-            "Wake checks whose answer was wrong (the instance was restarted), by model.",
-            "model",
-            self.wake_check_failures,
-        )
+        for name, doc, labels, attr in _COUNTERS[:2]:
+            _counter(out, name, doc, labels, getattr(self, attr))
+        for name, doc, attr in _HISTOGRAMS:
+            _histogram(out, name, doc, getattr(self, attr))
+        for name, doc, labels, attr in _COUNTERS[2:]:
+            _counter(out, name, doc, labels, getattr(self, attr))
         for name, (doc, data) in gauges().items():
             out.append(f"# HELP {name} {doc}\n# TYPE {name} gauge")
-            for k, v in sorted(data.items()):
-                out.append(f'{name}{{model="{_label(k)}"}} {v}')
+            out.extend(f'{name}{{model="{_label(k)}"}} {v}' for k, v in sorted(data.items()))
         for name, (doc, v) in (totals or {}).items():
             kind = "counter" if name.endswith("_total") else "gauge"
             out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n{name} {v}")
         return "\n".join(out) + "\n"
+
+
+# name, help, label names, Metrics attribute (keys: a label value, or a tuple of them)
+_COUNTERS = (
+    ("planner_gateway_requests_total", "Requests by model and HTTP status.",
+     ("model", "status"), "requests"),
+    ("planner_gateway_substitutions_total",
+     "Requests a stand-in answered, by the model asked for and the stand-in.",
+     ("model", "served_by"), "substitutions"),
+    ("planner_gateway_wakes_total", "Completed wakes by model.", ("model",), "wakes"),
+    ("planner_gateway_wake_failures_total", "Failed wakes by model.", ("model",), "wake_failures"),
+    ("planner_gateway_sleeps_total", "Instances put to sleep by model.", ("model",), "sleeps"),
+    ("planner_gateway_malformed_requests_total",
+     "Requests refused with 400 before routing, by reason.", ("reason",), "malformed"),
+    ("planner_gateway_restarts_total", "Restarts of instances that died.", ("instance",),
+     "restarts"),
+    ("planner_gateway_wake_checks_total", "One-token checks sent after wakes, by model.",
+     ("model",), "wake_checks"),
+    ("planner_gateway_wake_check_failures_total",
+     "Wake checks whose answer was wrong (the instance was restarted), by model.", ("model",),
+     "wake_check_failures"),
+)  # fmt: skip
+_HISTOGRAMS = (
+    ("planner_gateway_request_latency_seconds", "Arrival to last byte.", "latency"),
+    ("planner_gateway_ttft_seconds", "Arrival to first byte from the engine.", "ttft"),
+    ("planner_gateway_switch_wait_seconds", "Time requests waited for a wake.", "switch_wait"),
+)
+
+
+def _counter(out: list[str], name: str, doc: str, labels: tuple[str, ...], data: dict) -> None:
+    out.append(f"# HELP {name} {doc}\n# TYPE {name} counter")
+    for k, v in sorted(data.items()):
+        values = k if isinstance(k, tuple) else (k,)
+        pairs = ",".join(f'{n}="{_label(str(x))}"' for n, x in zip(labels, values, strict=True))
+        out.append(f"{name}{{{pairs}}} {v}")
+
+
+def _histogram(out: list[str], name: str, doc: str, data: dict[str, Histogram]) -> None:
+    out.append(f"# HELP {name} {doc}\n# TYPE {name} histogram")
+    for model, h in sorted(data.items()):
+        m = _label(model)
+        acc = 0
+        for le, c in zip(_LATENCY_BUCKETS_S, h.counts, strict=True):
+            acc += c
+            out.append(f'{name}_bucket{{model="{m}",le="{le}"}} {acc}')
+        out.append(f'{name}_bucket{{model="{m}",le="+Inf"}} {h.total}')
+        out.append(f'{name}_sum{{model="{m}"}} {h.sum:.6f}')
+        out.append(f'{name}_count{{model="{m}"}} {h.total}')

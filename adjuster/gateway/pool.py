@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Handle, Status
+from planner.adjuster.gateway.clock import SYSTEM
 from planner.optimizer import admission
 from planner.schemas.plan import Instance, Point
 
@@ -31,7 +31,7 @@ class Inst:
 
     spec: Instance
     _status: Status
-    handle: Handle | None
+    _handle: Handle | None
     limit: int = 1  # requests it takes at once (admission bound)
     epoch: int = 0  # bumped on every status change: stale controller reads are dropped
     outstanding: int = 0
@@ -42,7 +42,11 @@ class Inst:
     next_restart_at: float = 0.0
     last_used_s: float = -math.inf
     idle_since_s: float = -math.inf  # clock time its last request ended or its wake did
-    woke_s: float = -math.inf  # time.monotonic() its last wake completed (-inf: awake at start)
+    woke_s: float = -math.inf  # Clock.mono_s() its last wake completed (-inf: awake at start)
+    url: str = ""  # http://host:port of the handle ("" without one)
+    # what every upstream request carries: the instance's API key (never a client's)
+    auth_headers: dict[str, str] = field(default_factory=dict)
+    post_headers: dict[str, str] = field(default_factory=dict)  # a proxied POST's
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -54,15 +58,20 @@ class Inst:
         self._status = value
         self.epoch += 1
 
-    @property
-    def url(self) -> str:
-        assert self.handle is not None
-        return f"http://{self.handle.host}:{self.handle.port}"
+    def __post_init__(self) -> None:
+        self.handle = self._handle
 
     @property
-    def auth_headers(self) -> dict[str, str]:
-        """The instance's API key, sent with every upstream request (never a client's)."""
-        return self.handle.auth_headers() if self.handle is not None else {}
+    def handle(self) -> Handle | None:
+        return self._handle
+
+    @handle.setter
+    def handle(self, value: Handle | None) -> None:
+        # the URL and headers are made here once, not on every request
+        self._handle = value
+        self.url = f"http://{value.host}:{value.port}" if value is not None else ""
+        self.auth_headers = value.auth_headers() if value is not None else {}
+        self.post_headers = {"Content-Type": "application/json", **self.auth_headers}
 
     @property
     def awake(self) -> bool:
@@ -89,7 +98,7 @@ class Inst:
         return self.spec.awake_hours
 
     def routable(self) -> bool:
-        return self._status == "awake" and self.handle is not None and not self.draining
+        return self._status == "awake" and self._handle is not None and not self.draining
 
 
 def load(inst: Inst) -> int:
@@ -104,7 +113,9 @@ def failed(inst: Inst) -> bool:
 class Pool:
     """The instances of the point in force, by id and by model, and their admission queues."""
 
-    def __init__(self, point: Point, admit_factor: float, clock: Callable[[], float] = time.time):
+    def __init__(
+        self, point: Point, admit_factor: float, clock: Callable[[], float] = SYSTEM.now_s
+    ):
         self.admit_factor = admit_factor
         self.clock = clock  # epoch seconds: the hour of day of the plan's awake hours
         self.point = point
@@ -126,7 +137,7 @@ class Pool:
         for spec in point.instances:
             inst = old.get(spec.id)
             if inst is None:
-                inst = Inst(spec=spec, _status="stopped", handle=None)
+                inst = Inst(spec=spec, _status="stopped", _handle=None)
                 inst.idle.set()
             else:
                 inst.spec = spec

@@ -1,8 +1,9 @@
-"""HTTP and streaming pass-through: admission, retries, client disconnects, the request log.
+"""A proxied request: its body checked, admitted, an instance chosen, retries, client gone.
 
 Paths: /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/responses (PROXIED),
 all alike: the body's `model` picks the instances, with the same waking, stand-ins,
 admission bounds and request log; only how a stream's usage is read differs (sse.py).
+Passing the answer on is forward.py's; counting and logging the outcome record.py's.
 
 A request goes to the instance `tiering.route` picks (the awake one with the fewest
 requests in flight). When none of its model's instances is awake, it goes to an awake
@@ -36,32 +37,25 @@ A key may be refused a model (403) or a request over its limits (429) before any
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import logging
 import math
-import time
-from typing import TYPE_CHECKING
 
-import aiohttp
-import yarl
 from aiohttp import web
 
 from planner.adjuster.gateway.answers import Unavailable, error, unavailable
+from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
-from planner.adjuster.gateway.pool import Inst, load
-from planner.adjuster.gateway.sse import SseUsage, rename_model, tokens, usage_in
-from planner.adjuster.gateway.stream import (
-    SERVED_BY,
-    ClientGone,
-    end_stream,
-    event_stream,
-    send,
-)
+from planner.adjuster.gateway.config import GatewayConfig
+from planner.adjuster.gateway.forward import Forwarder, NoAnswer
+from planner.adjuster.gateway.health import Health
+from planner.adjuster.gateway.pool import Inst, Pool, load
+from planner.adjuster.gateway.record import Recorder, RequestRecord
+from planner.adjuster.gateway.stream import ClientGone, end_stream, event_stream, send
+from planner.adjuster.gateway.tiers import Tiers
+from planner.adjuster.gateway.upstream import Upstream
+from planner.adjuster.gateway.waker import Waker
 from planner.optimizer import tiering
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
 
@@ -87,100 +81,65 @@ def _has_slot(inst: Inst) -> bool:
     return inst.routable() and inst.outstanding < inst.limit
 
 
-class _NoAnswer(Exception):
-    """The engine failed before any byte of its answer reached the client: no answer, or a
-    server error (`answer`: passed on when the engine turns out to be alive)."""
-
-    def __init__(self, message: str, answer: web.Response | None = None):
-        super().__init__(message)
-        self.answer = answer
-
-
-@functools.lru_cache(maxsize=1024)
-def _url(text: str) -> yarl.URL:
-    """Upstream URLs parsed once per instance and path, not once per request."""
-    return yarl.URL(text)
-
-
-class _Req:
-    """One request's bookkeeping for the log."""
-
-    __slots__ = (
-        "early", "model", "request", "served_by", "session", "stream", "t0", "t_arr", "user",
-        "wait_s",
-    )  # fmt: skip
-
-    def __init__(self, user: str, session: str) -> None:
-        self.t_arr = time.time()
-        self.t0 = time.perf_counter()
-        self.user, self.session = user, session
-        self.model = ""
-        self.served_by = ""  # the stand-in that answered ("": the model itself)
-        self.wait_s = 0.0  # time waiting for a wake, s
-        self.request: web.Request | None = None
-        self.stream = False
-        self.early: web.StreamResponse | None = None  # a stream begun while waiting
-
-    def since_s(self) -> float:
-        return time.perf_counter() - self.t0
-
-
 class Proxy:
     """The handler of every proxied path (PROXIED): completions, chat, embeddings, responses."""
 
-    def __init__(self, gw: Gateway):
-        self.gw = gw
-        self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
-
-    def fail(self, r: _Req, status: int, msg: str) -> None:
-        gw = self.gw
-        # Unknown names share one label: clients must not grow the metric without bound.
-        label = r.model if r.model in gw.pool.by_model else "(unknown)"
-        gw.metrics.requests[(label, status)] += 1
-        gw.log.add_failure(
-            (r.t_arr, r.user, r.session, r.model, status, r.since_s(), r.wait_s, msg)
-        )
+    def __init__(
+        self,
+        pool: Pool,
+        up: Upstream,
+        waker: Waker,
+        health: Health,
+        tiers: Tiers,
+        auth: Auth,
+        rec: Recorder,
+        cfg: GatewayConfig,
+    ):
+        self.pool, self.up, self.waker, self.health, self.tiers = pool, up, waker, health, tiers
+        self.auth, self.rec, self.cfg = auth, rec, cfg
+        self.forwarder = Forwarder(pool, up, rec)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        user, session = self.gw.auth.identity(request)
-        r = _Req(cut(user), cut(session))
-        r.request = request
+        user, session = self.auth.identity(request)
+        r = self.rec.start(cut(user), cut(session), request)
         try:
             out = await self._handle(request, r)
             if r.early is not None and out is not r.early:  # a stream already begun
                 return await end_stream(r.early, request, out)
             return out
         except asyncio.CancelledError:
-            self.fail(r, 499, "client gone")
+            self.rec.fail(r, 499, "client gone")
             raise
         except ClientGone:
-            self.fail(r, 499, "client gone")
+            self.rec.fail(r, 499, "client gone")
             return web.Response(status=499)  # never sent: the connection is closed
         except web.HTTPException as e:  # e.g. a body over the size limit
-            self.fail(r, e.status, e.reason)
+            self.rec.fail(r, e.status, e.reason)
             return error(e.status, e.reason, type(e).__name__)
         finally:
-            self.gw.auth.release(request)  # the key's slot, when `admit` took one
+            self.auth.release(request)  # the key's slot, when `admit` took one
 
-    async def _handle(self, request: web.Request, r: _Req) -> web.StreamResponse:
-        gw = self.gw
+    async def _handle(self, request: web.Request, r: RequestRecord) -> web.StreamResponse:
+        cfg, pool, fail = self.cfg, self.pool, self.rec.fail
         try:
-            body = await read_body(request, gw.cfg.max_body_bytes, gw.cfg.body_timeout_s)
+            body = await read_body(
+                request, cfg.max_body_bytes, cfg.body_timeout_s, self.rec.clock.mono_s
+            )
             payload = parse(body)
         except BadBody as e:
-            gw.metrics.malformed[e.reason] += 1
-            self.fail(r, e.status, e.message)
+            self.rec.metrics.malformed[e.reason] += 1
+            fail(r, e.status, e.message)
             kind = _KINDS.get(e.status, "BadRequestError")
             return error(e.status, e.message, kind, param=e.param)
         model = payload["model"]
         r.model = cut(model)
-        denied = gw.auth.admit(request, model)  # 403 / 429 by the key (before any 404)
+        denied = self.auth.admit(request, model)  # 403 / 429 by the key (before any 404)
         if denied is not None:
-            self.fail(r, denied.status, "key refused")
+            fail(r, denied.status, "key refused")
             return denied
-        if model not in gw.pool.by_model:
-            names = sorted(gw.pool.by_model)
-            self.fail(r, 404, "unknown model")
+        if model not in pool.by_model:
+            names = sorted(pool.by_model)
+            fail(r, 404, "unknown model")
             return error(
                 404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
                 models=names,
@@ -194,67 +153,67 @@ class Proxy:
                 body = json.dumps(payload).encode()
                 strip_usage = True
 
-        tries = gw.cfg.retries + 1
+        tries = cfg.retries + 1
         for attempt in range(tries):
             try:
                 inst = await self.pick(model, r)
             except Unavailable as e:
-                self.fail(r, 503, str(e))
+                fail(r, 503, str(e))
                 return unavailable(e)
             send, rename = body, None
             if inst.spec.model != model:  # a stand-in answers under the name asked for
                 send = json.dumps({**payload, "model": inst.spec.model}).encode()
                 rename = (inst.spec.model, model)
             try:
-                return await self.forward(request, inst, send, stream, strip_usage, r, rename)
-            except _NoAnswer as e:
+                return await self.forwarder.forward(
+                    request, inst, send, stream, strip_usage, r, rename
+                )
+            except NoAnswer as e:
                 # Nothing reached the client: if the engine is gone, route around it (the
                 # next pick restarts it) and follow the point in force (a hop may have
                 # replaced it), then try again.
                 log.warning("instance %s gave no answer: %s", inst.spec.id, e)
-                dead = inst.handle is None or not await gw.health.probe(inst)
+                dead = inst.handle is None or not await self.health.probe(inst)
                 if dead and inst.status == "awake":
-                    gw.health.mark_dead(inst)
-                    await gw.health.adopt()
+                    self.health.mark_dead(inst)
+                    await self.health.adopt()
                 if not dead and e.answer is not None:  # a live engine's own error: pass it on
-                    self.fail(r, e.answer.status, "engine error")
+                    fail(r, e.answer.status, "engine error")
                     return e.answer
                 if attempt + 1 < tries:
                     continue
                 msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
                 if dead:
-                    self.fail(r, 503, msg)
-                    return unavailable(Unavailable(msg, gw.waker.retry_after_s(model)))
-                self.fail(r, 502, msg)
+                    fail(r, 503, msg)
+                    return unavailable(Unavailable(msg, self.waker.retry_after_s(model)))
+                fail(r, 502, msg)
                 return error(502, msg, "BadGatewayError")
         raise AssertionError("unreachable")
 
     def choose(self, model: str) -> Inst | None:
         """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""
-        return tiering.route(self.gw.pool.by_model[model], Inst.routable, load)
+        return tiering.route(self.pool.by_model[model], Inst.routable, load)
 
     def stand_in(self, model: str) -> tuple[Inst, float] | None:
         """The awake stand-in that answers for `model` now, and its quality penalty
         (`tiering.substitute`); None: the request waits for the model."""
-        gw = self.gw
-        rule = gw.point.substitutes.get(model)
+        pool, waker = self.pool, self.waker
+        rule = pool.point.substitutes.get(model)
         if rule is None:
             return None
-        pool = gw.pool
         cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
-        victims = gw.waker.plan(model)[1] if rule.wake and pool.by_model.get(model) else []
-        wait_s = gw.waker.expected_wait_s(model)
+        victims = waker.plan(model)[1] if rule.wake and pool.by_model.get(model) else []
+        wait_s = waker.expected_wait_s(model)
         return tiering.substitute(rule, wait_s, cands, _has_slot, load, victims)
 
-    async def pick(self, model: str, r: _Req) -> Inst:
+    async def pick(self, model: str, r: RequestRecord) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
-        gw = self.gw
-        pool, cfg = gw.pool, gw.cfg
-        gw.tiers.hand_off(model)
+        pool, cfg, waker, clock = self.pool, self.cfg, self.waker, self.rec.clock
+        self.tiers.hand_off(model)
         wakes = 0
         while True:
-            if gw.drained:
-                raise Unavailable(gw.drained, cfg.retry_after_s)
+            if self.up.drained:
+                raise Unavailable(self.up.drained, cfg.retry_after_s)
             inst = self.choose(model)
             if inst is not None:
                 if inst.outstanding < inst.limit and not pool.queued_for_admission(model):
@@ -264,7 +223,7 @@ class Proxy:
                     raise Unavailable(
                         f"model {model!r}: every instance holds its {inst.limit} requests and "
                         f"{pool.waiting[model]} more wait (queue limit {cfg.queue_limit})",
-                        max(1.0, self.latency_s.get(model, 1.0)),
+                        max(1.0, self.rec.latency_s.get(model, 1.0)),
                     )
                 pool.waiting[model] += 1
                 try:
@@ -282,137 +241,35 @@ class Proxy:
                 sub = got[0]
                 pool.take(sub)
                 r.served_by = sub.spec.model
-                if gw.point.substitutes[model].wake:
-                    gw.waker.start_wake(model)
+                if pool.point.substitutes[model].wake:
+                    waker.start_wake(model)
                 return sub
             if wakes >= 3:
-                raise Unavailable(
-                    f"model {model!r} did not stay awake", gw.waker.retry_after_s(model)
-                )
+                raise Unavailable(f"model {model!r} did not stay awake", waker.retry_after_s(model))
             wakes += 1
-            t = time.perf_counter()
+            t = clock.mono_s()
             try:
                 await self._await_wake(model, r)
             finally:
-                r.wait_s += time.perf_counter() - t
+                r.wait_s += clock.mono_s() - t
 
-    async def _await_wake(self, model: str, r: _Req) -> None:
+    async def _await_wake(self, model: str, r: RequestRecord) -> None:
         """Wait for the model's wake; a streaming client hears an SSE comment every
         `wake_notice_s` meanwhile (proxies and chat UIs do not time out)."""
-        gw = self.gw
+        waker = self.waker
         if not r.stream or r.request is None:
-            return await gw.waker.await_wake(model)
-        task = asyncio.ensure_future(gw.waker.await_wake(model))
+            return await waker.await_wake(model)
+        task = asyncio.ensure_future(waker.await_wake(model))
         try:
             while True:
-                done, _ = await asyncio.wait({task}, timeout=gw.cfg.wake_notice_s)
+                done, _ = await asyncio.wait({task}, timeout=self.cfg.wake_notice_s)
                 if done:
                     return task.result()
                 if r.early is None:
                     r.early = event_stream(model)
-                eta_s = gw.waker.expected_wait_s(model)
+                eta_s = waker.expected_wait_s(model)
                 about = f"about {eta_s:.0f} s" if math.isfinite(eta_s) else "time unknown"
                 await send(r.early, r.request, f": waking {model}, {about}\n\n".encode())
         finally:
             if not task.done():
                 task.cancel()
-
-    async def forward(
-        self,
-        request: web.Request,
-        inst: Inst,
-        body: bytes,
-        stream: bool,
-        strip_usage: bool,
-        r: _Req,
-        rename: tuple[str, str] | None = None,
-    ) -> web.StreamResponse:
-        """Send the request to `inst` (whose slot the caller took) and pass its answer on
-        (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
-        gw = self.gw
-        session = gw.session
-        assert session is not None
-        usage: dict | None = None
-        ttft_s: float | None = None
-        status = 502
-        resp: web.StreamResponse | None = None
-        inst.last_used_s = time.monotonic()
-        try:
-            async with session.post(
-                _url(inst.url + request.path),
-                data=body,
-                headers={"Content-Type": "application/json", **inst.auth_headers},
-            ) as up:
-                status = up.status
-                ctype = up.headers.get("Content-Type", "application/json")
-                if not (stream and status == 200 and ctype.startswith("text/event-stream")):
-                    data = await up.read()
-                    ttft_s = r.since_s()
-                    if status == 200:
-                        usage = usage_in(data)
-                        if rename:
-                            data = rename_model(data, *rename)
-                    resp = web.Response(
-                        body=data,
-                        status=status,
-                        content_type=ctype.split(";")[0],
-                        headers={SERVED_BY: inst.spec.model},
-                    )
-                    if status >= 500:  # a dying engine answers 500 ("EngineCore ..."): probe
-                        raise _NoAnswer(f"the engine answered {status}", answer=resp)
-                else:
-                    resp = r.early or event_stream(inst.spec.model)
-                    sse = SseUsage(strip_usage, rename)
-                    async for chunk in up.content.iter_any():
-                        if ttft_s is None:
-                            ttft_s = r.since_s()
-                        out = sse.feed(chunk)
-                        if out:
-                            await send(resp, request, out)
-                    out = sse.close()
-                    if out:
-                        await send(resp, request, out)
-                    usage = sse.usage
-                    await send(resp, request, b"", eof=True)
-        except (aiohttp.ClientError, ConnectionError) as e:
-            if resp is None or not resp.prepared:
-                raise _NoAnswer(str(e) or type(e).__name__) from e
-            msg = f"instance {inst.spec.id} failed mid-stream: {e or type(e).__name__}"
-            self.fail(r, 502, msg)
-            return resp
-        except TimeoutError as e:
-            msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
-            self.fail(r, 502, msg)
-            if resp is not None and resp.prepared:
-                return resp
-            return error(502, msg, "BadGatewayError")
-        finally:
-            gw.pool.release(inst)
-        self._done(r, inst, status, ttft_s, usage)
-        return resp
-
-    def _done(
-        self, r: _Req, inst: Inst, status: int, ttft_s: float | None, usage: dict | None
-    ) -> None:
-        """Count and log an answered request."""
-        gw = self.gw
-        latency_s = r.since_s()
-        model = r.model
-        if status != 200:
-            self.fail(r, status, "engine error")
-            return
-        gw.metrics.requests[(model, 200)] += 1
-        if r.served_by:
-            gw.metrics.substitutions[(model, r.served_by)] += 1
-        gw.metrics.latency[model].observe(latency_s)
-        if r.wait_s > 0.001:  # only requests that waited for a wake
-            gw.metrics.switch_wait[model].observe(r.wait_s)
-        if ttft_s is not None:
-            gw.metrics.ttft[model].observe(ttft_s)
-        prev = self.latency_s.get(model)
-        self.latency_s[model] = latency_s if prev is None else 0.9 * prev + 0.1 * latency_s
-        n_in, n_out, cached = tokens(usage)
-        gw.log.add((
-            r.t_arr, r.user, r.session, model, n_in, n_out, cached, ttft_s, latency_s, r.wait_s,
-            200, inst.spec.id, r.served_by, int(bool(r.served_by)),
-        ))  # fmt: skip

@@ -21,48 +21,60 @@ import logging
 import math
 import sqlite3
 import threading
-import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
+from planner.adjuster.gateway.clock import SYSTEM
 from planner.errors import InputError
 from planner.private import private_dir, private_sqlite
 
 log = logging.getLogger("planner.gateway")
 
 REQUEST_LOG = "requests.sqlite"
-LOG_COLUMNS = (
-    "timestamp",
-    "user",
-    "session",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "ttft_s",
-    "latency_s",
-    "switch_wait_s",
-    "status",
-    "instance",
-    "served_by",
-    "substituted",
-)
+
+
+class LogRow(NamedTuple):
+    """One `requests` row: its fields are the table's columns, in order."""
+
+    timestamp: float  # arrival, epoch seconds
+    user: str
+    session: str
+    model: str  # asked for
+    input_tokens: int
+    output_tokens: int
+    cached_tokens: int
+    ttft_s: float | None
+    latency_s: float
+    switch_wait_s: float
+    status: int
+    instance: str
+    served_by: str  # the stand-in that answered ("": the model itself)
+    substituted: int  # 1 when a stand-in answered
+
+
+class FailureRow(NamedTuple):
+    """One `failures` row: its fields are the table's columns, in order."""
+
+    timestamp: float
+    user: str
+    session: str
+    model: str
+    status: int
+    latency_s: float
+    switch_wait_s: float
+    error: str
+
+
+LOG_COLUMNS = LogRow._fields
 _ADDED = {  # columns newer than the first logs: added to an old log's table when opened
     "served_by": "TEXT NOT NULL DEFAULT ''",
     "substituted": "INTEGER NOT NULL DEFAULT 0",
 }
-FAILURE_COLUMNS = (
-    "timestamp",
-    "user",
-    "session",
-    "model",
-    "status",
-    "latency_s",
-    "switch_wait_s",
-    "error",
-)
+FAILURE_COLUMNS = FailureRow._fields
 
 
 class RequestLog:
@@ -85,8 +97,10 @@ class RequestLog:
         max_bytes: int = 1 << 30,
         warn_every_s: float = 60.0,
         prune_every_s: float = 3600.0,
+        clock: Callable[[], float] = SYSTEM.now_s,
     ):
         self.path = Path(path)
+        self.clock = clock  # epoch seconds: when a flush runs (warnings, retention)
         self.max_pending = max_pending
         self.max_age_s, self.max_bytes = max_age_s, max_bytes
         self.warn_every_s, self.prune_every_s = warn_every_s, prune_every_s
@@ -103,18 +117,18 @@ class RequestLog:
         private_sqlite(self.path)  # who used which model when: private
         self._con = _open(self.path)
 
-    def add(self, row: tuple) -> None:
-        """Queue one `requests` row (LOG_COLUMNS order)."""
+    def add(self, row: LogRow) -> None:
+        """Queue one `requests` row."""
         self._queue(self._rows, row)
 
-    def add_failure(self, row: tuple) -> None:
-        """Queue one `failures` row (FAILURE_COLUMNS order)."""
+    def add_failure(self, row: FailureRow) -> None:
+        """Queue one `failures` row."""
         self._queue(self._failures, row)
 
     def _queue(self, q: deque[tuple], row: tuple) -> None:
         q.append(row)
         while len(self._rows) + len(self._failures) > self.max_pending:
-            # the oldest goes first, whichever table it is for
+            # the oldest goes first, whichever table it is for (both start with timestamp)
             old = self._rows if not self._failures or (
                 self._rows and self._rows[0][0] <= self._failures[0][0]
             ) else self._failures  # fmt: skip
@@ -128,7 +142,7 @@ class RequestLog:
     def flush(self, now_s: float | None = None) -> bool:
         """Write the queued rows in one transaction; False when the write failed (the rows
         stay queued)."""
-        now_s = time.time() if now_s is None else now_s
+        now_s = self.clock() if now_s is None else now_s
         with self._lock:
             rows, fails = list(self._rows), list(self._failures)
             if not rows and not fails:
@@ -333,4 +347,7 @@ class RequestLogSource:
         return normalize(raw, file=str(self.path), model_names=self.model_names)
 
 
-__all__ = ["FAILURE_COLUMNS", "LOG_COLUMNS", "REQUEST_LOG", "RequestLog", "RequestLogSource"]
+__all__ = [
+    "FAILURE_COLUMNS", "LOG_COLUMNS", "REQUEST_LOG", "FailureRow", "LogRow", "RequestLog",
+    "RequestLogSource",
+]  # fmt: skip

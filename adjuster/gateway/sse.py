@@ -55,7 +55,25 @@ def _data(event: bytes) -> bytes | None:
     return None
 
 
+_DECODER = json.JSONDecoder()
+_USAGE_KEY = re.compile(rb'"usage"\s*:\s*')
+
+
 def usage_in(data: bytes) -> dict | None:
+    """The usage object of a whole (non-streamed) answer. When the text `"usage"` occurs
+    once, as a key, only its object is parsed (a quote inside a JSON string is escaped, so
+    the text cannot come from a prompt or an answer): not the whole answer. A usage object
+    is a few numbers: one longer than 1 KiB falls back to the whole parse."""
+    at = data.rfind(b'"usage"')  # vLLM puts usage near the end
+    if at >= 0 and data.find(b'"usage"', 0, at) < 0:
+        m = _USAGE_KEY.match(data, at)
+        if m is not None:
+            try:
+                u = _DECODER.raw_decode(data[m.end() : m.end() + 1024].decode())[0]
+            except (ValueError, UnicodeDecodeError):
+                u = None
+            if isinstance(u, dict):
+                return u
     try:
         return usage_of(json.loads(data))
     except ValueError:
@@ -77,6 +95,8 @@ class SseUsage:
 
     def feed(self, chunk: bytes) -> bytes:
         """Bytes to send on, for `chunk` just received."""
+        if not self._buf and chunk.endswith(b"\n\n"):  # whole events (vLLM's usual chunk)
+            return self._pass(chunk)
         buf = self._buf + chunk
         end = buf.rfind(b"\n\n")
         if end < 0:

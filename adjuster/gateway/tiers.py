@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
 
-from planner.adjuster.gateway.pool import Inst, load
+from planner.adjuster.gateway.pool import Inst, Pool, load
+from planner.adjuster.gateway.upstream import Upstream
+from planner.adjuster.gateway.waker import Waker
 from planner.optimizer import tiering
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
 
@@ -29,13 +27,13 @@ log = logging.getLogger("planner.gateway")
 class Tiers:
     """Applies the point's awake hours and idle sleeps."""
 
-    def __init__(self, gw: Gateway):
-        self.gw = gw
+    def __init__(self, pool: Pool, up: Upstream, waker: Waker, interval_s: float):
+        self.pool, self.up, self.waker, self.interval_s = pool, up, waker, interval_s
         self.hour: int | None = None  # hour of day of the last look
 
     async def loop(self) -> None:
         while True:
-            await asyncio.sleep(self.gw.cfg.tier_interval_s)
+            await asyncio.sleep(self.interval_s)
             try:
                 await self.tick()
             except Exception as e:  # a failed sleep or wake must not end the loop
@@ -43,10 +41,9 @@ class Tiers:
 
     async def tick(self) -> None:
         """One look (see the module docstring)."""
-        gw = self.gw
-        if gw.drained:
+        if self.up.drained:
             return  # `planner down`: nothing wakes until the next apply
-        now = gw.pool.clock()
+        now = self.pool.clock()
         for inst in self.due_sleeps(now):
             await self.sleep(inst)
         hour = tiering.hour_of_day(now)
@@ -54,14 +51,14 @@ class Tiers:
             return
         self.hour = hour
         for inst in self.due_wakes(now):
-            gw.waker.start_wake(inst.spec.model, inst)
+            self.waker.start_wake(inst.spec.model, inst)
 
     def due_wakes(self, now: float) -> list[Inst]:
         """Sleeping host/disk instances to wake ahead of their requests at an hour start."""
-        waker = self.gw.waker
+        waker = self.waker
         return [
             i
-            for i in self.gw.pool.instances.values()
+            for i in self.pool.instances.values()
             if i.status in ("asleep", "stopped")  # stopped: asleep without sleep mode
             and i.awake_hours
             and i.spec.model not in waker.tasks
@@ -71,10 +68,10 @@ class Tiers:
     def hand_off(self, model: str) -> None:
         """Wake ahead a sleeping instance of each model the point's `handoff` lists after
         `model` that has none awake or waking (`tiering.wakes_on_handoff`)."""
-        pool, waker = self.gw.pool, self.gw.waker
-        if self.gw.drained:
+        pool, waker = self.pool, self.waker
+        if self.up.drained:
             return
-        for m in self.gw.point.handoff.get(model, ()):
+        for m in self.pool.point.handoff.get(model, ()):
             insts = pool.by_model.get(m, ())
             if m in waker.tasks or any(i.awake for i in insts):
                 continue
@@ -92,10 +89,10 @@ class Tiers:
 
     def due_sleeps(self, now: float) -> list[Inst]:
         """Awake host/disk instances with nothing to do past their idle sleep."""
-        idle_s = self.gw.point.idle_sleep_s
+        idle_s = self.pool.point.idle_sleep_s
         return [
             i
-            for i in self.gw.pool.instances.values()
+            for i in self.pool.instances.values()
             if i.lazy
             and i.routable()
             and i.outstanding == 0
@@ -104,11 +101,11 @@ class Tiers:
 
     async def sleep(self, inst: Inst) -> None:
         """Put an idle instance to sleep, under its GPUs' locks (no wake runs meanwhile)."""
-        waker = self.gw.waker
+        waker = self.waker
         if inst.spec.model in waker.tasks:
             return
         async with waker.gpus(inst):
             if not inst.routable() or inst.outstanding:
                 return  # taken meanwhile
             await waker.put_to_sleep([inst])
-        log.info("%s slept after %.0f s idle", inst.spec.id, self.gw.point.idle_sleep_s)
+        log.info("%s slept after %.0f s idle", inst.spec.id, self.pool.point.idle_sleep_s)

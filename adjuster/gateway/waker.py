@@ -25,20 +25,19 @@ import contextlib
 import json
 import logging
 import math
-import time
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from planner.adjuster.backends.base import Handle
 from planner.adjuster.gateway.answers import Unavailable
-from planner.adjuster.gateway.pool import Inst, failed, load
+from planner.adjuster.gateway.clock import Clock
+from planner.adjuster.gateway.config import GatewayConfig
+from planner.adjuster.gateway.metrics import Metrics
+from planner.adjuster.gateway.pool import Inst, Pool, failed, load
+from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.reconcile import spec_sha
 from planner.errors import ApplyError, DrainedError
 from planner.optimizer import swap, tiering
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.server import Gateway
 
 log = logging.getLogger("planner.gateway")
 
@@ -54,8 +53,10 @@ def _woke_s(inst: Inst) -> float:
 class Waker:
     """Wakes models on demand for the gateway."""
 
-    def __init__(self, gw: Gateway):
-        self.gw = gw
+    def __init__(
+        self, pool: Pool, up: Upstream, cfg: GatewayConfig, metrics: Metrics, clock: Clock
+    ):
+        self.pool, self.up, self.cfg, self.metrics, self.clock = pool, up, cfg, metrics, clock
         self.tasks: dict[str, asyncio.Task] = {}  # model -> its wake in progress
         self.wake_s: dict[str, float] = {}  # last measured wake time per model
         self.started_s: dict[str, float] = {}  # when the model's running wake started
@@ -64,18 +65,18 @@ class Waker:
 
     def retry_after_s(self, model: str) -> float:
         """How long a refused client should wait: the model's last wake, else the default."""
-        return self.wake_s.get(model, self.gw.cfg.retry_after_s)
+        return self.wake_s.get(model, self.cfg.retry_after_s)
 
     def displaces(self, inst: Inst) -> list[Inst]:
         """The co-tenants a wake of `inst` puts to sleep now (`tiering.displaced`)."""
-        pool = self.gw.pool
+        pool = self.pool
         return tiering.displaced(
             inst, pool.near(inst), capacity_gib=pool.capacity, t_s=pool.clock()
         )
 
     def plan(self, model: str) -> tuple[Inst, list[Inst]]:
         """Which instance of `model` to wake and whom that puts to sleep (no side effect)."""
-        target = tiering.choose_wake(self.gw.pool.by_model[model], self.displaces, load, failed)
+        target = tiering.choose_wake(self.pool.by_model[model], self.displaces, load, failed)
         return target, self.displaces(target)
 
     def expected_wait_s(self, model: str) -> float:
@@ -84,24 +85,24 @@ class Waker:
         took = self.wake_s.get(model, math.inf)
         started = self.started_s.get(model) if model in self.tasks else None
         if started is None:
-            if not self.gw.pool.by_model.get(model):
+            if not self.pool.by_model.get(model):
                 return took
             victims = self.plan(model)[1]  # plus the wait for its swap (no drains)
-            now = time.monotonic()
+            now = self.clock.mono_s()
             at = swap.swap_at_s(
                 victims, now_s=now, deadline_s=self.swap_deadline_s(model, now),
-                woke_s=_woke_s, min_awake_s=self.gw.cfg.min_awake_s,
+                woke_s=_woke_s, min_awake_s=self.cfg.min_awake_s,
             )  # fmt: skip
             return took + (at - now)
-        return max(took - (time.perf_counter() - started), 0.0)
+        return max(took - (self.clock.mono_s() - started), 0.0)
 
     def swap_deadline_s(self, model: str, since_s: float) -> float:
         """The latest a swap for a request of `model` waiting since `since_s` may begin
         (`swap.swap_deadline_s`; its switch SLO: the substitute rule's `max_wait_s`)."""
-        rule = self.gw.point.substitutes.get(model)
+        rule = self.pool.point.substitutes.get(model)
         slo_s = rule.max_wait_s if rule is not None else None
         return swap.swap_deadline_s(
-            since_s, self.wake_s.get(model, 0.0), slo_s, self.gw.cfg.swap_max_wait_s
+            since_s, self.wake_s.get(model, 0.0), slo_s, self.cfg.swap_max_wait_s
         )
 
     def start_wake(self, model: str, target: Inst | None = None) -> asyncio.Task:
@@ -110,7 +111,7 @@ class Waker:
         if task is None:
             task = asyncio.create_task(self._wake_model(model, target))
             self.tasks[model] = task
-            self.started_s[model] = time.perf_counter()
+            self.started_s[model] = self.clock.mono_s()
 
             def _done(t: asyncio.Task, model: str = model) -> None:
                 if self.tasks.get(model) is t:
@@ -123,7 +124,7 @@ class Waker:
 
     async def await_wake(self, model: str) -> None:
         """Join the model's wake (starting it if none runs); Unavailable if the queue is full."""
-        pool, limit = self.gw.pool, self.gw.cfg.queue_limit
+        pool, limit = self.pool, self.cfg.queue_limit
         if pool.waiting[model] >= limit:
             raise Unavailable(
                 f"model {model!r} is waking and {pool.waiting[model]} requests already wait "
@@ -147,11 +148,9 @@ class Waker:
             yield
 
     async def _wake_model(self, model: str, target: Inst | None = None) -> None:
-        gw = self.gw
-        since_s = time.monotonic()
+        since_s = self.clock.mono_s()
         if target is None:
             target, _ = self.plan(model)
-        t0 = time.perf_counter()
         async with self.gpus(target):
             if target.routable():
                 return
@@ -161,25 +160,24 @@ class Waker:
             try:
                 await self.bring_up(target)
             except DrainedError as e:
-                raise Unavailable(e.message, gw.cfg.retry_after_s) from e
+                raise Unavailable(e.message, self.cfg.retry_after_s) from e
             except Exception as e:
-                gw.metrics.wake_failures[model] += 1
+                self.metrics.wake_failures[model] += 1
                 target.status = "failed"
                 target.want_awake = not target.lazy
                 log.warning("wake of %s failed: %s", target.spec.id, e)
                 raise Unavailable(
                     f"could not wake {target.spec.id}: {e}", self.retry_after_s(model)
                 ) from e
-        self.wake_s[model] = time.perf_counter() - t0
-        gw.metrics.wakes[model] += 1
-        gw.pool.wake_waiters(model)
+        self.wake_s[model] = self.clock.mono_s() - since_s
+        self.metrics.wakes[model] += 1
+        self.pool.wake_waiters(model)
 
     async def await_swap(self, model: str, target: Inst, since_s: float) -> None:
         """Wait until the wake of `target` may put its co-tenants to sleep (`swap.swap_at_s`:
         none busy nor woken less than `min_awake_s` ago, at most until the deadline of the
         request that started the wake). Requests for `model` collate behind this wake."""
-        gw = self.gw
-        pool, cfg = gw.pool, gw.cfg
+        pool, cfg = self.pool, self.cfg
         deadline = self.swap_deadline_s(model, since_s)
 
         def busy(v: Inst) -> bool:
@@ -187,7 +185,7 @@ class Waker:
             return v.outstanding > 0 or pool.waiting[m] > 0 or pool.queued_for_admission(m)
 
         while True:
-            now = time.monotonic()
+            now = self.clock.mono_s()
             at = swap.swap_at_s(
                 self.displaces(target), now_s=now, deadline_s=deadline, woke_s=_woke_s,
                 busy=busy, min_awake_s=cfg.min_awake_s,
@@ -199,46 +197,46 @@ class Waker:
     async def bring_up(self, inst: Inst) -> None:
         """Evict its co-tenants, then wake it (restart it when its process died). The caller
         holds its GPU locks."""
-        gw = self.gw
-        if gw.drained:
-            raise DrainedError(gw.drained)
+        up, cfg = self.up, self.cfg
+        if up.drained:
+            raise DrainedError(up.drained)
         await self.evict(inst)
         try:
             if inst.status == "failed":
-                handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
-                gw.metrics.restarts[inst.spec.id] += 1
+                handle = await up.call(up.control.restart, inst.spec.id, cfg.wake_timeout_s)
+                self.metrics.restarts[inst.spec.id] += 1
             else:
-                handle = await gw.call(gw.control.wake, inst.spec.id, gw.cfg.wake_timeout_s)
+                handle = await up.call(up.control.wake, inst.spec.id, cfg.wake_timeout_s)
             why = await self.check(inst, handle)
             if why:  # a wake that answers wrongly (vLLM has had such level-2 wakes): restart
                 log.warning("wake check of %s failed (%s): restarting it", inst.spec.id, why)
-                handle = await gw.call(gw.control.restart, inst.spec.id, gw.cfg.wake_timeout_s)
-                gw.metrics.restarts[inst.spec.id] += 1
+                handle = await up.call(up.control.restart, inst.spec.id, cfg.wake_timeout_s)
+                self.metrics.restarts[inst.spec.id] += 1
                 why = await self.check(inst, handle)
                 if why:
                     raise ApplyError(f"{inst.spec.id} answers wrongly after a restart: {why}")
         except DrainedError as e:  # `planner down` ran since the gateway last looked
-            gw.set_drained(e.message)
+            up.set_drained(e.message)
             raise
         inst.status, inst.handle, inst.want_awake = "awake", handle, True
         inst.timeouts = 0
-        inst.idle_since_s = gw.pool.clock()
-        inst.woke_s = time.monotonic()
+        inst.idle_since_s = self.pool.clock()
+        inst.woke_s = self.clock.mono_s()
 
     async def check(self, inst: Inst, handle: Handle) -> str:
         """Send the woken instance one greedy one-token request; "" when its answer is sound
         (a completion whose text is the one this instance's spec gave before, if any), else
         why not. Counted in /metrics."""
-        gw = self.gw
-        assert gw.session is not None
+        session = self.up.session
+        assert session is not None
         model = inst.spec.model
-        gw.metrics.wake_checks[model] += 1
+        self.metrics.wake_checks[model] += 1
         body = {"model": model, "prompt": WAKE_CHECK_PROMPT, "max_tokens": 1, "temperature": 0}
         url = f"http://{handle.host}:{handle.port}/v1/completions"
         try:
-            async with gw.session.post(
+            async with session.post(
                 url, json=body, headers=handle.auth_headers(),
-                timeout=aiohttp.ClientTimeout(total=gw.cfg.wake_check_timeout_s),
+                timeout=aiohttp.ClientTimeout(total=self.cfg.wake_check_timeout_s),
             ) as r:  # fmt: skip
                 status, data = r.status, await r.read()
             text = json.loads(data)["choices"][0]["text"] if status == 200 else None
@@ -253,7 +251,7 @@ class Waker:
             if text != ref:
                 why = f"answered {text!r} where it answered {ref!r} before"
         if why:
-            gw.metrics.wake_check_failures[model] += 1
+            self.metrics.wake_check_failures[model] += 1
         return why
 
     async def evict(self, target: Inst) -> None:
@@ -263,7 +261,7 @@ class Waker:
     async def put_to_sleep(self, victims: list[Inst]) -> None:
         """Drain `victims` (no new requests; in-flight ones finish, at most
         `drain_timeout_s`) and put them to sleep."""
-        gw = self.gw
+        up, cfg = self.up, self.cfg
         if not victims:
             return
         for c in victims:
@@ -271,16 +269,16 @@ class Waker:
         try:
             waits = [asyncio.create_task(c.idle.wait()) for c in victims]
             # A busy instance is never put to sleep: its requests end by request_timeout_s.
-            limit_s = max(gw.cfg.drain_timeout_s, gw.cfg.request_timeout_s)
+            limit_s = max(cfg.drain_timeout_s, cfg.request_timeout_s)
             _, pending = await asyncio.wait(waits, timeout=limit_s)
             for t in pending:
                 t.cancel()
             for c in victims:
                 if c.outstanding:
                     log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
-                await gw.call(gw.control.sleep, c.spec.id)
+                await up.call(up.control.sleep, c.spec.id)
                 c.status, c.handle, c.want_awake = "asleep", None, False
-                gw.metrics.sleeps[c.spec.model] += 1
+                self.metrics.sleeps[c.spec.model] += 1
         finally:
             for c in victims:
                 c.draining = False

@@ -513,3 +513,21 @@ def test_engine_errors_pass_through_and_are_logged_as_failures(setup, tmp_path):
     (row,) = wait_rows(tmp_path, 1, "failures")
     assert (row["model"], row["status"]) == ("a", 400)
     assert rows(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"id": "x", "choices": [{"text": 'the "usage": {1}'}], "usage": {"prompt_tokens": 3}},
+        {"choices": [{"text": "usage"}], "usage": {"prompt_tokens": 2}, "kv_transfer_params": None},
+        {"object": "response", "response": {"usage": {"input_tokens": 5}}},
+        {"data": [], "usage": None},
+        {"choices": [{"message": {"content": "x", "usage": 1}}], "usage": {"prompt_tokens": 4}},
+        {"choices": []},
+    ],
+)
+def test_usage_of_an_answer_is_what_the_whole_parse_finds(answer):
+    from planner.adjuster.gateway.sse import usage_in, usage_of
+
+    data = json.dumps(answer).encode()
+    assert usage_in(data) == usage_of(answer)

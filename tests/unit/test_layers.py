@@ -15,14 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
-# Cycles that exist (issue 27 item 5 removes them): each entry may only shrink. An import
-# under `if TYPE_CHECKING:` or inside a function counts: it ties the modules as much.
-KNOWN_CYCLES: list[frozenset[str]] = [
-    # the gateway's parts each receive the whole Gateway
-    frozenset(
-        f"planner.adjuster.gateway.{m}" for m in ("health", "proxy", "server", "tiers", "waker")
-    ),
-]
+# An import under `if TYPE_CHECKING:` or inside a function counts: it ties the modules as much.
 
 
 def _modules() -> dict[str, Path]:
@@ -98,14 +91,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[frozenset[str]]:
     return out
 
 
-def test_no_import_cycle_beyond_the_known_ones():
+def test_no_import_cycle():
     found = _cycles(_graph(_modules()))
-    new = [sorted(c) for c in found if not any(c <= k for k in KNOWN_CYCLES)]
-    assert not new, f"import cycles between modules: {new}"
-    gone = [sorted(k) for k in KNOWN_CYCLES if not any(c == k for c in found)]
-    assert not gone, (
-        f"known cycles shrank or went: update KNOWN_CYCLES to {sorted(map(sorted, found))}"
-    )
+    assert not found, f"import cycles between modules: {sorted(map(sorted, found))}"
 
 
 def test_the_cycle_check_sees_a_cycle():

@@ -1,0 +1,151 @@
+"""Sending a request to an instance and passing its answer on, streamed or not.
+
+Bytes go through untouched, with two exceptions: a stream whose usage the gateway asked for
+(`strip_usage`) loses that usage-only chunk, and an answer from a stand-in names the model
+the client asked for (sse.py). An engine that fails before a byte of its answer reached the
+client raises `NoAnswer` (proxy.py probes it and may try another); one that fails later
+ends the stream, logged as 502. Each instance's slot is given back when its answer ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+import aiohttp
+import yarl
+from aiohttp import web
+
+from planner.adjuster.gateway.answers import error
+from planner.adjuster.gateway.http1 import render_head
+from planner.adjuster.gateway.pool import Inst, Pool
+from planner.adjuster.gateway.record import Recorder, RequestRecord
+from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
+from planner.adjuster.gateway.stream import SERVED_BY, event_stream, send
+from planner.adjuster.gateway.upstream import Upstream
+
+
+class NoAnswer(Exception):
+    """The engine failed before any byte of its answer reached the client: no answer, or a
+    server error (`answer`: passed on when the engine turns out to be alive)."""
+
+    def __init__(self, message: str, answer: web.Response | None = None):
+        super().__init__(message)
+        self.answer = answer
+
+
+@functools.lru_cache(maxsize=1024)
+def _url(text: str) -> yarl.URL:
+    """Upstream URLs parsed once per instance and path, not once per request."""
+    return yarl.URL(text)
+
+
+class Forwarder:
+    """Sends requests to instances over the upstream session and records their outcome."""
+
+    def __init__(self, pool: Pool, up: Upstream, rec: Recorder):
+        self.pool, self.up, self.rec = pool, up, rec
+
+    async def forward(
+        self,
+        request: web.Request,
+        inst: Inst,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+        r: RequestRecord,
+        rename: tuple[str, str] | None = None,
+    ) -> web.StreamResponse:
+        """Send the request to `inst` (whose slot the caller took) and pass its answer on
+        (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
+        session = self.up.session
+        assert session is not None and inst.handle is not None
+        rec = self.rec
+        usage: dict | None = None
+        ttft_s: float | None = None
+        status = 502
+        resp: web.StreamResponse | None = None
+        inst.last_used_s = rec.clock.mono_s()
+        try:
+            if not stream:  # the hot path: a lean client (http1.py)
+                h = inst.handle
+                head = render_head(h.host, h.port, request.path, tuple(inst.auth_headers.items()))
+                async with asyncio.timeout(self.up.request_timeout_s):
+                    status, ctype, data = await self.up.http.post(h.host, h.port, head, body)
+                ttft_s = rec.since_s(r)
+                resp, usage = _whole(inst, status, ctype, data, rename)
+            else:
+                async with session.post(
+                    _url(inst.url + request.path), data=body, headers=inst.post_headers
+                ) as up:
+                    status = up.status
+                    ctype = up.headers.get("Content-Type", "application/json")
+                    if status != 200 or not ctype.startswith("text/event-stream"):
+                        data = await up.read()
+                        ttft_s = rec.since_s(r)
+                        resp, usage = _whole(inst, status, ctype, data, rename)
+                    else:
+                        resp = r.early or event_stream(inst.spec.model)
+                        ttft_s, usage = await self._stream(
+                            up, resp, request, r, strip_usage, rename
+                        )
+        except (aiohttp.ClientError, ConnectionError) as e:
+            if resp is None or not resp.prepared:
+                raise NoAnswer(str(e) or type(e).__name__) from e
+            msg = f"instance {inst.spec.id} failed mid-stream: {e or type(e).__name__}"
+            rec.fail(r, 502, msg)
+            return resp
+        except TimeoutError as e:
+            msg = f"instance {inst.spec.id} failed: {e or type(e).__name__}"
+            rec.fail(r, 502, msg)
+            if resp is not None and resp.prepared:
+                return resp
+            return error(502, msg, "BadGatewayError")
+        finally:
+            self.pool.release(inst)
+        rec.done(r, inst, status, ttft_s, usage)
+        return resp
+
+    async def _stream(
+        self,
+        up: aiohttp.ClientResponse,
+        resp: web.StreamResponse,
+        request: web.Request,
+        r: RequestRecord,
+        strip_usage: bool,
+        rename: tuple[str, str] | None,
+    ) -> tuple[float | None, dict | None]:
+        """Pass an event stream on; its TTFT and usage."""
+        ttft_s = None
+        sse = SseUsage(strip_usage, rename)
+        async for chunk in up.content.iter_any():
+            if ttft_s is None:
+                ttft_s = self.rec.since_s(r)
+            out = sse.feed(chunk)
+            if out:
+                await send(resp, request, out)
+        out = sse.close()
+        if out:
+            await send(resp, request, out)
+        await send(resp, request, b"", eof=True)
+        return ttft_s, sse.usage
+
+
+def _whole(
+    inst: Inst, status: int, ctype: str, data: bytes, rename: tuple[str, str] | None
+) -> tuple[web.Response, dict | None]:
+    """A whole answer to pass on, and its usage; NoAnswer for a server error (a dying engine
+    answers 500, "EngineCore ...": the caller probes it)."""
+    usage = None
+    if status == 200:
+        usage = usage_in(data)
+        if rename:
+            data = rename_model(data, *rename)
+    resp = web.Response(
+        body=data,
+        status=status,
+        headers={"Content-Type": ctype.partition(";")[0], SERVED_BY: inst.spec.model},
+    )
+    if status >= 500:
+        raise NoAnswer(f"the engine answered {status}", answer=resp)
+    return resp, usage

@@ -1,0 +1,211 @@
+"""The gateway's own CPU per proxied request, against a stub upstream (no vLLM).
+
+Split: one gateway process (the real `Gateway` and `run_forever`, keys on: a file of 50
+keys, the bench's with high limits) in front of one stub upstream process (an aiohttp server
+that answers every completion at once with a fixed vLLM-like body and usage, so the engine
+costs nothing and the gateway's CPU is what is measured). The client, in this process,
+sends `--requests` non-streamed (and `--stream-requests` streamed) completions from
+`--concurrency` connections after a warm-up; the gateway's user + system CPU over them
+(Linux /proc) divided by the requests is the figure. The stub stands in for vLLM because
+only the gateway's side is measured here; `bench/gateway_overhead.py` measures against the
+real engine.
+
+`--profile FILE` runs the gateway under cProfile and writes its stats to FILE (then the CPU
+figure includes the profiler's cost: compare only runs without it).
+
+Target (exit 1 when missed): <= 0.5 ms CPU per non-streamed request (the machine's load
+moves this: say the load with the figure).
+
+Usage: python bench/gateway_cpu.py [--requests 3000] [--stream-requests 1000]
+       [--concurrency 8] [--profile FILE]
+Ends with `RESULT gateway_cpu_ms_per_req=.. gateway_cpu_ms_per_stream=.. requests=..
+concurrency=.. load1=.. target_met=..`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_MS = 0.5
+BODY = {"model": "tiny-a", "prompt": "Hello there, how are you", "max_tokens": 8}
+USAGE = {"prompt_tokens": 7, "completion_tokens": 8, "total_tokens": 15}
+
+
+def stub(port: int) -> None:
+    """The stub upstream: completions answered at once (JSON or SSE with usage)."""
+    from aiohttp import web
+
+    answer = json.dumps({
+        "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "tiny-a",
+        "choices": [{"index": 0, "text": " I am fine, thank you", "finish_reason": "length"}],
+        "usage": USAGE,
+    }).encode()  # fmt: skip
+    chunks = [
+        b"data: " + json.dumps({"model": "tiny-a", "choices": [{"text": t}]}).encode() + b"\n\n"
+        for t in (" I", " am", " fine")
+    ]
+    tail = b"data: " + json.dumps({"model": "tiny-a", "choices": [], "usage": USAGE}).encode()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            return web.Response(body=answer, content_type="application/json")
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for c in chunks:
+            await resp.write(c)
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await resp.write(tail + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/health", health)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+def gateway(state: Path, keys: Path, port: int, upstream: int, profile: str | None) -> None:
+    """The real gateway over a control that reports the stub as the one awake instance."""
+    from planner.adjuster.backends.base import Handle
+    from planner.adjuster.gateway import Gateway, GatewayConfig, run_forever
+    from planner.adjuster.gateway.auth import Auth
+    from planner.schemas.plan import Instance, MemoryGib, Point
+
+    spec = Instance(
+        id="tiny-a-0", model="tiny-a", variant="bf16", node="local", gpus=[0], tp=1,
+        tier="gpu", memory_gib=MemoryGib(weights=1, kv=1, overhead=0.5), port=upstream,
+    )  # fmt: skip
+    point = Point(name="bench", instances=[spec])
+    handle = Handle(instance_id=spec.id, node="local", host="127.0.0.1", port=upstream)
+
+    class Control:  # the stub is always awake: no wake, sleep or restart is ever asked
+        def status(self):
+            return {spec.id: ("awake", handle)}
+
+        def follow(self):
+            return point
+
+        def drained(self):
+            return ""
+
+    auth = Auth.open(state, keys, model_names=["tiny-a"])
+    gw = Gateway(point, Control(), state_dir=state, config=GatewayConfig(), auth=auth)
+    if profile is None:
+        run_forever(gw, "127.0.0.1", port)
+        return
+    import cProfile
+
+    prof = cProfile.Profile(time.thread_time)  # CPU, not wall: waits cost nothing
+    try:
+        prof.runcall(run_forever, gw, "127.0.0.1", port)
+    finally:
+        prof.dump_stats(profile)
+
+
+def wait_up(url: str, procs: list[subprocess.Popen]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise RuntimeError("a bench process exited before answering")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer")
+
+
+def measure(url: str, pid: int, n: int, conc: int, body: dict) -> float:
+    """CPU ms of the gateway per request over `n` requests (after a warm-up); the client is
+    gateway_overhead.py's, with its HEADERS."""
+    from gateway_overhead import _burst, cpu_s
+
+    asyncio.run(_burst(url, max(50, n // 10), conc, body))
+    c0 = cpu_s(pid)
+    asyncio.run(_burst(url, n, conc, body))
+    return (cpu_s(pid) - c0) / max(n, 1) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--stream-requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--profile", default=None, help="write the gateway's cProfile stats here")
+    ap.add_argument("--role", choices=["stub", "gateway"], help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--upstream", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--dir", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.role == "stub":
+        return stub(a.port)
+    if a.role == "gateway":
+        d = Path(a.dir)
+        return gateway(d / "state", d / "keys.yaml", a.port, a.upstream, a.profile)
+
+    from planner.engines.process import free_port
+    from planner.keys import add_key
+
+    with tempfile.TemporaryDirectory(prefix="gwcpu-") as tmp:
+        d = Path(tmp)
+        for i in range(49):
+            add_key(d / "keys.yaml", f"user-{i}", models=["tiny-a"], requests_per_minute=60)
+        key = add_key(
+            d / "keys.yaml", "bench", requests_per_minute=10_000_000, max_concurrency=10_000
+        )
+        up, gw = free_port(), free_port()
+        me = [sys.executable, __file__]
+        procs = [subprocess.Popen([*me, "--role", "stub", "--port", str(up)])]
+        prof = ["--profile", a.profile] if a.profile else []
+        procs.append(
+            subprocess.Popen(
+                [*me, "--role", "gateway", "--dir", tmp, "--port", str(gw),
+                 "--upstream", str(up), *prof],
+                stderr=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+        url = f"http://127.0.0.1:{gw}"
+        try:
+            wait_up(url, procs)
+            from gateway_overhead import HEADERS
+
+            HEADERS["Authorization"] = f"Bearer {key}"
+            ms = measure(url, procs[1].pid, a.requests, a.concurrency, BODY)
+            stream = {**BODY, "stream": True}
+            ms_s = measure(url, procs[1].pid, a.stream_requests, a.concurrency, stream)
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+                p.wait(30)
+    load1 = os.getloadavg()[0]
+    print(f"gateway CPU per request: {ms:.3f} ms (streamed: {ms_s:.3f} ms), load {load1:.2f}")
+    result = {
+        "gateway_cpu_ms_per_req": f"{ms:.3f}",
+        "gateway_cpu_ms_per_stream": f"{ms_s:.3f}",
+        "requests": a.requests,
+        "concurrency": a.concurrency,
+        "load1": f"{load1:.2f}",
+        "target_met": str(ms <= TARGET_MS).lower(),
+    }
+    print("RESULT " + " ".join(f"{k}={v}" for k, v in result.items()))
+    sys.exit(0 if ms <= TARGET_MS else 1)
+
+
+if __name__ == "__main__":
+    main()
