@@ -25,7 +25,7 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
 from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
 from planner.adjuster.running import PortLookup, blocked_ports, observed_instances, settle
 from planner.adjuster.state import InstanceRow, StateStore
-from planner.engines.process import port_held_error
+from planner.engines.ports import port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 

@@ -14,7 +14,7 @@ from planner.adjuster.backends.base import Backend
 from planner.adjuster.launch import handle_of
 from planner.adjuster.reconcile import Observed
 from planner.adjuster.state import StateStore
-from planner.engines.process import PortHolder
+from planner.engines.ports import PortHolder
 from planner.errors import LaunchError
 from planner.schemas.plan import Instance, Point
 

@@ -75,7 +75,7 @@ def port_lookup(backend: str) -> Any:
     """(node, port) -> who listens there, for the local backend (this host); None for ray."""
     if backend != "local":
         return None
-    from planner.engines.process import port_holder
+    from planner.engines.ports import port_holder
 
     return lambda node, port: port_holder(port)
 

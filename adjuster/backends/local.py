@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from planner.adjuster.backends.base import BackendFeature, Handle
-from planner.engines import process
+from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
 from planner.errors import ApplyError, LaunchError
@@ -82,13 +82,13 @@ class LocalBackend:
     def start(self, inst: Instance, *, model_path: str, served_name: str, log_path: str) -> Handle:
         """Spawn the server; returns at once. PortHeldError (nothing spawned) when another
         program listens on the instance's port."""
-        holder = process.port_holder(inst.port, self.host)
+        holder = ports.port_holder(inst.port, self.host)
         if holder is not None and process.is_same_instance(holder, log_path):
             # a server of this very instance that an interrupted start or restart left behind
             process.stop_server(holder.sid or holder.pid, 10.0)
-            holder = process.port_holder(inst.port, self.host)
+            holder = ports.port_holder(inst.port, self.host)
         if holder is not None:
-            raise process.port_held_error(holder)
+            raise ports.port_held_error(holder)
         secret = process.new_secret()
         argv, env = get_engine(inst.engine.kind).build_argv(
             inst,

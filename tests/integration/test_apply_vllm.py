@@ -22,7 +22,7 @@ import yaml
 from cli_run import cli
 
 from planner.adjuster.state import StateStore
-from planner.engines import process
+from planner.engines import ports, process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
 
@@ -153,7 +153,7 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
             ("start", "x-0", "failed"),
             ("stop", "g-0", "rolled_back"),
         ]
-        assert process.is_port_free(good_port)
+        assert ports.is_port_free(good_port)
     else:
         assert acts == [("start", "x-0", "failed")]
     now = rows(live.state)
@@ -235,7 +235,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
     finally:
         code, _, err = cli(["down", "--state-dir", str(other)])
     assert code == 0, err
-    assert process.is_port_free(base) and rows(live.state)["a-0"].pid == a0.pid
+    assert ports.is_port_free(base) and rows(live.state)["a-0"].pid == a0.pid
 
 
 def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
@@ -314,5 +314,5 @@ def test_corrupt_plan_exits_2_before_any_side_effect(tmp_path, tiny_model_dir, c
         code, _, err = cli(["apply", str(p), "--state-dir", str(state), "--json"])
         assert code == 2, (name, err)
         assert not state.exists(), name  # not even the state dir was created
-    assert process.is_port_free(port)
+    assert ports.is_port_free(port)
     assert yaml.safe_load(text)["points"][0]["instances"][0]["port"] == port

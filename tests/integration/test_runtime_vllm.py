@@ -18,7 +18,7 @@ from gateway_stack import local_gateway
 
 from planner.adjuster.gateway import GatewayConfig
 from planner.cli.example import CPU_CLUSTER
-from planner.engines import process
+from planner.engines import ports, process
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
@@ -100,7 +100,7 @@ def test_down_sticks_until_the_next_apply(gw):
         assert r.headers["Retry-After"] == "7"
     time.sleep(3.0)  # six health rounds: nothing starts on its own either
     assert gw.control.calls == [] and gw.state.instances() == []
-    assert process.is_port_free(gw.port)
+    assert ports.is_port_free(gw.port)
     code, _, err = cli(["apply", str(gw.dir / "plan.yaml"), "--state-dir", state_dir])
     assert code == 0, err  # host tier on the CPU build: nothing to start, the drain lifted
     deadline = time.monotonic() + 30

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from planner.engines import process
+from planner.engines import ports, process
 from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import LaunchError
 
@@ -46,14 +46,14 @@ def test_start_wait_ready_and_stop_the_whole_group(tmp_path) -> None:
     try:
         waited = process.wait_ready(VLLM, "127.0.0.1", port, proc, log, timeout_s=30, poll_s=0.05)
         assert waited >= 0
-        assert not process.is_port_free(port)
+        assert not ports.is_port_free(port)
         assert process.http_ok("127.0.0.1", port, "/health")
         assert process.group_alive(proc.pid)
     finally:
         process.stop_server(proc, timeout_s=5)
     assert proc.poll() is not None
     assert not process.group_alive(proc.pid)  # the forked child went too
-    assert process.is_port_free(port)
+    assert ports.is_port_free(port)
     assert "fake server up" in log.read_text()
 
 
@@ -100,7 +100,7 @@ def test_a_listener_left_by_the_same_instance_is_recognised(tmp_path):
     import sys
     import time
 
-    from planner.engines import process
+    from planner.engines import ports, process
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,7 +114,7 @@ def test_a_listener_left_by_the_same_instance_is_recognised(tmp_path):
     proc = process.start_server([sys.executable, "-c", code], {}, log)
     try:
         deadline = time.monotonic() + 20
-        while (holder := process.port_holder(port)) is None or holder.pid is None:
+        while (holder := ports.port_holder(port)) is None or holder.pid is None:
             assert time.monotonic() < deadline, "the listener did not come up"
             time.sleep(0.1)
         assert holder.pid == proc.pid
@@ -130,16 +130,16 @@ def test_a_listener_on_another_address_is_not_in_the_way(tmp_path):
     (the Ray engine-access test failed with 'port P is held by PID N (ray::NodeAgent...)')."""
     import socket
 
-    from planner.engines import process
+    from planner.engines import ports
 
     with socket.socket() as relay:
         relay.bind(("127.0.0.2", 0))  # another local address stands in for the node's
         relay.listen()
         port = relay.getsockname()[1]
-        assert process.port_holder(port, "127.0.0.1") is None
-        assert process.port_holder(port, "127.0.0.2") is not None
+        assert ports.port_holder(port, "127.0.0.1") is None
+        assert ports.port_holder(port, "127.0.0.2") is not None
     with socket.socket() as anywhere:
         anywhere.bind(("0.0.0.0", 0))
         anywhere.listen()
         port = anywhere.getsockname()[1]
-        assert process.port_holder(port, "127.0.0.1") is not None
+        assert ports.port_holder(port, "127.0.0.1") is not None

@@ -18,7 +18,7 @@ from test_apply_fake import FakeBackend, inst, plan
 from planner.adjuster.apply import apply_point
 from planner.adjuster.ports import place_ports
 from planner.adjuster.state import StateStore
-from planner.engines import process
+from planner.engines import ports, process
 from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import InputError, PortHeldError
 from planner.schemas.cluster import Cluster
@@ -64,11 +64,11 @@ def test_port_holder_names_the_pid_and_command():
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        h = process.port_holder(port)
+        h = ports.port_holder(port)
         assert h is not None and h.pid == os.getpid() and h.sid == os.getsid(0)
         assert h.describe().startswith(f"port {port} is held by PID {os.getpid()} (")
         assert "python" in h.command
-    assert process.port_holder(port) is None
+    assert ports.port_holder(port) is None
 
 
 @pytest.mark.parametrize("delay_s", ["0", "600"], ids=["dies_on_bind", "never_listens"])
@@ -94,8 +94,8 @@ def test_our_own_server_is_ready(tmp_path):
     ours = process.start_server([sys.executable, "-c", HTTP, str(port)], {}, log)
     try:
         process.wait_ready(VLLM, "127.0.0.1", port, ours, log, timeout_s=60, poll_s=0.05)
-        assert process.owns_port(ours.pid, port) is True
-        assert process.owns_port(os.getpid(), port) is False
+        assert ports.owns_port(ours.pid, port) is True
+        assert ports.owns_port(os.getpid(), port) is False
     finally:
         process.stop_server(ours, timeout_s=5)
 
@@ -103,7 +103,7 @@ def test_our_own_server_is_ready(tmp_path):
 def test_apply_and_dry_run_refuse_a_port_held_by_another_program(tmp_path, foreign):
     port, other = foreign
     p = plan(("a", [inst("x-0", port), inst("y-0", process.free_port(), gpus=(1,))]))
-    lookup = lambda node, port: process.port_holder(port)  # noqa: E731
+    lookup = lambda node, port: ports.port_holder(port)  # noqa: E731
     be, st = FakeBackend(), StateStore(tmp_path)
     for dry in (True, False):
         res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
@@ -120,7 +120,7 @@ def test_a_port_held_by_our_own_server_is_ours(tmp_path):
     be, st = FakeBackend(), StateStore(tmp_path)
     res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m")
     pid = st.get("x-0").pid
-    ours = process.PortHolder(8100, pid + 1, "vllm", sid=pid)  # a child of our server
+    ours = ports.PortHolder(8100, pid + 1, "vllm", sid=pid)  # a child of our server
     res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
                       dry_run=True, port_holder=lambda n, port: ours)  # fmt: skip
     assert res.ok and res.actions == []
