@@ -63,7 +63,7 @@ def _models_file(path, tiny, bad):
 def _engine_argv(models, out_dir, *extra: str) -> list[str]:
     """`profile engine` of the models file on node `t`'s CPU, quick and eager, in JSON."""
     base = ["profile", "engine", "--models", str(models), "-o", str(out_dir), *extra]
-    return base + ["--node", "t", "--device", "cpu", "--quick", "--enforce-eager", "--json"]
+    return [*base, "--node", "t", "--device", "cpu", "--quick", "--enforce-eager", "--json"]
 
 
 @pytest.mark.vllm
