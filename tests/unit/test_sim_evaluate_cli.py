@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import METRIC_KEYS
 
 from planner.cli.main import main
 from planner.io import dump_yaml
@@ -17,20 +18,7 @@ from planner.schemas.plan import InputRef, Plan
 from planner.trace_write import write_trace
 
 LAB = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
-KEYS = {
-    "slo_attainment",
-    "ttft_p95_s",
-    "tpot_p95_s",
-    "switch_p95_s",
-    "switch_count",
-    "warm_gpu_gib",
-    "gpus_used",
-    "requests",
-    "refused",
-    "substituted_share",
-    "quality_cost",
-    "per_model",
-}
+KEYS = METRIC_KEYS | {"per_model"}
 
 
 @pytest.fixture(scope="module")
