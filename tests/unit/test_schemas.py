@@ -6,23 +6,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner import schemas
 from planner.catalog.gpus import GPUS
 from planner.catalog.models import MODELS
-from planner.cli.main import main
 from planner.io import dump_yaml
 
 LAB16 = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out = capsys.readouterr()
-    return e.value.code, out.out, out.err
 
 
 def _write(tmp_path: Path, name: str, text: str) -> str:
@@ -178,7 +171,7 @@ def test_round_trip(kind, strategy, tmp_path_factory):
 
 
 def test_lab16_example_validates(capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         ["validate", *(str(LAB16 / f) for f in ("cluster.yaml", "models.yaml", "slo.yaml"))], capsys
     )
     assert code == 0 and out.count("ok") == 3
@@ -188,7 +181,7 @@ def test_lab16_example_validates(capsys):
 def test_schema_command(kind, capsys):
     import json
 
-    code, out, _ = _run(["schema", kind], capsys)
+    code, out, _ = run_cli(["schema", kind], capsys)
     assert code == 0
     assert "properties" in json.loads(out)
 
@@ -292,7 +285,7 @@ models:
 @pytest.mark.parametrize("label,fname,text,path,msg", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_exits_2_with_location(label, fname, text, path, msg, tmp_path, capsys):
     f = _write(tmp_path, fname, text)
-    code, _, err = _run(["validate", f], capsys)
+    code, _, err = run_cli(["validate", f], capsys)
     assert code == 2
     flat = " ".join(err.split())
     assert f in flat.replace(" ", "") or f in err.replace("\n", "")
@@ -328,7 +321,7 @@ def test_tp_not_dividing_heads_in_plan(tmp_path, capsys):
         "variants: [{name: a, quantization: bf16}]}\n",
     )
     p = _write(tmp_path, "plan.yaml", PLAN)
-    code, _, err = _run(["validate", p, "--cluster", c, "--models", m], capsys)
+    code, _, err = run_cli(["validate", p, "--cluster", c, "--models", m], capsys)
     assert code == 2
     flat = " ".join(err.split())
     assert "points[0].instances[0].tp:" in flat and "does not divide" in flat and "fix:" in flat
@@ -345,20 +338,20 @@ def test_trace_with_unknown_model(tmp_path, capsys):
     t = _write(
         tmp_path, "t.csv", "timestamp,model,input_tokens,output_tokens\n0,m,10,5\n1,zz,10,5\n"
     )
-    code, _, err = _run(["validate", t, "--models", m], capsys)
+    code, _, err = run_cli(["validate", t, "--models", m], capsys)
     assert code == 2 and "zz" in err and "Traceback" not in err
 
 
 def test_trace_negative_tokens(tmp_path, capsys):
     pytest.importorskip("planner.trace")
     t = _write(tmp_path, "t.csv", "timestamp,model,input_tokens,output_tokens\n0,m,-10,5\n")
-    code, _, err = _run(["validate", t], capsys)
+    code, _, err = run_cli(["validate", t], capsys)
     assert code == 2 and "input_tokens" in err
 
 
 def test_kind_mismatch(tmp_path, capsys):
     f = _write(tmp_path, "c.yaml", CLUSTER_OK)
-    code, _, err = _run(["validate", f, "--kind", "slo"], capsys)
+    code, _, err = run_cli(["validate", f, "--kind", "slo"], capsys)
     assert code == 2 and "expected a slo file" in " ".join(err.split())
 
 
@@ -372,18 +365,18 @@ def test_yaml_dump_of_example_is_stable():
 def test_workload_spec_validates(tmp_path, capsys):
     pytest.importorskip("planner.optimizer.workload.synth")
     good = _write(tmp_path, "w.yaml", "users: 3\ndays: 2\n")
-    code, out, _ = _run(["validate", good], capsys)
+    code, out, _ = run_cli(["validate", good], capsys)
     assert code == 0 and "workload" in out
     bad = _write(tmp_path, "bad.yaml", "users: 0\n")
-    code, _, err = _run(["validate", bad], capsys)
+    code, _, err = run_cli(["validate", bad], capsys)
     assert code == 2 and "users:" in err and "fix:" in err
 
 
 def test_handoff_naming_a_model_the_point_does_not_run(tmp_path, capsys):
     text = PLAN.replace("gpus: [0, 1, 2]", "gpus: [0]").replace("tp: 3", "tp: 1")
     f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [coder]}\n")
-    code, _, err = _run(["validate", f], capsys)
+    code, _, err = run_cli(["validate", f], capsys)
     flat = " ".join(err.split())
     assert code == 2 and "names models no instance of it runs: ['coder']" in flat
     f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [m]}\n")
-    assert _run(["validate", f], capsys)[0] == 0
+    assert run_cli(["validate", f], capsys)[0] == 0
