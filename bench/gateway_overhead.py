@@ -48,9 +48,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from planner.engines.process import free_port
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from tiny_plan import write_tiny_plan
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -60,28 +62,11 @@ def pct(xs: list[float], q: float) -> float:
 
 def write_inputs(d: Path, port: int) -> Path:
     """CPU example cluster/models, the tiny model, and a plan with one host-tier instance."""
-    from planner.cli.example import CPU_FILES
     from planner.tinymodel import build_tiny_model
 
-    for name, text in CPU_FILES.items():
-        (d / name).write_text(text)
-    # only tiny-a: the plan check refuses a point that leaves a model of the models file out
-    models = yaml.safe_load((d / "models.yaml").read_text())
-    models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
-    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    plan = write_tiny_plan(d, port, point="bench", enforce_eager=True)
     build_tiny_model(d / "models" / "tiny-a", seed=0)
-    inst = {
-        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 1024, "max_num_seqs": 8, "enforce_eager": True},
-    }  # fmt: skip
-    plan = {
-        "kind": "plan", "version": 1, "selected": "bench",
-        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-        "points": [{"name": "bench", "instances": [inst]}],
-    }  # fmt: skip
-    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    return d / "plan.yaml"
+    return plan
 
 
 def predicted_wake_s(d: Path) -> float:

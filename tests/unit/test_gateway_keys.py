@@ -216,28 +216,10 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
 def _plan(d: Path) -> Path:
     """The CPU example's inputs and a plan of one host-tier instance of tiny-a (never woken
     here: the gateway starts without its weights)."""
-    import yaml
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "lib"))
+    from tiny_plan import write_tiny_plan
 
-    from planner.cli.example import CPU_FILES
-
-    for name, text in CPU_FILES.items():
-        (d / name).write_text(text)
-    models = yaml.safe_load((d / "models.yaml").read_text())
-    models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
-    (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
-    inst = {
-        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
-        "tier": "host", "port": free_port(),
-        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 1024, "max_num_seqs": 8},
-    }  # fmt: skip
-    plan = {
-        "kind": "plan", "version": 1, "selected": "p",
-        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-        "points": [{"name": "p", "instances": [inst]}],
-    }  # fmt: skip
-    (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    return d / "plan.yaml"
+    return write_tiny_plan(d, free_port(), point="p")
 
 
 def test_non_loopback_bind_without_keys_exits_2_with_the_fix(tmp_path):
