@@ -9,3 +9,10 @@ def finish(ok: bool, fields: dict[str, object]) -> int:
     cells = [f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items()]
     print("RESULT " + " ".join([*cells, f"pass={int(ok)}"]))
     return 0 if ok else 1
+
+
+def targets(checks: dict[str, bool]) -> bool:
+    """Print each target (`what`: met or MISSED); return whether all are met."""
+    for what, ok in checks.items():
+        print(f"  target {what}: {'met' if ok else 'MISSED'}")
+    return all(checks.values())
