@@ -17,14 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from local_control import local_control
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
+from planner.adjuster.apply import down
 from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import tiny_arch
 from planner.trace import read_trace
 
@@ -89,14 +87,8 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
             "points": [{"name": "dev", "instances": insts}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
 
-    state = StateStore(d / "state")
-    backend = LocalBackend("cpu")
-    control = Recording(
-        Controller(
-            load_plan(d / "plan.yaml"), None, backend, state,
-            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        )
-    )  # fmt: skip
+    state, backend, inner = local_control(d, d / "plan.yaml")
+    control = Recording(inner)
     cfg = GatewayConfig(queue_limit=1, wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=1.0)
     gateway = Gateway(control.inner.point, control, state_dir=d / "state", config=cfg)
     th = GatewayThread(gateway, port=cpu_plan.free_port()).start()

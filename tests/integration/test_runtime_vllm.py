@@ -14,15 +14,13 @@ import httpx
 import pytest
 import yaml
 from cli_run import cli
+from local_control import local_control
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
+from planner.adjuster.apply import down
 from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
 from planner.engines import process
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
@@ -81,14 +79,8 @@ def gw(tmp_path_factory, require_vllm, cpu_plan):
             "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
             "points": [{"name": "dev", "instances": [inst]}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    state = StateStore(d / "state")
-    backend = LocalBackend("cpu")
-    control = Recording(
-        Controller(
-            load_plan(d / "plan.yaml"), None, backend, state,
-            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        )
-    )  # fmt: skip
+    state, backend, inner = local_control(d, d / "plan.yaml")
+    control = Recording(inner)
     cfg = GatewayConfig(
         wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
     )
