@@ -41,14 +41,13 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from planner.engines.process import free_port
+from planner.engines.process import free_port, stop_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
@@ -305,11 +304,7 @@ def main() -> None:
         print((d / "gateway.log").read_text()[-3000:], file=sys.stderr)
         raise
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)  # SIGTERM, SIGKILL after 30 s
         gw_log.close()
         subprocess.run(
             [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],

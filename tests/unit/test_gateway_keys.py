@@ -25,6 +25,7 @@ from test_gateway import FakeControl, free_port, inst, wait_rows
 
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.gateway.auth import Auth
+from planner.engines.process import stop_server
 from planner.keys import INSTALL_SECRET, add_key, hash_key, key_id, read_keys, remove_key
 from planner.schemas.plan import Point
 
@@ -205,11 +206,7 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
             assert slow.result().status_code == 200  # in flight across the reload
         assert proc.poll() is None
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)  # SIGTERM, SIGKILL after 30 s
         log.close()
 
 
