@@ -17,10 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from local_control import local_control
+from local_control import Recording, local_control
 
 from planner.adjuster.apply import down
-from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.cli.example import CPU_CLUSTER
 from planner.tinymodel import tiny_arch
@@ -29,35 +28,6 @@ from planner.trace import read_trace
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
-
-
-class Recording:
-    """The real Controller, with the order of wake/sleep calls recorded."""
-
-    def __init__(self, inner: Controller):
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def status(self):
-        return self.inner.status()
-
-    def wake(self, instance_id: str, timeout_s: float):
-        self.calls.append(("wake", instance_id))
-        return self.inner.wake(instance_id, timeout_s)
-
-    def sleep(self, instance_id: str) -> None:
-        self.calls.append(("sleep", instance_id))
-        self.inner.sleep(instance_id)
-
-    def restart(self, instance_id: str, timeout_s: float):
-        self.calls.append(("restart", instance_id))
-        return self.inner.restart(instance_id, timeout_s)
-
-    def follow(self):
-        return self.inner.follow()
-
-    def drained(self) -> str:
-        return self.inner.drained()
 
 
 def _instance(iid: str, model: str, port: int) -> dict:

@@ -14,10 +14,9 @@ import httpx
 import pytest
 import yaml
 from cli_run import cli
-from local_control import local_control
+from local_control import Recording, local_control
 
 from planner.adjuster.apply import down
-from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.cli.example import CPU_CLUSTER
 from planner.engines import process
@@ -26,37 +25,6 @@ from planner.tinymodel import build_tiny_model, tiny_arch
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
 WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
-
-
-class Recording:
-    """The real Controller, with the wakes and restarts it carried out recorded (a refused
-    one, e.g. while drained, raises and is not)."""
-
-    def __init__(self, inner: Controller):
-        self.inner = inner
-        self.calls: list[tuple[str, str]] = []
-
-    def status(self):
-        return self.inner.status()
-
-    def wake(self, instance_id: str, timeout_s: float):
-        h = self.inner.wake(instance_id, timeout_s)
-        self.calls.append(("wake", instance_id))
-        return h
-
-    def sleep(self, instance_id: str) -> None:
-        self.inner.sleep(instance_id)
-
-    def restart(self, instance_id: str, timeout_s: float):
-        h = self.inner.restart(instance_id, timeout_s)
-        self.calls.append(("restart", instance_id))
-        return h
-
-    def follow(self):
-        return self.inner.follow()
-
-    def drained(self) -> str:
-        return self.inner.drained()
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +48,7 @@ def gw(tmp_path_factory, require_vllm, cpu_plan):
             "points": [{"name": "dev", "instances": [inst]}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     state, backend, inner = local_control(d, d / "plan.yaml")
-    control = Recording(inner)
+    control = Recording(inner, ("wake", "restart"), done_only=True)
     cfg = GatewayConfig(
         wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
     )
