@@ -84,14 +84,9 @@ def trace(t, model, inp, out, session=None, cached=None) -> dict:
 
 def test_decode_time_matches_step_by_step_sum():
     st = step_model(
-        overhead_s=0.003,
-        dense_weight_read_s=0.01,
-        kv_read_s_per_token=2e-7,
-        compute_s_per_token=1e-3,
-        attn_s_per_pair=5e-8,
-        comm_latency_s=1e-4,
-        comm_s_per_token=1e-6,
-    )
+        overhead_s=0.003, dense_weight_read_s=0.01, kv_read_s_per_token=2e-7,
+        compute_s_per_token=1e-3, attn_s_per_pair=5e-8, comm_latency_s=1e-4, comm_s_per_token=1e-6,
+    )  # fmt: skip
     for n, kv0, k in [(1, 100, 50), (8, 20000, 300), (32, 1000, 1000), (3, 0, 1)]:
         ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n) for j in range(k))
         assert decode_time_s(st, n, kv0, k) == pytest.approx(ref, rel=1e-9)
