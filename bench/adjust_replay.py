@@ -59,6 +59,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 from realweek import real_week
+from result import targets
 
 from planner.adjuster.policy import AdjustConfig, objective_s
 from planner.adjuster.replay import replay
@@ -255,9 +256,7 @@ def overload_scenario(cl, ms, sl, spec, plan_for, acfg, reoptimizer, seed: int) 
         >= h["slo_attainment"] - 0.002,
         f"switch P95 <= {sw_cap:.2f} s (max(2x held, held + 1 s))": a["switch_p95_s"] <= sw_cap,
     }
-    for what, ok in checks.items():
-        print(f"  target {what}: {'met' if ok else 'MISSED'}")
-    ok = all(checks.values())
+    ok = targets(checks)
     result = (
         f"overload_adjusted_attainment={a['slo_attainment']:.4f} "
         f"overload_held_attainment={h['slo_attainment']:.4f} "
@@ -315,12 +314,10 @@ def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed
         f"attainment >= {sl.attainment}": a["slo_attainment"] >= sl.attainment,
         "<= 3 hops a day": out["max_hops_per_day"] <= 3,
     }
-    for what, ok in checks.items():
-        print(f"  target {what}: {'met' if ok else 'MISSED'}")
+    ok = targets(checks)
     if worse_than:
         print(f"  points held all week with a lower switch P95 at <= its memory: {worse_than}")
     print(f"  hops: {n_hops}, sleep/wake only: {out['tiers_only_hops']} ({share:.0%})")
-    ok = all(checks.values())
     result = (
         f"real_adjusted_switch_p95_s={a['switch_p95_s']:.3f} real_adjusted_warm_gib="
         f"{a['warm_gpu_gib']:.2f} real_adjusted_attainment={a['slo_attainment']:.4f} "

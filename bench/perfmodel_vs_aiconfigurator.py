@@ -30,6 +30,10 @@ from planner.catalog.gpus import resolve_gpu
 from planner.optimizer.perf import default_calib
 from planner.optimizer.perf.latency import attention_parts, attn_units_s, linear_parts
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from result import finish
+
 DATA = Path(__file__).parent / "data" / "aiconfigurator" / "data"
 GPUS = {"a100_sxm": "A100-80GB-SXM", "h100_sxm": "H100-SXM", "h200_sxm": "H200-SXM", "l40s": "L40S"}
 TARGETS = {"gemm_bf16": 0.20, "gemm_fp8": 0.30, "attn_prefill": 0.25, "attn_decode": 0.35}
@@ -151,12 +155,7 @@ def main() -> int:
             )
             res[f"{key}_{family}"] = held
             ok &= held <= TARGETS[family]
-    print(
-        "RESULT split=leave_one_gpu_out "
-        + " ".join(f"{k}_mdape={v:.3f}" for k, v in res.items())
-        + f" pass={int(ok)}"
-    )
-    return 0 if ok else 1
+    return finish(ok, {"split": "leave_one_gpu_out"} | {f"{k}_mdape": v for k, v in res.items()})
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
+from result import finish
 from serving import (
     BURST,
     CONFIG,
@@ -154,12 +155,7 @@ def main() -> int:
     print("\nall rows (the source of the fitted defaults in optimizer/perf/calib.py; not scored):")
     theta = fit_model(rows, START, BOUNDS)
     print("  " + ", ".join(f"{k} {v:.3g}" for k, v in theta.items()))
-    print(
-        "RESULT "
-        + " ".join(f"{k}={v:.3f}" for k, v in res.items())
-        + f" rows={len(rows)} skipped={sum(skipped.values())} pass={int(ok)}"
-    )
-    return 0 if ok else 1
+    return finish(ok, res | {"rows": len(rows), "skipped": sum(skipped.values())})
 
 
 if __name__ == "__main__":

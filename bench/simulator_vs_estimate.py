@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +43,10 @@ from planner.catalog.models import resolve_arch_name
 from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas import parse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from result import finish
 
 TARGET = 0.05
 MODELS = (("Llama-3.1-8B-Instruct", "bf16"), ("Qwen2.5-Coder-32B-Instruct", "fp8"),
@@ -128,12 +133,11 @@ def main() -> int:
                 )
     mt, mp = float(np.median(errs_ttft)), float(np.median(errs_tpot))
     ok = mt <= TARGET and mp <= TARGET
-    print(
-        f"RESULT ttft_median_err={mt:.3f} tpot_median_err={mp:.3f} "
-        f"ttft_max_err={max(errs_ttft):.3f} tpot_max_err={max(errs_tpot):.3f} "
-        f"cases={len(errs_ttft)} seconds={time.perf_counter() - t0:.0f} pass={int(ok)}"
-    )
-    return 0 if ok else 1
+    return finish(ok, {
+        "ttft_median_err": mt, "tpot_median_err": mp,
+        "ttft_max_err": max(errs_ttft), "tpot_max_err": max(errs_tpot),
+        "cases": len(errs_ttft), "seconds": f"{time.perf_counter() - t0:.0f}",
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

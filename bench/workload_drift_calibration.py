@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,10 @@ from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.drift import drift
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import default_spec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from result import finish
 
 CHANGE_H = 12
 CALIBRATION_SEEDS = range(60)  # what drift.py's thresholds were set on
@@ -109,12 +114,11 @@ def main() -> int:
         and hits["new"] >= 0.95 * args.seeds
         and hits["double"] >= 0.85 * args.seeds
     )
-    print(
-        f"RESULT split=heldout_seeds first_seed={seeds.start} seeds={args.seeds} windows={windows} "
-        f"false_alarms={false_alarms} double_detected={hits['double']} "
-        f"new_model_detected={hits['new']} pass={int(ok)}"
-    )
-    return 0 if ok else 1
+    return finish(ok, {
+        "split": "heldout_seeds", "first_seed": seeds.start, "seeds": args.seeds,
+        "windows": windows, "false_alarms": false_alarms, "double_detected": hits["double"],
+        "new_model_detected": hits["new"],
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
+from local_control import local_control
+
+from planner.adjuster.apply import down
 from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
-from planner.schemas import load_models, load_plan
 
 
 class Recording:
@@ -60,15 +59,8 @@ def local_gateway(
     """`d/plan.yaml` (models from `d/models.yaml`) under a recorded Controller on the local
     CPU backend, state in `d/state`, behind a Gateway on `port`; on exit the gateway stops
     and every engine goes down."""
-    state = StateStore(d / "state")
-    backend = LocalBackend("cpu")
-    control = Recording(
-        Controller(
-            load_plan(d / "plan.yaml"), None, backend, state,
-            model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        ),
-        done_only=done_only,
-    )  # fmt: skip
+    state, backend, inner = local_control(d, d / "plan.yaml")
+    control = Recording(inner, done_only=done_only)
     gateway = Gateway(control.inner.point, control, state_dir=d / "state", config=cfg)
     th = GatewayThread(gateway, port=port).start()
     try:

@@ -34,16 +34,14 @@ import pandas as pd
 import pytest
 import yaml
 from cli_run import cli
+from local_control import local_control
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
-from planner.adjuster.control import Controller
+from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
 from planner.io import sha256_file
 from planner.optimizer.workload.characterize import summarize
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
@@ -203,13 +201,9 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         "--timeout", str(START_TIMEOUT_S), "--json",
     ])  # fmt: skip
     assert rc == 0, text
-    state = StateStore(sdir)
-    backend = LocalBackend("cpu")
-    control = Controller(
-        load_plan(plan_path), None, backend, state,
-        model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S,
-    )  # fmt: skip
+    state, backend, control = local_control(
+        d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
+    )
     cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
     th = GatewayThread(gw, port=cpu_plan.free_port()).start()

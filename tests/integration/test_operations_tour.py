@@ -19,14 +19,12 @@ import httpx
 import pytest
 import yaml
 from cli_run import cli
+from local_control import local_control
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
-from planner.adjuster.control import Controller
+from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
-from planner.schemas import load_models, load_plan
+from planner.schemas import load_models
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
@@ -70,12 +68,7 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
         ["apply", str(d / "plan.yaml"), "--state-dir", str(state_dir), "--timeout", START_TIMEOUT]
     )
     assert code == 0, out
-    state = StateStore(state_dir)
-    backend = LocalBackend("cpu")
-    control = Controller(
-        load_plan(d / "plan.yaml"), None, backend, state,
-        model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-    )  # fmt: skip
+    state, backend, control = local_control(d, d / "plan.yaml")
     cfg = GatewayConfig(wake_timeout_s=float(START_TIMEOUT), health_interval_s=1.0)
     gateway = Gateway(control.point, control, state_dir=state_dir, config=cfg)
     th = GatewayThread(gateway, port=cpu_plan.free_port()).start()

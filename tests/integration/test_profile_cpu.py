@@ -60,25 +60,17 @@ def _models_file(path, tiny, bad):
     return path
 
 
+def _engine_argv(models, out_dir, *extra: str) -> list[str]:
+    """`profile engine` of the models file on node `t`'s CPU, quick and eager, in JSON."""
+    base = ["profile", "engine", "--models", str(models), "-o", str(out_dir), *extra]
+    return [*base, "--node", "t", "--device", "cpu", "--quick", "--enforce-eager", "--json"]
+
+
 @pytest.mark.vllm
 def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
     models = _models_file(tmp_path / "models.yaml", tiny_model, tmp_path / "no-such-model")
     out_dir = tmp_path / "profiles"
-    base = [
-        "profile",
-        "engine",
-        "--models",
-        str(models),
-        "-o",
-        str(out_dir),
-        "--node",
-        "t",
-        "--device",
-        "cpu",
-        "--quick",
-        "--enforce-eager",
-        "--json",
-    ]
+    base = _engine_argv(models, out_dir)
     out = _run(base, capsys)
     runs = {r["variant"]: r for r in out["runs"]}
     ok, bad = runs["bf16"], runs["gone"]
@@ -121,25 +113,7 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
 def test_engine_failures_are_recorded_and_classified(tmp_path, tiny_model, capsys):
     models = _models_file(tmp_path / "models.yaml", tiny_model, tmp_path / "none")
     out_dir = tmp_path / "profiles"
-    base = [
-        "profile",
-        "engine",
-        "--models",
-        str(models),
-        "--variant",
-        "bf16",
-        "-o",
-        str(out_dir),
-        "--node",
-        "t",
-        "--device",
-        "cpu",
-        "--quick",
-        "--enforce-eager",
-        "--start-timeout",
-        "300",
-        "--json",
-    ]
+    base = _engine_argv(models, out_dir, "--variant", "bf16", "--start-timeout", "300")
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)

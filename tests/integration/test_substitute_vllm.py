@@ -19,14 +19,11 @@ import httpx
 import pytest
 import yaml
 from cli_run import cli
+from local_control import local_control
 
-from planner.adjuster.apply import down, model_path_resolver
-from planner.adjuster.backends.local import LocalBackend
-from planner.adjuster.control import Controller
+from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.state import StateStore
 from planner.cli.example import CPU_CLUSTER
-from planner.schemas import load_models, load_plan
 from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
@@ -100,13 +97,7 @@ def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, requir
         "--timeout", str(int(START_TIMEOUT_S)), "--json",
     ])  # fmt: skip
     assert rc == 0, text
-    state = StateStore(sdir)
-    backend = LocalBackend("cpu")
-    control = Controller(
-        load_plan(plan_path), None, backend, state,
-        model_path_resolver=model_path_resolver(load_models(d / "models.yaml"), d),
-        start_timeout_s=START_TIMEOUT_S,
-    )  # fmt: skip
+    state, backend, control = local_control(d, plan_path, start_timeout_s=START_TIMEOUT_S)
     assert control.status()["b0"][0] == "awake" and control.status()["a0"][0] != "awake"
     cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)

@@ -6,24 +6,11 @@ import json
 
 import adjust_helpers as h
 import pytest
+from cli_helpers import METRIC_KEYS
 
 from planner.adjuster.policy import AdjustConfig
 from planner.adjuster.replay import replay
 from planner.cli.main import main
-
-KEYS = {
-    "slo_attainment",
-    "ttft_p95_s",
-    "tpot_p95_s",
-    "switch_p95_s",
-    "switch_count",
-    "warm_gpu_gib",
-    "gpus_used",
-    "requests",
-    "refused",
-    "substituted_share",
-    "quality_cost",
-}
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +25,10 @@ def flip():
 def test_replay_keys_and_request_counts(flip):
     tr, p, perfs = flip
     out = replay(p, tr, h.slo(), perfs, AdjustConfig())
-    assert set(out["adjusted"]) == KEYS
+    assert set(out["adjusted"]) == METRIC_KEYS
     assert set(out["static"]) == {"shared", "split"}
     for m in [out["adjusted"], *out["static"].values()]:
-        assert set(m) == KEYS
+        assert set(m) == METRIC_KEYS
         assert m["requests"] == len(tr)  # every request in exactly once
         assert 0.0 <= m["slo_attainment"] <= 1.0
         assert m["warm_gpu_gib"] > 0

@@ -6,9 +6,9 @@ import json
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from planner.cli.example import CPU_CLUSTER
-from planner.cli.main import main
 
 
 def _plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
@@ -28,16 +28,11 @@ def _plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> st
     return str(p)
 
 
-def _run(args, capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as ei:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(ei.value.code or 0), out, err
-
-
 def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
     plan, state = _plan(tmp_path), tmp_path / "state"
-    code, out, _ = _run(["apply", plan, "--state-dir", str(state), "--dry-run", "--json"], capsys)
+    code, out, _ = run_cli(
+        ["apply", plan, "--state-dir", str(state), "--dry-run", "--json"], capsys
+    )
     assert code == 0
     data = json.loads(out)
     assert data["point"] == "p"
@@ -45,13 +40,13 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
         "action": "start", "instance": "a-0", "node": "local", "result": "planned", "detail": "",
     }  # fmt: skip
     assert data["instances"][0]["status"] == "stopped"
-    code, out, _ = _run(["apply", plan, "--state-dir", str(state), "--dry-run"], capsys)
+    code, out, _ = run_cli(["apply", plan, "--state-dir", str(state), "--dry-run"], capsys)
     assert code == 0 and "planned actions" in out and "a-0" in out
     # a dry run creates no state dir: status says so (exit 2) instead of "nothing applied"
-    code, _, err = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    code, _, err = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     assert code == 2 and str(state) in err and "does not exist" in err
     assert not state.exists()
-    code, out, _ = _run(["down", "--state-dir", str(state)], capsys)
+    code, out, _ = run_cli(["down", "--state-dir", str(state)], capsys)
     assert code == 0 and "0 instance(s) stopped" in out
 
 
@@ -66,7 +61,7 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
 )
 def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needle) -> None:
     plan, state = _plan(tmp_path, **kw), tmp_path / "state"
-    code, _, err = _run(["apply", plan, "--state-dir", str(state), *args], capsys)
+    code, _, err = run_cli(["apply", plan, "--state-dir", str(state), *args], capsys)
     assert code == 2 and needle in err
     assert not state.exists()
 
@@ -91,12 +86,12 @@ def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
         s.upsert(InstanceRow(id="a-0", model="tiny-a", variant="bf16", node="local", port=18555,
                              status="awake", pid=2**22 + 7, started_at=1.0))  # fmt: skip
         s.set_meta(point="p", plan_path="/x/plan.yaml")
-    code, out, _ = _run(["status", "--state-dir", str(state)], capsys)
+    code, out, _ = run_cli(["status", "--state-dir", str(state)], capsys)
     assert code == 0 and "point p" in out and "18555" in out
-    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    code, out, _ = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     row = json.loads(out)["instances"][0]
     assert row["healthy"] is False and row["uptime_s"] is None  # no such process
-    code, out, _ = _run(["down", "--state-dir", str(state), "--json"], capsys)
+    code, out, _ = run_cli(["down", "--state-dir", str(state), "--json"], capsys)
     assert code == 0 and [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
     with StateStore(state) as s:
         assert s.instances() == [] and s.journal_entries()[-1]["detail"] == "down"
@@ -108,7 +103,7 @@ def test_status_lists_planned_instances_without_a_process(tmp_path, capsys) -> N
     plan, state = _plan(tmp_path), tmp_path / "state"
     with StateStore(state) as s:
         s.set_meta(point="p", plan_path=plan)
-    code, out, _ = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    code, out, _ = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     rows = json.loads(out)["instances"]
     assert code == 0 and [(r["id"], r["status"]) for r in rows] == [("a-0", "stopped")]
 
@@ -128,17 +123,17 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
         CPU_CLUSTER.replace("{type: cpu, count: 1}", "{type: A100-80GB-SXM, count: 4}")
     )
     for dry in (["--dry-run"], []):
-        code, out, err = _run(["apply", plan, "--state-dir", str(state), *dry], capsys)
+        code, out, err = run_cli(["apply", plan, "--state-dir", str(state), *dry], capsys)
         assert code == 2, err
         assert (
             "this host has cpu (no GPU), but the plan's node 'local' has 4 x A100-80GB-SXM" in err
         )
         assert "--node local" in err
     assert not state.exists()  # refused before any side effect
-    code, out, err = _run(["status", "--state-dir", str(state), "--json"], capsys)
+    code, out, err = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     assert code == 2 and str(state) in err  # nothing applied: status names the missing dir
     args = ["apply", plan, "--state-dir", str(state), "--dry-run", "--json", "--node", "local"]
-    code, out, err = _run(args, capsys)
+    code, out, err = run_cli(args, capsys)
     assert code == 0, err
     assert [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
     # the comparison itself: types and counts, a cpu node anywhere

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trace_helpers import rows_trace
 
 from planner.optimizer.workload.characterize import IDLE_GRID_S, js_divergence, summarize
 from planner.optimizer.workload.drift import drift
@@ -110,20 +111,7 @@ frames = st.lists(
 @settings(max_examples=40, deadline=None)
 @given(rows=frames)
 def test_property_any_trace(rows):
-    ts, model, inp, out, user, sess = map(list, zip(*rows, strict=True))
-    df = normalize(
-        pd.DataFrame(
-            {
-                "timestamp": ts,
-                "model": model,
-                "input_tokens": inp,
-                "output_tokens": out,
-                "user": user,
-                "session": sess,
-                "cached_tokens": [i // 3 for i in inp],
-            }
-        )
-    )
+    df = rows_trace(rows, cached_div=3)
     s = summarize(df, full=True)
     assert json.loads(json.dumps(s)) == s
     assert sum(s["mix"].values()) == pytest.approx(1.0, abs=1e-4)

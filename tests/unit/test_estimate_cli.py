@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import run_cli as _run
+from cli_helpers import run_cli
 
 KEYS = {
     "weights_gib_per_gpu",
@@ -21,7 +21,7 @@ KEYS = {
 
 
 def test_single_json(capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         ["estimate", "--model", "Llama-3.1-8B-Instruct", "--gpu", "L40S", "--json"], capsys
     )
     assert code == 0
@@ -33,7 +33,7 @@ def test_single_json(capsys):
 
 
 def test_single_human(capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         [
             "estimate",
             "--model",
@@ -65,22 +65,24 @@ def test_config_json_model(tmp_path, capsys):
     }
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
-    code, out, _ = _run(["estimate", "--model", str(p), "--gpu", "RTX-4090", "--json"], capsys)
+    code, out, _ = run_cli(["estimate", "--model", str(p), "--gpu", "RTX-4090", "--json"], capsys)
     assert code == 0 and json.loads(out)["kv_bytes_per_token"] == 2 * 8 * 128 * 36 * 2
 
 
 def test_tp_not_dividing_heads(capsys):
-    code, _, err = _run(["estimate", "--model", "Qwen3-32B", "--gpu", "L40S", "--tp", "3"], capsys)
+    code, _, err = run_cli(
+        ["estimate", "--model", "Qwen3-32B", "--gpu", "L40S", "--tp", "3"], capsys
+    )
     assert code == 2 and "--tp" in err and "fix:" in err
 
 
 def test_unknown_gpu(capsys):
-    code, _, err = _run(["estimate", "--model", "Qwen3-8B", "--gpu", "A100-90GB"], capsys)
+    code, _, err = run_cli(["estimate", "--model", "Qwen3-8B", "--gpu", "A100-90GB"], capsys)
     assert code == 2 and "did you mean" in err
 
 
 def test_does_not_fit_gives_null_latency(capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         ["estimate", "--model", "Llama-3.1-70B", "--gpu", "RTX-3090", "--json"], capsys
     )
     r = json.loads(out)
@@ -97,7 +99,7 @@ def test_batch_in_row_order(tmp_path, capsys):
     lines += [",".join(map(str, r)) for r in rows]
     p = tmp_path / "s.csv"
     p.write_text("\n".join(lines) + "\n")
-    code, out, _ = _run(["estimate", "--batch", str(p), "--json"], capsys)
+    code, out, _ = run_cli(["estimate", "--batch", str(p), "--json"], capsys)
     assert code == 0
     res = json.loads(out)
     assert [r["model"] for r in res] == [r[0] for r in rows]
@@ -108,27 +110,27 @@ def test_batch_in_row_order(tmp_path, capsys):
 def test_batch_defaults_and_bad_row(tmp_path, capsys):
     p = tmp_path / "s.csv"
     p.write_text("model,gpu\nQwen3-8B,L4\nQwen3-8B,L4X\n")
-    code, _, err = _run(["estimate", "--batch", str(p), "--json"], capsys)
+    code, _, err = run_cli(["estimate", "--batch", str(p), "--json"], capsys)
     assert code == 2 and "row 2.gpu" in " ".join(err.split())
 
 
 def test_batch_unknown_column(tmp_path, capsys):
     p = tmp_path / "s.csv"
     p.write_text("model,gpu,flavour\nQwen3-8B,L4,x\n")
-    code, _, err = _run(["estimate", "--batch", str(p)], capsys)
+    code, _, err = run_cli(["estimate", "--batch", str(p)], capsys)
     assert code == 2 and "flavour" in err
 
 
 def test_missing_model_flag(capsys):
-    code, _, err = _run(["estimate", "--gpu", "L4"], capsys)
+    code, _, err = run_cli(["estimate", "--gpu", "L4"], capsys)
     assert code == 2 and "--model" in err
 
 
 @pytest.mark.parametrize("what", ["gpus", "models"])
 def test_catalog_json_and_table(what, capsys):
-    code, out, _ = _run(["catalog", what, "--json"], capsys)
+    code, out, _ = run_cli(["catalog", what, "--json"], capsys)
     assert code == 0 and len(json.loads(out)) >= 14
-    code, out, _ = _run(["catalog", what], capsys)
+    code, out, _ = run_cli(["catalog", what], capsys)
     assert code == 0 and "catalog" in out
     # every row names its source: a column on a wide console (and in a pipe), a reference
     # under the table at 80 columns
@@ -137,7 +139,7 @@ def test_catalog_json_and_table(what, capsys):
 
 def test_profiles_replace_defaults(tmp_path, capsys):
     argv = ["estimate", "--model", "Qwen3-8B", "--gpu", "L40S", "--input-len", "4000", "--json"]
-    _, out, _ = _run(argv, capsys)
+    _, out, _ = run_cli(argv, capsys)
     base = json.loads(out)
     d = tmp_path / "profiles"
     d.mkdir()
@@ -145,7 +147,7 @@ def test_profiles_replace_defaults(tmp_path, capsys):
         "kind: profile\nnode: node-a\ngpu_type: L40S\n"
         "calibration: {compute_efficiency: 0.2, h2d_gbps: 5.0}\n"
     )
-    _, out, _ = _run([*argv, "--profiles", str(d)], capsys)
+    _, out, _ = run_cli([*argv, "--profiles", str(d)], capsys)
     slow = json.loads(out)
     assert slow["ttft_s"] > 2 * base["ttft_s"]
     assert slow["wake_host_s"] > base["wake_host_s"]
@@ -165,7 +167,7 @@ def test_profiles_replace_defaults(tmp_path, capsys):
 )
 def test_json_says_which_engine_limits_it_assumed(gpu, extra, seqs, tokens, capsys):
     argv = ["estimate", "--model", "Llama-3.1-8B-Instruct", "--gpu", gpu, "--json", *extra]
-    code, out, _ = _run(argv, capsys)
+    code, out, _ = run_cli(argv, capsys)
     r = json.loads(out)
     assert code == 0
     assert (r["max_num_seqs"], r["max_num_batched_tokens"]) == (seqs, tokens)
@@ -173,15 +175,15 @@ def test_json_says_which_engine_limits_it_assumed(gpu, extra, seqs, tokens, caps
 
 def test_unknown_entry_point_and_interconnect(capsys):
     base = ["estimate", "--model", "Qwen3-8B", "--gpu", "L4"]
-    code, _, err = _run([*base, "--entry-point", "llm"], capsys)
+    code, _, err = run_cli([*base, "--entry-point", "llm"], capsys)
     assert code == 2 and "--entry-point" in err and "serve" in err
-    code, _, err = _run([*base, "--interconnect", "infiniband"], capsys)
+    code, _, err = run_cli([*base, "--interconnect", "infiniband"], capsys)
     assert code == 2 and "interconnect" in err
 
 
 def test_nvfp4_estimates_on_blackwell(capsys):
     argv = ["estimate", "--model", "Kimi-K2.5", "--gpu", "B200-SXM", "--tp", "8"]
-    code, out, _ = _run([*argv, "--quantization", "nvfp4", "--json"], capsys)
+    code, out, _ = run_cli([*argv, "--quantization", "nvfp4", "--json"], capsys)
     r = json.loads(out)
     assert code == 0 and r["fits"] and r["interconnect"] == "nvlink"
     assert r["tpot_s"] < 0.05
@@ -195,7 +197,7 @@ def test_json_echoes_the_scenario_and_its_clients_burst_share(capsys):
     from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
 
     argv = ["estimate", "--model", "Qwen3-8B", "--gpu", "H100-SXM", "--concurrency", "32"]
-    code, out, _ = _run([*argv, "--input-len", "2048", "--json"], capsys)
+    code, out, _ = run_cli([*argv, "--input-len", "2048", "--json"], capsys)
     r = json.loads(out)
     assert code == 0
     assert (r["input_len"], r["output_len"], r["concurrency"]) == (2048, 256, 32)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import run_cli
 from test_sim_closed_form import perf, point, step_model, trace
 
-from planner.cli.main import main
 from planner.optimizer import scoring
 from planner.optimizer.baselines import lru_matched
 from planner.optimizer.pareto import dominates
@@ -26,13 +26,6 @@ from planner.schemas.slo import Slo
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
 P = perf(step_model(dense_weight_read_s=0.01))  # awake 16 GiB per GPU, context 0.5 GiB
-
-
-def _run(argv, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out, err = capsys.readouterr()
-    return int(e.value.code or 0), out, err
 
 
 def test_warm_budget_evicts_the_least_recently_used_anywhere():
@@ -102,7 +95,7 @@ def test_evaluate_lru_matched_twins_every_point(tmp_path, capsys, monkeypatch):
         )
     )
     args = ["evaluate", str(plan), "--workload", str(tr), "--all-points"]
-    code, out, _ = _run([*args, "--baseline", "lru-matched", "--json"], capsys)
+    code, out, _ = run_cli([*args, "--baseline", "lru-matched", "--json"], capsys)
     assert code == 0
     got = json.loads(out)
     names = [p.name for p in load_plan(plan).points]
@@ -110,7 +103,7 @@ def test_evaluate_lru_matched_twins_every_point(tmp_path, capsys, monkeypatch):
     for n in names:
         assert got["points"][f"lru@{n}"]["warm_gpu_gib"] <= got["points"][n]["warm_gpu_gib"] + 1e-6
         assert got["capacity"][n]["overloaded"] is False
-    code, _, err = _run(["evaluate", "--workload", str(tr), "--baseline", "lru-matched"], capsys)
+    code, _, err = run_cli(["evaluate", "--workload", str(tr), "--baseline", "lru-matched"], capsys)
     assert code == 2 and "give a PLAN" in err
 
 
@@ -120,7 +113,7 @@ def test_overload_no_point_dominated_and_capacity_table_names_models_and_hours(
     monkeypatch.chdir(ROOT)
     (tmp_path / "w.yaml").write_text("users: 150\ndays: 1\nstationary: true\n")
     out = tmp_path / "p.yaml"
-    code, stdout, _ = _run(
+    code, stdout, _ = run_cli(
         [
             "optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
             "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"),

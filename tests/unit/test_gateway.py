@@ -216,17 +216,15 @@ class FakeControl:
         return {iid: one(iid) for iid in self.specs}
 
     def wake(self, instance_id: str, timeout_s: float) -> Handle:
-        with self._lock:
-            self.calls.append(("wake", instance_id))
-        time.sleep(self.wake_delay_s)
-        old = self.engines.pop(instance_id, None)
-        if old is not None:
-            old.stop()
-        return self._start(instance_id)
+        return self._replace("wake", instance_id)
 
     def restart(self, instance_id: str, timeout_s: float) -> Handle:
+        return self._replace("restart", instance_id)
+
+    def _replace(self, call: str, instance_id: str) -> Handle:
+        """Record the call, take the wake's time, and start a fresh engine in the old one's place."""
         with self._lock:
-            self.calls.append(("restart", instance_id))
+            self.calls.append((call, instance_id))
         time.sleep(self.wake_delay_s)
         old = self.engines.pop(instance_id, None)
         if old is not None:

@@ -34,14 +34,8 @@ def cli(args: list[str], cwd: Path, columns: int | None = None) -> subprocess.Co
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns:
         env["COLUMNS"] = str(columns)
-    return subprocess.run(
-        [sys.executable, "-m", "planner.cli.main", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    argv = [sys.executable, "-m", "planner.cli.main", *args]
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli
 
 from planner.catalog.models import resolve_arch
 from planner.cli.main import main
@@ -18,28 +19,15 @@ from planner.schemas import load_cluster, load_models, load_plan
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = "tests/data/small"
 GOLDEN = ROOT / "tests" / "golden" / "plan_small.yaml"
-ARGS = [
-    "optimize",
-    "-c",
-    f"{SMALL}/cluster.yaml",
-    "-m",
-    f"{SMALL}/models.yaml",
-    "-s",
-    f"{SMALL}/slo.yaml",
-    "-w",
-    f"{SMALL}/workload.yaml",
-    "--evals",
-    "8",
-    "--seed",
-    "1",
-]
 
 
-def run(argv: list[str], capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    out, err = capsys.readouterr()
-    return int(e.value.code or 0), out, err
+def _optimize(cluster, models, slo, workload) -> list[str]:
+    """`planner optimize` of these four inputs."""
+    return ["optimize", "-c", str(cluster), "-m", str(models), "-s", str(slo), "-w", str(workload)]
+
+
+INPUTS = [f"{SMALL}/{k}.yaml" for k in ("cluster", "models", "slo", "workload")]
+ARGS = [*_optimize(*INPUTS), "--evals", "8", "--seed", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +50,7 @@ def test_same_inputs_same_plan_and_golden(small_plan, tmp_path, capsys, monkeypa
     again = tmp_path / "b.plan.yaml"
     # in this process this time (the fixture forked 2 workers): the same bytes
     args = [*ARGS, "--no-baselines", "--jobs", "1", "--json", "-o", str(again)]
-    code, out, _ = run(args, capsys)
+    code, out, _ = run_cli(args, capsys)
     assert code == 0
     assert json.loads(out)["plan"] == str(again)
     assert small_plan.read_bytes() == again.read_bytes()
@@ -126,7 +114,7 @@ def test_points_fit_memory_rederived_from_the_catalog(small_plan):
 
 def test_explain_names_reasons_and_alternatives(small_plan, capsys, monkeypatch):
     monkeypatch.chdir(ROOT)
-    code, out, _ = run(["explain", str(small_plan), "--json"], capsys)
+    code, out, _ = run_cli(["explain", str(small_plan), "--json"], capsys)
     assert code == 0
     data = json.loads(out)
     assert [m["model"] for m in data["models"]] == ["planner-7b", "coder-32b", "summarizer-8b"]
@@ -143,7 +131,7 @@ def test_report_png(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(report, "front_series", lambda *a: drawn.append(real(*a)) or drawn[-1])
     png = tmp_path / "r.png"
     args = [a if a != "8" else "4" for a in ARGS]
-    code, out, _ = run(
+    code, out, _ = run_cli(
         [*args, "--json", "-o", str(tmp_path / "p.yaml"), "--report", str(png)], capsys
     )
     assert code == 0
@@ -187,22 +175,8 @@ def test_nothing_fits_exits_2_naming_model_footprint_and_fixes(tmp_path, capsys)
     )
     (tmp_path / "slo.yaml").write_text("kind: slo\n")
     (tmp_path / "w.yaml").write_text("users: 2\ndays: 1\nroles: {planner: {model: big}}\n")
-    code, _, err = run(
-        [
-            "optimize",
-            "-c",
-            str(tmp_path / "cluster.yaml"),
-            "-m",
-            str(tmp_path / "models.yaml"),
-            "-s",
-            str(tmp_path / "slo.yaml"),
-            "-w",
-            str(tmp_path / "w.yaml"),
-            "-o",
-            str(tmp_path / "p.yaml"),
-        ],
-        capsys,
-    )
+    argv = _optimize(*(tmp_path / f for f in ("cluster.yaml", "models.yaml", "slo.yaml", "w.yaml")))
+    code, _, err = run_cli([*argv, "-o", tmp_path / "p.yaml"], capsys)
     assert code == 2
     assert "model 'big' fits on no GPU" in err
     assert "box: 2xRTX-3090" in err and "at tp=2" in err and "GiB per GPU" in err
@@ -220,7 +194,7 @@ def test_unmeetable_slo_still_writes_closest_points_and_names_the_binding_target
     out = tmp_path / "p.yaml"
     args = [a if a != f"{SMALL}/slo.yaml" else str(tmp_path / "slo.yaml") for a in ARGS]
     args = [a if a != "8" else "5" for a in args]
-    code, stdout, _ = run([*args, "--no-baselines", "--json", "-o", str(out)], capsys)
+    code, stdout, _ = run_cli([*args, "--no-baselines", "--json", "-o", str(out)], capsys)
     assert code == 0
     notes = json.loads(stdout)["notes"]
     assert any("no plan meets the attainment target" in n and "ttft_p95_s" in n for n in notes)
@@ -235,24 +209,10 @@ def test_demand_above_capacity_exits_2_naming_the_model(tmp_path, capsys, monkey
         "    gpus: [{type: L40S, count: 1}]\n"
     )
     (tmp_path / "w.yaml").write_text("users: 400\ndays: 1\nroles: {coder: {model: coder-32b}}\n")
-    code, _, err = run(
-        [
-            "optimize",
-            "-c",
-            str(tmp_path / "c.yaml"),
-            "-m",
-            f"{SMALL}/models.yaml",
-            "-s",
-            f"{SMALL}/slo.yaml",
-            "-w",
-            str(tmp_path / "w.yaml"),
-            "--evals",
-            "4",
-            "-o",
-            str(tmp_path / "p.yaml"),
-        ],
-        capsys,
+    argv = _optimize(
+        tmp_path / "c.yaml", f"{SMALL}/models.yaml", f"{SMALL}/slo.yaml", tmp_path / "w.yaml"
     )
+    code, _, err = run_cli([*argv, "--evals", "4", "-o", tmp_path / "p.yaml"], capsys)
     assert code == 2
     assert "coder-32b: peak" in err and "req/s per instance" in err
     assert not (tmp_path / "p.yaml").exists()

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import yaml
-from cli_helpers import run_cli as _run
+from cli_helpers import run_cli
 
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch_name
@@ -32,7 +32,7 @@ def _vllm_result(path, **over):
 def test_import_vllm_bench_json(tmp_path, capsys):
     f = _vllm_result(tmp_path / "run.json")
     argv = ["profile", "import", str(f), "--gpu", "h100-sxm", "--node", "n1"]
-    code, _, err = _run([*argv, "--out", str(tmp_path / "p"), "--json"], capsys)
+    code, _, err = run_cli([*argv, "--out", str(tmp_path / "p"), "--json"], capsys)
     assert code == 0, err
     prof = yaml.safe_load((tmp_path / "p" / "n1-H100-SXM.yaml").read_text())
     (run,) = prof["engine"]
@@ -42,13 +42,13 @@ def test_import_vllm_bench_json(tmp_path, capsys):
     assert d["tpot_s"]["median"] == pytest.approx(0.014)
     assert d["ttft_s"]["median"] == pytest.approx(0.12)
     # importing the same file again replaces its run
-    assert _run([*argv, "--out", str(tmp_path / "p")], capsys)[0] == 0
+    assert run_cli([*argv, "--out", str(tmp_path / "p")], capsys)[0] == 0
     assert len(yaml.safe_load((tmp_path / "p" / "n1-H100-SXM.yaml").read_text())["engine"]) == 1
 
 
 def test_import_rejects_an_open_loop_run(tmp_path, capsys):
     f = _vllm_result(tmp_path / "rate.json", max_concurrency=None)
-    code, _, err = _run(
+    code, _, err = run_cli(
         ["profile", "import", str(f), "--gpu", "L40S", "--out", str(tmp_path)], capsys
     )
     assert code == 2 and "max_concurrency" in err and "--concurrency" in err
@@ -81,10 +81,10 @@ def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsy
                             r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
         w.writerow([f"meta-llama/{MODEL}", "b200_sxm", "bf16", 512, 256, 1, 1, 1.0, 1.0])
     out = tmp_path / "p"
-    code, _, err = _run(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
+    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
                          "--out", str(out)], capsys)  # fmt: skip
     assert code == 0, err
-    code, text, err = _run(["profile", "calibrate", str(out), "--json"], capsys)
+    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
     assert code == 0, err
     (res,) = json.loads(text)
     cal = res["calibration"]

@@ -16,20 +16,9 @@ from planner.profiler import engine_measure as em
 from planner.profiler import engine_runs as er
 from planner.schemas import parse
 from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint, Profile, Stat
+from planner.tinymodel import tiny_arch
 
-TINY = {
-    "name": "tiny-llama",
-    "num_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "total_params_b": 0.0006,
-    "active_params_b": 0.0006,
-    "max_position_embeddings": 2048,
-}
+TINY = tiny_arch()  # the tiny test model's architecture, as models.yaml declares it
 
 
 def _models():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import run_cli as _run
+from cli_helpers import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,7 +171,7 @@ def test_round_trip(kind, strategy, tmp_path_factory):
 
 
 def test_lab16_example_validates(capsys):
-    code, out, _ = _run(
+    code, out, _ = run_cli(
         ["validate", *(str(LAB16 / f) for f in ("cluster.yaml", "models.yaml", "slo.yaml"))], capsys
     )
     assert code == 0 and out.count("ok") == 3
@@ -181,7 +181,7 @@ def test_lab16_example_validates(capsys):
 def test_schema_command(kind, capsys):
     import json
 
-    code, out, _ = _run(["schema", kind], capsys)
+    code, out, _ = run_cli(["schema", kind], capsys)
     assert code == 0
     assert "properties" in json.loads(out)
 
@@ -196,96 +196,46 @@ nodes:
       - {type: L40S, count: 2}
 """
 
+# (label, file, text, where the error points (None: the file), what it says)
 BAD = [
-    (
-        "unknown key",
-        "cluster.yaml",
-        CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: 64\n    cpu_mem: 3"),
-        "nodes[0].cpu_mem",
-        "unknown key",
-    ),
-    (
-        "wrong type",
-        "cluster.yaml",
-        CLUSTER_OK.replace("count: 2", "count: two"),
-        "nodes[0].gpus[0].count",
-        "integer",
-    ),
-    (
-        "unknown gpu",
-        "cluster.yaml",
-        CLUSTER_OK.replace("L40S", "A100-90GB"),
-        "nodes[0].gpus[0].type",
-        "did you mean",
-    ),
-    (
-        "negative",
-        "cluster.yaml",
-        CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: -4"),
-        "nodes[0].cpu_memory_gib",
-        "greater than",
-    ),
-    (
-        "duplicate models",
-        "models.yaml",
-        """kind: models
+    ("unknown key", "cluster.yaml",
+     CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: 64\n    cpu_mem: 3"),
+     "nodes[0].cpu_mem", "unknown key"),
+    ("wrong type", "cluster.yaml", CLUSTER_OK.replace("count: 2", "count: two"),
+     "nodes[0].gpus[0].count", "integer"),
+    ("unknown gpu", "cluster.yaml", CLUSTER_OK.replace("L40S", "A100-90GB"),
+     "nodes[0].gpus[0].type", "did you mean"),
+    ("negative", "cluster.yaml", CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: -4"),
+     "nodes[0].cpu_memory_gib", "greater than"),
+    ("duplicate models", "models.yaml", """kind: models
 models:
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: bf16}]}
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: bf16}]}
-""",
-        "models",
-        "duplicate model names",
-    ),
-    (
-        "unknown architecture",
-        "models.yaml",
-        """kind: models
+""", "models", "duplicate model names"),
+    ("unknown architecture", "models.yaml", """kind: models
 models:
   - {name: m, architecture: Qwen3-33B, variants: [{name: a, quantization: bf16}]}
-""",
-        "models[0].architecture",
-        "did you mean",
-    ),
-    (
-        "bad quantization",
-        "models.yaml",
-        """kind: models
+""", "models[0].architecture", "did you mean"),
+    ("bad quantization", "models.yaml", """kind: models
 models:
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: int3}]}
-""",
-        "models[0].variants[0].quantization",
-        "bf16",
-    ),
-    (
-        "negative slo",
-        "slo.yaml",
-        "kind: slo\ndefault: {ttft_p95_s: -1}\n",
-        "default.ttft_p95_s",
-        "greater than",
-    ),
-    (
-        "truncated yaml",
-        "cluster.yaml",
-        "kind: cluster\nnodes:\n  - name: a\n    gpus: [{type: L40S,",
-        None,
-        "not valid YAML",
-    ),
+""", "models[0].variants[0].quantization", "bf16"),
+    ("negative slo", "slo.yaml", "kind: slo\ndefault: {ttft_p95_s: -1}\n", "default.ttft_p95_s",
+     "greater than"),
+    ("truncated yaml", "cluster.yaml", "kind: cluster\nnodes:\n  - name: a\n    gpus: [{type: L40S,",
+     None, "not valid YAML"),
     ("empty file", "cluster.yaml", "", None, "empty"),
     ("unknown kind", "x.yaml", "kind: clustr\n", "kind", "did you mean 'cluster'"),
-    (
-        "misspelt key",  # issue 15 item 9: reported as the unknown key, not as a missing field
-        "cluster.yaml",
-        CLUSTER_OK.replace("cpu_memory_gib", "cpu_memroy_gib"),
-        "nodes[0].cpu_memroy_gib",
-        "unknown key 'cpu_memroy_gib' (did you mean 'cpu_memory_gib'?)",
-    ),
-]
+    # issue 15 item 9: reported as the unknown key, not as a missing field
+    ("misspelt key", "cluster.yaml", CLUSTER_OK.replace("cpu_memory_gib", "cpu_memroy_gib"),
+     "nodes[0].cpu_memroy_gib", "unknown key 'cpu_memroy_gib' (did you mean 'cpu_memory_gib'?)"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("label,fname,text,path,msg", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_exits_2_with_location(label, fname, text, path, msg, tmp_path, capsys):
     f = _write(tmp_path, fname, text)
-    code, _, err = _run(["validate", f], capsys)
+    code, _, err = run_cli(["validate", f], capsys)
     assert code == 2
     flat = " ".join(err.split())
     assert f in flat.replace(" ", "") or f in err.replace("\n", "")
@@ -321,7 +271,7 @@ def test_tp_not_dividing_heads_in_plan(tmp_path, capsys):
         "variants: [{name: a, quantization: bf16}]}\n",
     )
     p = _write(tmp_path, "plan.yaml", PLAN)
-    code, _, err = _run(["validate", p, "--cluster", c, "--models", m], capsys)
+    code, _, err = run_cli(["validate", p, "--cluster", c, "--models", m], capsys)
     assert code == 2
     flat = " ".join(err.split())
     assert "points[0].instances[0].tp:" in flat and "does not divide" in flat and "fix:" in flat
@@ -338,20 +288,20 @@ def test_trace_with_unknown_model(tmp_path, capsys):
     t = _write(
         tmp_path, "t.csv", "timestamp,model,input_tokens,output_tokens\n0,m,10,5\n1,zz,10,5\n"
     )
-    code, _, err = _run(["validate", t, "--models", m], capsys)
+    code, _, err = run_cli(["validate", t, "--models", m], capsys)
     assert code == 2 and "zz" in err and "Traceback" not in err
 
 
 def test_trace_negative_tokens(tmp_path, capsys):
     pytest.importorskip("planner.trace")
     t = _write(tmp_path, "t.csv", "timestamp,model,input_tokens,output_tokens\n0,m,-10,5\n")
-    code, _, err = _run(["validate", t], capsys)
+    code, _, err = run_cli(["validate", t], capsys)
     assert code == 2 and "input_tokens" in err
 
 
 def test_kind_mismatch(tmp_path, capsys):
     f = _write(tmp_path, "c.yaml", CLUSTER_OK)
-    code, _, err = _run(["validate", f, "--kind", "slo"], capsys)
+    code, _, err = run_cli(["validate", f, "--kind", "slo"], capsys)
     assert code == 2 and "expected a slo file" in " ".join(err.split())
 
 
@@ -365,18 +315,18 @@ def test_yaml_dump_of_example_is_stable():
 def test_workload_spec_validates(tmp_path, capsys):
     pytest.importorskip("planner.optimizer.workload.synth")
     good = _write(tmp_path, "w.yaml", "users: 3\ndays: 2\n")
-    code, out, _ = _run(["validate", good], capsys)
+    code, out, _ = run_cli(["validate", good], capsys)
     assert code == 0 and "workload" in out
     bad = _write(tmp_path, "bad.yaml", "users: 0\n")
-    code, _, err = _run(["validate", bad], capsys)
+    code, _, err = run_cli(["validate", bad], capsys)
     assert code == 2 and "users:" in err and "fix:" in err
 
 
 def test_handoff_naming_a_model_the_point_does_not_run(tmp_path, capsys):
     text = PLAN.replace("gpus: [0, 1, 2]", "gpus: [0]").replace("tp: 3", "tp: 1")
     f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [coder]}\n")
-    code, _, err = _run(["validate", f], capsys)
+    code, _, err = run_cli(["validate", f], capsys)
     flat = " ".join(err.split())
     assert code == 2 and "names models no instance of it runs: ['coder']" in flat
     f = _write(tmp_path, "plan.yaml", text + "    handoff: {m: [m]}\n")
-    assert _run(["validate", f], capsys)[0] == 0
+    assert run_cli(["validate", f], capsys)[0] == 0

@@ -14,22 +14,16 @@ from planner.optimizer.sim.steptime import decode_time_s, lone_times
 from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
 
+# a step that costs nothing: each test sets only the terms it exercises
+_NO_STEP_COST = dict(
+    overhead_s=0.0, dense_weight_read_s=0.0, expert_read_s=0.0, num_experts=0, experts_per_tok=0,
+    kv_read_s_per_token=0.0, compute_s_per_token=0.0, attn_s_per_pair=0.0, comm_s_per_token=0.0,
+    comm_latency_s=0.0,
+)  # fmt: skip
+
 
 def step_model(**kw) -> StepModel:
-    base = dict(
-        overhead_s=0.0,
-        dense_weight_read_s=0.0,
-        expert_read_s=0.0,
-        num_experts=0,
-        experts_per_tok=0,
-        kv_read_s_per_token=0.0,
-        compute_s_per_token=0.0,
-        attn_s_per_pair=0.0,
-        comm_s_per_token=0.0,
-        comm_latency_s=0.0,
-    )
-    base.update(kw)
-    return StepModel(**base)
+    return StepModel(**(_NO_STEP_COST | kw))
 
 
 def perf(step: StepModel, **kw) -> InstancePerf:
@@ -49,8 +43,7 @@ def perf(step: StepModel, **kw) -> InstancePerf:
         sleep_s=0.5,
         weights_host_gib=10.0,
     )
-    base.update(kw)
-    return InstancePerf(**base)
+    return InstancePerf(**(base | kw))
 
 
 def point(
@@ -91,14 +84,9 @@ def trace(t, model, inp, out, session=None, cached=None) -> dict:
 
 def test_decode_time_matches_step_by_step_sum():
     st = step_model(
-        overhead_s=0.003,
-        dense_weight_read_s=0.01,
-        kv_read_s_per_token=2e-7,
-        compute_s_per_token=1e-3,
-        attn_s_per_pair=5e-8,
-        comm_latency_s=1e-4,
-        comm_s_per_token=1e-6,
-    )
+        overhead_s=0.003, dense_weight_read_s=0.01, kv_read_s_per_token=2e-7,
+        compute_s_per_token=1e-3, attn_s_per_pair=5e-8, comm_latency_s=1e-4, comm_s_per_token=1e-6,
+    )  # fmt: skip
     for n, kv0, k in [(1, 100, 50), (8, 20000, 300), (32, 1000, 1000), (3, 0, 1)]:
         ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n) for j in range(k))
         assert decode_time_s(st, n, kv0, k) == pytest.approx(ref, rel=1e-9)

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_helpers import METRIC_KEYS, run_cli
 
-from planner.cli.main import main
 from planner.io import dump_yaml
 from planner.optimizer import baselines
 from planner.optimizer.workload.synth import synth
@@ -17,21 +17,7 @@ from planner.schemas.plan import InputRef, Plan
 from planner.trace_write import write_trace
 
 LAB = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
-KEYS = {
-    "slo_attainment",
-    "ttft_p95_s",
-    "tpot_p95_s",
-    "switch_p95_s",
-    "switch_count",
-    "warm_gpu_gib",
-    "gpus_used",
-    "requests",
-    "refused",
-    "substituted_share",
-    "quality_cost",
-    "variant_quality_cost",
-    "per_model",
-}
+KEYS = METRIC_KEYS | {"variant_quality_cost", "per_model"}  # a point's figures, not a replay's
 
 
 @pytest.fixture(scope="module")
@@ -53,24 +39,14 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     return {"dir": d, "trace": d / "trace.csv", "plan": d / "plan.yaml", "n": len(df)}
 
 
-def run(argv: list[str], capsys) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    return int(e.value.code or 0), capsys.readouterr().out
+def evaluate(inputs, capsys, *args) -> tuple[int, str]:
+    """`planner evaluate ARGS --workload <the synthetic trace>`: exit code and stdout."""
+    code, out, _ = run_cli(["evaluate", *args, "--workload", inputs["trace"]], capsys)
+    return code, out
 
 
 def test_plan_all_points_json(inputs, capsys):
-    code, out = run(
-        [
-            "evaluate",
-            str(inputs["plan"]),
-            "--workload",
-            str(inputs["trace"]),
-            "--all-points",
-            "--json",
-        ],
-        capsys,
-    )
+    code, out = evaluate(inputs, capsys, inputs["plan"], "--all-points", "--json")
     assert code == 0
     pts = json.loads(out)["points"]
     assert list(pts) == ["static", "copy"]
@@ -81,48 +57,21 @@ def test_plan_all_points_json(inputs, capsys):
 
 @pytest.mark.parametrize("name", ["static", "lru", "melange"])
 def test_baseline_without_plan(inputs, capsys, name):
-    code, out = run(
-        [
-            "evaluate",
-            "--baseline",
-            name,
-            "--workload",
-            str(inputs["trace"]),
-            "--cluster",
-            str(LAB / "cluster.yaml"),
-            "--models",
-            str(LAB / "models.yaml"),
-            "--slo",
-            str(LAB / "slo.yaml"),
-            "--json",
-        ],
-        capsys,
-    )
+    lab = [a for k in ("cluster", "models", "slo") for a in (f"--{k}", LAB / f"{k}.yaml")]
+    code, out = evaluate(inputs, capsys, "--baseline", name, *lab, "--json")
     assert code == 0
     m = json.loads(out)["points"][name]
     assert m["requests"] == inputs["n"] and 0 <= m["slo_attainment"] <= 1 and m["gpus_used"] >= 1
 
 
 def test_baseline_needs_inputs(inputs, capsys):
-    code, _ = run(["evaluate", "--baseline", "static", "--workload", str(inputs["trace"])], capsys)
+    code, _ = evaluate(inputs, capsys, "--baseline", "static")
     assert code == 2
 
 
 def test_table_and_plot(inputs, capsys):
     png = inputs["dir"] / "eval.png"
-    code, out = run(
-        [
-            "evaluate",
-            str(inputs["plan"]),
-            "--workload",
-            str(inputs["trace"]),
-            "--baseline",
-            "lru",
-            "--plot",
-            str(png),
-        ],
-        capsys,
-    )
+    code, out = evaluate(inputs, capsys, inputs["plan"], "--baseline", "lru", "--plot", png)
     assert code == 0 and "static" in out and "lru" in out
     assert png.stat().st_size > 1000
 

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from trace_helpers import rows_trace
 
 from planner.errors import InputError
 from planner.trace import (
@@ -171,19 +172,7 @@ rows = st.lists(
 @settings(max_examples=40, deadline=None)
 @given(rows=rows, suffix=st.sampled_from([".csv", ".jsonl", ".parquet"]))
 def test_property_roundtrip(tmp_path_factory, rows, suffix):
-    ts, model, inp, out, user = map(list, zip(*rows, strict=True))
-    df = normalize(
-        pd.DataFrame(
-            {
-                "timestamp": ts,
-                "model": model,
-                "input_tokens": inp,
-                "output_tokens": out,
-                "user": user,
-                "cached_tokens": [i // 2 for i in inp],
-            }
-        )
-    )
+    df = rows_trace(rows, cached_div=2)
     assert np.all(np.diff(df["timestamp"].to_numpy()) >= 0)
     p = tmp_path_factory.mktemp("rt") / f"t{suffix}"
     write_trace(df, p)
