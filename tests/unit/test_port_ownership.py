@@ -12,7 +12,8 @@ import textwrap
 import time
 
 import pytest
-from test_apply_cli import _plan, _run
+from cli_helpers import run_cli
+from test_apply_cli import _plan
 from test_apply_fake import FakeBackend, inst, plan
 
 from planner.adjuster.apply import apply_point
@@ -157,14 +158,14 @@ def test_cli_dry_run_names_the_holder_and_port_base_moves_away(tmp_path, capsys)
         s.bind(("127.0.0.1", 18555))
         s.listen()
         args = ["apply", plan_path, "--state-dir", str(state), "--dry-run", "--json"]
-        code, out, err = _run(args, capsys)
+        code, out, err = run_cli(args, capsys)
         assert code == 3, err
         assert f"port 18555 is held by PID {os.getpid()} (" in err
         assert ("check", "a-0", "blocked") in [
             (a["action"], a["instance"], a["result"]) for a in json.loads(out)["actions"]
         ]
         free = process.free_port()
-        code, out, err = _run([*args, "--port-base", str(free)], capsys)
+        code, out, err = run_cli([*args, "--port-base", str(free)], capsys)
         assert code == 0, err
         assert json.loads(out)["instances"][0]["port"] == free
     assert not state.exists()  # dry runs write nothing
