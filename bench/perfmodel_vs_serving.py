@@ -44,7 +44,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from result import finish
+from result import cells
 from serving import (
     BURST,
     CONFIG,
@@ -155,7 +155,9 @@ def main() -> int:
     print("\nall rows (the source of the fitted defaults in optimizer/perf/calib.py; not scored):")
     theta = fit_model(rows, START, BOUNDS)
     print("  " + ", ".join(f"{k} {v:.3g}" for k, v in theta.items()))
-    return finish(ok, res | {"rows": len(rows), "skipped": sum(skipped.values())})
+    fields = res | {"rows": len(rows), "skipped": sum(skipped.values())}
+    print(f"RESULT {cells(ok, fields)}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from planner.schemas import parse
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from result import finish
+from result import cells
 
 TARGET = 0.05
 MODELS = (("Llama-3.1-8B-Instruct", "bf16"), ("Qwen2.5-Coder-32B-Instruct", "fp8"),
@@ -133,11 +133,13 @@ def main() -> int:
                 )
     mt, mp = float(np.median(errs_ttft)), float(np.median(errs_tpot))
     ok = mt <= TARGET and mp <= TARGET
-    return finish(ok, {
+    fields = {
         "ttft_median_err": mt, "tpot_median_err": mp,
         "ttft_max_err": max(errs_ttft), "tpot_max_err": max(errs_tpot),
         "cases": len(errs_ttft), "seconds": f"{time.perf_counter() - t0:.0f}",
-    })  # fmt: skip
+    }  # fmt: skip
+    print(f"RESULT {cells(ok, fields)}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from planner.optimizer.workload.synth_spec import default_spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
-from result import finish
+from result import cells
 
 CHANGE_H = 12
 CALIBRATION_SEEDS = range(60)  # what drift.py's thresholds were set on
@@ -114,11 +114,13 @@ def main() -> int:
         and hits["new"] >= 0.95 * args.seeds
         and hits["double"] >= 0.85 * args.seeds
     )
-    return finish(ok, {
+    fields = {
         "split": "heldout_seeds", "first_seed": seeds.start, "seeds": args.seeds,
         "windows": windows, "false_alarms": false_alarms, "double_detected": hits["double"],
         "new_model_detected": hits["new"],
-    })  # fmt: skip
+    }  # fmt: skip
+    print(f"RESULT {cells(ok, fields)}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
-"""The last line every bench prints: `RESULT key=value ... pass=0|1`, and its exit code."""
+"""The cells of the last line every bench prints (`RESULT key=value ... pass=0|1`) and the
+targets before it; each bench prints the `RESULT` line itself."""
 
 from __future__ import annotations
 
 
-def finish(ok: bool, fields: dict[str, object]) -> int:
-    """Print `RESULT` with `fields` in order (floats to 3 places, the rest as they print) and
-    `pass=1` or `pass=0` last; return the exit code (1: a target missed)."""
-    cells = [f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items()]
-    print("RESULT " + " ".join([*cells, f"pass={int(ok)}"]))
-    return 0 if ok else 1
+def cells(ok: bool, fields: dict[str, object]) -> str:
+    """`fields` as `key=value` in order (floats to 3 places, the rest as they print), then
+    `pass=1` or `pass=0`."""
+    out = [f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in fields.items()]
+    return " ".join([*out, f"pass={int(ok)}"])
 
 
 def targets(checks: dict[str, bool]) -> bool:
