@@ -29,11 +29,22 @@ if TYPE_CHECKING:
     from planner.engines.base import Engine
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now (bind to 0 and release)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    """A TCP port nothing listens on now (bind to 0 and release), never one handed out before.
+
+    The kernel may give the same free port to two binds in a row; callers that take several
+    ports before binding any (a plan's instances) need them distinct.
+    """
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def new_secret() -> str:
