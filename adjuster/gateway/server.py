@@ -110,7 +110,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Open the backend session, read the instances' status, start the loops."""
-        self.up.open(self.cfg.request_timeout_s)
+        cfg = self.cfg
+        self.up.open(cfg.request_timeout_s)
         await self.refresh()
         self._tasks = [
             asyncio.create_task(self.health.loop()),
@@ -118,6 +119,7 @@ class Gateway:
             asyncio.create_task(self.tiers.loop()),
             asyncio.create_task(self.auth.watch()),
             asyncio.create_task(self.guard.loop()),
+            asyncio.create_task(self.proxy.forwarder.sweep(min(1.0, cfg.request_timeout_s / 4))),
         ]
 
     async def close(self) -> None:
