@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -209,12 +210,14 @@ def cpu_s(pid: int) -> float:
 
 def concurrent(
     urls: dict[str, str], total: int, conc: int, body: dict, gw_pid: int, pairs: int
-) -> tuple[dict[str, float], float]:
+) -> tuple[dict[str, float], float, list[tuple[float, float]]]:
     """Rounds in pairs (direct, gateway), the order flipped every other pair so drift on a
     shared machine hits both paths alike. Throughput of a path: all its requests over all
-    its rounds' time (pooled). Returns req/s per path and the gateway's CPU ms per request."""
+    its rounds' time (pooled). Returns req/s per path, the gateway's CPU ms per request and
+    each pair's (direct, gateway) round seconds."""
     busy_s = {k: 0.0 for k in urls}
     gw_cpu = 0.0
+    rounds = []
     for i in range(pairs):
         order = ["direct", "gateway"] if i % 2 == 0 else ["gateway", "direct"]
         dt = {}
@@ -224,12 +227,30 @@ def concurrent(
             busy_s[k] += dt[k]
             if k == "gateway":
                 gw_cpu += cpu_s(gw_pid) - c0
+        rounds.append((dt["direct"], dt["gateway"]))
         print(
             f"  c={conc} pair {i}: direct {total / dt['direct']:.1f} req/s, "
             f"gateway {total / dt['gateway']:.1f} req/s"
         )
     rps = {k: total * pairs / v for k, v in busy_s.items()}
-    return rps, gw_cpu / (total * pairs) * 1e3
+    return rps, gw_cpu / (total * pairs) * 1e3, rounds
+
+
+def by_mode(rounds: list[tuple[float, float]]) -> dict[str, tuple[int, float]]:
+    """mode -> (pairs, pooled gateway/direct ratio) over the pairs whose two rounds ran in
+    the same engine mode: "fast" when both rounds beat half the fastest direct round's
+    rate, "slow" when neither does; "mixed" pairs (the mode flipped between the two rounds)
+    get a count only (ratio nan). A figure beside the pooled ratio, not the target's."""
+    cut_s = 2 * min(d for d, _ in rounds)  # a round slower than this: the slow mode
+    groups: dict[str, list[tuple[float, float]]] = {"fast": [], "slow": [], "mixed": []}
+    for d, g in rounds:
+        mode = "mixed" if (d < cut_s) != (g < cut_s) else ("fast" if d < cut_s else "slow")
+        groups[mode].append((d, g))
+    return {
+        m: (len(sel), sum(d for d, _ in sel) / sum(g for _, g in sel) if sel else math.nan)
+        if m != "mixed" else (len(sel), math.nan)
+        for m, sel in groups.items()
+    }  # fmt: skip
 
 
 def main() -> None:
@@ -281,7 +302,7 @@ def main() -> None:
         add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
         ratios, cpu = {}, []
         for conc in args.concurrency:
-            rps, cpu_ms = concurrent(
+            rps, cpu_ms, rounds = concurrent(
                 urls, args.concurrent_requests, conc, body, proc.pid, args.pairs
             )
             ratios[conc] = rps["gateway"] / rps["direct"]
@@ -289,7 +310,13 @@ def main() -> None:
             print(
                 f"concurrent c={conc}: direct {rps['direct']:.1f} req/s, gateway "
                 f"{rps['gateway']:.1f} req/s (pooled over {args.pairs} rounds each): "
-                f"ratio {ratios[conc]:.3f}"
+                f"ratio {ratios[conc]:.3f}; gateway CPU {cpu_ms:.3f} ms per request"
+            )
+            modes = by_mode(rounds)
+            print(
+                f"concurrent c={conc} by engine mode (pairs whose rounds ran in one mode; "
+                "not the target's estimator): "
+                + ", ".join(f"{m} {n} pairs ratio {r:.3f}" for m, (n, r) in modes.items())
             )
         cpu_ms = sum(cpu) / len(cpu)
         print(f"gateway CPU per proxied request: {cpu_ms:.3f} ms")

@@ -42,3 +42,17 @@ def unavailable(e: Unavailable) -> web.Response:
         503, str(e), "ServiceUnavailableError",
         headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
     )  # fmt: skip
+
+
+async def expect_continue(request: web.BaseRequest) -> web.Response | None:
+    """Answer a request's `Expect` header before its body is read: `100 Continue` (None:
+    go on), or 417 for any other expectation (as aiohttp's router does)."""
+    expect = request.headers.get("Expect", "")
+    if request.version != (1, 1):
+        return None
+    if expect.lower() != "100-continue":
+        return error(417, f"unknown Expect: {expect}", "ExpectationFailedError")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the answer's own size starts after this line
+    await request.writer.drain()
+    return None

@@ -47,8 +47,8 @@ async def read_body(
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
     if length is not None and length <= READ_CHUNK:  # the common case: one bounded read
-        if request.content.is_eof():  # it came with the headers: nothing left to wait for
-            return await request.read()
+        if request.content.is_eof():  # it came with the headers: take it as it lies
+            return request.content.read_nowait()
         try:
             async with asyncio.timeout(timeout_s):
                 return await request.read()

@@ -45,6 +45,22 @@ class Forwarder:
 
     def __init__(self, pool: Pool, up: Upstream, rec: Recorder):
         self.pool, self.up, self.rec = pool, up, rec
+        # Non-streamed requests in flight -> their deadline (`request_timeout_s`), which
+        # `sweep` enforces: a timer per request (asyncio.timeout) costs the event loop more
+        # CPU than the rest of the lean client's request.
+        self._due: dict[asyncio.Task, float] = {}
+        self._late: dict[asyncio.Task, int] = {}  # cancelled by `sweep`: cancelling() before
+
+    async def sweep(self, every_s: float) -> None:
+        """Cancel the non-streamed requests past their deadline (each then answers 502, as
+        a stream past aiohttp's total timeout does); `every_s`: the deadlines' precision."""
+        while True:
+            await asyncio.sleep(every_s)
+            now = self.rec.clock.mono_s()
+            for task, due in list(self._due.items()):
+                if due <= now and task not in self._late:
+                    self._late[task] = task.cancelling()
+                    task.cancel()
 
     async def forward(
         self,
@@ -65,13 +81,26 @@ class Forwarder:
         ttft_s: float | None = None
         status = 502
         resp: web.StreamResponse | None = None
-        inst.last_used_s = rec.clock.mono_s()
+        now_s = inst.last_used_s = rec.clock.mono_s()
         try:
             if not stream:  # the hot path: a lean client (http1.py)
                 h = inst.handle
                 head = render_head(h.host, h.port, request.path, tuple(inst.auth_headers.items()))
-                async with asyncio.timeout(self.up.request_timeout_s):
+                task = asyncio.current_task()
+                assert task is not None
+                self._due[task] = now_s + self.up.request_timeout_s
+                try:
                     status, ctype, data = await self.up.http.post(h.host, h.port, head, body)
+                except asyncio.CancelledError:
+                    before = self._late.get(task)
+                    if before is not None and task.uncancel() <= before:
+                        # `sweep`'s cancel, not the client's
+                        timeout_s = self.up.request_timeout_s
+                        raise TimeoutError(f"no answer within {timeout_s:g} s") from None
+                    raise
+                finally:
+                    del self._due[task]
+                    self._late.pop(task, None)
                 ttft_s = rec.since_s(r)
                 resp, usage = _whole(inst, status, ctype, data, rename)
             else:

@@ -201,25 +201,20 @@ class _Conn(RequestHandler):
             self.header_since = self.guard.clock()
         super().data_received(data)
 
-
-@web.middleware
-async def mark_busy(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Mark the connection busy while its request is handled (headers in: no header
-    timeout, never closed to admit another)."""
-    conn = request.protocol
-    if isinstance(conn, _Conn):
-        conn.busy, conn.header_since = True, None
-    try:
-        return await handler(request)
-    finally:
-        if isinstance(conn, _Conn):
-            conn.busy = False
+    async def _handle_request(self, request: Any, start_time: Any, handler: Any) -> Any:
+        # busy from its headers to its answer's end: no header timeout, never closed to
+        # admit another connection
+        self.busy, self.header_since = True, None
+        try:
+            return await super()._handle_request(request, start_time, handler)
+        finally:
+            self.busy = False
 
 
 class GuardedSite(web.TCPSite):
     """A TCP site whose connections go through a Guard; a busy port raises OSError."""
 
-    def __init__(self, runner: web.AppRunner, guard: Guard, host: str, port: int, **kw: Any):
+    def __init__(self, runner: web.BaseRunner, guard: Guard, host: str, port: int, **kw: Any):
         super().__init__(runner, host, port, **kw)
         self.guard = guard
 

@@ -103,23 +103,30 @@ class Http1:
 
 
 async def _answer(reader: asyncio.StreamReader, raw: bytes) -> tuple[int, str, bytes, bool]:
-    """Status, Content-Type, body and whether the connection may be reused."""
-    lines = raw.decode("latin-1").split("\r\n")
-    version, code = lines[0].split(" ", 2)[:2]
+    """Status, Content-Type, body and whether the connection may be reused (`raw`: the
+    status line and headers, up to the blank line)."""
+    version, code = raw[: raw.index(b"\r\n")].split(b" ", 2)[:2]
     status = int(code)
-    headers = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-    if "chunked" in headers.get("transfer-encoding", "").lower():
+    low = raw.lower()  # header names are case-insensitive; only four are read
+    keep = version == b"HTTP/1.1" and _header(raw, low, b"connection").lower() != b"close"
+    if b"chunked" in _header(raw, low, b"transfer-encoding").lower():
         data = await _chunked(reader)
-    elif "content-length" in headers:
-        data = await reader.readexactly(int(headers["content-length"]))
+    elif b"\r\ncontent-length:" in low:
+        data = await reader.readexactly(int(_header(raw, low, b"content-length")))
     else:  # the answer ends with the connection
         data, keep = await reader.read(), False
-    return status, headers.get("content-type", "application/json"), data, keep
+    ctype = _header(raw, low, b"content-type")
+    return status, ctype.decode("latin-1") if ctype else "application/json", data, keep
+
+
+def _header(raw: bytes, low: bytes, name: bytes) -> bytes:
+    """The value of header `name` (lower case) in `raw` (whose lower case is `low`); b""
+    when absent. A search, not a parse of every line: this runs once per proxied request."""
+    at = low.find(b"\r\n" + name + b":")
+    if at < 0:
+        return b""
+    start = at + len(name) + 3
+    return raw[start : raw.index(b"\r\n", start)].strip()
 
 
 async def _chunked(reader: asyncio.StreamReader) -> bytes:

@@ -172,7 +172,8 @@ class Pool:
 
     def queued_for_admission(self, model: str) -> bool:
         """Whether requests of `model` already wait for a slot (newcomers queue behind)."""
-        return any(not f.done() for f in self._admit.get(model, ()))
+        q = self._admit.get(model)
+        return bool(q) and any(not f.done() for f in q)  # per request: mostly no queue at all
 
     async def wait_slot(self, model: str) -> Inst | None:
         """Wait for a slot on one of the model's instances: the instance whose slot was handed

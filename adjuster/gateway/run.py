@@ -34,10 +34,11 @@ async def serve(
     cfg = gateway.cfg
     gateway.guard.cap = connection_cap(cfg.max_connections, raise_open_file_limit())
     asyncio.get_running_loop().set_exception_handler(gateway.guard.loop_errors)
-    runner = web.AppRunner(
-        gateway.app(), access_log=None, handle_signals=False, handler_cancellation=True,
-        keepalive_timeout=cfg.keepalive_timeout_s, logger=http_logger(cfg.warn_every_s, gateway.clock.mono_s),
+    server = gateway.server(
+        access_log=None, handler_cancellation=True, keepalive_timeout=cfg.keepalive_timeout_s,
+        logger=http_logger(cfg.warn_every_s, gateway.clock.mono_s),
     )  # fmt: skip
+    runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
     try:
         site = GuardedSite(runner, gateway.guard, host, port, backlog=1024, reuse_address=True)

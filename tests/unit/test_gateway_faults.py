@@ -67,6 +67,19 @@ def test_a_client_that_leaves_aborts_the_engine_request_and_logs_499(setup, tmp_
     assert post(th, model="a", prompt="x").status_code == 200  # the instance is fine
 
 
+def test_a_request_past_its_timeout_is_502_and_the_engine_aborts_it(setup, tmp_path):
+    th, ctl = setup([inst("a0", "a", [0], "gpu")], {"a0"}, request_timeout_s=0.5)
+    eng = ctl.engines["a0"]
+    t = time.monotonic()
+    r = post(th, model="a", prompt="x", delay_s=30)  # an engine that never answers in time
+    assert r.status_code == 502 and "no answer within 0.5 s" in r.json()["error"]["message"]
+    assert time.monotonic() - t < 10  # the deadline, not the engine, ended it
+    _wait(lambda: eng.aborted == 1, "the engine's handler cancelled")
+    (row,) = wait_rows(tmp_path, 1, "failures")
+    assert row["status"] == 502 and "no answer within 0.5 s" in row["error"]
+    assert post(th, model="a", prompt="x").status_code == 200  # the next request is fine
+
+
 def test_an_awake_model_admits_its_bound_queues_then_refuses(setup, tmp_path):
     a0 = inst("a0", "a", [0], "gpu")
     a0 = a0.model_copy(update={"engine": a0.engine.model_copy(update={"max_num_seqs": 2})})

@@ -56,3 +56,31 @@ def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(gateway_setup, t
     assert r.status_code == 405 and r.headers["Allow"] == "POST"
     r = post(th, "/v1/embeddings", model="nope", input="x")
     assert r.status_code == 404 and r.json()["error"]["models"] == ["coder", "emb"]
+
+
+def test_head_of_a_get_route_and_expect_100_continue_are_answered(gateway_setup):
+    """What aiohttp's router answered before the gateway's own route table: HEAD of a GET
+    route; `Expect: 100-continue` before the body is sent (curl sends it for large bodies),
+    and 417 for another expectation."""
+    import socket
+
+    th, _ = gateway_setup([inst("a0", "a", [0])], {"a0"})
+    r = httpx.head(th.url + "/health")
+    assert r.status_code == 200 and r.content == b""
+    assert httpx.head(th.url + "/v1/completions").status_code == 405
+    body = json.dumps({"model": "a", "prompt": "hi"}).encode()
+    head = (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nExpect: 100-continue\r\n\r\n"
+    ).encode()
+    host, port = th.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(head)
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")  # before the body
+        s.sendall(body)
+        got = b""
+        while b'"served_by"' not in got:
+            got += s.recv(4096)
+        assert got.startswith(b"HTTP/1.1 200")
+    r = httpx.post(th.url + "/v1/completions", content=body, headers={"Expect": "magic"})
+    assert r.status_code == 417 and "magic" in r.json()["error"]["message"]
