@@ -47,7 +47,7 @@ class OptimizeConfig(BaseModel):
         "(default: 2 of a trace of 5 or more days, else 0; which ones: --held-back)",
     )
     held_back: str = Field(
-        default="last",
+        default="week",
         pattern="^(last|week|spread)$",
         description="which days are held back: last (the trace's last days), week (days that "
         "stand for the week: the last day, then the last of the other kind, busy or quiet "

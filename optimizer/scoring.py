@@ -16,7 +16,7 @@ from planner.errors import PlannerError
 from planner.optimizer import baselines
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.point_metrics import PointMetrics, metrics_json
-from planner.optimizer.sim.metrics import SimResult
+from planner.optimizer.sim.metrics import SimResult, percentiles
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.sim.request import Requests, to_requests
 from planner.optimizer.sim.simulator import simulate
@@ -85,7 +85,7 @@ def day_counts(trace: Any) -> np.ndarray:
     return np.bincount(_day_index(trace), minlength=trace_days(trace))
 
 
-def held_back_days(trace: Any, held_days: int, rule: str = "last") -> list[int]:
+def held_back_days(trace: Any, held_days: int, rule: str = "week") -> list[int]:
     """The days held back (from 0).
 
     `week`: days that stand for the week, one of each kind in turn, the
@@ -136,10 +136,28 @@ def fit_extent(trace: Any, held: list[int]) -> tuple[int, float]:
     return last - first + 1 - inside, (t.max() - t.min()) / 3600.0 - 24.0 * inside
 
 
-def split_days(trace: Any, held_days: int, rule: str = "last") -> tuple[Any, Any]:
-    """(fit, held back): the `held_back_days` apart from the rest."""
-    held = np.isin(_day_index(trace), held_back_days(trace, held_days, rule))
-    return trace[~held].reset_index(drop=True), trace[held].reset_index(drop=True)
+def split_days(trace: Any, held_days: int, rule: str = "week") -> tuple[Any, Any]:
+    """(fit, held back): the `held_back_days` apart from the rest, each closed up: a day
+    the other part took is left out of its timeline, not left empty (a held-back Friday
+    and Sunday follow each other, the Thursday and Saturday of the fitted days too). An
+    empty day inside either would count in its time averages: warm memory, and the cap
+    of the `lru@` twins matched to it, which a reactive twin, holding what it woke last
+    through the empty day, meets only with a lower cap on the busy ones."""
+    day = _day_index(trace)
+    back = held_back_days(trace, held_days, rule)
+    held = np.isin(day, back)
+    rest = [d for d in range(trace_days(trace)) if d not in back]
+
+    def closed_up(part: np.ndarray, other: list[int]) -> Any:
+        first = day[part].min() if part.any() else 0
+        inside = [d for d in other if d > first]  # the other part's days inside this one's
+        shift = np.searchsorted(inside, day[part]) * DAY_S
+        out = trace[part].reset_index(drop=True)
+        if len(out):
+            out["timestamp"] = np.asarray(out["timestamp"], dtype=float) - shift
+        return out
+
+    return closed_up(~held, back), closed_up(held, rest)
 
 
 def baselines_on(
@@ -245,3 +263,27 @@ def beats_twin(m: PointMetrics, twin_m: PointMetrics) -> bool:
     the twin) at attainment >= the twin's - 0.01 (issue 13)."""
     fast = m.switch_p95_s <= twin_m.switch_p95_s / TWIN_SWITCH_FACTOR or m.switch_p95_s == 0
     return fast and m.slo_attainment >= twin_m.slo_attainment - TWIN_ATTAINMENT_SLACK
+
+
+def day_figures(r: SimResult) -> list[PointMetrics]:
+    """The attainment and switch P95 (over the requests that waited) of each calendar day
+    of `r`'s trace, in day order: what `beats_twin` reads, day by day."""
+    day = np.floor(r.arrival_s / DAY_S)
+    out = []
+    for d in np.unique(day):
+        sel = day == d
+        out.append(
+            PointMetrics(
+                slo_attainment=float(r.met_slo[sel].mean()),
+                switch_p95_s=percentiles(r.switch_wait_s[sel & r.switched])["p95"],
+                requests=int(sel.sum()),
+            )
+        )
+    return out
+
+
+def beats_twin_each_day(days: list[PointMetrics], twin_days: list[PointMetrics]) -> bool:
+    """`beats_twin` on every day apart: the held-back days stand for the week (a working
+    day and a quiet one), and a point is worth its plan only where it is worth it on both;
+    judged on their sum, the busy day's requests outvote the quiet day's."""
+    return all(beats_twin(m, t) for m, t in zip(days, twin_days, strict=True))

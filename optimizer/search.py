@@ -31,6 +31,7 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.search_context import Job, loosest_knobs, search_context
+from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
@@ -66,6 +67,7 @@ class Searcher:
             scoring.scorer(c.held_req, slo, names) if c.held_req is not None else None
         )
         self._twins: dict[int, PointMetrics] = {}
+        self._twin_days: dict[int, list[tuple[PointMetrics, PointMetrics]]] = {}
         # `run`'s progress callback and its total: the front's later evaluations (select.py)
         # report through it too, so the total shown ends equal to the evaluations made
         self._progress: Progress | None = None
@@ -185,6 +187,13 @@ class Searcher:
             self._total = max(self._total, n)
             self._progress(n, self._total, None)
 
+    def twin_days(self, ev: Evaluation) -> list[tuple[PointMetrics, PointMetrics]]:
+        """(the point's, its `lru@` twin's) figures on each held-back day apart
+        (`scoring.day_figures`; none when fewer than two are held back or the twin is the
+        point itself)."""
+        self.run_twins([ev])
+        return self._twin_days.get(ev.index, [])
+
     def twin_metrics(self, ev: Evaluation) -> PointMetrics:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
         self.run_twins([ev])
@@ -203,9 +212,11 @@ class Searcher:
                 todo.append(ev)
         req = self.ctx.chosen_req
 
-        def job(k: int) -> PointMetrics:
+        by_day = self.ctx.held_req is not None and self.ctx.validate_days > 1
+
+        def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
             ev = todo[k]
-            return scoring.twin_result(
+            twin = scoring.twin_result(
                 ev.point,
                 ev.perfs,
                 ev.chosen.warm_gpu_gib,
@@ -215,10 +226,16 @@ class Searcher:
                 self.models.names,
                 gpu_margin=self.cfg.gpu_memory_margin,
                 host_margin=self.cfg.host_memory_margin,
-            ).point_metrics()
+            )
+            if not by_day:
+                return twin.point_metrics(), []
+            own = simulate(ev.point, ev.perfs, req, self.slo, model_names=self.models.names)
+            days = zip(scoring.day_figures(own), scoring.day_figures(twin), strict=True)
+            return twin.point_metrics(), list(days)
 
-        for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
+        for ev, (m, days) in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
+            self._twin_days[ev.index] = days
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall

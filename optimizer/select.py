@@ -232,7 +232,7 @@ def _twin_front(
     if not ctx.cfg.baselines:
         return front
     worths: list[tuple[Worth, str]] = [
-        (lambda e, t: scoring.beats_twin(e.chosen, t), TWIN_NOTE_SLOWER),
+        (lambda e, t: scoring.beats_twin(e.chosen, t) and _each_day(ev, e), TWIN_NOTE_SLOWER),
         (lambda e, t: not dominates(t, e.chosen), TWIN_NOTE_DOMINATED),
     ]
     for worth, why in worths:
@@ -242,6 +242,12 @@ def _twin_front(
                 notes.append(why)
             return cand
     return front
+
+
+def _each_day(ev: Evaluator, e: Evaluation) -> bool:
+    """`e` beats its twin on each held-back day apart (`scoring.beats_twin_each_day`)."""
+    pairs = ev.twin_days(e)
+    return scoring.beats_twin_each_day([m for m, _ in pairs], [t for _, t in pairs])
 
 
 def _selected(named: list[tuple[str, Evaluation]]) -> str:
