@@ -16,7 +16,7 @@ from planner.errors import PlannerError
 from planner.optimizer import baselines
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.point_metrics import PointMetrics, metrics_json
-from planner.optimizer.sim.metrics import SimResult, percentiles
+from planner.optimizer.sim.metrics import SimResult
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.sim.request import Requests, to_requests
 from planner.optimizer.sim.simulator import simulate
@@ -134,6 +134,12 @@ def fit_extent(trace: Any, held: list[int]) -> tuple[int, float]:
     base = int(np.floor(np.asarray(trace["timestamp"], dtype=float).min() / DAY_S))
     inside = sum(1 for d in held if first < d + base < last)
     return last - first + 1 - inside, (t.max() - t.min()) / 3600.0 - 24.0 * inside
+
+
+def each_day(trace: Any) -> list[Any]:
+    """The trace's calendar days, each apart (those with requests, in day order)."""
+    day = _day_index(trace)
+    return [trace[day == d].reset_index(drop=True) for d in np.unique(day)]
 
 
 def split_days(trace: Any, held_days: int, rule: str = "week") -> tuple[Any, Any]:
@@ -265,25 +271,10 @@ def beats_twin(m: PointMetrics, twin_m: PointMetrics) -> bool:
     return fast and m.slo_attainment >= twin_m.slo_attainment - TWIN_ATTAINMENT_SLACK
 
 
-def day_figures(r: SimResult) -> list[PointMetrics]:
-    """The attainment and switch P95 (over the requests that waited) of each calendar day
-    of `r`'s trace, in day order: what `beats_twin` reads, day by day."""
-    day = np.floor(r.arrival_s / DAY_S)
-    out = []
-    for d in np.unique(day):
-        sel = day == d
-        out.append(
-            PointMetrics(
-                slo_attainment=float(r.met_slo[sel].mean()),
-                switch_p95_s=percentiles(r.switch_wait_s[sel & r.switched])["p95"],
-                requests=int(sel.sum()),
-            )
-        )
-    return out
-
-
 def beats_twin_each_day(days: list[PointMetrics], twin_days: list[PointMetrics]) -> bool:
-    """`beats_twin` on every day apart: the held-back days stand for the week (a working
-    day and a quiet one), and a point is worth its plan only where it is worth it on both;
-    judged on their sum, the busy day's requests outvote the quiet day's."""
+    """`beats_twin` on every day apart (each simulated as its own trace, the twin matched to
+    the point's memory on it): the held-back days stand for the week (a working day and a
+    quiet one), and a point is worth its plan only where it is worth it on both. Judged on
+    their sum, the busy day's requests outvote the quiet day's, and the twin's memory is
+    matched to an average over both."""
     return all(beats_twin(m, t) for m, t in zip(days, twin_days, strict=True))

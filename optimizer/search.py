@@ -31,6 +31,8 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.search_context import Job, loosest_knobs, search_context
+from planner.optimizer.sim.metrics import SimResult
+from planner.optimizer.sim.request import Requests
 from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
 from planner.schemas.cluster import Cluster
@@ -188,9 +190,9 @@ class Searcher:
             self._progress(n, self._total, None)
 
     def twin_days(self, ev: Evaluation) -> list[tuple[PointMetrics, PointMetrics]]:
-        """(the point's, its `lru@` twin's) figures on each held-back day apart
-        (`scoring.day_figures`; none when fewer than two are held back or the twin is the
-        point itself)."""
+        """(the point's, its `lru@` twin's) figures on each held-back day simulated apart, the
+        twin matched to the point's memory on that day (none when fewer than two are held
+        back or the twin is the point itself)."""
         self.run_twins([ev])
         return self._twin_days.get(ev.index, [])
 
@@ -211,31 +213,32 @@ class Searcher:
             else:
                 todo.append(ev)
         req = self.ctx.chosen_req
+        days = self.ctx.held_day_req if len(self.ctx.held_day_req) > 1 else []
 
-        by_day = self.ctx.held_req is not None and self.ctx.validate_days > 1
-
-        def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
-            ev = todo[k]
-            twin = scoring.twin_result(
+        def twin(ev: Evaluation, on: Requests, warm_gib: float) -> SimResult:
+            return scoring.twin_result(
                 ev.point,
                 ev.perfs,
-                ev.chosen.warm_gpu_gib,
+                warm_gib,
                 self.cluster,
                 self.slo,
-                req,
+                on,
                 self.models.names,
                 gpu_margin=self.cfg.gpu_memory_margin,
                 host_margin=self.cfg.host_memory_margin,
             )
-            if not by_day:
-                return twin.point_metrics(), []
-            own = simulate(ev.point, ev.perfs, req, self.slo, model_names=self.models.names)
-            days = zip(scoring.day_figures(own), scoring.day_figures(twin), strict=True)
-            return twin.point_metrics(), list(days)
 
-        for ev, (m, days) in zip(todo, self.job_map(job, len(todo)), strict=True):
+        def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
+            ev = todo[k]
+            pairs = []
+            for day in days:  # each held-back day as its own trace
+                own = simulate(ev.point, ev.perfs, day, self.slo, model_names=self.models.names)
+                pairs.append((own.point_metrics(), twin(ev, day, own.warm_gpu_gib).point_metrics()))
+            return twin(ev, req, ev.chosen.warm_gpu_gib).point_metrics(), pairs
+
+        for ev, (m, pairs) in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
-            self._twin_days[ev.index] = days
+            self._twin_days[ev.index] = pairs
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall

@@ -14,6 +14,7 @@ from cli_helpers import run_cli
 
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.point_metrics import PointMetrics
 from planner.schemas import load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,3 +56,27 @@ def test_the_plan_and_plan_show_name_the_held_back_days(tmp_path, capsys, monkey
     which = ", ".join(f"day {d['day']} ({d['requests']} requests)" for d in got["held_days"])
     assert f"held back: {which}" in text
     assert f"fitted: the other days ({plan.search['fit_requests']} requests)" in text
+
+
+def test_each_part_is_closed_up():
+    """A held-back Friday is followed by the Sunday, the fitted Thursday by the Saturday: no
+    empty day inside either part counts in its time averages (warm memory, twins' cap)."""
+    counts = [9, 8, 7, 9, 8, 1, 2]
+    week = pd.DataFrame(
+        {"timestamp": [d * 86400.0 + 3600.0 * s for d, n in enumerate(counts) for s in range(n)]}
+    ).assign(model="a")
+    fit, held = scoring.split_days(week, 2)
+    assert sorted(set(held["timestamp"] // 86400)) == [4, 5]  # Friday, then Sunday
+    assert sorted(set(fit["timestamp"] // 86400)) == [0, 1, 2, 3, 4]  # Saturday after Thursday
+    assert (held["timestamp"] % 86400).tolist() == [3600.0 * s for s in [*range(8), 0, 1]]
+    assert [len(d) for d in scoring.each_day(held)] == [8, 2]
+
+
+def test_a_point_must_beat_its_twin_on_each_held_back_day():
+    """Beating the twin on the busy day is not enough where the quiet day's twin switches
+    as fast: the busy day's requests would outvote it in their sum."""
+    busy = (PointMetrics(slo_attainment=0.95, switch_p95_s=10.0), PointMetrics(0.8, 0, 0, 120.0))
+    quiet = (PointMetrics(slo_attainment=0.98, switch_p95_s=8.0), PointMetrics(0.97, 0, 0, 0.7))
+    assert scoring.beats_twin_each_day([busy[0]], [busy[1]])
+    assert not scoring.beats_twin_each_day([busy[0], quiet[0]], [busy[1], quiet[1]])
+    assert scoring.beats_twin_each_day([], [])  # nothing held back: no verdict by day
