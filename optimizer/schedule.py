@@ -9,8 +9,8 @@ busiest first, while they fit their GPUs together (`gpu_usable_gib`). Requests t
 forecast does not expect still come, mostly at the edges of the working day, and wait for
 their model's wake. A plan is only worth its memory where those waits are short, so an
 instance whose wake is slower than `fast_wake_s` (a share of a slow switch under reactive
-swapping) is kept awake in every hour its forecast is above zero and the hours next to
-those (`edge_rates`: a few fitted days do not place the day's edges to the hour). The
+swapping) is kept awake in every hour its forecast is above zero and the hour before them
+(`edge_rates`: a few fitted days do not place the working day's start to the hour). The
 gateway and the simulator wake instances at the start of their awake hours, before their requests
 (`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
 request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
@@ -126,12 +126,14 @@ def fast_wake_s(
 
 
 def edge_rates(rate: np.ndarray) -> np.ndarray:
-    """Each hour's forecast or its neighbours', whichever is higher (the day wraps around).
-    A few fitted days do not place the edges of the working day to the hour: an hour none
-    of them had a request in, next to one they had, still gets some on other days (with a
-    weekend day among the fitted ones, the working days are fewer still), and a slow wake
-    left to those requests is the switch a plan is meant to spare them."""
-    return np.maximum(rate, np.maximum(np.roll(rate, 1), np.roll(rate, -1)))
+    """Each hour's forecast, or the next hour's where that is higher (the day wraps around):
+    the hour before each run of hours with requests counts as one. A few fitted days do not
+    place the start of the working day to the hour (with a weekend day among them, the
+    working days are fewer still): an hour none of them had a request in, just before one
+    they had, still gets some on other days, and a slow wake left to those is the switch a
+    plan is meant to spare them. Its end needs no such hour: an instance stays awake
+    `idle_sleep_s` after its last request."""
+    return np.maximum(rate, np.roll(rate, -1))
 
 
 def awake_hours(
@@ -143,7 +145,7 @@ def awake_hours(
 ) -> dict[str, list[int]]:
     """instance id -> the hours it is kept awake (see the module docstring); those waking
     slower than `fast_s` (`fast_wake_s`) keep every hour their forecast is above zero, and
-    the hours next to those (`edge_rates`). GPUs
+    the hour before each run of those (`edge_rates`). GPUs
     the point gives no capacity for hold one lazy instance awake at a time."""
     cap = {(n, d): gib for n, devs in point.gpu_usable_gib.items() for d, gib in devs.items()}
     base: dict[tuple[str, int], float] = {}  # GiB held whatever the hour
@@ -160,7 +162,7 @@ def awake_hours(
         used = dict(base)
         lazy_awake: set[tuple[str, int]] = set()
         for i in sorted(lazy, key=lambda i: -rates[i.model][h]):
-            # slow wakes whenever any request is forecast at or next to the hour
+            # slow wakes whenever any request is forecast in the hour or the next
             quiet = (
                 near[i.model][h] <= 0 if i.id in slow else rates[i.model][h] < min_requests_per_h
             )
