@@ -88,17 +88,15 @@ def day_counts(trace: Any) -> np.ndarray:
 def held_back_days(trace: Any, held_days: int, rule: str = "week") -> list[int]:
     """The days held back (from 0).
 
-    `week`: days that stand for the week, one of each kind in turn, the
+    `week` (the default): days that stand for the week, one of each kind in turn, the
     latest of its kind: a day is busy when it has at least the median day's requests, else
     quiet; the trace's last day is taken, then the last day of the other kind, and so on
     (two of a week that starts on Monday: Sunday and Friday, so the headline figures carry a
-    working day's traffic and a weekend's, not the weekend's alone).
-    `last` (the default): the trace's last `held_days` (a Monday week's weekend). It stays
-    the default while the others cost a target of bench/optimize_quality.py on the unseen
-    weeks 57-64: with `week`, edge6's lru@ twins held on 6 weeks against 7 (2-3 requests a
-    week woke a model in 0.66 s, its twin's 1.58 s, where no held-back day had one); with
-    `spread`, edge6 reached melange at 0.6x its memory on 2 against 8 (its busy held-back
-    Wednesday left the search's lean points out of the pool).
+    working day's traffic and a weekend's, not the weekend's alone). It became the default
+    with what made it hold bench/optimize_quality.py's targets: each part closed up
+    (`split_days`), twins judged on each held-back day apart (`beats_twin_each_day`) and
+    slow wakes awake the hour before their forecast hours (`schedule.edge_rates`).
+    `last`: the trace's last `held_days` (a Monday week's weekend; the default before).
     `spread`: days ranked by their requests (ties: the earlier first), the day at each of
     the `held_days` quantiles (k + 1/2) / held_days (two of seven: the busier weekend day
     and the second busiest weekday)."""
@@ -269,6 +267,27 @@ def beats_twin(m: PointMetrics, twin_m: PointMetrics) -> bool:
     the twin) at attainment >= the twin's - 0.01 (issue 13)."""
     fast = m.switch_p95_s <= twin_m.switch_p95_s / TWIN_SWITCH_FACTOR or m.switch_p95_s == 0
     return fast and m.slo_attainment >= twin_m.slo_attainment - TWIN_ATTAINMENT_SLACK
+
+
+def twins_by_day(
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    cluster: Cluster,
+    slo: Slo,
+    days: list[Requests],
+    model_names: list[str],
+    **margins: float,
+) -> list[tuple[PointMetrics, PointMetrics]]:
+    """(the point's, its twin's) figures on each of `days` simulated as its own trace, the
+    twin matched to the point's memory on that day (`beats_twin_each_day` reads them)."""
+    out = []
+    for day in days:
+        own = simulate(point, perfs, day, slo, model_names=model_names)
+        twin = twin_result(
+            point, perfs, own.warm_gpu_gib, cluster, slo, day, model_names, **margins
+        )
+        out.append((own.point_metrics(), twin.point_metrics()))
+    return out
 
 
 def beats_twin_each_day(days: list[PointMetrics], twin_days: list[PointMetrics]) -> bool:

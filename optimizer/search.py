@@ -31,9 +31,6 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.search_context import Job, loosest_knobs, search_context
-from planner.optimizer.sim.metrics import SimResult
-from planner.optimizer.sim.request import Requests
-from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
@@ -214,27 +211,19 @@ class Searcher:
                 todo.append(ev)
         req = self.ctx.chosen_req
         days = self.ctx.held_day_req if len(self.ctx.held_day_req) > 1 else []
-
-        def twin(ev: Evaluation, on: Requests, warm_gib: float) -> SimResult:
-            return scoring.twin_result(
-                ev.point,
-                ev.perfs,
-                warm_gib,
-                self.cluster,
-                self.slo,
-                on,
-                self.models.names,
-                gpu_margin=self.cfg.gpu_memory_margin,
-                host_margin=self.cfg.host_memory_margin,
-            )
+        margins = {
+            "gpu_margin": self.cfg.gpu_memory_margin,
+            "host_margin": self.cfg.host_memory_margin,
+        }
 
         def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
-            ev = todo[k]
-            pairs = []
-            for day in days:  # each held-back day as its own trace
-                own = simulate(ev.point, ev.perfs, day, self.slo, model_names=self.models.names)
-                pairs.append((own.point_metrics(), twin(ev, day, own.warm_gpu_gib).point_metrics()))
-            return twin(ev, req, ev.chosen.warm_gpu_gib).point_metrics(), pairs
+            p, perfs, names = todo[k].point, todo[k].perfs, self.models.names
+            warm = todo[k].chosen.warm_gpu_gib
+            whole = scoring.twin_result(
+                p, perfs, warm, self.cluster, self.slo, req, names, **margins
+            )
+            by_day = scoring.twins_by_day(p, perfs, self.cluster, self.slo, days, names, **margins)
+            return whole.point_metrics(), by_day
 
         for ev, (m, pairs) in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
