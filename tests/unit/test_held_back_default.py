@@ -45,7 +45,7 @@ def test_the_plan_and_plan_show_name_the_held_back_days(tmp_path, capsys, monkey
     held = [d["day"] for d in got["held_days"]]
     assert len(held) == 2 and sum(d < 5 for d in held) == 1  # one working day, one weekend
     plan = load_plan(out)
-    assert plan.search["held_back"] == "week"
+    assert plan.search["held_back"] == got["held_back"] == "week"
     assert plan.search["held_days"] == got["held_days"]
     assert sum(d["requests"] for d in got["held_days"]) == plan.search["held_requests"]
     sel = plan.point(plan.selected)
