@@ -11,8 +11,8 @@ their model's wake. A plan is only worth its memory where those waits are short,
 instance whose wake is slower than `fast_wake_s` (a share of a slow switch under reactive
 swapping) is kept awake in every hour its forecast is above zero and the hour before them
 (`edge_rates`: a few fitted days do not place the working day's start to the hour). The
-gateway and the simulator wake instances at the start of their awake hours, before their requests
-(`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
+gateway and the simulator wake instances at the start of their awake hours, before their
+requests (`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
 request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
 working day instead of its peak, and the models that alternate in the same hours are awake
 together instead of evicting each other.
@@ -145,8 +145,8 @@ def awake_hours(
 ) -> dict[str, list[int]]:
     """instance id -> the hours it is kept awake (see the module docstring); those waking
     slower than `fast_s` (`fast_wake_s`) keep every hour their forecast is above zero, and
-    the hour before each run of those (`edge_rates`). GPUs
-    the point gives no capacity for hold one lazy instance awake at a time."""
+    the hour before each run of those (`edge_rates`). GPUs the point gives no capacity for
+    hold one lazy instance awake at a time."""
     cap = {(n, d): gib for n, devs in point.gpu_usable_gib.items() for d, gib in devs.items()}
     base: dict[tuple[str, int], float] = {}  # GiB held whatever the hour
     for i in point.instances:
