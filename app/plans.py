@@ -78,6 +78,8 @@ def plan_from_result(
             "fit_requests": result.fit_requests,
             "held_requests": result.held_requests,
             "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
+            # the rule that chose them (`--held-back`), where days are held back
+            **({"held_back": cfg.held_back} if result.validate_days else {}),
             **(search or {}),
         },
         selected=result.selected,

@@ -188,6 +188,7 @@ def _summary_json(result: Any, plan: Any, out: Path) -> dict[str, Any]:
         "hops": {a: {b: h.model_dump() for b, h in d.items()} for a, d in plan.hops.items()},
         "validate_days": result.validate_days,
         "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
+        "held_back": plan.search.get("held_back"),  # the rule that chose them
         "evaluations": len(result.evaluations),
         "feasible_evaluations": sum(e.feasible for e in result.evaluations),
         "milp_time_s": round(result.milp_time_s, 3),

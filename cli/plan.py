@@ -48,6 +48,7 @@ def show_cmd(
         print_json(
             {
                 "plan": str(plan_path), "point": p.name, "predicted": p.predicted,
+                "predicted_fit": p.predicted_fit, "held_days": plan.search.get("held_days", []),
                 "idle_sleep": idle_sleep_rule(p), "hour": hour, "gpus": gpus,
             }
         )  # fmt: skip
@@ -211,13 +212,67 @@ def _print(plan: Any, point: Any, gpus: list[dict[str, Any]], hour: int | None) 
             f"day (awake hours, UTC) and when; {idle_sleep_rule(point)}",
         )
     )
-    console.print(
-        f"predicted: SLO met {fmt_attainment(pr.slo_attainment)}, P95 switch "
-        f"{fmt_num(pr.switch_p95_s)} s, TTFT {fmt_num(pr.ttft_p95_s)} s, TPOT "
-        f"{fmt_num(1000 * pr.tpot_p95_s)} ms; warm {pr.warm_gpu_gib:.1f} GiB on "
-        f"{pr.gpus_used} GPUs",
-        highlight=False,
-    )
+    if point.predicted_fit is None:
+        console.print(
+            f"predicted: SLO met {fmt_attainment(pr.slo_attainment)}, P95 switch "
+            f"{fmt_num(pr.switch_p95_s)} s, TTFT {fmt_num(pr.ttft_p95_s)} s, TPOT "
+            f"{fmt_num(1000 * pr.tpot_p95_s)} ms; warm {pr.warm_gpu_gib:.1f} GiB on "
+            f"{pr.gpus_used} GPUs",
+            highlight=False,
+        )
+    else:
+        console.print(predicted_table(plan, point))
     others = [p.name for p in plan.points if p.name != point.name]
     if others:
         console.print(f"other points: {', '.join(others)} (--point NAME)", highlight=False)
+
+
+def predicted_table(plan: Any, point: Any) -> Any:
+    """The point's predicted figures on the held-back days beside those on the fitted days,
+    each row naming its days and their requests (`search.held_days`, `fit_requests`)."""
+    from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
+
+    held = plan.search.get("held_days") or []
+    rule = plan.search.get("held_back")
+    rows = []
+    for label, pr in (
+        (
+            "held back: " + ", ".join(f"day {d['day']} ({d['requests']} requests)" for d in held),
+            point.predicted,
+        ),
+        (
+            f"fitted: the other days ({plan.search.get('fit_requests', '?')} requests)",
+            point.predicted_fit,
+        ),
+    ):
+        rows.append(
+            (
+                [
+                    label,
+                    fmt_attainment(pr.slo_attainment),
+                    fmt_num(pr.switch_p95_s),
+                    fmt_num(pr.ttft_p95_s),
+                    fmt_num(1000 * pr.tpot_p95_s),
+                    f"{pr.warm_gpu_gib:.1f}",
+                    str(pr.gpus_used),
+                ],
+                None,
+            )
+        )
+    cols = [
+        Col("days (from 0)", "left"),
+        Col("SLO met"),
+        Col("switch P95 s"),
+        Col("TTFT P95 s", drop=2),
+        Col("TPOT P95 ms", drop=1),
+        Col("warm GiB"),
+        Col("GPUs", drop=3),
+    ]
+    why = f" (--held-back {rule})" if rule else ""
+    return fit_table(
+        "predicted: on the held-back days the points were chosen on"
+        + why
+        + ", beside the fitted days",
+        cols,
+        rows,
+    )

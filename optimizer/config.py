@@ -47,12 +47,12 @@ class OptimizeConfig(BaseModel):
         "(default: 2 of a trace of 5 or more days, else 0; which ones: --held-back)",
     )
     held_back: str = Field(
-        default="last",
+        default="week",
         pattern="^(last|week|spread)$",
-        description="which days are held back: last (the trace's last days), week (days that "
-        "stand for the week: the last day, then the last of the other kind, busy or quiet "
-        "against the median day: a Monday week's Sunday and Friday) or spread (days ranked by "
-        "requests, the ones at the quantiles (k+1/2)/N)",
+        description="which days are held back: week (the default; days that stand for the "
+        "week: the last day, then the last of the other kind, busy or quiet against the median "
+        "day: a Monday week's Sunday and Friday), last (the trace's last days: a Monday week's "
+        "weekend) or spread (days ranked by requests, the ones at the quantiles (k+1/2)/N)",
     )
     awake_min_requests_per_h: tuple[float, ...] = Field(
         default=(0.5, 8.0),

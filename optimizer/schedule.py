@@ -9,9 +9,10 @@ busiest first, while they fit their GPUs together (`gpu_usable_gib`). Requests t
 forecast does not expect still come, mostly at the edges of the working day, and wait for
 their model's wake. A plan is only worth its memory where those waits are short, so an
 instance whose wake is slower than `fast_wake_s` (a share of a slow switch under reactive
-swapping) is kept awake in every hour its forecast is above zero. The gateway and the
-simulator wake instances at the start of their awake hours, before their requests
-(`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
+swapping) is kept awake in every hour its forecast is above zero and the hour before them
+(`edge_rates`: a few fitted days do not place the working day's start to the hour). The
+gateway and the simulator wake instances at the start of their awake hours, before their
+requests (`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
 request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
 working day instead of its peak, and the models that alternate in the same hours are awake
 together instead of evicting each other.
@@ -124,6 +125,17 @@ def fast_wake_s(
     return (max(perfs[i.id].wake_s(i.tier) for i in lazy) + sleep_s) / factor
 
 
+def edge_rates(rate: np.ndarray) -> np.ndarray:
+    """Each hour's forecast, or the next hour's where that is higher (the day wraps around):
+    the hour before each run of hours with requests counts as one. A few fitted days do not
+    place the start of the working day to the hour (with a weekend day among them, the
+    working days are fewer still): an hour none of them had a request in, just before one
+    they had, still gets some on other days, and a slow wake left to those is the switch a
+    plan is meant to spare them. Its end needs no such hour: an instance stays awake
+    `idle_sleep_s` after its last request."""
+    return np.maximum(rate, np.roll(rate, -1))
+
+
 def awake_hours(
     point: Point,
     perfs: dict[str, InstancePerf],
@@ -132,8 +144,9 @@ def awake_hours(
     fast_s: float = np.inf,
 ) -> dict[str, list[int]]:
     """instance id -> the hours it is kept awake (see the module docstring); those waking
-    slower than `fast_s` (`fast_wake_s`) keep every hour their forecast is above zero. GPUs
-    the point gives no capacity for hold one lazy instance awake at a time."""
+    slower than `fast_s` (`fast_wake_s`) keep every hour their forecast is above zero, and
+    the hour before each run of those (`edge_rates`). GPUs the point gives no capacity for
+    hold one lazy instance awake at a time."""
     cap = {(n, d): gib for n, devs in point.gpu_usable_gib.items() for d, gib in devs.items()}
     base: dict[tuple[str, int], float] = {}  # GiB held whatever the hour
     for i in point.instances:
@@ -142,17 +155,18 @@ def awake_hours(
             held = p.awake_gib_per_gpu if i.tier == "gpu" else p.context_gib_per_gpu
             base[(i.node, d)] = base.get((i.node, d), 0.0) + held
     lazy = _lazy_forecast(point, rates)
-    # requests/h from which each is kept awake: slow wakes whenever any is forecast
-    floor = {
-        i.id: min_requests_per_h if perfs[i.id].wake_s(i.tier) <= fast_s else np.nextafter(0, 1)
-        for i in lazy
-    }
+    slow = {i.id for i in lazy if perfs[i.id].wake_s(i.tier) > fast_s}
+    near = {i.model: edge_rates(rates[i.model]) for i in lazy if i.id in slow}
     out: dict[str, list[int]] = {i.id: [] for i in lazy}
     for h in range(DAY_H):
         used = dict(base)
         lazy_awake: set[tuple[str, int]] = set()
         for i in sorted(lazy, key=lambda i: -rates[i.model][h]):
-            if rates[i.model][h] < floor[i.id]:
+            # slow wakes whenever any request is forecast in the hour or the next
+            quiet = (
+                near[i.model][h] <= 0 if i.id in slow else rates[i.model][h] < min_requests_per_h
+            )
+            if quiet:
                 continue
             p = perfs[i.id]
             gpus = [(i.node, d) for d in i.gpus]
@@ -209,6 +223,7 @@ def scheduled(
 __all__ = [
     "all_lazy",
     "awake_hours",
+    "edge_rates",
     "fast_wake_s",
     "gpu_usable_gib",
     "handoffs",

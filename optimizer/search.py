@@ -66,6 +66,7 @@ class Searcher:
             scoring.scorer(c.held_req, slo, names) if c.held_req is not None else None
         )
         self._twins: dict[int, PointMetrics] = {}
+        self._twin_days: dict[int, list[tuple[PointMetrics, PointMetrics]]] = {}
         # `run`'s progress callback and its total: the front's later evaluations (select.py)
         # report through it too, so the total shown ends equal to the evaluations made
         self._progress: Progress | None = None
@@ -185,6 +186,13 @@ class Searcher:
             self._total = max(self._total, n)
             self._progress(n, self._total, None)
 
+    def twin_days(self, ev: Evaluation) -> list[tuple[PointMetrics, PointMetrics]]:
+        """(the point's, its `lru@` twin's) figures on each held-back day simulated apart, the
+        twin matched to the point's memory on that day (none when fewer than two are held
+        back or the twin is the point itself)."""
+        self.run_twins([ev])
+        return self._twin_days.get(ev.index, [])
+
     def twin_metrics(self, ev: Evaluation) -> PointMetrics:
         """The `lru@` twin of an evaluated point, on the days points are chosen on (cached)."""
         self.run_twins([ev])
@@ -202,23 +210,24 @@ class Searcher:
             else:
                 todo.append(ev)
         req = self.ctx.chosen_req
+        days = self.ctx.held_day_req if len(self.ctx.held_day_req) > 1 else []
+        margins = {
+            "gpu_margin": self.cfg.gpu_memory_margin,
+            "host_margin": self.cfg.host_memory_margin,
+        }
 
-        def job(k: int) -> PointMetrics:
-            ev = todo[k]
-            return scoring.twin_result(
-                ev.point,
-                ev.perfs,
-                ev.chosen.warm_gpu_gib,
-                self.cluster,
-                self.slo,
-                req,
-                self.models.names,
-                gpu_margin=self.cfg.gpu_memory_margin,
-                host_margin=self.cfg.host_memory_margin,
-            ).point_metrics()
+        def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
+            p, perfs, names = todo[k].point, todo[k].perfs, self.models.names
+            warm = todo[k].chosen.warm_gpu_gib
+            whole = scoring.twin_result(
+                p, perfs, warm, self.cluster, self.slo, req, names, **margins
+            )
+            by_day = scoring.twins_by_day(p, perfs, self.cluster, self.slo, days, names, **margins)
+            return whole.point_metrics(), by_day
 
-        for ev, m in zip(todo, self.job_map(job, len(todo)), strict=True):
+        for ev, (m, pairs) in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
+            self._twin_days[ev.index] = pairs
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall

@@ -42,6 +42,7 @@ class SearchContext:
     held_days: list[tuple[int, int]]  # (day from 0, requests)
     fit_req: Requests
     held_req: Requests | None
+    held_day_req: list[Requests]  # each held-back day apart, in day order
     demand: dict[str, ModelDemand]
     sleep_order: list[str]
     rates: Any  # schedule.hourly_rates of the fitted days: the schedule variants' forecast
@@ -85,6 +86,9 @@ def search_context(
         held_days=[(d, int(counts[d])) for d in days],
         fit_req=scoring.requests(fit, models),
         held_req=scoring.requests(held, models) if validate else None,
+        held_day_req=[scoring.requests(d, models) for d in scoring.each_day(held)]
+        if validate
+        else [],
         demand=demand,
         sleep_order=sleep_order(models, demand),
         rates=schedule.hourly_rates(fit, fit_days),
@@ -126,3 +130,5 @@ class Evaluator(Protocol):
     def run_twins(self, evs: list[Evaluation]) -> None: ...
 
     def twin_metrics(self, ev: Evaluation) -> PointMetrics: ...
+
+    def twin_days(self, ev: Evaluation) -> list[tuple[PointMetrics, PointMetrics]]: ...

@@ -11,8 +11,9 @@
 3. The front (switch P95, warm GiB and quality cost to lower, attainment over every day to
    raise, differences under `ATTAINMENT_TIE` counting as none) keeps the points distinctly
    better than their own `lru@` twin on the days points are chosen on (`scoring.beats_twin`:
-   switch P95 at most a third of the twin's at its attainment - 0.01): planned tiers are
-   worth a point only where they switch clearly faster than reactive swapping on the same
+   switch P95 at most a third of the twin's at its attainment - 0.01), on their sum and on
+   each held-back day apart (`scoring.beats_twin_each_day`): planned tiers are worth a
+   point only where they switch clearly faster than reactive swapping on the same
    instances at the same memory. Where no point is, it keeps those no twin dominates.
 4. Baselines on the fitted days (`select_baselines`): a point one dominates (attainment,
    switch P95, warm GiB) is dropped, and each baseline no point dominates is added as a
@@ -232,7 +233,7 @@ def _twin_front(
     if not ctx.cfg.baselines:
         return front
     worths: list[tuple[Worth, str]] = [
-        (lambda e, t: scoring.beats_twin(e.chosen, t), TWIN_NOTE_SLOWER),
+        (lambda e, t: scoring.beats_twin(e.chosen, t) and _each_day(ev, e), TWIN_NOTE_SLOWER),
         (lambda e, t: not dominates(t, e.chosen), TWIN_NOTE_DOMINATED),
     ]
     for worth, why in worths:
@@ -242,6 +243,12 @@ def _twin_front(
                 notes.append(why)
             return cand
     return front
+
+
+def _each_day(ev: Evaluator, e: Evaluation) -> bool:
+    """`e` beats its twin on each held-back day apart (`scoring.beats_twin_each_day`)."""
+    pairs = ev.twin_days(e)
+    return scoring.beats_twin_each_day([m for m, _ in pairs], [t for _, t in pairs])
 
 
 def _selected(named: list[tuple[str, Evaluation]]) -> str:

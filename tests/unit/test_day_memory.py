@@ -3,7 +3,8 @@ memory the point keeps awake and when, the awake hours and the idle-sleep rule; 
 --hour H` draws that hour. Before, the golden plan's GPU n0:0 read 17.3 GiB used (weights 0:
 its three instances are host-tier) although 39.9 GiB are awake from 08:00 to 20:00. (Since
 perf's refit the golden plan's n0:0 holds all three again, as before synth kept prompt +
-output within max_context.)"""
+output within max_context.) Since issue 30 item 2 the slow wakes are also awake the hour
+before (`schedule.edge_rates`): 07:00 to 20:00."""
 
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ def test_plan_show_gives_the_peak_its_hours_and_any_hour(tmp_path, capsys):
     g0 = next(g for g in day["gpus"] if (g["node"], g["gpu"]) == ("n0", 0))
     used = g0["weights_gib"] + g0["kv_gib"] + g0["other_gib"] + g0["sleeping_gib"]
     assert g0["peak_gib"] == pytest.approx(39.9, abs=0.05) and g0["peak_gib"] > used + 20
-    assert g0["peak_hours"] == list(range(8, 20))
+    assert g0["peak_hours"] == list(range(7, 20))  # 8-19 and the hour before
     assert g0["at_hour_gib"] == g0["peak_gib"] and len(g0["awake_at_hour"]) == 3
-    assert all(i["awake_hours"] == list(range(8, 20)) for i in g0["instances"])
+    assert all(i["awake_hours"] == list(range(7, 20)) for i in g0["instances"])
     assert "1800 s after their last request" in day["idle_sleep"]
     night = _show(tmp_path, capsys, "--hour", "3")
     g0 = next(g for g in night["gpus"] if (g["node"], g["gpu"]) == ("n0", 0))
@@ -41,4 +42,4 @@ def test_explain_gives_the_memory_over_the_day(tmp_path, capsys):
     assert peaks[("n0", 0)] == pytest.approx(39.9, abs=0.05)
     assert "a request wakes them at any hour" in got["idle_sleep"]
     code, out, err = _run(["explain", _plan(tmp_path)], capsys)
-    assert "peak 39.9 GiB at 08-20" in out
+    assert "peak 39.9 GiB at 07-20" in out

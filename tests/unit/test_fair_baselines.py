@@ -150,13 +150,15 @@ def test_held_back_days_split_and_default():
     assert fit["timestamp"].tolist() == [0.0, 90000.0, 200000.0]
     assert held["timestamp"].tolist() == [300000.0, 400000.0]
     fit, held = scoring.split_days(df, 2, "spread")  # one request a day: ranks 1 and 3
-    assert fit["timestamp"].tolist() == [0.0, 200000.0, 400000.0]
-    assert held["timestamp"].tolist() == [90000.0, 300000.0]
+    # each part closed up: the other part's days inside it are left out of its timeline
+    assert fit["timestamp"].tolist() == [0.0, 200000.0 - 86400, 400000.0 - 2 * 86400]
+    assert held["timestamp"].tolist() == [90000.0, 300000.0 - 86400]
     # a week whose last two days are its quiet weekend: one quiet and one busy day held back
     week = pd.DataFrame({"timestamp": [d * 86400.0 + s for d, n in enumerate([9, 8, 7, 9, 8, 1, 2])
                                        for s in range(n)], "model": "a"})  # fmt: skip
     assert scoring.held_back_days(week, 2, "spread") == [0, 6]  # ranks 1 and 5 of 7
-    assert scoring.held_back_days(week, 2) == [5, 6]
+    assert scoring.held_back_days(week, 2, "last") == [5, 6]
+    assert scoring.held_back_days(week, 2) == [4, 6]  # the default: `week`
 
 
 def test_hop_between_points_of_one_placement_is_sleeps_and_wakes():

@@ -58,7 +58,7 @@ def test_explain_names_stand_ins_both_ways(tmp_path, capsys):
     (kept, relies) = by["summarizer-8b"]["stand_ins"]
     assert "kept awake in no hour" in kept
     assert "relies on stand-in planner-7b (awq) when its wake would exceed 20 s" in relies
-    assert "quality penalty 0.05" in relies and "awake here in hours 8-19" in relies
+    assert "quality penalty 0.05" in relies and "awake here in hours 7-19" in relies
     assert by["planner-7b"]["stand_ins"] == [
         "stands in for summarizer-8b (its awq instances) while summarizer-8b wakes "
         "(quality penalty 0.05)"
