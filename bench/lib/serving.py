@@ -10,6 +10,7 @@ skipped, by reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -197,14 +198,19 @@ def coordinate_fit(
     return theta, best
 
 
-def fit_model(rows: pd.DataFrame, start: dict, bounds: dict) -> dict[str, float]:
+def fit_model(
+    rows: pd.DataFrame, start: dict, bounds: dict, prior_weight: float = 0.0
+) -> dict[str, float]:
     """The constants in `bounds` that fit `rows` best, all at once, on TTFT and TPOT together
-    (the sum of both losses); the others stay at `start`."""
+    (the sum of both losses); the others stay at `start`. `prior_weight` > 0 adds that weight
+    times the sum of each fitted constant's squared log ratio to its `start` value: a prior
+    that lets few rows move a constant only as far as they pay for it."""
     configs = rows.drop_duplicates(CONFIG)
 
     def f(theta: dict) -> float:
         j = errors(rows, predict(configs, theta))
-        return loss(j, "ttft") + loss(j, "tpot")
+        prior = sum(math.log(theta[k] / start[k]) ** 2 for k in bounds) if prior_weight else 0.0
+        return loss(j, "ttft") + loss(j, "tpot") + prior_weight * prior
 
     return coordinate_fit(f, start, bounds, sweeps=FIT_SWEEPS)[0]
 
