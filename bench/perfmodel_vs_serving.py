@@ -11,14 +11,15 @@ loop. Linear layers run at the measured GEMM tables' rates where they cover the 
 Blackwell's take the H200 table's dependence on shape at their fitted level. Constants that
 per-operator tables or published kernel measurements give stay as shipped (Hopper's GEMM
 and attention efficiencies, kernel floors, activation quantization, all-reduce latency, the
-W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Eight constants are
+W4A16 kernels' read and multiply rates per SM: optimizer/perf/calib.py). Nine constants are
 fitted, seven shared by every GPU and model: bandwidth efficiency, step overhead, the
 routed-expert GEMMs' share of a dense GEMM's rate, the cost per decoder layer of a step too
 large for vLLM's CUDA graphs, the request overhead (fixed and per prompt token), and the
 share of requests that arrive in a burst with the other clients' (fixed-length clients stay
-partly in step, as in a first round); and Blackwell's fp8/fp4 GEMM efficiency (no per-op
-table; Blackwell rows only). A fit minimizes the mean |log ratio|, each row's clipped at 0.2
-(serving.CLIP). Every fit leaves out the group it predicts:
+partly in step, as in a first round); and Blackwell's fp8/fp4 GEMM efficiency and its
+block-scaled fp8 GEMMs' fixed cost (no per-op table; Blackwell rows only). A fit minimizes
+the mean |log ratio|, each row's clipped at 0.2 (serving.CLIP). Every fit leaves out the
+group it predicts:
 
 - leave one model out: fit on the other three models' rows, score the held-out model's;
 - leave one system out: fit on the other GPUs' rows, score the held-out GPU's.
@@ -48,6 +49,7 @@ from result import cells
 from serving import (
     BURST,
     CONFIG,
+    FP8_BLOCK_BLACKWELL,
     LOWP_BLACKWELL,
     errors,
     fit_model,
@@ -68,6 +70,7 @@ START = {
     "prompt_s_per_token": 2e-6,
     BURST: 0.2,
     LOWP_BLACKWELL: 0.42,
+    FP8_BLOCK_BLACKWELL: 16e-6,
 }
 BOUNDS = {
     "bandwidth_efficiency": (0.3, 1.0),
@@ -78,6 +81,7 @@ BOUNDS = {
     "prompt_s_per_token": (1e-8, 2e-5),
     BURST: (0.01, 1.0),
     LOWP_BLACKWELL: (0.1, 1.0),
+    FP8_BLOCK_BLACKWELL: (1e-6, 3e-5),
 }
 
 
