@@ -83,6 +83,17 @@ BOUNDS = {
     LOWP_BLACKWELL: (0.1, 1.0),
     FP8_BLOCK_BLACKWELL: (1e-6, 3e-5),
 }
+# Tried in this harness and dropped (each constant fitted with the others, scored leave one
+# model out / leave one GPU out: TTFT, TPOT, worst group TPOT; without it 0.145 0.080 0.110 /
+# 0.134 0.073 0.112):
+# - an API-server cost per concurrent stream added to TTFT (0.54 ms/stream fitted):
+#   0.152 0.077 0.107 / 0.134 0.074 0.126;
+# - routed-expert GEMM compute slowing as TP narrows each expert, / (1 + w / (N_moe / TP)):
+#   0.174 0.078 0.112 (leave one model out only);
+# - the same on the routed experts' reads: 0.146 0.084 0.151 / 0.153 0.073 0.111;
+# - a fixed cost per touched expert and layer: 0.166 0.095 0.149 / 0.148 0.082 0.132;
+# - NVLink all-reduce latency fitted (the MoE rows pull it up, then Llama TP8 runs 15% slow):
+#   0.148 0.085 0.114 / 0.133 0.072 0.120.
 
 
 def band(c: pd.Series) -> pd.Series:
