@@ -93,7 +93,11 @@ BOUNDS = {
 # - the same on the routed experts' reads: 0.146 0.084 0.151 / 0.153 0.073 0.111;
 # - a fixed cost per touched expert and layer: 0.166 0.095 0.149 / 0.148 0.082 0.132;
 # - NVLink all-reduce latency fitted (the MoE rows pull it up, then Llama TP8 runs 15% slow):
-#   0.148 0.085 0.114 / 0.133 0.072 0.120.
+#   0.148 0.085 0.114 / 0.133 0.072 0.120;
+# - the per-stream cost inside the request's delay to the engine (a running step absorbs it):
+#   0.150 0.082 0.135 (leave one model out only);
+# - NVLink all-reduce efficiency fitted (0.34-0.49 in every fold, below the shipped 0.65):
+#   0.155 0.075 0.111 / 0.139 0.075 0.122.
 
 
 def band(c: pd.Series) -> pd.Series:
