@@ -15,7 +15,7 @@ express (bench/lib/serving.py). For each GPU and each model measured on it:
 Prints median |error| of TTFT and TPOT per GPU and overall (over every (GPU, calibrating
 model) pair's predictions), the same with the starting constants alone (no calibration),
 and the signed median errors per (GPU, model, precision, TP): what the per-GPU constants
-cannot fix. Targets: median TPOT <= 6%, TTFT <= 12%. About ten minutes.
+cannot fix. Targets: median TPOT <= 6%, TTFT <= 12%. A few minutes.
 
     python bench/perfmodel_calibrated.py
 """
