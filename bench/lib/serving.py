@@ -10,6 +10,7 @@ skipped, by reason.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from pathlib import Path
 
@@ -91,15 +92,21 @@ BURST = "burst_share"
 # Blackwell has no per-operator table: the achieved share of its fp8 and fp4 tensor-core
 # peaks is fitted with the engine's constants (Blackwell GPUs only; Hopper keeps its tables').
 LOWP_BLACKWELL = "blackwell_lowp_efficiency"
+# Nor for its block-scaled fp8 GEMMs' fixed cost (quantizing the activations per group of 128
+# first): Hopper's comes from its fp8_block tables (Calib.fp8_block_gemm_extra_s); Blackwell's
+# is fitted with the engine's constants (Blackwell GPUs only).
+FP8_BLOCK_BLACKWELL = "blackwell_fp8_block_gemm_extra_s"
 
 
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
     arch = resolve_gpu(gpu).arch
-    upd = {k: v for k, v in theta.items() if k not in (BURST, LOWP_BLACKWELL)}
+    upd = {k: v for k, v in theta.items() if k not in (BURST, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL)}
     if arch == "blackwell" and LOWP_BLACKWELL in theta:
         eff = theta[LOWP_BLACKWELL]
         upd.update(fp8_compute_efficiency=eff, fp4_compute_efficiency=eff)
+    if arch == "blackwell" and FP8_BLOCK_BLACKWELL in theta:
+        upd.update(fp8_block_gemm_extra_s=theta[FP8_BLOCK_BLACKWELL])
     return dataclasses.replace(default_calib(arch), **upd)
 
 
@@ -197,14 +204,19 @@ def coordinate_fit(
     return theta, best
 
 
-def fit_model(rows: pd.DataFrame, start: dict, bounds: dict) -> dict[str, float]:
+def fit_model(
+    rows: pd.DataFrame, start: dict, bounds: dict, prior_weight: float = 0.0
+) -> dict[str, float]:
     """The constants in `bounds` that fit `rows` best, all at once, on TTFT and TPOT together
-    (the sum of both losses); the others stay at `start`."""
+    (the sum of both losses); the others stay at `start`. `prior_weight` > 0 adds that weight
+    times the sum of each fitted constant's squared log ratio to its `start` value: a prior
+    that lets few rows move a constant only as far as they pay for it."""
     configs = rows.drop_duplicates(CONFIG)
 
     def f(theta: dict) -> float:
         j = errors(rows, predict(configs, theta))
-        return loss(j, "ttft") + loss(j, "tpot")
+        prior = sum(math.log(theta[k] / start[k]) ** 2 for k in bounds) if prior_weight else 0.0
+        return loss(j, "ttft") + loss(j, "tpot") + prior_weight * prior
 
     return coordinate_fit(f, start, bounds, sweeps=FIT_SWEEPS)[0]
 
