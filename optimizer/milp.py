@@ -43,9 +43,15 @@ Constraints
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
     (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group
         fill in order                 (aligned TP sets make every placement permutable to a prefix)
-    (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= 1              for m in M, j in J
-        per GPU                       (two would share the swap slot, so only one could ever be
-                                      awake: the second would count capacity it never serves)
+    (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= y_j            for m in M, j in J
+        per GPU, on a GPU in use      (two would share the swap slot, so only one could ever be
+                                      awake: the second would count capacity it never serves.
+                                      The right side y_j, not 1, is a valid inequality: a
+                                      sleeper holds memory on j, so (5) makes y_j = 1 anyway;
+                                      it cuts the LP points that spread a sleeper thinly over
+                                      GPUs a fraction in use. With all 7 lab16 models asleep
+                                      and memory priced high, branch and bound fell from 218
+                                      nodes to the root: bench/optimize_speed.py)
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -185,7 +191,7 @@ def solve(
     prob += _objective(inp, opts, x, z, y)
     _model_rows(prob, inp, opts, x, by_model)
     for k, g in enumerate(gpus):
-        _gpu_rows(prob, inp, opts, x, k, z[k], inp.gpu_usable_gib[g] * y[k], by_gpu[k])
+        _gpu_rows(prob, inp, opts, x, k, z[k], y[k], inp.gpu_usable_gib[g], by_gpu[k])
     for n, ids in sorted(by_node_host.items()):
         # (6) host RAM holds the weights of every host-tier sleeper on the node
         prob += (
@@ -264,11 +270,12 @@ def _gpu_rows(
     x: list,
     k: int,
     slot: Any,
-    usable: Any,
+    used: Any,
+    usable_gib: float,
     on_gpu: list[int],
 ) -> None:
-    """GPU k: its swap `slot` holds the largest sleeper (4), one sleeper per model (8), and
-    its memory fits the `usable` GiB when used (5)."""
+    """GPU k: its swap `slot` holds the largest sleeper (4), one sleeper per model and only
+    when `used` (8), and its memory fits the `usable_gib` when used (5)."""
     sleepers = [i for i in on_gpu if opts[i].tier != "gpu"]
     per_model: dict[str, list[int]] = {}
     for i in sleepers:
@@ -282,9 +289,8 @@ def _gpu_rows(
             slot >= pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in ids),
             f"c4_slot_{k}_{mi}",
         )
-        if len(ids) > 1:
-            # (8) at most one sleeper of a model on a GPU
-            prob += pulp.lpSum(x[i] for i in ids) <= 1, f"c8_one_sleeper_{k}_{mi}"
+        # (8) at most one sleeper of a model on a GPU, and only on a GPU in use
+        prob += pulp.lpSum(x[i] for i in ids) <= used, f"c8_one_sleeper_{k}_{mi}"
     # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
     prob += (
         (
@@ -293,7 +299,7 @@ def _gpu_rows(
             )
             + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
             + slot
-            <= usable
+            <= usable_gib * used
         ),
         f"c5_memory_{k}",
     )
