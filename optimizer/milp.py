@@ -46,12 +46,9 @@ Constraints
     (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= y_j            for m in M, j in J
         per GPU, on a GPU in use      (two would share the swap slot, so only one could ever be
                                       awake: the second would count capacity it never serves.
-                                      The right side y_j, not 1, is a valid inequality: a
-                                      sleeper holds memory on j, so (5) makes y_j = 1 anyway;
-                                      it cuts the LP points that spread a sleeper thinly over
-                                      GPUs a fraction in use. With all 7 lab16 models asleep
-                                      and memory priced high, branch and bound fell from 218
-                                      nodes to the root: bench/optimize_speed.py)
+                                      y_j, not 1: (5) makes y_j = 1 under a sleeper anyway, and
+                                      the LP can no longer spread sleepers over GPUs in use a
+                                      fraction (lab16, all asleep: 218 B&B nodes -> the root))
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -91,6 +88,8 @@ class MilpResult:
     placements: tuple[Placement, ...]
     solve_s: float  # solver wall time as reported by PuLP, s
     n_vars: int
+    nodes: int = 0  # branch-and-bound nodes (HiGHS; 0 for CBC)
+    lp_iterations: int = 0  # simplex iterations, heuristics' and strong branching's included
     unserved: tuple[str, ...] = ()  # models with no placement option at all
     slack: dict[str, float] = field(
         default_factory=dict
@@ -168,8 +167,20 @@ def solve(
     served = {p.cand.model for p in opts}
     unserved = tuple(m for m in inp.models if m not in served)
     if unserved:
-        return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved)
+        return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved=unserved)
+    prob, x = build_problem(inp, opts)
+    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
+    work = _solver_work(prob)
+    if status == "infeasible":
+        return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x), *work)
+    chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
+    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
+    t = prob.solutionTime or 0.0
+    return MilpResult(status, objective, chosen, t, len(x), *work, slack=slack)
 
+
+def build_problem(inp: MilpInput, opts: list[Placement]) -> tuple[pulp.LpProblem, list]:
+    """The MILP over these placement options, unsolved, and its x_p in `opts`' order."""
     prob = pulp.LpProblem("placement", pulp.LpMinimize)
     x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(len(opts))]
     gpus = sorted(inp.gpu_usable_gib)
@@ -206,13 +217,18 @@ def solve(
         for a, b in itertools.pairwise(group):
             # (7) identical GPUs are used in order
             prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
+    return prob, x
 
-    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
-    if status == "infeasible":
-        return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x))
-    chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
-    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
-    return MilpResult(status, objective, chosen, prob.solutionTime or 0.0, len(x), slack=slack)
+
+def _solver_work(prob: pulp.LpProblem) -> tuple[int, int]:
+    """Branch-and-bound nodes and LP iterations of the solve: solver work that, unlike its
+    seconds, does not depend on the machine's load ((0, 0) where the solver, CBC, does not
+    report it)."""
+    model = getattr(prob, "solverModel", None)
+    if model is None or not hasattr(model, "getInfo"):
+        return 0, 0
+    info = model.getInfo()
+    return int(info.mip_node_count), int(info.simplex_iteration_count)
 
 
 def _warm_gib(p: Placement) -> float:
