@@ -49,11 +49,6 @@ Constraints
                                       y_j, not 1: (5) makes y_j = 1 under a sleeper anyway, and
                                       the LP can no longer spread sleepers over GPUs in use a
                                       fraction (lab16, all asleep: 218 B&B nodes -> the root))
-    (9) replicas the demand needs   sum_{p in P_m} x_p + (n_m - 1) u_m / s_m >= n_m  for m: n_m >= 2
-        (n_m: the fewest replicas whose largest cap_p reach H D_m, K + 1 if K do not; s_m: what
-        the n_m - 1 largest leave short. Fewer replicas leave u_m >= s_m, so it is valid; HiGHS
-        cannot find it from (2), whose u_m is continuous. It stops the LP meeting (2) with
-        fractions of options that sum to less than n_m: a coder needing two at headroom 2.4)
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -67,9 +62,9 @@ from typing import Any
 
 import pulp
 
+from planner.errors import SolverError
 from planner.optimizer.candidates import Candidate, GpuSet
 from planner.optimizer.demand import ModelDemand
-from planner.optimizer.solver import row_slack, run_solver, solver_work
 
 TIERS = ("gpu", "host", "disk")
 W_UNSERVED = 1e4  # objective cost of one request/s of peak demand left without capacity
@@ -175,11 +170,11 @@ def solve(
         return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved=unserved)
     prob, x = build_problem(inp, opts)
     status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
-    work = solver_work(prob)
+    work = _solver_work(prob)
     if status == "infeasible":
         return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x), *work)
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
-    slack = {c.name: row_slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
+    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
     t = prob.solutionTime or 0.0
     return MilpResult(status, objective, chosen, t, len(x), *work, slack=slack)
 
@@ -225,6 +220,17 @@ def build_problem(inp: MilpInput, opts: list[Placement]) -> tuple[pulp.LpProblem
     return prob, x
 
 
+def _solver_work(prob: pulp.LpProblem) -> tuple[int, int]:
+    """Branch-and-bound nodes and LP iterations of the solve: solver work that, unlike its
+    seconds, does not depend on the machine's load ((0, 0) where the solver, CBC, does not
+    report it)."""
+    model = getattr(prob, "solverModel", None)
+    if model is None or not hasattr(model, "getInfo"):
+        return 0, 0
+    info = model.getInfo()
+    return int(info.mip_node_count), int(info.simplex_iteration_count)
+
+
 def _warm_gib(p: Placement) -> float:
     """GiB the placement holds warm over all its GPUs: awake (gpu tier) or its contexts."""
     per_gpu = p.cand.perf.awake_gib_per_gpu if p.tier == "gpu" else p.cand.perf.context_gib_per_gpu
@@ -253,8 +259,8 @@ def _objective(inp: MilpInput, opts: list[Placement], x: list, z: list, y: list)
 def _model_rows(
     prob: Any, inp: MilpInput, opts: list[Placement], x: list, by_model: dict[str, list[int]]
 ) -> None:
-    """Per model: served (1), capacity for its peak less a penalised shortfall (2) and the
-    replicas that takes (9), at most `max_replicas` (3). Constraint names use indices: PuLP rewrites characters such as '-'."""
+    """Per model: served (1), capacity for its peak less a penalised shortfall (2), at most
+    `max_replicas` (3). Constraint names use indices: PuLP rewrites characters such as '-'."""
     for mi, m in enumerate(inp.models):
         ids = by_model[m]
         # (1) every model served
@@ -269,28 +275,8 @@ def _model_rows(
                 >= inp.headroom * d.peak_rps,
                 f"c2_capacity_{mi}",
             )
-            caps = sorted((opts[i].cand.capacity_rps for i in ids), reverse=True)
-            n, short = replicas_needed(caps[: inp.max_replicas], inp.headroom * d.peak_rps)
-            if n >= 2:
-                # (9) fewer than the replicas the demand needs leave `short` unserved
-                prob += (
-                    pulp.lpSum(x[i] for i in ids) + (n - 1) / short * u >= n,
-                    f"c9_needed_{mi}",
-                )
         # (3) at most K replicas
         prob += pulp.lpSum(x[i] for i in ids) <= inp.max_replicas, f"c3_replicas_{mi}"
-
-
-def replicas_needed(caps: list[float], need: float) -> tuple[int, float]:
-    """(n, short): the fewest of these capacities (largest first) that reach `need`, or one
-    more than all of them, and what the n - 1 largest leave short. n = 1 when one reaches it,
-    and when the shortfall is too small to price (< 0.1% of `need`)."""
-    n, top = 1, caps[0]
-    while top < need and n < len(caps):
-        top, n = top + caps[n], n + 1
-    n += top < need
-    short = need - sum(caps[: n - 1])
-    return (n, short) if n >= 2 and short > 1e-3 * need else (1, 0.0)
 
 
 def _gpu_rows(
@@ -367,3 +353,46 @@ def undominated(opts: list[Placement]) -> list[Placement]:
 
     keep = {id(p) for group in groups.values() for p, vp in group if not dominated(p, vp, group)}
     return [p for p in opts if id(p) in keep]
+
+
+def _slack(c: pulp.LpConstraint) -> float:
+    """How far a constraint is from binding at the solution (>= 0 when satisfied)."""
+    v = c.value() or 0.0  # lhs - rhs, as PuLP stores constraints as expr <sense> 0
+    return -v if c.sense == pulp.LpConstraintLE else v
+
+
+def run_solver(
+    prob: pulp.LpProblem, time_limit_s: float, solver: str = "auto", gap_rel: float = 0.0
+) -> tuple[str, float]:
+    """Solve `prob` single-threaded with a fixed seed (HiGHS, else CBC): (status, objective).
+
+    Every solve in the process goes through here: HiGHS keeps its thread count per process,
+    so one solve with the default threads makes every later `threads=1` solve fail."""
+    use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
+    if solver == "highs" and not use_highs:
+        raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")
+    s = (
+        pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, random_seed=0)
+        if use_highs
+        else pulp.PULP_CBC_CMD(
+            msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, options=["randomSeed 0"]
+        )
+    )
+    try:
+        prob.solve(s)
+    except pulp.PulpSolverError as e:
+        raise SolverError(f"MILP solver failed: {e}") from None
+    st = pulp.LpStatus[prob.status]
+    if st == "Optimal":
+        # PuLP reports a time-limited solve with an incumbent as Optimal for some solvers;
+        # sol_status tells them apart.
+        feasible_only = getattr(prob, "sol_status", 1) == pulp.LpSolutionIntegerFeasible
+        return ("feasible" if feasible_only else "optimal"), float(
+            pulp.value(prob.objective) or 0.0
+        )
+    if st in ("Infeasible", "Undefined") or getattr(prob, "sol_status", 0) in (
+        pulp.LpSolutionInfeasible,
+        pulp.LpSolutionNoSolutionFound,
+    ):
+        return "infeasible", float("inf")
+    raise SolverError(f"MILP ended with status {st}")

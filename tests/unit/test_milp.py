@@ -15,7 +15,6 @@ from planner.optimizer.milp import (
     MilpInput,
     build_problem,
     placement_options,
-    replicas_needed,
     solve,
     switch_delay_s_per_h,
     undominated,
@@ -353,30 +352,3 @@ def test_dominated_placements_do_not_change_the_optimum():
     res = solve(inp)
     assert res.n_vars < len(placement_options(inp))
     assert res.objective == pytest.approx(_brute_force(inp), rel=1e-6, abs=1e-6)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    caps=st.lists(st.floats(0.01, 1.0), min_size=1, max_size=6),
-    need=st.floats(0.01, 3.0),
-    max_replicas=st.integers(1, 4),
-)
-def test_needed_replicas_cut_holds_at_every_integer_point(caps, need, max_replicas):
-    """(9) is valid: every choice of at most K options, with what it leaves unserved as u,
-    satisfies sum x + (n - 1) u / short >= n."""
-    top = sorted(caps, reverse=True)[:max_replicas]
-    n, short = replicas_needed(top, need)
-    assert n >= 1
-    if n == 1:
-        return
-    assert short > 0 and sum(top[: n - 1]) < need
-    for k in range(1, max_replicas + 1):
-        for chosen in itertools.combinations(caps, k):
-            u = max(0.0, need - sum(chosen))
-            assert k + (n - 1) / short * u >= n - 1e-9
-
-
-def test_needed_replicas():
-    assert replicas_needed([0.5, 0.3], 0.4) == (1, 0.0)  # one reaches it
-    assert replicas_needed([0.3, 0.2, 0.1], 0.45) == (2, pytest.approx(0.15))
-    assert replicas_needed([0.3, 0.2], 0.6) == (3, pytest.approx(0.1))  # not even both
