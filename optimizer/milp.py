@@ -43,9 +43,12 @@ Constraints
     (6) host RAM for sleepers       sum_{p in P_n, t=host} h_p x_p <= R_n          for n in N
     (7) symmetry: identical GPUs    y_j >= y_{j+1}      for consecutive GPUs j, j+1 of one group
         fill in order                 (aligned TP sets make every placement permutable to a prefix)
-    (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= 1              for m in M, j in J
-        per GPU                       (two would share the swap slot, so only one could ever be
-                                      awake: the second would count capacity it never serves)
+    (8) one sleeper of a model      sum_{p in P_mj, t in T_s} x_p <= y_j            for m in M, j in J
+        per GPU, on a GPU in use      (two would share the swap slot, so only one could ever be
+                                      awake: the second would count capacity it never serves.
+                                      y_j, not 1: (5) makes y_j = 1 under a sleeper anyway, and
+                                      the LP can no longer spread sleepers over GPUs in use a
+                                      fraction (lab16, all asleep: 218 B&B nodes -> the root))
 
 (5) is the invariant every plan point must satisfy: the always-awake instances plus the largest
 sleeper fit each GPU, with the sleeping processes' CUDA contexts counted.
@@ -85,6 +88,8 @@ class MilpResult:
     placements: tuple[Placement, ...]
     solve_s: float  # solver wall time as reported by PuLP, s
     n_vars: int
+    nodes: int = 0  # branch-and-bound nodes (HiGHS; 0 for CBC)
+    lp_iterations: int = 0  # simplex iterations, heuristics' and strong branching's included
     unserved: tuple[str, ...] = ()  # models with no placement option at all
     slack: dict[str, float] = field(
         default_factory=dict
@@ -162,8 +167,20 @@ def solve(
     served = {p.cand.model for p in opts}
     unserved = tuple(m for m in inp.models if m not in served)
     if unserved:
-        return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved)
+        return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved=unserved)
+    prob, x = build_problem(inp, opts)
+    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
+    work = _solver_work(prob)
+    if status == "infeasible":
+        return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x), *work)
+    chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
+    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
+    t = prob.solutionTime or 0.0
+    return MilpResult(status, objective, chosen, t, len(x), *work, slack=slack)
 
+
+def build_problem(inp: MilpInput, opts: list[Placement]) -> tuple[pulp.LpProblem, list]:
+    """The MILP over these placement options, unsolved, and its x_p in `opts`' order."""
     prob = pulp.LpProblem("placement", pulp.LpMinimize)
     x = [prob.add_variable(f"x{i}", cat="Binary") for i in range(len(opts))]
     gpus = sorted(inp.gpu_usable_gib)
@@ -185,7 +202,7 @@ def solve(
     prob += _objective(inp, opts, x, z, y)
     _model_rows(prob, inp, opts, x, by_model)
     for k, g in enumerate(gpus):
-        _gpu_rows(prob, inp, opts, x, k, z[k], inp.gpu_usable_gib[g] * y[k], by_gpu[k])
+        _gpu_rows(prob, inp, opts, x, k, z[k], y[k], inp.gpu_usable_gib[g], by_gpu[k])
     for n, ids in sorted(by_node_host.items()):
         # (6) host RAM holds the weights of every host-tier sleeper on the node
         prob += (
@@ -200,13 +217,18 @@ def solve(
         for a, b in itertools.pairwise(group):
             # (7) identical GPUs are used in order
             prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
+    return prob, x
 
-    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
-    if status == "infeasible":
-        return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x))
-    chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
-    slack = {c.name: _slack(c) for c in prob.constraints() if not c.name.startswith("c4_")}
-    return MilpResult(status, objective, chosen, prob.solutionTime or 0.0, len(x), slack=slack)
+
+def _solver_work(prob: pulp.LpProblem) -> tuple[int, int]:
+    """Branch-and-bound nodes and LP iterations of the solve: solver work that, unlike its
+    seconds, does not depend on the machine's load ((0, 0) where the solver, CBC, does not
+    report it)."""
+    model = getattr(prob, "solverModel", None)
+    if model is None or not hasattr(model, "getInfo"):
+        return 0, 0
+    info = model.getInfo()
+    return int(info.mip_node_count), int(info.simplex_iteration_count)
 
 
 def _warm_gib(p: Placement) -> float:
@@ -264,11 +286,12 @@ def _gpu_rows(
     x: list,
     k: int,
     slot: Any,
-    usable: Any,
+    used: Any,
+    usable_gib: float,
     on_gpu: list[int],
 ) -> None:
-    """GPU k: its swap `slot` holds the largest sleeper (4), one sleeper per model (8), and
-    its memory fits the `usable` GiB when used (5)."""
+    """GPU k: its swap `slot` holds the largest sleeper (4), one sleeper per model and only
+    when `used` (8), and its memory fits the `usable_gib` when used (5)."""
     sleepers = [i for i in on_gpu if opts[i].tier != "gpu"]
     per_model: dict[str, list[int]] = {}
     for i in sleepers:
@@ -282,9 +305,8 @@ def _gpu_rows(
             slot >= pulp.lpSum(opts[i].cand.perf.awake_gib_per_gpu * x[i] for i in ids),
             f"c4_slot_{k}_{mi}",
         )
-        if len(ids) > 1:
-            # (8) at most one sleeper of a model on a GPU
-            prob += pulp.lpSum(x[i] for i in ids) <= 1, f"c8_one_sleeper_{k}_{mi}"
+        # (8) at most one sleeper of a model on a GPU, and only on a GPU in use
+        prob += pulp.lpSum(x[i] for i in ids) <= used, f"c8_one_sleeper_{k}_{mi}"
     # (5) GPU memory: awake instances + sleeping contexts + swap slot fit the device
     prob += (
         (
@@ -293,7 +315,7 @@ def _gpu_rows(
             )
             + pulp.lpSum(opts[i].cand.perf.context_gib_per_gpu * x[i] for i in sleepers)
             + slot
-            <= usable
+            <= usable_gib * used
         ),
         f"c5_memory_{k}",
     )
