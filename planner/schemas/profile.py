@@ -123,6 +123,9 @@ class Calibration(Strict):
     prefill_overhead_s: float | None = Field(
         default=None, ge=0, description="fixed time per request, s"
     )
+    seq_overhead_s: float | None = Field(
+        default=None, ge=0, description="time per sequence in an engine step, s"
+    )
     engine_init_s: float | None = Field(
         default=None, ge=0, description="engine init on cold start, s"
     )
