@@ -59,14 +59,21 @@ def _overheads(
     ]
     w = 1.0 / y
     aw, rw = np.array(cols) * w[:, None], (y - g) * w
+    # so only where some step holds several sequences (else it is o under another name)
+    per_seq = per_seq and any(s.seqs != 1 for p in points for s in p.steps)
     free = [j for j in range(3 if per_seq else 2) if aw[:, j].any()]
     best, best_err = np.zeros(3), float(rw @ rw)
     for mask in range(1, 1 << len(free)):
         use = [j for k, j in enumerate(free) if mask >> k & 1]
-        sol, *_ = np.linalg.lstsq(aw[:, use], rw, rcond=None)
+        a = aw[:, use]
+        sol = (
+            np.array([a[:, 0] @ rw / (a[:, 0] @ a[:, 0])])
+            if len(use) == 1
+            else np.linalg.lstsq(a, rw, rcond=None)[0]
+        )
         if (sol < 0).any():
             continue
-        err = float(np.sum((aw[:, use] @ sol - rw) ** 2))
+        err = float(np.sum((a @ sol - rw) ** 2))
         if err < best_err:
             best, best_err = np.zeros(3), err
             best[use] = sol
