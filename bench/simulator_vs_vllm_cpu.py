@@ -192,6 +192,7 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         cal.bandwidth_efficiency,
         cal.step_overhead_s,
         cal.prefill_overhead_s,
+        cal.seq_overhead_s or 0.0,
     )
     # in fit_points' order: prefill points, then each decode point (and a one-client TTFT)
     named = [(f"prefill {p.prompt_tokens} tok", p.latency_s.median) for p in run.prefill]
@@ -207,6 +208,7 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         print(f"  note: {note}")
     print(
         f"  fitted: step_overhead_s={cal.step_overhead_s:.5f} prefill_overhead_s={cal.prefill_overhead_s:.5f} "
+        f"seq_overhead_s={cal.seq_overhead_s or 0:.5f} "
         f"compute_eff={cal.compute_efficiency:.3g} bandwidth_eff={cal.bandwidth_efficiency:.3g} "
         f"fit residual {cal.residual_rel:.1%} over {cal.points} points; "
         f"step-time jitter cv {cal.step_jitter_cv or 0:.3f} (the profile's spreads)"

@@ -128,7 +128,7 @@ def capacity_rps(
         if b * seq_tok > perf.max_kv_tokens and b > 1:
             break
         ctx = b * (in_tok + out_tok / 2)  # mean KV tokens in the batch mid-decode
-        tpot_s = perf.step.time_s(b, ctx, ctx)  # one decode step for b sequences, s
+        tpot_s = perf.step.time_s(b, ctx, ctx, b)  # one decode step for b sequences, s
         if tpot_target_s is not None and tpot_s > tpot_target_s and b > 1:
             break
         prefill_s = perf.step.time_s(new_tok, in_tok, new_tok * (in_tok - new_tok / 2))  # s

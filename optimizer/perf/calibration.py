@@ -4,15 +4,17 @@ Pure: a `Profile` (engine points + microbenchmarks) and the GPU's spec in, the p
 `Calibration` fields out (`calib_from_profile` turns them into a `Calib`).
 
 Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute):
-  step(new, kv, pairs) = o + floor + max(mem / be, lin / ce + attn / ae) + comm
-  prefill point (n tokens, first token):     y = po + sum over its chunks of step(...)
-  decode point (c streams started together): y = step(c, c * ctx, c * ctx), ctx = p + out/2
+  step(new, kv, pairs, seqs) = o + so seqs + floor + max(mem / be, lin / ce + attn / ae) + comm
+  prefill point (n tokens, first token):     y = po + sum over its chunks of step(..., 1)
+  decode point (c streams started together): y = step(c, c * ctx, c * ctx, c), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
 time of the step's kernels (`latency.step_fixed_s`, 0 on the CPU build), o the rest of the
-per-step and po the per-request overhead. ae keeps the default attention-to-GEMM ratio.
+per-step and po the per-request overhead, so the per-sequence time of a step (fitted on the
+CPU build only, `Calib.seq_overhead_s`: there a decode step grows with its sequences, not with
+their context; 0 elsewhere). ae keeps the default attention-to-GEMM ratio.
 
-For each (ce, be) on a log grid the overheads (o, po) enter linearly: they are solved by
+For each (ce, be) on a log grid the overheads (o, po, so) enter linearly: they are solved by
 non-negative weighted least squares on relative errors; a small penalty pulls (ce, be)
 toward the microbenchmark priors (measured GEMM rate / spec, measured copy rate / spec),
 which decide the factors the engine points cannot (a tiny model is overhead-bound).
@@ -45,49 +47,61 @@ PRIOR_WEIGHT = 1e-4  # a prior's squared log-ratio vs one point's squared rel. e
 OUTLIER_REL, OUTLIER_X = 0.25, 3.0
 
 
-def _overheads(points: list[FitPoint], g: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Non-negative (o, po) minimising the squared relative error given the rest `g`."""
-    a = np.array([[len(p.steps), 1.0 if p.kind == "prefill" else 0.0] for p in points])
+def _overheads(
+    points: list[FitPoint], g: np.ndarray, y: np.ndarray, per_seq: bool
+) -> tuple[float, float, float]:
+    """Non-negative (o, po, so) minimising the squared relative error given the rest `g`: the
+    least-squares solution over each subset of the columns that has no negative part (exact
+    NNLS for three unknowns); so (per sequence per step) stays 0 unless `per_seq`."""
+    cols = [
+        [len(p.steps), 1.0 if p.kind == "prefill" else 0.0, sum(s.seqs for s in p.steps)]
+        for p in points
+    ]
     w = 1.0 / y
-    aw, rw = a * w[:, None], (y - g) * w
-    has_po = bool(a[:, 1].any())
-    best: tuple[float, float] | None = None
-    best_err = math.inf
-    cands = []
-    if has_po:
-        sol, *_ = np.linalg.lstsq(aw, rw, rcond=None)
-        cands.append((float(sol[0]), float(sol[1])))
-    col = aw[:, 0]
-    o_only = float(col @ rw / (col @ col)) if col @ col > 0 else 0.0
-    cands.append((o_only, 0.0))
-    if has_po:
-        col = aw[:, 1]
-        cands.append((0.0, float(col @ rw / (col @ col))))
-    cands.append((0.0, 0.0))
-    for o, po in cands:
-        o, po = max(0.0, o), max(0.0, po)
-        err = float(np.sum((aw @ np.array([o, po]) - rw) ** 2))
+    aw, rw = np.array(cols) * w[:, None], (y - g) * w
+    # so only where some step holds several sequences (else it is o under another name)
+    per_seq = per_seq and any(s.seqs != 1 for p in points for s in p.steps)
+    free = [j for j in range(3 if per_seq else 2) if aw[:, j].any()]
+    best, best_err = np.zeros(3), float(rw @ rw)
+    for mask in range(1, 1 << len(free)):
+        use = [j for k, j in enumerate(free) if mask >> k & 1]
+        a = aw[:, use]
+        sol = (
+            np.array([a[:, 0] @ rw / (a[:, 0] @ a[:, 0])])
+            if len(use) == 1
+            else np.linalg.lstsq(a, rw, rcond=None)[0]
+        )
+        if (sol < 0).any():
+            continue
+        err = float(np.sum((a @ sol - rw) ** 2))
         if err < best_err:
-            best, best_err = (o, po), err
-    assert best is not None
-    return best
+            best, best_err = np.zeros(3), err
+            best[use] = sol
+    return float(best[0]), float(best[1]), float(best[2])
 
 
-def _objective(points, y, g, ce, be, ce0, be0) -> tuple[float, float, float]:
-    o, po = _overheads(points, g, y)
-    pred = g + np.array([len(p.steps) * o + (po if p.kind == "prefill" else 0.0) for p in points])
+def _objective(points, y, g, ce, be, ce0, be0, per_seq) -> tuple[float, float, float, float]:
+    o, po, so = _overheads(points, g, y, per_seq)
+    pred = g + np.array(
+        [
+            len(p.steps) * o
+            + (po if p.kind == "prefill" else 0.0)
+            + so * sum(s.seqs for s in p.steps)
+            for p in points
+        ]
+    )
     err = float(np.sum(((pred - y) / y) ** 2))
     err += PRIOR_WEIGHT * (math.log(ce / ce0) ** 2 + math.log(be / be0) ** 2)
-    return err, o, po
+    return err, o, po, so
 
 
 def fit_engine(
-    points: list[FitPoint], ce0: float, be0: float
-) -> tuple[float, float, float, float, np.ndarray]:
-    """(ce, be, o, po, each point's relative error) by a log grid search refined three times
-    around the best."""
+    points: list[FitPoint], ce0: float, be0: float, per_seq: bool = False
+) -> tuple[float, float, float, float, float, np.ndarray]:
+    """(ce, be, o, po, so, each point's relative error) by a log grid search refined three
+    times around the best; so (s per sequence per step) is fitted only where `per_seq`."""
     y = np.array([p.y_s for p in points])
-    best = (math.inf, ce0, be0, 0.0, 0.0)
+    best = (math.inf, ce0, be0, 0.0, 0.0, 0.0)
     lo_c, hi_c, lo_b, hi_b = (
         math.log(EFF_MIN),
         math.log(EFF_MAX),
@@ -99,10 +113,10 @@ def fit_engine(
             for lb in np.linspace(lo_b, hi_b, 25):
                 ce, be = math.exp(lc), math.exp(lb)
                 g = predict(points, ce, be, 0.0, 0.0)
-                err, o, po = _objective(points, y, g, ce, be, ce0, be0)
+                err, o, po, so = _objective(points, y, g, ce, be, ce0, be0, per_seq)
                 if err < best[0]:
-                    best = (err, ce, be, o, po)
-        _, ce, be, _, _ = best
+                    best = (err, ce, be, o, po, so)
+        _, ce, be = best[:3]
         span_c, span_b = (hi_c - lo_c) / 8, (hi_b - lo_b) / 8
         lo_c, hi_c = (
             max(math.log(EFF_MIN), math.log(ce) - span_c),
@@ -112,8 +126,8 @@ def fit_engine(
             max(math.log(EFF_MIN), math.log(be) - span_b),
             min(math.log(EFF_MAX), math.log(be) + span_b),
         )
-    _, ce, be, o, po = best
-    return ce, be, o, po, np.abs(predict(points, ce, be, o, po) - y) / y
+    _, ce, be, o, po, so = best
+    return ce, be, o, po, so, np.abs(predict(points, ce, be, o, po, so) - y) / y
 
 
 def outliers(rel: np.ndarray) -> set[int]:
@@ -208,11 +222,14 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
             f"points) with {prior} priors"
         )
     elif len(pts) >= 2:
-        ce, be, o, po, rel = fit_engine(pts, ce0, be0)
+        per_seq = gpu.arch == "cpu"  # Calib.seq_overhead_s: the CPU build's per-sequence cost
+        ce, be, o, po, so, rel = fit_engine(pts, ce0, be0, per_seq)
         drop = outliers(rel)
         if drop:  # refit without the points the host disturbed
             pts = [p for i, p in enumerate(pts) if i not in drop]
-            ce, be, o, po, rel = fit_engine(pts, ce0, be0)
+            ce, be, o, po, so, rel = fit_engine(pts, ce0, be0, per_seq)
+        if per_seq:
+            out.seq_overhead_s = so
         out.compute_efficiency = ce
         out.bandwidth_efficiency = be
         out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)

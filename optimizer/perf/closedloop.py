@@ -105,7 +105,8 @@ def closed_loop(
     def step(decoding: float, new: float, prefix: float) -> float:
         kv = decoding * ctx
         pairs = kv + new * (prefix + (new + 1) / 2.0)  # causal pairs of the chunk's tokens
-        return st.time_s(decoding + new, kv + prefix + new, pairs)
+        prompts = max(1.0, new / min(new_tok, rest)) if new else 0.0  # sequences prefilling
+        return st.time_s(decoding + new, kv + prefix + new, pairs, decoding + prompts)
 
     def chunks(decoding: float) -> float:
         """One prompt's chunk steps beside `decoding` sequences, s."""
@@ -143,7 +144,7 @@ def _first_round_ttft(
     """Mean TTFT of the clients' first requests, all sent at time 0: the first `n` prompts
     fill whole budgets one step after another; the rest wait for slots."""
     tokens = min(max(1, perf.chunk_tokens), n * new_tok)  # prompt tokens of each first step
-    full = perf.step.time_s(tokens, tokens, tokens * (new_tok + 1) / 2.0)
+    full = perf.step.time_s(tokens, tokens, tokens * (new_tok + 1) / 2.0, tokens / new_tok)
     k = n * new_tok / tokens  # steps to prefill the first n prompts
     wait = full * max(1.0, (k + 1) / 2.0)  # their mean wait for their last chunk
     extra = c - n  # clients without a slot at first: served a hold later, in waves of n

@@ -27,6 +27,7 @@ class StepTerms:
     attn_s: float  # attention FLOPs / peak rate
     comm_s: float  # TP all-reduce time (efficiency of the link is not fitted here)
     floor_s: float = 0.0  # the kernels' minimum time (not fitted here)
+    seqs: float = 1.0  # sequences in the step (each costs the fitted per-sequence time)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,11 @@ def unit_step_model(run: EngineRun, gpu: GpuSpec, base: Calib) -> StepModel:
     return build_step_model(run.arch, run.quantization or "bf16", gpu, run.tp, unit)
 
 
-def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float) -> StepTerms:
-    """Split one step of the unit model into its memory, linear, attention and comm parts."""
+def step_terms(
+    sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float, seqs: float = 1.0
+) -> StepTerms:
+    """Split one step of the unit model (`seqs` sequences) into its memory, linear, attention
+    and comm parts."""
     mem = (
         sm.dense_weight_read_s
         + sm.expert_read_s * sm.experts_touched(new_tokens)
@@ -60,7 +64,7 @@ def step_terms(sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float)
     )
     comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
     lin, attn = sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs
-    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens))
+    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens), seqs)
 
 
 def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
@@ -94,7 +98,11 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         for d in run.decode:
             kv = d.concurrency * (d.prompt_tokens + d.output_tokens / 2.0)
             pts.append(
-                FitPoint("decode", d.tpot_s.median, (step_terms(sm, d.concurrency, kv, kv),))
+                FitPoint(
+                    "decode",
+                    d.tpot_s.median,
+                    (step_terms(sm, d.concurrency, kv, kv, d.concurrency),),
+                )
             )
             if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
                 steps = prefill_steps(sm, d.prompt_tokens, chunk)
@@ -102,12 +110,15 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
     return [p for p in pts if p.y_s > 0]
 
 
-def predict(points: list[FitPoint], ce: float, be: float, o: float, po: float) -> np.ndarray:
-    """Model latency of each point, s."""
+def predict(
+    points: list[FitPoint], ce: float, be: float, o: float, po: float, so: float = 0.0
+) -> np.ndarray:
+    """Model latency of each point (`so`: s per sequence per step), s."""
     out = []
     for p in points:
         t = sum(
-            o + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s for s in p.steps
+            o + so * s.seqs + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s
+            for s in p.steps
         )
         out.append(t + (po if p.kind == "prefill" else 0.0))
     return np.array(out)

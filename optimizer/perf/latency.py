@@ -357,6 +357,7 @@ def build_step_model(
         graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,
         eager_s=arch.num_layers * calib.eager_layer_s,
         kernel_source=source,
+        seq_s=calib.seq_overhead_s,
     )
 
 
@@ -367,13 +368,13 @@ def _prefill_chunks(
     each chunk riding in a step with `decode_batch` sequences that hold `decode_kv` KV tokens.
     Added time: what the chunks add to those decode steps (what the other sequences feel)."""
     done = max(0, min(cached_tokens, input_len))
-    wall = added = 0.0
-    chunk = max(1, perf.chunk_tokens)
-    base = perf.step.time_s(decode_batch, decode_kv, decode_kv)  # s, the step without the chunk
+    wall, added, chunk = 0.0, 0.0, max(1, perf.chunk_tokens)
+    base = perf.step.time_s(decode_batch, decode_kv, decode_kv, decode_batch)  # s, no chunk
     while done < input_len:
         c = min(chunk, input_len - done)
         pairs = c * done + c * (c + 1) / 2.0  # causal: each new token sees prefix + earlier chunk
-        t = perf.step.time_s(c + decode_batch, decode_kv + done + c, decode_kv + pairs)
+        kv = decode_kv + done + c
+        t = perf.step.time_s(c + decode_batch, kv, decode_kv + pairs, decode_batch + 1)
         wall += t
         added += t - base
         done += c
@@ -396,4 +397,4 @@ def prefill_s(
 def decode_step_s(perf: InstancePerf, batch: int, context_tokens: float) -> float:
     """One decode step of `batch` sequences at an average context of `context_tokens`, s."""
     kv = batch * context_tokens
-    return perf.step.time_s(batch, kv, kv)
+    return perf.step.time_s(batch, kv, kv, batch)

@@ -31,6 +31,9 @@ class StepModel:
     eager_s: float = 0.0  # what a step without CUDA graphs adds (kernel launches), s
     # which kernel layer gave the linear layers' compute rate (optimizer/perf/kernels.py)
     kernel_source: str = "roofline"  # measured | interpolated | roofline
+    # per sequence in the step, whatever its tokens: scheduling, sampling, output handling
+    # (the CPU build: the step model's other terms are per token or per context token)
+    seq_s: float = 0.0  # s per sequence per step
 
     def experts_touched(self, new_tokens: float) -> float:
         """Expected distinct routed experts a step of `new_tokens` tokens reads per layer."""
@@ -39,8 +42,11 @@ class StepModel:
         miss = (1.0 - self.experts_per_tok / self.num_experts) ** new_tokens
         return self.num_experts * (1.0 - miss)
 
-    def time_s(self, new_tokens: float, kv_tokens: float, attn_pairs: float) -> float:
-        """One step: `new_tokens` computed, `kv_tokens` of KV read, `attn_pairs` scored, s."""
+    def time_s(
+        self, new_tokens: float, kv_tokens: float, attn_pairs: float, seqs: float = 1.0
+    ) -> float:
+        """One step of `seqs` sequences: `new_tokens` computed, `kv_tokens` of KV read,
+        `attn_pairs` scored, s."""
         if new_tokens <= 0:
             return 0.0
         mem_s = (
@@ -52,7 +58,8 @@ class StepModel:
         comm_s = (
             self.comm_latency_s + self.comm_s_per_token * new_tokens if self.comm_latency_s else 0.0
         )
-        return self.fixed_s(new_tokens) + max(mem_s, compute_s) + comm_s
+        fixed_s = self.fixed_s(new_tokens) + self.seq_s * seqs
+        return fixed_s + max(mem_s, compute_s) + comm_s
 
     def fixed_s(self, new_tokens: float) -> float:
         """The fixed cost of a step of `new_tokens` tokens: with or without CUDA graphs, s."""

@@ -151,6 +151,7 @@ class FastEngine:
             st.comm_latency_s,
             st.eager_s,
             float(st.graph_max_tokens),
+            st.seq_s,
         )
         self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
         self.iv = np.zeros(I_LEN, dtype=np.int64)

@@ -355,9 +355,10 @@ class Engine:
         if self.dense:  # StepModel.time_s without its MoE and TP terms (both zero here)
             mem = st.dense_weight_read_s + st.kv_read_s_per_token * kv
             comp = st.compute_s_per_token * new + st.attn_s_per_pair * pairs
-            dt = st.fixed_s(new) + (mem if mem > comp else comp)
+            dt = st.fixed_s(new) + st.seq_s * (len(dec) + len(chunks))
+            dt += mem if mem > comp else comp
         else:
-            dt = st.time_s(new, kv, pairs)
+            dt = st.time_s(new, kv, pairs, len(dec) + len(chunks))
         if self.jit:
             dt *= self._jitter()
         t += dt

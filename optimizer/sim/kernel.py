@@ -43,8 +43,8 @@ _objmode = numba.objmode if numba is not None else contextlib.nullcontext
 
 F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
-F_EAGER, F_GMAX = 16, 17  # StepModel.eager_s, graph_max_tokens
-F_JCV, F_JBUF = 18, 19  # jitter's coefficient of variation (0: off); its block from F_JBUF
+F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
+F_JCV, F_JBUF = 19, 20  # jitter's coefficient of variation (0: off); its block from F_JBUF
 F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
 I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
@@ -113,9 +113,9 @@ def _enqueue(iv, q, rid, inp, cached, out):
 
 
 @_jit
-def _step_time(f, iv, new, kv, pairs):
+def _step_time(f, iv, new, kv, pairs, seqs):
     """`StepModel.time_s` (the dense shortcut of `Engine._one_step` where it applies)."""
-    fixed = f[F_OVH] + (f[F_EAGER] if new > f[F_GMAX] else 0.0)
+    fixed = f[F_OVH] + (f[F_EAGER] if new > f[F_GMAX] else 0.0) + f[F_SEQ] * seqs
     if iv[I_DENSE]:
         mem = f[F_DENSE] + f[F_KVR] * kv
         comp = f[F_CPT] * new + f[F_APP] * pairs
@@ -211,7 +211,7 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
     iv[I_NRUN] = n_run
     if not new:
         return t, busy_s, kv_used
-    dt = _step_time(f, iv, new, kv, pairs)
+    dt = _step_time(f, iv, new, kv, pairs, n_dec_step + n_chunks)
     if f[F_JCV] > 0:
         dt *= _jitter(f, iv)
     t += dt

@@ -28,7 +28,7 @@ def _comm_s(step: StepModel, new_tokens: float) -> float:
 def decode_coeffs(step: StepModel, n: int, kv0: float) -> tuple[float, float, float, float, float]:
     """Decode step j of n sequences holding kv0 context tokens takes
     fixed + max(m0 + m1 j, c0 + c1 j) seconds (memory side, compute side)."""
-    fixed = step.fixed_s(n) + _comm_s(step, n)  # s per step
+    fixed = step.fixed_s(n) + step.seq_s * n + _comm_s(step, n)  # s per step
     m0 = step.dense_weight_read_s + step.expert_read_s * step.experts_touched(n)
     m0 += step.kv_read_s_per_token * kv0  # s: context KV read
     m1 = step.kv_read_s_per_token * n  # s per step: context grows by n tokens
@@ -138,14 +138,14 @@ def decode_time_vec(step: StepModel, kv0: np.ndarray, k: np.ndarray) -> np.ndarr
 def step_time_vec(
     step: StepModel, new: np.ndarray, kv: np.ndarray, pairs: np.ndarray
 ) -> np.ndarray:
-    """`StepModel.time_s` vectorized (new_tokens > 0 everywhere)."""
+    """`StepModel.time_s` of one sequence's steps, vectorized (new_tokens > 0 everywhere)."""
     mem = step.dense_weight_read_s + step.kv_read_s_per_token * kv
     if step.num_experts:
         miss = (1.0 - step.experts_per_tok / step.num_experts) ** new
         mem = mem + step.expert_read_s * step.num_experts * (1.0 - miss)
     comp = step.compute_s_per_token * new + step.attn_s_per_pair * pairs
     comm = step.comm_latency_s + step.comm_s_per_token * new if step.comm_latency_s else 0.0
-    fixed = step.overhead_s + np.where(new > step.graph_max_tokens, step.eager_s, 0.0)
+    fixed = step.overhead_s + step.seq_s + np.where(new > step.graph_max_tokens, step.eager_s, 0.0)
     return fixed + np.maximum(mem, comp) + comm
 
 

@@ -137,6 +137,9 @@ class Calibration(Strict):
     step_jitter_cv: float | None = Field(
         default=None, ge=0, le=2, description="step times' coefficient of variation"
     )
+    seq_overhead_s: float | None = Field(
+        default=None, ge=0, description="time per sequence in an engine step, s"
+    )
     points: int | None = Field(default=None, ge=0, description="engine points the fit used")
     source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")

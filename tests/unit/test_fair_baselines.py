@@ -222,6 +222,18 @@ def test_compiled_engine_gives_identical_numbers():
         (pt, {k: dataclasses.replace(p, step_jitter_cv=0.25) for k, p in perfs.items()}, kw)
         for pt, perfs, kw in todo
     ]
+    # A per-sequence step cost (the CPU build's `StepModel.seq_s`) in general steps and decode runs
+    pt, perfs, kw = todo[0]
+    todo.append(
+        (
+            pt,
+            {
+                k: dataclasses.replace(p, step=dataclasses.replace(p.step, seq_s=3e-4))
+                for k, p in perfs.items()
+            },
+            kw,
+        )
+    )
     for pt, perfs, kw in todo:
         runs = []
         for compiled in (False, True):

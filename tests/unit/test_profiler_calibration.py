@@ -8,10 +8,11 @@ from dataclasses import replace
 import pytest
 
 from planner.catalog.gpus import resolve_gpu
-from planner.catalog.models import resolve_arch
+from planner.catalog.models import ModelArch, resolve_arch
 from planner.optimizer.perf import calib_from_profile, decode_step_s, instance_perf, prefill_s
 from planner.optimizer.perf.calib import default_calib
 from planner.optimizer.perf.calibration import calibrate, priors
+from planner.optimizer.sim.steptime import decode_time_s
 from planner.profiler.store import profile_warnings
 from planner.schemas.profile import (
     DecodePoint,
@@ -22,6 +23,7 @@ from planner.schemas.profile import (
     Profile,
     Stat,
 )
+from planner.tinymodel import tiny_arch
 
 
 def _synthetic(gpu_name, arch_name, truth, prompts, concs, p=128, o=64):
@@ -188,3 +190,48 @@ def test_calibrate_cli_writes_profile(tmp_path):
         main(["profile", "calibrate", str(path), "--json"])
     assert e.value.code == 0
     assert load_profile(path).calibration.points == 4
+
+
+def _cpu_profile(ttft_ms, tpot_ms, prompts=(16, 64, 128, 256, 384), concs=(1, 2, 4, 8, 16)):
+    """The tiny model on the CPU build, measured as the profiler does (decode at 128 prompt
+    tokens + 32 output): TTFT(prompt tokens) and TPOT(concurrency) in ms from the callables."""
+    run = EngineRun(
+        model="tiny", variant="bf16", quantization="bf16", arch=ModelArch(**tiny_arch())
+    )
+    run.prefill = [
+        PrefillPoint(prompt_tokens=n, latency_s=Stat(median=ttft_ms(n) / 1e3)) for n in prompts
+    ]
+    run.decode = [
+        DecodePoint(
+            concurrency=c, prompt_tokens=128, output_tokens=32, tpot_s=Stat(median=tpot_ms(c) / 1e3)
+        )
+        for c in concs
+    ]
+    return Profile(node="n", gpu_type="cpu", engine=[run]), resolve_gpu("cpu")
+
+
+def test_cpu_decode_step_grows_with_sequences_not_their_context():
+    """The CPU build's decode step grows with the batch's sequences (scheduling, sampling,
+    streaming each one's token), hardly with their context (an in-process vLLM-CPU engine:
+    x8 1.39 ms at 128 context tokens, 1.45 ms at 320). Fitted to points measured at 144
+    tokens of context, a step at 400 keeps the measured time: a slope charged per context
+    token (KV reads, attention pairs) would make it grow with the context (x1 2.21 ms)."""
+    prof, gpu = _cpu_profile(lambda n: 9.0 + 0.012 * n, lambda c: 1.6 + 0.11 * c)
+    cal = calibrate(prof, gpu, default_calib("cpu"))
+    assert cal.seq_overhead_s == pytest.approx(0.11e-3, rel=0.15)
+    assert cal.residual_rel < 0.02
+    fitted = calib_from_profile(prof.model_copy(update={"calibration": cal}))
+    perf = instance_perf(ModelArch(**tiny_arch()), "bf16", gpu, 1, calib=fitted)
+    for c in (1, 4, 8):
+        want_s = (1.6 + 0.11 * c) / 1e3
+        assert decode_step_s(perf, c, 400.0) == pytest.approx(want_s, rel=0.04)
+        # the simulator's decode runs (closed form): 8 steps from 400 tokens of context each
+        assert decode_time_s(perf.step, c, c * 400.0, 8) / 8 == pytest.approx(want_s, rel=0.04)
+
+
+def test_gpu_fit_has_no_per_sequence_cost():
+    base, truth = _hopper_truth(prefill_overhead_s=0.015)
+    prof, gpu = _synthetic(
+        "H100-SXM", "Llama-3.1-8B-Instruct", truth, prompts=[256, 2048, 8192], concs=[1, 8, 64]
+    )
+    assert calibrate(prof, gpu, base).seq_overhead_s is None

@@ -86,9 +86,10 @@ def test_decode_time_matches_step_by_step_sum():
     st = step_model(
         overhead_s=0.003, dense_weight_read_s=0.01, kv_read_s_per_token=2e-7,
         compute_s_per_token=1e-3, attn_s_per_pair=5e-8, comm_latency_s=1e-4, comm_s_per_token=1e-6,
+        seq_s=2e-4,
     )  # fmt: skip
     for n, kv0, k in [(1, 100, 50), (8, 20000, 300), (32, 1000, 1000), (3, 0, 1)]:
-        ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n) for j in range(k))
+        ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n, n) for j in range(k))
         assert decode_time_s(st, n, kv0, k) == pytest.approx(ref, rel=1e-9)
 
 
@@ -101,7 +102,7 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
         "compute": dict(compute_s_per_token=5e-3, attn_s_per_pair=1e-6),
         "crossing": dict(dense_weight_read_s=0.004, attn_s_per_pair=2e-6),  # attention overtakes
     }[regime]
-    st = step_model(overhead_s=0.002, **kw)
+    st = step_model(overhead_s=0.002, seq_s=1e-4, **kw)
     n, inp, out = 4, 500, 800
     eng = Engine(perf(st), np.full(n, np.nan), np.full(n, np.nan))
     for rid in range(n):  # four prompts arrive together: one prefill step, then decoding
@@ -112,7 +113,7 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
         eng.advance_to(until)
         ref, k = t0, 0  # step by step: steps start while ref < until
         while ref < until:
-            ref += st.time_s(n, n * (ctx + k), n * (ctx + k + 1))
+            ref += st.time_s(n, n * (ctx + k), n * (ctx + k + 1), n)
             k += 1
         assert eng.t == pytest.approx(ref, rel=1e-9)
         t0, ctx = ref, ctx + k
@@ -121,7 +122,11 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
 
 def test_lone_times_match_chunked_prefill_then_decode():
     st = step_model(
-        overhead_s=0.002, dense_weight_read_s=0.01, compute_s_per_token=1e-5, attn_s_per_pair=1e-9
+        overhead_s=0.002,
+        dense_weight_read_s=0.01,
+        compute_s_per_token=1e-5,
+        attn_s_per_pair=1e-9,
+        seq_s=1e-4,
     )
     p = perf(st, chunk_tokens=512)
     inp, cached, out = 1300, 200, 40
