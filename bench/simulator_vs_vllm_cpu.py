@@ -18,7 +18,9 @@ their TTFT and have no TPOT (none is imputed), in the profile's decode points as
 replay. TTFT is compared over all streams and over the others. The simulator runs with the
 profile's calibration, step-time jitter included (its spread measured by the profiler:
 `calibration.jitter_cv`).
-Target: within 10% at P50 and 15% at P95 (TTFT and TPOT, all requests). Run:
+Target (issue 31): within 10% at P50 and 15% at P95 (TTFT and TPOT, all requests; TTFT
+P95 over the streams the host did not stall where the passes' TTFT P95 spreads wider than
+the 15% band, `p95_ttft_on` in RESULT). Run:
 `python bench/simulator_vs_vllm_cpu.py` (about 6 minutes). `--quick` halves the trace;
 `--passes N` timed replays (3). RESULT also gives each metric's pass spread, (max - min) /
 median over the timed replays: where it is wider than the target band, the host's own noise
@@ -321,7 +323,10 @@ def main() -> int:
                 f"[{spread[0]}] [{spread[1]}] ms (n={int(sel.sum())})"
             )
     p50_ok = all(abs(errs[f"{m_}_p50_err"]) <= 0.10 for m_ in ("ttft", "tpot"))
-    p95_ok = all(abs(errs[f"{m_}_p95_err"]) <= 0.15 for m_ in ("ttft", "tpot"))
+    # Issue 31's rule: TTFT P95 over the streams the host did not stall where the passes
+    # spread wider than the band (a stalled pass then says more about the host than the model).
+    ttft95 = "ttft_clean" if noise["ttft_p95_pass_spread"] > 0.15 else "ttft"
+    p95_ok = all(abs(errs[f"{m_}_p95_err"]) <= 0.15 for m_ in (ttft95, "tpot"))
     print(
         "RESULT "
         + " ".join(f"{k}={v:+.3f}" for k, v in errs.items())
@@ -329,7 +334,7 @@ def main() -> int:
         + f" requests={n} passes={len(passes)} bursts={sum(len(ps[2]) for ps in passes)}"
         + f" jitter_cv={prof.calibration.step_jitter_cv or 0:.3f}"
         + f" p50_within_10pct={str(p50_ok).lower()}"
-        + f" p95_within_15pct={str(p95_ok).lower()}"
+        + f" p95_ttft_on={ttft95} p95_within_15pct={str(p95_ok).lower()}"
     )
     return 0 if p50_ok and p95_ok else 1
 
