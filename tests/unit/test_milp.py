@@ -167,8 +167,8 @@ CASES = [
 ]
 
 
-def _input(gpu, count, ram, specs, knobs, rates=(0.05, 0.02, 0.01)) -> MilpInput:
-    """One node of `count` GPUs, the models of `specs`, one replica each."""
+def _input(gpu, count, ram, specs, knobs, rates=(0.05, 0.02, 0.01), max_replicas=1) -> MilpInput:
+    """One node of `count` GPUs, the models of `specs`, `max_replicas` each at the most."""
     cluster = _cluster(gpu, count, ram)
     models = _models(specs)
     slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
@@ -187,7 +187,7 @@ def _input(gpu, count, ram, specs, knobs, rates=(0.05, 0.02, 0.01)) -> MilpInput
         gpu_groups=gpu_groups(cluster),
         node_ram_gib={"n0": ram},
         headroom=knobs.headroom,
-        max_replicas=1,
+        max_replicas=max_replicas,
         may_sleep=knobs.may_sleep,
         w_switch=knobs.w_switch,
         w_memory=knobs.w_memory,
@@ -300,36 +300,16 @@ def test_unplaceable_model_reported():
 
 def _sleepy_input(rate_rps: float, max_replicas: int, kv_factor: float = 1.0) -> MilpInput:
     """One L40S, one 7B model that may sleep, memory priced high."""
-    cluster = _cluster("L40S", 1, 256.0)
-    models = _models([("a", "Qwen2.5-7B-Instruct", ["bf16"])])
-    slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
-    demand = _demand(["a"], [rate_rps])
     knobs = Knobs(
         may_sleep=frozenset({"a"}),
         w_switch=0.01,
         w_memory=10.0,
         kv_factor=kv_factor,
         max_num_seqs=16,
-    )
-    cands = enumerate_candidates(
-        cluster, models, slo, demand, knobs, max_tp=1, max_model_len_cap=None, gpu_margin=0.06
-    )
-    return MilpInput(
-        candidates=tuple(cands),
-        sets=tuple(gpu_sets(cluster, 1)),
-        demand=demand,
-        models=("a",),
-        gpu_usable_gib={("n0", 0): 48.0 * 0.94},
-        gpu_groups=gpu_groups(cluster),
-        node_ram_gib={"n0": 256.0},
         headroom=1.0,
-        max_replicas=max_replicas,
-        may_sleep=knobs.may_sleep,
-        w_switch=knobs.w_switch,
-        w_memory=knobs.w_memory,
-        w_quality=knobs.w_quality,
-        w_gpus=knobs.w_gpus,
     )
+    specs = [("a", "Qwen2.5-7B-Instruct", ["bf16"])]
+    return _input("L40S", 1, 256.0, specs, knobs, (rate_rps,), max_replicas=max_replicas)
 
 
 def test_no_two_sleepers_of_a_model_share_a_gpu():
