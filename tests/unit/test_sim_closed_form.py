@@ -122,12 +122,9 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
 
 def test_lone_times_match_chunked_prefill_then_decode():
     st = step_model(
-        overhead_s=0.002,
-        dense_weight_read_s=0.01,
-        compute_s_per_token=1e-5,
-        attn_s_per_pair=1e-9,
+        overhead_s=0.002, dense_weight_read_s=0.01, compute_s_per_token=1e-5, attn_s_per_pair=1e-9,
         seq_s=1e-4,
-    )
+    )  # fmt: skip
     p = perf(st, chunk_tokens=512)
     inp, cached, out = 1300, 200, 40
     pf, tot = lone_times(p, np.array([inp]), np.array([cached]), np.array([out]))
