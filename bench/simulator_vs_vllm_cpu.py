@@ -196,16 +196,9 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         cal.prefill_overhead_s,
         cal.seq_overhead_s or 0.0,
     )
-    # in fit_points' order: prefill points, then each decode point (and a one-client TTFT)
-    named = [(f"prefill {p.prompt_tokens} tok", p.latency_s.median) for p in run.prefill]
-    for d in run.decode:
-        named.append((f"decode x{d.concurrency} TPOT", d.tpot_s.median))
-        if d.concurrency == 1 and d.ttft_s is not None:
-            named.append(("decode x1 TTFT", d.ttft_s.median))
-    labels = [lab for lab, y in named if y > 0]
     print(f"profile (cold start {cold_start_s:.1f} s; saved to {work / 'local-cpu.yaml'}):")
-    for lab, pt, f in zip(labels, pts, fitted, strict=True):
-        print(f"  {lab:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
+    for pt, f in zip(pts, fitted, strict=True):
+        print(f"  {pt.label:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
     for note in run.notes:
         print(f"  note: {note}")
     print(

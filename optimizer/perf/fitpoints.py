@@ -37,6 +37,7 @@ class FitPoint:
     kind: str  # prefill | decode
     y_s: float  # measured, s
     steps: tuple[StepTerms, ...]
+    label: str = ""  # what was measured, for people: "prefill 128 tok", "decode x8 TPOT"
 
 
 def unit_step_model(run: EngineRun, gpu: GpuSpec, base: Calib) -> StepModel:
@@ -92,21 +93,17 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         sm = unit_step_model(run, gpu, base)
         chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
         for p in run.prefill:
-            pts.append(
-                FitPoint("prefill", p.latency_s.median, prefill_steps(sm, p.prompt_tokens, chunk))
-            )
+            steps = prefill_steps(sm, p.prompt_tokens, chunk)
+            label = f"prefill {p.prompt_tokens} tok"
+            pts.append(FitPoint("prefill", p.latency_s.median, steps, label))
         for d in run.decode:
             kv = d.concurrency * (d.prompt_tokens + d.output_tokens / 2.0)
-            pts.append(
-                FitPoint(
-                    "decode",
-                    d.tpot_s.median,
-                    (step_terms(sm, d.concurrency, kv, kv, d.concurrency),),
-                )
-            )
+            step = step_terms(sm, d.concurrency, kv, kv, d.concurrency)
+            label = f"decode x{d.concurrency} TPOT"
+            pts.append(FitPoint("decode", d.tpot_s.median, (step,), label))
             if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
                 steps = prefill_steps(sm, d.prompt_tokens, chunk)
-                pts.append(FitPoint("prefill", d.ttft_s.median, steps))
+                pts.append(FitPoint("prefill", d.ttft_s.median, steps, "decode x1 TTFT"))
     return [p for p in pts if p.y_s > 0]
 
 

@@ -235,3 +235,16 @@ def test_gpu_fit_has_no_per_sequence_cost():
         "H100-SXM", "Llama-3.1-8B-Instruct", truth, prompts=[256, 2048, 8192], concs=[1, 8, 64]
     )
     assert calibrate(prof, gpu, base).seq_overhead_s is None
+
+
+def test_fit_points_name_what_was_measured_in_their_order():
+    """Each fit point says what it measured (bench/simulator_vs_vllm_cpu prints them beside the
+    fit), the one-client decode point's TTFT included, in the points' own order."""
+    from planner.optimizer.perf.fitpoints import fit_points
+
+    prof, gpu = _cpu_profile(lambda n: 9.0, lambda c: 1.7, prompts=(16, 64), concs=(1, 8))
+    prof.engine[0].decode[0].ttft_s = Stat(median=0.005)
+    labels = [p.label for p in fit_points(prof, gpu, default_calib("cpu"))]
+    assert labels == [
+        "prefill 16 tok", "prefill 64 tok", "decode x1 TPOT", "decode x1 TTFT", "decode x8 TPOT",
+    ]  # fmt: skip
