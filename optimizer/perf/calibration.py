@@ -47,21 +47,28 @@ PRIOR_WEIGHT = 1e-4  # a prior's squared log-ratio vs one point's squared rel. e
 OUTLIER_REL, OUTLIER_X = 0.25, 3.0
 
 
-def _overheads(
-    points: list[FitPoint], g: np.ndarray, y: np.ndarray, per_seq: bool
-) -> tuple[float, float, float]:
+def _overhead_columns(points: list[FitPoint], per_seq: bool) -> np.ndarray:
+    """What each point's latency holds of (o, po, so): its steps, 1 if a prefill, and the
+    sequences over its steps; so's column is 0 unless `per_seq` and some step holds several
+    sequences (else so is o under another name)."""
+    cols = np.array(
+        [
+            [len(p.steps), 1.0 if p.kind == "prefill" else 0.0, sum(s.seqs for s in p.steps)]
+            for p in points
+        ]
+    )
+    if not (per_seq and any(s.seqs != 1 for p in points for s in p.steps)):
+        cols[:, 2] = 0.0
+    return cols
+
+
+def _overheads(cols: np.ndarray, g: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """Non-negative (o, po, so) minimising the squared relative error given the rest `g`: the
-    least-squares solution over each subset of the columns that has no negative part (exact
-    NNLS for three unknowns); so (per sequence per step) stays 0 unless `per_seq`."""
-    cols = [
-        [len(p.steps), 1.0 if p.kind == "prefill" else 0.0, sum(s.seqs for s in p.steps)]
-        for p in points
-    ]
+    least-squares solution over each subset of the columns (`_overhead_columns`) that has no
+    negative part (exact NNLS for three unknowns)."""
     w = 1.0 / y
-    aw, rw = np.array(cols) * w[:, None], (y - g) * w
-    # so only where some step holds several sequences (else it is o under another name)
-    per_seq = per_seq and any(s.seqs != 1 for p in points for s in p.steps)
-    free = [j for j in range(3 if per_seq else 2) if aw[:, j].any()]
+    aw, rw = cols * w[:, None], (y - g) * w
+    free = [j for j in range(3) if aw[:, j].any()]
     best, best_err = np.zeros(3), float(rw @ rw)
     for mask in range(1, 1 << len(free)):
         use = [j for k, j in enumerate(free) if mask >> k & 1]
@@ -80,16 +87,9 @@ def _overheads(
     return float(best[0]), float(best[1]), float(best[2])
 
 
-def _objective(points, y, g, ce, be, ce0, be0, per_seq) -> tuple[float, float, float, float]:
-    o, po, so = _overheads(points, g, y, per_seq)
-    pred = g + np.array(
-        [
-            len(p.steps) * o
-            + (po if p.kind == "prefill" else 0.0)
-            + so * sum(s.seqs for s in p.steps)
-            for p in points
-        ]
-    )
+def _objective(cols, y, g, ce, be, ce0, be0) -> tuple[float, float, float, float]:
+    o, po, so = _overheads(cols, g, y)
+    pred = g + cols @ np.array([o, po, so])
     err = float(np.sum(((pred - y) / y) ** 2))
     err += PRIOR_WEIGHT * (math.log(ce / ce0) ** 2 + math.log(be / be0) ** 2)
     return err, o, po, so
@@ -101,6 +101,7 @@ def fit_engine(
     """(ce, be, o, po, so, each point's relative error) by a log grid search refined three
     times around the best; so (s per sequence per step) is fitted only where `per_seq`."""
     y = np.array([p.y_s for p in points])
+    cols = _overhead_columns(points, per_seq)  # the same for every (ce, be)
     best = (math.inf, ce0, be0, 0.0, 0.0, 0.0)
     lo_c, hi_c, lo_b, hi_b = (
         math.log(EFF_MIN),
@@ -113,7 +114,7 @@ def fit_engine(
             for lb in np.linspace(lo_b, hi_b, 25):
                 ce, be = math.exp(lc), math.exp(lb)
                 g = predict(points, ce, be, 0.0, 0.0)
-                err, o, po, so = _objective(points, y, g, ce, be, ce0, be0, per_seq)
+                err, o, po, so = _objective(cols, y, g, ce, be, ce0, be0)
                 if err < best[0]:
                     best = (err, ce, be, o, po, so)
         _, ce, be = best[:3]
