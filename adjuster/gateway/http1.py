@@ -109,10 +109,11 @@ async def _answer(reader: asyncio.StreamReader, raw: bytes) -> tuple[int, str, b
     status = int(code)
     low = raw.lower()  # header names are case-insensitive; only four are read
     keep = version == b"HTTP/1.1" and _header(raw, low, b"connection").lower() != b"close"
+    length = _header(raw, low, b"content-length")
     if b"chunked" in _header(raw, low, b"transfer-encoding").lower():
         data = await _chunked(reader)
-    elif b"\r\ncontent-length:" in low:
-        data = await reader.readexactly(int(_header(raw, low, b"content-length")))
+    elif length or b"\r\ncontent-length:" in low:  # (an empty value is refused by int())
+        data = await reader.readexactly(int(length))
     else:  # the answer ends with the connection
         data, keep = await reader.read(), False
     ctype = _header(raw, low, b"content-type")
