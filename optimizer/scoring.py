@@ -290,10 +290,10 @@ def twins_by_day(
     return out
 
 
-def beats_twin_each_day(days: list[PointMetrics], twin_days: list[PointMetrics]) -> bool:
-    """`beats_twin` on every day apart (each simulated as its own trace, the twin matched to
-    the point's memory on it): the held-back days stand for the week (a working day and a
-    quiet one), and a point is worth its plan only where it is worth it on both. Judged on
-    their sum, the busy day's requests outvote the quiet day's, and the twin's memory is
-    matched to an average over both."""
-    return all(beats_twin(m, t) for m, t in zip(days, twin_days, strict=True))
+def beats_twin_each_day(days: list[tuple[PointMetrics, PointMetrics]]) -> bool:
+    """`beats_twin` on every day apart ((the point's, its twin's) figures, `twins_by_day`:
+    each day simulated as its own trace, the twin matched to the point's memory on it): the
+    held-back days stand for the week (a working day and a quiet one), and a point is worth
+    its plan only where it is worth it on both. Judged on their sum, the busy day's requests
+    outvote the quiet day's, and the twin's memory is matched to an average over both."""
+    return all(beats_twin(m, t) for m, t in days)

@@ -247,8 +247,7 @@ def _twin_front(
 
 def _each_day(ev: Evaluator, e: Evaluation) -> bool:
     """`e` beats its twin on each held-back day apart (`scoring.beats_twin_each_day`)."""
-    pairs = ev.twin_days(e)
-    return scoring.beats_twin_each_day([m for m, _ in pairs], [t for _, t in pairs])
+    return scoring.beats_twin_each_day(ev.twin_days(e))
 
 
 def _selected(named: list[tuple[str, Evaluation]]) -> str:

@@ -77,6 +77,6 @@ def test_a_point_must_beat_its_twin_on_each_held_back_day():
     as fast: the busy day's requests would outvote it in their sum."""
     busy = (PointMetrics(slo_attainment=0.95, switch_p95_s=10.0), PointMetrics(0.8, 0, 0, 120.0))
     quiet = (PointMetrics(slo_attainment=0.98, switch_p95_s=8.0), PointMetrics(0.97, 0, 0, 0.7))
-    assert scoring.beats_twin_each_day([busy[0]], [busy[1]])
-    assert not scoring.beats_twin_each_day([busy[0], quiet[0]], [busy[1], quiet[1]])
-    assert scoring.beats_twin_each_day([], [])  # nothing held back: no verdict by day
+    assert scoring.beats_twin_each_day([busy])
+    assert not scoring.beats_twin_each_day([busy, quiet])
+    assert scoring.beats_twin_each_day([])  # nothing held back: no verdict by day
