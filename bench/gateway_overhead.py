@@ -247,8 +247,8 @@ def by_mode(rounds: list[tuple[float, float]]) -> dict[str, tuple[int, float]]:
         mode = "mixed" if (d < cut_s) != (g < cut_s) else ("fast" if d < cut_s else "slow")
         groups[mode].append((d, g))
     return {
-        m: (len(sel), sum(d for d, _ in sel) / sum(g for _, g in sel) if sel else math.nan)
-        if m != "mixed" else (len(sel), math.nan)
+        m: (len(sel), sum(d for d, _ in sel) / sum(g for _, g in sel))
+        if sel and m != "mixed" else (len(sel), math.nan)
         for m, sel in groups.items()
     }  # fmt: skip
 
