@@ -45,6 +45,9 @@ def optimize_cmd(
     evals: Annotated[int, _opt("evals", min=1, max=500)] = _D.evals,
     seed: Annotated[int, _opt("seed", min=0)] = _D.seed,
     time_limit: Annotated[float, _opt("milp_time_limit_s", "--time-limit")] = _D.milp_time_limit_s,
+    milp_nodes: Annotated[
+        int, _opt("milp_max_nodes", "--milp-nodes", min=1, max=10_000_000)
+    ] = _D.milp_max_nodes,
     report: Annotated[
         Path | None,
         typer.Option("--report", help="draw the Pareto front and placement (.png or .html)"),
@@ -82,6 +85,7 @@ def optimize_cmd(
         evals=evals,
         seed=seed,
         milp_time_limit_s=time_limit,
+        milp_max_nodes=milp_nodes,
         validate_days=validate_days,
         held_back=held_back,
         baselines=baselines,

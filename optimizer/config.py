@@ -12,8 +12,15 @@ class OptimizeConfig(BaseModel):
 
     evals: int = Field(default=24, ge=1, le=500, description="plans the Bayesian search evaluates")
     seed: int = Field(default=0, ge=0, description="random seed of the search")
+    milp_max_nodes: int = Field(
+        default=2000,
+        ge=1,
+        le=10_000_000,
+        description="branch-and-bound nodes of one MILP solve (work, not seconds: same plan "
+        "on any machine)",
+    )
     milp_time_limit_s: float = Field(
-        default=10.0, gt=0, le=600, description="time limit of one MILP solve, s"
+        default=60.0, gt=0, le=600, description="backstop time limit of one MILP solve, s"
     )
     milp_gap: float = Field(
         default=0.005, ge=0, le=0.5, description="relative MIP gap at which a solve stops"

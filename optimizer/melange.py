@@ -24,8 +24,8 @@ import numpy as np
 from planner.errors import InfeasibleError
 from planner.optimizer import baseline_parts as parts
 from planner.optimizer.baseline_parts import Baseline, gpu_sets
-from planner.optimizer.milp import run_solver
 from planner.optimizer.perf import InstancePerf, steady_state
+from planner.optimizer.solver import run_solver
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
 from planner.schemas.plan import Instance, Point

@@ -62,9 +62,9 @@ from typing import Any
 
 import pulp
 
-from planner.errors import SolverError
 from planner.optimizer.candidates import Candidate, GpuSet
 from planner.optimizer.demand import ModelDemand
+from planner.optimizer.solver import run_solver, solver_work
 
 TIERS = ("gpu", "host", "disk")
 W_UNSERVED = 1e4  # objective cost of one request/s of peak demand left without capacity
@@ -83,7 +83,7 @@ class Placement:
 class MilpResult:
     """What a solve returns."""
 
-    status: str  # "optimal", "feasible" (time limit hit with an incumbent) or "infeasible"
+    status: str  # "optimal", "feasible" (node or time limit hit with an incumbent), "infeasible"
     objective: float
     placements: tuple[Placement, ...]
     solve_s: float  # solver wall time as reported by PuLP, s
@@ -149,12 +149,15 @@ def solve(
     inp: MilpInput,
     *,
     time_limit_s: float = 10.0,
+    max_nodes: int | None = None,
     solver: str = "auto",
     forbid: frozenset[tuple[str, str, str, str]] = frozenset(),
     gap_rel: float = 0.0,
 ) -> MilpResult:
     """Build and solve the MILP of the module docstring.
 
+    `max_nodes` stops branch and bound with the best plan found so far: a limit on work, so
+    the same input gives the same plan on any machine (the time limit is a backstop).
     `forbid` removes options by (model, variant, GPU type, tier): `explain` re-solves without
     a model's chosen option to price the next-best one.
     """
@@ -169,8 +172,8 @@ def solve(
     if unserved:
         return MilpResult("infeasible", float("inf"), (), 0.0, 0, unserved=unserved)
     prob, x = build_problem(inp, opts)
-    status, objective = run_solver(prob, time_limit_s, solver, gap_rel)
-    work = _solver_work(prob)
+    status, objective = run_solver(prob, time_limit_s, solver, gap_rel, max_nodes)
+    work = solver_work(prob)
     if status == "infeasible":
         return MilpResult("infeasible", float("inf"), (), prob.solutionTime or 0.0, len(x), *work)
     chosen = tuple(opts[i] for i in range(len(opts)) if (x[i].value() or 0) > 0.5)
@@ -218,17 +221,6 @@ def build_problem(inp: MilpInput, opts: list[Placement]) -> tuple[pulp.LpProblem
             # (7) identical GPUs are used in order
             prob += y[gidx[a]] >= y[gidx[b]], f"c7_order_{a[0]}_{a[1]}_{b[1]}"
     return prob, x
-
-
-def _solver_work(prob: pulp.LpProblem) -> tuple[int, int]:
-    """Branch-and-bound nodes and LP iterations of the solve: solver work that, unlike its
-    seconds, does not depend on the machine's load ((0, 0) where the solver, CBC, does not
-    report it)."""
-    model = getattr(prob, "solverModel", None)
-    if model is None or not hasattr(model, "getInfo"):
-        return 0, 0
-    info = model.getInfo()
-    return int(info.mip_node_count), int(info.simplex_iteration_count)
 
 
 def _warm_gib(p: Placement) -> float:
@@ -359,40 +351,3 @@ def _slack(c: pulp.LpConstraint) -> float:
     """How far a constraint is from binding at the solution (>= 0 when satisfied)."""
     v = c.value() or 0.0  # lhs - rhs, as PuLP stores constraints as expr <sense> 0
     return -v if c.sense == pulp.LpConstraintLE else v
-
-
-def run_solver(
-    prob: pulp.LpProblem, time_limit_s: float, solver: str = "auto", gap_rel: float = 0.0
-) -> tuple[str, float]:
-    """Solve `prob` single-threaded with a fixed seed (HiGHS, else CBC): (status, objective).
-
-    Every solve in the process goes through here: HiGHS keeps its thread count per process,
-    so one solve with the default threads makes every later `threads=1` solve fail."""
-    use_highs = solver in ("auto", "highs") and pulp.HiGHS(msg=False).available()
-    if solver == "highs" and not use_highs:
-        raise SolverError("HiGHS is not installed", fix="pip install highspy, or use --solver cbc")
-    s = (
-        pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, random_seed=0)
-        if use_highs
-        else pulp.PULP_CBC_CMD(
-            msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=1, options=["randomSeed 0"]
-        )
-    )
-    try:
-        prob.solve(s)
-    except pulp.PulpSolverError as e:
-        raise SolverError(f"MILP solver failed: {e}") from None
-    st = pulp.LpStatus[prob.status]
-    if st == "Optimal":
-        # PuLP reports a time-limited solve with an incumbent as Optimal for some solvers;
-        # sol_status tells them apart.
-        feasible_only = getattr(prob, "sol_status", 1) == pulp.LpSolutionIntegerFeasible
-        return ("feasible" if feasible_only else "optimal"), float(
-            pulp.value(prob.objective) or 0.0
-        )
-    if st in ("Infeasible", "Undefined") or getattr(prob, "sol_status", 0) in (
-        pulp.LpSolutionInfeasible,
-        pulp.LpSolutionNoSolutionFound,
-    ):
-        return "infeasible", float("inf")
-    raise SolverError(f"MILP ended with status {st}")

@@ -130,6 +130,7 @@ class Searcher:
         res = solve(
             self.milp_input(knobs),
             time_limit_s=self.cfg.milp_time_limit_s,
+            max_nodes=self.cfg.milp_max_nodes,
             solver=self.cfg.solver,
             gap_rel=self.cfg.milp_gap,
         )
