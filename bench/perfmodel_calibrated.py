@@ -43,10 +43,12 @@ LOW_CONCURRENCY = 8
 # concurrency <= 8 on that GPU, within a factor 3 of the shipped rates. One model's
 # low-concurrency runs pin little else: the prefills of their TTFTs and the chunk-carrying
 # steps of their TPOTs are where compute binds, and the error a per-GPU constant can remove is
-# small next to the model's within-GPU spread (fitting all nine serving constants per GPU on
-# *every* run of that GPU, in sample, still leaves TTFT 11.7%, TPOT 6.4% on the leave-one-GPU-
-# out bases: no per-GPU calibration of this model reaches TPOT 6%). Tried here (nested prior
-# weight each; TTFT, TPOT; starting constants alone 13.4%, 7.1%):
+# small next to the model's within-GPU spread: from the leave-one-GPU-out bases, all nine
+# serving constants refitted per GPU on *every* run of that GPU (in sample, a bound, not a
+# figure) still leave TTFT 11.7%, TPOT 6.4% over the 744 runs (each once; the bases alone
+# 13.4%, 7.3%), and an exact per-GPU factor on each of TTFT and TPOT 12.6%, 7.3%: no per-GPU
+# calibration of this model's constants reaches TPOT 6%. Tried here (nested prior weight
+# each; TTFT, TPOT; the starting constants alone 13.4%, 7.1%):
 # - step overhead + request overheads (fixed, per prompt token) + Blackwell's fp8/fp4 GEMM
 #   efficiency (the earlier calibration): 14.0%, 7.7%; they absorb the calibrating model's
 #   own error (B200's request overhead 1 ms calibrated on gpt-oss-120b, 46 ms on MiniMax)
@@ -58,6 +60,7 @@ LOW_CONCURRENCY = 8
 # - this compute scale (13.6%, 6.7%) with bandwidth efficiency too: 13.5%, 7.4%; with the
 #   fixed request overhead too: 13.6%, 6.7% (no gain for a second constant);
 # - this compute scale with a prior weight of 10 in the grid too (H200 picks it): 13.6%, 6.7%;
+# - this compute scale fitted on TTFT alone: 14.6%, 6.9%; on TPOT alone: 13.3%, 7.0%;
 # - the compute scale fitted in the starting constants as well (all GPUs, then per GPU):
 #   13.4%, 6.7% here, but bench/perfmodel_vs_serving.py loses TTFT with it (leave one model
 #   out 0.148 0.080, leave one GPU out 0.137 0.071), so the shipped constants stay.
