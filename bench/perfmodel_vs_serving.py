@@ -97,7 +97,18 @@ BOUNDS = {
 # - the per-stream cost inside the request's delay to the engine (a running step absorbs it):
 #   0.150 0.082 0.135 (leave one model out only);
 # - NVLink all-reduce efficiency fitted (0.34-0.49 in every fold, below the shipped 0.65):
-#   0.155 0.075 0.111 / 0.139 0.075 0.122.
+#   0.155 0.075 0.111 / 0.139 0.075 0.122;
+# - decode attention's work units charged per sequence in the step (Calib.attn_unit_cycles,
+#   from the per-op tables, not fitted): 0.156 0.080 0.114 / 0.134 0.072 0.108 (the folds
+#   raise burst_share and the request overhead: Llama's TTFT 14.8% -> 18.0% held out);
+# - a fixed cost per MoE layer and step (4-14 us fitted): 0.148 0.082 0.136 / 0.136 0.070
+#   0.139;
+# - a cost per token and MoE layer that TP does not split (routing, permutes; 2-9e-8 s
+#   fitted), for the MoE prefills' TP-independent part: 0.170 0.089 0.143 / 0.169 0.075 0.116;
+# - routing concentrated (distinct experts of t tokens as of t^g uniformly routed ones, g
+#   0.88-1.0 fitted): 0.152 0.083 0.165 / 0.139 0.076 0.115;
+# - one factor on every GEMM and attention efficiency (0.95-1.06 fitted): 0.148 0.080
+#   0.115 / 0.137 0.071 0.115.
 
 
 def band(c: pd.Series) -> pd.Series:

@@ -96,18 +96,32 @@ LOWP_BLACKWELL = "blackwell_lowp_efficiency"
 # first): Hopper's comes from its fp8_block tables (Calib.fp8_block_gemm_extra_s); Blackwell's
 # is fitted with the engine's constants (Blackwell GPUs only).
 FP8_BLOCK_BLACKWELL = "blackwell_fp8_block_gemm_extra_s"
+# A team's own GPUs' GEMMs against the shipped efficiencies: one factor on every GEMM
+# efficiency (bf16, fp8, fp4; the routed experts' follow), what a calibration fits.
+COMPUTE_SCALE = "compute_scale"
 
 
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
     arch = resolve_gpu(gpu).arch
-    upd = {k: v for k, v in theta.items() if k not in (BURST, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL)}
+    special = (BURST, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE)
+    upd = {k: v for k, v in theta.items() if k not in special}
     if arch == "blackwell" and LOWP_BLACKWELL in theta:
         eff = theta[LOWP_BLACKWELL]
         upd.update(fp8_compute_efficiency=eff, fp4_compute_efficiency=eff)
     if arch == "blackwell" and FP8_BLOCK_BLACKWELL in theta:
         upd.update(fp8_block_gemm_extra_s=theta[FP8_BLOCK_BLACKWELL])
-    return dataclasses.replace(default_calib(arch), **upd)
+    cal = dataclasses.replace(default_calib(arch), **upd)
+    scale = theta.get(COMPUTE_SCALE, 1.0)
+    if scale == 1.0:
+        return cal
+    return dataclasses.replace(
+        cal,
+        compute_efficiency=cal.compute_efficiency * scale,
+        fp8_compute_efficiency=cal.fp8_compute_efficiency * scale,
+        fp4_compute_efficiency=cal.fp4_compute_efficiency * scale,
+        attn_efficiency=cal.attn_efficiency * scale,
+    )
 
 
 def kv_dtype(quant: str) -> str:
