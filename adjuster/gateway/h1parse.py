@@ -15,11 +15,15 @@ MAX_LINE = 8190  # bytes of one request or header line (aiohttp's and nginx's bo
 MAX_HEAD = 64 * 1024  # bytes of a whole head (431 beyond)
 MAX_HEADERS = 100
 
-_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_TCHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN = re.compile(_TCHARS)
+# header lines, each after its CRLF: a token, a colon, a value without controls but tab
+_FIELDS_OK = re.compile(rf"(?:\r\n{_TCHARS}:[^\x00-\x08\x0a-\x1f\x7f]{{0,{MAX_LINE}}})*")
+_FIELD = re.compile(r"\r\n([^:]*):[ \t]*([^\r]*)")  # (name, value + trailing blanks)
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
-_VERSIONS = {b"HTTP/1.1": (1, 1), b"HTTP/1.0": (1, 0)}
-_ANY_VERSION = re.compile(rb"HTTP/[0-9]\.[0-9]")
-_VISIBLE = re.compile(rb"[\x21-\x7e]+")
+_VERSIONS = {"HTTP/1.1": (1, 1), "HTTP/1.0": (1, 0)}
+_ANY_VERSION = re.compile(r"HTTP/[0-9]\.[0-9]")
+_VISIBLE = re.compile(r"[\x21-\x7e]+")
 
 
 class BadRequest(Exception):
@@ -38,16 +42,17 @@ class Headers(dict):
 
 
 def parse_head(head: bytes) -> tuple[str, str, tuple[int, int], Headers]:
-    """(method, target, version, headers) of a request head (without its blank line)."""
-    if b"\0" in head or head.count(b"\n") != head.count(b"\r\n"):
+    """(method, path, version, headers) of a request head (without its blank line). One
+    regular expression checks the header lines and one splits them (C, not a loop in
+    Python: this runs once per request); lines it refuses are read again to say why."""
+    text = head.decode("latin-1")
+    if "\0" in text or text.count("\n") != text.count("\r\n"):
         raise BadRequest(400, "the request head has a NUL or a bare LF")
-    lines = head.split(b"\r\n")
-    if len(lines) > MAX_HEADERS + 1:
-        raise BadRequest(431, f"more than {MAX_HEADERS} headers")
-    first = lines[0]
+    end = text.find("\r\n")
+    first, fields = (text, "") if end < 0 else (text[:end], text[end:])
     if len(first) > MAX_LINE:
         raise BadRequest(400, f"the request line exceeds {MAX_LINE} bytes")
-    parts = first.split(b" ")
+    parts = first.split(" ")
     if len(parts) != 3 or not _TOKEN.fullmatch(parts[0]) or not parts[1]:
         raise BadRequest(400, "the request line is not `METHOD TARGET HTTP/1.1`")
     version = _VERSIONS.get(parts[2])
@@ -55,34 +60,50 @@ def parse_head(head: bytes) -> tuple[str, str, tuple[int, int], Headers]:
         if _ANY_VERSION.fullmatch(parts[2]):
             raise BadRequest(505, "only HTTP/1.0 and HTTP/1.1 are served")
         raise BadRequest(400, "the request line is not `METHOD TARGET HTTP/1.1`")
+    if not _FIELDS_OK.fullmatch(fields):
+        _refuse_fields(fields)
+    pairs = _FIELD.findall(fields)
+    if len(pairs) > MAX_HEADERS:
+        raise BadRequest(431, f"more than {MAX_HEADERS} headers")
+    headers = Headers({name.lower(): value.rstrip(" \t") for name, value in pairs})
+    if len(headers) < len(pairs):  # repeated names: the first counts, unless they conflict
+        headers = _first_of(pairs)
+    return parts[0], _path(parts[1]), version, headers
+
+
+def _first_of(pairs: list[tuple[str, str]]) -> Headers:
     headers = Headers()
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
+    for name, raw in pairs:
+        key, value = name.lower(), raw.rstrip(" \t")
+        if key not in headers:
+            headers[key] = value
+        elif key in ("content-length", "transfer-encoding", "host") and headers[key] != value:
+            raise BadRequest(400, f"conflicting {key} headers")
+    return headers
+
+
+def _refuse_fields(fields: str) -> None:
+    """Raise the BadRequest that says what is wrong with header lines _FIELDS_OK refused."""
+    for line in fields.split("\r\n")[1:]:
+        name, colon, _ = line.partition(":")
         if not colon or not _TOKEN.fullmatch(name):
             raise BadRequest(400, "a header line is not `Name: value`")
         if len(line) > MAX_LINE:
             raise BadRequest(400, f"a header line exceeds {MAX_LINE} bytes")
-        key = name.decode("ascii").lower()
-        text = value.strip(b" \t").decode("latin-1")
-        if key in headers:
-            if key in ("content-length", "transfer-encoding", "host") and headers[key] != text:
-                raise BadRequest(400, f"conflicting {key} headers")
-            continue
-        headers[key] = text
-    return parts[0].decode("ascii"), _path(parts[1]), version, headers
+    raise BadRequest(400, "a header value has a control character")
 
 
-def _path(target: bytes) -> str:
+def _path(target: str) -> str:
     """The path of a request target (origin or absolute form), without its query."""
-    if target[:1] != b"/":
-        if target[:7].lower() == b"http://" or target[:8].lower() == b"https://":
-            at = target.find(b"/", target.find(b"//") + 2)
-            target = target[at:] if at >= 0 else b"/"
-        elif target != b"*":
-            raise BadRequest(400, "the request target is not a path")
     if not _VISIBLE.fullmatch(target):
         raise BadRequest(400, "the request target has a character outside visible ASCII")
-    return target.split(b"?", 1)[0].split(b"#", 1)[0].decode("ascii")
+    if target[:1] != "/":
+        if target[:7].lower() == "http://" or target[:8].lower() == "https://":
+            at = target.find("/", target.find("//") + 2)
+            target = target[at:] if at >= 0 else "/"
+        elif target != "*":
+            raise BadRequest(400, "the request target is not a path")
+    return target.split("?", 1)[0].split("#", 1)[0]
 
 
 def body_length(headers: Headers) -> int | None:

@@ -296,13 +296,13 @@ class Conn(asyncio.Protocol):
             self._body = body
         self._buf = rest
         expect = headers.get("expect")
-        if expect and version == (1, 1) and not body.done:
+        if expect and version == (1, 1):
             if expect.lower() != "100-continue":
                 refused = error(417, f"unknown Expect: {expect[:100]}", "ExpectationFailedError")
                 self.answer(req, refused)
                 self._finish(req)
                 return
-            body.expect = True
+            body.expect = not body.done
         self.task = asyncio.get_running_loop().create_task(self._run(req))
 
     async def _run(self, req: Request) -> None:
