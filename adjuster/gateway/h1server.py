@@ -9,7 +9,7 @@ one task running the handler; the answer is one write.
 Behaviour kept from the aiohttp server it replaces:
 - keep-alive (HTTP/1.1, unless `Connection: close`), pipelined requests in order;
 - bodies by Content-Length or chunked, read by the handler within its own bounds (body.py),
-  reading paused while `PAUSE_BYTES` wait unread; `Expect: 100-continue` answered when the
+  reading paused while `h1body.PAUSE_BYTES` wait unread; `Expect: 100-continue` answered when the
   handler first waits for the body (417 for any other expectation);
 - an answer given before the body was read whole closes the connection after a lingering
   close (the client sees the answer, not a reset);
@@ -28,109 +28,18 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from planner.adjuster.gateway.h1parse import (
-    MAX_HEAD,
-    BadRequest,
-    Chunked,
-    Headers,
-    body_length,
-    parse_head,
-)
+from planner.adjuster.gateway.h1body import Body
+from planner.adjuster.gateway.h1parse import MAX_HEAD, BadRequest, Headers, body_length, parse_head
 from planner.adjuster.gateway.reply import Response, StreamResponse, error, render_head
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.guard import Guard
 
-PAUSE_BYTES = 1 << 20  # unread body bytes at which reading pauses
 LINGER_S = 5.0  # how long an unread body is read and dropped after the answer
 _KINDS = {
     431: "RequestHeaderFieldsTooLargeError", 501: "NotImplementedError",
     505: "HTTPVersionNotSupportedError",
 }  # fmt: skip
-
-
-class Body:
-    """A request's body as it arrives; `read` takes it in pieces (b"" at its end)."""
-
-    __slots__ = (
-        "_buf",
-        "_chunked",
-        "_conn",
-        "_left",
-        "_waiter",
-        "done",
-        "error",
-        "expect",
-        "length",
-    )
-
-    def __init__(self, conn: Conn, length: int | None):
-        self._conn, self.length = conn, length  # length None: chunked
-        self._chunked = Chunked() if length is None else None
-        self._left = length or 0
-        self._buf = bytearray()
-        self._waiter: asyncio.Future | None = None
-        self.done = length == 0  # all of it is in
-        self.error: Exception | None = None  # malformed chunks, or the client left
-        self.expect = False  # `100 Continue` is owed before the first wait
-
-    def feed(self, data: bytes) -> bytes:
-        """Take what belongs to the body; the bytes past its end (the next request)."""
-        if self._chunked is not None:
-            try:
-                part, rest = self._chunked.feed(data)
-            except BadRequest as e:
-                self.fail(e)
-                return b""
-            self.done = self._chunked.done
-        else:
-            part, rest = data[: self._left], data[self._left :]
-            self._left -= len(part)
-            self.done = not self._left
-        if part:
-            self._buf += part
-            if len(self._buf) >= PAUSE_BYTES and not self.done:
-                self._conn.pause_reading()
-        self._wake()
-        return rest
-
-    def fail(self, e: Exception) -> None:
-        if self.error is None and not self.done:
-            self.error = e
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def ready(self) -> bytes | None:
-        """The whole body, when all of it came (with the head, usually) and none was read."""
-        if not self.done:
-            return None
-        out = bytes(self._buf)
-        self._buf.clear()
-        return out
-
-    async def read(self, n: int) -> bytes:
-        """Up to `n` bytes as they come; b"" at the end. Malformed chunks raise BadRequest."""
-        while not self._buf:
-            if self.error is not None:
-                raise self.error
-            if self.done:
-                return b""
-            if self.expect:
-                self.expect = False
-                self._conn.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        out = bytes(self._buf[:n])
-        del self._buf[:n]
-        if len(self._buf) < PAUSE_BYTES // 2:
-            self._conn.resume_reading()
-        return out
 
 
 class Request:
@@ -258,8 +167,9 @@ class Conn(asyncio.Protocol):
             return
         if self.header_since is None:
             self.header_since = self.guard.clock()
-        self._buf = self._buf + data if self._buf else data
-        self._next()
+        seen = len(self._buf)
+        self._buf = self._buf + data if seen else data
+        self._next(max(seen - 3, 0))
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -271,12 +181,15 @@ class Conn(asyncio.Protocol):
 
     # ----- requests
 
-    def _next(self) -> None:
-        """Start the request whose head is in the buffer, if it is whole."""
+    def _next(self, start: int = 0) -> None:
+        """Start the request whose head is in the buffer, if it is whole (`start`: where
+        its end may be, past what earlier searches saw: a head sent a byte at a time is
+        searched once, not once per byte)."""
         buf = self._buf
         if buf[:2] == b"\r\n":  # empty lines before a request line are allowed
             buf = buf.lstrip(b"\r\n")
-        end = buf.find(b"\r\n\r\n")
+            start = 0
+        end = buf.find(b"\r\n\r\n", start)
         if end < 0 or end > MAX_HEAD:
             self._buf = buf
             if len(buf) > MAX_HEAD:

@@ -231,6 +231,22 @@ def test_pipelined_requests_chunked_bodies_and_head_are_answered_in_order():
     asyncio.run(_serve(test))
 
 
+def test_a_head_sent_a_byte_at_a_time_is_read():
+    async def test(port: int, _: Server) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        for b in b"\r\nPOST /drip HTTP/1.1\r\nContent-Length: 2\r\n\r\nok":
+            writer.write(bytes([b]))
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        n = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert json.loads(await reader.readexactly(n))["body"] == "ok"
+        writer.close()
+
+    asyncio.run(_serve(test))
+
+
 def test_http_1_0_closes_and_streams_end_with_the_connection():
     async def test(port: int, _: Server) -> None:
         got = await _exchange(port, b"GET /x HTTP/1.0\r\n\r\n", shut=False)
