@@ -56,6 +56,7 @@ class Body:
             self.done = not self._left
         if part:
             self._buf += part
+            self.expect = False  # the client sends without waiting: no `100 Continue`
             if len(self._buf) >= PAUSE_BYTES and not self.done:
                 self._conn.pause_reading()
         self._wake()

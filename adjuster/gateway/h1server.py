@@ -203,19 +203,20 @@ class Conn(asyncio.Protocol):
             return
         self.busy, self.header_since, self.idle_since = True, None, None
         body, rest = req.body, buf[end + 4 :]
+        expect = headers.get("expect")
+        if expect and version == (1, 1):
+            if expect.lower() != "100-continue":
+                self._buf = rest
+                refused = error(417, f"unknown Expect: {expect[:100]}", "ExpectationFailedError")
+                self.answer(req, refused)  # the body unread: a lingering close
+                self._finish(req)
+                return
+            body.expect = not body.done  # until a byte of it comes (h1body.py)
         if not body.done and rest:
             rest = body.feed(rest)
         if not body.done and body.error is None:
             self._body = body
         self._buf = rest
-        expect = headers.get("expect")
-        if expect and version == (1, 1):
-            if expect.lower() != "100-continue":
-                refused = error(417, f"unknown Expect: {expect[:100]}", "ExpectationFailedError")
-                self.answer(req, refused)
-                self._finish(req)
-                return
-            body.expect = not body.done
         self.task = asyncio.get_running_loop().create_task(self._run(req))
 
     async def _run(self, req: Request) -> None:

@@ -247,6 +247,25 @@ def test_a_head_sent_a_byte_at_a_time_is_read():
     asyncio.run(_serve(test))
 
 
+def test_100_continue_is_sent_only_to_a_client_that_waits_for_it():
+    head = b"POST /e HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+
+    async def test(port: int, _: Server) -> None:
+        close = head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+        got = await _exchange(port, close + b"ok", shut=False)  # no wait: no 100
+        assert got.startswith(b"HTTP/1.1 200 ") and b"100 Continue" not in got
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(head)
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"ok")
+        final = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert final.startswith(b"HTTP/1.1 200 ")
+        writer.close()
+
+    asyncio.run(_serve(test))
+
+
 def test_http_1_0_closes_and_streams_end_with_the_connection():
     async def test(port: int, _: Server) -> None:
         got = await _exchange(port, b"GET /x HTTP/1.0\r\n\r\n", shut=False)
