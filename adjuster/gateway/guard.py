@@ -19,12 +19,9 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from planner.adjuster.gateway.clock import SYSTEM
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.h1server import Conn
 
 log = logging.getLogger("planner.gateway")
 
@@ -48,6 +45,16 @@ def connection_cap(max_connections: int, open_files: int) -> int:
     return max(16, min(max_connections, open_files - FD_RESERVE))
 
 
+class Guarded(Protocol):
+    """A client connection as the Guard sees it (h1server.Conn)."""
+
+    busy: bool  # a request is being handled
+    header_since: float | None  # first byte of a head not yet whole
+    idle_since: float | None  # no request since
+
+    def abort(self) -> None: ...
+
+
 class Guard:
     """Counts, caps and times out the gateway's client connections."""
 
@@ -64,13 +71,13 @@ class Guard:
         self.clock = clock  # monotonic seconds
         self.header_timeout_s = header_timeout_s
         self.warn_every_s = warn_every_s
-        self.open: dict[Conn, None] = {}  # insertion order: oldest first
+        self.open: dict[Any, None] = {}  # h1server.Conn, in insertion order: oldest first
         self.evicted = 0  # idle connections closed to admit a new one
         self.refused = 0  # connections closed at once: every open one holds a request
         self.timed_out = 0  # connections that sent no whole header in time
         self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last log, suppressed)
 
-    def admit(self, conn: Conn) -> bool:
+    def admit(self, conn: Guarded) -> bool:
         """Whether a new connection may stay open (closing an idle one at the cap)."""
         if len(self.open) >= self.cap:
             idle = next((c for c in self.open if not c.busy), None)
@@ -84,7 +91,7 @@ class Guard:
         self.open[conn] = None
         return True
 
-    def forget(self, conn: Conn) -> None:
+    def forget(self, conn: Guarded) -> None:
         self.open.pop(conn, None)
 
     async def loop(self, every_s: float = 1.0) -> None:

@@ -6,14 +6,19 @@ never held whole beyond what the handler has taken."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from planner.adjuster.gateway.h1parse import BadRequest, Chunked
 
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.h1server import Conn
-
 PAUSE_BYTES = 1 << 20  # unread body bytes at which reading pauses
+
+
+class Wire(Protocol):
+    """The connection a body arrives on (h1server.Conn)."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def write(self, data: bytes) -> None: ...
 
 
 class Body:
@@ -31,7 +36,7 @@ class Body:
         "length",
     )
 
-    def __init__(self, conn: Conn, length: int | None):
+    def __init__(self, conn: Wire, length: int | None):
         self._conn, self.length = conn, length  # length None: chunked
         self._chunked = Chunked() if length is None else None
         self._left = length or 0

@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import http
 import json
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.h1server import Request
+from typing import Any
 
 REASONS = {s.value: s.phrase for s in http.HTTPStatus} | {499: "Client Closed Request"}
 JSON = "application/json; charset=utf-8"
@@ -67,9 +64,9 @@ class StreamResponse:
     def __init__(self, status: int = 200, headers: dict[str, str] | None = None):
         self.status, self.headers = status, headers if headers is not None else {}
         self.prepared = self.eof = self._chunked = False
-        self._request: Request | None = None
+        self._request: Any = None  # h1server.Request (which imports this module)
 
-    async def prepare(self, request: Request) -> None:
+    async def prepare(self, request: Any) -> None:
         conn = request.conn
         if conn.closing:
             raise ConnectionResetError("the client closed the connection")
