@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from aiohttp import web
-
+from planner.adjuster.gateway.reply import Response, error
 from planner.keys import key_id
+
+__all__ = ["Unavailable", "error", "identity", "unavailable"]
 
 
 class Unavailable(Exception):
@@ -29,30 +30,8 @@ def identity(headers: Any, secret: bytes) -> tuple[str, str]:
     return user, headers.get("X-Session", "")
 
 
-def error(
-    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
-) -> web.Response:
-    """An OpenAI-style JSON error body."""
-    body = {"error": {"message": message, "type": kind, "code": status, **extra}}
-    return web.json_response(body, status=status, headers=headers)
-
-
-def unavailable(e: Unavailable) -> web.Response:
+def unavailable(e: Unavailable) -> Response:
     return error(
         503, str(e), "ServiceUnavailableError",
         headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
     )  # fmt: skip
-
-
-async def expect_continue(request: web.BaseRequest) -> web.Response | None:
-    """Answer a request's `Expect` header before its body is read: `100 Continue` (None:
-    go on), or 417 for any other expectation (as aiohttp's router does)."""
-    expect = request.headers.get("Expect", "")
-    if request.version != (1, 1):
-        return None
-    if expect.lower() != "100-continue":
-        return error(417, f"unknown Expect: {expect}", "ExpectationFailedError")
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    request.writer.output_size = 0  # the answer's own size starts after this line
-    await request.writer.drain()
-    return None

@@ -30,10 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from aiohttp import web
-
 from planner.adjuster.gateway.answers import error, identity
 from planner.adjuster.gateway.clock import SYSTEM
+from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.reply import Response, StreamResponse
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
 from planner.schemas.keys import Key
@@ -57,16 +57,6 @@ class Caller(NamedTuple):
     @property
     def privileged(self) -> bool:
         return self.loopback or (self.key is not None and self.key.admin)
-
-
-def _request_key(name: str, kind: type) -> Any:
-    """A typed request-storage key where aiohttp has them (3.12+), else the name."""
-    make = getattr(web, "RequestKey", None)
-    return make(name, kind) if make is not None else name
-
-
-CALLER = _request_key("planner.caller", Caller)  # the Caller the middleware let through
-_ADMITTED = _request_key("planner.admitted", str)  # the key name whose slot `admit` took
 
 
 @functools.lru_cache(maxsize=4096)  # per request: peers are few, parsing is not free
@@ -202,12 +192,13 @@ class Auth:
                 user = f"{key.name}/{sub}"
         return Caller(key, user, loopback)
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def check(self, request: Request, handler: Any) -> Response | StreamResponse:
+        """Run `handler` for a request its caller may make; else 401 / 403. The caller is
+        kept on the request (`request.caller`)."""
         path = request.path
         who = self.caller(request.headers, request.remote)
         if path in _OPEN:  # answers everyone; an admin key only adds details
-            request[CALLER] = who or Caller(None, "", is_loopback(request.remote or ""))
+            request.caller = who or Caller(None, "", is_loopback(request.remote or ""))
             return await handler(request)
         if who is None and not path.startswith(_FOR_KEYS) and is_loopback(request.remote or ""):
             who = Caller(None, "", True)  # the gateway's host reads /metrics without a key
@@ -224,29 +215,29 @@ class Auth:
                 403, f"{path} needs an admin key (or a request from the gateway's host)",
                 "PermissionDeniedError",
             )  # fmt: skip
-        request[CALLER] = who
+        request.caller = who
         return await handler(request)
 
-    def identity(self, request: web.Request) -> tuple[str, str]:
-        """(user, session) of a request the middleware let through."""
-        who = request.get(CALLER)
+    def identity(self, request: Request) -> tuple[str, str]:
+        """(user, session) of a request `check` let through."""
+        who = request.caller
         return (who.user if who is not None else ""), request.headers.get("X-Session", "")
 
-    def allows(self, request: web.Request, model: str) -> bool:
+    def allows(self, request: Request, model: str) -> bool:
         """Whether the request's key may call `model` (always, without keys)."""
-        who = request.get(CALLER)
+        who = request.caller
         key = who.key if who is not None else None
         return key is None or key.models is None or model in key.models
 
-    def details(self, request: web.Request) -> bool:
+    def details(self, request: Request) -> bool:
         """Whether the request may see detailed status (admin key or loopback)."""
-        who = request.get(CALLER)
+        who = request.caller
         return who is not None and who.privileged
 
-    def admit(self, request: web.Request, model: str) -> web.Response | None:
+    def admit(self, request: Request, model: str) -> Response | None:
         """403 for a model outside the key's list, 429 past a limit; else None, and a slot
         of the key is taken (`release` gives it back)."""
-        who = request.get(CALLER)
+        who = request.caller
         key = who.key if who is not None else None
         if key is None:
             return None
@@ -272,22 +263,22 @@ class Auth:
             self.recent[name].append(now)
         self.inflight[name] += 1
         self.admitted[name] += 1
-        request[_ADMITTED] = name
+        request.admitted = name
         return None
 
-    def _limited(self, name: str, limit: str, wait_s: float) -> web.Response:
+    def _limited(self, name: str, limit: str, wait_s: float) -> Response:
         self.denied[(name, 429)] += 1
         return error(
             429, f"key {name!r} is over its limit of {limit}; retry later", "RateLimitError",
             headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
         )  # fmt: skip
 
-    def release(self, request: web.Request) -> None:
+    def release(self, request: Request) -> None:
         """Give back the slot `admit` took (no-op when it took none)."""
-        name = request.get(_ADMITTED)
+        name = request.admitted
         if name is not None:
             self.inflight[name] -= 1
-            del request[_ADMITTED]
+            request.admitted = None
 
     def render_metrics(self) -> str:
         """Prometheus text of admissions and refusals by key name (bounded: names of the file)."""

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import web
+from planner.adjuster.gateway.h1parse import BadRequest
+from planner.adjuster.gateway.h1server import Request
 
 READ_CHUNK = 64 * 1024  # body bytes read at once
 MAX_NAME = 200  # characters of a client-sent name kept
@@ -39,23 +40,17 @@ class BadBody(Exception):
 
 
 async def read_body(
-    request: web.Request, cap_bytes: int, timeout_s: float, clock: Callable[[], float]
+    request: Request, cap_bytes: int, timeout_s: float, clock: Callable[[], float]
 ) -> bytes:
-    """The whole body, read in chunks; BadBody when too large or too slow (`clock`:
-    monotonic seconds)."""
+    """The whole body, read in chunks; BadBody when too large, too slow or malformed
+    (chunks) (`clock`: monotonic seconds)."""
     length = request.content_length
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
-    if length is not None and length <= READ_CHUNK:  # the common case: one bounded read
-        if request.content.is_eof():  # it came with the headers: take it as it lies
-            return request.content.read_nowait()
-        try:
-            async with asyncio.timeout(timeout_s):
-                return await request.read()
-        except TimeoutError:
-            raise BadBody(
-                408, "body_timeout", f"the body paused for more than {timeout_s:g} s"
-            ) from None
+    body = request.body
+    whole = body.ready()
+    if whole is not None:  # the common case: it came with the headers
+        return whole
     buf = bytearray()
     t0 = clock()
     while True:
@@ -64,13 +59,15 @@ async def read_body(
         left_s = t0 + timeout_s * (1 + len(buf) / (1 << 20)) - clock()
         try:
             async with asyncio.timeout(min(timeout_s, max(left_s, 0.0))):
-                chunk = await request.content.read(READ_CHUNK)
+                chunk = await body.read(READ_CHUNK)
         except TimeoutError:
             raise BadBody(
                 408, "body_timeout",
                 f"the body paused for more than {timeout_s:g} s or arrived slower than "
                 f"1 MiB per {timeout_s:g} s",
             ) from None  # fmt: skip
+        except BadRequest as e:
+            raise BadBody(400, "bad_chunks", str(e)) from None
         if not chunk:
             return bytes(buf)
         buf += chunk

@@ -34,6 +34,7 @@ class GatewayConfig:
     header_timeout_s: float = 60.0  # a request's headers arrive within this
     body_timeout_s: float = 60.0  # longest pause between two reads of a body
     keepalive_timeout_s: float = 75.0  # an idle kept-alive connection closes
+    shutdown_timeout_s: float = 60.0  # at stop, requests in flight finish within this
     max_connections: int = 4096  # open at once (also bounded by the open-file limit)
     max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
     warn_every_s: float = 60.0  # a recurring error (log write, accept) is logged this often

@@ -14,12 +14,13 @@ import functools
 
 import aiohttp
 import yarl
-from aiohttp import web
 
 from planner.adjuster.gateway.answers import error
+from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.http1 import render_head
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.record import Recorder, RequestRecord
+from planner.adjuster.gateway.reply import Response, StreamResponse
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.stream import SERVED_BY, event_stream, send
 from planner.adjuster.gateway.upstream import Upstream
@@ -29,7 +30,7 @@ class NoAnswer(Exception):
     """The engine failed before any byte of its answer reached the client: no answer, or a
     server error (`answer`: passed on when the engine turns out to be alive)."""
 
-    def __init__(self, message: str, answer: web.Response | None = None):
+    def __init__(self, message: str, answer: Response | None = None):
         super().__init__(message)
         self.answer = answer
 
@@ -64,14 +65,14 @@ class Forwarder:
 
     async def forward(
         self,
-        request: web.Request,
+        request: Request,
         inst: Inst,
         body: bytes,
         stream: bool,
         strip_usage: bool,
         r: RequestRecord,
         rename: tuple[str, str] | None = None,
-    ) -> web.StreamResponse:
+    ) -> Response | StreamResponse:
         """Send the request to `inst` (whose slot the caller took) and pass its answer on
         (`rename`: (stand-in, asked-for) model names, for an answer from a stand-in)."""
         session = self.up.session
@@ -80,7 +81,7 @@ class Forwarder:
         usage: dict | None = None
         ttft_s: float | None = None
         status = 502
-        resp: web.StreamResponse | None = None
+        resp: Response | StreamResponse | None = None
         now_s = inst.last_used_s = rec.clock.mono_s()
         try:
             if not stream:  # the hot path: a lean client (http1.py)
@@ -138,8 +139,8 @@ class Forwarder:
     async def _stream(
         self,
         up: aiohttp.ClientResponse,
-        resp: web.StreamResponse,
-        request: web.Request,
+        resp: StreamResponse,
+        request: Request,
         r: RequestRecord,
         strip_usage: bool,
         rename: tuple[str, str] | None,
@@ -162,7 +163,7 @@ class Forwarder:
 
 def _whole(
     inst: Inst, status: int, ctype: str, data: bytes, rename: tuple[str, str] | None
-) -> tuple[web.Response, dict | None]:
+) -> tuple[Response, dict | None]:
     """A whole answer to pass on, and its usage; NoAnswer for a server error (a dying engine
     answers 500, "EngineCore ...": the caller probes it)."""
     usage = None
@@ -170,10 +171,8 @@ def _whole(
         usage = usage_in(data)
         if rename:
             data = rename_model(data, *rename)
-    resp = web.Response(
-        body=data,
-        status=status,
-        headers={"Content-Type": ctype.partition(";")[0], SERVED_BY: inst.spec.model},
+    resp = Response(
+        data, status, {"Content-Type": ctype.partition(";")[0], SERVED_BY: inst.spec.model}
     )
     if status >= 500:
         raise NoAnswer(f"the engine answered {status}", answer=resp)

@@ -18,12 +18,8 @@ import asyncio
 import contextlib
 import logging
 import math
-import socket
 from collections.abc import Callable
-from typing import Any
-
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
+from typing import Any, Protocol
 
 from planner.adjuster.gateway.clock import SYSTEM
 
@@ -49,6 +45,16 @@ def connection_cap(max_connections: int, open_files: int) -> int:
     return max(16, min(max_connections, open_files - FD_RESERVE))
 
 
+class Guarded(Protocol):
+    """A client connection as the Guard sees it (h1server.Conn)."""
+
+    busy: bool  # a request is being handled
+    header_since: float | None  # first byte of a head not yet whole
+    idle_since: float | None  # no request since
+
+    def abort(self) -> None: ...
+
+
 class Guard:
     """Counts, caps and times out the gateway's client connections."""
 
@@ -58,27 +64,20 @@ class Guard:
         header_timeout_s: float,
         warn_every_s: float = 60.0,
         clock: Callable[[], float] = SYSTEM.mono_s,
+        keepalive_timeout_s: float = 75.0,
     ):
         self.cap = cap
+        self.keepalive_timeout_s = keepalive_timeout_s
         self.clock = clock  # monotonic seconds
         self.header_timeout_s = header_timeout_s
         self.warn_every_s = warn_every_s
-        self.open: dict[_Conn, None] = {}  # insertion order: oldest first
+        self.open: dict[Any, None] = {}  # h1server.Conn, in insertion order: oldest first
         self.evicted = 0  # idle connections closed to admit a new one
         self.refused = 0  # connections closed at once: every open one holds a request
         self.timed_out = 0  # connections that sent no whole header in time
         self._warned: dict[str, tuple[float, int]] = {}  # kind -> (last log, suppressed)
 
-    def factory(self, server: web.Server) -> Any:
-        """The protocol factory for `loop.create_server` (aiohttp's, guarded)."""
-        kwargs = dict(server._kwargs)  # the runner's handler options (keepalive_timeout...)
-
-        def make() -> _Conn:
-            return _Conn(self, server, loop=server._loop, **kwargs)
-
-        return make
-
-    def admit(self, conn: _Conn) -> bool:
+    def admit(self, conn: Guarded) -> bool:
         """Whether a new connection may stay open (closing an idle one at the cap)."""
         if len(self.open) >= self.cap:
             idle = next((c for c in self.open if not c.busy), None)
@@ -88,32 +87,31 @@ class Guard:
                 return False
             self.evicted += 1
             self.forget(idle)
-            idle.force_close()
-            if idle.transport is not None:
-                idle.transport.abort()
+            idle.abort()
         self.open[conn] = None
         return True
 
-    def forget(self, conn: _Conn) -> None:
+    def forget(self, conn: Guarded) -> None:
         self.open.pop(conn, None)
 
     async def loop(self, every_s: float = 1.0) -> None:
-        """Close connections whose headers take longer than `header_timeout_s`."""
+        """Close connections whose headers take longer than `header_timeout_s`, and those
+        idle (no request begun) for longer than `keepalive_timeout_s`."""
         while True:
             await asyncio.sleep(every_s)
-            now = self.clock()
-            late = [
-                c
-                for c in self.open
-                if not c.busy and c.header_since is not None
-                and now - c.header_since > self.header_timeout_s
-            ]  # fmt: skip
-            for c in late:
+            self.sweep(self.clock())
+
+    def sweep(self, now: float) -> None:
+        head_s, idle_s = self.header_timeout_s, self.keepalive_timeout_s
+        for c in list(self.open):
+            if c.busy:
+                continue
+            if c.header_since is not None and now - c.header_since > head_s:
                 self.timed_out += 1
-                self.forget(c)
-                c.force_close()
-                if c.transport is not None:
-                    c.transport.abort()
+            elif c.header_since is not None or c.idle_since is None or now - c.idle_since <= idle_s:
+                continue
+            self.forget(c)
+            c.abort()
 
     def warn(self, kind: str, msg: str, *args: Any) -> None:
         """Log `msg` at most once per `warn_every_s` for `kind`, with how many were not."""
@@ -167,66 +165,8 @@ class QuietFilter(logging.Filter):
 
 
 def http_logger(every_s: float, clock: Callable[[], float] = SYSTEM.mono_s) -> logging.Logger:
-    """The logger aiohttp's connection handlers report to (quiet: see QuietFilter)."""
+    """The logger the server's connections report to (quiet: see QuietFilter)."""
     lg = logging.getLogger("planner.gateway.http")
     if not lg.filters:
         lg.addFilter(QuietFilter(every_s, clock))
     return lg
-
-
-class _Conn(RequestHandler):
-    """aiohttp's connection handler that reports to the Guard."""
-
-    def __init__(self, guard: Guard, manager: web.Server, **kwargs: Any):
-        super().__init__(manager, **kwargs)
-        self.guard = guard
-        self.busy = False  # a request's handler runs (its headers are in)
-        self.header_since: float | None = None  # first byte of a request not yet whole
-        self.admitted = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self.guard.admit(self):
-            transport.abort()
-            self._manager = None  # aiohttp never heard of it: nothing to undo
-            return
-        self.admitted = True
-        super().connection_made(transport)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.guard.forget(self)
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if not self.busy and self.header_since is None:
-            self.header_since = self.guard.clock()
-        super().data_received(data)
-
-    async def _handle_request(self, request: Any, start_time: Any, handler: Any) -> Any:
-        # busy from its headers to its answer's end: no header timeout, never closed to
-        # admit another connection
-        self.busy, self.header_since = True, None
-        try:
-            return await super()._handle_request(request, start_time, handler)
-        finally:
-            self.busy = False
-
-
-class GuardedSite(web.TCPSite):
-    """A TCP site whose connections go through a Guard; a busy port raises OSError."""
-
-    def __init__(self, runner: web.BaseRunner, guard: Guard, host: str, port: int, **kw: Any):
-        super().__init__(runner, host, port, **kw)
-        self.guard = guard
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)
-        server = self._runner.server
-        assert server is not None
-        self._server = await asyncio.get_running_loop().create_server(
-            self.guard.factory(server),
-            self._host,
-            self._port,
-            backlog=self._backlog,
-            reuse_address=self._reuse_address,
-            family=socket.AF_UNSPEC,
-        )

@@ -25,7 +25,7 @@ answered a server error) is probed; a dead one is marked failed (the next pick r
 and the request is tried again, up to `retries` times; a live one's error answer is passed
 on. A request that still finds no live instance gets 503 with Retry-After, so that the
 client retries too. A client that leaves cancels its handler
-(aiohttp handler cancellation): the upstream request is closed at once, which makes vLLM
+(h1server.py): the upstream request is closed at once, which makes vLLM
 abort it, streamed or not, and the request is logged as 499 `client gone`.
 
 User and session (auth.py): with keys, the key's name (NAME/X-User under a `trusted_proxy`
@@ -41,16 +41,16 @@ import json
 import logging
 import math
 
-from aiohttp import web
-
 from planner.adjuster.gateway.answers import Unavailable, error, unavailable
 from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.config import GatewayConfig
 from planner.adjuster.gateway.forward import Forwarder, NoAnswer
+from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.pool import Inst, Pool, load
 from planner.adjuster.gateway.record import Recorder, RequestRecord
+from planner.adjuster.gateway.reply import Response, StreamResponse
 from planner.adjuster.gateway.stream import ClientGone, end_stream, event_stream, send
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.upstream import Upstream
@@ -99,7 +99,7 @@ class Proxy:
         self.auth, self.rec, self.cfg = auth, rec, cfg
         self.forwarder = Forwarder(pool, up, rec)
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request) -> Response | StreamResponse:
         user, session = self.auth.identity(request)
         r = self.rec.start(cut(user), cut(session), request)
         try:
@@ -112,14 +112,11 @@ class Proxy:
             raise
         except ClientGone:
             self.rec.fail(r, 499, "client gone")
-            return web.Response(status=499)  # never sent: the connection is closed
-        except web.HTTPException as e:  # e.g. a body over the size limit
-            self.rec.fail(r, e.status, e.reason)
-            return error(e.status, e.reason, type(e).__name__)
+            return Response(status=499)  # never sent: the connection is closed
         finally:
             self.auth.release(request)  # the key's slot, when `admit` took one
 
-    async def _handle(self, request: web.Request, r: RequestRecord) -> web.StreamResponse:
+    async def _handle(self, request: Request, r: RequestRecord) -> Response | StreamResponse:
         cfg, pool, fail = self.cfg, self.pool, self.rec.fail
         try:
             body = await read_body(

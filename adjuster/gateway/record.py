@@ -7,12 +7,12 @@ label, so clients cannot grow /metrics without bound.
 
 from __future__ import annotations
 
-from aiohttp import web
-
 from planner.adjuster.gateway.accesslog import AccessEntry, AccessLog
 from planner.adjuster.gateway.clock import Clock
+from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
+from planner.adjuster.gateway.reply import StreamResponse
 from planner.adjuster.gateway.requestlog import FailureRow, LogRow, RequestLog
 from planner.adjuster.gateway.sse import tokens
 
@@ -32,9 +32,9 @@ class RequestRecord:
         self.model = ""
         self.served_by = ""  # the stand-in that answered ("": the model itself)
         self.wait_s = 0.0  # time waiting for a wake, s
-        self.request: web.Request | None = None
+        self.request: Request | None = None
         self.stream = False
-        self.early: web.StreamResponse | None = None  # a stream begun while waiting
+        self.early: StreamResponse | None = None  # a stream begun while waiting
 
 
 class Recorder:
@@ -52,7 +52,7 @@ class Recorder:
         self.access = access
         self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
 
-    def start(self, user: str, session: str, request: web.Request) -> RequestRecord:
+    def start(self, user: str, session: str, request: Request) -> RequestRecord:
         r = RequestRecord(user, session, request.path, self.clock.now_s(), self.clock.mono_s())
         r.request = request
         return r

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from aiohttp import web
-
 from planner.adjuster.gateway.answers import error
 from planner.adjuster.gateway.auth import Auth
+from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Pool
 from planner.adjuster.gateway.proxy import PROXIED
+from planner.adjuster.gateway.reply import Response, json_response
 
 GETS = ("/v1/models", "/health", "/metrics")
 
@@ -29,22 +29,22 @@ class Routes:
     ):
         self.pool, self.auth, self.metrics, self.totals = pool, auth, metrics, totals
 
-    async def h_models(self, request: web.Request) -> web.Response:
+    async def h_models(self, request: Request) -> Response:
         data = [
             {"id": m, "object": "model", "created": 0, "owned_by": "planner"}
             for m in sorted(self.pool.by_model)
             if self.auth.allows(request, m)
         ]
-        return web.json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
-    async def h_health(self, request: web.Request) -> web.Response:
+    async def h_health(self, request: Request) -> Response:
         if not self.auth.details(request):  # liveness only, to anyone
-            return web.json_response({"status": "ok", "auth": self.auth.mode})
+            return json_response({"status": "ok", "auth": self.auth.mode})
         inst = {
             i.spec.id: {"model": i.spec.model, "status": i.status, "outstanding": i.outstanding}
             for i in self.pool.instances.values()
         }
-        return web.json_response(
+        return json_response(
             {
                 "status": "ok",
                 "auth": self.auth.mode,
@@ -53,14 +53,11 @@ class Routes:
             }
         )
 
-    async def h_metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            text=self.metrics.render(self.gauges, self.totals()) + self.auth.render_metrics(),
-            content_type="text/plain",
-            charset="utf-8",
-        )
+    async def h_metrics(self, request: Request) -> Response:
+        text = self.metrics.render(self.gauges, self.totals()) + self.auth.render_metrics()
+        return Response(text.encode(), content_type="text/plain; charset=utf-8")
 
-    async def h_other(self, request: web.Request) -> web.Response:
+    async def h_other(self, request: Request) -> Response:
         """404 for unknown paths, 405 for a known path with another method (JSON bodies)."""
         path = request.path
         if path in PROXIED or path in GETS:

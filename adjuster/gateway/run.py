@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
 import threading
 from typing import Any
 
-from aiohttp import web
-
 from planner.adjuster.gateway.auth import check_bind
-from planner.adjuster.gateway.guard import (
-    GuardedSite,
-    connection_cap,
-    http_logger,
-    raise_open_file_limit,
-)
+from planner.adjuster.gateway.guard import connection_cap, raise_open_file_limit
 from planner.adjuster.gateway.server import Gateway
 from planner.errors import InputError
 
@@ -26,33 +20,30 @@ async def serve(
 ) -> None:
     """Run the gateway until `stop` is set; then finish in-flight requests and close.
 
-    Handler cancellation is on: a client that disconnects cancels its request's handler,
-    which closes the upstream request (vLLM aborts it) instead of generating for nobody.
+    A client that disconnects cancels its request's handler (h1server.py), which closes the
+    upstream request (vLLM aborts it) instead of generating for nobody.
     A non-loopback `host` without keys is refused (auth.check_bind) before anything starts.
     """
     check_bind(host, gateway.auth.table is not None, gateway.auth.insecure)
     cfg = gateway.cfg
     gateway.guard.cap = connection_cap(cfg.max_connections, raise_open_file_limit())
-    asyncio.get_running_loop().set_exception_handler(gateway.guard.loop_errors)
-    server = gateway.server(
-        access_log=None, handler_cancellation=True, keepalive_timeout=cfg.keepalive_timeout_s,
-        logger=http_logger(cfg.warn_every_s, gateway.clock.mono_s),
-    )  # fmt: skip
-    runner = web.ServerRunner(server, handle_signals=False)
-    await runner.setup()
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(gateway.guard.loop_errors)
+    server = gateway.server()
     try:
-        site = GuardedSite(runner, gateway.guard, host, port, backlog=1024, reuse_address=True)
-        try:
-            await site.start()
-        except OSError as e:
-            raise port_error(host, port, e) from None
+        listener = await loop.create_server(
+            server, host, port, backlog=1024, reuse_address=True, family=socket.AF_UNSPEC
+        )
+    except OSError as e:
+        raise port_error(host, port, e) from None
+    try:
         await gateway.start()
         if ready is not None:
             ready()
         await stop.wait()
     finally:
-        await runner.shutdown()  # stops accepting; waits for in-flight handlers
-        await runner.cleanup()
+        listener.close()  # no new connections
+        await server.shutdown(cfg.shutdown_timeout_s)  # in-flight requests end first
         await gateway.close()
 
 

@@ -1,4 +1,4 @@
-"""The gateway: its parts wired together, their life cycle, its aiohttp server.
+"""The gateway: its parts wired together, their life cycle, its HTTP/1.1 server (h1server.py).
 
 Routes: POST /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/responses
 (proxy.py), GET /v1/models, /health (the gateway's view of every instance) and /metrics
@@ -15,22 +15,20 @@ import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from aiohttp import web
 
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.accesslog import AccessLog
-from planner.adjuster.gateway.answers import expect_continue
 from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.clock import SYSTEM, Clock
 from planner.adjuster.gateway.config import GatewayConfig
-from planner.adjuster.gateway.guard import Guard
+from planner.adjuster.gateway.guard import Guard, http_logger
+from planner.adjuster.gateway.h1server import Request, Server
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.proxy import PROXIED, Proxy
 from planner.adjuster.gateway.record import Recorder
+from planner.adjuster.gateway.reply import Response, StreamResponse
 from planner.adjuster.gateway.requestlog import REQUEST_LOG, RequestLog
 from planner.adjuster.gateway.routes import GETS, Routes
 from planner.adjuster.gateway.tiers import Tiers
@@ -81,8 +79,9 @@ class Gateway:
             else None
         )
         self.guard = Guard(
-            cfg.max_connections, cfg.header_timeout_s, cfg.warn_every_s, self.clock.mono_s
-        )
+            cfg.max_connections, cfg.header_timeout_s, cfg.warn_every_s, self.clock.mono_s,
+            keepalive_timeout_s=cfg.keepalive_timeout_s,
+        )  # fmt: skip
         self.up = Upstream(control, self.pool, cfg.control_threads)
         self.waker = Waker(self.pool, self.up, cfg, self.metrics, self.clock)
         self.health = Health(self.pool, self.up, self.waker, cfg, self.clock)
@@ -158,26 +157,18 @@ class Gateway:
                     except Exception as e:  # the loop outlives any failure; the log says why
                         log.warning("flush of %s failed: %s", lg.path, e)
 
-    def server(self, **options: Any) -> web.Server:
-        """aiohttp's low-level server over `handle` (`options`: its connection handlers')."""
-        loop, max_body = asyncio.get_running_loop(), self.cfg.max_body_bytes
+    def server(self) -> Server:
+        """The HTTP/1.1 server over `handle` (h1server.py), its connections guarded."""
+        return Server(
+            self.handle, self.guard, http_logger(self.cfg.warn_every_s, self.clock.mono_s)
+        )
 
-        def request(*parts: Any) -> web.BaseRequest:  # message, payload, protocol, writer, task
-            return web.BaseRequest(*parts, loop, client_max_size=max_body)
-
-        return web.Server(self.handle, request_factory=request, **options)
-
-    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def handle(self, request: Request) -> Response | StreamResponse:
         """Every request: the handler of its method and path, behind the key check (auth.py).
-        A table, not aiohttp's Application: its router and middleware chain cost the
-        proxied request more CPU than the table and one call (the gateway's CPU per request
-        is throughput lost on a machine its engines saturate)."""
-        if request.headers.get("Expect"):
-            refused = await expect_continue(request)
-            if refused is not None:
-                return refused
+        A table and one call: the gateway's CPU per request is throughput lost on a machine
+        its engines saturate."""
         handler = self._table.get((request.method, request.path), self.routes.h_other)
-        return await self.auth.middleware(request, handler)
+        return await self.auth.check(request, handler)
 
     def _totals(self) -> dict[str, tuple[str, float]]:
         """Unlabelled gauges and counters: the request log's and the connections' health."""

@@ -7,7 +7,8 @@ as OpenAI streams report errors.
 
 from __future__ import annotations
 
-from aiohttp import web
+from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.reply import Response, StreamResponse
 
 SERVED_BY = "X-Planner-Served-By"  # answer header: the model that answered
 
@@ -16,8 +17,8 @@ class ClientGone(Exception):
     """Writing to the client failed: it left."""
 
 
-def event_stream(served_by: str) -> web.StreamResponse:
-    return web.StreamResponse(
+def event_stream(served_by: str) -> StreamResponse:
+    return StreamResponse(
         status=200,
         headers={
             "Content-Type": "text/event-stream",
@@ -28,11 +29,11 @@ def event_stream(served_by: str) -> web.StreamResponse:
 
 
 async def end_stream(
-    early: web.StreamResponse, request: web.Request, out: web.StreamResponse
-) -> web.StreamResponse:
+    early: StreamResponse, request: Request, out: Response | StreamResponse
+) -> StreamResponse:
     """End a stream begun while waiting with the answer that came instead (an error: as an
     SSE `data:` event with its JSON body, as OpenAI streams report errors)."""
-    body = out.body if isinstance(out, web.Response) and isinstance(out.body, bytes) else b"{}"
+    body = out.body if isinstance(out, Response) and out.body else b"{}"
     try:
         await send(early, request, b"data: " + body + b"\n\n")
         await send(early, request, b"", eof=True)
@@ -41,7 +42,7 @@ async def end_stream(
     return early
 
 
-async def send(resp: web.StreamResponse, request: web.Request, data: bytes, eof=False) -> None:
+async def send(resp: StreamResponse, request: Request, data: bytes, eof=False) -> None:
     """Write to the client (headers first); a client that left raises ClientGone."""
     try:
         if not resp.prepared:
@@ -50,5 +51,5 @@ async def send(resp: web.StreamResponse, request: web.Request, data: bytes, eof=
             await resp.write_eof()
         else:
             await resp.write(data)
-    except ConnectionError as e:  # aiohttp's ClientConnectionResetError is one too
+    except ConnectionError as e:
         raise ClientGone(str(e)) from e
