@@ -9,7 +9,9 @@
    `--passes` times, against the same server with an async client that honours the
    timestamps (streamed completions, token-id prompts of the trace's lengths,
    `ignore_eos`); a measured percentile is the median of the passes'.
-4. Print predicted vs measured P50/P95 TTFT and TPOT per load level and overall.
+4. Print predicted vs measured P50/P95 TTFT and TPOT per load level and overall, and (not
+   scored) `ttft_1ovh`: the TTFT predicted with the idle request overhead for every request,
+   i.e. without the busy one (`Calib.busy_prefill_overhead_s`): what that split moves.
 
 One server serves both profile and replay: on a shared host the background load drifts
 between starts. The measured side is only what the client timed in the replay: streams the
