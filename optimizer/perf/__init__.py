@@ -167,4 +167,5 @@ def _instance_perf(
         cpu_offload_gib=offload / GIB,
         max_model_len=mml,
         step_jitter_cv=cal.step_jitter_cv,
+        busy_prefill_overhead_s=cal.busy_prefill_overhead_s,
     )

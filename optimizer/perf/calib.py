@@ -57,6 +57,14 @@ class Calib:
     # x8 2.50 ms on a quiet host). 0 elsewhere: the GPU fits charge a batch through its
     # KV reads and FLOPs.
     seq_overhead_s: float = 0.0  # s per sequence per step
+    # The request overhead of one that reaches an engine already at work; prefill_overhead_s
+    # is then what one that finds it idle pays (its threads woken: the difference is the
+    # engine's wake-up, `InstancePerf.idle_wake_s`). Fitted on the CPU build only
+    # (calibration.calibrate), from the profile's own points: idle = the prefill points (each
+    # prompt sent after `prefill_idle_s` of quiet), busy = the decode x1 TTFT (each stream sent
+    # as the last one ended). Six quiet-host profiles of bench/simulator_vs_vllm_cpu: a
+    # 128-token prompt 9.3-9.5 ms idle against 4.96-6.03 ms busy. None: one overhead for both.
+    busy_prefill_overhead_s: float | None = None  # s
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s

@@ -6,6 +6,8 @@ Pure: a `Profile` (engine points + microbenchmarks) and the GPU's spec in, the p
 Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute):
   step(new, kv, pairs, seqs) = o + so seqs + floor + max(mem / be, lin / ce + attn / ae) + comm
   prefill point (n tokens, first token):     y = po + sum over its chunks of step(..., 1)
+  busy point (CPU build: a first token of a request that found the engine awake): the same
+  with pb in place of po (`Calib.busy_prefill_overhead_s`)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx, c), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
@@ -14,7 +16,7 @@ per-step and po the per-request overhead, so the per-sequence time of a step (fi
 CPU build only, `Calib.seq_overhead_s`: there a decode step grows with its sequences, not with
 their context; 0 elsewhere). ae keeps the default attention-to-GEMM ratio.
 
-For each (ce, be) on a log grid the overheads (o, po, so) enter linearly: they are solved by
+For each (ce, be) on a log grid the overheads (o, po, pb, so) enter linearly: they are solved by
 non-negative weighted least squares on relative errors; a small penalty pulls (ce, be)
 toward the microbenchmark priors (measured GEMM rate / spec, measured copy rate / spec),
 which decide the factors the engine points cannot (a tiny model is overhead-bound).
@@ -48,28 +50,33 @@ OUTLIER_REL, OUTLIER_X = 0.25, 3.0
 
 
 def _overhead_columns(points: list[FitPoint], per_seq: bool) -> np.ndarray:
-    """What each point's latency holds of (o, po, so): its steps, 1 if a prefill, and the
-    sequences over its steps; so's column is 0 unless `per_seq` and some step holds several
-    sequences (else so is o under another name)."""
+    """What each point's latency holds of (o, po, pb, so): its steps, 1 if a prefill (po) or a
+    busy point (pb), and the sequences over its steps; so's column is 0 unless `per_seq` and
+    some step holds several sequences (else so is o under another name)."""
     cols = np.array(
         [
-            [len(p.steps), 1.0 if p.kind == "prefill" else 0.0, sum(s.seqs for s in p.steps)]
+            [
+                len(p.steps),
+                1.0 if p.kind == "prefill" else 0.0,
+                1.0 if p.kind == "busy" else 0.0,
+                sum(s.seqs for s in p.steps),
+            ]
             for p in points
         ]
     )
     if not (per_seq and any(s.seqs != 1 for p in points for s in p.steps)):
-        cols[:, 2] = 0.0
+        cols[:, 3] = 0.0
     return cols
 
 
-def _overheads(cols: np.ndarray, g: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Non-negative (o, po, so) minimising the squared relative error given the rest `g`: the
-    least-squares solution over each subset of the columns (`_overhead_columns`) that has no
-    negative part (exact NNLS for three unknowns)."""
+def _overheads(cols: np.ndarray, g: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative (o, po, pb, so) minimising the squared relative error given the rest `g`:
+    the least-squares solution over each subset of the columns (`_overhead_columns`) that has
+    no negative part (exact NNLS for four unknowns; a column of zeros stays out, at 0)."""
     w = 1.0 / y
     aw, rw = cols * w[:, None], (y - g) * w
-    free = [j for j in range(3) if aw[:, j].any()]
-    best, best_err = np.zeros(3), float(rw @ rw)
+    free = [j for j in range(cols.shape[1]) if aw[:, j].any()]
+    best, best_err = np.zeros(cols.shape[1]), float(rw @ rw)
     for mask in range(1, 1 << len(free)):
         use = [j for k, j in enumerate(free) if mask >> k & 1]
         a = aw[:, use]
@@ -82,27 +89,28 @@ def _overheads(cols: np.ndarray, g: np.ndarray, y: np.ndarray) -> tuple[float, f
             continue
         err = float(np.sum((a @ sol - rw) ** 2))
         if err < best_err:
-            best, best_err = np.zeros(3), err
+            best, best_err = np.zeros(cols.shape[1]), err
             best[use] = sol
-    return float(best[0]), float(best[1]), float(best[2])
+    return best
 
 
-def _objective(cols, y, g, ce, be, ce0, be0) -> tuple[float, float, float, float]:
-    o, po, so = _overheads(cols, g, y)
-    pred = g + cols @ np.array([o, po, so])
+def _objective(cols, y, g, ce, be, ce0, be0) -> tuple[float, np.ndarray]:
+    ovh = _overheads(cols, g, y)
+    pred = g + cols @ ovh
     err = float(np.sum(((pred - y) / y) ** 2))
     err += PRIOR_WEIGHT * (math.log(ce / ce0) ** 2 + math.log(be / be0) ** 2)
-    return err, o, po, so
+    return err, ovh
 
 
 def fit_engine(
     points: list[FitPoint], ce0: float, be0: float, per_seq: bool = False
-) -> tuple[float, float, float, float, float, np.ndarray]:
-    """(ce, be, o, po, so, each point's relative error) by a log grid search refined three
-    times around the best; so (s per sequence per step) is fitted only where `per_seq`."""
+) -> tuple[float, float, float, float, float, float | None, np.ndarray]:
+    """(ce, be, o, po, so, pb, each point's relative error) by a log grid search refined
+    three times around the best; so (s per sequence per step) is fitted only where `per_seq`,
+    pb (the busy points' request overhead) only where there are busy points (else None)."""
     y = np.array([p.y_s for p in points])
     cols = _overhead_columns(points, per_seq)  # the same for every (ce, be)
-    best = (math.inf, ce0, be0, 0.0, 0.0, 0.0)
+    best = (math.inf, ce0, be0, np.zeros(cols.shape[1]))
     lo_c, hi_c, lo_b, hi_b = (
         math.log(EFF_MIN),
         math.log(EFF_MAX),
@@ -113,10 +121,10 @@ def fit_engine(
         for lc in np.linspace(lo_c, hi_c, 25):
             for lb in np.linspace(lo_b, hi_b, 25):
                 ce, be = math.exp(lc), math.exp(lb)
-                g = predict(points, ce, be, 0.0, 0.0)
-                err, o, po, so = _objective(cols, y, g, ce, be, ce0, be0)
+                g = predict(points, ce, be, 0.0, 0.0, 0.0, 0.0)
+                err, ovh = _objective(cols, y, g, ce, be, ce0, be0)
                 if err < best[0]:
-                    best = (err, ce, be, o, po, so)
+                    best = (err, ce, be, ovh)
         _, ce, be = best[:3]
         span_c, span_b = (hi_c - lo_c) / 8, (hi_b - lo_b) / 8
         lo_c, hi_c = (
@@ -127,8 +135,11 @@ def fit_engine(
             max(math.log(EFF_MIN), math.log(be) - span_b),
             min(math.log(EFF_MAX), math.log(be) + span_b),
         )
-    _, ce, be, o, po, so = best
-    return ce, be, o, po, so, np.abs(predict(points, ce, be, o, po, so) - y) / y
+    _, ce, be, ovh = best
+    o, po, pb, so = (float(x) for x in ovh)
+    pb_or_none = pb if cols[:, 2].any() else None
+    rel = np.abs(predict(points, ce, be, o, po, so, pb_or_none) - y) / y
+    return ce, be, o, po, so, pb_or_none, rel
 
 
 def outliers(rel: np.ndarray) -> set[int]:
@@ -139,6 +150,14 @@ def outliers(rel: np.ndarray) -> set[int]:
     bound = max(OUTLIER_REL, OUTLIER_X * float(np.median(rel)))
     worst = [int(i) for i in np.argsort(-rel) if rel[i] > bound]
     return set(worst[: len(rel) // 3])
+
+
+def one_overhead_unless_split(points: list[FitPoint]) -> list[FitPoint]:
+    """`points`, with the busy ones fitted as prefills (one request overhead, as on a GPU)
+    unless there are idle prefill points too: a split needs both sides."""
+    if any(p.kind == "prefill" for p in points):
+        return points
+    return [replace(p, kind="prefill") if p.kind == "busy" else p for p in points]
 
 
 def _clip(x: float) -> float:
@@ -224,13 +243,15 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         )
     elif len(pts) >= 2:
         per_seq = gpu.arch == "cpu"  # Calib.seq_overhead_s: the CPU build's per-sequence cost
-        ce, be, o, po, so, rel = fit_engine(pts, ce0, be0, per_seq)
+        pts = one_overhead_unless_split(pts)
+        ce, be, o, po, so, pb, rel = fit_engine(pts, ce0, be0, per_seq)
         drop = outliers(rel)
         if drop:  # refit without the points the host disturbed
-            pts = [p for i, p in enumerate(pts) if i not in drop]
-            ce, be, o, po, so, rel = fit_engine(pts, ce0, be0, per_seq)
+            pts = one_overhead_unless_split([p for i, p in enumerate(pts) if i not in drop])
+            ce, be, o, po, so, pb, rel = fit_engine(pts, ce0, be0, per_seq)
         if per_seq:
             out.seq_overhead_s = so
+        out.busy_prefill_overhead_s = pb
         out.compute_efficiency = ce
         out.bandwidth_efficiency = be
         out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)

@@ -17,7 +17,9 @@ periodic steady state, fast enough for every candidate of a search):
   carry several and the prompts queue: the period stretches and TTFT grows);
 - TTFT: the request reaches the engine `prefill_overhead_s` (+ `prompt_s_per_token` per
   prompt token) after it is sent (HTTP, tokenization), waits for the step running then (the
-  clients still decoding), then takes its `s` chunk steps;
+  clients still decoding), then takes its `s` chunk steps; where the profile split the
+  overhead (CPU build) a lone client's request finds the engine idle and pays it whole, one
+  of several clients finds it at work and pays the busy one (`InstancePerf.busy_delay_s`);
 - a benchmark's first round differs: every client sends at time 0, so the prompts queue for
   the budget together; `rounds` (requests per client) weighs it into the means. Clients
   sending fixed-length requests stay partly in step after it: a fractional `rounds` (1 /
@@ -88,7 +90,8 @@ def closed_loop(
     ctx = inp + out / 2.0  # mean context of a decoding sequence, tokens
     hit = min(max(0, int(cached_len)), inp - 1)  # prompt tokens already in the prefix cache
     new_tok = inp - hit  # prompt tokens each request computes
-    delay = perf.prefill_overhead_s + inp * perf.prompt_s_per_token  # sent -> at the engine
+    front = perf.prefill_overhead_s if c == 1 else perf.busy_delay_s  # idle: one client
+    delay = front + inp * perf.prompt_s_per_token  # sent -> at the engine
     budget = max(1, perf.chunk_tokens)
     dec = float(n if out > 1 else 0)  # sequences decoding in a step (refined below)
     for _ in range(3):  # decodes take the budget first; the prompts get the rest
@@ -149,6 +152,7 @@ def _first_round_ttft(
     wait = full * max(1.0, (k + 1) / 2.0)  # their mean wait for their last chunk
     extra = c - n  # clients without a slot at first: served a hold later, in waves of n
     slots = extra * hold * ((extra / n) + 1) / 2.0 if extra > 0 else 0.0
+    # sent together to an idle engine: each waits for it to wake (the idle overhead)
     delay = perf.prefill_overhead_s + inp * perf.prompt_s_per_token
     return delay + wait + slots / c
 

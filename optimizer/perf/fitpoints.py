@@ -34,7 +34,7 @@ class StepTerms:
 class FitPoint:
     """A measured latency and the steps the model says it is made of."""
 
-    kind: str  # prefill | decode
+    kind: str  # prefill (found the engine idle) | busy (a TTFT that found it at work) | decode
     y_s: float  # measured, s
     steps: tuple[StepTerms, ...]
     label: str = ""  # what was measured, for people: "prefill 128 tok", "decode x8 TPOT"
@@ -102,20 +102,31 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
             label = f"decode x{d.concurrency} TPOT"
             pts.append(FitPoint("decode", d.tpot_s.median, (step,), label))
             if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
+                # sent as the last stream ended: on the CPU build it finds the engine awake
+                # (Calib.busy_prefill_overhead_s); elsewhere it is fitted with the prefills
+                kind = "busy" if gpu.arch == "cpu" else "prefill"
                 steps = prefill_steps(sm, d.prompt_tokens, chunk)
-                pts.append(FitPoint("prefill", d.ttft_s.median, steps, "decode x1 TTFT"))
+                pts.append(FitPoint(kind, d.ttft_s.median, steps, "decode x1 TTFT"))
     return [p for p in pts if p.y_s > 0]
 
 
 def predict(
-    points: list[FitPoint], ce: float, be: float, o: float, po: float, so: float = 0.0
+    points: list[FitPoint],
+    ce: float,
+    be: float,
+    o: float,
+    po: float,
+    so: float = 0.0,
+    pb: float | None = None,
 ) -> np.ndarray:
-    """Model latency of each point (`so`: s per sequence per step), s."""
+    """Model latency of each point (`so`: s per sequence per step; `pb`: the request
+    overhead of a `busy` point, None: `po`), s."""
+    over = {"prefill": po, "busy": po if pb is None else pb}
     out = []
     for p in points:
         t = sum(
             o + so * s.seqs + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s
             for s in p.steps
         )
-        out.append(t + (po if p.kind == "prefill" else 0.0))
+        out.append(t + over.get(p.kind, 0.0))
     return np.array(out)

@@ -89,6 +89,22 @@ class InstancePerf:
     cpu_offload_gib: float = 0.0  # weights kept in host RAM per GPU and streamed each step, GiB
     max_model_len: int = 0  # longest sequence the engine accepts, tokens (0: unknown)
     step_jitter_cv: float = 0.0  # step times' coefficient of variation in the simulator (0: off)
+    # the fixed per-request cost of one that reaches an engine already at work (None: the
+    # same as prefill_overhead_s, which is then the cost of one that finds it idle)
+    busy_prefill_overhead_s: float | None = None  # s
+
+    @property
+    def busy_delay_s(self) -> float:
+        """Sent -> at the engine (less the per-token part) of a request the engine need not
+        wake for: the busy overhead, at most the idle one, s."""
+        b = self.busy_prefill_overhead_s
+        return self.prefill_overhead_s if b is None else min(b, self.prefill_overhead_s)
+
+    @property
+    def idle_wake_s(self) -> float:
+        """What a request that finds the engine idle pays on top of `busy_delay_s`: the
+        engine waking (CPU build: its parked threads), s; 0 without a busy overhead."""
+        return self.prefill_overhead_s - self.busy_delay_s
 
     @property
     def fits(self) -> bool:

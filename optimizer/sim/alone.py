@@ -77,13 +77,15 @@ def run_alone(
     """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
     are their lone times with the prefix cache where `hit`."""
     ta = req.arrival_s[idx] + s.engine_delay_s
+    wake = s.engine.wake_s  # a lone request finds the engine idle: it waits for it to wake
+    start = ta + wake if wake else ta
     cached = np.where(hit, req.cached_tokens[idx], 0)
-    out.first_token_s[idx] = ta + pf
-    out.finish_s[idx] = ta + tot
+    out.first_token_s[idx] = start + pf
+    out.finish_s[idx] = start + tot
     out.instance[idx] = s.index
     out.cache_hit[idx] = hit
     # Busy periods: request j+1 arrives before request j (alone) would have finished.
-    overlap = np.flatnonzero(ta[1:] < ta[:-1] + tot[:-1])
+    overlap = np.flatnonzero(ta[1:] < start[:-1] + tot[:-1])
     in_busy = np.zeros(len(idx), dtype=bool)
     eng = s.engine
     if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
@@ -129,7 +131,9 @@ def run_alone(
             p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
         in_busy = np.array(busy_l, dtype=bool)
     eng.busy_s += float(tot[~in_busy].sum())
-    eng.free_s = max(eng.free_s, float((ta + tot)[-1]) if len(idx) else eng.free_s)
+    if len(idx):  # a last request that joined a batch did not wait for a wake
+        last = (ta if in_busy[-1] else start)[-1] + tot[-1]
+        eng.free_s = max(eng.free_s, float(last))
 
 
 def clear() -> None:

@@ -20,6 +20,7 @@ from planner.optimizer.sim.kernel import (
     F_LUNTIL,
     F_OVH,
     F_T,
+    F_WAKE,
     I_BUDGET,
     I_CAP,
     I_DENSE,
@@ -55,7 +56,7 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
                 _enqueue(iv, q, rid, inp, cached, out)
                 return True
         if iv[I_LONE] < 0 or f[F_LUNTIL] <= t_s:
-            start = t_s if t_s > f[F_FREE] else f[F_FREE]
+            start = t_s + f[F_WAKE] if t_s > f[F_FREE] else f[F_FREE]
             iv[I_LONE] = rid
             iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
             f[F_LSTART] = start
@@ -154,6 +155,7 @@ class FastEngine:
             st.seq_s,
         )
         self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
+        self.f[F_WAKE] = perf.idle_wake_s
         self.iv = np.zeros(I_LEN, dtype=np.int64)
         self.iv[I_JI] = JITTER_BLOCK  # no block drawn yet
         self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
@@ -191,6 +193,10 @@ class FastEngine:
     @free_s.setter
     def free_s(self, v: float) -> None:
         self.f[F_FREE] = v
+
+    @property
+    def wake_s(self) -> float:
+        return float(self.f[F_WAKE])
 
     @property
     def busy_s(self) -> float:

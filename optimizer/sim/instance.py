@@ -75,6 +75,7 @@ class Engine:
         "step",
         "t",
         "waiting",
+        "wake_s",
     )
 
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
@@ -104,6 +105,7 @@ class Engine:
         self.waiting: deque[list] = deque()
         self.kv_used = 0
         self.busy_s = 0.0  # time with a step running, s
+        self.wake_s = perf.idle_wake_s  # a request that finds the engine idle waits this more
         self.preemptions = 0
         # decode_coeffs at zero context by batch size (admission keeps it <= max_seqs)
         self.coeff_cache: list[tuple[float, float, float, float, float] | None] = [None] * (
@@ -125,7 +127,8 @@ class Engine:
                     self.enqueue(rid, inp, cached, out)
                     return
             if self.lone < 0 or self.lone_until <= t_s:
-                start = t_s if t_s > self.free_s else self.free_s
+                # an idle engine first wakes up; one still at work takes the request in turn
+                start = t_s + self.wake_s if t_s > self.free_s else self.free_s
                 self.lone = rid
                 self.lone_args = (inp, cached, out)
                 self.lone_start = start

@@ -43,7 +43,7 @@ def point_slots(
                 context_gib=perf.context_gib_per_gpu,
                 wake_s=wake_s,
                 sleep_s=perf.sleep_s,
-                engine_delay_s=perf.prefill_overhead_s,
+                engine_delay_s=perf.busy_delay_s,  # an idle engine adds its wake (idle_wake_s)
                 engine=engine_cls(perf, out.first_token_s, out.finish_s),
                 offload_tokens=_offload_tokens(ins.kv_cpu_offload_gib, perf),
                 h2d_s_per_token=_h2d_s_per_token(perf),

@@ -121,7 +121,13 @@ class Calibration(Strict):
         default=None, ge=0, description="fixed time per engine step, s"
     )
     prefill_overhead_s: float | None = Field(
-        default=None, ge=0, description="fixed time per request, s"
+        default=None, ge=0, description="fixed time per request (one that finds the engine idle), s"
+    )
+    busy_prefill_overhead_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="fixed time per request that reaches an engine already at work, s "
+        "(CPU build; unset: prefill_overhead_s)",
     )
     engine_init_s: float | None = Field(
         default=None, ge=0, description="engine init on cold start, s"

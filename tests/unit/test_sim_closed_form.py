@@ -283,3 +283,40 @@ def test_gpu_busy_fraction_and_warm_memory_of_always_awake_instance():
     assert r.warm_gpu_gib == pytest.approx(2 * p.awake_gib_per_gpu)
     assert r.warm_gpu_gib_hours == pytest.approx(2 * p.awake_gib_per_gpu * span / 3600)
     assert r.gpus_used == 2 and math.isclose(r.slo_attainment, 1.0)
+
+
+@pytest.mark.parametrize(("tier", "compiled"), [("gpu", True), ("gpu", False), ("host", False)])
+def test_an_idle_engine_wakes_a_busy_one_takes_the_request_in_turn(tier, compiled):
+    """Request overheads split (CPU build): 9 ms for one that finds the engine idle, 4 ms for
+    one that reaches it at work. Steps of 10 ms; A at 0 finds it idle: first token at 9 + 10
+    ms. B at 53.5 ms joins A's batch: at the engine at 57.5 ms, its prefill rides the step
+    from 59 ms, first token at 69 ms (with one 9 ms overhead: 79 ms). C at 1 s: idle again."""
+    st = step_model(dense_weight_read_s=0.01)
+    p = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004)
+    assert p.idle_wake_s == pytest.approx(0.005)
+    idle = 1e12 if tier == "host" else None  # host: the router path; gpu: the vector path
+    r = simulate(
+        point([tier]), {"i0": p}, trace([0.0, 0.0535, 1.0], "m0", 100, 20), Slo(),
+        sleep_after_idle_s=idle, compiled=compiled,
+    )  # fmt: skip
+    np.testing.assert_allclose(r.ttft_s, [0.019, 0.069 - 0.0535, 0.019], atol=1e-9)
+    one = simulate(
+        point([tier]), {"i0": perf(st, prefill_overhead_s=0.009)},
+        trace([0.0, 0.0535, 1.0], "m0", 100, 20), Slo(), sleep_after_idle_s=idle,
+        compiled=compiled,
+    )  # fmt: skip
+    np.testing.assert_allclose(one.ttft_s, [0.019, 0.079 - 0.0535, 0.019], atol=1e-9)
+
+
+def test_closed_form_pays_the_idle_overhead_alone_and_the_busy_one_among_clients():
+    """The estimate's closed loop with the split overheads: one client always finds the
+    engine idle (the whole 9 ms, as the simulator's engine wakes for it); four clients find
+    it at work (4 ms, and wait for the running step instead)."""
+    from planner.optimizer.perf.closedloop import closed_loop
+
+    st = step_model(overhead_s=0.002, dense_weight_read_s=0.003, compute_s_per_token=1e-5)
+    one = perf(st, prefill_overhead_s=0.009)
+    split = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004)
+    assert closed_loop(split, 128, 32, 1).ttft_s == closed_loop(one, 128, 32, 1).ttft_s
+    assert closed_loop(split, 128, 32, 4).ttft_s < closed_loop(one, 128, 32, 4).ttft_s
+    assert closed_loop(split, 128, 32, 4).tpot_s == closed_loop(one, 128, 32, 4).tpot_s
