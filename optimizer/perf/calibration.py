@@ -164,6 +164,17 @@ def _clip(x: float) -> float:
     return min(EFF_MAX, max(EFF_MIN, x))
 
 
+def _set_compute(out: Calibration, ce: float, base: Calib) -> None:
+    """The fitted bf16 GEMM efficiency, and the attention and fp8/fp4 GEMM efficiencies
+    scaled by the same factor: one compute scale for the GPU, as a team's runs of one
+    precision cannot pin the others (bench/perfmodel_calibrated.py fits this one scale)."""
+    scale = ce / base.compute_efficiency
+    out.compute_efficiency = ce
+    out.attn_efficiency = _clip(base.attn_efficiency * scale)
+    out.fp8_compute_efficiency = _clip(base.fp8_compute_efficiency * scale)
+    out.fp4_compute_efficiency = _clip(base.fp4_compute_efficiency * scale)
+
+
 def priors(profile: Profile, gpu: GpuSpec, base: Calib) -> tuple[float, float]:
     """(compute, bandwidth) efficiency from the microbenchmarks, else the defaults."""
     hw = profile.hardware
@@ -228,11 +239,8 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     if loop:  # serving runs: the closed loop, with the engine points alike
         start = replace(base, compute_efficiency=ce0, bandwidth_efficiency=be0)
         theta, rel = fit_loop(loop, pts, gpu, start)
-        out.compute_efficiency = theta["compute_efficiency"]
+        _set_compute(out, theta["compute_efficiency"], base)
         out.bandwidth_efficiency = theta["bandwidth_efficiency"]
-        out.attn_efficiency = _clip(
-            theta["compute_efficiency"] * base.attn_efficiency / base.compute_efficiency
-        )
         out.step_overhead_s = theta["step_overhead_s"]
         out.prefill_overhead_s = theta["prefill_overhead_s"]
         out.residual_rel = float(np.median(rel))
@@ -252,9 +260,8 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         if per_seq:
             out.seq_overhead_s = so
         out.busy_prefill_overhead_s = pb
-        out.compute_efficiency = ce
+        _set_compute(out, ce, base)
         out.bandwidth_efficiency = be
-        out.attn_efficiency = _clip(ce * base.attn_efficiency / base.compute_efficiency)
         out.step_overhead_s = o
         out.prefill_overhead_s = po
         out.residual_rel = float(np.median(rel))

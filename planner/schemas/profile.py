@@ -137,6 +137,12 @@ class Calibration(Strict):
     attn_efficiency: float | None = Field(
         default=None, gt=0, le=2, description="achieved/peak attention FLOP/s"
     )
+    fp8_compute_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak fp8 GEMM FLOP/s"
+    )
+    fp4_compute_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak fp4 GEMM FLOP/s"
+    )
     d2h_gbps: float | None = Field(
         default=None, gt=0, description="sleep bandwidth GPU->host, GB/s"
     )

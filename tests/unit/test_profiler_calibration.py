@@ -90,6 +90,11 @@ def test_recovers_known_parameters_gpu():
     # the fitted fields feed the perf model
     c = calib_from_profile(prof.model_copy(update={"calibration": cal}))
     assert c.compute_efficiency == pytest.approx(cal.compute_efficiency)
+    # bf16 runs pin one compute scale; fp8/fp4 GEMMs and attention follow it, not the defaults
+    scale = cal.compute_efficiency / base.compute_efficiency
+    assert c.fp8_compute_efficiency == pytest.approx(base.fp8_compute_efficiency * scale)
+    assert c.fp4_compute_efficiency == pytest.approx(base.fp4_compute_efficiency * scale)
+    assert c.attn_efficiency == pytest.approx(base.attn_efficiency * scale)
 
 
 def test_overhead_bound_cpu_points_fit_overheads():
