@@ -71,6 +71,7 @@ START = {
     BURST: 0.2,
     LOWP_BLACKWELL: 0.42,
     FP8_BLOCK_BLACKWELL: 16e-6,
+    "expert_bandwidth_ratio": 1.0,
 }
 BOUNDS = {
     "bandwidth_efficiency": (0.3, 1.0),
@@ -82,6 +83,7 @@ BOUNDS = {
     BURST: (0.01, 1.0),
     LOWP_BLACKWELL: (0.1, 1.0),
     FP8_BLOCK_BLACKWELL: (1e-6, 3e-5),
+    "expert_bandwidth_ratio": (0.3, 3.0),
 }
 # Tried in this harness and dropped (each constant fitted with the others, scored leave one
 # model out / leave one GPU out: TTFT, TPOT, worst group TPOT; without it 0.145 0.080 0.110 /

@@ -24,6 +24,7 @@ class Calib:
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
     kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
+    expert_bandwidth_ratio: float = 1.0  # routed experts' read rate / weight-streaming rate
     # vLLM's W4A16 MoE kernel (Marlin: int4 experts dequantized to 16 bits in registers, then
     # mma.sync) is bound by each SM's dequantize-and-multiply pipeline, not by memory: on H20
     # (78 SMs, 4.0 TB/s) it reads DeepSeek-V3's routed experts (256 x 7168 x 2048, top 8, GPTQ
