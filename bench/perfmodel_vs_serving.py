@@ -123,7 +123,10 @@ BOUNDS = {
 #   and activation kernels; Llama-3.1-70B fp8 on B200 runs 9-16% slow at TP 2-8 and 2-4
 #   concurrency): 0.163 0.075 0.177 / 0.138 0.072 0.119 (pass=0);
 # - the kernel floor fitted (3.3-3.7 us against aiconfigurator's 3 us): 0.148 0.076 0.106
-#   / 0.132 0.071 0.128.
+#   / 0.132 0.071 0.128;
+# - decode attention's KV read rate fitted (0.55-0.88 of the weights', against the per-op
+#   tables' 0.62 on Hopper): 0.147 0.069 0.089 / 0.136 0.073 0.101 (TTFT worse in both
+#   splits, TPOT worse leaving a GPU out).
 # Not tried: a bandwidth that falls as TP shrinks each GPU's GEMVs. With the ratio fitted,
 # Llama-3.1-70B's decode (concurrency <= 8, B200, all rows' fit) runs -1%, +9%, +11%, +16%
 # (fp8) and -7%, -1%, +4%, +5% (nvfp4) at TP 1, 2, 4, 8: already too slow at high TP, which
