@@ -64,6 +64,11 @@ LOW_CONCURRENCY = 8
 # - the compute scale fitted in the starting constants as well (all GPUs, then per GPU):
 #   13.4%, 6.7% here, but bench/perfmodel_vs_serving.py loses TTFT with it (leave one model
 #   out 0.148 0.080, leave one GPU out 0.137 0.071), so the shipped constants stay.
+# With the routed experts' read rate fitted in the starting constants (serving.py's tenth,
+# expert_bandwidth_ratio: uncalibrated 13.5%, 6.5%; this compute scale 13.7%, 6.7%):
+# - bandwidth efficiency instead of the compute scale: 13.5%, 7.9%; both: 13.5%, 8.1%;
+# - the compute scale and the expert read ratio: 13.7%, 7.4%;
+# - a prior weight of 10 in the grid too: 13.7%, 6.7% (B300 and H200 pick 1, B200 0.1).
 CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid

@@ -338,7 +338,7 @@ def build_step_model(
     offload = min(cpu_offload_gib * GIB, dense + parts["experts"])  # bytes streamed over PCIe
     h2d = min(calib.h2d_gbps, gpu.pcie_gbps) * GB  # bytes/s over the host link
     dense_read_s = max(0.0, dense - offload) / bw + offload / h2d
-    expert_bw = bw  # bytes/s reading routed experts
+    expert_bw = bw * calib.expert_bandwidth_ratio  # bytes/s reading routed experts
     if quantization in W4A16_QUANTS and gpu.sm_count:  # SM-bound (Calib.w4a16_moe_gbps_per_sm)
         expert_bw = min(bw, gpu.sm_count * calib.w4a16_moe_gbps_per_sm * GB)
     kv_tok = kv_bytes_per_token(arch, kv_cache_dtype, ref_context_tokens, tp=tp)  # bytes/token/GPU

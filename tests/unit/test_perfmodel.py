@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -511,3 +512,22 @@ def test_w4a16_gemms_multiply_no_faster_per_sm_than_hopper():
     assert gemm_peak_and_efficiency(h200, cal, "int4")[0] == pytest.approx(989e12)
     a100 = resolve_gpu("A100-80GB-SXM")
     assert gemm_peak_and_efficiency(a100, cal, "gptq")[0] == pytest.approx(312e12)
+
+
+def test_expert_bandwidth_ratio_speeds_only_the_routed_experts_reads():
+    """Routed experts stream at their own rate (Calib.expert_bandwidth_ratio); the dense
+    weights, the KV reads and a dense model keep the weight-streaming rate."""
+    gpu = resolve_gpu("H200-SXM")
+    base = default_calib(gpu.arch)
+    fast = dataclasses.replace(base, expert_bandwidth_ratio=2.0)
+    for model, dense in (("gpt-oss-120b", False), ("Llama-3.1-70B", True)):
+        a = resolve_arch_name(model)
+        one, two = (
+            instance_perf(a, "bf16", gpu, 4, kv_gib=20.0, calib=c).step for c in (base, fast)
+        )
+        assert two.dense_weight_read_s == one.dense_weight_read_s
+        assert two.kv_read_s_per_token == one.kv_read_s_per_token
+        if dense:
+            assert two.expert_read_s == one.expert_read_s == 0.0
+        else:
+            assert two.expert_read_s == pytest.approx(one.expert_read_s / 2.0)
