@@ -75,8 +75,8 @@ class Engine:
         "step",
         "t",
         "waiting",
-        "wake_full_s",
         "wake_from_s",
+        "wake_full_s",
         "wake_s",
     )
 
