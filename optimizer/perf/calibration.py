@@ -7,7 +7,9 @@ Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute)
   step(new, kv, pairs, seqs) = o + so seqs + floor + max(mem / be, lin / ce + attn / ae) + comm
   prefill point (n tokens, first token):     y = po + sum over its chunks of step(..., 1)
   busy point (CPU build: a first token of a request that found the engine awake): the same
-  with pb in place of po (`Calib.busy_prefill_overhead_s`)
+  with pb in place of po (`Calib.busy_prefill_overhead_s`); po - pb, the engine's wake, is
+  paid by the idle gap before a request along a ramp fitted apart to the run's TTFT-vs-gap
+  points (`wake_ramp`: `Calib.idle_wake_from_s`, `idle_wake_full_s`)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx, c), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
