@@ -308,3 +308,52 @@ def test_one_request_overhead_without_busy_points_and_off_the_cpu_build():
     )
     prof.engine[0].decode[0].ttft_s = Stat(median=0.005)
     assert calibrate(prof, gpu, hb).busy_prefill_overhead_s is None
+
+
+def _gap_points(ttft_ms_at):
+    """TTFT of a 128-token prompt at idle gaps 0-300 ms, `ttft_ms_at(gap_ms)`."""
+    from planner.schemas.profile import IdleGapPoint
+
+    return [
+        IdleGapPoint(gap_s=g / 1e3, prompt_tokens=128, ttft_s=Stat(median=ttft_ms_at(g) / 1e3, n=5))
+        for g in (0, 10, 25, 50, 75, 100, 150, 200, 300)
+    ]
+
+
+def test_idle_gap_points_with_a_step_give_the_gap_the_wake_starts_at():
+    """TTFT 6.5 ms up to 25 ms of idle gap, 10.5 ms from 50 ms (the engine parks its threads
+    in between): the wake is paid from the gap between the two, none of it below. A ramp
+    (flat to 25 ms, linear to 200 ms, as a loaded vLLM-CPU host showed) gives its ends; the
+    simulator's perf pays none of the wake at 10 ms, half midway, all of it at 300 ms."""
+    prof, gpu = _idle_and_busy_profile(9.0 + 0.012 * 128 - 4.0)
+    prof.engine[0].idle_gap = _gap_points(lambda g: 6.5 if g <= 25 else 10.5)
+    cal = calibrate(prof, gpu, default_calib("cpu"))
+    assert cal.busy_prefill_overhead_s is not None
+    assert 0.025 <= cal.idle_wake_from_s <= cal.idle_wake_full_s <= 0.05
+
+    prof.engine[0].idle_gap = _gap_points(lambda g: 6.5 + 4.0 * min(1, max(0, g - 25) / 175))
+    cal = calibrate(prof, gpu, default_calib("cpu"))
+    assert cal.idle_wake_from_s == pytest.approx(0.025)
+    assert cal.idle_wake_full_s == pytest.approx(0.2)
+    perf = instance_perf(
+        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
+    )  # fmt: skip
+    assert perf.wake_after_s(0.01) == 0.0
+    assert perf.wake_after_s(0.1125) == pytest.approx(perf.idle_wake_s / 2)
+    assert perf.wake_after_s(0.3) == perf.idle_wake_s > 0
+
+
+def test_without_idle_gap_points_or_a_rise_any_idle_gap_pays_the_wake():
+    """No idle-gap points (an older profile), or TTFT flat over the gaps: no ramp, and a
+    request that finds the engine empty pays the whole wake after any gap (as before)."""
+    prof, gpu = _idle_and_busy_profile(9.0 + 0.012 * 128 - 4.0)
+    for points in ([], _gap_points(lambda g: 7.0), _gap_points(lambda g: 8.0 - g / 100)):
+        prof.engine[0].idle_gap = points
+        cal = calibrate(prof, gpu, default_calib("cpu"))
+        assert cal.idle_wake_from_s is None and cal.idle_wake_full_s is None
+        perf = instance_perf(
+            ModelArch(**tiny_arch()), "bf16", gpu, 1,
+            calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
+        )  # fmt: skip
+        assert perf.wake_after_s(1e-6) == perf.idle_wake_s > 0

@@ -320,3 +320,47 @@ def test_closed_form_pays_the_idle_overhead_alone_and_the_busy_one_among_clients
     assert closed_loop(split, 128, 32, 1).ttft_s == closed_loop(one, 128, 32, 1).ttft_s
     assert closed_loop(split, 128, 32, 4).ttft_s < closed_loop(one, 128, 32, 4).ttft_s
     assert closed_loop(split, 128, 32, 4).tpot_s == closed_loop(one, 128, 32, 4).tpot_s
+
+
+@pytest.mark.parametrize(("tier", "compiled"), [("gpu", True), ("gpu", False), ("host", False)])
+def test_the_wake_is_paid_by_the_idle_gap_before_a_request(tier, compiled):
+    """Overheads 9 ms idle, 4 ms busy (a 5 ms wake), paid none below 20 ms of idle gap (the
+    last token -> the next request sent), whole from 100 ms, linear between; 10 ms steps, 20
+    tokens a request. A first: whole wake (19 ms). B 5 ms after A's last token: none (14
+    ms). C after 200 ms: whole. D after 60 ms: half (16.5 ms). E after 106.5 ms: whole; F
+    joins E's batch; G 40 ms after that batch's last token (F's, at 1.459 s): a quarter
+    (15.25 ms), not what F's lone end (1.454 s) would give."""
+    st = step_model(dense_weight_read_s=0.01)
+    ramp = dict(idle_wake_from_s=0.02, idle_wake_full_s=0.1)
+    p = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004, **ramp)
+    assert p.wake_after_s(0.06) == pytest.approx(0.0025)
+    t = [0.0, 0.214, 0.618, 0.887, 1.2, 1.25, 1.499]
+    idle = 1e12 if tier == "host" else None  # host: the router path; gpu: the vector path
+    r = simulate(
+        point([tier]), {"i0": p}, trace(t, "m0", 100, 20), Slo(), sleep_after_idle_s=idle,
+        compiled=compiled,
+    )  # fmt: skip
+    want = [0.019, 0.014, 0.019, 0.0165, 0.019, 0.019, 0.01525]
+    np.testing.assert_allclose(r.ttft_s, want, atol=1e-9)
+    anygap = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004)
+    r = simulate(
+        point([tier]), {"i0": anygap}, trace(t, "m0", 100, 20), Slo(), sleep_after_idle_s=idle,
+        compiled=compiled,
+    )  # fmt: skip
+    np.testing.assert_allclose(r.ttft_s, [0.019] * 7, atol=1e-9)
+
+
+def test_closed_form_one_client_pays_the_wake_of_no_idle_gap():
+    """One client sends as its last token comes: with a measured ramp that starts above 0 it
+    pays no wake (the busy overhead), without one the whole (the idle overhead)."""
+    from planner.optimizer.perf.closedloop import closed_loop
+
+    st = step_model(overhead_s=0.002, dense_weight_read_s=0.003, compute_s_per_token=1e-5)
+    split = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004)
+    ramp = perf(
+        st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004, idle_wake_from_s=0.02,
+        idle_wake_full_s=0.1,
+    )  # fmt: skip
+    one = closed_loop(split, 128, 32, 1).ttft_s
+    assert closed_loop(ramp, 128, 32, 1).ttft_s == pytest.approx(one - 0.005)
+    assert closed_loop(ramp, 128, 32, 4).ttft_s == closed_loop(split, 128, 32, 4).ttft_s
