@@ -3,8 +3,7 @@
 1. Make a seeded trace of about 200 requests in three load levels (Poisson arrivals).
 2. Build the tiny Llama, start one vLLM-CPU server, warm it up with one untimed pass of
    the trace (other prompts), profile it with the profiler's own measurement loops
-   (`planner.profiler.engine_bench`: streamed TTFT vs prompt length, TPOT vs concurrency,
-   TTFT vs the idle gap before a request)
+   (`planner.profiler.engine_bench`: streamed TTFT vs prompt length, TPOT vs concurrency)
    and calibrate the `cpu` GPU type (`planner.optimizer.perf.calibration`).
 3. Replay it through the simulator (one `gpu`-tier instance with the calibrated perf) and,
    `--passes` times, against the same server with an async client that honours the
@@ -12,10 +11,7 @@
    `ignore_eos`); a measured percentile is the median of the passes'.
 4. Print predicted vs measured P50/P95 TTFT and TPOT per load level and overall, and (not
    scored) `ttft_1ovh`: the TTFT predicted with the idle request overhead for every request,
-   i.e. without the busy one (`Calib.busy_prefill_overhead_s`): what that split moves; and
-   `ttft_anygap`: the wake paid by every request that finds the engine empty, whatever the
-   idle gap before it (without `Calib.idle_wake_from_s`/`idle_wake_full_s`, the ramp fitted
-   to the profile's TTFT-vs-idle-gap points): what that ramp moves.
+   i.e. without the busy one (`Calib.busy_prefill_overhead_s`): what that split moves.
 
 One server serves both profile and replay: on a shared host the background load drifts
 between starts. The measured side is only what the client timed in the replay: streams the
@@ -188,7 +184,6 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         # streams read in one burst get no TPOT here either (no prefill_s: none imputed), as
         # in the replay: both sides time the engine only where the HTTP process kept up
         run.decode = em.measure_decode(client, cfg, vocab, rng, lambda _s: None, run.notes)
-        run.idle_gap = em.measure_idle_gaps(client, cfg, vocab, rng, lambda _s: None)
     finally:
         client.close()
     prof.engine = [run]
@@ -208,19 +203,12 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     print(f"profile (cold start {cold_start_s:.1f} s; saved to {work / 'local-cpu.yaml'}):")
     for pt, f in zip(pts, fitted, strict=True):
         print(f"  {pt.label:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
-    print(
-        "  TTFT vs idle gap: "
-        + ", ".join(f"{g.gap_s * 1e3:.0f} ms {g.ttft_s.median * 1e3:.2f}" for g in run.idle_gap)
-        + f" (ms, {cfg.decode_prompt_tokens}-token prompt, median of {cfg.idle_gap_reps})"
-    )
     for note in run.notes:
         print(f"  note: {note}")
     print(
         f"  fitted: step_overhead_s={cal.step_overhead_s:.5f} prefill_overhead_s={cal.prefill_overhead_s:.5f} "
         f"busy_prefill_overhead_s={cal.busy_prefill_overhead_s if cal.busy_prefill_overhead_s is not None else float('nan'):.5f} "
         f"seq_overhead_s={cal.seq_overhead_s or 0:.5f} "
-        f"idle_wake_from_s={cal.idle_wake_from_s if cal.idle_wake_from_s is not None else float('nan'):.3f} "
-        f"idle_wake_full_s={cal.idle_wake_full_s if cal.idle_wake_full_s is not None else float('nan'):.3f} "
         f"compute_eff={cal.compute_efficiency:.3g} bandwidth_eff={cal.bandwidth_efficiency:.3g} "
         f"fit residual {cal.residual_rel:.1%} over {cal.points} points; "
         f"step-time jitter cv {cal.step_jitter_cv or 0:.3f} (the profile's spreads)"
@@ -229,11 +217,10 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
 
 
 def simulate_trace(
-    models, prof: Profile, trace: dict, split: bool = True, ramp: bool = True
+    models, prof: Profile, trace: dict, split: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TPOT) per request from the simulator: one awake instance, calibrated `cpu`;
-    `split` False: one request overhead for all, the idle one (before the busy one existed);
-    `ramp` False: the wake paid after any idle gap (before the profile measured its ramp)."""
+    `split` False: one request overhead for all, the idle one (before the busy one existed)."""
     cluster = parse(
         {
             "kind": "cluster",
@@ -255,8 +242,6 @@ def simulate_trace(
     cal = calib_from_profile(prof)
     if not split:
         cal = replace(cal, busy_prefill_overhead_s=None)
-    if not ramp:
-        cal = replace(cal, idle_wake_from_s=None, idle_wake_full_s=None)
     perfs = perfs_for_point(point, cluster, models, {"cpu": cal})
     sim = simulate(point, perfs, {k: v for k, v in trace.items() if k != "level"}, slo)
     return sim.ttft_s, sim.tpot_s  # in trace order: the trace is sorted by arrival
@@ -290,7 +275,6 @@ def main() -> int:
         prof = profile_server(port, models.models[0], model_dir, cold_start_s, work, rng)
         p_ttft, p_tpot = simulate_trace(models, prof, trace)
         one_ttft, _ = simulate_trace(models, prof, trace, split=False)
-        anygap_ttft, _ = simulate_trace(models, prof, trace, ramp=False)
         passes = []  # (TTFT, TPOT, streams read in one burst) of each timed replay
         for k in range(args.passes):
             t = time.time()
@@ -323,7 +307,6 @@ def main() -> int:
             ("ttft_clean", p_ttft, 0, True),
             ("tpot", p_tpot, 1, False),
             ("ttft_1ovh", one_ttft, 0, False),  # one request overhead: not scored
-            ("ttft_anygap", anygap_ttft, 0, False),  # the wake after any gap: not scored
         ):
             out, spread = [], []
             for q in (50, 95):
@@ -337,7 +320,7 @@ def main() -> int:
                 e = (pv - mv) / mv if mv else float("nan")
                 out += [pv, mv, e]
                 spread.append(f"{min(per_pass) * 1e3:.1f}-{max(per_pass) * 1e3:.1f}")
-                if name == "all" and metric not in ("ttft_1ovh", "ttft_anygap"):
+                if name == "all" and metric != "ttft_1ovh":
                     errs[f"{metric}_p{q}_err"] = e
                     noise[f"{metric}_p{q}_pass_spread"] = (max(per_pass) - min(per_pass)) / mv
             print(

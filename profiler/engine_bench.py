@@ -35,7 +35,6 @@ from planner.profiler.engine_client import (
 )
 from planner.profiler.engine_measure import (
     measure_decode,
-    measure_idle_gaps,
     measure_prefill,
     measure_sleep,
     prefill_at,
@@ -154,8 +153,8 @@ def _measure(
     vocab: int,
     tick: Callable[[str], None],
 ) -> None:
-    """Warm the server up, then measure prefill, decode, TTFT vs idle gap and (on a GPU, when
-    asked) sleep and wake into `run`."""
+    """Warm the server up, then measure prefill, decode and (on a GPU, when asked) sleep and
+    wake into `run`."""
     import numpy as np
 
     rng = np.random.default_rng(cfg.seed)
@@ -166,7 +165,6 @@ def _measure(
     run.decode = measure_decode(
         client, cfg, vocab, rng, tick, run.notes, prefill_at(run.prefill, cfg.decode_prompt_tokens)
     )
-    run.idle_gap = measure_idle_gaps(client, cfg, vocab, rng, tick)
     if cfg.device == "cuda" and cfg.sleep:
         measure_sleep(client, run, engine)
         tick("sleep/wake")

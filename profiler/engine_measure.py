@@ -1,6 +1,5 @@
 """The measurements of one engine run: prefill latency vs prompt length, TPOT vs
-concurrency (streams read in one gulp handled apart), TTFT vs the idle gap before a
-request, sleep/wake times."""
+concurrency (streams read in one gulp handled apart), sleep/wake times."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from planner.profiler.engine_client import Chunk, Client, prompt_ids, tpot_of
 from planner.profiler.engine_runs import BenchConfig
 from planner.profiler.stats import summarize
-from planner.schemas.profile import DecodePoint, EngineRun, IdleGapPoint, PrefillPoint
+from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint
 
 if TYPE_CHECKING:
     from planner.engines.base import Engine
@@ -42,45 +41,6 @@ def measure_prefill(
         out.append(PrefillPoint(prompt_tokens=n, latency_s=summarize(samples)))
         tick(f"prefill {n} tokens")
     return out
-
-
-def measure_idle_gaps(
-    client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
-) -> list[IdleGapPoint]:
-    """TTFT of one `decode_prompt_tokens` prompt sent each of `idle_gaps_s` after the
-    previous request's last token (each request is the next one's previous; the gaps in a
-    shuffled order each round, so a drifting host load spreads over all of them).
-
-    An engine that just finished takes a request at once; one left idle longer has parked
-    its threads and wakes them first: the gap from which that costs is what this measures.
-    The point's gap is the median of the gaps the client actually left (a loaded host
-    oversleeps short ones).
-    """
-    import numpy as np
-
-    gaps = list(cfg.idle_gaps_s)
-    if not gaps:
-        return []
-    n = cfg.decode_prompt_tokens
-    samples: dict[float, list[tuple[float, float]]] = {g: [] for g in gaps}
-    _, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[0]  # the first "previous"
-    for _ in range(cfg.idle_gap_reps):
-        for g in rng.permutation(gaps).tolist():
-            last = chunks[-1][0] if chunks else time.perf_counter()
-            time.sleep(max(0.0, last + g - time.perf_counter()))
-            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[0]
-            if not chunks:
-                raise RuntimeError(f"a {n}-token prompt streamed no token")
-            samples[g].append((start - last, chunks[0][0] - start))
-    tick("idle gaps")
-    return [
-        IdleGapPoint(
-            gap_s=float(np.median([s[0] for s in samples[g]])),
-            prompt_tokens=n,
-            ttft_s=summarize([s[1] for s in samples[g]]),
-        )
-        for g in gaps
-    ]
 
 
 GULP_GAP_S = 0.0002  # chunks closer than this were read together, not produced a step apart

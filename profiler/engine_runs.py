@@ -41,10 +41,6 @@ class BenchConfig:
         0.3  # pause before each prefill request: agents' requests find the engine idle
     )
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)  # decode points
-    # idle gaps before a lone prompt (its previous request's last token -> send), s: where
-    # the engine's wake-up begins to cost (measure_idle_gaps); about 5 s at 5 repeats
-    idle_gaps_s: tuple[float, ...] = (0.0, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
-    idle_gap_reps: int = 5  # requests per idle gap
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
     decode_output_tokens: int = 32  # streamed tokens per decode request
     decode_rounds: int = 2  # rounds of `concurrency` requests per decode point
@@ -80,8 +76,6 @@ class BenchConfig:
                 concurrencies=(1, 4),
                 decode_output_tokens=16,
                 decode_rounds=1,
-                idle_gaps_s=(0.0, 0.025, 0.1, 0.3),
-                idle_gap_reps=3,
             )
         base.update(kw)
         return BenchConfig(**base)
@@ -214,12 +208,11 @@ def precheck_path(path: str) -> str | None:
 
 
 def steps_of(cfg: BenchConfig) -> int:
-    """Progress ticks of one successful run (start + points + idle gaps + sleep)."""
+    """Progress ticks of one successful run (start + points + sleep)."""
     return (
         1
         + len(cfg.prompt_lens)
         + len(cfg.concurrencies)
-        + (1 if cfg.idle_gaps_s else 0)
         + (1 if cfg.device == "cuda" and cfg.sleep else 0)
     )
 

@@ -73,16 +73,6 @@ class Calib:
     # as the last one ended). Six quiet-host profiles of bench/simulator_vs_vllm_cpu: a
     # 128-token prompt 9.3-9.5 ms idle against 4.96-6.03 ms busy. None: one overhead for both.
     busy_prefill_overhead_s: float | None = None  # s
-    # The idle gap (previous request's last token -> send) below which a request that finds
-    # the engine empty pays none of that wake, and from which it pays it whole (linear in
-    # between). Fitted per profile (calibration.wake_ramp) from its own idle-gap points
-    # (`EngineRun.idle_gap`, TTFT of one prompt at gaps 0-300 ms). A loaded host (load ~9,
-    # vLLM-CPU 0.32, tiny Llama, 128-token prompt, 9 repeats): 6.8-7.2 ms up to 20 ms of
-    # gap, 7.5 at 35, 8.6 at 75, 9.6 at 100, 10.8 at 200, 11.4 at 300 (ramp_of: 24-151 ms);
-    # bench/simulator_vs_vllm_cpu's profile at load ~4-6: 6.8 ms at 1 ms, 8.5 at 101, 11.4 at
-    # 301 (1-251 ms). None (no points, or flat ones): any gap pays it whole.
-    idle_wake_from_s: float | None = None  # s
-    idle_wake_full_s: float | None = None  # s
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s

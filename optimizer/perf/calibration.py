@@ -7,9 +7,7 @@ Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute)
   step(new, kv, pairs, seqs) = o + so seqs + floor + max(mem / be, lin / ce + attn / ae) + comm
   prefill point (n tokens, first token):     y = po + sum over its chunks of step(..., 1)
   busy point (CPU build: a first token of a request that found the engine awake): the same
-  with pb in place of po (`Calib.busy_prefill_overhead_s`); po - pb, the engine's wake, is
-  paid by the idle gap before a request along a ramp fitted apart to the run's TTFT-vs-gap
-  points (`wake_ramp`: `Calib.idle_wake_from_s`, `idle_wake_full_s`)
+  with pb in place of po (`Calib.busy_prefill_overhead_s`)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx, c), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
@@ -210,48 +208,6 @@ def jitter_cv(profile: Profile) -> float | None:
     return float(np.median(cvs)) if cvs else None
 
 
-def ramp_of(gaps_s: list[float], ttfts_s: list[float]) -> tuple[float, float] | None:
-    """(from, full) of the wake's ramp fitted to TTFT vs idle gap: y = b + w r(gap), r 0 up
-    to `from`, 1 from `full`, linear between (`types.wake_of`), least squares over `from` <=
-    `full` among the measured gaps and the midpoints between them. None: under three gaps,
-    or TTFT does not rise with the gap (no w > 0 fits)."""
-    g, y = np.asarray(gaps_s, float), np.asarray(ttfts_s, float)
-    if len(g) < 3:
-        return None
-    u = np.unique(g)
-    knots = np.unique(np.concatenate([u, (u[1:] + u[:-1]) / 2.0]))
-    best, best_sse = None, math.inf
-    for i, lo in enumerate(knots):
-        for hi in knots[i:]:
-            r = (g >= hi).astype(float) if hi == lo else np.clip((g - lo) / (hi - lo), 0, 1)
-            var = float(np.var(r))
-            if var == 0.0:
-                continue
-            w = float(np.mean((r - r.mean()) * (y - y.mean()))) / var
-            if w <= 0:
-                continue
-            sse = float(np.sum((y - y.mean() - w * (r - r.mean())) ** 2))
-            if sse < best_sse:
-                best, best_sse = (float(lo), float(hi)), sse
-    return best
-
-
-def wake_ramp(profile: Profile) -> tuple[float, float] | None:
-    """The wake's ramp over the idle gap (`Calib.idle_wake_from_s`, `idle_wake_full_s`) from
-    the profile's idle-gap points: each run's own fit (`ramp_of`), the median over the runs.
-    None: no run has them, or none shows TTFT rising with the gap."""
-    fits = []
-    for run in profile.engine:
-        if run.status == "ok" and run.idle_gap:
-            fit = ramp_of([p.gap_s for p in run.idle_gap], [p.ttft_s.median for p in run.idle_gap])
-            if fit is not None:
-                fits.append(fit)
-    if not fits:
-        return None
-    lo, hi = (float(np.median([f[k] for f in fits])) for k in (0, 1))
-    return lo, max(lo, hi)
-
-
 def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
     ce0, be0 = priors(profile, gpu, base)
@@ -304,9 +260,6 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         if per_seq:
             out.seq_overhead_s = so
         out.busy_prefill_overhead_s = pb
-        ramp = wake_ramp(profile) if pb is not None else None  # the wake: idle - busy
-        if ramp is not None:
-            out.idle_wake_from_s, out.idle_wake_full_s = ramp
         _set_compute(out, ce, base)
         out.bandwidth_efficiency = be
         out.step_overhead_s = o

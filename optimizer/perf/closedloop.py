@@ -18,10 +18,8 @@ periodic steady state, fast enough for every candidate of a search):
 - TTFT: the request reaches the engine `prefill_overhead_s` (+ `prompt_s_per_token` per
   prompt token) after it is sent (HTTP, tokenization), waits for the step running then (the
   clients still decoding), then takes its `s` chunk steps; where the profile split the
-  overhead (CPU build) a lone client's request finds the engine idle and pays its wake after
-  no idle gap (`InstancePerf.wake_after_s(0)`: all of it without a measured ramp, none
-  where the profile saw that an engine just emptied takes a request at once), one of
-  several clients finds it at work and pays the busy one (`InstancePerf.busy_delay_s`);
+  overhead (CPU build) a lone client's request finds the engine idle and pays it whole, one
+  of several clients finds it at work and pays the busy one (`InstancePerf.busy_delay_s`);
 - a benchmark's first round differs: every client sends at time 0, so the prompts queue for
   the budget together; `rounds` (requests per client) weighs it into the means. Clients
   sending fixed-length requests stay partly in step after it: a fractional `rounds` (1 /
@@ -92,9 +90,7 @@ def closed_loop(
     ctx = inp + out / 2.0  # mean context of a decoding sequence, tokens
     hit = min(max(0, int(cached_len)), inp - 1)  # prompt tokens already in the prefix cache
     new_tok = inp - hit  # prompt tokens each request computes
-    # one client sends as its last token comes: it finds the engine empty with no idle gap
-    unpaid = perf.idle_wake_s - perf.wake_after_s(0.0)  # the wake a gap of 0 spares
-    front = perf.prefill_overhead_s - unpaid if c == 1 else perf.busy_delay_s
+    front = perf.prefill_overhead_s if c == 1 else perf.busy_delay_s  # idle: one client
     delay = front + inp * perf.prompt_s_per_token  # sent -> at the engine
     budget = max(1, perf.chunk_tokens)
     dec = float(n if out > 1 else 0)  # sequences decoding in a step (refined below)

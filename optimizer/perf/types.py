@@ -66,17 +66,6 @@ class StepModel:
         return self.overhead_s + (self.eager_s if new_tokens > self.graph_max_tokens else 0.0)
 
 
-def wake_of(wake_s: float, from_s: float, full_s: float, gap_s: float) -> float:
-    """The share of `wake_s` a request pays after an idle gap of `gap_s` (> 0): none up to
-    `from_s`, all of it from `full_s`, linear in between, s (plain arithmetic: the compiled
-    simulator calls it too)."""
-    if gap_s >= full_s:
-        return wake_s
-    if gap_s <= from_s:
-        return 0.0
-    return wake_s * (gap_s - from_s) / (full_s - from_s)
-
-
 @dataclass(frozen=True)
 class InstancePerf:
     """Everything the simulator and the MILP need about one (model, variant, GPU type, TP, engine)."""
@@ -103,34 +92,6 @@ class InstancePerf:
     # the fixed per-request cost of one that reaches an engine already at work (None: the
     # same as prefill_overhead_s, which is then the cost of one that finds it idle)
     busy_prefill_overhead_s: float | None = None  # s
-    # the idle gap (the previous request's last token -> this one sent) below which a request
-    # that finds the engine empty pays no wake, and from which it pays it whole (linear in
-    # between); None: any request that finds it empty pays it whole
-    idle_wake_from_s: float | None = None  # s
-    idle_wake_full_s: float | None = None  # s
-
-    def wake_after_s(self, gap_s: float) -> float:
-        """What a request sent `gap_s` after the engine's last token pays for its wake, s."""
-        lo, hi = self.wake_ramp_s
-        return wake_of(self.idle_wake_s, lo, hi, gap_s)
-
-    @property
-    def wake_ramp_s(self) -> tuple[float, float]:
-        """(from, full) of the wake's ramp over the idle gap, s: (0, 0) without one (any gap
-        pays it whole)."""
-        if self.idle_wake_from_s is None:
-            return 0.0, 0.0
-        lo = self.idle_wake_from_s
-        return lo, max(lo, self.idle_wake_full_s if self.idle_wake_full_s is not None else lo)
-
-    @property
-    def engine_wake_ramp_s(self) -> tuple[float, float]:
-        """`wake_ramp_s` as the simulator's engine sees the gap: from its last step's end to
-        the request reaching it, `busy_delay_s` after it was sent; (0, 0) without a ramp."""
-        if self.idle_wake_from_s is None:
-            return 0.0, 0.0
-        lo, hi = self.wake_ramp_s
-        return lo + self.busy_delay_s, hi + self.busy_delay_s
 
     @property
     def busy_delay_s(self) -> float:

@@ -12,9 +12,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from planner.optimizer.perf.types import wake_of
 from planner.optimizer.sim.instance import Engine
-from planner.optimizer.sim.kernel import lone_starts
 from planner.optimizer.sim.request import Outcome, Requests
 from planner.optimizer.sim.router import Slot
 
@@ -79,13 +77,8 @@ def run_alone(
     """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
     are their lone times with the prefix cache where `hit`."""
     ta = req.arrival_s[idx] + s.engine_delay_s
-    eng = s.engine
-    wake = eng.wake_s  # a lone request finds the engine idle: it waits for it to wake
-    ramp = wake and eng.wake_full_s > 0  # ... for as long as the idle gap before it says
-    if ramp:
-        start = lone_starts(ta, tot, eng.free_s, wake, eng.wake_from_s, eng.wake_full_s)
-    else:
-        start = ta + wake if wake else ta
+    wake = s.engine.wake_s  # a lone request finds the engine idle: it waits for it to wake
+    start = ta + wake if wake else ta
     cached = np.where(hit, req.cached_tokens[idx], 0)
     out.first_token_s[idx] = start + pf
     out.finish_s[idx] = start + tot
@@ -94,6 +87,7 @@ def run_alone(
     # Busy periods: request j+1 arrives before request j (alone) would have finished.
     overlap = np.flatnonzero(ta[1:] < start[:-1] + tot[:-1])
     in_busy = np.zeros(len(idx), dtype=bool)
+    eng = s.engine
     if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
         in_busy = eng.run_busy(
             idx.astype(np.int64),
@@ -104,12 +98,10 @@ def run_alone(
             pf,
             tot,
             overlap.astype(np.int64),
-            start,
         )
     elif len(overlap):
         # Python scalars for the per-request loop (numpy scalar access is slow).
         rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
-        start_l = start.tolist()
         inp_l = req.input_tokens[idx].tolist()
         out_l = req.output_tokens[idx].tolist()
         cached_l = cached.tolist()
@@ -122,8 +114,6 @@ def run_alone(
         while p < n_over:
             j = over_l[p]
             k = j
-            if ramp and j > 0 and not busy_l[j - 1]:  # the lone one before j: its end
-                eng.free_s = max(eng.free_s, start_l[j - 1] + tot_l[j - 1])
             while k < n:
                 tk = ta_l[k]
                 if k > j:
@@ -132,12 +122,8 @@ def run_alone(
                         busy_l[k] = True
                         k += 1
                         continue
-                    # the engine is empty when k arrives: k is alone again, unless the
-                    # gap since the batch ended gives it another wake than its lone start's
-                    if eng.free_s <= tk and start_l[k] == tk + wake_of(
-                        eng.wake_s, eng.wake_from_s, eng.wake_full_s, tk - eng.free_s
-                    ):
-                        break
+                    if eng.free_s <= tk:
+                        break  # the engine is empty when k arrives: k is alone again
                 submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
                 busy_l[k] = True
                 k += 1

@@ -21,8 +21,6 @@ from planner.optimizer.sim.kernel import (
     F_OVH,
     F_T,
     F_WAKE,
-    F_WAKE0,
-    F_WAKE1,
     I_BUDGET,
     I_CAP,
     I_DENSE,
@@ -40,7 +38,6 @@ from planner.optimizer.sim.kernel import (
     I_WLEN,
     _enqueue,
     _jit,
-    _wake_of,
     advance,
 )
 from planner.optimizer.sim.steptime import JITTER_BLOCK, decode_coeffs
@@ -59,10 +56,7 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
                 _enqueue(iv, q, rid, inp, cached, out)
                 return True
         if iv[I_LONE] < 0 or f[F_LUNTIL] <= t_s:
-            if t_s > f[F_FREE]:
-                start = t_s + _wake_of(f[F_WAKE], f[F_WAKE0], f[F_WAKE1], t_s - f[F_FREE])
-            else:
-                start = f[F_FREE]
+            start = t_s + f[F_WAKE] if t_s > f[F_FREE] else f[F_FREE]
             iv[I_LONE] = rid
             iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
             f[F_LSTART] = start
@@ -93,19 +87,15 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
 
 
 @_jit
-def run_busy(
-    f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, busy, start
-):
-    """The busy periods of `alone.run_alone` (same loop; `start`: the lone starts); the
-    caller sized the ring for every request of the model."""
+def run_busy(f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, busy):
+    """The busy periods of `alone.run_alone` (same loop); the caller sized the ring
+    for every request of the model."""
     n = len(rid)
     n_over = len(over)
     p = 0
     while p < n_over:
         j = over[p]
         k = j
-        if f[F_WAKE1] > 0 and j > 0 and not busy[j - 1]:  # the lone one before j: its end
-            f[F_FREE] = max(f[F_FREE], start[j - 1] + tot[j - 1])
         while k < n:
             tk = ta[k]
             if k > j:
@@ -114,10 +104,7 @@ def run_busy(
                     busy[k] = True
                     k += 1
                     continue
-                # alone again, and its lone start holds (its wake after this gap)
-                if f[F_FREE] <= tk and start[k] == tk + _wake_of(
-                    f[F_WAKE], f[F_WAKE0], f[F_WAKE1], tk - f[F_FREE]
-                ):
+                if f[F_FREE] <= tk:
                     break
             submit(
                 f,
@@ -169,7 +156,6 @@ class FastEngine:
         )
         self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
         self.f[F_WAKE] = perf.idle_wake_s
-        self.f[F_WAKE0], self.f[F_WAKE1] = perf.engine_wake_ramp_s
         self.iv = np.zeros(I_LEN, dtype=np.int64)
         self.iv[I_JI] = JITTER_BLOCK  # no block drawn yet
         self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
@@ -213,14 +199,6 @@ class FastEngine:
         return float(self.f[F_WAKE])
 
     @property
-    def wake_from_s(self) -> float:
-        return float(self.f[F_WAKE0])
-
-    @property
-    def wake_full_s(self) -> float:
-        return float(self.f[F_WAKE1])
-
-    @property
     def busy_s(self) -> float:
         return float(self.f[F_BUSY])
 
@@ -258,13 +236,12 @@ class FastEngine:
             advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
         return float(self.f[F_FREE])
 
-    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over, start) -> np.ndarray:
-        """The busy periods of one model's requests (`start`: their lone starts); which
-        requests were in one."""
+    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over) -> np.ndarray:
+        """The busy periods of one model's requests; which requests were in one."""
         self.room(len(rid) + 3)  # submit wants room for 3 more
         busy = np.zeros(len(rid), dtype=np.bool_)
         run_busy(
             self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, ta, inp, cached, out, pf, tot, over, busy, start,
+            rid, ta, inp, cached, out, pf, tot, over, busy,
         )  # fmt: skip
         return busy

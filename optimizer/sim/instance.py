@@ -25,7 +25,7 @@ from collections import deque
 
 import numpy as np
 
-from planner.optimizer.perf.types import InstancePerf, wake_of
+from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.steptime import (
     _first_reaching,
     decode_coeffs,
@@ -75,8 +75,6 @@ class Engine:
         "step",
         "t",
         "waiting",
-        "wake_from_s",
-        "wake_full_s",
         "wake_s",
     )
 
@@ -108,9 +106,6 @@ class Engine:
         self.kv_used = 0
         self.busy_s = 0.0  # time with a step running, s
         self.wake_s = perf.idle_wake_s  # a request that finds the engine idle waits this more
-        # ... after an idle gap (its last step's end -> the request at it) of wake_full_s or
-        # more; none of it up to wake_from_s (`types.wake_of`); (0, 0): after any gap
-        self.wake_from_s, self.wake_full_s = perf.engine_wake_ramp_s
         self.preemptions = 0
         # decode_coeffs at zero context by batch size (admission keeps it <= max_seqs)
         self.coeff_cache: list[tuple[float, float, float, float, float] | None] = [None] * (
@@ -133,11 +128,7 @@ class Engine:
                     return
             if self.lone < 0 or self.lone_until <= t_s:
                 # an idle engine first wakes up; one still at work takes the request in turn
-                if t_s > self.free_s:
-                    gap = t_s - self.free_s
-                    start = t_s + wake_of(self.wake_s, self.wake_from_s, self.wake_full_s, gap)
-                else:
-                    start = self.free_s
+                start = t_s + self.wake_s if t_s > self.free_s else self.free_s
                 self.lone = rid
                 self.lone_args = (inp, cached, out)
                 self.lone_start = start

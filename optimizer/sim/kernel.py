@@ -23,7 +23,6 @@ import types
 
 import numpy as np
 
-from planner.optimizer.perf.types import wake_of
 from planner.optimizer.sim.instance import CTX, DEC, EMITTED, KV, PF, RID
 from planner.optimizer.sim.steptime import (
     JITTER_BLOCK,
@@ -47,8 +46,7 @@ F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML =
 F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
 F_JCV = 19  # jitter's coefficient of variation (0: off)
 F_WAKE = 20  # InstancePerf.idle_wake_s: what a request that finds the engine idle waits more
-F_WAKE0, F_WAKE1 = 21, 22  # its ramp over the idle gap (InstancePerf.engine_wake_ramp_s)
-F_JBUF = 23  # the jitter's block of multipliers from here
+F_JBUF = 21  # the jitter's block of multipliers from here
 F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
 I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
@@ -70,22 +68,8 @@ def _jit(fn=None, *, nogil: bool = True, **callees):
 
 
 _first_reaching = _jit(_first_reaching_py)
-_wake_of = _jit(wake_of)
 _steps_time_s = _jit(steps_time_s)
 _steps_until = _jit(steps_until, steps_time_s=_steps_time_s, _first_reaching=_first_reaching)
-
-
-@_jit
-def lone_starts(ta, tot, free_s, wake_s, from_s, full_s):
-    """Start of each request if each ran alone: at `ta` plus its wake after the idle gap
-    since the previous one finished (`wake_of`; the first one's since `free_s`)."""
-    start = np.empty(len(ta))
-    prev = free_s
-    for k in range(len(ta)):
-        gap = ta[k] - prev
-        start[k] = ta[k] + _wake_of(wake_s, from_s, full_s, gap) if gap > 0 else ta[k]
-        prev = start[k] + tot[k]
-    return start
 
 
 def _fill_block(f, blocks):

@@ -173,8 +173,7 @@ class Router:
             if s.tier != "gpu":
                 s.awake = not self._conflicts(s)
             s.ready_s = t0
-            # never at work yet: a first request finds it long idle (its wake's whole ramp)
-            s.engine.free_s = -math.inf
+            s.engine.free_s = t0
             if s.awake:
                 self.timeline.awake_from(s.index, t0, counted=False)
         if self.scheduled:

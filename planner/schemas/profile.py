@@ -79,15 +79,6 @@ class DecodePoint(Strict):
     )
 
 
-class IdleGapPoint(Strict):
-    """Time to the first streamed token of one prompt sent `gap_s` after the previous
-    request's last token: how long the engine had been empty decides what its waking costs."""
-
-    gap_s: float = Field(ge=0, description="previous request's last token -> this send, s")
-    prompt_tokens: int = Field(ge=1)
-    ttft_s: Stat
-
-
 class EngineRun(Strict):
     """One (model, variant, TP) profiled on a real vLLM server."""
 
@@ -110,10 +101,6 @@ class EngineRun(Strict):
     kv_capacity_tokens: int | None = None
     prefill: list[PrefillPoint] = Field(default_factory=list)
     decode: list[DecodePoint] = Field(default_factory=list)
-    idle_gap: list[IdleGapPoint] = Field(
-        default_factory=list,
-        description="TTFT of one prompt vs the engine's idle gap before it (the wake's ramp)",
-    )
     sleep_l1_s: float | None = None
     wake_l1_s: float | None = None
     sleep_l2_s: float | None = None
@@ -141,18 +128,6 @@ class Calibration(Strict):
         ge=0,
         description="fixed time per request that reaches an engine already at work, s "
         "(CPU build; unset: prefill_overhead_s)",
-    )
-    idle_wake_from_s: float | None = Field(
-        default=None,
-        ge=0,
-        description="idle gap (previous request's last token -> send) below which a request "
-        "pays no wake (prefill_overhead_s - busy_prefill_overhead_s), s; unset: any idle "
-        "engine wakes",
-    )
-    idle_wake_full_s: float | None = Field(
-        default=None,
-        ge=0,
-        description="idle gap from which the whole wake is paid (linear in between), s",
     )
     engine_init_s: float | None = Field(
         default=None, ge=0, description="engine init on cold start, s"

@@ -85,11 +85,6 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
     assert all(p["latency_s"]["median"] > 0 for p in ok["prefill"])
     assert [d["concurrency"] for d in ok["decode"]] == [1, 4]
     assert all(d["tpot_s"]["median"] > 0 for d in ok["decode"])
-    # TTFT vs the idle gap before a prompt (the wake's ramp): every quick gap, in order, each
-    # at least the gap asked for (the client sleeps it; a loaded host oversleeps)
-    gaps = ok["idle_gap"]
-    assert len(gaps) == 4 and all(p["ttft_s"]["median"] > 0 for p in gaps)
-    assert all(p["gap_s"] >= g for p, g in zip(gaps, (0.0, 0.025, 0.1, 0.3), strict=True))
     assert bad["status"] == "failed" and bad["reason"] == "bad_model_path"
 
     path = out_dir / "t-cpu.yaml"
@@ -115,11 +110,6 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
     # overhead beside the idle prefills' (Calib.busy_prefill_overhead_s)
     busy = any(d.concurrency == 1 and d.ttft_s is not None for d in run.decode)
     assert (cal.get("busy_prefill_overhead_s") is not None) == (busy and bool(run.prefill))
-    # a ramp, where the idle-gap points show one, only beside that split (its wake)
-    if cal.get("idle_wake_from_s") is not None:
-        assert cal["busy_prefill_overhead_s"] is not None
-        longest = max(p.gap_s for p in run.idle_gap)
-        assert 0 <= cal["idle_wake_from_s"] <= cal["idle_wake_full_s"] <= longest
     assert load_profile(path).calibration.points == cal["points"]
 
 
