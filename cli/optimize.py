@@ -82,15 +82,10 @@ def optimize_cmd(
     _check_report_name(report)
     cl, ms, sl, trace, calib = _load(cluster, models, slo, workload, profiles, seed)
     cfg = OptimizeConfig(
-        evals=evals,
-        seed=seed,
-        milp_time_limit_s=time_limit,
-        milp_max_nodes=milp_nodes,
-        validate_days=validate_days,
-        held_back=held_back,
-        baselines=baselines,
+        evals=evals, seed=seed, milp_time_limit_s=time_limit, milp_max_nodes=milp_nodes,
+        validate_days=validate_days, held_back=held_back, baselines=baselines,
         quality_weight=quality_weight,
-    )
+    )  # fmt: skip
     inp.silence_solver_banner()
     result = _search(cl, ms, sl, trace, cfg, calib, jobs, show_progress=not json_out)
 
