@@ -30,19 +30,21 @@ async def serve(
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(gateway.guard.loop_errors)
     server = gateway.server()
+    listener: asyncio.Server | None = None
     try:
-        listener = await loop.create_server(
-            server, host, port, backlog=1024, reuse_address=True, family=socket.AF_UNSPEC
-        )
-    except OSError as e:
-        raise port_error(host, port, e) from None
-    try:
+        try:
+            listener = await loop.create_server(
+                server, host, port, backlog=1024, reuse_address=True, family=socket.AF_UNSPEC
+            )
+        except OSError as e:
+            raise port_error(host, port, e) from None
         await gateway.start()
         if ready is not None:
             ready()
         await stop.wait()
-    finally:
-        listener.close()  # no new connections
+    finally:  # also after a failed bind: the logs the Gateway opened are closed
+        if listener is not None:
+            listener.close()  # no new connections
         await server.shutdown(cfg.shutdown_timeout_s)  # in-flight requests end first
         await gateway.close()
 
