@@ -106,9 +106,11 @@ class Guard:
         for c in list(self.open):
             if c.busy:
                 continue
-            if c.header_since is not None and now - c.header_since > head_s:
+            if c.header_since is not None:  # a head arriving
+                if now - c.header_since <= head_s:
+                    continue
                 self.timed_out += 1
-            elif c.header_since is not None or c.idle_since is None or now - c.idle_since <= idle_s:
+            elif c.idle_since is None or now - c.idle_since <= idle_s:
                 continue
             self.forget(c)
             c.abort()
