@@ -12,8 +12,6 @@ import pulp
 
 from planner.errors import SolverError
 
-_HIGHS_SOLUTION_LIMIT = 16  # HighsModelStatus.kSolutionLimit: a node limit was reached
-
 
 class _HiGHS(pulp.HiGHS):
     """PuLP's HiGHS, which has no status for a stop at the node limit (a KeyError in PuLP 3.3
@@ -23,7 +21,9 @@ class _HiGHS(pulp.HiGHS):
         try:
             return super().findSolutionValues(lp)
         except KeyError:
-            if int(lp.solverModel.getModelStatus()) != _HIGHS_SOLUTION_LIMIT:
+            import highspy  # PuLP's HiGHS is available: so is highspy
+
+            if lp.solverModel.getModelStatus() != highspy.HighsModelStatus.kSolutionLimit:
                 raise
         if lp.solverModel.getInfo().primal_solution_status == 0:  # no incumbent
             return pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound
