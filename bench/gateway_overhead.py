@@ -15,7 +15,13 @@ never refuse), and both paths get the same headers:
 3. concurrent, at C=1 and C=8 clients: M requests a round, P pairs of rounds (direct,
    gateway), order flipped every other pair; the throughput of a path is all its requests
    over all its rounds' time (pooled: one slow round cannot swing a median of ratios), and
-   the ratio is gateway over direct.
+   the ratio is gateway over direct, printed with a 90% interval (bootstrap over the pairs,
+   seeded). Rounds are short and many (40 requests, 150 pairs): on a 2-core host vLLM-CPU
+   switches between a fast (~500 req/s at C=8) and a slow (~115 req/s) mode for seconds at
+   a time with no gateway traffic at all, and a pair whose two rounds straddle a switch is
+   what swings the pooled ratio. Measured here with both rounds of every pair sent direct
+   (an A/A run, 2026-12-03): 40 pairs of 120 requests gave identical paths a 90% interval of
+   0.94-1.07; 150 pairs of 40 requests leave 4% of pairs straddling (was 10-20%).
 
 4. the auth check alone, in process: the CPU per request of the key check the gateway runs
    (middleware: bearer -> key entry; admission: model list, rpm window, concurrency; release),
@@ -25,12 +31,12 @@ Targets (exit 1 when missed): <= 2 ms added at P50; >= 90% of direct throughput 
 auth check <= 0.1 ms CPU per request.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
-       [--concurrent-requests 120] [--pairs 40] [--keep] [--no-keys]
+       [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys]
 (`--no-keys`: the gateway without a keys file, to compare on the same machine and hour.)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
-cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=.. auth_cpu_ms_per_req=.. keys=on
+ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=.. auth_cpu_ms_per_req=.. keys=on
 target_met=..`.
 """
 
@@ -241,6 +247,17 @@ def concurrent(
     return rps, gw_cpu / (total * pairs) * 1e3, rounds
 
 
+def ratio_interval(rounds: list[tuple[float, float]], draws: int = 2000) -> tuple[float, float]:
+    """5th and 95th percentile of the pooled gateway/direct ratio over pairs drawn with
+    replacement (seeded: the same rounds give the same interval)."""
+    import numpy as np
+
+    d, g = np.array(rounds).T
+    idx = np.random.default_rng(0).integers(0, len(rounds), size=(draws, len(rounds)))
+    ratios = d[idx].sum(axis=1) / g[idx].sum(axis=1)
+    return float(np.quantile(ratios, 0.05)), float(np.quantile(ratios, 0.95))
+
+
 def by_mode(rounds: list[tuple[float, float]]) -> dict[str, tuple[int, float]]:
     """mode -> (pairs, pooled gateway/direct ratio) over the pairs whose two rounds ran in
     the same engine mode: "fast" when both rounds beat half the fastest direct round's
@@ -264,12 +281,9 @@ def main() -> None:
     ap.add_argument(
         "--concurrency", type=int, nargs="+", default=[1, 8], help="concurrent clients (each)"
     )
-    ap.add_argument("--concurrent-requests", type=int, default=120, help="requests per round")
+    ap.add_argument("--concurrent-requests", type=int, default=40, help="requests per round")
     ap.add_argument("--max-tokens", type=int, default=4, help="tokens per completion")
-    # Many short rounds: at C=8 vLLM-CPU flips between a fast and a slow mode (about 290
-    # and 70 req/s with no gateway at all) for seconds at a time; a few long rounds cannot
-    # average that out.
-    ap.add_argument("--pairs", type=int, default=40, help="concurrent rounds per path")
+    ap.add_argument("--pairs", type=int, default=150, help="concurrent rounds per path")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
     ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
     args = ap.parse_args()
@@ -305,17 +319,19 @@ def main() -> None:
                   f"p99={pct(v, 0.99) * 1e3:.2f} ms")  # fmt: skip
         add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
         add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
-        ratios, cpu = {}, []
+        ratios, intervals, cpu = {}, {}, []
         for conc in args.concurrency:
             rps, cpu_ms, rounds = concurrent(
                 urls, args.concurrent_requests, conc, body, proc.pid, args.pairs
             )
             ratios[conc] = rps["gateway"] / rps["direct"]
+            intervals[conc] = ratio_interval(rounds)
             cpu.append(cpu_ms)
             print(
                 f"concurrent c={conc}: direct {rps['direct']:.1f} req/s, gateway "
                 f"{rps['gateway']:.1f} req/s (pooled over {args.pairs} rounds each): "
-                f"ratio {ratios[conc]:.3f}; gateway CPU {cpu_ms:.3f} ms per request"
+                f"ratio {ratios[conc]:.3f} (90% interval {intervals[conc][0]:.3f}-"
+                f"{intervals[conc][1]:.3f}); gateway CPU {cpu_ms:.3f} ms per request"
             )
             modes = by_mode(rounds)
             print(
@@ -352,6 +368,9 @@ def main() -> None:
     print(
         f"RESULT added_p50_ms={add50:.2f} added_p99_ms={add99:.2f} "
         + " ".join(f"throughput_ratio_c{c}={r:.3f}" for c, r in ratios.items())
+        + "".join(
+            f" ratio_c{c}_p5={lo:.3f} ratio_c{c}_p95={hi:.3f}" for c, (lo, hi) in intervals.items()
+        )
         + f" cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} "
         f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} "
         f"keys={'off' if args.no_keys else 'on'} "
