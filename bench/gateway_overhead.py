@@ -20,7 +20,7 @@ never refuse), and both paths get the same headers:
    switches between a fast (~500 req/s at C=8) and a slow (~115 req/s) mode for seconds at
    a time with no gateway traffic at all, and a pair whose two rounds straddle a switch is
    what swings the pooled ratio. Measured here with both rounds of every pair sent direct
-   (an A/A run, 2026-12-03): 40 pairs of 120 requests gave identical paths a 90% interval of
+   (`--aa`, 2026-12-03): 40 pairs of 120 requests gave identical paths a 90% interval of
    0.94-1.07; 150 pairs of 40 requests leave 4% of pairs straddling (was 10-20%).
 
 4. the auth check alone, in process: the CPU per request of the key check the gateway runs
@@ -31,13 +31,14 @@ Targets (exit 1 when missed): <= 2 ms added at P50; >= 90% of direct throughput 
 auth check <= 0.1 ms CPU per request.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
-       [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys]
-(`--no-keys`: the gateway without a keys file, to compare on the same machine and hour.)
+       [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys] [--aa]
+(`--no-keys`: the gateway without a keys file, to compare on the same machine and hour;
+`--aa`: the concurrent pairs' "gateway" rounds go direct too, to see the estimator's noise.)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
 ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=.. auth_cpu_ms_per_req=.. keys=on
-target_met=..`.
+aa=0 target_met=..`.
 """
 
 from __future__ import annotations
@@ -286,6 +287,10 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=150, help="concurrent rounds per path")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
     ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
+    ap.add_argument(
+        "--aa", action="store_true",
+        help="A/A control: both rounds of every concurrent pair go direct (the estimator's noise)",
+    )  # fmt: skip
     args = ap.parse_args()
 
     d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
@@ -322,7 +327,12 @@ def main() -> None:
         ratios, intervals, cpu = {}, {}, []
         for conc in args.concurrency:
             rps, cpu_ms, rounds = concurrent(
-                urls, args.concurrent_requests, conc, body, proc.pid, args.pairs
+                {**urls, "gateway": direct} if args.aa else urls,
+                args.concurrent_requests,
+                conc,
+                body,
+                proc.pid,
+                args.pairs,
             )
             ratios[conc] = rps["gateway"] / rps["direct"]
             intervals[conc] = ratio_interval(rounds)
@@ -373,7 +383,7 @@ def main() -> None:
         )
         + f" cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} "
         f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} "
-        f"keys={'off' if args.no_keys else 'on'} "
+        f"keys={'off' if args.no_keys else 'on'} aa={int(args.aa)} "
         f"target_met={int(met)}"
     )
     if not met:
