@@ -153,7 +153,15 @@ BOUNDS = {
 # Dropped in sample (all rows' fit, TTFT, TPOT; with the norm all-reduce 12.4%, 5.7%): eager
 # steps as the larger of the CPU's launches and the GPU's work (13.9%, 6.2%); routed-expert
 # rows padded to 64/128-row tiles per expert (13.2%, 5.6% / 13.2%, 6.8%); a share of clients
-# arriving in convoys (those whose prompts shared a step), prefilled together (12.3%, 6.0%).
+# arriving in convoys (those whose prompts shared a step), prefilled together (12.3%, 6.0%);
+# the first round's burst persisting less the more of a request's cycle it spread the clients
+# over (16.3%, 6.5%); gpt-oss-120b's MXFP4 experts at the bf16 rate (15.2%, 6.0%: its
+# 8192-token TTFTs 60-200% slow, so these runs' experts multiplied near the fp4 rate).
+# The TTFT structure left: at 32+ clients the 1024-token prompts need a burst share of ~0.2,
+# the 8192-token ones ~0.12 (every GPU and model). Two shares split at 4096 prompt tokens (a
+# description of the harness, no mechanism found; not kept): 0.145 0.072 0.114 / 0.131 0.059
+# 0.115, calibrated 12.8%, 5.5% (in sample 10.9%, 5.4%); with the eager cost per kernel too:
+# calibrated 12.4%, 5.9% (in sample 9.8%, 5.5%).
 
 
 def band(c: pd.Series) -> pd.Series:
