@@ -69,6 +69,14 @@ LOW_CONCURRENCY = 8
 # - bandwidth efficiency instead of the compute scale: 13.5%, 7.9%; both: 13.5%, 8.1%;
 # - the compute scale and the expert read ratio: 13.7%, 7.4%;
 # - a prior weight of 10 in the grid too: 13.7%, 6.7% (B300 and H200 pick 1, B200 0.1).
+# With MiniMax-M2's q/k-norm all-reduce under TP in the perf model (ModelArch.
+# tp_norm_allreduces): this compute scale 13.4%, 5.5% (uncalibrated 14.9%, 5.6%); with the
+# eager cost calibrated too: 13.7%, 5.5%. What is left in TTFT: B200's MiniMax-M2.5 runs
+# (39% of the predictions) come out 11-20% fast from bases fitted on B300 and H200, where the
+# same configurations run 3-6% slow; at 32+ clients the 1024-token prompts' TTFT is too fast
+# and the 8192-token ones' too slow on every GPU (the burst share each needs: ~0.2 against
+# ~0.12); and repeated runs on other vLLM builds disagree (B200 MiniMax-M2.5 nvfp4 TP4 at 4
+# clients: TTFT 45 ms on 0.19.0, 100 ms on a nightly; H200's TP4 rows are 0.16.0, TP8 0.18.0).
 CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid

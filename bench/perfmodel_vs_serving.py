@@ -132,6 +132,36 @@ BOUNDS = {
 # (fp8) and -7%, -1%, +4%, +5% (nvfp4) at TP 1, 2, 4, 8: already too slow at high TP, which
 # that term would make slower; what is left there is a fixed part too large for Llama and
 # too small for gpt-oss-120b (+9% at TP1, -4% at TP8).
+# Kept (perf model, no constant): MiniMax-M2's q/k norm over all heads all-reduces its
+# variance in every layer under TP, with a kernel before and after it
+# (ModelArch.tp_norm_allreduces): 0.148 0.072 0.114 / 0.143 0.058 0.119 against 0.144 0.073
+# 0.093 / 0.135 0.068 0.117 (TPOT better, TTFT worse in both splits; all rows' fit:
+# bandwidth 0.936, expert read ratio 1.15; bench/perfmodel_calibrated.py 13.4%, 5.5%). With
+# only the all-reduce: 0.148 0.069 0.111 / 0.131 0.066 0.124 (calibrated 13.6%, 6.4%); with
+# four kernels: 0.146 0.071 0.130 / 0.141 0.059 0.120 (14.3%, 5.4%). Tried on top of it and
+# dropped:
+# - a fixed cost per W4A16 (Marlin) grouped expert GEMM (14 us fitted; Kimi-K2.5 int4 decode
+#   runs ~2 ms a step slow at 4-8 clients on B200 and H200): 0.151 0.071 0.115 / 0.137 0.055
+#   0.119 (pass=0; calibrated 13.0%, 5.3%);
+# - that and the eager cost per kernel launched rather than per layer (attention, MLP or MoE
+#   and all-reduce kernels counted; MLA layers launch 2.4x a Llama layer's): 0.129 0.068 0.124
+#   / 0.141 0.060 0.123, but calibrated 14.5%, 5.4% (14.4%, 5.4% without the W4A16 cost);
+# - that and the all-reduce fused with the RMSNorm after it (vLLM's default at TP > 1 on
+#   Hopper and Blackwell: one kernel floor less per all-reduce): calibrated 13.8%, 6.5%; also
+#   without the per-tensor fp8 quantization after it: 13.8%, 7.4% (the leave-one-GPU-out bases
+#   of the B200 rows hold no dense model).
+# Dropped in sample (all rows' fit, TTFT, TPOT; with the norm all-reduce 12.4%, 5.7%): eager
+# steps as the larger of the CPU's launches and the GPU's work (13.9%, 6.2%); routed-expert
+# rows padded to 64/128-row tiles per expert (13.2%, 5.6% / 13.2%, 6.8%); a share of clients
+# arriving in convoys (those whose prompts shared a step), prefilled together (12.3%, 6.0%);
+# the first round's burst persisting less the more of a request's cycle it spread the clients
+# over (16.3%, 6.5%); gpt-oss-120b's MXFP4 experts at the bf16 rate (15.2%, 6.0%: its
+# 8192-token TTFTs 60-200% slow, so these runs' experts multiplied near the fp4 rate).
+# The TTFT structure left: at 32+ clients the 1024-token prompts need a burst share of ~0.2,
+# the 8192-token ones ~0.12 (every GPU and model). Two shares split at 4096 prompt tokens (a
+# description of the harness, no mechanism found; not kept): 0.145 0.072 0.114 / 0.131 0.059
+# 0.115, calibrated 12.8%, 5.5% (in sample 10.9%, 5.4%); with the eager cost per kernel too:
+# calibrated 12.4%, 5.9% (in sample 9.8%, 5.5%).
 
 
 def band(c: pd.Series) -> pd.Series:

@@ -31,6 +31,9 @@ class Calib:
     # per-op GEMM tables' 0.86, below), 1.12-1.44 in every leave-one-out fold. 1.22 x 0.86
     # is 1.05 of peak: it also absorbs expert bytes the touched-expert count overstates. Not
     # shipped (1.0 with bandwidth 0.947): every Hopper estimate and the golden plans would move.
+    # With MiniMax-M2's q/k-norm all-reduce charged (ModelArch.tp_norm_allreduces) the same
+    # fit gives 1.15 with bandwidth 0.936, 1.11-1.44 in every fold: part of the MoE models'
+    # faster reads was MiniMax-M2.5 TP runs paying for an all-reduce the model left out.
     expert_bandwidth_ratio: float = 1.0  # routed experts' read rate / weight-streaming rate
     # vLLM's W4A16 MoE kernel (Marlin: int4 experts dequantized to 16 bits in registers, then
     # mma.sync) is bound by each SM's dequantize-and-multiply pipeline, not by memory: on H20

@@ -285,7 +285,9 @@ def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib)
 def allreduce_coeffs(
     arch: ModelArch, gpu: GpuSpec, tp: int, interconnect: str, calib: Calib
 ) -> tuple[float, float]:
-    """(s per token, s per step) of TP all-reduces: two per layer, ring over tp GPUs."""
+    """(s per token, s per step) of TP all-reduces: two per layer, ring over tp GPUs, and the
+    architecture's small ones (`ModelArch.tp_norm_allreduces`: a variance each, with the
+    kernel that sums the squares before it and the one that rescales after it)."""
     if tp <= 1:
         return 0.0, 0.0
     nvlink = interconnect == "nvlink" and gpu.nvlink_gbps is not None
@@ -301,6 +303,12 @@ def allreduce_coeffs(
         2 * arch.num_layers * arch.hidden_size * 2.0 * ring
     )  # bytes/token, 16-bit activations
     latency = 2 * arch.num_layers * lat_s  # s/step
+    if arch.tp_norm_allreduces:
+        # MiniMax-M2.5's serving runs (bench/perfmodel_vs_serving.py rows): going from 1 to 2
+        # B200/B300 GPUs its decode step shrinks ~1 ms less than the halved reads give, about
+        # 16 us a layer, where Llama-3.1-70B's shrinks as they give
+        norm = lat_s + 2 * calib.kernel_latency_s * clock_scale(gpu, calib)  # s per layer
+        latency += arch.tp_norm_allreduces * arch.num_layers * norm
     return per_token / (link_gbps * GB), latency
 
 

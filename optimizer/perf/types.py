@@ -24,7 +24,7 @@ class StepModel:
     compute_s_per_token: float  # linear layers for one new token, s/token
     attn_s_per_pair: float  # attention for one (new token, context token) pair, s
     comm_s_per_token: float  # TP all-reduce payload of one new token, s/token
-    comm_latency_s: float  # TP all-reduce latency per step (2 per layer), s
+    comm_latency_s: float  # TP all-reduce latency per step (2 per layer + the arch's own), s
     # vLLM replays CUDA graphs only for steps of at most min(2 max_num_seqs, 512) tokens
     # (its max_cudagraph_capture_size); larger steps launch every kernel from the CPU
     graph_max_tokens: int = 1 << 62  # largest step (new tokens) that runs as a CUDA graph

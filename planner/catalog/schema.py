@@ -112,6 +112,13 @@ class ModelArch(BaseModel):
         """Layers whose MLP routes among experts."""
         return self.num_layers - self.first_dense_layers if self.is_moe else 0
 
+    @property
+    def tp_norm_allreduces(self) -> int:
+        """All-reduces per layer that tensor parallelism adds beyond its two (after attention
+        and after the MLP): MiniMax-M2 normalizes q and k over all heads at once (vLLM's
+        MiniMaxText01RMSNormTP), so each layer sums their squares across the GPUs first."""
+        return 1 if self.family == "minimax_m2" else 0
+
 
 def _sourced(v: str) -> str:
     if not v.strip() or v == "inline":

@@ -23,6 +23,7 @@ from planner.optimizer.perf import (
     steady_state,
     weights_bytes,
 )
+from planner.optimizer.perf.latency import clock_scale
 from planner.schemas.profile import Calibration, Profile
 from planner.units import GIB
 
@@ -349,6 +350,24 @@ def test_weight_bound_tpot_does_not_rise_from_tp1_to_tp2_to_tp4_on_nvlink(arch, 
     assume(s1.dense_weight_read_s >= 2 * fixed)
     tpots = [steady_state(p, inp, 64, c)[1] for p in perfs]
     assert tpots[1] <= tpots[0] and tpots[2] <= tpots[1]
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_minimax_qk_norm_adds_an_allreduce_per_layer_under_tp(tp):
+    """MiniMax-M2 normalizes q and k over all heads: under TP every layer all-reduces their
+    variance (plus the kernels around it) besides the two all-reduces every model pays; the
+    same shapes without that norm (family qwen3_moe) pay only the two; alone on one GPU,
+    neither pays anything."""
+    mm = A("MiniMax-M2.5")
+    plain = mm.model_copy(update={"family": "qwen3_moe"})
+    g, cal = resolve_gpu("B200-SXM"), default_calib("blackwell")
+    with_norm = instance_perf(mm, "fp8", g, tp, interconnect="nvlink").step.comm_latency_s
+    without = instance_perf(plain, "fp8", g, tp, interconnect="nvlink").step.comm_latency_s
+    clock = clock_scale(g, cal)  # the kernel floors at this GPU's SM clock
+    extra = mm.num_layers * (cal.nvlink_latency_s + 2 * cal.kernel_latency_s * clock)
+    assert without == pytest.approx(2 * mm.num_layers * cal.nvlink_latency_s)
+    assert with_norm - without == pytest.approx(extra)
+    assert instance_perf(mm, "fp8", g, 1).step.comm_latency_s == 0.0
 
 
 @settings(max_examples=40, deadline=None)
