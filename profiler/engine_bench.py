@@ -37,7 +37,6 @@ from planner.profiler.engine_measure import (
     measure_decode,
     measure_prefill,
     measure_sleep,
-    prefill_at,
 )
 from planner.profiler.engine_runs import (
     BenchConfig,
@@ -162,9 +161,7 @@ def _measure(
     client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
     client.streams([prompt_ids(8, vocab, rng)], 4)
     run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
-    run.decode = measure_decode(
-        client, cfg, vocab, rng, tick, run.notes, prefill_at(run.prefill, cfg.decode_prompt_tokens)
-    )
+    run.decode = measure_decode(client, cfg, vocab, rng, tick, run.notes, run.prefill)
     if cfg.device == "cuda" and cfg.sleep:
         measure_sleep(client, run, engine)
         tick("sleep/wake")

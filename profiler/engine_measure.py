@@ -85,53 +85,75 @@ def measure_decode(
     rng: Any,
     tick: Callable[[str], None],
     notes: list[str] | None = None,
-    prefill_s: float | None = None,
+    prefill: list[PrefillPoint] | None = None,
 ) -> list[DecodePoint]:
-    """TPOT (and TTFT) of `c` streams started together, for each concurrency `c`.
+    """TPOT (and TTFT) of `c` streams started together, for each concurrency `c`, at the
+    decode prompt and again at the long one (`cfg.decode_long_prompt_tokens`), if any.
 
-    A stream read in one burst (`burst`) gets `gulped_tpot` when the prefill latency of
-    its prompt (`prefill_s`) is known, else it is left out; `notes` counts them.
+    A stream read in one burst (`burst`) gets `gulped_tpot` when the prefill latency of its
+    prompt is known (`prefill`: the run's prefill points), else it is left out; `notes`
+    counts them.
     """
     out: list[DecodePoint] = []
-    o = cfg.decode_output_tokens
-    for c in cfg.concurrencies:
-        tpots: list[float] = []
-        ttfts: list[float] = []
-        bursts = 0
-        # enough rounds that even concurrency 1 gives `decode_min_samples` streams
-        for _ in range(max(cfg.decode_rounds, math.ceil(cfg.decode_min_samples / c))):
-            prompts = [prompt_ids(cfg.decode_prompt_tokens, vocab, rng) for _ in range(c)]
-            for start, chunks in client.streams(prompts, o):
-                if burst(chunks, o):
-                    bursts += 1
-                    t = gulped_tpot(start, chunks, o, prefill_s) if prefill_s is not None else None
-                else:
-                    t = tpot_of(chunks)
-                    if chunks:
-                        ttfts.append(chunks[0][0] - start)  # a gulped stream's first token is late
-                if t is not None:
-                    tpots.append(t)
-        if tpots:
-            out.append(
-                DecodePoint(
-                    concurrency=c,
-                    output_tokens=o,
-                    prompt_tokens=cfg.decode_prompt_tokens,
-                    tpot_s=summarize(tpots),
-                    ttft_s=summarize(ttfts) if ttfts else None,
+    prompts = [cfg.decode_prompt_tokens, cfg.decode_long_prompt_tokens]
+    for p in filter(None, prompts):
+        prefill_s = prefill_at(prefill or [], p)
+        name = "" if p == cfg.decode_prompt_tokens else f" at {p} tok"
+        for c in cfg.concurrencies:
+            point, bursts = _decode_point(client, cfg, vocab, rng, c, p, prefill_s)
+            if point is not None:
+                out.append(point)
+            if bursts and notes is not None:
+                how = (
+                    "TPOT from end-to-end time minus prefill"
+                    if prefill_s is not None
+                    else "not in TPOT"
                 )
-            )
-        if bursts and notes is not None:
-            how = (
-                "TPOT from end-to-end time minus prefill"
-                if prefill_s is not None
-                else "not in TPOT"
-            )
-            notes.append(
-                f"decode x{c}: {bursts} stream(s) arrived in one burst (HTTP process starved of CPU); {how}"
-            )
-        tick(f"decode x{c}")
+                notes.append(
+                    f"decode x{c}{name}: {bursts} stream(s) arrived in one burst (HTTP process "
+                    f"starved of CPU); {how}"
+                )
+            tick(f"decode x{c}{name}")
     return out
+
+
+def _decode_point(
+    client: Client,
+    cfg: BenchConfig,
+    vocab: int,
+    rng: Any,
+    c: int,
+    prompt_tokens: int,
+    prefill_s: float | None,
+) -> tuple[DecodePoint | None, int]:
+    """One decode point (None: no stream gave a TPOT) and how many streams came in a burst."""
+    o = cfg.decode_output_tokens
+    tpots: list[float] = []
+    ttfts: list[float] = []
+    bursts = 0
+    # enough rounds that even concurrency 1 gives `decode_min_samples` streams
+    for _ in range(max(cfg.decode_rounds, math.ceil(cfg.decode_min_samples / c))):
+        prompts = [prompt_ids(prompt_tokens, vocab, rng) for _ in range(c)]
+        for start, chunks in client.streams(prompts, o):
+            if burst(chunks, o):
+                bursts += 1
+                t = gulped_tpot(start, chunks, o, prefill_s) if prefill_s is not None else None
+            else:
+                t = tpot_of(chunks)
+                if chunks:
+                    ttfts.append(chunks[0][0] - start)  # a gulped stream's first token is late
+            if t is not None:
+                tpots.append(t)
+    if not tpots:
+        return None, bursts
+    point = DecodePoint(
+        concurrency=c,
+        output_tokens=o,
+        prompt_tokens=prompt_tokens,
+        tpot_s=summarize(tpots),
+        ttft_s=summarize(ttfts) if ttfts else None,
+    )
+    return point, bursts
 
 
 def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:

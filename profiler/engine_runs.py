@@ -42,6 +42,9 @@ class BenchConfig:
     )
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)  # decode points
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
+    # a second decode context: every concurrency again with prompts this long (tokens), so
+    # a fit can tell a step's cost per sequence from its cost per token of context
+    decode_long_prompt_tokens: int | None = None
     decode_output_tokens: int = 32  # streamed tokens per decode request
     decode_rounds: int = 2  # rounds of `concurrency` requests per decode point
     decode_min_samples: int = 8  # at least this many streams per decode point
@@ -68,7 +71,10 @@ class BenchConfig:
                 max_num_seqs=64,
             )
         else:
-            base = dict(device="cpu", sleep=False)
+            # one context cannot pin the CPU build's decode: its fit put the growth from 1 to
+            # 16 streams on the KV reads, 7-10x steeper per token of context than measured
+            # (2026-12-03: x1 TPOT 1.75 -> 1.80 ms from 16- to 768-token prompts)
+            base = dict(device="cpu", sleep=False, decode_long_prompt_tokens=512)
         if quick:
             base.update(
                 prompt_lens=(16, 128, 512),
@@ -76,6 +82,7 @@ class BenchConfig:
                 concurrencies=(1, 4),
                 decode_output_tokens=16,
                 decode_rounds=1,
+                decode_long_prompt_tokens=None,
             )
         base.update(kw)
         return BenchConfig(**base)
@@ -212,7 +219,7 @@ def steps_of(cfg: BenchConfig) -> int:
     return (
         1
         + len(cfg.prompt_lens)
-        + len(cfg.concurrencies)
+        + len(cfg.concurrencies) * (2 if cfg.decode_long_prompt_tokens else 1)
         + (1 if cfg.device == "cuda" and cfg.sleep else 0)
     )
 
@@ -220,8 +227,14 @@ def steps_of(cfg: BenchConfig) -> int:
 def fit_to_context(cfg: BenchConfig, max_model_len: int) -> BenchConfig:
     """The config without prompt lengths the server's context cannot hold (prompt + 1 token)."""
     lens = tuple(n for n in cfg.prompt_lens if n + 1 <= max_model_len)
-    dec_prompt = min(cfg.decode_prompt_tokens, max(1, max_model_len - cfg.decode_output_tokens))
-    return replace(cfg, prompt_lens=lens, decode_prompt_tokens=dec_prompt)
+    room = max(1, max_model_len - cfg.decode_output_tokens)
+    long = cfg.decode_long_prompt_tokens
+    return replace(
+        cfg,
+        prompt_lens=lens,
+        decode_prompt_tokens=min(cfg.decode_prompt_tokens, room),
+        decode_long_prompt_tokens=min(long, room) if long else None,
+    )
 
 
 def instance_for(spec: RunSpec, cfg: BenchConfig, port: int) -> Instance:

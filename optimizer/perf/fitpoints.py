@@ -96,10 +96,13 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
             steps = prefill_steps(sm, p.prompt_tokens, chunk)
             label = f"prefill {p.prompt_tokens} tok"
             pts.append(FitPoint("prefill", p.latency_s.median, steps, label))
+        contexts = len({d.prompt_tokens for d in run.decode})
         for d in run.decode:
             kv = d.concurrency * (d.prompt_tokens + d.output_tokens / 2.0)
             step = step_terms(sm, d.concurrency, kv, kv, d.concurrency)
-            label = f"decode x{d.concurrency} TPOT"
+            label = f"decode x{d.concurrency} TPOT" + (
+                f" ({d.prompt_tokens} tok)" if contexts > 1 else ""
+            )
             pts.append(FitPoint("decode", d.tpot_s.median, (step,), label))
             if d.concurrency == 1 and d.ttft_s is not None:  # one client: TTFT is its prefill
                 # sent as the last stream ended: on the CPU build it finds the engine awake

@@ -329,7 +329,10 @@ def test_burst_streams_are_detected_and_left_out():
     assert dec[0].tpot_s.median == pytest.approx(0.01)  # the gulped stream is not a 0.0001 s TPOT
     assert dec[0].tpot_s.n == 2 * 3
     assert notes and "burst" in notes[0]
-    dec = em.measure_decode(Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, [], 0.0)
+    zero = [PrefillPoint(prompt_tokens=16, latency_s=Stat(median=0.0))]
+    dec = em.measure_decode(
+        Gulping(), cfg, 512, np.random.default_rng(0), lambda _s: None, [], zero
+    )
     assert [d.tpot_s.n for d in dec] == [8, 8]  # estimated from end-to-end time
 
 
@@ -341,6 +344,16 @@ def test_gulped_tpot_and_prefill_at():
     pts = [PrefillPoint(prompt_tokens=n, latency_s=Stat(median=n / 1000)) for n in (16, 128, 512)]
     assert em.prefill_at(pts, 100) == 0.128
     assert em.prefill_at([], 100) is None
+
+
+def test_decode_is_measured_again_at_the_long_prompt():
+    cfg = er.BenchConfig.for_device("cpu", prefill_idle_s=0.0, concurrencies=(1, 4))
+    assert cfg.decode_long_prompt_tokens == 512  # the CPU build's default
+    ticks = []
+    dec = em.measure_decode(FakeClient(), cfg, 512, np.random.default_rng(0), ticks.append)
+    assert [(d.concurrency, d.prompt_tokens) for d in dec] == [(1, 16), (4, 16), (1, 512), (4, 512)]
+    assert len(ticks) == er.steps_of(cfg) - 1 - len(cfg.prompt_lens)
+    assert er.fit_to_context(cfg, 300).decode_long_prompt_tokens == 300 - cfg.decode_output_tokens
 
 
 def test_fit_to_context_drops_prompts_that_do_not_fit():
