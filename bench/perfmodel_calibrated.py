@@ -77,6 +77,10 @@ LOW_CONCURRENCY = 8
 # and the 8192-token ones' too slow on every GPU (the burst share each needs: ~0.2 against
 # ~0.12); and repeated runs on other vLLM builds disagree (B200 MiniMax-M2.5 nvfp4 TP4 at 4
 # clients: TTFT 45 ms on 0.19.0, 100 ms on a nightly; H200's TP4 rows are 0.16.0, TP8 0.18.0).
+# With the later rounds in the first round's order (closed_loop's `chained`, serving.CHAIN:
+# the 1024- against 8192-token structure above): this compute scale 12.9%, 5.4%
+# (uncalibrated 12.7%, 5.5%); per GPU TTFT B200 13.6%, B300 10.1%, H200 10.6%: what is
+# left is mostly B200's MiniMax-M2.5 runs (11-23% fast at TP 2-4).
 CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid

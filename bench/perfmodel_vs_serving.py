@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 from result import cells
 from serving import (
     BURST,
+    CHAIN,
     CONFIG,
     FP8_BLOCK_BLACKWELL,
     LOWP_BLACKWELL,
@@ -68,7 +69,8 @@ START = {
     "eager_layer_s": 3e-4,
     "prefill_overhead_s": 0.02,
     "prompt_s_per_token": 2e-6,
-    BURST: 0.2,
+    BURST: 0.13,
+    CHAIN: 0.05,
     LOWP_BLACKWELL: 0.42,
     FP8_BLOCK_BLACKWELL: 16e-6,
     "expert_bandwidth_ratio": 1.0,  # Calib.expert_bandwidth_ratio (see the note below)
@@ -81,6 +83,7 @@ BOUNDS = {
     "prefill_overhead_s": (1e-3, 0.2),
     "prompt_s_per_token": (1e-8, 2e-5),
     BURST: (0.01, 1.0),
+    CHAIN: (0.001, 0.9),
     LOWP_BLACKWELL: (0.1, 1.0),
     FP8_BLOCK_BLACKWELL: (1e-6, 3e-5),
     "expert_bandwidth_ratio": (0.3, 3.0),
@@ -162,6 +165,23 @@ BOUNDS = {
 # description of the harness, no mechanism found; not kept): 0.145 0.072 0.114 / 0.131 0.059
 # 0.115, calibrated 12.8%, 5.5% (in sample 10.9%, 5.4%); with the eager cost per kernel too:
 # calibrated 12.4%, 5.9% (in sample 9.8%, 5.5%).
+# Kept (the mechanism): after the first round the clients keep its order. The prompts that
+# shared a first-round step decode in the same steps and finish together, one step after the
+# group before them, so in later rounds each group arrives while the group before it is
+# prefilled and waits that step out (closedloop._chained_ttft, weight chain_share, the burst
+# share then of the other requests; the simulator's deterministic replay of a burst gives
+# the same second round: bench/simulator_vs_estimate.py). A chain costs about two full steps
+# whatever the prompt: for 1024-token prompts (16 to a 16384-token step) that is most of
+# their short first round, for 8192-token ones (2 to a step) a small part of theirs, which
+# is the burst share's dependence on prompt length. Fitted: burst_share 0.129 (the first
+# round, about 1 in 8 requests), chain_share 0.076 (all rows; 0.13-0.15 and 0.06-0.09 in
+# every fold): 0.118 0.069 0.124 / 0.123 0.060 0.115 against 0.148 0.072 0.114 / 0.143 0.058
+# 0.119 (in sample TTFT 12.4% -> 10.8%, TPOT 5.7% -> 5.6%; bench/perfmodel_calibrated.py
+# 12.9%, 5.4% against 13.4%, 5.5%). Tried on top of it and dropped: the later groups falling
+# behind where the others' decodes leave a group's step less budget than its prompts need
+# (0.117 0.070 0.124 / 0.123 0.059 0.115, calibrated 13.1%, 5.4%); Blackwell's prefill
+# attention efficiency fitted without the chain (0.74 against Hopper's tables' 0.48: 0.151
+# 0.074 0.117 / 0.141 0.060 0.120, pass=0; calibrated 13.1%, 5.5%).
 
 
 def band(c: pd.Series) -> pd.Series:

@@ -49,7 +49,7 @@ def estimate_row(
     engine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
-    from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+    from planner.optimizer.perf import BURST_SHARE, CHAIN_SHARE, benchmark_loop, instance_perf
 
     arch, gpu, q, kvd, nums, link = _scenario(row, where)
     perf = instance_perf(
@@ -63,9 +63,7 @@ def estimate_row(
         **(engine or {}),
     )
     # clients at fixed lengths, as a serving benchmark runs them: partly in step
-    loop = closed_loop(
-        perf, nums["input_len"], nums["output_len"], nums["concurrency"], rounds=1 / BURST_SHARE
-    )
+    loop = benchmark_loop(perf, nums["input_len"], nums["output_len"], nums["concurrency"])
     ttft, tpot, tps = loop.ttft_s, loop.tpot_s, loop.tokens_per_s
     fin = lambda x: round(x, 6) if math.isfinite(x) else None  # noqa: E731
     return {
@@ -84,8 +82,10 @@ def estimate_row(
         # what the engine runs with: the flags given, else vLLM's defaults for this GPU
         "max_num_seqs": perf.max_num_seqs,
         "max_num_batched_tokens": perf.chunk_tokens,
-        # the share of requests arriving together with the other clients' (closedloop.py)
+        # the shares of requests sent in the first round, all clients at once, and of the
+        # rest still in its order (closedloop.py)
         "burst_share": BURST_SHARE,
+        "chain_share": CHAIN_SHARE,
         "ttft_s": fin(ttft),
         "tpot_s": fin(tpot),
         "output_tokens_per_s": round(tps, 3),

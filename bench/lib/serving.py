@@ -87,6 +87,10 @@ def load_rows() -> tuple[pd.DataFrame, Counter]:
 # client sending at once: closed_loop's `rounds` = 1 / burst_share); it is fitted with the
 # engine's constants but is no engine property, so it is not a Calib field.
 BURST = "burst_share"
+# After it, `chain_share` of all requests keep the first round's order: each group of
+# prompts that shared a step arrives while the group before it is prefilled
+# (closed_loop's `chained`); fitted likewise.
+CHAIN = "chain_share"
 
 
 # Blackwell has no per-operator table: the achieved share of its fp8 and fp4 tensor-core
@@ -104,7 +108,7 @@ COMPUTE_SCALE = "compute_scale"
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
     arch = resolve_gpu(gpu).arch
-    special = (BURST, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE)
+    special = (BURST, CHAIN, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE)
     upd = {k: v for k, v in theta.items() if k not in special}
     if arch == "blackwell" and LOWP_BLACKWELL in theta:
         eff = theta[LOWP_BLACKWELL]
@@ -134,14 +138,16 @@ def kv_dtype(quant: str) -> str:
 
 def predict(configs: pd.DataFrame, theta: dict[str, float]) -> pd.DataFrame:
     """Perf-model TTFT and TPOT (ms) of unique configs: vLLM's defaults for the GPU (no flags),
-    the closed loop of `c` clients, `theta[BURST]` of the requests arriving in a burst."""
+    the closed loop of `c` clients, `theta[BURST]` of the requests arriving in a burst (the
+    first round) of those not among the `theta[CHAIN]` in its order."""
     out = []
     for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
         perf = instance_perf(
             resolve_arch_name(m), q, resolve_gpu(g), int(tp), interconnect="nvlink",
             kv_cache_dtype=kv_dtype(q), calib=calib_for(g, theta),
         )  # fmt: skip
-        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=1.0 / theta[BURST])
+        rounds, chained = 1.0 / theta[BURST], theta[CHAIN]
+        r = closed_loop(perf, int(isl), int(osl), int(c), rounds=rounds, chained=chained)
         out.append((r.ttft_s * 1e3, r.tpot_s * 1e3))
     return configs[CONFIG].assign(ttft_pred=[o[0] for o in out], tpot_pred=[o[1] for o in out])
 

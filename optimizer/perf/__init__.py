@@ -12,7 +12,13 @@ from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.engines.base import EntryPoint, get_engine
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
-from planner.optimizer.perf.closedloop import BURST_SHARE, closed_loop, steady_state
+from planner.optimizer.perf.closedloop import (
+    BURST_SHARE,
+    CHAIN_SHARE,
+    benchmark_loop,
+    closed_loop,
+    steady_state,
+)
 from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
 from planner.optimizer.perf.memory import (
@@ -27,10 +33,12 @@ from planner.units import GIB
 
 __all__ = [
     "BURST_SHARE",
+    "CHAIN_SHARE",
     "Calib",
     "InstancePerf",
     "StepModel",
     "activation_bytes",
+    "benchmark_loop",
     "calib_from_profile",
     "checkpoint_read_s",
     "closed_loop",

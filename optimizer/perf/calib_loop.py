@@ -3,7 +3,7 @@ profiler's own engine points alike.
 
 An imported run is a serving benchmark: `concurrency` clients sending fixed-length requests
 back to back, mean TTFT and TPOT measured. The perf model predicts it as `planner estimate`
-does (`instance_perf` with vLLM's defaults, `closed_loop` with 1 / BURST_SHARE rounds); the
+does (`instance_perf` with vLLM's defaults, `benchmark_loop`); the
 profiler's own points keep their step-level model (`calibration.predict`). Fitted: compute
 and bandwidth efficiency, step and request overhead, by coordinate search on a shrinking
 multiplicative grid, minimising the mean clipped |log ratio| over every measured number.
@@ -64,13 +64,13 @@ def loop_points(profile: Profile) -> list[LoopPoint]:
 
 def loop_predict(points: list[LoopPoint], gpu: GpuSpec, cal: Calib) -> np.ndarray:
     """(TTFT s, TPOT s) of each point under `cal`, shape (n, 2)."""
-    from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+    from planner.optimizer.perf import benchmark_loop, instance_perf
 
     link = "nvlink" if gpu.nvlink_gbps and "SXM" in gpu.name.upper() else "pcie"
     out = []
     for p in points:
         perf = instance_perf(p.arch, p.quantization, gpu, p.tp, interconnect=link, calib=cal)
-        r = closed_loop(perf, p.prompt_tokens, p.output_tokens, p.clients, rounds=1 / BURST_SHARE)
+        r = benchmark_loop(perf, p.prompt_tokens, p.output_tokens, p.clients)
         out.append((r.ttft_s, r.tpot_s))
     return np.array(out, dtype=float).reshape(-1, 2)
 

@@ -21,15 +21,18 @@ periodic steady state, fast enough for every candidate of a search):
   overhead (CPU build) a lone client's request finds the engine idle and pays it whole, one
   of several clients finds it at work and pays the busy one (`InstancePerf.busy_delay_s`);
 - a benchmark's first round differs: every client sends at time 0, so the prompts queue for
-  the budget together; `rounds` (requests per client) weighs it into the means. Clients
-  sending fixed-length requests stay partly in step after it: a fractional `rounds` (1 /
-  the share of requests that arrive in such a burst) weighs that in.
+  the budget together; `rounds` (requests per client) weighs it into the means;
+- after it, clients sending fixed-length requests keep its order: those whose prompts shared
+  a step finish together one step after the group before them, arrive while that group is
+  prefilled and wait its step out (`_chained_ttft`); `chained` is the share of requests
+  that still do (jitter spreads the rest into the steady state).
 
 What TTFT at a concurrency means (`planner estimate`, the plan's promises): the mean over
-the requests of N clients sending fixed-length requests back to back, weighing the spread-out
-steady state by 1 - BURST_SHARE and a first-round burst (every client sending at once) by
-BURST_SHARE (`rounds=1 / BURST_SHARE`); TPOT is the steady state's. The simulator replaying
-those two limits of the same loop agrees within 5% (bench/simulator_vs_estimate.py).
+the requests of N clients sending fixed-length requests back to back, weighing requests still
+in the first round's order by CHAIN_SHARE (`chained=CHAIN_SHARE`) and, of the others, a
+first-round burst (every client sending at once) by BURST_SHARE (`rounds=1 / BURST_SHARE`)
+and the spread-out steady state by the rest; TPOT is the steady state's. The simulator
+replaying those three cases of the same loop agrees within 5% (bench/simulator_vs_estimate.py).
 
 Pure: numbers in, numbers out.
 """
@@ -55,11 +58,19 @@ class LoopResult:
 
 INFEASIBLE = LoopResult(math.inf, math.inf, 0.0, 0, False)
 
-# Clients sending fixed-length requests back to back (a serving benchmark) stay partly in
-# step: this share of their requests arrive with the other clients' as in a first round.
-# Fitted with the engine's constants to the 744 serving rows (bench/perfmodel_vs_serving.py,
-# its line "all rows"); `closed_loop(..., rounds=1 / BURST_SHARE)` applies it.
-BURST_SHARE = 0.179
+# A serving benchmark's clients (fixed-length requests back to back): the share of requests
+# still in its first round's order (`_chained_ttft`) and, of the others, the share sent in
+# that round, all clients at once (with the first, about 1 in 8 of all requests). Both
+# fitted with the engine's constants to the 744 serving rows of
+# bench/data/aiconfigurator/silicon_vllm_agg.csv (bench/perfmodel_vs_serving.py, its line
+# "all rows": burst_share 0.129, chain_share 0.0762; 0.13-0.15 and 0.06-0.09 in its
+# leave-one-out folds); `closed_loop(..., rounds=1 / BURST_SHARE, chained=CHAIN_SHARE)`
+# applies them. With the first round alone one share (0.168) could not serve both prompt
+# lengths: 1024-token prompts wanted ~0.2, 8192-token ones ~0.12 at 32+ clients, as a chain
+# costs whole steps, a larger part of the short prompts' first round (a few steps) than of
+# the long ones' (one step per prompt or two).
+BURST_SHARE = 0.129
+CHAIN_SHARE = 0.076
 
 
 def closed_loop(
@@ -69,15 +80,15 @@ def closed_loop(
     clients: int,
     *,
     rounds: float | None = None,
+    chained: float = 0.0,
     cached_len: int = 0,
 ) -> LoopResult:
     """Mean TTFT and TPOT of `clients` clients sending `input_len`-token prompts for
     `output_len` tokens back to back: the steady state, or with `rounds` the mean over that
-    many requests per client of a run whose clients all start together (a benchmark). The
-    first `cached_len` tokens of each prompt are a prefix-cache hit: held in KV, not computed
-    (vLLM computes at least the last prompt token).
-
-    A request that cannot fit the KV cache gives infinite times.
+    many requests per client of a run whose clients all start together (a benchmark), with
+    `chained` of the requests in the first round's order. The first `cached_len` tokens of
+    each prompt are a prefix-cache hit: held in KV, not computed (vLLM computes at least the
+    last prompt token). A request that cannot fit the KV cache gives infinite times.
     """
     st = perf.step
     inp, out, c = max(1, int(input_len)), max(1, int(output_len)), max(1, int(clients))
@@ -138,6 +149,8 @@ def closed_loop(
         ttft = ((rounds - 1) * ttft + _first_round_ttft(perf, inp, new_tok, c, n, hold)) / rounds
     elif rounds == 1:
         ttft = _first_round_ttft(perf, inp, new_tok, c, n, hold)
+    if chained > 0:
+        ttft = (1 - chained) * ttft + chained * _chained_ttft(perf, new_tok, n, delay)
     return LoopResult(ttft, tpot, n * out / hold, n, period > steps)
 
 
@@ -155,6 +168,27 @@ def _first_round_ttft(
     # sent together to an idle engine: each waits for it to wake (the idle overhead)
     delay = perf.prefill_overhead_s + inp * perf.prompt_s_per_token
     return delay + wait + slots / c
+
+
+def _chained_ttft(perf: InstancePerf, new_tok: int, n: int, delay: float) -> float:
+    """Mean TTFT of a later-round request of clients still in the first round's order. The
+    prompts that shared a first-round step decode in the same steps, so they finish together,
+    one step after the group prefilled before them: `delay` (sent -> at the engine) after
+    that, they find the previous group's prompts filling the budget, wait that step out,
+    then fill their own. The first group (a lone one when one step held every prompt) finds
+    the others decoding instead."""
+    tokens = min(max(1, perf.chunk_tokens), n * new_tok)  # prompt tokens of a group's step
+    full = perf.step.time_s(tokens, tokens, tokens * (new_tok + 1) / 2.0, tokens / new_tok)
+    groups = n * new_tok / tokens  # first-round steps
+    return delay + full + (1 - 1 / groups) * max(0.0, full - delay)
+
+
+def benchmark_loop(perf: InstancePerf, input_len: int, output_len: int, clients: int) -> LoopResult:
+    """The closed loop as a serving benchmark runs it (what TTFT at a concurrency means: the
+    module docstring): its first round's share and its chained share weighed in."""
+    return closed_loop(
+        perf, input_len, output_len, clients, rounds=1 / BURST_SHARE, chained=CHAIN_SHARE
+    )
 
 
 def steady_state(

@@ -194,16 +194,16 @@ def test_json_echoes_the_scenario_and_its_clients_burst_share(capsys):
     with the fitted burst share, which the JSON names (as it names the scenario)."""
     from planner.catalog.gpus import resolve_gpu
     from planner.catalog.models import resolve_arch_name
-    from planner.optimizer.perf import BURST_SHARE, closed_loop, instance_perf
+    from planner.optimizer.perf import BURST_SHARE, CHAIN_SHARE, closed_loop, instance_perf
 
     argv = ["estimate", "--model", "Qwen3-8B", "--gpu", "H100-SXM", "--concurrency", "32"]
     code, out, _ = run_cli([*argv, "--input-len", "2048", "--json"], capsys)
     r = json.loads(out)
     assert code == 0
     assert (r["input_len"], r["output_len"], r["concurrency"]) == (2048, 256, 32)
-    assert r["burst_share"] == BURST_SHARE
+    assert (r["burst_share"], r["chain_share"]) == (BURST_SHARE, CHAIN_SHARE)
     perf = instance_perf(resolve_arch_name("Qwen3-8B"), "bf16", resolve_gpu("H100-SXM"))
-    loop = closed_loop(perf, 2048, 256, 32, rounds=1 / BURST_SHARE)
+    loop = closed_loop(perf, 2048, 256, 32, rounds=1 / BURST_SHARE, chained=CHAIN_SHARE)
     steady = closed_loop(perf, 2048, 256, 32)
     # the JSON rounds times to the microsecond
     assert r["ttft_s"] == pytest.approx(loop.ttft_s, abs=1e-6) and loop.ttft_s > steady.ttft_s

@@ -425,6 +425,30 @@ def test_a_benchmarks_first_round_queues_every_prompt_at_once():
     assert fifty == pytest.approx(steady + (first - steady) / 50)
 
 
+@pytest.mark.parametrize(("model", "gpu"), [("Llama-3.1-8B-Instruct", "H100-SXM"),
+                                            ("Qwen3-30B-A3B", "H100-SXM")])  # fmt: skip
+def test_a_chained_round_is_the_simulators_second_round_of_a_burst(model, gpu):
+    """After a first round sent at once, the clients keep its order: each group of prompts
+    that shared a step arrives while the group before it is prefilled and waits that step
+    out. The simulator replaying that benchmark gives the same second round; the chained
+    case is far from both the steady state and the first round (64 clients, 8192-token
+    budget: eight groups of eight 1024-token prompts)."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from simulator_vs_estimate import INPUT, OUTPUT, replay
+
+    p = instance_perf(A(model), "bf16", resolve_gpu(gpu))
+    ttft, _ = replay(p, model, np.zeros(64), 3)  # a round more than scored, as the bench
+    chained = closed_loop(p, INPUT, OUTPUT, 64, chained=1.0).ttft_s
+    assert chained == pytest.approx(float(ttft[:, 1].mean()), rel=0.05)
+    assert 3 * closed_loop(p, INPUT, OUTPUT, 64).ttft_s < chained
+    assert chained < 0.6 * closed_loop(p, INPUT, OUTPUT, 64, rounds=1).ttft_s
+
+
 def test_prefix_cache_hits_shorten_ttft_not_the_kv_footprint():
     p = instance_perf(A("Qwen3-8B"), "bf16", resolve_gpu("L40S"))
     cold, warm = closed_loop(p, 4000, 200, 8), closed_loop(p, 4000, 200, 8, cached_len=3000)

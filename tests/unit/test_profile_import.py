@@ -13,7 +13,7 @@ from cli_helpers import run_cli
 
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch_name
-from planner.optimizer.perf import BURST_SHARE, closed_loop, default_calib, instance_perf
+from planner.optimizer.perf import benchmark_loop, default_calib, instance_perf
 
 MODEL = "Llama-3.1-8B-Instruct"
 
@@ -76,7 +76,7 @@ def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsy
         w.writerow(cols)
         for isl in (512, 4096):
             for c in (1, 4, 16, 64):
-                r = closed_loop(perf, isl, 256, c, rounds=1 / BURST_SHARE)
+                r = benchmark_loop(perf, isl, 256, c)
                 w.writerow([f"meta-llama/{MODEL}", "h100_sxm", "bf16", isl, 256, c, 1,
                             r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
         w.writerow([f"meta-llama/{MODEL}", "b200_sxm", "bf16", 512, 256, 1, 1, 1.0, 1.0])
