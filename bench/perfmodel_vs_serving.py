@@ -181,7 +181,11 @@ BOUNDS = {
 # behind where the others' decodes leave a group's step less budget than its prompts need
 # (0.117 0.070 0.124 / 0.123 0.059 0.115, calibrated 13.1%, 5.4%); Blackwell's prefill
 # attention efficiency fitted without the chain (0.74 against Hopper's tables' 0.48: 0.151
-# 0.074 0.117 / 0.141 0.060 0.120, pass=0; calibrated 13.1%, 5.5%).
+# 0.074 0.117 / 0.141 0.060 0.120, pass=0; calibrated 13.1%, 5.5%); the other groups'
+# decodes in a chained group's step (0.118 0.070 0.124 / 0.122 0.059 0.115, calibrated 13.1%,
+# 5.3%); groups merging where the request's delay to the engine outlasts a decode step (as
+# the simulator's do on L40S/A100), ceil(delay / decode step) groups prefilled as a small
+# first round (0.138 0.069 0.124 / 0.132 0.064 0.118, calibrated 13.9%, 6.0%).
 
 
 def band(c: pd.Series) -> pd.Series:
