@@ -80,7 +80,9 @@ LOW_CONCURRENCY = 8
 # With the later rounds in the first round's order (closed_loop's `chained`, serving.CHAIN:
 # the 1024- against 8192-token structure above): this compute scale 12.9%, 5.4%
 # (uncalibrated 12.7%, 5.5%); per GPU TTFT B200 13.6%, B300 10.1%, H200 10.6%: what is
-# left is mostly B200's MiniMax-M2.5 runs (11-23% fast at TP 2-4).
+# left is mostly B200's MiniMax-M2.5 runs (11-23% fast at TP 2-4). With Blackwell's
+# prefill attention efficiency fitted in the starting constants too (serving.ATTN_BLACKWELL):
+# 12.2%, 5.5% (uncalibrated 12.7%, 5.9%); per GPU TTFT B200 13.1%, B300 10.4%, H200 9.5%.
 CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid

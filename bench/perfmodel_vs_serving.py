@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 from result import cells
 from serving import (
+    ATTN_BLACKWELL,
     BURST,
     CHAIN,
     CONFIG,
@@ -74,6 +75,7 @@ START = {
     LOWP_BLACKWELL: 0.42,
     FP8_BLOCK_BLACKWELL: 16e-6,
     "expert_bandwidth_ratio": 1.0,  # Calib.expert_bandwidth_ratio (see the note below)
+    ATTN_BLACKWELL: 0.48,
 }
 BOUNDS = {
     "bandwidth_efficiency": (0.3, 1.0),
@@ -87,6 +89,7 @@ BOUNDS = {
     LOWP_BLACKWELL: (0.1, 1.0),
     FP8_BLOCK_BLACKWELL: (1e-6, 3e-5),
     "expert_bandwidth_ratio": (0.3, 3.0),
+    ATTN_BLACKWELL: (0.2, 1.0),
 }
 # Tried in this harness and dropped (each constant fitted with the others, scored leave one
 # model out / leave one GPU out: TTFT, TPOT, worst group TPOT; without it 0.145 0.080 0.110 /
@@ -186,6 +189,13 @@ BOUNDS = {
 # 5.3%); groups merging where the request's delay to the engine outlasts a decode step (as
 # the simulator's do on L40S/A100), ceil(delay / decode step) groups prefilled as a small
 # first round (0.138 0.069 0.124 / 0.132 0.064 0.118, calibrated 13.9%, 6.0%).
+# Kept with it: Blackwell's prefill attention efficiency fitted (serving.ATTN_BLACKWELL; no
+# per-op table there, FlashAttention 3 is a Hopper kernel): 0.344 on all rows, 0.21-0.37 in
+# every fold (traded against blackwell_lowp_efficiency, 0.52-0.70), against Hopper's tables'
+# 0.48: 0.116 0.071 0.120 / 0.120 0.062 0.115 (calibrated 12.2%, 5.5%; uncalibrated 12.7%,
+# 5.9%), against the chain alone's 0.118 0.069 0.124 / 0.123 0.060 0.115 (12.9%, 5.4%).
+# Fitted without the chain it went the other way (0.74 above): what it absorbed there was
+# the long prompts' queue.
 
 
 def band(c: pd.Series) -> pd.Series:

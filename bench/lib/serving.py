@@ -103,18 +103,23 @@ FP8_BLOCK_BLACKWELL = "blackwell_fp8_block_gemm_extra_s"
 # A team's own GPUs' GEMMs against the shipped efficiencies: one factor on every GEMM
 # efficiency (bf16, fp8, fp4; the routed experts' follow), what a calibration fits.
 COMPUTE_SCALE = "compute_scale"
+# Nor for its prefill attention kernels: their achieved share of the bf16 peak is fitted with
+# the engine's constants (Blackwell GPUs only; Hopper keeps its attention tables' 0.48).
+ATTN_BLACKWELL = "blackwell_attn_efficiency"
 
 
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
     arch = resolve_gpu(gpu).arch
-    special = (BURST, CHAIN, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE)
+    special = (BURST, CHAIN, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE, ATTN_BLACKWELL)
     upd = {k: v for k, v in theta.items() if k not in special}
     if arch == "blackwell" and LOWP_BLACKWELL in theta:
         eff = theta[LOWP_BLACKWELL]
         upd.update(fp8_compute_efficiency=eff, fp4_compute_efficiency=eff)
     if arch == "blackwell" and FP8_BLOCK_BLACKWELL in theta:
         upd.update(fp8_block_gemm_extra_s=theta[FP8_BLOCK_BLACKWELL])
+    if arch == "blackwell" and ATTN_BLACKWELL in theta:
+        upd.update(attn_efficiency=theta[ATTN_BLACKWELL])
     cal = dataclasses.replace(default_calib(arch), **upd)
     scale = theta.get(COMPUTE_SCALE, 1.0)
     if scale == 1.0:

@@ -63,14 +63,14 @@ INFEASIBLE = LoopResult(math.inf, math.inf, 0.0, 0, False)
 # that round, all clients at once (with the first, about 1 in 8 of all requests). Both
 # fitted with the engine's constants to the 744 serving rows of
 # bench/data/aiconfigurator/silicon_vllm_agg.csv (bench/perfmodel_vs_serving.py, its line
-# "all rows": burst_share 0.129, chain_share 0.0762; 0.13-0.15 and 0.06-0.09 in its
+# "all rows": burst_share 0.129, chain_share 0.0826; 0.12-0.15 and 0.067-0.092 in its
 # leave-one-out folds); `closed_loop(..., rounds=1 / BURST_SHARE, chained=CHAIN_SHARE)`
 # applies them. With the first round alone one share (0.168) could not serve both prompt
 # lengths: 1024-token prompts wanted ~0.2, 8192-token ones ~0.12 at 32+ clients, as a chain
 # costs whole steps, a larger part of the short prompts' first round (a few steps) than of
 # the long ones' (one step per prompt or two).
 BURST_SHARE = 0.129
-CHAIN_SHARE = 0.076
+CHAIN_SHARE = 0.083
 
 
 def closed_loop(
