@@ -181,6 +181,8 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     client = ec.Client(port, "tiny", 300)
     try:
         run.prefill = em.measure_prefill(client, cfg, vocab, rng, lambda _s: None)
+        run.prefill_idle_s = cfg.prefill_idle_s
+        run.idle = em.measure_idle(client, cfg, vocab, rng, lambda _s: None)
         # streams read in one burst get no TPOT here either (no prefill_s: none imputed), as
         # in the replay: both sides time the engine only where the HTTP process kept up
         run.decode = em.measure_decode(client, cfg, vocab, rng, lambda _s: None, run.notes)
@@ -203,6 +205,10 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     print(f"profile (cold start {cold_start_s:.1f} s; saved to {work / 'local-cpu.yaml'}):")
     for pt, f in zip(pts, fitted, strict=True):
         print(f"  {pt.label:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
+    for p in run.idle:
+        print(
+            f"  {p.prompt_tokens} tok after {p.idle_s:5.3f} s idle: {p.latency_s.median * 1e3:6.2f} ms"
+        )
     for note in run.notes:
         print(f"  note: {note}")
     print(
@@ -211,7 +217,8 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         f"seq_overhead_s={cal.seq_overhead_s or 0:.5f} "
         f"compute_eff={cal.compute_efficiency:.3g} bandwidth_eff={cal.bandwidth_efficiency:.3g} "
         f"fit residual {cal.residual_rel:.1%} over {cal.points} points; "
-        f"step-time jitter cv {cal.step_jitter_cv or 0:.3f} (the profile's spreads)"
+        f"step-time jitter cv {cal.step_jitter_cv or 0:.3f} (the profile's spreads); "
+        f"idle wake-up share by idle s {cal.idle_wake_curve}"
     )
     return prof
 

@@ -35,6 +35,7 @@ from planner.profiler.engine_client import (
 )
 from planner.profiler.engine_measure import (
     measure_decode,
+    measure_idle,
     measure_prefill,
     measure_sleep,
 )
@@ -152,8 +153,8 @@ def _measure(
     vocab: int,
     tick: Callable[[str], None],
 ) -> None:
-    """Warm the server up, then measure prefill, decode and (on a GPU, when asked) sleep and
-    wake into `run`."""
+    """Warm the server up, then measure prefill, idle wake-ups, decode and (on a GPU, when
+    asked) sleep and wake into `run`."""
     import numpy as np
 
     rng = np.random.default_rng(cfg.seed)
@@ -161,6 +162,8 @@ def _measure(
     client.complete_s(prompt_ids(8, vocab, rng), max_tokens=4)
     client.streams([prompt_ids(8, vocab, rng)], 4)
     run.prefill = measure_prefill(client, cfg, vocab, rng, tick)
+    run.prefill_idle_s = cfg.prefill_idle_s
+    run.idle = measure_idle(client, cfg, vocab, rng, tick)
     run.decode = measure_decode(client, cfg, vocab, rng, tick, run.notes, run.prefill)
     if cfg.device == "cuda" and cfg.sleep:
         measure_sleep(client, run, engine)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from planner.profiler.engine_client import Chunk, Client, prompt_ids, tpot_of
 from planner.profiler.engine_runs import BenchConfig
 from planner.profiler.stats import summarize
-from planner.schemas.profile import DecodePoint, EngineRun, PrefillPoint
+from planner.schemas.profile import DecodePoint, EngineRun, IdlePoint, PrefillPoint
 
 if TYPE_CHECKING:
     from planner.engines.base import Engine
@@ -41,6 +41,29 @@ def measure_prefill(
         out.append(PrefillPoint(prompt_tokens=n, latency_s=summarize(samples)))
         tick(f"prefill {n} tokens")
     return out
+
+
+def measure_idle(
+    client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
+) -> list[IdlePoint]:
+    """Time to the first streamed token of one prompt sent each of `cfg.idle_gaps_s` after a
+    short stream ended; the gaps take turns, so the host's drift reaches each alike."""
+    n = cfg.idle_prompt_tokens
+    samples: dict[float, list[float]] = {g: [] for g in cfg.idle_gaps_s}
+    for _ in range(cfg.idle_reps):
+        for gap in cfg.idle_gaps_s:
+            client.streams([prompt_ids(16, vocab, rng)], 2)  # the engine at work, then quiet
+            time.sleep(gap)
+            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[0]
+            if not chunks:
+                raise RuntimeError(f"a {n}-token prompt streamed no token")
+            samples[gap].append(chunks[0][0] - start)
+        tick("idle wake-up")
+    return [
+        IdlePoint(idle_s=g, prompt_tokens=n, latency_s=summarize(v))
+        for g, v in samples.items()
+        if v
+    ]
 
 
 GULP_GAP_S = 0.0002  # chunks closer than this were read together, not produced a step apart

@@ -40,6 +40,12 @@ class BenchConfig:
     prefill_idle_s: float = (
         0.3  # pause before each prefill request: agents' requests find the engine idle
     )
+    # TTFT of one prompt at each of these quiets after a stream: an idle engine's wake-up
+    # grows with how long it was idle (vLLM-CPU on a 2-core VM, 2026-12-03: a 200-token
+    # prompt 6.5 ms 5 ms after a stream, 10.0 ms after 0.3 s, 11.2 ms after 1.5 s)
+    idle_gaps_s: tuple[float, ...] = (0.005, 0.05, 0.3, 1.5)
+    idle_prompt_tokens: int = 128  # prompt of each idle point, tokens
+    idle_reps: int = 5  # requests per idle point
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)  # decode points
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
     # a second decode context: every concurrency again with prompts this long (tokens), so
@@ -83,6 +89,7 @@ class BenchConfig:
                 decode_output_tokens=16,
                 decode_rounds=1,
                 decode_long_prompt_tokens=None,
+                idle_gaps_s=(),
             )
         base.update(kw)
         return BenchConfig(**base)
@@ -220,6 +227,7 @@ def steps_of(cfg: BenchConfig) -> int:
         1
         + len(cfg.prompt_lens)
         + len(cfg.concurrencies) * (2 if cfg.decode_long_prompt_tokens else 1)
+        + (cfg.idle_reps if cfg.idle_gaps_s else 0)
         + (1 if cfg.device == "cuda" and cfg.sleep else 0)
     )
 
@@ -234,6 +242,7 @@ def fit_to_context(cfg: BenchConfig, max_model_len: int) -> BenchConfig:
         prompt_lens=lens,
         decode_prompt_tokens=min(cfg.decode_prompt_tokens, room),
         decode_long_prompt_tokens=min(long, room) if long else None,
+        idle_prompt_tokens=min(cfg.idle_prompt_tokens, max(1, max_model_len - 2)),
     )
 
 

@@ -176,4 +176,5 @@ def _instance_perf(
         max_model_len=mml,
         step_jitter_cv=cal.step_jitter_cv,
         busy_prefill_overhead_s=cal.busy_prefill_overhead_s,
+        idle_wake_curve=cal.idle_wake_curve,
     )

@@ -76,6 +76,11 @@ class Calib:
     # as the last one ended). Six quiet-host profiles of bench/simulator_vs_vllm_cpu: a
     # 128-token prompt 9.3-9.5 ms idle against 4.96-6.03 ms busy. None: one overhead for both.
     busy_prefill_overhead_s: float | None = None  # s
+    # (idle s, share) knots, linear between them and flat outside: the wake-up above
+    # (prefill_overhead_s less the busy one) times the share at the time the engine was idle
+    # (the profiler's idle points, calibration.idle_wake_curve). Empty: the whole wake-up
+    # after any quiet.
+    idle_wake_curve: tuple[tuple[float, float], ...] = ()
     engine_init_s: float = 25.0  # cold start minus weight loading (imports, compile, graphs), s
     h2d_gbps: float = 21.0  # pinned host->device copy when waking (level 1), GB/s
     d2h_gbps: float = 21.0  # device->host copy when sleeping (level 1), GB/s
@@ -222,5 +227,11 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
             base = Calib()
     cal = profile.calibration
     names = {f.name for f in fields(Calib)}
-    upd = {k: float(v) for k, v in cal.model_dump().items() if v is not None and k in names}
+    upd: dict[str, Any] = {
+        k: float(v)
+        for k, v in cal.model_dump().items()
+        if v is not None and k in names and k != "idle_wake_curve"
+    }
+    if cal.idle_wake_curve:
+        upd["idle_wake_curve"] = tuple((float(g), float(w)) for g, w in cal.idle_wake_curve)
     return replace(base, **upd)

@@ -7,7 +7,8 @@ Model fitted (the one `latency.build_step_model` and `StepModel.time_s` compute)
   step(new, kv, pairs, seqs) = o + so seqs + floor + max(mem / be, lin / ce + attn / ae) + comm
   prefill point (n tokens, first token):     y = po + sum over its chunks of step(..., 1)
   busy point (CPU build: a first token of a request that found the engine awake): the same
-  with pb in place of po (`Calib.busy_prefill_overhead_s`)
+  with pb in place of po (`Calib.busy_prefill_overhead_s`); po - pb, the idle engine's
+  wake-up, scales with its idle time as the profile's idle points do (`idle_wake_curve`)
   decode point (c streams started together): y = step(c, c * ctx, c * ctx, c), ctx = p + out/2
 where `mem`, `lin`, `attn` are the step's bytes and FLOPs over the spec's peak rates
 (efficiency 1), be/ce/ae the bandwidth/compute/attention efficiencies, `floor` the minimum
@@ -208,6 +209,32 @@ def jitter_cv(profile: Profile) -> float | None:
     return float(np.median(cvs)) if cvs else None
 
 
+# a wake-up smaller than this share of the TTFT is noise, not a curve worth scaling
+MIN_WAKE_REL = 0.05
+MAX_WAKE_SHARE = 4.0
+
+
+def idle_wake_curve(profile: Profile) -> list[tuple[float, float]] | None:
+    """How the idle wake-up scales with the time the engine was idle: (idle s, share) from
+    the idle points of the profile's first run that has them, share = (TTFT after that
+    quiet - TTFT after the shortest) / (the same after the prefill points' quiet), so share
+    1 is the wake the prefill points carry (`prefill_overhead_s` less the busy overhead).
+    None without idle points, or where the wake at the prefill points' quiet is noise."""
+    for run in profile.engine:
+        pts = sorted(run.idle, key=lambda p: p.idle_s)
+        if run.status != "ok" or len(pts) < 2 or run.prefill_idle_s is None:
+            continue
+        gaps = np.array([p.idle_s for p in pts])
+        ttft = np.array([p.latency_s.median for p in pts])
+        wake = ttft - ttft[0]
+        at_ref = float(np.interp(run.prefill_idle_s, gaps, wake))
+        if at_ref < MIN_WAKE_REL * float(np.interp(run.prefill_idle_s, gaps, ttft)):
+            return None
+        share = np.clip(wake / at_ref, 0.0, MAX_WAKE_SHARE)
+        return [(float(g), round(float(w), 3)) for g, w in zip(gaps, share, strict=True)]
+    return None
+
+
 def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
     ce0, be0 = priors(profile, gpu, base)
@@ -260,6 +287,8 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         if per_seq:
             out.seq_overhead_s = so
         out.busy_prefill_overhead_s = pb
+        if pb is not None:  # the wake-up it splits off scales with the idle time
+            out.idle_wake_curve = idle_wake_curve(profile)
         _set_compute(out, ce, base)
         out.bandwidth_efficiency = be
         out.step_overhead_s = o

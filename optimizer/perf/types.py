@@ -66,6 +66,9 @@ class StepModel:
         return self.overhead_s + (self.eager_s if new_tokens > self.graph_max_tokens else 0.0)
 
 
+WAKE_KNOTS = 4  # knots of the idle wake-up curve the simulator's engines carry
+
+
 @dataclass(frozen=True)
 class InstancePerf:
     """Everything the simulator and the MILP need about one (model, variant, GPU type, TP, engine)."""
@@ -92,6 +95,9 @@ class InstancePerf:
     # the fixed per-request cost of one that reaches an engine already at work (None: the
     # same as prefill_overhead_s, which is then the cost of one that finds it idle)
     busy_prefill_overhead_s: float | None = None  # s
+    # (idle s, share of idle_wake_s) knots of the wake-up by the time the engine was idle
+    # (Calib.idle_wake_curve); empty: the whole wake-up after any quiet
+    idle_wake_curve: tuple[tuple[float, float], ...] = ()
 
     @property
     def busy_delay_s(self) -> float:
@@ -105,6 +111,15 @@ class InstancePerf:
         """What a request that finds the engine idle pays on top of `busy_delay_s`: the
         engine waking (CPU build: its parked threads), s; 0 without a busy overhead."""
         return self.prefill_overhead_s - self.busy_delay_s
+
+    def wake_knots(self) -> tuple[float, ...]:
+        """`WAKE_KNOTS` idle times, then the wake-up at each, s (`steptime.wake_after_s`):
+        `idle_wake_curve` resampled (the first and last knots kept) or padded with its last."""
+        pts = list(self.idle_wake_curve) or [(0.0, 1.0)]
+        if len(pts) > WAKE_KNOTS:
+            pts = [pts[round(i * (len(pts) - 1) / (WAKE_KNOTS - 1))] for i in range(WAKE_KNOTS)]
+        pts += [pts[-1]] * (WAKE_KNOTS - len(pts))
+        return tuple(g for g, _ in pts) + tuple(w * self.idle_wake_s for _, w in pts)
 
     @property
     def fits(self) -> bool:

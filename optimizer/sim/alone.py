@@ -65,6 +65,24 @@ def session_hits(sess: np.ndarray, cached: np.ndarray) -> np.ndarray:
     return seen & (cached > 0)
 
 
+def lone_wakes(
+    ta: np.ndarray, tot: np.ndarray, knots: tuple[float, ...], free_s: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(wake-up, the engine's free time before) of each request as if each ran alone: by
+    the time since the one before finished (`steptime.wake_after_s`). A predecessor's end
+    takes its own wake-up from a first pass at the curve's end: the wake-ups are
+    milliseconds, the idle times they scale with mostly far longer."""
+    k = len(knots) // 2
+    gaps, wakes = np.array(knots[:k]), np.array(knots[k:])
+    w = np.full(len(ta), wakes[-1])
+    prev = np.concatenate(([free_s], ta[:-1] + w[:-1] + tot[:-1]))
+    if np.any(wakes != wakes[-1]):
+        w = np.interp(ta - prev, gaps, wakes)
+        prev = np.concatenate(([free_s], ta[:-1] + w[:-1] + tot[:-1]))
+        w = np.interp(ta - prev, gaps, wakes)
+    return w, prev
+
+
 def run_alone(
     s: Slot,
     idx: np.ndarray,
@@ -77,8 +95,10 @@ def run_alone(
     """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
     are their lone times with the prefix cache where `hit`."""
     ta = req.arrival_s[idx] + s.engine_delay_s
-    wake = s.engine.wake_s  # a lone request finds the engine idle: it waits for it to wake
-    start = ta + wake if wake else ta
+    eng = s.engine
+    # a lone request finds the engine idle: it waits for it to wake
+    wake, prev_free = lone_wakes(ta, tot, eng.wake_knots, eng.free_s)
+    start = ta + wake
     cached = np.where(hit, req.cached_tokens[idx], 0)
     out.first_token_s[idx] = start + pf
     out.finish_s[idx] = start + tot
@@ -87,7 +107,6 @@ def run_alone(
     # Busy periods: request j+1 arrives before request j (alone) would have finished.
     overlap = np.flatnonzero(ta[1:] < start[:-1] + tot[:-1])
     in_busy = np.zeros(len(idx), dtype=bool)
-    eng = s.engine
     if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
         in_busy = eng.run_busy(
             idx.astype(np.int64),
@@ -98,6 +117,7 @@ def run_alone(
             pf,
             tot,
             overlap.astype(np.int64),
+            prev_free,
         )
     elif len(overlap):
         # Python scalars for the per-request loop (numpy scalar access is slow).
@@ -114,6 +134,7 @@ def run_alone(
         while p < n_over:
             j = over_l[p]
             k = j
+            eng.free_s = max(eng.free_s, float(prev_free[j]))
             while k < n:
                 tk = ta_l[k]
                 if k > j:

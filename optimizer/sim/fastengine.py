@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.perf.types import WAKE_KNOTS, InstancePerf
 from planner.optimizer.sim.kernel import (
     F_BUSY,
     F_FREE,
@@ -38,6 +38,7 @@ from planner.optimizer.sim.kernel import (
     I_WLEN,
     _enqueue,
     _jit,
+    _wake_after_s,
     advance,
 )
 from planner.optimizer.sim.steptime import JITTER_BLOCK, decode_coeffs
@@ -56,7 +57,11 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
                 _enqueue(iv, q, rid, inp, cached, out)
                 return True
         if iv[I_LONE] < 0 or f[F_LUNTIL] <= t_s:
-            start = t_s + f[F_WAKE] if t_s > f[F_FREE] else f[F_FREE]
+            idle_s = t_s - f[F_FREE]
+            if idle_s > 0:
+                start = t_s + _wake_after_s(idle_s, f[F_WAKE : F_WAKE + 2 * WAKE_KNOTS])
+            else:
+                start = f[F_FREE]
             iv[I_LONE] = rid
             iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
             f[F_LSTART] = start
@@ -87,7 +92,9 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
 
 
 @_jit
-def run_busy(f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, busy):
+def run_busy(
+    f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, prev_free, busy
+):
     """The busy periods of `alone.run_alone` (same loop); the caller sized the ring
     for every request of the model."""
     n = len(rid)
@@ -96,6 +103,7 @@ def run_busy(f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot
     while p < n_over:
         j = over[p]
         k = j
+        f[F_FREE] = max(f[F_FREE], prev_free[j])
         while k < n:
             tk = ta[k]
             if k > j:
@@ -155,7 +163,7 @@ class FastEngine:
             st.seq_s,
         )
         self.f[F_JCV] = perf.step_jitter_cv if perf.step_jitter_cv > 0 else 0.0
-        self.f[F_WAKE] = perf.idle_wake_s
+        self.f[F_WAKE : F_WAKE + 2 * WAKE_KNOTS] = perf.wake_knots()
         self.iv = np.zeros(I_LEN, dtype=np.int64)
         self.iv[I_JI] = JITTER_BLOCK  # no block drawn yet
         self.iv[I_CAP] = max(int(perf.max_kv_tokens), 1)
@@ -195,8 +203,8 @@ class FastEngine:
         self.f[F_FREE] = v
 
     @property
-    def wake_s(self) -> float:
-        return float(self.f[F_WAKE])
+    def wake_knots(self) -> tuple[float, ...]:
+        return tuple(float(x) for x in self.f[F_WAKE : F_WAKE + 2 * WAKE_KNOTS])
 
     @property
     def busy_s(self) -> float:
@@ -236,12 +244,12 @@ class FastEngine:
             advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
         return float(self.f[F_FREE])
 
-    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over) -> np.ndarray:
+    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over, prev_free) -> np.ndarray:
         """The busy periods of one model's requests; which requests were in one."""
         self.room(len(rid) + 3)  # submit wants room for 3 more
         busy = np.zeros(len(rid), dtype=np.bool_)
         run_busy(
             self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, ta, inp, cached, out, pf, tot, over, busy,
+            rid, ta, inp, cached, out, pf, tot, over, prev_free, busy,
         )  # fmt: skip
         return busy

@@ -32,6 +32,7 @@ from planner.optimizer.sim.steptime import (
     jitter_block,
     steps_time_s,
     steps_until,
+    wake_after_s,
 )
 
 # A sequence in the engine: [request id, context tokens computed, prefill tokens left,
@@ -75,7 +76,7 @@ class Engine:
         "step",
         "t",
         "waiting",
-        "wake_s",
+        "wake_knots",
     )
 
     def __init__(self, perf: InstancePerf, first_s: np.ndarray, finish_s: np.ndarray):
@@ -105,7 +106,8 @@ class Engine:
         self.waiting: deque[list] = deque()
         self.kv_used = 0
         self.busy_s = 0.0  # time with a step running, s
-        self.wake_s = perf.idle_wake_s  # a request that finds the engine idle waits this more
+        # a request that finds the engine idle waits its wake-up more (by the idle time)
+        self.wake_knots = perf.wake_knots()
         self.preemptions = 0
         # decode_coeffs at zero context by batch size (admission keeps it <= max_seqs)
         self.coeff_cache: list[tuple[float, float, float, float, float] | None] = [None] * (
@@ -128,7 +130,8 @@ class Engine:
                     return
             if self.lone < 0 or self.lone_until <= t_s:
                 # an idle engine first wakes up; one still at work takes the request in turn
-                start = t_s + self.wake_s if t_s > self.free_s else self.free_s
+                idle_s = t_s - self.free_s
+                start = t_s + wake_after_s(idle_s, self.wake_knots) if idle_s > 0 else self.free_s
                 self.lone = rid
                 self.lone_args = (inp, cached, out)
                 self.lone_start = start

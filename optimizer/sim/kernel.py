@@ -23,12 +23,14 @@ import types
 
 import numpy as np
 
+from planner.optimizer.perf.types import WAKE_KNOTS
 from planner.optimizer.sim.instance import CTX, DEC, EMITTED, KV, PF, RID
 from planner.optimizer.sim.steptime import (
     JITTER_BLOCK,
     jitter_block,
     steps_time_s,
     steps_until,
+    wake_after_s,
 )
 from planner.optimizer.sim.steptime import _first_reaching as _first_reaching_py
 
@@ -45,8 +47,8 @@ F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
 F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
 F_JCV = 19  # jitter's coefficient of variation (0: off)
-F_WAKE = 20  # InstancePerf.idle_wake_s: what a request that finds the engine idle waits more
-F_JBUF = 21  # the jitter's block of multipliers from here
+F_WAKE = 20  # InstancePerf.wake_knots from here: a request that finds the engine idle waits more
+F_JBUF = F_WAKE + 2 * WAKE_KNOTS  # the jitter's block of multipliers from here
 F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
 I_LONE, I_LINP, I_LCACHED, I_LOUT, I_DENSE = range(9, 14)
@@ -69,6 +71,7 @@ def _jit(fn=None, *, nogil: bool = True, **callees):
 
 _first_reaching = _jit(_first_reaching_py)
 _steps_time_s = _jit(steps_time_s)
+_wake_after_s = _jit(wake_after_s)
 _steps_until = _jit(steps_until, steps_time_s=_steps_time_s, _first_reaching=_first_reaching)
 
 

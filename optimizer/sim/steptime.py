@@ -149,6 +149,20 @@ def step_time_vec(
     return fixed + np.maximum(mem, comp) + comm
 
 
+def wake_after_s(idle_s: float, knots) -> float:
+    """The wake-up of a request that finds the engine idle for `idle_s`, s: linear between
+    `InstancePerf.wake_knots` (idle times, then wake-ups), flat outside them (both engines;
+    `np.interp` is the same function over arrays)."""
+    k = len(knots) // 2
+    if idle_s <= knots[0]:
+        return knots[k]
+    for i in range(1, k):
+        if idle_s < knots[i]:
+            g0, w0 = knots[i - 1], knots[k + i - 1]
+            return w0 + (knots[k + i] - w0) * (idle_s - g0) / (knots[i] - g0)
+    return knots[2 * k - 1]
+
+
 JITTER_SEED = 0  # step-time jitter is deterministic: one fixed seed per engine and per trace
 JITTER_BLOCK = 4096  # multipliers an engine draws at a time
 

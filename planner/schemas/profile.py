@@ -67,6 +67,15 @@ class PrefillPoint(Strict):
     latency_s: Stat
 
 
+class IdlePoint(Strict):
+    """Time to the first streamed token of one prompt sent `idle_s` after the engine's last
+    stream ended: how an idle engine's wake-up grows with the time it was idle."""
+
+    idle_s: float = Field(ge=0)
+    prompt_tokens: int = Field(ge=1)
+    latency_s: Stat
+
+
 class DecodePoint(Strict):
     """Time per output token at a concurrency."""
 
@@ -100,6 +109,10 @@ class EngineRun(Strict):
     engine_init_s: float | None = None
     kv_capacity_tokens: int | None = None
     prefill: list[PrefillPoint] = Field(default_factory=list)
+    prefill_idle_s: float | None = Field(
+        default=None, ge=0, description="quiet before each prefill point's request, s"
+    )
+    idle: list[IdlePoint] = Field(default_factory=list, description="TTFT by idle time")
     decode: list[DecodePoint] = Field(default_factory=list)
     sleep_l1_s: float | None = None
     wake_l1_s: float | None = None
@@ -128,6 +141,11 @@ class Calibration(Strict):
         ge=0,
         description="fixed time per request that reaches an engine already at work, s "
         "(CPU build; unset: prefill_overhead_s)",
+    )
+    idle_wake_curve: list[tuple[float, float]] | None = Field(
+        default=None,
+        description="(idle s, share): the idle wake-up (prefill_overhead_s minus the busy one) "
+        "scales with the time the engine was idle; share 1 at the prefill points' quiet",
     )
     engine_init_s: float | None = Field(
         default=None, ge=0, description="engine init on cold start, s"

@@ -19,6 +19,7 @@ from planner.schemas.profile import (
     EngineRun,
     Environment,
     Hardware,
+    IdlePoint,
     PrefillPoint,
     Profile,
     Stat,
@@ -281,6 +282,38 @@ def test_cpu_busy_points_faster_than_idle_ones_get_their_own_overhead():
     )  # fmt: skip
     assert perf.idle_wake_s == pytest.approx(0.004, rel=0.1)
     assert perf.busy_delay_s == pytest.approx(cal.busy_prefill_overhead_s)
+
+
+def test_the_idle_wake_scales_with_the_idle_time_the_profile_measured():
+    """Idle points of a 128-token prompt (vLLM-CPU on a 2-core VM, 2026-12-03: 6.5 ms 5 ms
+    after a stream, 10.0 ms after 0.3 s, 11.2 ms after 1.5 s): the wake-up the prefill
+    points carry (their 0.3 s of quiet) is share 1, a shorter quiet's less, a longer one's
+    more; the simulator's engine gets those knots. A wake-up under 5% of the TTFT is noise:
+    no curve."""
+    idle_128 = 9.0 + 0.012 * 128
+    prof, gpu = _idle_and_busy_profile(idle_128 - 4.0)
+    run = prof.engine[0]
+    run.prefill_idle_s = 0.3
+
+    def points(ms):
+        gaps = (0.005, 0.05, 0.3, 1.5)
+        return [IdlePoint(idle_s=g, prompt_tokens=128, latency_s=Stat(median=t / 1e3))
+                for g, t in zip(gaps, ms, strict=True)]  # fmt: skip
+
+    run.idle = points((6.5, 8.0, 10.0, 11.2))
+    cal = calibrate(prof, gpu, default_calib("cpu"))
+    assert cal.idle_wake_curve == [(0.005, 0.0), (0.05, 0.429), (0.3, 1.0), (1.5, 1.343)]
+    perf = instance_perf(
+        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
+    )  # fmt: skip
+    knots = perf.wake_knots()
+    assert knots[:4] == (0.005, 0.05, 0.3, 1.5)
+    assert knots[4:] == pytest.approx([0.0, 0.429 * perf.idle_wake_s, perf.idle_wake_s,
+                                       1.343 * perf.idle_wake_s])  # fmt: skip
+
+    run.idle = points((10.0, 10.1, 10.2, 10.3))
+    assert calibrate(prof, gpu, default_calib("cpu")).idle_wake_curve is None
 
 
 def test_one_request_overhead_without_busy_points_and_off_the_cpu_build():

@@ -198,6 +198,21 @@ class FakeClient:
         return 0.5, self.statuses.get(path, 200)
 
 
+def test_idle_points_take_turns_and_time_the_first_token():
+    """Every idle point gets its requests, the gaps taking turns after a short stream
+    (a fake client: the host's idle wake-up cannot be ordered up; its TTFT is 1 us/token)."""
+    cfg = er.BenchConfig.for_device("cpu", idle_gaps_s=(0.0, 0.001), idle_reps=3)
+    client, ticks = FakeClient(), []
+    pts = em.measure_idle(client, cfg, 512, np.random.default_rng(0), ticks.append)
+    assert [(p.idle_s, p.prompt_tokens, p.latency_s.n) for p in pts] == [
+        (0.0, cfg.idle_prompt_tokens, 3),
+        (0.001, cfg.idle_prompt_tokens, 3),
+    ]
+    assert pts[0].latency_s.median == pytest.approx(0.001 * cfg.idle_prompt_tokens)
+    assert len(ticks) == cfg.idle_reps
+    assert er.BenchConfig.for_device("cpu", quick=True).idle_gaps_s == ()
+
+
 def test_measure_loops_with_fake_client():
     cfg = er.BenchConfig.for_device("cpu", quick=True, prefill_idle_s=0.0)
     ticks = []
@@ -352,7 +367,7 @@ def test_decode_is_measured_again_at_the_long_prompt():
     ticks = []
     dec = em.measure_decode(FakeClient(), cfg, 512, np.random.default_rng(0), ticks.append)
     assert [(d.concurrency, d.prompt_tokens) for d in dec] == [(1, 16), (4, 16), (1, 512), (4, 512)]
-    assert len(ticks) == er.steps_of(cfg) - 1 - len(cfg.prompt_lens)
+    assert len(ticks) == er.steps_of(cfg) - 1 - len(cfg.prompt_lens) - cfg.idle_reps
     assert er.fit_to_context(cfg, 300).decode_long_prompt_tokens == 300 - cfg.decode_output_tokens
 
 

@@ -308,6 +308,28 @@ def test_an_idle_engine_wakes_a_busy_one_takes_the_request_in_turn(tier, compile
     np.testing.assert_allclose(one.ttft_s, [0.019, 0.079 - 0.0535, 0.019], atol=1e-9)
 
 
+@pytest.mark.parametrize(("tier", "compiled"), [("gpu", True), ("gpu", False), ("host", False)])
+def test_an_engine_idle_longer_takes_longer_to_wake(tier, compiled):
+    """The 5 ms wake-up (9 ms idle against 4 ms busy overheads) scaled by the time the
+    engine was idle: none up to 10 ms of quiet, all of it from 1 s, linear between. Each
+    request alone: at the engine 4 ms after it is sent, then the wake-up, a 10 ms prefill and
+    19 more 10 ms steps. A at 0 finds an engine up since 0 (4 ms idle: none), finished at 204
+    ms; B sent at 705 ms finds 505 ms of quiet (2.5 ms), finished at 911.5 ms; C at 912 ms
+    finds 4.5 ms (none); D at 3 s all of it. Without the curve each pays all of it."""
+    st = step_model(dense_weight_read_s=0.01)
+    curve = ((0.01, 0.0), (1.0, 1.0))
+    idle = 1e12 if tier == "host" else None  # host: the router path; gpu: the vector path
+    ttft = {}
+    for c in (curve, ()):
+        p = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004, idle_wake_curve=c)
+        ttft[c] = simulate(
+            point([tier]), {"i0": p}, trace([0.0, 0.705, 0.912, 3.0], "m0", 100, 20), Slo(),
+            sleep_after_idle_s=idle, compiled=compiled,
+        ).ttft_s  # fmt: skip
+    np.testing.assert_allclose(ttft[curve], [0.014, 0.0165, 0.014, 0.019], atol=1e-9)
+    np.testing.assert_allclose(ttft[()], [0.019, 0.019, 0.019, 0.019], atol=1e-9)
+
+
 def test_closed_form_pays_the_idle_overhead_alone_and_the_busy_one_among_clients():
     """The estimate's closed loop with the split overheads: one client always finds the
     engine idle (the whole 9 ms, as the simulator's engine wakes for it); four clients find
