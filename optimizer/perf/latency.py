@@ -208,49 +208,27 @@ def dense_compute_s_per_token(
     return total / ref_tokens, worst_source(sources)
 
 
-def attn_scores_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
-    """Attention scores (one softmax exponential each) for one (new token, context token)
-    pair on one GPU: one per head and layer. Sliding layers only see their window: at the
-    reference context they weigh window/context."""
+def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
+    """FLOPs of attention for one (new token, context token) pair on one GPU.
+
+    QK^T and PV, 2 FLOPs each per head dim. MLA as vLLM prefills it (where attention compute
+    matters): the latent expanded to per-head keys (nope + rope dims) and values; its decode
+    scores against the latent (absorbed form), bound by reading it (the step's KV side).
+    Sliding layers only see their window: at the reference context they weigh window/context.
+    """
+    heads = arch.num_attention_heads / tp
+    if arch.is_mla:
+        qk = arch.qk_nope_head_dim + arch.qk_rope_head_dim  # key dim per head
+        per_layer = 2 * heads * qk + 2 * heads * arch.v_head_dim
+    else:
+        per_layer = 4 * heads * arch.head_dim
     layers = float(arch.num_layers)
     if arch.num_sliding_layers and ref_context_tokens > arch.sliding_window:
         layers = (
             arch.num_full_layers
             + arch.num_sliding_layers * arch.sliding_window / ref_context_tokens
         )
-    return arch.num_attention_heads / tp * layers
-
-
-def attn_flops_per_pair(arch: ModelArch, tp: int, ref_context_tokens: int) -> float:
-    """FLOPs of attention for one (new token, context token) pair on one GPU.
-
-    QK^T and PV, 2 FLOPs each per head dim and score. MLA as vLLM prefills it (where
-    attention compute matters): the latent expanded to per-head keys (nope + rope dims) and
-    values; its decode scores against the latent (absorbed form), bound by reading it (the
-    step's KV side).
-    """
-    if arch.is_mla:
-        per_score = 2 * (arch.qk_nope_head_dim + arch.qk_rope_head_dim) + 2 * arch.v_head_dim
-    else:
-        per_score = 4 * arch.head_dim
-    return per_score * attn_scores_per_pair(arch, tp, ref_context_tokens)
-
-
-def attn_s_per_pair(
-    arch: ModelArch, gpu: GpuSpec, tp: int, ref_context_tokens: int, calib: Calib
-) -> float:
-    """Attention's time for one pair, s: its FLOPs at `Calib.attn_efficiency` of the bf16
-    peak, plus, where the catalog gives the GPU's softmax exponential rate (`sfu_exp_tops`),
-    its scores' exponentials at that rate, in series (a tile's softmax waits for its QK^T,
-    its PV for the softmax: NVIDIA's "Making softmax more efficient with Blackwell Ultra",
-    whose MUFU.EX2 microbenchmark reaches 4.9 and 10.0 T/s on GB200 and GB300). A 128-dim
-    head's exponentials take 0.88 of its FLOPs' time at the bf16 peak on B200, 0.41 on B300."""
-    t = attn_flops_per_pair(arch, tp, ref_context_tokens) / (
-        gpu.bf16_tflops * TFLOPS * calib.attn_efficiency
-    )
-    if gpu.sfu_exp_tops:
-        t += attn_scores_per_pair(arch, tp, ref_context_tokens) / (gpu.sfu_exp_tops * TFLOPS)
-    return t
+    return per_layer * layers
 
 
 def act_quant_s(gpu: GpuSpec, calib: Calib, quantization: str, moe: bool) -> float:
@@ -352,6 +330,7 @@ def build_step_model(
     bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s achieved
     # a MoE checkpoint in a 4-bit expert format runs its other layers in 16 bits
     q_dense = "bf16" if arch.is_moe and quantization in EXPERT_ONLY_QUANTS else quantization
+    attn_flops = gpu.bf16_tflops * TFLOPS * calib.attn_efficiency  # FLOP/s achieved
     _, flops_routed = linear_flops_per_token(arch, tp)  # routed-expert FLOP per new token
     routed_flops = gemm_flops(gpu, calib, quantization) * calib.moe_compute_efficiency  # FLOP/s
     dense_s, source = dense_compute_s_per_token(arch, q_dense, gpu, tp, calib, ref_batch_tokens)
@@ -380,7 +359,7 @@ def build_step_model(
         experts_per_tok=arch.num_experts_per_tok,
         kv_read_s_per_token=kv_tok / (bw * calib.kv_read_efficiency),
         compute_s_per_token=compute_s,
-        attn_s_per_pair=attn_s_per_pair(arch, gpu, tp, ref_context_tokens, calib),
+        attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,
         comm_latency_s=comm_lat,
         graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,

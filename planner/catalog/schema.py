@@ -54,9 +54,6 @@ class GpuSpec(BaseModel):
     boost_clock_mhz: float | None = Field(
         default=None, gt=0, le=5000, description="boost clock of the SMs, MHz; None: unknown"
     )
-    sfu_exp_tops: float | None = Field(
-        default=None, gt=0, le=100, description="softmax exponentials (SFU EX2), T/s; None: unknown"
-    )
     source: str = Field(default="inline", description="where these numbers come from")
 
 

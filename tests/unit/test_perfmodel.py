@@ -574,27 +574,3 @@ def test_expert_bandwidth_ratio_speeds_only_the_routed_experts_reads():
             assert two.expert_read_s == one.expert_read_s == 0.0
         else:
             assert two.expert_read_s == pytest.approx(one.expert_read_s / 2.0)
-
-
-def test_attention_waits_for_the_softmax_exponentials_where_their_rate_is_published():
-    """B300 (Blackwell Ultra) computes B200's softmax exponentials twice as fast at the same
-    bf16 peak: its attention runs faster, most for narrow heads (fewer FLOPs per score). A GPU
-    without a published rate (H200) keeps attention at its bf16 peak alone."""
-    from planner.optimizer.perf.latency import attn_scores_per_pair, build_step_model
-
-    b200, b300, h200 = (resolve_gpu(g) for g in ("B200-SXM", "B300-SXM", "H200-SXM"))
-    assert b200.bf16_tflops == b300.bf16_tflops and h200.sfu_exp_tops is None
-    cal = default_calib("blackwell")
-
-    def per_pair(model: str, gpu) -> float:
-        return build_step_model(A(model), "bf16", gpu, 1, cal).attn_s_per_pair
-
-    for model, flops_per_score in (("MiniMax-M2.5", 512), ("gpt-oss-120b", 256)):
-        mma = flops_per_score / (2250e12 * cal.attn_efficiency)  # s per score, tensor cores
-        want = (mma + 1 / 5e12) / (mma + 1 / 10.7e12)  # ~1.2 for 128-dim heads, ~1.3 for 64
-        assert per_pair(model, b200) / per_pair(model, b300) == pytest.approx(want)
-        assert want > 1.15
-    scores = attn_scores_per_pair(A("MiniMax-M2.5"), 1, 4096)
-    assert per_pair("MiniMax-M2.5", h200) == pytest.approx(
-        scores * 512 / (989e12 * cal.attn_efficiency)
-    )
