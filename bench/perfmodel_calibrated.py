@@ -83,6 +83,14 @@ LOW_CONCURRENCY = 8
 # left is mostly B200's MiniMax-M2.5 runs (11-23% fast at TP 2-4). With Blackwell's
 # prefill attention efficiency fitted in the starting constants too (serving.ATTN_BLACKWELL):
 # 12.2%, 5.5% (uncalibrated 12.7%, 5.9%); per GPU TTFT B200 13.1%, B300 10.4%, H200 9.5%.
+# Tried: the softmax's exponentials at the SFU rate NVIDIA publishes (B200 5, B300 10.7 T/s;
+# bench/perfmodel_vs_serving.py) in series with attention's tensor cores: 13.7%, 5.5% (uncal.
+# 11.6%, 5.6%); per GPU TTFT B200 14.7%, B300 10.6%, H200 9.8%. The starting constants gain,
+# the calibration loses: B200 calibrated on Kimi-K2.5 (compute x0.71) 18.2%, on gpt-oss-120b
+# (x1.12) 15.0%, against 13.4% and 13.7% without. B200's MiniMax-M2.5 residual is in its
+# 1024-token rows, where attention is small: from the B300 + H200 base (uncalibrated) they
+# run 19-37% fast per (precision, TP 2-4), at every concurrency, and stay so with the
+# exponentials (20-40%); the 8192-token ones go from 3-17% fast to 16% fast to 1% slow.
 CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid

@@ -196,6 +196,14 @@ BOUNDS = {
 # 5.9%), against the chain alone's 0.118 0.069 0.124 / 0.123 0.060 0.115 (12.9%, 5.4%).
 # Fitted without the chain it went the other way (0.74 above): what it absorbed there was
 # the long prompts' queue.
+# Tried on top of it and dropped (bench/perfmodel_calibrated.py loses): the softmax's
+# exponentials at the SFU rate NVIDIA publishes (Blackwell Ultra datasheet, "Attention
+# acceleration (SFU EX2)": B200 5, B300 10.7 T/s) in series with attention's tensor cores at
+# blackwell_attn_efficiency: 0.492 on all rows, 0.341 / 0.342 leaving B200 / B300 out (0.308
+# / 0.229 without the exponentials: they explain B300's faster attention), 0.26-0.88 leaving
+# one model out: 0.116 0.069 0.121 / 0.111 0.060 0.121 (calibrated 13.7%, 5.5%; uncalibrated
+# 11.6%, 5.6%). With that efficiency on the exponentials too (0.38-0.99 in the folds):
+# 0.116 0.071 0.122 / 0.104 0.061 0.119 (calibrated 14.5%, 6.3%; uncalibrated 10.7%, 5.9%).
 
 
 def band(c: pd.Series) -> pd.Series:
