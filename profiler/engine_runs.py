@@ -75,6 +75,7 @@ class BenchConfig:
                 decode_prompt_tokens=128,
                 decode_output_tokens=64,
                 max_num_seqs=64,
+                idle_gaps_s=(),  # the calibration splits the idle wake-up on the CPU build only
             )
         else:
             # one context cannot pin the CPU build's decode: its fit put the growth from 1 to

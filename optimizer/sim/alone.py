@@ -70,8 +70,8 @@ def lone_wakes(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(wake-up, the engine's free time before) of each request as if each ran alone: by
     the time since the one before finished (`steptime.wake_after_s`). A predecessor's end
-    takes its own wake-up from a first pass at the curve's end: the wake-ups are
-    milliseconds, the idle times they scale with mostly far longer."""
+    takes its own wake-up from the pass before (the first: the curve's end): the wake-ups
+    are milliseconds, the idle times they scale with mostly far longer."""
     k = len(knots) // 2
     gaps, wakes = np.array(knots[:k]), np.array(knots[k:])
     w = np.full(len(ta), wakes[-1])
