@@ -26,7 +26,8 @@ Target (issue 31): within 10% at P50 and 15% at P95 (TTFT and TPOT, all requests
 P95 over the streams the host did not stall where the passes' TTFT P95 spreads wider than
 the 15% band, `p95_ttft_on` in RESULT). Run:
 `python bench/simulator_vs_vllm_cpu.py` (about 6 minutes). `--quick` halves the trace;
-`--passes N` timed replays (3). RESULT also gives each metric's pass spread, (max - min) /
+`--passes N` timed replays (3); `--dump FILE.npz` keeps each request's trace row, predictions and
+measured passes for analysis. RESULT also gives each metric's pass spread, (max - min) /
 median over the timed replays: where it is wider than the target band, the host's own noise
 can decide the verdict.
 """
@@ -263,6 +264,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="about 100 requests instead of 200")
     ap.add_argument("--passes", type=int, default=3, help="timed replays of the trace")
+    ap.add_argument("--dump", type=Path, help="write per-request trace, predictions, passes (npz)")
     args = ap.parse_args()
     rng = np.random.default_rng(SEED)
     work = Path(tempfile.mkdtemp(prefix="sim-vs-vllm-"))
@@ -300,6 +302,13 @@ def main() -> int:
             )
     finally:
         process.stop_server(proc)
+
+    if args.dump:
+        np.savez(
+            args.dump, pred_ttft=p_ttft, pred_tpot=p_tpot, flat_ttft=flat_ttft, **trace,
+            **{f"pass{k}_{m}": v for k, ps in enumerate(passes) for m, v in
+               zip(("ttft", "tpot", "bursts"), (ps[0], ps[1], np.array(ps[2], int)), strict=True)},
+        )  # fmt: skip
 
     # 4. compare. A measured percentile is the median over the passes: a noisy neighbour
     # on the shared host stalls one pass, not three. A stream read in one burst had its
