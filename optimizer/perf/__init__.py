@@ -19,7 +19,7 @@ from planner.optimizer.perf.closedloop import (
     closed_loop,
     steady_state,
 )
-from planner.optimizer.perf.latency import build_step_model, decode_step_s, prefill_s
+from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.load import checkpoint_read_s, load_times
 from planner.optimizer.perf.memory import (
     activation_bytes,
@@ -28,6 +28,7 @@ from planner.optimizer.perf.memory import (
     weights_bytes,
     weights_bytes_per_gpu,
 )
+from planner.optimizer.perf.phases import decode_step_s, prefill_s
 from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.units import GIB
 

@@ -69,7 +69,7 @@ def step_terms(
 
 
 def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:
-    """The chunks of an n-token prefill (as `latency.prefill_s` splits it)."""
+    """The chunks of an n-token prefill (as `phases.prefill_s` splits it)."""
     out = []
     done = 0
     while done < n:
