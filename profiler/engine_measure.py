@@ -17,6 +17,15 @@ if TYPE_CHECKING:
     from planner.engines.base import Engine
 
 
+def first_token_s(client: Client, n: int, vocab: int, rng: Any) -> float:
+    """Seconds from sending one `n`-token prompt to its first streamed token (a real stream
+    goes on: two tokens asked)."""
+    start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[0]
+    if not chunks:
+        raise RuntimeError(f"a {n}-token prompt streamed no token")
+    return chunks[0][0] - start
+
+
 def measure_prefill(
     client: Client, cfg: BenchConfig, vocab: int, rng: Any, tick: Callable[[str], None]
 ) -> list[PrefillPoint]:
@@ -29,15 +38,9 @@ def measure_prefill(
     for n in cfg.prompt_lens:
         samples = []
         for _ in range(cfg.prefill_reps):
-            time.sleep(
-                cfg.prefill_idle_s
-            )  # an idle engine parks its threads; waking them is part of TTFT
-            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[
-                0
-            ]  # a real stream goes on
-            if not chunks:
-                raise RuntimeError(f"a {n}-token prompt streamed no token")
-            samples.append(chunks[0][0] - start)
+            # an idle engine parks its threads; waking them is part of TTFT
+            time.sleep(cfg.prefill_idle_s)
+            samples.append(first_token_s(client, n, vocab, rng))
         out.append(PrefillPoint(prompt_tokens=n, latency_s=summarize(samples)))
         tick(f"prefill {n} tokens")
     return out
@@ -54,10 +57,7 @@ def measure_idle(
         for gap in cfg.idle_gaps_s:
             client.streams([prompt_ids(16, vocab, rng)], 2)  # the engine at work, then quiet
             time.sleep(gap)
-            start, chunks = client.streams([prompt_ids(n, vocab, rng)], 2)[0]
-            if not chunks:
-                raise RuntimeError(f"a {n}-token prompt streamed no token")
-            samples[gap].append(chunks[0][0] - start)
+            samples[gap].append(first_token_s(client, n, vocab, rng))
         tick("idle wake-up")
     return [
         IdlePoint(idle_s=g, prompt_tokens=n, latency_s=summarize(v))
