@@ -16,6 +16,7 @@ from planner.optimizer.sim.kernel import (
     F_JCV,
     F_LDUR,
     F_LEN,
+    F_LFORM,
     F_LSTART,
     F_LUNTIL,
     F_OVH,
@@ -51,8 +52,7 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
         return False
     while True:
         if iv[I_GEN]:
-            if f[F_T] < t_s:
-                advance(f, iv, q, co, first_s, finish_s, t_s)
+            advance(f, iv, q, co, first_s, finish_s, t_s)
             if iv[I_GEN]:
                 _enqueue(iv, q, rid, inp, cached, out)
                 return True
@@ -64,6 +64,7 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
                 start = f[F_FREE]
             iv[I_LONE] = rid
             iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
+            f[F_LFORM] = t_s if idle_s > 0 else start
             f[F_LSTART] = start
             f[F_LDUR] = total_s
             f[F_LUNTIL] = f[F_FREE] = start + total_s

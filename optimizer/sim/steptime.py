@@ -149,6 +149,11 @@ def step_time_vec(
     return fixed + np.maximum(mem, comp) + comm
 
 
+# Past a step's start by less than any step lasts: running an engine up to its start plus
+# this runs exactly the step that starts there (steps take microseconds or more).
+FIRST_STEP_S = 1e-9
+
+
 def wake_after_s(idle_s: float, knots) -> float:
     """The wake-up of a request that finds the engine idle for `idle_s`, s: linear between
     `InstancePerf.wake_knots` (idle times, then wake-ups), flat outside them (both engines;

@@ -342,3 +342,21 @@ def test_closed_form_pays_the_idle_overhead_alone_and_the_busy_one_among_clients
     assert closed_loop(split, 128, 32, 1).ttft_s == closed_loop(one, 128, 32, 1).ttft_s
     assert closed_loop(split, 128, 32, 4).ttft_s < closed_loop(one, 128, 32, 4).ttft_s
     assert closed_loop(split, 128, 32, 4).tpot_s == closed_loop(one, 128, 32, 4).tpot_s
+
+
+@pytest.mark.parametrize(("tier", "compiled"), [("gpu", True), ("gpu", False), ("host", False)])
+def test_a_request_sent_while_the_engine_wakes_misses_its_first_step(tier, compiled):
+    """vLLM fixes a step's batch when the idle engine takes its first request; the wake-up
+    (9 ms idle against 4 ms busy overheads: 5 ms) delays that step. A and A2 sent at 0 reach
+    the engine at 4 ms and share the prefill step 9-19 ms. B sent at 2 ms reaches it during
+    the wake-up, so its prefill is the next step, 19-29 ms (TTFT 27 ms, not A's 17 ms). On
+    an engine without a wake-up nothing changes: B joins the step that starts as it arrives."""
+    st = step_model(dense_weight_read_s=0.01)
+    idle = 1e12 if tier == "host" else None
+    t = trace([0.0, 0.0, 0.002], "m0", 100, 20)
+    woken = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004)
+    r = simulate(point([tier]), {"i0": woken}, t, Slo(), sleep_after_idle_s=idle, compiled=compiled)
+    np.testing.assert_allclose(r.ttft_s, [0.019, 0.019, 0.027], atol=1e-9)
+    flat = perf(st, prefill_overhead_s=0.004)
+    r = simulate(point([tier]), {"i0": flat}, t, Slo(), sleep_after_idle_s=idle, compiled=compiled)
+    np.testing.assert_allclose(r.ttft_s, [0.014, 0.014, 0.022], atol=1e-9)
