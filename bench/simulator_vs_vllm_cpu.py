@@ -16,10 +16,13 @@
    (`Calib.idle_wake_curve`, from the profile's idle points): what that curve moves.
 
 One server serves both profile and replay: on a shared host the background load drifts
-between starts. The measured side is only what the client timed in the replay: streams the
-host delivered in one burst (the server's HTTP process starved of CPU) are counted, keep
-their TTFT and have no TPOT (none is imputed), in the profile's decode points as in the
-replay. TTFT is compared over all streams and over the others. The simulator runs with the
+between starts. Its engine processes run on the last CPU, the API server and this client on
+the others (`lib/pinning.py`; `--no-pin` leaves placement to the kernel): unpinned on a
+2-core host, 7-70 streams a replay arrived in one burst and 5 of 6 runs missed a target;
+pinned, no stream did (2026-12-03). The measured side is only what the client timed in the
+replay: streams the host delivered in one burst (the server's HTTP process starved of
+CPU) are counted, keep their TTFT and have no TPOT (none is imputed), in the profile's
+decode points as in the replay. TTFT is compared over all streams and over the others. The simulator runs with the
 profile's calibration, step-time jitter included (its spread measured by the profiler:
 `calibration.jitter_cv`).
 Target (issue 31): within 10% at P50 and 15% at P95 (TTFT and TPOT, all requests; TTFT
@@ -43,6 +46,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
+
+from pinning import pin_engine
 
 from planner.catalog.gpus import resolve_gpu
 from planner.engines import process
@@ -265,6 +272,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="about 100 requests instead of 200")
     ap.add_argument("--passes", type=int, default=3, help="timed replays of the trace")
     ap.add_argument("--dump", type=Path, help="write per-request trace, predictions, passes (npz)")
+    ap.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
     args = ap.parse_args()
     rng = np.random.default_rng(SEED)
     work = Path(tempfile.mkdtemp(prefix="sim-vs-vllm-"))
@@ -279,6 +287,7 @@ def main() -> int:
     cold_start_s = time.monotonic() - t_start
     try:
         vocab = ec.vocab_size_of(model_dir, 512)
+        print("CPUs:", "not pinned (--no-pin)" if args.no_pin else pin_engine(port))
         # Warm-up before anything is timed: the trace once, with other prompts (no prefix
         # hits later). The CPU build creates its kernels for each new batch shape on first
         # use; a fresh server meets hundreds here (two replays in a row on a fresh server:
