@@ -170,8 +170,12 @@ class Prober:
 
     def __exit__(self, *exc: object) -> None:
         time.sleep(0.5)  # at least one probe
-        self._proc.send_signal(signal.SIGINT)
-        out, _ = self._proc.communicate(30)
+        self._proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self._proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            out, _ = self._proc.communicate()
         self.lat = [float(x) for x in out.split()]
 
     @property
@@ -180,13 +184,15 @@ class Prober:
 
 
 def probe(url: str) -> None:
-    """`--probe URL`: a normal request every ~0.3 s, its latency printed, until SIGINT."""
-    try:
-        while True:
-            print(normal(url), flush=True)
-            time.sleep(0.3)
-    except KeyboardInterrupt:
-        pass
+    """`--probe URL`: a normal request every ~0.3 s, its latency printed, until SIGTERM.
+    The handler is installed here, as a flag the loop reads: started from a background
+    job the process inherits SIGINT ignored, and an exception raised inside the HTTP
+    client could be swallowed (either way the bench waited on its probe for ever)."""
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    while not stop:
+        print(normal(url), flush=True)
+        time.sleep(0.3)
 
 
 def metric(url: str, name: str) -> float:

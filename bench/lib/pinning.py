@@ -20,23 +20,27 @@ def pin_engine(port: int, *others: int) -> str:
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return "not pinned (one CPU)"
-    api = [
-        c.pid for c in psutil.net_connections("tcp")
-        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
-    ]  # fmt: skip
-    if not api:
-        return "not pinned (no process found listening on the engine's port)"
-    server = psutil.Process(api[0])
-    engine = [p for p in server.children(recursive=True) if p.name().startswith("VLLM::")]
-    if not engine:
-        return "not pinned (no VLLM:: engine process under the API server)"
-    rest = cpus[:-1]
-    for p in engine:
-        p.cpu_affinity(cpus[-1:])
-    for p in [server, *set(server.children(recursive=True)) - set(engine)]:
-        p.cpu_affinity(rest)
-    for pid in others:
-        psutil.Process(pid).cpu_affinity(rest)
+    try:
+        api = [
+            c.pid for c in psutil.net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
+        ]  # fmt: skip
+        if not api:
+            return "not pinned (no process found listening on the engine's port)"
+        server = psutil.Process(api[0])
+        family = server.children(recursive=True)
+        engine = [p for p in family if p.name().startswith("VLLM::")]
+        if not engine:
+            return "not pinned (no VLLM:: engine process under the API server)"
+        rest = cpus[:-1]
+        for p in engine:
+            p.cpu_affinity(cpus[-1:])
+        for p in [server, *(p for p in family if p not in engine)]:
+            p.cpu_affinity(rest)
+        for pid in others:
+            psutil.Process(pid).cpu_affinity(rest)
+    except psutil.Error as e:  # e.g. no right to read sockets or set another's affinity
+        return f"not pinned ({type(e).__name__}: {e})"
     os.sched_setaffinity(0, rest)
     return (
         f"vLLM engine ({len(engine)} processes) pinned to CPU {cpus[-1]}; its API server, "
