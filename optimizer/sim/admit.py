@@ -20,17 +20,33 @@ class Admission:
     a request that finds its model's awake instances and queue full is refused."""
 
     def __init__(self, slots, by_model, perfs, refused: np.ndarray) -> None:
-        self.slots, self.by_model, self.refused = slots, by_model, refused
+        self.refused = refused
+        self.cands = {m: [slots[i] for i in idx] for m, idx in by_model.items()}
         self.limit = [admission.instance_limit(perfs[s.id].max_num_seqs) for s in slots]
+        # Requests each slot holds at most: its count when last taken, plus one for each
+        # request sent to it since (they only leave as time passes). Below the bound a
+        # model needs no count: the common case, which spares advancing every engine at
+        # every arrival.
+        self.held_at_most = [0] * len(slots)
+
+    def sent(self, slot: int) -> None:
+        """A request was submitted to slot `slot`'s engine."""
+        self.held_at_most[slot] += 1
 
     def full(self, model: int, t: float) -> bool:
         """Whether a request of `model` arriving at `t` is refused."""
-        cands = [self.slots[i] for i in self.by_model.get(model, ())]
+        cands = self.cands.get(model)
         if not cands:
             return False
-        held = sum(c.engine.outstanding(t) for c in cands)
-        awake = (self.limit[c.index] for c in cands if c.awake and c.ready_s <= t)
-        return held >= admission.model_bound(awake)
+        most, limit = self.held_at_most, self.limit
+        bound = admission.model_bound([limit[c.index] for c in cands if c.awake and c.ready_s <= t])
+        if sum([most[c.index] for c in cands]) < bound:
+            return False
+        held = 0
+        for c in cands:
+            most[c.index] = n = c.engine.outstanding(t)
+            held += n
+        return held >= bound
 
 
 def over_bound(point: Point, perfs: dict[str, InstancePerf], res: SimResult) -> frozenset[int]:

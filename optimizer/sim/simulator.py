@@ -272,7 +272,7 @@ def _run_routed(
     inst_of = out.instance
     hits = out.cache_hit
     route = router.route
-    full, refused = admit.full, admit.refused
+    full, refused, sent = admit.full, admit.refused, admit.sent
     for q, rid in enumerate(rids):
         t = arrival[q]
         if full(model[q], t):
@@ -282,6 +282,7 @@ def _run_routed(
         s = slots[i]
         t_in += s.engine_delay_s
         inst_of[rid] = i
+        sent(i)  # each branch below submits it to slot i
         if penalty >= 0:  # a stand-in answers: its own lone times, no prefix of this session
             out.substituted[rid] = True
             out.quality_penalty[rid] = penalty
