@@ -18,7 +18,7 @@
 One server serves both profile and replay: on a shared host the background load drifts
 between starts. Its engine processes run on the last CPU, the API server and this client on
 the others (`lib/pinning.py`; `--no-pin` leaves placement to the kernel): unpinned on a
-2-core host, 7-70 streams a replay arrived in one burst and 5 of 6 runs missed a target;
+2-core host, 7-33 streams a replay arrived in one burst and 5 of 6 runs missed a target;
 pinned, no stream did (2026-12-03). The measured side is only what the client timed in the
 replay: streams the host delivered in one burst (the server's HTTP process starved of
 CPU) are counted, keep their TTFT and have no TPOT (none is imputed), in the profile's
