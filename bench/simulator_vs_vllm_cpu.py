@@ -22,9 +22,9 @@ the others (`lib/pinning.py`; `--no-pin` leaves placement to the kernel): unpinn
 pinned, no stream did (2026-12-03). The measured side is only what the client timed in the
 replay: streams the host delivered in one burst (the server's HTTP process starved of
 CPU) are counted, keep their TTFT and have no TPOT (none is imputed), in the profile's
-decode points as in the replay. TTFT is compared over all streams and over the others. The simulator runs with the
-profile's calibration, step-time jitter included (its spread measured by the profiler:
-`calibration.jitter_cv`).
+decode points as in the replay. TTFT is compared over all streams and over the others. The
+simulator runs with the profile's calibration, step-time jitter included (its spread
+measured by the profiler: `calibration.jitter_cv`).
 Target (issue 31): within 10% at P50 and 15% at P95 (TTFT and TPOT, all requests; TTFT
 P95 over the streams the host did not stall where the passes' TTFT P95 spreads wider than
 the 15% band, `p95_ttft_on` in RESULT). Run:

@@ -19,9 +19,9 @@ class Admission:
     """The gateway's admission bound on the router's path (`planner.optimizer.admission`):
     a request that finds its model's awake instances and queue full is refused."""
 
-    def __init__(self, slots, by_model, perfs, refused: np.ndarray) -> None:
-        self.refused = refused
-        self.cands = {m: [slots[i] for i in idx] for m, idx in by_model.items()}
+    def __init__(self, slots, cands, perfs, refused: np.ndarray) -> None:
+        """`cands`: each model's slots (`Router.cands`)."""
+        self.refused, self.cands = refused, cands
         self.limit = [admission.instance_limit(perfs[s.id].max_num_seqs) for s in slots]
         # Requests each slot holds at most: its count when last taken, plus one for each
         # request sent to it since (they only leave as time passes). Below the bound a

@@ -128,7 +128,7 @@ def _serve(
         paths.serve_model(m, by_model.get(m, []), engine_cls)
     queue_full = np.zeros(n, dtype=bool)  # refused: the model's admission bound was reached
     if paths.routed:
-        admit = Admission(slots, by_model, perfs, queue_full)
+        admit = Admission(slots, router.cands, perfs, queue_full)
         order = np.sort(np.concatenate(paths.routed))
         _run_routed(order, req, out, slots, router, paths.local, paths.lone, perfs, admit)
     for s in slots:
