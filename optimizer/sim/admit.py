@@ -1,18 +1,18 @@
-"""The gateway's admission bound in the simulator (`planner.optimizer.admission`): the
-router's path refuses a request that finds its model's awake instances and queue full; the
-fast paths (an instance alone with its model) are checked after the run and, where the bound
-was reached, served again through the router."""
+"""The gateway's admission bound in the simulator (`planner.optimizer.admission`): every path
+refuses a request that finds its model's awake instances and queue full. The router's path
+counts with `Admission`; the fast paths (`alone`, `replicas`), whose instances never sleep,
+count inside their loops against `never_sleeping_bound`."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import numpy as np
 
 from planner.optimizer import admission
-from planner.optimizer.perf.types import InstancePerf
-from planner.optimizer.sim.metrics import SimResult
-from planner.schemas.plan import Point
+
+
+def never_sleeping_bound(perfs: list) -> int:
+    """The bound of a model whose instances (their `InstancePerf`s) are awake throughout."""
+    return admission.model_bound([admission.instance_limit(p.max_num_seqs) for p in perfs])
 
 
 class Admission:
@@ -47,36 +47,3 @@ class Admission:
             most[c.index] = n = c.engine.outstanding(t)
             held += n
         return held >= bound
-
-
-def over_bound(point: Point, perfs: dict[str, InstancePerf], res: SimResult) -> frozenset[int]:
-    """Models (indexes) whose requests in flight reached the admission bound of all their
-    instances awake (`admission.model_bound`): only the router's path can refuse them."""
-    limits: dict[str, list[int]] = {}
-    for ins in point.instances:
-        limits.setdefault(ins.model, []).append(
-            admission.instance_limit(perfs[ins.id].max_num_seqs)
-        )
-    out = set()
-    finish = res.arrival_s + res.e2e_s
-    for m, name in enumerate(res.model_names):
-        sel = (res.model == m) & np.isfinite(finish)
-        if name not in limits or not sel.any():
-            continue
-        if admission.in_system(res.arrival_s[sel], finish[sel]).max() >= admission.model_bound(
-            limits[name]
-        ):
-            out.add(m)
-    return frozenset(out)
-
-
-def with_admission(
-    serve: Callable[[frozenset[int]], SimResult], point: Point, perfs: dict[str, InstancePerf]
-) -> SimResult:
-    """`serve` (a run with the models given taking the router's path), once with the fast
-    paths; where a model's requests in flight reached its bound (the gateway would have
-    refused some), again with those models through the router, which admits request by
-    request."""
-    res = serve(frozenset())
-    full = over_bound(point, perfs, res)
-    return serve(full) if full else res

@@ -31,6 +31,7 @@ def remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) 
         out.first_token_s[idx].copy(),
         out.finish_s[idx].copy(),
         out.cache_hit[idx].copy(),
+        out.refused[idx].copy(),
         eng.busy_s,
         eng.preemptions,
         eng.free_s,
@@ -44,11 +45,12 @@ def recall(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) ->
     if hit is None or hit[0] is not req:
         return False
     _CACHE.move_to_end(key)
-    _, first, finish, cache_hit, busy_s, preemptions, free_s = hit
+    _, first, finish, cache_hit, refused, busy_s, preemptions, free_s = hit
     out.first_token_s[idx] = first
     out.finish_s[idx] = finish
     out.cache_hit[idx] = cache_hit
-    out.instance[idx] = s.index
+    out.refused[idx] = refused
+    out.instance[idx] = np.where(refused, -1, s.index)
     s.engine.busy_s, s.engine.preemptions, s.engine.free_s = busy_s, preemptions, free_s
     return True
 
@@ -63,6 +65,19 @@ def session_hits(sess: np.ndarray, cached: np.ndarray) -> np.ndarray:
         seen[known] = True
         seen[known[first]] = False
     return seen & (cached > 0)
+
+
+def refusals_left_hits(req: Requests, idx: np.ndarray, out: Outcome) -> bool:
+    """Whether a served request of `idx` counted its prefix cached (`session_hits`) where
+    every earlier call of its session was refused: nothing had cached it. The run is then
+    wrong for that model (the hits are fixed before the batch loop refuses)."""
+    refused = out.refused[idx]
+    if not refused.any():
+        return False
+    kept = idx[~refused]
+    return bool(
+        (out.cache_hit[kept] & ~session_hits(req.session[kept], req.cached_tokens[kept])).any()
+    )
 
 
 def lone_wakes(
@@ -91,10 +106,13 @@ def run_alone(
     hit: np.ndarray,
     pf: np.ndarray,
     tot: np.ndarray,
+    bound: int,
 ) -> None:
     """All requests of a model on its one never-displaced instance, vectorized. `pf`/`tot`
-    are their lone times with the prefix cache where `hit`."""
-    ta = req.arrival_s[idx] + s.engine_delay_s
+    are their lone times with the prefix cache where `hit`. A request that finds `bound`
+    requests held when it arrives is refused (`planner.optimizer.admission`)."""
+    arr = req.arrival_s[idx]
+    ta = arr + s.engine_delay_s
     eng = s.engine
     # a lone request finds the engine idle: it waits for it to wake
     wake, prev_free = lone_wakes(ta, tot, eng.wake_knots, eng.free_s)
@@ -106,10 +124,11 @@ def run_alone(
     out.cache_hit[idx] = hit
     # Busy periods: request j+1 arrives before request j (alone) would have finished.
     overlap = np.flatnonzero(ta[1:] < start[:-1] + tot[:-1])
-    in_busy = np.zeros(len(idx), dtype=bool)
+    in_busy = refused = np.zeros(len(idx), dtype=bool)
     if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
-        in_busy = eng.run_busy(
+        in_busy, refused = eng.run_busy(
             idx.astype(np.int64),
+            arr,
             ta,
             req.input_tokens[idx],
             cached.astype(np.int64),
@@ -118,14 +137,17 @@ def run_alone(
             tot,
             overlap.astype(np.int64),
             prev_free,
+            bound,
         )
     elif len(overlap):
         # Python scalars for the per-request loop (numpy scalar access is slow).
         rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
+        arr_l = arr.tolist()
         inp_l = req.input_tokens[idx].tolist()
         out_l = req.output_tokens[idx].tolist()
         cached_l = cached.tolist()
         busy_l = [False] * len(idx)
+        refused_l = [False] * len(idx)
         n = len(idx)
         over_l = overlap.tolist()
         n_over = len(over_l)
@@ -135,24 +157,40 @@ def run_alone(
             j = over_l[p]
             k = j
             eng.free_s = max(eng.free_s, float(prev_free[j]))
+            held = 0  # requests the engine holds at most (j found it empty)
             while k < n:
                 tk = ta_l[k]
                 if k > j:
+                    if held >= bound:
+                        held = eng.outstanding(arr_l[k])
+                        if held >= bound:  # the gateway refuses it
+                            refused_l[k] = busy_l[k] = True
+                            k += 1
+                            continue
                     if eng.general and advance(tk):  # still busy at tk: k joins the batch
                         enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
                         busy_l[k] = True
+                        held += 1
                         k += 1
                         continue
                     if eng.free_s <= tk:
                         break  # the engine is empty when k arrives: k is alone again
                 submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
                 busy_l[k] = True
+                held += 1
                 k += 1
             eng.drain()
             p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
-        in_busy = np.array(busy_l, dtype=bool)
+        in_busy, refused = np.array(busy_l, dtype=bool), np.array(refused_l, dtype=bool)
+    if refused.any():
+        gone = idx[refused]
+        out.first_token_s[gone] = out.finish_s[gone] = np.nan
+        out.instance[gone] = -1
+        out.cache_hit[gone] = False
+        out.refused[gone] = True
     eng.busy_s += float(tot[~in_busy].sum())
-    if len(idx):  # a last request that joined a batch did not wait for a wake
+    # a last request that joined a batch did not wait for a wake; a refused one left nothing
+    if len(idx) and not refused[-1]:
         last = (ta if in_busy[-1] else start)[-1] + tot[-1]
         eng.free_s = max(eng.free_s, float(last))
 

@@ -94,8 +94,9 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
 
 @_jit
 def run_busy(
-    f, iv, q, co, first_s, finish_s, rid, ta, inp, cached, out, pf, tot, over, prev_free, busy
-):
+    f, iv, q, co, first_s, finish_s, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free,
+    bound, busy, refused,
+):  # fmt: skip
     """The busy periods of `alone.run_alone` (same loop); the caller sized the ring
     for every request of the model."""
     n = len(rid)
@@ -105,12 +106,21 @@ def run_busy(
         j = over[p]
         k = j
         f[F_FREE] = max(f[F_FREE], prev_free[j])
+        held = 0  # requests the engine holds at most (j found it empty)
         while k < n:
             tk = ta[k]
             if k > j:
+                if held >= bound:
+                    held = outstanding(f, iv, q, co, first_s, finish_s, arr[k])
+                    if held >= bound:  # the gateway refuses it
+                        refused[k] = True
+                        busy[k] = True
+                        k += 1
+                        continue
                 if iv[I_GEN] and advance(f, iv, q, co, first_s, finish_s, tk):
                     _enqueue(iv, q, rid[k], inp[k], cached[k], out[k])
                     busy[k] = True
+                    held += 1
                     k += 1
                     continue
                 if f[F_FREE] <= tk:
@@ -131,6 +141,7 @@ def run_busy(
                 tot[k],
             )
             busy[k] = True
+            held += 1
             k += 1
         if iv[I_GEN]:
             advance(f, iv, q, co, first_s, finish_s, math.inf)
@@ -245,12 +256,16 @@ class FastEngine:
             advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
         return float(self.f[F_FREE])
 
-    def run_busy(self, rid, ta, inp, cached, out, pf, tot, over, prev_free) -> np.ndarray:
-        """The busy periods of one model's requests; which requests were in one."""
+    def run_busy(
+        self, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The busy periods of one model's requests: (which requests were in one, which of
+        those found `bound` requests held at their arrival `arr` and were refused)."""
         self.room(len(rid) + 3)  # submit wants room for 3 more
         busy = np.zeros(len(rid), dtype=np.bool_)
+        refused = np.zeros(len(rid), dtype=np.bool_)
         run_busy(
             self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, ta, inp, cached, out, pf, tot, over, prev_free, busy,
+            rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound, busy, refused,
         )  # fmt: skip
-        return busy
+        return busy, refused

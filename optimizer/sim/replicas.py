@@ -26,22 +26,29 @@ from planner.optimizer.sim.lonememo import lone_pair
 
 @_jit
 def _route_all(
-    F, IV, Q, CO, first_s, finish_s, delay, rid, ta, inp, cached, out, sess, lone, seen, inst, hit
-):
+    F, IV, Q, CO, first_s, finish_s, delay, rid, ta, inp, cached, out, sess, lone, seen, bound,
+    inst, hit,
+):  # fmt: skip
     """Each request (in arrival order) to the replica with the fewest outstanding requests
-    (ties: plan order); its prefix is a cache hit where its session was served there
-    before. `lone[:, k]` rows: (miss first token, miss total, hit first token, hit total)
-    of replica k. The caller sized every ring for all the requests."""
+    (ties: plan order), or refused (`inst` -1) where they hold `bound` together; its prefix
+    is a cache hit where its session was served there before. `lone[:, k]` rows: (miss
+    first token, miss total, hit first token, hit total) of replica k. The caller sized
+    every ring for all the requests."""
     k = F.shape[0]
     for j in range(len(rid)):
         t = ta[j]
         best = -1
         best_load = 0
+        held = 0
         for i in range(k):
             load = outstanding(F[i], IV[i], Q[i], CO[i], first_s, finish_s, t)
+            held += load
             if best < 0 or load < best_load:
                 best = i
                 best_load = load
+        if held >= bound:  # the gateway refuses it
+            inst[j] = -1
+            continue
         inst[j] = best
         c = cached[j]
         key = sess[j]
@@ -69,9 +76,11 @@ def route_replicas(
     out: np.ndarray,
     session: np.ndarray,
     lone: np.ndarray,
+    bound: int,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(replica of each request, prefix hit of each) for one model's requests on fresh
-    engines; the engines hold their state afterwards (to drain). `lone`: shape (4, k, n)."""
+    """(replica of each request or -1 where `bound` requests were held and it was refused,
+    prefix hit of each) for one model's requests on fresh engines; the engines hold their
+    state afterwards (to drain). `lone`: shape (4, k, n)."""
     n, k = len(rid), len(engines)
     assert all(not e.iv[I_GEN] and e.iv[I_LONE] < 0 and not e.iv[I_WLEN] for e in engines)
     rows = max(int(e.iv[I_MAXS]) for e in engines) + n + 4  # running rows + a ring for all
@@ -88,7 +97,7 @@ def route_replicas(
     first_s, finish_s = engines[0].first_s, engines[0].finish_s
     _route_all(
         F, IV, Q, CO, first_s, finish_s, np.asarray(delay_s, dtype=np.float64),
-        rid, arrival_s, inp, cached, out, session, lone, seen, inst, hit,
+        rid, arrival_s, inp, cached, out, session, lone, seen, bound, inst, hit,
     )  # fmt: skip
     for i, e in enumerate(engines):
         e.f, e.iv, e.q = F[i], IV[i], Q[i]
@@ -96,10 +105,11 @@ def route_replicas(
 
 
 def run_replicas(
-    slots: list, model: int, idx: np.ndarray, req, out, perfs: dict, *, memo: bool
+    slots: list, model: int, idx: np.ndarray, req, out, perfs: dict, *, memo: bool, bound: int
 ) -> None:
     """All requests `idx` of `model` on its never-sleeping replicas `slots` (module doc),
-    written into the outcome `out`; `memo`: see `lonememo.lone_times_of`."""
+    written into the outcome `out`, those that find `bound` requests held refused; `memo`:
+    see `lonememo.lone_times_of`."""
     inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
     lone = np.empty((4, len(slots), len(idx)))
     for k, s in enumerate(slots):
@@ -114,6 +124,9 @@ def run_replicas(
         outk,
         req.session[idx],
         lone,
+        bound,
     )
-    out.instance[idx] = np.array([s.index for s in slots], dtype=np.int64)[inst]
+    refused = inst < 0
+    out.instance[idx] = np.where(refused, -1, np.array([s.index for s in slots])[inst])
     out.cache_hit[idx] = hit
+    out.refused[idx] = refused

@@ -120,6 +120,7 @@ class Outcome:
     cache_hit: np.ndarray  # bool: the cached prefix was reused
     substituted: np.ndarray  # bool: a stand-in model answered
     quality_penalty: np.ndarray  # the stand-in's quality penalty (0: the model itself)
+    refused: np.ndarray  # bool: refused, the model's admission bound was reached
 
     @classmethod
     def empty(cls, n: int) -> Outcome:
@@ -132,4 +133,5 @@ class Outcome:
             cache_hit=np.zeros(n, dtype=bool),
             substituted=np.zeros(n, dtype=bool),
             quality_penalty=np.zeros(n),
+            refused=np.zeros(n, dtype=bool),
         )

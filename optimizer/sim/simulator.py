@@ -26,7 +26,7 @@ import numpy as np
 from planner.optimizer import tiering
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim import alone, lonememo
-from planner.optimizer.sim.admit import Admission, with_admission
+from planner.optimizer.sim.admit import Admission, never_sleeping_bound
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 from planner.optimizer.sim.lonememo import lone_pair, lone_times_of
@@ -80,7 +80,10 @@ def simulate(
     req = to_requests(trace, names)
     args = (point, perfs, trace, req, slo, sleep_after_idle_s, policy, gpu_memory_gib)
     budget = warm_budget_gib if policy.reactive else None
-    return with_admission(lambda routed: _serve(*args, budget, engine_cls, routed), point, perfs)
+    res, wrong = _serve(*args, budget, engine_cls, frozenset())
+    if wrong:  # rare: a lone instance's refusals took the prefix its later calls counted on
+        res, _ = _serve(*args, budget, engine_cls, wrong)
+    return res
 
 
 def _serve(
@@ -95,9 +98,10 @@ def _serve(
     warm_budget_gib: float | None,
     engine_cls: type,
     force_routed: frozenset[int],
-) -> SimResult:
-    """One run of `simulate`; the models in `force_routed` take the router's path (the one
-    that admits request by request) even where the fast paths would serve them."""
+) -> tuple[SimResult, frozenset[int]]:
+    """One run of `simulate`, the models in `force_routed` on the router's path even where a
+    fast path would serve them; and the models a lone instance served wrongly
+    (`alone.refusals_left_hits`), to run again that way."""
     n = len(req)
     out = Outcome.empty(n)
     t0 = float(req.arrival_s[0]) if n else 0.0
@@ -126,9 +130,8 @@ def _serve(
     paths = _Paths(req, trace is req, perfs, slots, router, out, force_routed | routed_models)
     for m in range(len(req.model_names)):
         paths.serve_model(m, by_model.get(m, []), engine_cls)
-    queue_full = np.zeros(n, dtype=bool)  # refused: the model's admission bound was reached
     if paths.routed:
-        admit = Admission(slots, router.cands, perfs, queue_full)
+        admit = Admission(slots, router.cands, perfs, out.refused)
         order = np.sort(np.concatenate(paths.routed))
         _run_routed(order, req, out, slots, router, paths.local, paths.lone, perfs, admit)
     for s in slots:
@@ -137,7 +140,8 @@ def _serve(
     end_s = max(float(done.max()) if len(done) else t0, float(req.arrival_s[-1]) if n else t0)
     router.settle_until(end_s)
     timeline.close(end_s)
-    return measure(point, req, out, slots, timeline, t0, end_s, slo, paths.over, queue_full)
+    res = measure(point, req, out, slots, timeline, t0, end_s, slo, paths.over, out.refused)
+    return res, frozenset(paths.wrong)
 
 
 class _Paths:
@@ -163,6 +167,7 @@ class _Paths:
         self.routed: list[np.ndarray] = []  # requests that go through the router
         self.local = np.zeros(n, dtype=np.int64)  # position among its model's requests
         self.lone: dict[int, tuple[list[float], ...]] = {}  # slot -> lone times (router path)
+        self.wrong: set[int] = set()  # models `alone` served wrongly (`refusals_left_hits`)
 
     def serve_model(self, m: int, cands: list[int], engine_cls: type) -> None:
         """Model `m`'s requests (served by the slots `cands`) onto their path."""
@@ -180,8 +185,9 @@ class _Paths:
         self.local[idx] = np.arange(len(idx))
         inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
         s0 = slots[cands[0]]
+        bound = never_sleeping_bound([perfs[slots[i].id] for i in cands])
         if len(cands) == 1 and m not in self.keep_routed and self._alone(s0):
-            self._serve_alone(m, s0, idx, inp, cached, outk)
+            self._serve_alone(m, s0, idx, inp, cached, outk, bound)
             return
         if (
             engine_cls is not Engine
@@ -190,7 +196,9 @@ class _Paths:
         ):
             from planner.optimizer.sim.replicas import run_replicas  # compiled path: numba
 
-            run_replicas([slots[i] for i in cands], m, idx, req, out, perfs, memo=self.memo)
+            run_replicas(
+                [slots[i] for i in cands], m, idx, req, out, perfs, memo=self.memo, bound=bound
+            )
             return
         for i in cands:
             pair = lone_pair(req, m, perfs[slots[i].id], inp, cached, outk, self.memo)
@@ -208,21 +216,22 @@ class _Paths:
             and s.awake
         )
 
-    def _serve_alone(self, m: int, s0: Slot, idx, inp, cached, outk) -> None:
+    def _serve_alone(self, m: int, s0: Slot, idx, inp, cached, outk, bound: int) -> None:
         """Serve a lone instance's requests (`alone`), remembered for a trace kept around."""
         req, out, memo = self.req, self.out, self.memo
         perf = self.perfs[s0.id]
         key = (id(req), m, perf)
-        if memo and alone.recall(key, req, s0, idx, out):
-            return
-        # which requests find their prefix cached is known up front
-        hit = alone.session_hits(req.session[idx], cached)
-        pf, tot = lone_times_of(
-            req, m, perf, "sessions", inp, np.where(hit, cached, 0), outk, memo=memo
-        )
-        alone.run_alone(s0, idx, req, out, hit, pf, tot)
-        if memo:
-            alone.remember(key, req, s0, idx, out)
+        if not (memo and alone.recall(key, req, s0, idx, out)):
+            # which requests find their prefix cached is known up front
+            hit = alone.session_hits(req.session[idx], cached)
+            pf, tot = lone_times_of(
+                req, m, perf, "sessions", inp, np.where(hit, cached, 0), outk, memo=memo
+            )
+            alone.run_alone(s0, idx, req, out, hit, pf, tot, bound)
+            if memo:
+                alone.remember(key, req, s0, idx, out)
+        if alone.refusals_left_hits(req, idx, out):
+            self.wrong.add(m)
 
 
 def _engine_class(compiled: bool | None) -> type:

@@ -57,3 +57,38 @@ def test_the_gateway_uses_the_same_bound():
     cfg = GatewayConfig()
     assert (cfg.queue_limit, cfg.admit_factor) == (admission.QUEUE_LIMIT, admission.ADMIT_FACTOR)
     assert admission.instance_limit(16, cfg.admit_factor) == 32
+
+
+def _compiled() -> list[bool]:
+    from planner.optimizer.sim.kernel import AVAILABLE
+
+    return [False, True] if AVAILABLE else [False]
+
+
+def test_replicas_that_never_sleep_refuse_as_the_router_does():
+    # compiled: one call for the model (`sim.replicas`), counting in its loop; pure Python:
+    # the router's path, request by request (`sim.admit.Admission`)
+    pt = point(["gpu", "gpu"], ["m0", "m0"], [[0], [1]])
+    runs = [
+        simulate(pt, _perfs(pt), _burst(3000, 0.001), SLO, model_names=["m0"], compiled=c)
+        for c in _compiled()
+    ]
+    assert runs[0].to_metrics()["refused"]["refused_queue_full"] > 0
+    for r in runs[1:]:
+        assert np.array_equal(r.instance, runs[0].instance)
+        assert np.array_equal(r.ttft_s, runs[0].ttft_s, equal_nan=True)
+
+
+@pytest.mark.parametrize("compiled", _compiled())
+def test_a_session_whose_calls_were_all_refused_finds_no_prefix_cached(compiled):
+    # a burst of first calls, one session each, then each session's second call after the
+    # burst has drained: only those whose first call was served find their prefix cached
+    n = 400
+    t = np.concatenate([np.arange(n) * 0.001, 10_000.0 + np.arange(n) * 100.0])
+    sess = [f"s{k}" for k in range(n)] * 2
+    tr = trace(t, "m0", 100, 200, session=sess, cached=[0] * n + [50] * n)
+    pt = point(["gpu"])
+    res = simulate(pt, _perfs(pt), tr, SLO, model_names=["m0"], compiled=compiled)
+    first_served = res.instance[:n] >= 0
+    assert not first_served.all()
+    assert np.array_equal(res.cache_hit[n:], first_served)
