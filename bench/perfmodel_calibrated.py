@@ -8,7 +8,8 @@ express (bench/lib/serving.py). For each GPU and each model measured on it:
    bench/perfmodel_vs_serving.py does);
 2. a team's calibration: one factor on that GPU's compute rates (every GEMM efficiency,
    bf16/fp8/fp4, and attention's: serving.COMPUTE_SCALE, as `planner profile calibrate`
-   keeps attention's ratio to the GEMMs') fitted to that one model's runs at concurrency
+   keeps attention's ratio to the GEMMs') and one on its TP all-reduces' time
+   (serving.ALLREDUCE_SCALE) fitted to that one model's runs at concurrency
    <= 8 on that GPU, pulled toward 1 by a prior whose weight is chosen on the other GPUs'
    runs only (nested: `choose_prior_weight`);
 3. scored on every other run on that GPU (the other models, and the same model above 8).
@@ -34,21 +35,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perfmodel_vs_serving import BOUNDS, START
-from serving import COMPUTE_SCALE, CONFIG, errors, fit_model, load_rows, predict
+from serving import ALLREDUCE_SCALE, COMPUTE_SCALE, CONFIG, errors, fit_model, load_rows, predict
 
 TPOT_TARGET, TTFT_TARGET = 0.06, 0.12
 LOW_CONCURRENCY = 8
 # What a team's runs calibrate: one scale on the GPU's compute rates (GEMMs and attention;
-# the routed experts' follow), fitted per (GPU, calibrating model) to that model's runs at
-# concurrency <= 8 on that GPU, within a factor 3 of the shipped rates. One model's
-# low-concurrency runs pin little else: the prefills of their TTFTs and the chunk-carrying
-# steps of their TPOTs are where compute binds, and the error a per-GPU constant can remove is
-# small next to the model's within-GPU spread: from the leave-one-GPU-out bases, all nine
-# serving constants refitted per GPU on *every* run of that GPU (in sample, a bound, not a
-# figure) still leave TTFT 11.7%, TPOT 6.4% over the 744 runs (each once; the bases alone
-# 13.4%, 7.3%), and an exact per-GPU factor on each of TTFT and TPOT 12.6%, 7.3%: no per-GPU
-# calibration of this model's constants reaches TPOT 6%. Tried here (nested prior weight
-# each; TTFT, TPOT; the starting constants alone 13.4%, 7.1%):
+# the routed experts' follow) and one on its all-reduces' (below), fitted per (GPU,
+# calibrating model) to that model's runs at concurrency <= 8 on that GPU, within a factor 3
+# of the shipped rates. One model's low-concurrency runs pin little else: the prefills of
+# their TTFTs and the chunk-carrying steps of their TPOTs are where compute binds, and the
+# error a per-GPU constant can remove is small next to the model's within-GPU spread: from
+# the leave-one-GPU-out bases, all nine serving constants refitted per GPU on *every* run of
+# that GPU (in sample, a bound, not a figure) still leave TTFT 11.7%, TPOT 6.4% over the 744
+# runs (each once; the bases alone 13.4%, 7.3%), and an exact per-GPU factor on each of TTFT
+# and TPOT 12.6%, 7.3%: no per-GPU calibration of this model's constants reaches TPOT 6%.
+# Tried here (nested prior weight each; TTFT, TPOT; the starting constants alone 13.4%,
+# 7.1%):
 # - step overhead + request overheads (fixed, per prompt token) + Blackwell's fp8/fp4 GEMM
 #   efficiency (the earlier calibration): 14.0%, 7.7%; they absorb the calibrating model's
 #   own error (B200's request overhead 1 ms calibrated on gpt-oss-120b, 46 ms on MiniMax)
@@ -91,7 +93,11 @@ LOW_CONCURRENCY = 8
 # 1024-token rows, where attention is small: from the B300 + H200 base (uncalibrated) they
 # run 19-37% fast per (precision, TP 2-4), at every concurrency, and stay so with the
 # exponentials (20-40%); the 8192-token ones go from 3-17% fast to 16% fast to 1% slow.
-CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0)}
+# Kept: a second factor, on the TP all-reduces' time (serving.ALLREDUCE_SCALE), fitted with
+# the compute scale to the same runs (one model at TP 1-8 pins it): 11.8%, 5.6% against
+# 12.2%, 5.5%; per GPU TTFT B200 12.2%, B300 10.2%, H200 10.5% (B200 fits x0.98-1.28, B300
+# and H200 x0.97-1.07; B200 picks prior 0.1, B300 and H200 1).
+CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0), ALLREDUCE_SCALE: (1 / 3, 3.0)}
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid
 # (decades, fixed before looking) that scores best on the calibrate -> predict task of the
@@ -102,8 +108,8 @@ PRIOR_GRID = (0.0, 0.1, 1.0)
 
 def fit_base(rows: pd.DataFrame) -> dict[str, float]:
     """The starting constants fitted to `rows` (bench/perfmodel_vs_serving.py's fit), with
-    the compute scale a calibration fits at 1."""
-    return fit_model(rows, START, BOUNDS) | {COMPUTE_SCALE: 1.0}
+    the compute and all-reduce scales a calibration fits at 1."""
+    return fit_model(rows, START, BOUNDS) | {COMPUTE_SCALE: 1.0, ALLREDUCE_SCALE: 1.0}
 
 
 def calibrate_gpu(
@@ -161,7 +167,7 @@ def calibrated(
     test = on_gpu.drop(train.index)
     configs = test.drop_duplicates(CONFIG)
     after = errors(test, predict(configs, theta))
-    after = after.assign(calibrated_on=model, scale=theta[COMPUTE_SCALE])
+    after = after.assign(calibrated_on=model, scale=theta[COMPUTE_SCALE], ar=theta[ALLREDUCE_SCALE])
     if not with_base:
         return after, None
     return after, errors(test, predict(configs, base)).assign(calibrated_on=model)
@@ -190,7 +196,8 @@ def main() -> int:
         for model, g in j.groupby("calibrated_on"):
             print(
                 f"  {gpu:9} calibrated on {model:14} ({LOW_CONCURRENCY} clients or fewer, prior "
-                f"{weight:g}; compute x{g.scale.iloc[0]:.2f}): {len(g):4d} other runs, TTFT "
+                f"{weight:g}; compute x{g.scale.iloc[0]:.2f}, all-reduce x{g.ar.iloc[0]:.2f}): "
+                f"{len(g):4d} other runs, TTFT "
                 f"{np.median(g.ttft_err):6.1%}, "
                 f"TPOT {np.median(g.tpot_err):6.1%}",
                 flush=True,
