@@ -9,9 +9,9 @@ express (bench/lib/serving.py). For each GPU and each model measured on it:
 2. a team's calibration: one factor on that GPU's compute rates (every GEMM efficiency,
    bf16/fp8/fp4, and attention's: serving.COMPUTE_SCALE, as `planner profile calibrate`
    keeps attention's ratio to the GEMMs') and one on its TP all-reduces' time
-   (serving.ALLREDUCE_SCALE) fitted to that one model's runs at concurrency
-   <= 8 on that GPU, pulled toward 1 by a prior whose weight is chosen on the other GPUs'
-   runs only (nested: `choose_prior_weight`);
+   (ALLREDUCE_SCALE, which `planner profile calibrate` fits alike from runs at TP > 1)
+   fitted to that one model's runs at concurrency <= 8 on that GPU, pulled toward 1 by a
+   prior whose weight is chosen on the other GPUs' runs only (nested: `choose_prior_weight`);
 3. scored on every other run on that GPU (the other models, and the same model above 8).
 
 Prints median |error| of TTFT and TPOT per GPU and overall (over every (GPU, calibrating
@@ -93,7 +93,7 @@ LOW_CONCURRENCY = 8
 # 1024-token rows, where attention is small: from the B300 + H200 base (uncalibrated) they
 # run 19-37% fast per (precision, TP 2-4), at every concurrency, and stay so with the
 # exponentials (20-40%); the 8192-token ones go from 3-17% fast to 16% fast to 1% slow.
-# Kept: a second factor, on the TP all-reduces' time (serving.ALLREDUCE_SCALE), fitted with
+# Kept: a second factor, on the TP all-reduces' time (ALLREDUCE_SCALE), fitted with
 # the compute scale to the same runs (one model at TP 1-8 pins it): 11.8%, 5.6% against
 # 12.2%, 5.5%; per GPU TTFT B200 12.2%, B300 10.2%, H200 10.5% (B200 fits x0.98-1.28, B300
 # and H200 x0.97-1.07; B200 picks prior 0.1, B300 and H200 1).

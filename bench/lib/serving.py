@@ -20,6 +20,8 @@ import pandas as pd
 from planner.catalog.gpus import resolve_gpu
 from planner.catalog.models import resolve_arch_name
 from planner.optimizer.perf import Calib, closed_loop, default_calib, instance_perf
+from planner.optimizer.perf.calib import with_allreduce_scale
+from planner.optimizer.perf.calib_loop import ALLREDUCE_SCALE
 from planner.optimizer.perf.latency import gemm_flops, linear_flops_per_token
 from planner.optimizer.perf.memory import kv_bytes_per_token, weight_parts_bytes
 from planner.units import GB
@@ -106,16 +108,13 @@ COMPUTE_SCALE = "compute_scale"
 # Nor for its prefill attention kernels: their achieved share of the bf16 peak is fitted with
 # the engine's constants (Blackwell GPUs only; Hopper keeps its attention tables' 0.48).
 ATTN_BLACKWELL = "blackwell_attn_efficiency"
-# A team's own GPUs' TP all-reduces against the shipped NVLink constants: one factor on their
-# time (NVLink efficiency / it, latency x it), what a calibration fits with COMPUTE_SCALE.
-ALLREDUCE_SCALE = "allreduce_scale"
 
 
 def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     """The GPU generation's defaults with the fitted constants `theta` laid over them."""
     arch = resolve_gpu(gpu).arch
     special = (BURST, CHAIN, LOWP_BLACKWELL, FP8_BLOCK_BLACKWELL, COMPUTE_SCALE, ATTN_BLACKWELL)
-    special += (ALLREDUCE_SCALE,)
+    special += (ALLREDUCE_SCALE,)  # a team's calibration's (calib_loop): on the TP all-reduces
     upd = {k: v for k, v in theta.items() if k not in special}
     if arch == "blackwell" and LOWP_BLACKWELL in theta:
         eff = theta[LOWP_BLACKWELL]
@@ -125,13 +124,7 @@ def calib_for(gpu: str, theta: dict[str, float]) -> Calib:
     if arch == "blackwell" and ATTN_BLACKWELL in theta:
         upd.update(attn_efficiency=theta[ATTN_BLACKWELL])
     cal = dataclasses.replace(default_calib(arch), **upd)
-    ar = theta.get(ALLREDUCE_SCALE, 1.0)
-    if ar != 1.0:
-        cal = dataclasses.replace(
-            cal,
-            nvlink_efficiency=cal.nvlink_efficiency / ar,
-            nvlink_latency_s=cal.nvlink_latency_s * ar,
-        )
+    cal = with_allreduce_scale(cal, theta.get(ALLREDUCE_SCALE, 1.0))
     scale = theta.get(COMPUTE_SCALE, 1.0)
     if scale == 1.0:
         return cal

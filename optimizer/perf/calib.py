@@ -208,6 +208,20 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
 }
 
 
+def with_allreduce_scale(cal: Calib, scale: float) -> Calib:
+    """`cal` with every TP all-reduce taking `scale` times as long: each link's efficiency
+    divided by it, its small-message latency multiplied (what a calibration fits as one)."""
+    if scale == 1.0:
+        return cal
+    return replace(
+        cal,
+        nvlink_efficiency=cal.nvlink_efficiency / scale,
+        nvlink_latency_s=cal.nvlink_latency_s * scale,
+        link_efficiency=cal.link_efficiency / scale,
+        link_latency_s=cal.link_latency_s * scale,
+    )
+
+
 def default_calib(arch: str) -> Calib:
     """Spec-sheet defaults of a GPU generation (`GpuSpec.arch`)."""
     return Calib(**_ARCH_DEFAULTS.get(arch, {}))

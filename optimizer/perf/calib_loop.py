@@ -5,8 +5,10 @@ An imported run is a serving benchmark: `concurrency` clients sending fixed-leng
 back to back, mean TTFT and TPOT measured. The perf model predicts it as `planner estimate`
 does (`instance_perf` with vLLM's defaults, `benchmark_loop`); the
 profiler's own points keep their step-level model (`calibration.predict`). Fitted: compute
-and bandwidth efficiency, step and request overhead, by coordinate search on a shrinking
-multiplicative grid, minimising the mean clipped |log ratio| over every measured number.
+and bandwidth efficiency, step and request overhead, and where a run used TP > 1 a factor on
+the TP all-reduces' time (`ALLREDUCE_SCALE`, `calib.with_allreduce_scale`), by coordinate
+search on a shrinking multiplicative grid, minimising the mean clipped |log ratio| over every
+measured number.
 
 Pure: numbers in, numbers out.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
-from planner.optimizer.perf.calib import Calib
+from planner.optimizer.perf.calib import Calib, with_allreduce_scale
 from planner.optimizer.perf.fitpoints import FitPoint, is_imported, predict
 from planner.schemas.profile import Profile
 
@@ -30,6 +32,10 @@ FITTED = {  # Calib field -> bounds
     "step_overhead_s": (1e-6, 0.05),
     "prefill_overhead_s": (1e-4, 1.0),
 }
+# One factor on every TP all-reduce's time (not a Calib field): runs of one model at several
+# TP pin it. Serving runs on B200 (bench/perfmodel_calibrated.py) fit x0.98-1.28.
+ALLREDUCE_SCALE = "allreduce_scale"
+ALLREDUCE_BOUNDS = (1 / 3, 3.0)
 CLIP = 1.5  # |log ratio| a single point counts for at most
 
 
@@ -62,11 +68,16 @@ def loop_points(profile: Profile) -> list[LoopPoint]:
     return out
 
 
+def loop_link(gpu: GpuSpec) -> str:
+    """The interconnect an imported run's TP all-reduces are predicted over."""
+    return "nvlink" if gpu.nvlink_gbps and "SXM" in gpu.name.upper() else "pcie"
+
+
 def loop_predict(points: list[LoopPoint], gpu: GpuSpec, cal: Calib) -> np.ndarray:
     """(TTFT s, TPOT s) of each point under `cal`, shape (n, 2)."""
     from planner.optimizer.perf import benchmark_loop, instance_perf
 
-    link = "nvlink" if gpu.nvlink_gbps and "SXM" in gpu.name.upper() else "pcie"
+    link = loop_link(gpu)
     out = []
     for p in points:
         perf = instance_perf(p.arch, p.quantization, gpu, p.tp, interconnect=link, calib=cal)
@@ -84,28 +95,33 @@ def _loss(pred: np.ndarray, y: np.ndarray) -> float:
 def fit_loop(
     loop: list[LoopPoint], own: list[FitPoint], gpu: GpuSpec, base: Calib, sweeps: int = 4
 ) -> tuple[dict[str, float], np.ndarray]:
-    """(fitted Calib fields, each measured number's relative error after the fit): the
-    imported runs' TTFT and TPOT and the profiler's own points together."""
+    """(fitted Calib fields and, where a run used TP > 1, `ALLREDUCE_SCALE`; each measured
+    number's relative error after the fit): the imported runs' TTFT and TPOT and the
+    profiler's own points together."""
     y_loop = np.array([(p.ttft_s, p.tpot_s) for p in loop], dtype=float).reshape(-1, 2)
     y_own = np.array([p.y_s for p in own])
+    bounds = dict(FITTED)
+    if any(p.tp > 1 for p in loop):
+        bounds[ALLREDUCE_SCALE] = ALLREDUCE_BOUNDS
 
     def evaluate(theta: dict[str, float]) -> tuple[float, np.ndarray]:
-        cal = replace(base, **theta)
+        ar = theta.get(ALLREDUCE_SCALE, 1.0)
+        cal = with_allreduce_scale(replace(base, **{k: theta[k] for k in FITTED}), ar)
         pred = loop_predict(loop, gpu, cal).ravel()
         if own:
             o, po = theta["step_overhead_s"], theta["prefill_overhead_s"]
-            own_pred = predict(
-                own, theta["compute_efficiency"], theta["bandwidth_efficiency"], o, po
-            )
-            pred = np.concatenate([pred, own_pred])
+            ce, be = theta["compute_efficiency"], theta["bandwidth_efficiency"]
+            pred = np.concatenate([pred, predict(own, ce, be, o, po, ar=ar)])
         y = np.concatenate([y_loop.ravel(), y_own])
         return _loss(pred, y), np.abs(pred / y - 1)
 
     theta = {k: min(hi, max(lo, getattr(base, k))) for k, (lo, hi) in FITTED.items()}
+    if ALLREDUCE_SCALE in bounds:
+        theta[ALLREDUCE_SCALE] = 1.0
     best, _ = evaluate(theta)
     step = 0.5
     for _ in range(sweeps):
-        for k, (lo, hi) in FITTED.items():
+        for k, (lo, hi) in bounds.items():
             for mult in (1 + step, 1 / (1 + step), (1 + step) ** 2, 1 / (1 + step) ** 2):
                 cand = {**theta, k: min(hi, max(lo, theta[k] * mult))}
                 v, _ = evaluate(cand)

@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
-from planner.optimizer.perf.calib import Calib
+from planner.optimizer.perf.calib import Calib, with_allreduce_scale
 from planner.optimizer.perf.fitpoints import (
     FitPoint,
     fit_points,
@@ -260,7 +260,7 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         for r in ok
         if r.arch is not None and (r.decode or r.prefill)
     ]
-    from planner.optimizer.perf.calib_loop import fit_loop, loop_points
+    from planner.optimizer.perf.calib_loop import ALLREDUCE_SCALE, fit_loop, loop_link, loop_points
 
     loop = loop_points(profile)
     if loop:  # serving runs: the closed loop, with the engine points alike
@@ -270,11 +270,20 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         out.bandwidth_efficiency = theta["bandwidth_efficiency"]
         out.step_overhead_s = theta["step_overhead_s"]
         out.prefill_overhead_s = theta["prefill_overhead_s"]
+        ar = theta.get(ALLREDUCE_SCALE)
+        if ar is not None:  # a run used TP > 1: the link it ran over, as the fit predicted it
+            link = with_allreduce_scale(base, ar)
+            if loop_link(gpu) == "nvlink":
+                out.nvlink_efficiency = link.nvlink_efficiency
+                out.nvlink_latency_s = link.nvlink_latency_s
+            else:
+                out.link_efficiency = link.link_efficiency
+                out.link_latency_s = link.link_latency_s
         out.residual_rel = float(np.median(rel))
         out.points = len(pts) + 2 * len(loop)
         out.source = (
             f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
-            f"points) with {prior} priors"
+            f"points{'' if ar is None else f', all-reduces x{ar:.2f}'}) with {prior} priors"
         )
     elif len(pts) >= 2:
         per_seq = gpu.arch == "cpu"  # Calib.seq_overhead_s: the CPU build's per-sequence cost

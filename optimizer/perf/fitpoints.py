@@ -25,7 +25,7 @@ class StepTerms:
     mem_s: float  # bytes read / peak bandwidth
     lin_s: float  # linear-layer FLOPs / peak GEMM rate
     attn_s: float  # attention FLOPs / peak rate
-    comm_s: float  # TP all-reduce time (efficiency of the link is not fitted here)
+    comm_s: float  # TP all-reduce time at the base link constants
     floor_s: float = 0.0  # the kernels' minimum time (not fitted here)
     seqs: float = 1.0  # sequences in the step (each costs the fitted per-sequence time)
 
@@ -121,14 +121,20 @@ def predict(
     po: float,
     so: float = 0.0,
     pb: float | None = None,
+    ar: float = 1.0,
 ) -> np.ndarray:
     """Model latency of each point (`so`: s per sequence per step; `pb`: the request
-    overhead of a `busy` point, None: `po`), s."""
+    overhead of a `busy` point, None: `po`; `ar`: the all-reduces' time scaled, as
+    `calib.with_allreduce_scale`), s."""
     over = {"prefill": po, "busy": po if pb is None else pb}
     out = []
     for p in points:
         t = sum(
-            o + so * s.seqs + s.floor_s + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce) + s.comm_s
+            o
+            + so * s.seqs
+            + s.floor_s
+            + max(s.mem_s / be, (s.lin_s + s.attn_s) / ce)
+            + s.comm_s * ar
             for s in p.steps
         )
         out.append(t + over.get(p.kind, 0.0))

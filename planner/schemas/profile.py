@@ -170,6 +170,18 @@ class Calibration(Strict):
     seq_overhead_s: float | None = Field(
         default=None, ge=0, description="time per sequence in an engine step, s"
     )
+    nvlink_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak NVLink rate in TP all-reduces"
+    )
+    nvlink_latency_s: float | None = Field(
+        default=None, ge=0, description="one small TP all-reduce over NVLink, s"
+    )
+    link_efficiency: float | None = Field(
+        default=None, gt=0, le=2, description="achieved/peak PCIe rate in TP all-reduces"
+    )
+    link_latency_s: float | None = Field(
+        default=None, ge=0, description="one small TP all-reduce over PCIe, s"
+    )
     points: int | None = Field(default=None, ge=0, description="engine points the fit used")
     source: str = Field(default="", description="what the factors come from")
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")

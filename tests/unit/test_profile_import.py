@@ -93,3 +93,56 @@ def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsy
     assert cal["residual_rel"] < 0.03
     assert cal["source"].startswith("closed-loop fit (8 imported")
     assert any("runs.csv" in r for r in cal["runs"])  # the calibration names its runs
+    assert "nvlink_efficiency" not in cal  # one GPU per run: no all-reduce to fit
+
+
+def _write_runs(path, gpu, truth, tps):
+    cols = ["model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
+            "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for tp in tps:
+            perf = instance_perf(
+                resolve_arch_name(MODEL), "bf16", gpu, tp, interconnect="nvlink", calib=truth
+            )
+            for isl in (512, 4096):
+                for c in (1, 4, 16, 64):
+                    r = benchmark_loop(perf, isl, 256, c)
+                    w.writerow([f"meta-llama/{MODEL}", "h100_sxm", "bf16", isl, 256, c, tp,
+                                r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
+
+
+def test_calibrate_fits_the_all_reduces_of_runs_at_several_tp(tmp_path, capsys):
+    """Runs at TP 1, 2 and 4 whose all-reduces take twice the shipped time (NVLink at half
+    the efficiency, twice the latency): the calibration finds that link, and the plan's
+    perf model (`calib_from_profile`) predicts the runs from it. A fit without the factor
+    (the shipped link) would leave the TP 4 runs' error to the other factors."""
+    from planner.optimizer.perf import calib_from_profile
+    from planner.schemas.profile import Profile
+
+    gpu = resolve_gpu("H100-SXM")
+    base = default_calib("hopper")
+    truth = dataclasses.replace(
+        base,
+        nvlink_efficiency=base.nvlink_efficiency / 2,
+        nvlink_latency_s=base.nvlink_latency_s * 2,
+    )
+    f = tmp_path / "runs.csv"
+    _write_runs(f, gpu, truth, (1, 2, 4))
+    out = tmp_path / "p"
+    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
+                         "--out", str(out)], capsys)  # fmt: skip
+    assert code == 0, err
+    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
+    assert code == 0, err
+    (res,) = json.loads(text)
+    cal = res["calibration"]
+    assert cal["nvlink_efficiency"] == pytest.approx(truth.nvlink_efficiency, rel=0.2)
+    assert cal["nvlink_latency_s"] == pytest.approx(truth.nvlink_latency_s, rel=0.2)
+    assert "link_efficiency" not in cal  # the runs used NVLink
+    assert "all-reduces x" in cal["source"]
+    assert cal["residual_rel"] < 0.03
+    (path,) = out.glob("*.yaml")
+    fitted = calib_from_profile(Profile.model_validate(yaml.safe_load(path.read_text())))
+    assert fitted.nvlink_efficiency == pytest.approx(cal["nvlink_efficiency"])
