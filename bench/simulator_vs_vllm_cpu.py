@@ -216,8 +216,10 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     for pt, f in zip(pts, fitted, strict=True):
         print(f"  {pt.label:18} measured {pt.y_s * 1e3:7.2f} ms  fitted {f * 1e3:7.2f} ms")
     for p in run.idle:
+        lat = p.latency_s
         print(
-            f"  {p.prompt_tokens} tok after {p.idle_s:5.3f} s idle: {p.latency_s.median * 1e3:6.2f} ms"
+            f"  {p.prompt_tokens} tok after {p.idle_s:5.3f} s idle: median "
+            f"{lat.median * 1e3:6.2f} ms, mean {(lat.mean or lat.median) * 1e3:6.2f} ms"
         )
     for note in run.notes:
         print(f"  note: {note}")

@@ -45,7 +45,7 @@ class BenchConfig:
     # prompt 6.5 ms 5 ms after a stream, 10.0 ms after 0.3 s, 11.2 ms after 1.5 s)
     idle_gaps_s: tuple[float, ...] = (0.005, 0.05, 0.3, 1.5)
     idle_prompt_tokens: int = 128  # prompt of each idle point, tokens
-    idle_reps: int = 5  # requests per idle point
+    idle_reps: int = 9  # requests per idle point (the curve takes their mean: bimodal)
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)  # decode points
     decode_prompt_tokens: int = 16  # prompt of each decode request, tokens
     # a second decode context: every concurrency again with prompts this long (tokens), so

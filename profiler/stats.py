@@ -64,13 +64,14 @@ def percentile(xs: Sequence[float], q: float) -> float:
 
 
 def summarize(samples: Sequence[float]) -> Stat:
-    """Median and p90-p10 spread of repeated samples."""
+    """Median, p90-p10 spread and mean of repeated samples."""
     if not samples:
         raise ValueError("no samples to summarize")
     return Stat(
         median=percentile(samples, 50),
         spread=max(0.0, percentile(samples, 90) - percentile(samples, 10)),
         n=len(samples),
+        mean=sum(samples) / len(samples),
     )
 
 

@@ -11,11 +11,12 @@ from planner.schemas.common import Strict
 
 
 class Stat(Strict):
-    """A repeated measurement: median and spread (p90 - p10), in the unit of the key."""
+    """A repeated measurement: median, spread (p90 - p10) and mean, in the unit of the key."""
 
     median: float = Field(description="median of the repetitions")
     spread: float = Field(default=0.0, ge=0, description="p90 - p10 of the repetitions")
     n: int = Field(default=1, ge=1, description="repetitions")
+    mean: float | None = Field(default=None, description="mean of the repetitions (if known)")
 
 
 class Environment(Strict):
