@@ -125,8 +125,8 @@ def run_alone(
     # Busy periods: request j+1 arrives before request j (alone) would have finished.
     overlap = np.flatnonzero(ta[1:] < start[:-1] + tot[:-1])
     in_busy = refused = np.zeros(len(idx), dtype=bool)
-    if len(overlap) and not isinstance(eng, Engine):  # the compiled engine
-        in_busy, refused = eng.run_busy(
+    if len(overlap):
+        args = (
             idx.astype(np.int64),
             arr,
             ta,
@@ -139,49 +139,8 @@ def run_alone(
             prev_free,
             bound,
         )
-    elif len(overlap):
-        # Python scalars for the per-request loop (numpy scalar access is slow).
-        rid_l, ta_l, pf_l, tot_l = idx.tolist(), ta.tolist(), pf.tolist(), tot.tolist()
-        arr_l = arr.tolist()
-        inp_l = req.input_tokens[idx].tolist()
-        out_l = req.output_tokens[idx].tolist()
-        cached_l = cached.tolist()
-        busy_l = [False] * len(idx)
-        refused_l = [False] * len(idx)
-        n = len(idx)
-        over_l = overlap.tolist()
-        n_over = len(over_l)
-        advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
-        p = 0
-        while p < n_over:
-            j = over_l[p]
-            k = j
-            eng.free_s = max(eng.free_s, float(prev_free[j]))
-            held = 0  # requests the engine holds at most (j found it empty)
-            while k < n:
-                tk = ta_l[k]
-                if k > j:
-                    if held >= bound:
-                        held = eng.outstanding(arr_l[k])
-                        if held >= bound:  # the gateway refuses it
-                            refused_l[k] = busy_l[k] = True
-                            k += 1
-                            continue
-                    if eng.general and advance(tk):  # still busy at tk: k joins the batch
-                        enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
-                        busy_l[k] = True
-                        held += 1
-                        k += 1
-                        continue
-                    if eng.free_s <= tk:
-                        break  # the engine is empty when k arrives: k is alone again
-                submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
-                busy_l[k] = True
-                held += 1
-                k += 1
-            eng.drain()
-            p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
-        in_busy, refused = np.array(busy_l, dtype=bool), np.array(refused_l, dtype=bool)
+        # the compiled engine loops in one call; the reference engine here, the same loop
+        in_busy, refused = _run_busy(eng, *args) if isinstance(eng, Engine) else eng.run_busy(*args)
     if refused.any():
         gone = idx[refused]
         out.first_token_s[gone] = out.finish_s[gone] = np.nan
@@ -193,6 +152,58 @@ def run_alone(
     if len(idx) and not refused[-1]:
         last = (ta if in_busy[-1] else start)[-1] + tot[-1]
         eng.free_s = max(eng.free_s, float(last))
+
+
+def _run_busy(
+    eng: Engine, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`FastEngine.run_busy` on the pure-Python engine: the busy periods of one model's
+    requests, (which requests were in one, which of those were refused)."""
+    # Python scalars for the per-request loop (numpy scalar access is slow).
+    rid_l, arr_l, ta_l, pf_l, tot_l = (
+        rid.tolist(),
+        arr.tolist(),
+        ta.tolist(),
+        pf.tolist(),
+        tot.tolist(),
+    )
+    inp_l, cached_l, out_l = inp.tolist(), cached.tolist(), out.tolist()
+    n = len(rid_l)
+    busy_l = [False] * n
+    refused_l = [False] * n
+    over_l = over.tolist()
+    n_over = len(over_l)
+    advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
+    p = 0
+    while p < n_over:
+        j = over_l[p]
+        k = j
+        eng.free_s = max(eng.free_s, float(prev_free[j]))
+        held = 0  # requests the engine holds at most (j found it empty)
+        while k < n:
+            tk = ta_l[k]
+            if k > j:
+                if held >= bound:
+                    held = eng.outstanding(arr_l[k])
+                    if held >= bound:  # the gateway refuses it
+                        refused_l[k] = busy_l[k] = True
+                        k += 1
+                        continue
+                if eng.general and advance(tk):  # still busy at tk: k joins the batch
+                    enqueue(rid_l[k], inp_l[k], cached_l[k], out_l[k])
+                    busy_l[k] = True
+                    held += 1
+                    k += 1
+                    continue
+                if eng.free_s <= tk:
+                    break  # the engine is empty when k arrives: k is alone again
+            submit(rid_l[k], tk, inp_l[k], cached_l[k], out_l[k], pf_l[k], tot_l[k])
+            busy_l[k] = True
+            held += 1
+            k += 1
+        eng.drain()
+        p = bisect.bisect_left(over_l, k, p)  # the first overlap at or after k
+    return np.array(busy_l, dtype=bool), np.array(refused_l, dtype=bool)
 
 
 def clear() -> None:
