@@ -55,48 +55,9 @@ def test_import_rejects_an_open_loop_run(tmp_path, capsys):
     assert not list(tmp_path.glob("*.yaml"))  # nothing written
 
 
-def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsys):
-    """Runs the model itself generates with known factors (bandwidth 0.6, request overhead
-    50 ms, step overhead 300 us): importing them and calibrating gives those factors back."""
-    gpu = resolve_gpu("H100-SXM")
-    truth = dataclasses.replace(
-        default_calib("hopper"),
-        bandwidth_efficiency=0.6,
-        prefill_overhead_s=0.05,
-        step_overhead_s=3e-4,
-    )
-    perf = instance_perf(
-        resolve_arch_name(MODEL), "bf16", gpu, 1, interconnect="nvlink", calib=truth
-    )
-    f = tmp_path / "runs.csv"
-    cols = ["model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
-            "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
-    with f.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(cols)
-        for isl in (512, 4096):
-            for c in (1, 4, 16, 64):
-                r = benchmark_loop(perf, isl, 256, c)
-                w.writerow([f"meta-llama/{MODEL}", "h100_sxm", "bf16", isl, 256, c, 1,
-                            r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
-        w.writerow([f"meta-llama/{MODEL}", "b200_sxm", "bf16", 512, 256, 1, 1, 1.0, 1.0])
-    out = tmp_path / "p"
-    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
-                         "--out", str(out)], capsys)  # fmt: skip
-    assert code == 0, err
-    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
-    assert code == 0, err
-    (res,) = json.loads(text)
-    cal = res["calibration"]
-    assert cal["bandwidth_efficiency"] == pytest.approx(0.6, rel=0.1)
-    assert cal["prefill_overhead_s"] == pytest.approx(0.05, rel=0.15)
-    assert cal["residual_rel"] < 0.03
-    assert cal["source"].startswith("closed-loop fit (8 imported")
-    assert any("runs.csv" in r for r in cal["runs"])  # the calibration names its runs
-    assert "nvlink_efficiency" not in cal  # one GPU per run: no all-reduce to fit
-
-
-def _write_runs(path, gpu, truth, tps):
+def _write_runs(path, gpu, truth, tps, extra=()):
+    """Serving-runs CSV rows of MODEL on `gpu` at each TP of `tps` as the perf model predicts
+    them under `truth` (a Calib), then the rows `extra`."""
     cols = ["model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
             "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
     with path.open("w", newline="") as fh:
@@ -111,6 +72,41 @@ def _write_runs(path, gpu, truth, tps):
                     r = benchmark_loop(perf, isl, 256, c)
                     w.writerow([f"meta-llama/{MODEL}", "h100_sxm", "bf16", isl, 256, c, tp,
                                 r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
+        w.writerows(extra)
+
+
+def _import_and_calibrate(f, out, capsys) -> dict:
+    """`profile import` of `f` as H100-SXM into `out`, then `profile calibrate --json`'s
+    calibration."""
+    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
+                         "--out", str(out)], capsys)  # fmt: skip
+    assert code == 0, err
+    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
+    assert code == 0, err
+    (res,) = json.loads(text)
+    return res["calibration"]
+
+
+def test_calibrate_recovers_the_factors_of_imported_serving_runs(tmp_path, capsys):
+    """Runs the model itself generates with known factors (bandwidth 0.6, request overhead
+    50 ms, step overhead 300 us): importing them and calibrating gives those factors back."""
+    gpu = resolve_gpu("H100-SXM")
+    truth = dataclasses.replace(
+        default_calib("hopper"),
+        bandwidth_efficiency=0.6,
+        prefill_overhead_s=0.05,
+        step_overhead_s=3e-4,
+    )
+    f = tmp_path / "runs.csv"
+    other_gpu = [f"meta-llama/{MODEL}", "b200_sxm", "bf16", 512, 256, 1, 1, 1.0, 1.0]
+    _write_runs(f, gpu, truth, (1,), extra=[other_gpu])
+    cal = _import_and_calibrate(f, tmp_path / "p", capsys)
+    assert cal["bandwidth_efficiency"] == pytest.approx(0.6, rel=0.1)
+    assert cal["prefill_overhead_s"] == pytest.approx(0.05, rel=0.15)
+    assert cal["residual_rel"] < 0.03
+    assert cal["source"].startswith("closed-loop fit (8 imported")
+    assert any("runs.csv" in r for r in cal["runs"])  # the calibration names its runs
+    assert "nvlink_efficiency" not in cal  # one GPU per run: no all-reduce to fit
 
 
 def test_calibrate_fits_the_all_reduces_of_runs_at_several_tp(tmp_path, capsys):
@@ -131,13 +127,7 @@ def test_calibrate_fits_the_all_reduces_of_runs_at_several_tp(tmp_path, capsys):
     f = tmp_path / "runs.csv"
     _write_runs(f, gpu, truth, (1, 2, 4))
     out = tmp_path / "p"
-    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
-                         "--out", str(out)], capsys)  # fmt: skip
-    assert code == 0, err
-    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
-    assert code == 0, err
-    (res,) = json.loads(text)
-    cal = res["calibration"]
+    cal = _import_and_calibrate(f, out, capsys)
     assert cal["nvlink_efficiency"] == pytest.approx(truth.nvlink_efficiency, rel=0.2)
     assert cal["nvlink_latency_s"] == pytest.approx(truth.nvlink_latency_s, rel=0.2)
     assert "link_efficiency" not in cal  # the runs used NVLink
