@@ -136,3 +136,21 @@ def test_calibrate_fits_the_all_reduces_of_runs_at_several_tp(tmp_path, capsys):
     (path,) = out.glob("*.yaml")
     fitted = calib_from_profile(Profile.model_validate(yaml.safe_load(path.read_text())))
     assert fitted.nvlink_efficiency == pytest.approx(cal["nvlink_efficiency"])
+
+
+def test_the_all_reduce_factor_keeps_every_link_within_the_profile_schema():
+    # the fit's lowest factor on a generation's shipped link constants still writes a
+    # Calibration the schema accepts (efficiency <= 2)
+    from planner.optimizer.perf.calib import _ARCH_DEFAULTS, with_allreduce_scale
+    from planner.optimizer.perf.calib_loop import ALLREDUCE_BOUNDS
+    from planner.schemas.profile import Calibration
+
+    for arch in [*_ARCH_DEFAULTS, "unknown"]:
+        for scale in ALLREDUCE_BOUNDS:
+            c = with_allreduce_scale(default_calib(arch), scale)
+            Calibration(
+                nvlink_efficiency=c.nvlink_efficiency,
+                nvlink_latency_s=c.nvlink_latency_s,
+                link_efficiency=c.link_efficiency,
+                link_latency_s=c.link_latency_s,
+            )
