@@ -35,7 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from perfmodel_vs_serving import BOUNDS, START
-from serving import ALLREDUCE_SCALE, COMPUTE_SCALE, CONFIG, errors, fit_model, load_rows, predict
+from serving import COMPUTE_SCALE, CONFIG, errors, fit_model, load_rows, predict
+
+from planner.optimizer.perf.calib_loop import ALLREDUCE_BOUNDS, ALLREDUCE_SCALE
 
 TPOT_TARGET, TTFT_TARGET = 0.06, 0.12
 LOW_CONCURRENCY = 8
@@ -97,7 +99,7 @@ LOW_CONCURRENCY = 8
 # the compute scale to the same runs (one model at TP 1-8 pins it): 11.8%, 5.6% against
 # 12.2%, 5.5%; per GPU TTFT B200 12.2%, B300 10.2%, H200 10.5% (B200 fits x0.98-1.28, B300
 # and H200 x0.97-1.07; B200 picks prior 0.1, B300 and H200 1).
-CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0), ALLREDUCE_SCALE: (1 / 3, 3.0)}
+CAL_BOUNDS = {COMPUTE_SCALE: (1 / 3, 3.0), ALLREDUCE_SCALE: ALLREDUCE_BOUNDS}  # calibrate's
 # The prior: weight x (log(fitted / start))^2 per constant. The weight is a hyperparameter,
 # so it is chosen out of sample (nested): for each GPU scored, the weight of this grid
 # (decades, fixed before looking) that scores best on the calibrate -> predict task of the
