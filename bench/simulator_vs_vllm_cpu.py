@@ -219,7 +219,7 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
         lat = p.latency_s
         print(
             f"  {p.prompt_tokens} tok after {p.idle_s:5.3f} s idle: median "
-            f"{lat.median * 1e3:6.2f} ms, mean {(lat.mean or lat.median) * 1e3:6.2f} ms"
+            f"{lat.median * 1e3:6.2f} ms, trimmed mean {(lat.trimmed_mean or 0) * 1e3:6.2f} ms"
         )
     for note in run.notes:
         print(f"  note: {note}")

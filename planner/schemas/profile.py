@@ -11,12 +11,17 @@ from planner.schemas.common import Strict
 
 
 class Stat(Strict):
-    """A repeated measurement: median, spread (p90 - p10) and mean, in the unit of the key."""
+    """A repeated measurement: median, spread (p90 - p10) and trimmed mean, in the unit of the
+    key."""
 
     median: float = Field(description="median of the repetitions")
     spread: float = Field(default=0.0, ge=0, description="p90 - p10 of the repetitions")
     n: int = Field(default=1, ge=1, description="repetitions")
-    mean: float | None = Field(default=None, description="mean of the repetitions (if known)")
+    trimmed_mean: float | None = Field(
+        default=None,
+        description="mean of the repetitions less the highest and the lowest (all of them "
+        "under 5; unset: not recorded)",
+    )
 
 
 class Environment(Strict):

@@ -316,21 +316,22 @@ def test_the_idle_wake_scales_with_the_idle_time_the_profile_measured():
     assert calibrate(prof, gpu, default_calib("cpu")).idle_wake_curve is None
 
 
-def test_a_bimodal_wake_takes_the_mean_of_its_samples():
+def test_a_bimodal_wake_takes_the_trimmed_mean_of_its_samples():
     """After 50 ms of quiet the CPU build wakes either fast or slow (5.25 ms in one quiet-host
     profile's median of 5, 8.08 ms in the next): the curve takes the samples' mean, where the
-    median would pick one mode."""
+    median would pick one mode, less the highest and the lowest, where one stalled sample
+    would move a plain mean (and with it every share, through the 0.3 s reference)."""
     from planner.profiler.stats import summarize
 
     prof, gpu = _idle_and_busy_profile(9.0 + 0.012 * 128 - 4.0)
     run = prof.engine[0]
     run.prefill_idle_s = 0.3
-    samples = {0.005: [6.5] * 5, 0.05: [6.5, 6.5, 6.5, 10.0, 10.0], 0.3: [10.0] * 5}
+    samples = {0.005: [6.5] * 9, 0.05: [6.5] * 5 + [10.0] * 4, 0.3: [10.0] * 8 + [40.0]}
     run.idle = [IdlePoint(idle_s=g, prompt_tokens=128, latency_s=summarize([t / 1e3 for t in v]))
                 for g, v in samples.items()]  # fmt: skip
     assert run.idle[1].latency_s.median == pytest.approx(0.0065)  # the fast mode
     curve = calibrate(prof, gpu, default_calib("cpu")).idle_wake_curve
-    assert curve == [(0.005, 0.0), (0.05, 0.4), (0.3, 1.0)]  # 2 of 5 slow
+    assert curve == [(0.005, 0.0), (0.05, 0.429), (0.3, 1.0)]  # 3 of 7 slow, no stall
 
 
 def test_one_request_overhead_without_busy_points_and_off_the_cpu_build():

@@ -45,6 +45,8 @@ def test_summarize_median_spread_n():
     assert s.median == 3.0
     assert s.spread == pytest.approx(4.6 - 1.4)
     assert s.n == 5
+    assert s.trimmed_mean == 3.0  # 2, 3 and 4
+    assert summarize([5.0, 1.0, 3.0, 2.0]).trimmed_mean == 2.75  # under 5: all of them
     with pytest.raises(ValueError):
         summarize([])
 
@@ -54,6 +56,10 @@ def test_summarize_invariants(xs):
     s = summarize(xs)
     assert min(xs) <= s.median <= max(xs)
     assert 0 <= s.spread <= max(xs) - min(xs) + 1e-6 * max(xs)
+    tol = 1e-9 * max(xs)
+    assert min(xs) - tol <= s.trimmed_mean <= max(xs) + tol
+    if len(xs) >= 5:  # one stalled repetition, however long, moves it no further
+        assert summarize([*xs[:-1], 1e12]).trimmed_mean == summarize([*xs[:-1], 2e9]).trimmed_mean
 
 
 def test_rate_stat_is_work_over_time():
