@@ -160,14 +160,8 @@ def _run_busy(
     """`FastEngine.run_busy` on the pure-Python engine: the busy periods of one model's
     requests, (which requests were in one, which of those were refused)."""
     # Python scalars for the per-request loop (numpy scalar access is slow).
-    rid_l, arr_l, ta_l, pf_l, tot_l = (
-        rid.tolist(),
-        arr.tolist(),
-        ta.tolist(),
-        pf.tolist(),
-        tot.tolist(),
-    )
-    inp_l, cached_l, out_l = inp.tolist(), cached.tolist(), out.tolist()
+    rid_l, arr_l, ta_l, pf_l = rid.tolist(), arr.tolist(), ta.tolist(), pf.tolist()
+    tot_l, inp_l, cached_l, out_l = tot.tolist(), inp.tolist(), cached.tolist(), out.tolist()
     n = len(rid_l)
     busy_l = [False] * n
     refused_l = [False] * n
