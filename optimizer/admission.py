@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
 
 ADMIT_FACTOR = 2.0  # an awake instance takes max_num_seqs x this at once (> 0)
 QUEUE_LIMIT = 64  # requests of one model waiting in the gateway (wake or slot)
@@ -29,21 +28,10 @@ def model_bound(awake_limits: Iterable[int], queue_limit: int = QUEUE_LIMIT) -> 
     return sum(awake_limits) + queue_limit
 
 
-def in_system(arrival_s: Any, finish_s: Any) -> Any:
-    """For each request (arrival order), how many earlier ones are still unfinished when it
-    arrives (the admission count it meets); numpy arrays in and out."""
-    import numpy as np  # not at import: the CLI's gateway reads this module's constants
-
-    ends = np.sort(finish_s)
-    earlier = np.arange(len(arrival_s))
-    return earlier - np.searchsorted(ends, arrival_s, side="right")
-
-
 __all__ = [
     "ADMIT_FACTOR",
     "QUEUE_LIMIT",
     "REFUSED_QUEUE_FULL",
-    "in_system",
     "instance_limit",
     "model_bound",
 ]
