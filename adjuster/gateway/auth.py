@@ -1,9 +1,11 @@
 """Who may call the gateway: keys, per-key limits, privileged routes, the bind rule.
 
 With a keys file (`planner gateway --keys KEYS.yaml`, planner/keys.py) every route but
-`/health` needs `Authorization: Bearer KEY` (401 otherwise); a model outside the key's
-`models` is 403; past its `requests_per_minute` (any 60 s) or `max_concurrency` a request
-gets 429 with `Retry-After`. Each answer is an OpenAI-style JSON body. The caller's identity
+`/health` needs a key (`presented_key`: `Authorization: Bearer KEY`; 401 otherwise); past
+its `requests_per_minute` (any 60 s) or `max_concurrency` a proxied request gets 429 with
+`Retry-After`; all of this runs on the request's head, before a byte of its body is read
+(`gate`, the server's h1server.Gate). A model outside the key's `models` is 403 once the
+body names it (`admit`). Each answer is an OpenAI-style JSON body. The caller's identity
 (request log, /metrics, `adjust`) is the key's `name`; a `trusted_proxy` key's `X-User`
 becomes NAME/USER, any other key's X-User is ignored. The file is re-read on SIGHUP and when
 it changes; requests in flight keep the entry they were admitted with, and a bad file keeps
@@ -12,9 +14,10 @@ the keys in force (logged).
 Without keys the gateway listens on loopback only (anyone who can reach it is a local user),
 and the identity is `X-User`, else an HMAC of the bearer key with the install's secret. A
 non-loopback bind without keys is refused unless `--insecure-no-auth`, which /health then
-reports. Whatever the mode, `/metrics`, the detailed `/health` and any route outside `/v1/`
-(control routes) need an admin key or a loopback peer; `/health` itself answers everyone
-(liveness).
+reports. `/metrics`, the detailed `/health` and any route outside `/v1/` (control routes)
+need, with keys, an admin key (from any peer, loopback too: a reverse proxy on the same
+host must not open them); without keys, a loopback peer. `/health` itself answers everyone
+(liveness). docs/security.md has the scrape config.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, NamedTuple
 from planner.adjuster.gateway.answers import error, identity
 from planner.adjuster.gateway.clock import SYSTEM
 from planner.adjuster.gateway.h1server import Request
-from planner.adjuster.gateway.reply import Response, StreamResponse
+from planner.adjuster.gateway.reply import Response
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
 from planner.schemas.keys import Key
@@ -56,7 +59,18 @@ class Caller(NamedTuple):
 
     @property
     def privileged(self) -> bool:
+        """May read /metrics, the detailed /health and control routes: an admin key; without
+        keys, a loopback peer (`loopback` is False for every caller when keys are on)."""
         return self.loopback or (self.key is not None and self.key.admin)
+
+
+def presented_key(headers: Any) -> str:
+    """The key a request presents ("" when none): `Authorization: Bearer KEY`. Every route
+    and every key check reads it here; another header (an API's own) is added here."""
+    auth = headers.get("Authorization", "")
+    if auth[:7].lower() != "bearer ":
+        return ""
+    return auth[7:].strip()
 
 
 @functools.lru_cache(maxsize=4096)  # per request: peers are few, parsing is not free
@@ -175,13 +189,11 @@ class Auth:
 
     def caller(self, headers: Any, remote: str | None) -> Caller | None:
         """The caller of a request; None: keys are on and it presents no valid key."""
-        loopback = remote is not None and is_loopback(remote)
         if self.table is None:
+            loopback = remote is not None and is_loopback(remote)
             return Caller(None, identity(headers, self.secret)[0], loopback)
-        auth = headers.get("Authorization", "")
-        if auth[:7].lower() != "bearer ":
-            return None
-        key = self.table.lookup(auth[7:].strip())
+        presented = presented_key(headers)
+        key = self.table.lookup(presented) if presented else None
         if key is None:
             return None
         user = key.name
@@ -190,18 +202,18 @@ class Auth:
             sub = "".join(c for c in raw if c.isprintable())
             if sub:
                 user = f"{key.name}/{sub}"
-        return Caller(key, user, loopback)
+        return Caller(key, user, False)  # with keys, only an admin key is privileged
 
-    async def check(self, request: Request, handler: Any) -> Response | StreamResponse:
-        """Run `handler` for a request its caller may make; else 401 / 403. The caller is
-        kept on the request (`request.caller`)."""
+    def gate(self, request: Request, limited: bool) -> Response | None:
+        """Run on the request's head, before any byte of its body is read (h1server.Gate):
+        401 / 403 for a caller that may not make it, and for a `limited` route (a proxied
+        one) 429 past the key's limits, else None with a slot of the key taken (`release`
+        gives it back). The caller is kept on the request (`request.caller`)."""
         path = request.path
         who = self.caller(request.headers, request.remote)
-        if path in _OPEN:  # answers everyone; an admin key only adds details
-            request.caller = who or Caller(None, "", is_loopback(request.remote or ""))
-            return await handler(request)
-        if who is None and not path.startswith(_FOR_KEYS) and is_loopback(request.remote or ""):
-            who = Caller(None, "", True)  # the gateway's host reads /metrics without a key
+        if path in _OPEN:  # answers everyone; a privileged caller only adds details
+            request.caller = who or Caller(None, "", False)
+            return None
         if who is None:
             self.denied[("", 401)] += 1
             return error(
@@ -211,12 +223,14 @@ class Auth:
             )  # fmt: skip
         if not path.startswith(_FOR_KEYS) and not who.privileged:
             self.denied[(who.key.name if who.key else "", 403)] += 1
-            return error(
-                403, f"{path} needs an admin key (or a request from the gateway's host)",
-                "PermissionDeniedError",
-            )  # fmt: skip
+            need = "an admin key" if self.table is not None else "a request from the gateway's host"
+            return error(403, f"{path} needs {need}", "PermissionDeniedError")
         request.caller = who
-        return await handler(request)
+        if who.key is not None:
+            request.owner = who.key.name
+            if limited:
+                return self.limit(request, who.key)
+        return None
 
     def identity(self, request: Request) -> tuple[str, str]:
         """(user, session) of a request `check` let through."""
@@ -230,24 +244,26 @@ class Auth:
         return key is None or key.models is None or model in key.models
 
     def details(self, request: Request) -> bool:
-        """Whether the request may see detailed status (admin key or loopback)."""
+        """Whether the request may see detailed status (Caller.privileged)."""
         who = request.caller
         return who is not None and who.privileged
 
     def admit(self, request: Request, model: str) -> Response | None:
-        """403 for a model outside the key's list, 429 past a limit; else None, and a slot
-        of the key is taken (`release` gives it back)."""
+        """403 for a model outside the request's key's list (the model is in the body: this
+        runs after it is read); else None."""
         who = request.caller
         key = who.key if who is not None else None
-        if key is None:
+        if key is None or key.models is None or model in key.models:
             return None
+        self.denied[(key.name, 403)] += 1
+        return error(
+            403, f"key {key.name!r} may not call model {model!r}; it may call {key.models}",
+            "PermissionDeniedError", models=key.models,
+        )  # fmt: skip
+
+    def limit(self, request: Request, key: Key) -> Response | None:
+        """429 past the key's limits; else None, and a slot of the key is taken."""
         name = key.name
-        if key.models is not None and model not in key.models:
-            self.denied[(name, 403)] += 1
-            return error(
-                403, f"key {name!r} may not call model {model!r}; it may call {key.models}",
-                "PermissionDeniedError", models=key.models,
-            )  # fmt: skip
         rpm = key.requests_per_minute
         now = self.clock() if rpm is not None else 0.0
         if rpm is not None:  # a sliding window: at most rpm admissions in any 60 s

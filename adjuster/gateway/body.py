@@ -17,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from planner.adjuster.gateway.h1parse import BadRequest
+from planner.adjuster.gateway.h1body import BadRequest, OverBudget
 from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.reply import Response, error
 
 READ_CHUNK = 64 * 1024  # body bytes read at once
 MAX_NAME = 200  # characters of a client-sent name kept
@@ -67,12 +68,19 @@ async def read_body(
                 f"1 MiB per {timeout_s:g} s",
             ) from None  # fmt: skip
         except BadRequest as e:
-            raise BadBody(400, "bad_chunks", str(e)) from None
+            raise BadBody(e.status, "bad_chunks", str(e)) from None
+        except OverBudget as e:
+            raise BadBody(503, "over_budget", f"{e}; retry shortly") from None
         if not chunk:
             return bytes(buf)
         buf += chunk
         if len(buf) > cap_bytes:
             raise BadBody(413, "too_large", _too_large(cap_bytes))
+
+
+def too_large(cap_bytes: int) -> Response:
+    """The 413 of a body over the cap."""
+    return error(413, _too_large(cap_bytes), "RequestEntityTooLargeError")
 
 
 def _too_large(cap_bytes: int) -> str:

@@ -37,6 +37,9 @@ class GatewayConfig:
     shutdown_timeout_s: float = 60.0  # at stop, requests in flight finish within this
     max_connections: int = 4096  # open at once (also bounded by the open-file limit)
     max_body_bytes: int = 16 * 1024 * 1024  # larger bodies get 413
+    # request bodies held at once (h1body.Budget), in all and per key; beyond: 503
+    body_budget_bytes: int = 64 * 1024 * 1024
+    body_budget_per_key_bytes: int = 32 * 1024 * 1024
     warn_every_s: float = 60.0  # a recurring error (log write, accept) is logged this often
     # request log (requestlog.py)
     log_max_pending: int = 100_000  # rows kept while the log cannot be written

@@ -1,16 +1,33 @@
-"""A request's body as it arrives at the gateway's server (h1server.py), by Content-Length
-or chunked (h1parse.Chunked); the handler reads it in pieces within its own bounds
-(body.py). Reading from the client pauses while `PAUSE_BYTES` wait unread, so a body is
-never held whole beyond what the handler has taken."""
+"""A request's body as the server (h1server.py) receives it, already de-chunked by the
+parser; the handler reads it in pieces within its own bounds (body.py). Reading from the
+client pauses while `PAUSE_BYTES` wait unread, so a body is never held whole beyond what
+the handler has taken.
+
+`Budget`: the body bytes the gateway holds for the requests in flight, in all and per key.
+A request takes its declared Content-Length when its head is admitted (a chunked body
+takes its bytes as they come) and gives it back when its answer is done; beyond either
+bound the request gets 503 with Retry-After, before a byte of its body is read.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import collections
 from typing import Protocol
 
-from planner.adjuster.gateway.h1parse import BadRequest, Chunked
-
 PAUSE_BYTES = 1 << 20  # unread body bytes at which reading pauses
+
+
+class BadRequest(Exception):
+    """A request the server refuses to read: `status` (400, 413, 431, 501, 505) and why."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class OverBudget(Exception):
+    """The gateway (or the key) holds as many body bytes as it may: 503, Retry-After."""
 
 
 class Wire(Protocol):
@@ -21,51 +38,59 @@ class Wire(Protocol):
     def write(self, data: bytes) -> None: ...
 
 
+class Budget:
+    """Body bytes held by the requests in flight: at most `total_bytes` in all and
+    `per_key_bytes` under one key name ("" for requests without a key)."""
+
+    def __init__(self, total_bytes: int, per_key_bytes: int):
+        self.total_bytes, self.per_key_bytes = total_bytes, per_key_bytes
+        self.held = 0
+        self.by_key: dict[str, int] = collections.defaultdict(int)
+        self.refused = 0  # requests refused for lack of budget
+
+    def take(self, key: str, n: int) -> bool:
+        """Hold `n` more bytes for `key`; False (nothing held) beyond either bound."""
+        if self.held + n > self.total_bytes or self.by_key[key] + n > self.per_key_bytes:
+            self.refused += 1
+            return False
+        self.held += n
+        self.by_key[key] += n
+        return True
+
+    def give(self, key: str, n: int) -> None:
+        self.held -= n
+        left = self.by_key[key] - n
+        if left:
+            self.by_key[key] = left
+        else:
+            del self.by_key[key]
+
+
 class Body:
     """A request's body as it arrives; `read` takes it in pieces (b"" at its end)."""
 
-    __slots__ = (
-        "_buf",
-        "_chunked",
-        "_conn",
-        "_left",
-        "_waiter",
-        "done",
-        "error",
-        "expect",
-        "length",
-    )
+    __slots__ = ("_buf", "_conn", "_waiter", "done", "error", "expect", "length")
 
     def __init__(self, conn: Wire, length: int | None):
         self._conn, self.length = conn, length  # length None: chunked
-        self._chunked = Chunked() if length is None else None
-        self._left = length or 0
         self._buf = bytearray()
         self._waiter: asyncio.Future | None = None
         self.done = length == 0  # all of it is in
-        self.error: Exception | None = None  # malformed chunks, or the client left
+        self.error: Exception | None = None  # malformed chunks, over budget, the client left
         self.expect = False  # `100 Continue` is owed before the first wait
 
-    def feed(self, data: bytes) -> bytes:
-        """Take what belongs to the body; the bytes past its end (the next request)."""
-        if self._chunked is not None:
-            try:
-                part, rest = self._chunked.feed(data)
-            except BadRequest as e:
-                self.fail(e)
-                return b""
-            self.done = self._chunked.done
-        else:
-            part, rest = data[: self._left], data[self._left :]
-            self._left -= len(part)
-            self.done = not self._left
-        if part:
-            self._buf += part
-            self.expect = False  # the client sends without waiting: no `100 Continue`
-            if len(self._buf) >= PAUSE_BYTES and not self.done:
-                self._conn.pause_reading()
+    def feed(self, data: bytes) -> None:
+        """Bytes of the body, as the parser gives them."""
+        self._buf += data
+        self.expect = False  # the client sends without waiting: no `100 Continue`
+        if len(self._buf) >= PAUSE_BYTES:
+            self._conn.pause_reading()
         self._wake()
-        return rest
+
+    def end(self) -> None:
+        """All of the body is in."""
+        self.done = True
+        self._wake()
 
     def fail(self, e: Exception) -> None:
         if self.error is None and not self.done:
@@ -81,11 +106,12 @@ class Body:
         if not self.done:
             return None
         out = bytes(self._buf)
-        self._buf.clear()
+        self._buf = bytearray()
         return out
 
     async def read(self, n: int) -> bytes:
-        """Up to `n` bytes as they come; b"" at the end. Malformed chunks raise BadRequest."""
+        """Up to `n` bytes as they come; b"" at the end. A malformed or over-long body raises
+        BadRequest, one over the budget OverBudget."""
         while not self._buf:
             if self.error is not None:
                 raise self.error

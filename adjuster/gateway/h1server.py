@@ -1,59 +1,95 @@
-"""The gateway's HTTP/1.1 server: one asyncio protocol per client connection.
+"""The gateway's HTTP/1.1 server: one asyncio protocol per client connection, requests
+parsed by `httptools` (llhttp, the parser Node.js and uvicorn use, in C).
 
 Lean on purpose. On a machine the engines saturate, the gateway's CPU per proxied request is
 throughput lost, and aiohttp's server (a request object with multidicts and a payload
 stream, a response object, its writer, middleware hooks) cost about half of it. A request
-here is its head parsed strictly (h1parse.py), its body fed to a `Body` as it arrives, and
-one task running the handler; the answer is one write.
+here is its head from the parser's callbacks, its body fed to a `Body` as the parser
+decodes it, and one task running the handler; the answer is one write.
+
+Nothing before the gate. When a head is whole the server's `Gate` runs at once, in the
+parser's callback (the key check, the key's limits, the route: auth.py), then the body's
+bytes are held against the `Budget` (h1body.py). A refused request is answered and, when it
+has a body, the connection closes without reading a byte of it: parsing stops there.
+
+What llhttp accepts, and what this server adds to it (docs/security.md, "HTTP parsing"):
+llhttp runs strict (no leniency flags): CRLF line ends only (heads, chunk lines, trailers),
+header names are tokens, no obsolete line folding, no whitespace before the colon or after
+a chunk size, one Content-Length (a duplicate, even identical, is refused), never with
+Transfer-Encoding, chunked last, only the registered methods (a lowercase `get` is a 400,
+not a 405). On top: HTTP/1.0 and 1.1 only (505; llhttp takes 0.9 and 2.0 heads),
+Transfer-Encoding exactly `chunked` (501 for `gzip, chunked`), `Host` required in HTTP/1.1
+and never twice (400), no Upgrade or CONNECT (400), at most `MAX_HEAD` bytes, `MAX_HEADERS`
+fields and `MAX_LINE` bytes a field in a head (431), at most `MAX_CHUNKS` chunks (413) and
+`FRAMING_BYTES` + `FRAMING_PER_CHUNK` per chunk of size lines, extensions and trailers in a
+body (400). Each is answered with a JSON error and a closed connection, never a 500.
 
 Behaviour kept from the aiohttp server it replaces:
 - keep-alive (HTTP/1.1, unless `Connection: close`), pipelined requests in order;
 - bodies by Content-Length or chunked, read by the handler within its own bounds (body.py),
-  reading paused while `h1body.PAUSE_BYTES` wait unread; `Expect: 100-continue` answered when the
-  handler first waits for the body (417 for any other expectation);
+  reading paused while `h1body.PAUSE_BYTES` wait unread; `Expect: 100-continue` answered when
+  the handler first waits for the body (417 for any other expectation);
 - an answer given before the body was read whole closes the connection after a lingering
   close (the client sees the answer, not a reset);
 - a client that leaves cancels its request's handler (the upstream request is closed);
-- malformed requests get a JSON 400 (431, 501, 505) and the connection is closed; a handler
-  that raises gets a JSON 500 and its error is logged (quietly: guard.QuietFilter);
+- a handler that raises gets a JSON 500 and its error is logged (quietly: guard.QuietFilter);
 - connections are admitted, capped and timed out by the Guard (guard.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from planner.adjuster.gateway.h1body import Body
-from planner.adjuster.gateway.h1parse import MAX_HEAD, BadRequest, Headers, body_length, parse_head
+import httptools
+
+from planner.adjuster.gateway.h1body import BadRequest, Body, Budget, OverBudget
 from planner.adjuster.gateway.reply import Response, StreamResponse, error, render_head
 
 if TYPE_CHECKING:
     from planner.adjuster.gateway.guard import Guard
 
+__all__ = ["BadRequest", "Gate", "Headers", "Request", "Server"]
+
+MAX_HEAD = 64 * 1024  # bytes of a request head (431 beyond)
+MAX_HEADERS = 100
+MAX_LINE = 8190  # bytes of one header field (aiohttp's and nginx's bound); 431 beyond
+MAX_CHUNKS = 16384  # chunks of one body (a 16 MiB body in 1 KiB chunks); 413 beyond
+FRAMING_BYTES = 4096  # a chunked body's bytes that are not data (size lines, extensions,
+FRAMING_PER_CHUNK = 32  # trailers): at most this plus this per chunk; 400 beyond
 LINGER_S = 5.0  # how long an unread body is read and dropped after the answer
+RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
-    431: "RequestHeaderFieldsTooLargeError", 501: "NotImplementedError",
-    505: "HTTPVersionNotSupportedError",
+    413: "RequestEntityTooLargeError", 431: "RequestHeaderFieldsTooLargeError",
+    501: "NotImplementedError", 505: "HTTPVersionNotSupportedError",
+    503: "ServiceUnavailableError",
 }  # fmt: skip
 
 
+class Headers(dict):
+    """Request headers by lower-case name (the first of repeated ones); `get` takes any case."""
+
+    def get(self, name: str, default=None):  # type: ignore[override]
+        return dict.get(self, name.lower(), default)
+
+
 class Request:
-    """One request: its head, its body, who sent it (`caller`, set by auth.py) and the key
-    slot it holds (`admitted`)."""
+    """One request: its head, its body, who sent it (`caller`, set by the gate), the key
+    slot it holds (`admitted`), whose body budget it uses (`owner`) and what it holds."""
 
     __slots__ = (
-        "admitted", "body", "caller", "conn", "headers", "keep_alive", "method", "path",
-        "started", "version",
+        "admitted", "body", "caller", "conn", "handler", "headers", "held", "keep_alive",
+        "method", "owner", "path", "refusal", "released", "started", "version",
     )  # fmt: skip
 
     def __init__(
         self,
-        conn: Conn,
+        conn: Any,
         method: str,
         path: str,
         version: tuple[int, int],
@@ -65,6 +101,11 @@ class Request:
         self.keep_alive = version == (1, 1) and "close" not in headers.get("connection", "").lower()
         self.caller: Any = None
         self.admitted: str | None = None
+        self.handler: Any = None  # the route's handler, when the gate chose one
+        self.owner = ""  # the key name whose body budget this request uses
+        self.held = 0  # body bytes taken from the budget
+        self.refusal: Response | None = None  # the gate's answer instead of the handler's
+        self.released = False
         self.started = False  # a streamed answer's head was sent
 
     @property
@@ -80,15 +121,67 @@ class Request:
 Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
 
 
+class Gate(Protocol):
+    """What runs on a request's head before any byte of its body is read."""
+
+    def admit(self, request: Request) -> Response | None:
+        """None to run the handler; else the answer instead (the body is not read)."""
+        ...
+
+    def release(self, request: Request) -> None:
+        """The request is over (answered, or its client left): give back what admit took."""
+        ...
+
+
+class OpenGate:
+    """Admits every request."""
+
+    def admit(self, request: Request) -> Response | None:
+        return None
+
+    def release(self, request: Request) -> None:
+        return None
+
+
 class Server:
     """The protocol factory for `loop.create_server`, and what its connections share."""
 
-    def __init__(self, handler: Handler, guard: Guard, logger: logging.Logger):
+    def __init__(
+        self,
+        handler: Handler,
+        guard: Guard,
+        logger: logging.Logger,
+        gate: Gate | None = None,
+        budget: Budget | None = None,
+    ):
         self.handler, self.guard, self.log = handler, guard, logger
+        self.gate = gate if gate is not None else OpenGate()
+        self.budget = budget
         self.stopping = False  # no new request on a kept-alive connection
 
     def __call__(self) -> Conn:
         return Conn(self)
+
+    def admit(self, req: Request) -> Response | None:
+        """The gate's verdict on a head, then the body budget for its declared length."""
+        refusal = self.gate.admit(req)
+        if refusal is None and self.budget is not None and req.body.length:
+            if not self.budget.take(req.owner, req.body.length):
+                self.gate.release(req)  # the key's slot back: the request is not run
+                refusal = over_budget()
+            else:
+                req.held = req.body.length
+        return refusal
+
+    def release(self, req: Request) -> None:
+        """Once per request: its key slot and body budget back."""
+        if req.released:
+            return
+        req.released = True
+        if self.budget is not None and req.held:
+            self.budget.give(req.owner, req.held)
+            req.held = 0
+        self.gate.release(req)
 
     async def shutdown(self, timeout_s: float = 60.0) -> None:
         """Close idle connections; wait for the requests in flight, then close the rest."""
@@ -104,8 +197,43 @@ class Server:
             c.abort()
 
 
+def over_budget() -> Response:
+    return error(
+        503, "the gateway holds as many request bodies as it may now; retry shortly",
+        "ServiceUnavailableError", headers={"Retry-After": str(RETRY_AFTER_S)},
+    )  # fmt: skip
+
+
+class _Stop(Exception):
+    """Raised in a parser callback: parse no further on this connection."""
+
+
+def target_path(url: bytes) -> str:
+    """The path of a request target (origin or absolute form), without query or fragment;
+    BadRequest for other forms. llhttp has checked its characters."""
+    target = url.decode("latin-1")
+    if target[:1] != "/":
+        low = target[:8].lower()
+        if low.startswith("http://") or low.startswith("https://"):
+            rest = target[target.find("//") + 2 :]
+            ends = [i for i in (rest.find(c) for c in "/?#") if i >= 0]
+            at = min(ends) if ends else len(rest)
+            target = rest[at:] if rest[at : at + 1] == "/" else "/"
+        elif target == "*":
+            return target
+        else:
+            raise BadRequest(400, "the request target is not a path")
+    cut = len(target)
+    for c in "?#":
+        i = target.find(c)
+        if 0 <= i < cut:
+            cut = i
+    return target[:cut]
+
+
 class Conn(asyncio.Protocol):
-    """One client connection: requests parsed, handled one at a time, answered in order."""
+    """One client connection: requests parsed, gated, handled one at a time, answered in
+    order."""
 
     def __init__(self, server: Server):
         self.server, self.guard = server, server.guard
@@ -116,8 +244,16 @@ class Conn(asyncio.Protocol):
         self.header_since: float | None = None  # first byte of a head not yet whole
         self.idle_since: float | None = None  # no request since (keep-alive timeout)
         self.task: asyncio.Task | None = None
-        self._buf = b""  # bytes of the next head (or pipelined requests)
-        self._body: Body | None = None  # the body now arriving
+        self.current: Request | None = None  # the request being handled
+        self._parser = httptools.HttpRequestParser(self)
+        self._parsing: Request | None = None  # the request whose body is being parsed
+        self._pending: collections.deque[Request | Response] = collections.deque()
+        self._stopped = False  # nothing more is parsed (a refusal, a malformed request)
+        self._in_body = False
+        self._url = b""
+        self._fields: list[tuple[bytes, bytes]] = []
+        self._head_bytes = 0  # received since the last whole head
+        self._wire = self._got = self._chunks = 0  # the chunked body now parsed
         self._drain: asyncio.Future | None = None
         self._write_paused = self._read_paused = False
         self._linger: asyncio.TimerHandle | None = None
@@ -143,33 +279,49 @@ class Conn(asyncio.Protocol):
         self.guard.forget(self)
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the client left: its handler stops (and its upstream request)
-        if self._body is not None:
-            self._body.fail(ConnectionResetError("the client closed the connection"))
+        elif self.current is not None:
+            self.server.release(self.current)
+        gone = ConnectionResetError("the client closed the connection")
+        if self._parsing is not None:
+            self._parsing.body.fail(gone)
+        self._drop_pending()
         if self._drain is not None and not self._drain.done():
-            self._drain.set_exception(ConnectionResetError("the client closed the connection"))
+            self._drain.set_exception(gone)
         if self._linger is not None:
             self._linger.cancel()
 
     def data_received(self, data: bytes) -> None:
-        if self._linger is not None:
-            return  # an unread body after the answer: dropped
-        body = self._body
-        if body is not None:
-            data = body.feed(data)
-            if body.done or body.error is not None:
-                self._body = None
-            if not data or body.error is not None:
-                return
-        if self.busy:  # a pipelined request: read after this one's answer
-            self._buf += data
-            if len(self._buf) > MAX_HEAD:
-                self.pause_reading()
+        if self._linger is not None or self._stopped:
+            return  # after a refusal or an answer that left the body unread: dropped
+        in_body = self._in_body
+        if in_body:
+            self._wire += len(data)
+        else:
+            if not self.busy and self.header_since is None:
+                self.header_since = self.guard.clock()
+            self._head_bytes += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if not self._stopped:  # (a callback's own refusal already stopped it)
+                self._malformed(e)
             return
-        if self.header_since is None:
-            self.header_since = self.guard.clock()
-        seen = len(self._buf)
-        self._buf = self._buf + data if seen else data
-        self._next(max(seen - 3, 0))
+        if not self._in_body:
+            if self._head_bytes > MAX_HEAD and not self._stopped:
+                self._refuse(BadRequest(431, f"the request head exceeds {MAX_HEAD} bytes"))
+        elif in_body and self._over_framing():
+            self._fail_body(BadRequest(
+                400, "the chunked body's size lines, extensions and trailers exceed "
+                f"{FRAMING_BYTES} bytes plus {FRAMING_PER_CHUNK} per chunk",
+            ))  # fmt: skip
+
+    def _over_framing(self) -> bool:
+        """Whether the chunked body being parsed has more bytes that are not data than its
+        chunk count allows (llhttp reads extensions and trailers without a bound)."""
+        req = self._parsing
+        if req is None or req.body.length is not None:
+            return False
+        return self._wire - self._got > FRAMING_BYTES + FRAMING_PER_CHUNK * self._chunks
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -179,44 +331,128 @@ class Conn(asyncio.Protocol):
         if self._drain is not None and not self._drain.done():
             self._drain.set_result(None)
 
-    # ----- requests
+    # ----- parser callbacks (httptools)
 
-    def _next(self, start: int = 0) -> None:
-        """Start the request whose head is in the buffer, if it is whole (`start`: where
-        its end may be, past what earlier searches saw: a head sent a byte at a time is
-        searched once, not once per byte)."""
-        buf = self._buf
-        if buf[:2] == b"\r\n":  # empty lines before a request line are allowed
-            buf = buf.lstrip(b"\r\n")
-            start = 0
-        end = buf.find(b"\r\n\r\n", start)
-        if end < 0 or end > MAX_HEAD:
-            self._buf = buf
-            if len(buf) > MAX_HEAD:
-                self._refuse(BadRequest(431, f"the request head exceeds {MAX_HEAD} bytes"))
-            return
+    def on_message_begin(self) -> None:
+        self._url, self._fields = b"", []
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._in_body:
+            return  # a trailer: bounded with the framing, not kept
+        self._fields.append((name, value))
+        if len(self._fields) > MAX_HEADERS:
+            self._refuse(BadRequest(431, f"more than {MAX_HEADERS} headers"))
+            raise _Stop
+        if len(name) + len(value) > MAX_LINE:
+            self._refuse(BadRequest(431, f"a header field exceeds {MAX_LINE} bytes"))
+            raise _Stop
+
+    def on_headers_complete(self) -> None:
+        self._head_bytes = 0
         try:
-            method, path, version, headers = parse_head(buf[:end])
-            req = Request(self, method, path, version, headers, body_length(headers))
+            req = self._request()
         except BadRequest as e:
             self._refuse(e)
-            return
+            raise _Stop from None
+        self._in_body = not req.body.done
+        refusal = self.server.admit(req)
+        if refusal is None:
+            expect = req.headers.get("expect")
+            if expect and req.version == (1, 1):
+                if expect.lower() != "100-continue":
+                    self.server.release(req)
+                    refusal = error(
+                        417, f"unknown Expect: {expect[:100]}", "ExpectationFailedError"
+                    )
+                else:
+                    req.body.expect = not req.body.done  # until a byte of it comes
+        if refusal is not None:
+            req.refusal, req.keep_alive = refusal, req.keep_alive and req.body.done
+            req.released = True  # the gate took nothing (or gave it back)
+        if self._in_body:
+            self._parsing, self._wire, self._got, self._chunks = req, 0, 0, 0
+        self._queue(req)
+        if refusal is not None and self._in_body:
+            self._stopped = True  # its body is never read
+            raise _Stop
+
+    def on_body(self, data: bytes) -> None:
+        req = self._parsing
+        assert req is not None
+        self._got += len(data)
+        budget = self.server.budget
+        if req.body.length is None and budget is not None:  # chunked: held as it comes
+            if not budget.take(req.owner, len(data)):
+                self._fail_body(OverBudget("the gateway's body budget is spent"))
+                raise _Stop
+            req.held += len(data)
+        req.body.feed(data)
+
+    def on_chunk_header(self) -> None:
+        self._chunks += 1
+        if self._chunks > MAX_CHUNKS:
+            self._fail_body(BadRequest(413, f"the body comes in more than {MAX_CHUNKS} chunks"))
+            raise _Stop
+
+    def on_message_complete(self) -> None:
+        req = self._parsing
+        if req is not None:
+            self._parsing, self._in_body = None, False
+            req.body.end()
+
+    def _request(self) -> Request:
+        """The request whose head the parser just read; BadRequest for what llhttp lets
+        through and the gateway does not serve."""
+        p = self._parser
+        version = p.get_http_version()
+        if version not in ("1.1", "1.0"):
+            raise BadRequest(505, "only HTTP/1.0 and HTTP/1.1 are served")
+        if p.should_upgrade():
+            raise BadRequest(400, "CONNECT and Upgrade are not served")
+        headers = Headers()
+        for name, value in self._fields:
+            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+            if key not in headers:
+                headers[key] = text
+            elif key == "host":
+                raise BadRequest(400, "more than one Host header")
+        major_minor = (1, 1) if version == "1.1" else (1, 0)
+        if major_minor == (1, 1) and "host" not in headers:
+            raise BadRequest(400, "an HTTP/1.1 request needs a Host header")
+        te = dict.get(headers, "transfer-encoding")
+        if te is not None:
+            if te.lower() != "chunked":
+                raise BadRequest(501, f"Transfer-Encoding {te[:40]!r} is not supported")
+            length = None
+        else:
+            length = int(dict.get(headers, "content-length", 0))  # llhttp checked its digits
+        path = target_path(self._url)
+        return Request(self, p.get_method().decode(), path, major_minor, headers, length)
+
+    # ----- requests
+
+    def _queue(self, req: Request | Response) -> None:
+        """Start a request, or keep it until the one before it is answered."""
+        if self.busy:
+            self._pending.append(req)
+            self.pause_reading()  # one request ahead parsed at most (within one read)
+        else:
+            self._start(req)
+
+    def _start(self, req: Request | Response) -> None:
         self.busy, self.header_since, self.idle_since = True, None, None
-        body, rest = req.body, buf[end + 4 :]
-        expect = headers.get("expect")
-        if expect and version == (1, 1):
-            if expect.lower() != "100-continue":
-                self._buf = rest
-                refused = error(417, f"unknown Expect: {expect[:100]}", "ExpectationFailedError")
-                self.answer(req, refused)  # the body unread: a lingering close
-                self._finish(req)
-                return
-            body.expect = not body.done  # until a byte of it comes (h1body.py)
-        if not body.done and rest:
-            rest = body.feed(rest)
-        if not body.done and body.error is None:
-            self._body = body
-        self._buf = rest
+        if isinstance(req, Response):  # a request that could not be read
+            self._write(req, "GET", f"Content-Length: {len(req.body)}\r\nConnection: close\r\n")
+            self._linger_close()
+            return
+        self.current = req
+        if req.refusal is not None:
+            self.answer(req, req.refusal)
+            self._finish(req)
+            return
         self.task = asyncio.get_running_loop().create_task(self._run(req))
 
     async def _run(self, req: Request) -> None:
@@ -229,11 +465,13 @@ class Conn(asyncio.Protocol):
             else:
                 self.answer(req, resp)
         except (asyncio.CancelledError, ConnectionError):
+            self.server.release(req)
             self.abort()  # the client left
             return
         except Exception as e:
             self.server.log.exception("%s %s failed: %s", req.method, req.path[:100], e)
             if req.started:  # a stream already begun cannot become an error answer
+                self.server.release(req)
                 self.abort()
                 return
             req.keep_alive = False
@@ -263,27 +501,54 @@ class Conn(asyncio.Protocol):
 
     def _finish(self, req: Request) -> None:
         """After an answer: the next request, or the connection's end."""
-        self.task = None
+        self.task, self.current = None, None
+        self.server.release(req)
         if self.closing:
             return
         if not (req.keep_alive and req.body.done and not self.server.stopping):
-            if req.body.done:
+            if req.body.done and not self._pending:
                 self.close()
             else:
                 self._linger_close()
             return
         self.busy, self.idle_since = False, self.guard.clock()
-        self.resume_reading()
-        if self._buf:
+        if self._pending:
+            self._start(self._pending.popleft())
+        elif self._head_bytes:  # part of the next head came while this one was handled
             self.header_since = self.guard.clock()
-            self._next()
+        if not self._pending:
+            self.resume_reading()
+
+    def _drop_pending(self) -> None:
+        for waiting in self._pending:
+            if isinstance(waiting, Request):
+                self.server.release(waiting)
+        self._pending.clear()
 
     def _refuse(self, e: BadRequest) -> None:
-        """Answer a request that cannot be read, and close."""
-        self.busy, self.header_since = True, None
-        resp = error(e.status, str(e), _KINDS.get(e.status, "BadRequestError"))
-        self._write(resp, "GET", f"Content-Length: {len(resp.body)}\r\nConnection: close\r\n")
-        self._linger_close()
+        """A request that cannot be read: answered (after those before it), then the
+        connection closes; nothing more is parsed."""
+        self._stopped = True
+        self._queue(error(e.status, str(e), _KINDS.get(e.status, "BadRequestError")))
+
+    def _malformed(self, e: Exception) -> None:
+        """What llhttp refused: in a body, the handler's read fails; else a 400 (505)."""
+        reason = str(e) or type(e).__name__
+        if self._in_body:
+            self._fail_body(BadRequest(400, f"malformed body: {reason}"))
+        elif "version" in reason.lower():
+            self._refuse(BadRequest(505, f"only HTTP/1.0 and HTTP/1.1 are served ({reason})"))
+        else:
+            self._refuse(BadRequest(400, f"malformed request: {reason}"))
+
+    def _fail_body(self, e: Exception) -> None:
+        """The body being parsed is refused: its handler's read raises `e`; the connection
+        closes once it is answered."""
+        self._stopped = True
+        req = self._parsing
+        if req is not None:
+            req.keep_alive = False
+            req.body.fail(e)
 
     # ----- writing and closing
 
@@ -304,6 +569,8 @@ class Conn(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume_reading(self) -> None:
+        if self._pending:
+            return  # requests wait their turn: read no more until they are started
         if self._read_paused and self.transport is not None and not self.closing:
             self._read_paused = False
             self.transport.resume_reading()
@@ -326,7 +593,8 @@ class Conn(asyncio.Protocol):
         client might lose its answer."""
         if self.transport is None or self.closing:
             return
-        self._body = None
+        self._drop_pending()
+        self._read_paused = True  # (so that resume_reading below does resume)
         self.resume_reading()
         if not self.transport.can_write_eof():
             self.close()

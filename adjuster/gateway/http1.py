@@ -20,8 +20,9 @@ import asyncio
 import functools
 from collections import defaultdict
 
-from planner.adjuster.gateway.h1parse import MAX_HEAD, BadRequest, Chunked
+import httptools
 
+MAX_HEAD = 64 * 1024  # bytes of an answer's head
 _MAX_IDLE = 64  # kept-alive connections per engine
 
 
@@ -39,30 +40,33 @@ def render_head(host: str, port: int, path: str, auth: tuple[tuple[str, str], ..
 
 class _Conn(asyncio.Protocol):
     """One kept-alive connection to an engine and the answer it is reading (one request at a
-    time): parsed as its bytes arrive, no stream reader between."""
+    time), parsed by httptools (llhttp) as its bytes arrive: no stream reader between. An
+    answer without a body (204, 304) ends with its head; one without a length, with the
+    connection."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.got = False  # a byte of this request's answer came
         self._waiter: asyncio.Future | None = None
-        self._buf = b""
-        self._head: tuple[int, str, int | None, bool] | None = None  # status, type, length, keep
-        self._chunks: Chunked | None = None
+        self._parser: httptools.HttpResponseParser | None = None
+        self._ctype = b""
         self._parts: list[bytes] = []
+        self._head_bytes = 0
+        self._headed = False
+        self._framed = False  # a Content-Length or Transfer-Encoding says where it ends
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        w, head = self._waiter, self._head
+        w, parser = self._waiter, self._parser
         if w is None or w.done():
             return
-        if (
-            head is not None and head[2] is None and self._chunks is None
-        ):  # ends with the connection
-            w.set_result((head[0], head[1], self._buf, False))
+        if parser is not None and self._headed and not self._framed:
+            body = b"".join(self._parts)  # an answer that ends with the connection
+            w.set_result((parser.get_status_code(), self._content_type(), body, False))
         else:
             w.set_exception(UpstreamError(f"the engine closed the connection ({exc or 'EOF'})"))
 
@@ -70,48 +74,58 @@ class _Conn(asyncio.Protocol):
         """Send a request; the future of its (status, Content-Type, body, reusable)."""
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
-        self._buf, self._head, self._chunks, self._parts, self.got = b"", None, None, [], False
+        self._parser = httptools.HttpResponseParser(self)
+        self._ctype, self._parts, self._head_bytes = b"", [], 0
+        self._headed = self._framed = False
+        self.got = False
         self.transport.write(msg)
         return self._waiter
 
     def data_received(self, data: bytes) -> None:
-        w = self._waiter
-        if w is None or w.done():  # bytes nobody asked for: not reusable
+        w, parser = self._waiter, self._parser
+        if w is None or w.done() or parser is None:  # bytes nobody asked for: not reusable
             self.abort()
             return
         self.got = True
-        self._buf = self._buf + data if self._buf else data
+        if not self._headed:
+            self._head_bytes += len(data)
         try:
-            out = self._parse()
-        except (ValueError, BadRequest) as e:
-            w.set_exception(UpstreamError(f"broken answer: {e or type(e).__name__}"))
+            parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            if not w.done():
+                w.set_exception(UpstreamError(f"broken answer: {e or type(e).__name__}"))
             self.abort()
             return
-        if out is not None:
-            w.set_result(out)
+        if not self._headed and self._head_bytes > MAX_HEAD and not w.done():
+            w.set_exception(UpstreamError("broken answer: the head is too long"))
+            self.abort()
 
-    def _parse(self) -> tuple[int, str, bytes, bool] | None:
-        if self._head is None:
-            end = self._buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(self._buf) > MAX_HEAD:
-                    raise ValueError("the answer's head is too long")
-                return None
-            raw, self._buf = self._buf[: end + 2], self._buf[end + 4 :]
-            self._head = head = _answer_head(raw)
-            if head[2] == -1:
-                self._chunks = Chunked()
-        status, ctype, length, keep = self._head
-        if self._chunks is not None:
-            data, rest = self._chunks.feed(self._buf)
-            self._buf = b""
-            self._parts.append(data)
-            if not self._chunks.done:
-                return None
-            return status, ctype, b"".join(self._parts), keep and not rest
-        if length is None or len(self._buf) < length:
-            return None  # (no length: the answer ends with the connection)
-        return status, ctype, self._buf[:length], keep and len(self._buf) == length
+    # httptools callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        low = name.lower()
+        if low == b"content-type":
+            self._ctype = value
+        elif low in (b"content-length", b"transfer-encoding"):
+            self._framed = True
+
+    def on_headers_complete(self) -> None:
+        self._headed = True
+
+    def on_body(self, data: bytes) -> None:
+        self._parts.append(data)
+
+    def on_message_complete(self) -> None:
+        w, parser = self._waiter, self._parser
+        if w is None or w.done() or parser is None:
+            return
+        parts = self._parts
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        keep = parser.should_keep_alive() and not self.lost
+        w.set_result((parser.get_status_code(), self._content_type(), body, keep))
+
+    def _content_type(self) -> str:
+        return self._ctype.decode("latin-1") if self._ctype else "application/json"
 
     def abort(self) -> None:
         self.lost = True
@@ -174,36 +188,3 @@ class Http1:
             for conn in idle:
                 conn.abort()
         self._idle.clear()
-
-
-def _answer_head(raw: bytes) -> tuple[int, str, int | None, bool]:
-    """Status, Content-Type, body length (-1: chunked; None: until the connection ends)
-    and whether the connection may be reused (`raw`: the status line and headers, each
-    line ending in CRLF)."""
-    version, code = raw[: raw.index(b"\r\n")].split(b" ", 2)[:2]
-    status = int(code)
-    low = raw.lower()  # header names are case-insensitive; only four are read
-    keep = version == b"HTTP/1.1" and _header(raw, low, b"connection").lower() != b"close"
-    length: int | None = None
-    if b"chunked" in _header(raw, low, b"transfer-encoding").lower():
-        length = -1
-    else:
-        cl = _header(raw, low, b"content-length")
-        if cl or b"\r\ncontent-length:" in low:  # (an empty value is refused by int())
-            length = int(cl)
-            if length < 0:
-                raise ValueError("a negative Content-Length")
-        else:
-            keep = False
-    ctype = _header(raw, low, b"content-type")
-    return status, ctype.decode("latin-1") if ctype else "application/json", length, keep
-
-
-def _header(raw: bytes, low: bytes, name: bytes) -> bytes:
-    """The value of header `name` (lower case) in `raw` (whose lower case is `low`); b""
-    when absent. A search, not a parse of every line: this runs once per proxied request."""
-    at = low.find(b"\r\n" + name + b":")
-    if at < 0:
-        return b""
-    start = at + len(name) + 3
-    return raw[start : raw.index(b"\r\n", start)].strip()

@@ -31,7 +31,8 @@ abort it, streamed or not, and the request is logged as 499 `client gone`.
 User and session (auth.py): with keys, the key's name (NAME/X-User under a `trusted_proxy`
 key) and `X-Session`; without, `X-User` / `X-Session`, or an `Authorization: Bearer KEY`
 becomes the user `key-<12 hex of an HMAC of KEY with the install's secret>` (never the key).
-A key may be refused a model (403) or a request over its limits (429) before any routing.
+A key may be refused a request over its limits (429, on the head: auth.gate) or a model
+(403, once the body names it) before any routing.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.config import GatewayConfig
 from planner.adjuster.gateway.forward import Forwarder, NoAnswer
-from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.h1server import RETRY_AFTER_S, Request
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.pool import Inst, Pool, load
 from planner.adjuster.gateway.record import Recorder, RequestRecord
@@ -69,7 +70,10 @@ ASK_STREAM_USAGE = {
     "/v1/responses": False,
 }
 PROXIED = tuple(ASK_STREAM_USAGE)
-_KINDS = {408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
+_KINDS = {
+    408: "RequestTimeoutError", 413: "RequestEntityTooLargeError",
+    503: "ServiceUnavailableError",
+}  # fmt: skip
 
 
 def _variant(inst: Inst) -> str:
@@ -113,8 +117,6 @@ class Proxy:
         except ClientGone:
             self.rec.fail(r, 499, "client gone")
             return Response(status=499)  # never sent: the connection is closed
-        finally:
-            self.auth.release(request)  # the key's slot, when `admit` took one
 
     async def _handle(self, request: Request, r: RequestRecord) -> Response | StreamResponse:
         cfg, pool, fail = self.cfg, self.pool, self.rec.fail
@@ -127,10 +129,11 @@ class Proxy:
             self.rec.metrics.malformed[e.reason] += 1
             fail(r, e.status, e.message)
             kind = _KINDS.get(e.status, "BadRequestError")
-            return error(e.status, e.message, kind, param=e.param)
+            retry = {"Retry-After": str(RETRY_AFTER_S)} if e.status == 503 else None
+            return error(e.status, e.message, kind, headers=retry, param=e.param)
         model = payload["model"]
         r.model = cut(model)
-        denied = self.auth.admit(request, model)  # 403 / 429 by the key (before any 404)
+        denied = self.auth.admit(request, model)  # 403 by the key (before any 404)
         if denied is not None:
             fail(r, denied.status, "key refused")
             return denied

@@ -19,9 +19,11 @@ from pathlib import Path
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.accesslog import AccessLog
 from planner.adjuster.gateway.auth import Auth
+from planner.adjuster.gateway.body import cut, too_large
 from planner.adjuster.gateway.clock import SYSTEM, Clock
 from planner.adjuster.gateway.config import GatewayConfig
 from planner.adjuster.gateway.guard import Guard, http_logger
+from planner.adjuster.gateway.h1body import Budget
 from planner.adjuster.gateway.h1server import Request, Server
 from planner.adjuster.gateway.health import Health
 from planner.adjuster.gateway.metrics import Metrics
@@ -97,6 +99,7 @@ class Gateway:
             **{("POST", path): self.proxy.handle for path in PROXIED},
             **{(m, path): h for path, h in gets.items() for m in ("GET", "HEAD")},
         }  # (method, path) -> handler; anything else: `h_other` (JSON 404 / 405)
+        self.budget = Budget(cfg.body_budget_bytes, cfg.body_budget_per_key_bytes)
         self._tasks: list[asyncio.Task] = []
 
     @property
@@ -158,17 +161,40 @@ class Gateway:
                         log.warning("flush of %s failed: %s", lg.path, e)
 
     def server(self) -> Server:
-        """The HTTP/1.1 server over `handle` (h1server.py), its connections guarded."""
+        """The HTTP/1.1 server over `handle` (h1server.py), its connections guarded, each
+        head gated (`admit`) and its body held against the budget."""
         return Server(
-            self.handle, self.guard, http_logger(self.cfg.warn_every_s, self.clock.mono_s)
-        )
+            self.handle, self.guard, http_logger(self.cfg.warn_every_s, self.clock.mono_s),
+            gate=self, budget=self.budget,
+        )  # fmt: skip
 
-    async def handle(self, request: Request) -> Response | StreamResponse:
-        """Every request: the handler of its method and path, behind the key check (auth.py).
+    def admit(self, request: Request) -> Response | None:
+        """On a request's head (h1server.Gate): its route, then the key check and, for a
+        proxied route, the key's limits (auth.py); a 413 for a declared body over the cap.
         A table and one call: the gateway's CPU per request is throughput lost on a machine
         its engines saturate."""
-        handler = self._table.get((request.method, request.path), self.routes.h_other)
-        return await self.auth.check(request, handler)
+        handler = request.handler = self._table.get(
+            (request.method, request.path), self.routes.h_other
+        )
+        proxied = handler == self.proxy.handle
+        refusal = self.auth.gate(request, proxied)
+        if refusal is None and proxied and (request.content_length or 0) > self.cfg.max_body_bytes:
+            self.auth.release(request)
+            refusal = too_large(self.cfg.max_body_bytes)
+            self.metrics.malformed["too_large"] += 1
+        if refusal is not None and proxied and refusal.status in (413, 429):
+            user, session = self.auth.identity(request)
+            why = "key refused" if refusal.status == 429 else "body too large"
+            self.recorder.fail(self.recorder.start(cut(user), cut(session), request),
+                               refusal.status, why)  # fmt: skip
+        return refusal
+
+    def release(self, request: Request) -> None:
+        self.auth.release(request)
+
+    async def handle(self, request: Request) -> Response | StreamResponse:
+        """Every admitted request: the handler `admit` chose."""
+        return await request.handler(request)
 
     def _totals(self) -> dict[str, tuple[str, float]]:
         """Unlabelled gauges and counters: the request log's and the connections' health."""

@@ -64,11 +64,11 @@ def post(th, key=None, headers=None, **body):
     return httpx.post(th.url + "/v1/completions", json=body, headers=h, timeout=30)
 
 
-def in_flight(url: str, model: str, timeout_s: float = 20.0) -> None:
-    """Until the gateway holds a request of `model` (its /metrics, read from loopback)."""
+def in_flight(url: str, model: str, admin: str, timeout_s: float = 20.0) -> None:
+    """Until the gateway holds a request of `model` (its /metrics, read with an admin key)."""
     want = f'planner_gateway_outstanding_requests{{model="{model}"}} 1'
     deadline = time.monotonic() + timeout_s
-    while want not in httpx.get(url + "/metrics", timeout=10).text:
+    while want not in httpx.get(url + "/metrics", headers=bearer(admin), timeout=10).text:
         assert time.monotonic() < deadline, "the slow request never reached the engine"
         time.sleep(0.05)
 
@@ -81,8 +81,9 @@ def assert_openai_error(r: httpx.Response, status: int, kind: str) -> None:
 
 def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, tmp_path):
     kf = tmp_path / "keys.yaml"
-    alice = add_key(kf, "alice", models=["a"], requests_per_minute=2)
+    alice = add_key(kf, "alice", models=["a"], requests_per_minute=3)
     bob = add_key(kf, "bob", max_concurrency=1)
+    ops = add_key(kf, "ops", admin=True)
     th = gateway(keys_path=kf)
     # No key, a wrong key, another scheme: 401, an OpenAI-style body, on every route.
     for h in ({}, bearer("sk-planner-wrong"), {"Authorization": "Basic garbage"}):
@@ -99,13 +100,13 @@ def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, t
     # X-User of an ordinary key is ignored: the user is the key's name.
     assert post(th, alice, headers={"X-User": "admin"}, model="a", prompt="x").status_code == 200
     assert post(th, alice, model="a", prompt="x").status_code == 200
-    r = post(th, alice, model="a", prompt="x")  # the third in a minute
+    r = post(th, alice, model="a", prompt="x")  # the fourth in a minute (the 403 counts)
     assert_openai_error(r, 429, "RateLimitError")
     assert 1 <= int(r.headers["Retry-After"]) <= 60
     # max_concurrency 1: a second request while one is in flight is 429, then room again.
     with ThreadPoolExecutor(1) as ex:
         slow = ex.submit(post, th, bob, model="b", prompt="x", delay_s=3.0)
-        in_flight(th.url, "b")
+        in_flight(th.url, "b", ops)
         r = post(th, bob, model="b", prompt="x")
         assert slow.result().status_code == 200
     assert_openai_error(r, 429, "RateLimitError")
@@ -117,8 +118,10 @@ def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, t
     assert sorted((f["user"], f["status"]) for f in fails) == [
         ("alice", 403), ("alice", 429), ("bob", 429)
     ]  # fmt: skip
-    text = httpx.get(th.url + "/metrics").text  # loopback: no key needed
-    assert 'planner_gateway_key_requests_total{key="alice"} 2' in text
+    assert httpx.get(th.url + "/metrics").status_code == 401  # with keys, loopback too
+    assert httpx.get(th.url + "/health").json() == {"status": "ok", "auth": "keys"}
+    text = httpx.get(th.url + "/metrics", headers=bearer(ops)).text
+    assert 'planner_gateway_key_requests_total{key="alice"} 3' in text  # the 403 too
     assert 'planner_gateway_auth_denied_total{key="bob",status="429"} 1' in text
 
 
@@ -146,11 +149,11 @@ def test_key_ids_without_keys_are_an_hmac_with_the_install_secret(gateway, tmp_p
 
 def test_keys_file_change_is_picked_up_without_dropping_requests_in_flight(gateway, tmp_path):
     kf = tmp_path / "keys.yaml"
-    alice = add_key(kf, "alice")
+    alice, ops = add_key(kf, "alice"), add_key(kf, "ops", admin=True)
     th = gateway(keys_path=kf, watch_s=0.05)
     with ThreadPoolExecutor(1) as ex:
         slow = ex.submit(post, th, alice, model="a", prompt="x", delay_s=5.0)
-        in_flight(th.url, "a")
+        in_flight(th.url, "a", ops)
         bob = add_key(kf, "bob")
         deadline = time.monotonic() + 10
         while post(th, bob, model="a", prompt="x").status_code != 200:
@@ -175,7 +178,7 @@ def _proc_env() -> dict[str, str]:
 
 def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
     kf = tmp_path / "keys.yaml"
-    alice = add_key(kf, "alice")
+    alice, ops = add_key(kf, "alice"), add_key(kf, "ops", admin=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "gw.log", "wb")  # noqa: SIM115 (closed below)
@@ -192,7 +195,7 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
         assert wait_health(url, lambda: proc.poll() is None), (tmp_path / "gw.log").read_text()
         with ThreadPoolExecutor(1) as ex:
             slow = ex.submit(call, alice, model="a", prompt="x", delay_s=5.0)
-            in_flight(url, "a")
+            in_flight(url, "a", ops)
             bob = add_key(kf, "bob")
             remove_key(kf, "alice")
             assert call(bob, model="a", prompt="x").status_code == 401  # not yet re-read
