@@ -62,6 +62,7 @@ MAX_LINE = 8190  # bytes of one header field (aiohttp's and nginx's bound); 431 
 MAX_CHUNKS = 16384  # chunks of one body (a 16 MiB body in 1 KiB chunks); 413 beyond
 FRAMING_BYTES = 4096  # a chunked body's bytes that are not data (size lines, extensions,
 FRAMING_PER_CHUNK = 32  # trailers): at most this plus this per chunk; 400 beyond
+FRAMING_SLICE = 1024  # a chunked body is parsed in slices of this, its framing counted
 LINGER_S = 5.0  # how long an unread body is read and dropped after the answer
 RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
@@ -253,6 +254,7 @@ class Conn(asyncio.Protocol):
         self._url = b""
         self._fields: list[tuple[bytes, bytes]] = []
         self._head_bytes = 0  # received since the last whole head
+        self._tail = b""  # the last bytes of a head not yet whole (its blank line may span)
         self._wire = self._got = self._chunks = 0  # the chunked body now parsed
         self._drain: asyncio.Future | None = None
         self._write_paused = self._read_paused = False
@@ -293,35 +295,65 @@ class Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._linger is not None or self._stopped:
             return  # after a refusal or an answer that left the body unread: dropped
-        in_body = self._in_body
-        if in_body:
-            self._wire += len(data)
-        else:
-            if not self.busy and self.header_since is None:
-                self.header_since = self.guard.clock()
-            self._head_bytes += len(data)
+        if not self._in_body and not self.busy and self.header_since is None:
+            self.header_since = self.guard.clock()
+        view, at, n = memoryview(data), 0, len(data)
+        while at < n:
+            if self._in_body:
+                # a chunked body in slices: its framing is counted as it goes (llhttp reads
+                # extensions and trailers without a bound); any other body at once
+                chunked = self._parsing is not None and self._parsing.body.length is None
+                end = min(at + FRAMING_SLICE, n) if chunked else n
+                self._wire += end - at
+                if not self._feed(view[at:end]):
+                    return
+                at = end
+                if chunked and self._over_framing(0):
+                    return
+                continue
+            # a head is fed alone, up to its blank line: what follows is the body's
+            end = self._head_end(data, at)
+            self._tail = data[max(at, n - 3) :] if end < 0 else b""
+            end = n if end < 0 else end
+            self._head_bytes += end - at
+            if not self._feed(view[at:end]):
+                return
+            at = end
+        if not self._in_body and self._head_bytes > MAX_HEAD:
+            self._refuse(BadRequest(431, f"the request head exceeds {MAX_HEAD} bytes"))
+
+    def _over_framing(self, slack: int) -> bool:
+        """Whether the chunked body being parsed has more bytes that are not data than its
+        chunk count allows (less `slack` bytes the count may hold beyond it); if so its
+        read fails with a 400 and parsing stops."""
+        over = self._wire - slack - self._got > FRAMING_BYTES + FRAMING_PER_CHUNK * self._chunks
+        if over:
+            self._fail_body(BadRequest(
+                400, "the chunked body's size lines, extensions and trailers exceed "
+                f"{FRAMING_BYTES} bytes plus {FRAMING_PER_CHUNK} per chunk",
+            ))  # fmt: skip
+        return over
+
+    def _head_end(self, data: bytes, start: int) -> int:
+        """Where in `data` the head being read from `start` ends (past its blank line), or
+        -1; the blank line may have begun in the bytes before (`_tail`). llhttp takes CRLF
+        only."""
+        if self._tail and start == 0:
+            at = (self._tail + data[:3]).find(b"\r\n\r\n")
+            if at >= 0:
+                return at + 4 - len(self._tail)
+        at = data.find(b"\r\n\r\n", start)
+        return at + 4 if at >= 0 else -1
+
+    def _feed(self, data: bytes) -> bool:
+        """Parse `data`; False when parsing stopped (a refusal, a malformed request)."""
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
             if not self._stopped:  # (a callback's own refusal already stopped it)
                 self._malformed(e)
-            return
-        if not self._in_body:
-            if self._head_bytes > MAX_HEAD and not self._stopped:
-                self._refuse(BadRequest(431, f"the request head exceeds {MAX_HEAD} bytes"))
-        elif in_body and self._over_framing():
-            self._fail_body(BadRequest(
-                400, "the chunked body's size lines, extensions and trailers exceed "
-                f"{FRAMING_BYTES} bytes plus {FRAMING_PER_CHUNK} per chunk",
-            ))  # fmt: skip
-
-    def _over_framing(self) -> bool:
-        """Whether the chunked body being parsed has more bytes that are not data than its
-        chunk count allows (llhttp reads extensions and trailers without a bound)."""
-        req = self._parsing
-        if req is None or req.body.length is not None:
             return False
-        return self._wire - self._got > FRAMING_BYTES + FRAMING_PER_CHUNK * self._chunks
+        return not self._stopped
 
     def pause_writing(self) -> None:
         self._write_paused = True
@@ -400,6 +432,8 @@ class Conn(asyncio.Protocol):
     def on_message_complete(self) -> None:
         req = self._parsing
         if req is not None:
+            if req.body.length is None and self._over_framing(FRAMING_SLICE):
+                raise _Stop  # (the slice it ended in may hold the next request's bytes)
             self._parsing, self._in_body = None, False
             req.body.end()
 
