@@ -8,16 +8,30 @@ port on 127.0.0.1, a different address) and passes on only the routes the planne
 and only with that engine's secret (`Authorization: Bearer`, checked on every route). The
 gateway and the agent's callers reach `node address:port` exactly as they would the engine.
 
-aiohttp runs on its own event loop in a daemon thread of the (threaded) agent actor.
+It runs on the gateway's own server (h1server.py), with the gateway's defences and their
+defaults (GatewayConfig): the header timeout, the keep-alive timeout, the connection cap,
+the body cap and body budget; the secret and the route are checked on the head, so a
+refused request's body is never read (answer, then close). The engine's answer is streamed
+back through aiohttp's client. It all runs on its own event loop in a daemon thread of the
+(threaded) agent actor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import threading
 from typing import Any
+
+from planner.adjuster.gateway.body import BadBody, read_body
+from planner.adjuster.gateway.clock import SYSTEM
+from planner.adjuster.gateway.config import GatewayConfig
+from planner.adjuster.gateway.guard import Guard, connection_cap, http_logger, raise_open_file_limit
+from planner.adjuster.gateway.h1body import Budget
+from planner.adjuster.gateway.h1server import Request, Server
+from planner.adjuster.gateway.reply import Response, StreamResponse, json_response
 
 # (method, path) the planner sends an engine: the gateway's routes, readiness, health, sleep
 ROUTES = frozenset(
@@ -45,20 +59,41 @@ def is_loopback(address: str) -> bool:
         return address == "localhost"
 
 
-def _error(status: int, message: str) -> Any:
-    from aiohttp import web
-
+def _error(status: int, message: str) -> Response:
     kind = "authentication_error" if status == 401 else "invalid_request_error"
-    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+    return json_response({"error": {"message": message, "type": kind}}, status=status)
+
+
+class _Gate:
+    """The relay's check on a request's head (h1server.Gate): the engine's secret, then the
+    route, then the body cap."""
+
+    def __init__(self, relay: Relay, port: int):
+        self.relay, self.port = relay, port
+
+    def admit(self, request: Request) -> Response | None:
+        if not self.relay._authorized(self.port, request.headers.get("Authorization", "")):
+            return _error(401, "this engine answers only the planner (missing or wrong key)")
+        if (request.method, request.path) not in ROUTES:
+            return _error(404, f"{request.method} {request.path} is not relayed to engines")
+        cap = self.relay.cfg.max_body_bytes
+        if (request.content_length or 0) > cap:
+            return _error(413, f"the body exceeds {cap // 2**20} MiB")
+        return None
+
+    def release(self, request: Request) -> None:
+        return None
 
 
 class Relay:
-    """Per-engine listeners on `bind_host` that forward allowed routes to 127.0.0.1."""
+    """Per-engine listeners on `bind_host` that forward allowed routes to 127.0.0.1
+    (`config`: the gateway's knobs whose client defences it shares)."""
 
-    def __init__(self, bind_host: str):
+    def __init__(self, bind_host: str, config: GatewayConfig | None = None):
         self.bind_host = bind_host
+        self.cfg = config or GatewayConfig()
         self._secrets: dict[int, str] = {}
-        self._runners: dict[int, Any] = {}
+        self._listeners: dict[int, tuple[asyncio.Server, Server, asyncio.Task]] = {}
         self._session: Any = None
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="planner-relay", daemon=True).start()
@@ -75,39 +110,49 @@ class Relay:
         self._call(self._close(port))
 
     def ports(self) -> list[int]:
-        return sorted(self._runners)
+        return sorted(self._listeners)
+
+    def connections(self, port: int) -> int:
+        """Client connections open on `port` now."""
+        entry = self._listeners.get(port)
+        return len(entry[1].guard.open) if entry is not None else 0
 
     async def _open(self, port: int, secret: str) -> None:
         import aiohttp
-        from aiohttp import web
 
         self._secrets[port] = secret
-        if port in self._runners:
+        if port in self._listeners:
             return
         if self._session is None:
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
             self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
-        app = web.Application(client_max_size=64 * 2**20)
+        cfg = self.cfg
+        guard = Guard(
+            connection_cap(cfg.max_connections, raise_open_file_limit()), cfg.header_timeout_s,
+            cfg.warn_every_s, SYSTEM.mono_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
+        )  # fmt: skip
 
-        async def handle(request: web.Request) -> web.StreamResponse:
+        async def handle(request: Request) -> Response | StreamResponse:
             return await self._handle(port, request)
 
-        app.router.add_route("*", "/{tail:.*}", handle)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        try:
-            await web.TCPSite(runner, self.bind_host, port).start()
-        except OSError:
-            await runner.cleanup()
-            raise
-        self._runners[port] = runner
+        server = Server(
+            handle, guard, http_logger(cfg.warn_every_s), gate=_Gate(self, port),
+            budget=Budget(cfg.body_budget_bytes, cfg.body_budget_per_key_bytes),
+        )  # fmt: skip
+        listener = await self.loop.create_server(server, self.bind_host, port)
+        self._listeners[port] = (listener, server, self.loop.create_task(guard.loop()))
 
     async def _close(self, port: int) -> None:
-        runner = self._runners.pop(port, None)
+        entry = self._listeners.pop(port, None)
         self._secrets.pop(port, None)
-        if runner is not None:
-            await runner.cleanup()
-        if not self._runners and self._session is not None:
+        if entry is not None:
+            listener, server, sweep = entry
+            listener.close()
+            sweep.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweep
+            await server.shutdown(5.0)
+        if not self._listeners and self._session is not None:
             await self._session.close()  # the last engine went: nothing left to pass on
             self._session = None
 
@@ -115,28 +160,31 @@ class Relay:
         secret = self._secrets.get(port, "")
         return bool(secret) and hmac.compare_digest(header.encode(), f"Bearer {secret}".encode())
 
-    async def _handle(self, port: int, request: Any) -> Any:
+    async def _handle(self, port: int, request: Request) -> Response | StreamResponse:
         import aiohttp
-        from aiohttp import web
 
-        if not self._authorized(port, request.headers.get("Authorization", "")):
-            return _error(401, "this engine answers only the planner (missing or wrong key)")
-        if (request.method, request.path) not in ROUTES:
-            return _error(404, f"{request.method} {request.path} is not relayed to engines")
-        body = await request.read()
-        headers = {h: request.headers[h] for h in _PASSED_HEADERS if h in request.headers}
-        url = f"http://{LOOPBACK}:{port}{request.path_qs}"
+        cfg = self.cfg
+        try:
+            body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s, SYSTEM.mono_s)
+        except BadBody as e:
+            return _error(e.status, e.message)
+        headers = {h: v for h in _PASSED_HEADERS if (v := request.headers.get(h)) is not None}
+        url = f"http://{LOOPBACK}:{port}{request.path}"
+        query = request.target.partition("?")[2].partition("#")[0]
+        if query:
+            url += "?" + query
         resp = None
         try:
             async with self._session.request(request.method, url, data=body, headers=headers) as up:
-                resp = web.StreamResponse(status=up.status)
-                for h in ("Content-Type", "Content-Encoding"):
-                    if h in up.headers:
-                        resp.headers[h] = up.headers[h]
+                passed = {
+                    h: up.headers[h]
+                    for h in ("Content-Type", "Content-Encoding")
+                    if h in up.headers
+                }
+                resp = StreamResponse(up.status, passed)
                 await resp.prepare(request)
                 async for chunk in up.content.iter_any():
                     await resp.write(chunk)
-                await resp.write_eof()
                 return resp
         except aiohttp.ClientError as e:
             if resp is not None and resp.prepared:

@@ -85,7 +85,7 @@ class Request:
 
     __slots__ = (
         "admitted", "body", "caller", "conn", "handler", "headers", "held", "keep_alive",
-        "method", "owner", "path", "refusal", "released", "started", "version",
+        "method", "owner", "path", "refusal", "released", "started", "target", "version",
     )  # fmt: skip
 
     def __init__(
@@ -108,6 +108,7 @@ class Request:
         self.refusal: Response | None = None  # the gate's answer instead of the handler's
         self.released = False
         self.started = False  # a streamed answer's head was sent
+        self.target = path  # the request target as sent (with its query)
 
     @property
     def remote(self) -> str | None:
@@ -463,8 +464,10 @@ class Conn(asyncio.Protocol):
             length = None
         else:
             length = int(dict.get(headers, "content-length", 0))  # llhttp checked its digits
-        path = target_path(self._url)
-        return Request(self, p.get_method().decode(), path, major_minor, headers, length)
+        req = Request(self, p.get_method().decode(), target_path(self._url), major_minor, headers,
+                      length)  # fmt: skip
+        req.target = self._url.decode("latin-1")
+        return req
 
     # ----- requests
 

@@ -9,12 +9,15 @@ node's address on a Ray node.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
+import time
 
 import httpx
 import pytest
 
 from planner.adjuster.backends.relay import Relay, is_loopback
+from planner.adjuster.gateway.config import GatewayConfig
 from planner.engines.process import free_port
 
 SECRET = "s3cret-value"
@@ -100,3 +103,74 @@ def test_relay_answers_502_when_the_engine_is_down():
 def test_loopback_nodes_need_no_relay():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.77.0.1") and not is_loopback("node-a.lan")
+
+
+def _closed(s: socket.socket, deadline: float) -> bool:
+    """Whether the relay closed `s` before `deadline` (it reads b"", an answer then b"", or
+    a reset)."""
+    while time.monotonic() < deadline:
+        s.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            if not s.recv(65536):
+                return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+    return False
+
+
+def test_relay_closes_slow_and_half_open_clients_within_the_header_timeout():
+    """The gateway's defences on the relay (issue 43: 300 half-open connections and a
+    slowloris were all still open after 90 s): with a 1 s header timeout every such client
+    is closed, and one with the secret is still served meanwhile (502: no engine here)."""
+    port = free_port()
+    relay = Relay("127.0.0.2", GatewayConfig(header_timeout_s=1.0))
+    relay.open(port, SECRET)
+    socks: list[socket.socket] = []
+    try:
+        for k in range(30):
+            s = socket.create_connection(("127.0.0.2", port), timeout=5)
+            s.sendall(b"POST /v1/comp" if k % 2 else b"G")  # half a request line
+            socks.append(s)
+        slow = socket.create_connection(("127.0.0.2", port), timeout=5)
+        socks.append(slow)
+        for b in b"GET /health HTTP/1.1\r\nHost: h\r\nX-Pad: " + b"p" * 40:  # a byte / 0.1 s
+            try:
+                slow.sendall(bytes([b]))
+            except OSError:  # closed by the relay
+                break
+            time.sleep(0.1)
+        deadline = time.monotonic() + 5.0  # the sweep runs every second
+        assert all(_closed(s, deadline) for s in socks)
+        key = {"Authorization": f"Bearer {SECRET}"}
+        assert httpx.get(f"http://127.0.0.2:{port}/health", headers=key).status_code == 502
+    finally:
+        for s in socks:
+            s.close()
+        relay.close(port)
+
+
+def test_relay_refuses_on_the_head_and_never_reads_the_body():
+    """A keyless POST announcing 10 MiB: 401 at once and the connection closed after it,
+    with the body unsent; past the connection cap new connections are closed."""
+    port = free_port()
+    relay = Relay("127.0.0.2", GatewayConfig(max_connections=16, header_timeout_s=30.0))
+    relay.open(port, SECRET)
+    try:
+        s = socket.create_connection(("127.0.0.2", port), timeout=5)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 10485760\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 401 ") and b"Connection: close" in got
+        s.close()
+        idle = [socket.create_connection(("127.0.0.2", port), timeout=5) for _ in range(40)]
+        try:
+            time.sleep(0.3)
+            assert relay.connections(port) <= 16
+        finally:
+            for c in idle:
+                c.close()
+    finally:
+        relay.close(port)
