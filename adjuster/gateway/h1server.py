@@ -63,7 +63,8 @@ MAX_CHUNKS = 16384  # chunks of one body (a 16 MiB body in 1 KiB chunks); 413 be
 FRAMING_BYTES = 4096  # a chunked body's bytes that are not data (size lines, extensions,
 FRAMING_PER_CHUNK = 32  # trailers): at most this plus this per chunk; 400 beyond
 FRAMING_SLICE = 1024  # a chunked body is parsed in slices of this, its framing counted
-LINGER_S = 5.0  # how long an unread body is read and dropped after the answer
+LINGER_S = 5.0  # how long an unread body is read and dropped after the answer...
+LINGER_BYTES = 256 * 1024  # ...and how much of it at most
 RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
     413: "RequestEntityTooLargeError", 431: "RequestHeaderFieldsTooLargeError",
@@ -260,6 +261,7 @@ class Conn(asyncio.Protocol):
         self._drain: asyncio.Future | None = None
         self._write_paused = self._read_paused = False
         self._linger: asyncio.TimerHandle | None = None
+        self._dropped = 0  # bytes dropped after parsing stopped
 
     # ----- transport events
 
@@ -294,8 +296,11 @@ class Conn(asyncio.Protocol):
             self._linger.cancel()
 
     def data_received(self, data: bytes) -> None:
-        if self._linger is not None or self._stopped:
-            return  # after a refusal or an answer that left the body unread: dropped
+        if self._linger is not None or self._stopped:  # after a refusal or an answer that
+            self._dropped += len(data)  # left the body unread: dropped, up to LINGER_BYTES
+            if self._dropped > LINGER_BYTES:
+                self.abort()
+            return
         if not self._in_body and not self.busy and self.header_since is None:
             self.header_since = self.guard.clock()
         view, at, n = memoryview(data), 0, len(data)
@@ -626,8 +631,9 @@ class Conn(asyncio.Protocol):
 
     def _linger_close(self) -> None:
         """Send what was written and the end of our side, then drop what the client still
-        sends for LINGER_S: closing with unread bytes would reset the connection, and the
-        client might lose its answer."""
+        sends for LINGER_S (at most LINGER_BYTES): closing with unread bytes would reset the
+        connection, and the client might lose its answer. A client that keeps sending past
+        the bound is reset: it is not reading its answer anyway."""
         if self.transport is None or self.closing:
             return
         self._drop_pending()
