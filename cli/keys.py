@@ -31,7 +31,7 @@ def add_cmd(
         ),
     ] = None,
     admin: Annotated[
-        bool, typer.Option("--admin", help="May read /metrics and detailed /health remotely.")
+        bool, typer.Option("--admin", help="May read /metrics and the detailed /health.")
     ] = False,
     trusted_proxy: Annotated[
         bool,
