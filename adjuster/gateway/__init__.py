@@ -2,8 +2,8 @@
 
 One HTTP/1.1 server in front of the applied point's vLLM instances, in modules by job:
 `server` (the parts wired together, life cycle), `run` (serving: CLI, a thread for tests),
-`h1server` (the server's connections and requests), `h1parse` (request heads and chunked
-bodies), `h1body` (a body as it arrives), `reply` (the answers it writes),
+`h1server` (the server's connections and requests, parsed by httptools; the gate on each
+head), `h1body` (a body as it arrives, the body budget), `reply` (the answers it writes),
 `config` (knobs), `clock` (the one source of time), `routes` (GET routes, 404/405),
 `proxy` (a proxied request: admission, instance choice, retries, client disconnects),
 `forward` (HTTP and streaming pass-through), `http1` (the lean client of non-streamed

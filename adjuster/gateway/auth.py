@@ -8,8 +8,9 @@ its `requests_per_minute` (any 60 s) or `max_concurrency` a proxied request gets
 body names it (`admit`). Each answer is an OpenAI-style JSON body. The caller's identity
 (request log, /metrics, `adjust`) is the key's `name`; a `trusted_proxy` key's `X-User`
 becomes NAME/USER, any other key's X-User is ignored. The file is re-read on SIGHUP and when
-it changes; requests in flight keep the entry they were admitted with, and a bad file keeps
-the keys in force (logged).
+it changes (its mode too); requests in flight keep the entry they were admitted with; a bad
+file, or one others may read, keeps the keys in force, and a deleted one leaves no key valid
+(each logged).
 
 Without keys the gateway listens on loopback only (anyone who can reach it is a local user),
 and the identity is `X-User`, else an HMAC of the bearer key with the install's secret. A
@@ -39,7 +40,7 @@ from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.reply import Response
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
-from planner.schemas.keys import Key
+from planner.schemas.keys import Key, Keys
 
 log = logging.getLogger("planner.gateway")
 
@@ -124,7 +125,7 @@ class Auth:
         self.clock = clock
         self.watch_s = watch_s  # how often the keys file is checked for a change
         self.table: KeyTable | None = None
-        self._stamp: tuple[int, int, int] | None = None
+        self._stamp: tuple[int, int, int, int] | None = None
         self.inflight: dict[str, int] = collections.defaultdict(int)  # by key name
         self.recent: dict[str, collections.deque[float]] = collections.defaultdict(
             collections.deque
@@ -149,13 +150,14 @@ class Auth:
 
     # ----- the keys file
 
-    def _file_stamp(self) -> tuple[int, int, int] | None:
+    def _file_stamp(self) -> tuple[int, int, int, int] | None:
+        """What says the keys file changed: mtime, size, inode and mode (a chmod too)."""
         assert self.keys_path is not None
         try:
             st = os.stat(self.keys_path)
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
+        return (st.st_mtime_ns, st.st_size, st.st_ino, st.st_mode)
 
     def _load(self) -> None:
         assert self.keys_path is not None
@@ -164,8 +166,22 @@ class Auth:
         self.table, self._stamp = KeyTable(keys), stamp
 
     def reload(self) -> bool:
-        """Re-read the keys file (SIGHUP, a change); a bad file keeps the keys in force."""
+        """Re-read the keys file (SIGHUP, a change). A bad file, or one readable by others,
+        keeps the keys in force; a deleted file leaves no key valid until it is back."""
         if self.keys_path is None:
+            return False
+        stamp = self._file_stamp()
+        if stamp is None:
+            self.table, self._stamp = KeyTable(Keys()), None
+            self.reloads += 1
+            log.error("keys file %s is gone: no key is valid until it is back", self.keys_path)
+            return True
+        if stamp[3] & 0o077:
+            self._stamp = stamp  # not retried until it changes again
+            log.error(
+                "keys file %s not reloaded: others may read it (mode %o); the previous keys "
+                "stay in force; `chmod 600` it", self.keys_path, stamp[3] & 0o777,
+            )  # fmt: skip
             return False
         try:
             self._load()

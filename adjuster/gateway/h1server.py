@@ -642,5 +642,9 @@ class Conn(asyncio.Protocol):
         if not self.transport.can_write_eof():
             self.close()
             return
-        self.transport.write_eof()
+        try:
+            self.transport.write_eof()
+        except OSError:  # the peer is gone already (ENOTCONN): nothing to linger for
+            self.abort()
+            return
         self._linger = asyncio.get_running_loop().call_later(LINGER_S, self.abort)

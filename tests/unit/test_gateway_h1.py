@@ -203,3 +203,54 @@ def test_an_answer_before_the_body_is_read_lingers_then_closes():
         writer.close()
 
     asyncio.run(_serve(test))
+
+
+class _GoneTransport(asyncio.Transport):
+    """A transport whose peer has gone: shutting down its side raises ENOTCONN, as a real
+    socket does when the reset lands between the answer and the close (a fake: the race
+    cannot be arranged with a real socket)."""
+
+    def __init__(self):
+        super().__init__()
+        self.aborted = False
+
+    def get_extra_info(self, name, default=None):
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def write(self, data):
+        pass
+
+    def can_write_eof(self):
+        return True
+
+    def write_eof(self):
+        raise OSError(107, "Transport endpoint is not connected")
+
+    def is_closing(self):
+        return self.aborted
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+    def abort(self):
+        self.aborted = True
+
+
+def test_a_peer_gone_before_the_lingering_close_is_no_task_error(caplog):
+    """Issue 43: one unhandled "Errno 107" task error during a flood."""
+
+    async def run() -> None:
+        server = Server(_handler, Guard(cap=8, header_timeout_s=60), logging.getLogger("t"))
+        conn = server()
+        transport = _GoneTransport()
+        conn.connection_made(transport)
+        conn.data_received(b"POST /boom HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab")
+        await asyncio.sleep(0.05)  # the handler fails: a 500, then the lingering close
+        assert transport.aborted and conn.task is None
+
+    caplog.set_level(logging.ERROR)
+    asyncio.run(run())
+    assert not [r for r in caplog.records if "107" in r.getMessage()]

@@ -362,3 +362,26 @@ def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
         assert f"{kf}: {path}:" in err and "fix:" in err, err
         if path == "keys[0].hash":
             assert "a key itself, not its hash" in err
+
+
+def test_a_deleted_keys_file_leaves_no_key_and_a_loosened_one_is_not_reloaded(tmp_path, caplog):
+    """Issue 43: deleting the keys file kept the old keys in force, and a file turned 0644
+    after start was reloaded silently."""
+    from planner.adjuster.gateway.auth import Auth
+
+    kf = tmp_path / "keys.yaml"
+    alice = add_key(kf, "alice")
+    auth = Auth(b"s" * 32, kf, model_names=["a"])
+    headers = bearer(alice)
+    assert auth.caller(headers, "10.0.0.1") is not None
+    kf.unlink()
+    assert auth.reload() and auth.caller(headers, "10.0.0.1") is None
+    assert "is gone: no key is valid" in caplog.text
+    bob = add_key(kf, "bob")
+    assert auth.reload() and auth.caller(bearer(bob), "10.0.0.1") is not None
+    carol = add_key(kf, "carol")
+    kf.chmod(0o644)
+    assert not auth.reload()
+    assert auth.caller(bearer(carol), "10.0.0.1") is None  # not read: bob's file stays
+    assert auth.caller(bearer(bob), "10.0.0.1") is not None
+    assert "others may read it (mode 644)" in caplog.text
