@@ -133,6 +133,12 @@ MANAGED_FLAGS: dict[str, str] = {
     "--cpu-offload-gb": "the instance's `expert_cpu_offload_gib`",
     "--kv-offloading-size": "the instance's `kv_cpu_offload_gib`",
     "--enable-prompt-tokens-details": "the planner (the gateway logs cached tokens)",
+    # what would open an engine beyond the gateway: code it imports, browsers, its own TLS
+    "--middleware": "the planner (an engine imports no code a plan names; docs/security.md)",
+    "--allowed-origins": "the planner (only the gateway calls an engine; docs/security.md)",
+    "--allow-credentials": "the planner (only the gateway calls an engine; docs/security.md)",
+    "--ssl-keyfile": "the planner (engines serve loopback; docs/security.md)",
+    "--ssl-certfile": "the planner (engines serve loopback; docs/security.md)",
 }
 # Runs the checkpoint's own Python: only where models.yaml says so for that variant.
 TRUST_REMOTE_CODE = "--trust-remote-code"

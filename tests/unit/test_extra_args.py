@@ -51,6 +51,9 @@ REFUSED = [
     (["--gpu-memory-utilization", "0.99"], "--gpu-memory-utilization", "engine.gpu_memory_util"),
     (["--served-model-name", "x"], "--served-model-name", "`model`"),
     (["--config", "c.yaml"], "'--config'", "could set any managed flag"),
+    (["--middleware", "m.M"], "'--middleware'", "imports no code"),  # issue 43's three
+    (["--allowed-origins", '["*"]'], "'--allowed-origins'", "only the gateway"),
+    (["--ssl-keyfile", "k.pem"], "'--ssl-keyfile'", "engines serve loopback"),
 ]
 
 
