@@ -314,22 +314,41 @@ class RequestLogSource:
 
     Timestamps stay seconds since the epoch, the time base of the caller's clock (the hour of
     day is `timestamp mod 86400` either way, as `summarize` reads it). A missing file or
-    table is an empty log.
+    table is an empty log; a path that is not a file, or a file that is not SQLite, is an
+    InputError (exit 2), never an empty log.
     """
 
     def __init__(self, state_dir: str | Path, model_names: list[str] | None = None):
         self.path = Path(state_dir) / REQUEST_LOG
         self.model_names = model_names
 
+    def _present(self) -> bool:
+        """Whether the log exists (a missing one is empty); InputError when its path is
+        something else than a file."""
+        if not self.path.exists():
+            return False
+        if not self.path.is_file():
+            raise InputError(
+                "the request log is not a file", file=str(self.path),
+                fix="move it away: the gateway makes a new log on its next start",
+            )  # fmt: skip
+        return True
+
     def first_s(self) -> float | None:
         """When the first logged request arrived (None: none yet)."""
-        if not self.path.is_file():
+        if not self._present():
             return None
         con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         try:
             row = con.execute("SELECT MIN(timestamp) FROM requests").fetchone()
-        except sqlite3.OperationalError:  # no table yet
-            return None
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):  # no request logged yet
+                return None
+            raise InputError(f"the request log cannot be read: {e}", file=str(self.path),
+                             fix="move it away: the gateway makes a new log") from None  # fmt: skip
+        except sqlite3.DatabaseError as e:  # not SQLite at all
+            raise InputError(f"the request log is not a database: {e}", file=str(self.path),
+                             fix="move it away: the gateway makes a new log") from None  # fmt: skip
         finally:
             con.close()
         return None if row is None or row[0] is None else float(row[0])
@@ -339,7 +358,7 @@ class RequestLogSource:
         damaged log raises InputError (`planner.trace.request_log_rows`)."""
         from planner.trace import empty_trace, normalize, request_log_rows
 
-        if not self.path.is_file():
+        if not self._present():
             return empty_trace()
         raw = request_log_rows(self.path, (start_s, end_s), epoch=True)
         if raw is None or not len(raw):

@@ -189,3 +189,19 @@ def test_adjust_errors_keep_their_brackets(capsys):
         main(["adjust", "--plan", "p.yaml", "--every", "[1h]"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "not a duration: '[1h]'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", ["dir", "text"])
+def test_adjust_once_refuses_a_request_log_that_is_not_a_database(setup, capsys, kind):
+    """Issue 43: `adjust --once` exited 0 when requests.sqlite was a directory."""
+    plan_file, state, _ = setup
+    log = state / "requests.sqlite"
+    log.unlink()
+    if kind == "dir":
+        log.mkdir()
+    else:
+        log.write_text("not a database\n" * 100)
+    with pytest.raises(SystemExit) as e:
+        main(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "requests.sqlite" in err and "Traceback" not in err, err
