@@ -9,7 +9,8 @@ and `substituted` 1 then. A log written before these two columns gains them (emp
 at least one token each way (the trace schema's floor). Table `failures`: every request that
 got no answer from an engine (404, 405, 503, 502, 499 client gone), so `read_trace` on the
 file sees only real traffic. Rows are queued and written in batches by the gateway's flush
-loop, which outlives a full or read-only disk (`RequestLog`); a damaged file stops the
+loop, which outlives a full or read-only disk (`RequestLog`): a `kill -9` loses the rows of
+the last flush period (`log_flush_s`), at most (docs/operations.md); a damaged file stops the
 gateway at start with exit 2 naming it. `RequestLogSource` reads windows of it for
 `planner adjust`.
 """
