@@ -220,4 +220,12 @@ class Gateway:
                 "Client connections closed: headers not in within the timeout.",
                 g["header_timeouts"],
             ),
+            "planner_gateway_body_bytes_held": (
+                "Request body bytes held for requests in flight (the body budget's use).",
+                self.budget.held,
+            ),
+            "planner_gateway_body_budget_refused_total": (
+                "Requests answered 503 for lack of body budget (in all or of their key).",
+                self.budget.refused,
+            ),
         }  # fmt: skip
