@@ -83,3 +83,28 @@ def test_connection_close_is_honoured_and_a_refused_port_is_a_connection_error()
     got, kept = asyncio.run(main())
     assert got[0] == 503 and kept == 0
     assert issubclass(UpstreamError, ConnectionError)  # forward.py: "no answer"
+
+
+def test_a_204_ends_with_its_head_and_an_answer_without_length_with_the_connection():
+    """Issue 43: 204 and 304 answers waited until the engine closed the connection."""
+
+    async def main():
+        no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+        srv, port, _ = await _server([no_content, no_content])  # kept open after each
+        async with srv:
+            http = Http1()
+            first = await asyncio.wait_for(http.post("127.0.0.1", port, HEAD, b"{}"), 5)
+            second = await asyncio.wait_for(http.post("127.0.0.1", port, HEAD, b"{}"), 5)
+            reused = sum(len(v) for v in http._idle.values())
+            http.close()
+        until_close = b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it"
+        srv, port, _ = await _server([until_close])
+        async with srv:
+            http = Http1()
+            third = await asyncio.wait_for(http.post("127.0.0.1", port, HEAD, b"{}"), 5)
+            http.close()
+        return first, second, reused, third
+
+    first, second, reused, third = asyncio.run(main())
+    assert first == second == (204, "application/json", b"") and reused == 1
+    assert third == (200, "application/json", b"all of it")
