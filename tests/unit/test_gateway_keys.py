@@ -42,13 +42,12 @@ def gateway(tmp_path):
     """Factory: a gateway over awake fake engines of models a and b, with `auth_kw` for Auth."""
     made = []
 
-    def make(**auth_kw):
+    def make(config: GatewayConfig | None = None, **auth_kw):
         point = Point(name="p", instances=[inst("a0", "a", [0]), inst("b0", "b", [1])])
         ctl = FakeControl(point, {"a0", "b0"})
         auth = Auth.open(tmp_path, model_names=["a", "b"], **auth_kw)
-        gw = Gateway(
-            point, ctl, state_dir=tmp_path, config=GatewayConfig(log_flush_s=0.05), auth=auth
-        )
+        cfg = config or GatewayConfig(log_flush_s=0.05)
+        gw = Gateway(point, ctl, state_dir=tmp_path, config=cfg, auth=auth)
         th = GatewayThread(gw, port=free_port()).start()
         made.append((th, ctl))
         return th
@@ -385,3 +384,44 @@ def test_a_deleted_keys_file_leaves_no_key_and_a_loosened_one_is_not_reloaded(tm
     assert auth.caller(bearer(carol), "10.0.0.1") is None  # not read: bob's file stays
     assert auth.caller(bearer(bob), "10.0.0.1") is not None
     assert "others may read it (mode 644)" in caplog.text
+
+
+def _head_only(url: str, head: bytes) -> bytes:
+    """Send a request head whose body never comes; what the gateway answers before it
+    closes the connection (within 10 s)."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.sendall(head)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    return got
+
+
+def test_limits_and_the_body_budget_answer_on_the_head_before_any_body_byte(gateway, tmp_path):
+    """Issue 43: a key's max_concurrency was checked only after its body was read, and no
+    bound held the bodies in memory. Now the 429 and the budget's 503 come on the head
+    alone (the body is never sent here: the old gateway waited for it)."""
+    kf = tmp_path / "keys.yaml"
+    bob, ops = add_key(kf, "bob", max_concurrency=1), add_key(kf, "ops", admin=True)
+    cfg = GatewayConfig(
+        log_flush_s=0.05, body_budget_bytes=1 << 20, body_budget_per_key_bytes=1 << 20
+    )
+    th = gateway(config=cfg, keys_path=kf)
+    post_head = b"POST /v1/completions HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer %s\r\n"
+    with ThreadPoolExecutor(1) as ex:
+        slow = ex.submit(post, th, bob, model="b", prompt="x", delay_s=3.0)
+        in_flight(th.url, "b", ops)
+        got = _head_only(th.url, post_head % bob.encode() + b"Content-Length: 100\r\n\r\n")
+        assert slow.result().status_code == 200
+    assert got.startswith(b"HTTP/1.1 429 ") and b"Retry-After: 1" in got
+    got = _head_only(th.url, post_head % ops.encode() + b"Content-Length: 2000000\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in got
+    assert b"Connection: close" in got
+    got = _head_only(th.url, b"POST /v1/completions HTTP/1.1\r\nHost: h\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 1000)  # fmt: skip
+    assert got.startswith(b"HTTP/1.1 401 ")  # no key: answered, its chunks never parsed
+    text = httpx.get(th.url + "/metrics", headers=bearer(ops)).text
+    assert "planner_gateway_body_budget_refused_total 1" in text
