@@ -254,3 +254,43 @@ def test_a_peer_gone_before_the_lingering_close_is_no_task_error(caplog):
     caplog.set_level(logging.ERROR)
     asyncio.run(run())
     assert not [r for r in caplog.records if "107" in r.getMessage()]
+
+
+class _DenyGate:
+    """Refuses /deny on its head; counts what it admitted and released."""
+
+    def __init__(self):
+        self.admitted = self.released = 0
+
+    def admit(self, request: Request) -> Response | None:
+        if request.path == "/deny":
+            return json_response({"denied": True}, 403)
+        self.admitted += 1
+        return None
+
+    def release(self, request: Request) -> None:
+        self.released += 1
+
+
+def test_a_gate_refusal_in_a_pipeline_is_answered_in_order_and_its_body_never_read():
+    gate = _DenyGate()
+
+    async def main() -> bytes:
+        server = Server(_handler, Guard(cap=8, header_timeout_s=60), logging.getLogger("t"), gate)
+        listener = await asyncio.get_running_loop().create_server(server, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            return await _exchange(port, (
+                b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nxyz"
+                b"POST /deny HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                b"zz\r\nnot even chunks"
+                b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+            ))  # fmt: skip
+        finally:
+            listener.close()
+            await server.shutdown(5)
+
+    got = _answers(asyncio.run(main()))
+    assert [s for s, _, _ in got] == [200, 403]  # /c never read: parsing stopped at /deny
+    assert got[1][1]["connection"] == "close" and json.loads(got[0][2])["body"] == "xyz"
+    assert gate.admitted == gate.released == 1
