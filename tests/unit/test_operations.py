@@ -82,13 +82,17 @@ def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_pa
 
     from planner.adjuster.gateway.auth import Auth
     from planner.adjuster.gateway.guard import Guard
+    from planner.adjuster.gateway.h1body import Budget
     from planner.adjuster.gateway.metrics import Metrics
     from planner.adjuster.gateway.requestlog import RequestLog
     from planner.adjuster.gateway.server import Gateway
 
     # what /metrics serves: the per-model families, the unlabelled totals, the key counters
     parts = SimpleNamespace(
-        log=RequestLog(tmp_path / "r.sqlite"), guard=Guard(8, 60.0), metrics=Metrics()
+        log=RequestLog(tmp_path / "r.sqlite"),
+        guard=Guard(8, 60.0),
+        metrics=Metrics(),
+        budget=Budget(1, 1),
     )
     text = Metrics().render(lambda: {"planner_gateway_awake_instances": ("", {}),
                                      "planner_gateway_outstanding_requests": ("", {}),
