@@ -69,7 +69,7 @@ RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
     413: "RequestEntityTooLargeError", 431: "RequestHeaderFieldsTooLargeError",
     501: "NotImplementedError", 505: "HTTPVersionNotSupportedError",
-    503: "ServiceUnavailableError",
+    503: "ServiceUnavailableError", 500: "InternalServerError",
 }  # fmt: skip
 
 
@@ -356,7 +356,11 @@ class Conn(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as e:
-            if not self._stopped:  # (a callback's own refusal already stopped it)
+            bug = e.__context__
+            if bug is not None and not isinstance(bug, _Stop):  # a callback (the gate) failed
+                self.server.log.error("a request head failed: %r", bug)
+                self._refuse(BadRequest(500, "the gateway failed on this request (logged)"))
+            elif not self._stopped:  # (a callback's own refusal already stopped it)
                 self._malformed(e)
             return False
         return not self._stopped

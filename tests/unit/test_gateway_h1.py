@@ -263,6 +263,8 @@ class _DenyGate:
         self.admitted = self.released = 0
 
     def admit(self, request: Request) -> Response | None:
+        if request.path == "/bug":
+            raise RuntimeError("a bug in the gate")
         if request.path == "/deny":
             return json_response({"denied": True}, 403)
         self.admitted += 1
@@ -294,3 +296,20 @@ def test_a_gate_refusal_in_a_pipeline_is_answered_in_order_and_its_body_never_re
     assert [s for s, _, _ in got] == [200, 403]  # /c never read: parsing stopped at /deny
     assert got[1][1]["connection"] == "close" and json.loads(got[0][2])["body"] == "xyz"
     assert gate.admitted == gate.released == 1
+
+
+def test_a_gate_that_fails_is_a_logged_json_500_not_a_400(caplog):
+    async def main() -> bytes:
+        server = Server(_handler, Guard(cap=8, header_timeout_s=60), logging.getLogger("t"),
+                        _DenyGate())  # fmt: skip
+        listener = await asyncio.get_running_loop().create_server(server, "127.0.0.1", 0)
+        port = listener.sockets[0].getsockname()[1]
+        try:
+            return await _exchange(port, b"GET /bug HTTP/1.1\r\nHost: x\r\n\r\n")
+        finally:
+            listener.close()
+            await server.shutdown(5)
+
+    ((status, _, body),) = _answers(asyncio.run(main()))
+    assert status == 500 and json.loads(body)["error"]["type"] == "InternalServerError"
+    assert "a bug in the gate" in caplog.text
