@@ -384,10 +384,7 @@ class Conn(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._in_body:
             return  # a trailer: bounded with the framing, not kept
-        self._fields.append((name, value))
-        if len(self._fields) > MAX_HEADERS:
-            self._refuse(BadRequest(431, f"more than {MAX_HEADERS} headers"))
-            raise _Stop
+        self._fields.append((name, value))  # (their count is checked when the head is whole)
         if len(name) + len(value) > MAX_LINE:
             self._refuse(BadRequest(431, f"a header field exceeds {MAX_LINE} bytes"))
             raise _Stop
@@ -456,13 +453,15 @@ class Conn(asyncio.Protocol):
             raise BadRequest(505, "only HTTP/1.0 and HTTP/1.1 are served")
         if p.should_upgrade():
             raise BadRequest(400, "CONNECT and Upgrade are not served")
-        headers = Headers()
-        for name, value in self._fields:
-            key, text = name.decode("latin-1").lower(), value.decode("latin-1")
-            if key not in headers:
-                headers[key] = text
-            elif key == "host":
-                raise BadRequest(400, "more than one Host header")
+        fields = self._fields
+        if len(fields) > MAX_HEADERS:
+            raise BadRequest(431, f"more than {MAX_HEADERS} headers")
+        # one dict in C, the first of repeated names kept (reversed: the last write wins)
+        headers = Headers(
+            {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in reversed(fields)}
+        )
+        if len(headers) < len(fields) and [n.lower() for n, _ in fields].count(b"host") > 1:
+            raise BadRequest(400, "more than one Host header")
         major_minor = (1, 1) if version == "1.1" else (1, 0)
         if major_minor == (1, 1) and "host" not in headers:
             raise BadRequest(400, "an HTTP/1.1 request needs a Host header")

@@ -120,6 +120,12 @@ CASES = {
     + b"Expect: 100-continue\r\nContent-Length: 2\r\n\r\nok",
     "too many chunks": CHUNKED + b"1\r\nx\r\n" * (MAX_CHUNKS + 1) + b"0\r\n\r\n",
     "a long chunk extension": CHUNKED + b"1;" + b"e" * 6000 + b"\r\nx\r\n0\r\n\r\n",
+    "101 header fields": b"GET / HTTP/1.1\r\n" + H + b"A: b\r\n" * 100 + b"\r\n",
+    "a header field over 8190 bytes": b"GET / HTTP/1.1\r\n"
+    + H
+    + b"A: "
+    + b"b" * 8200
+    + b"\r\n\r\n",
     "long trailers": CHUNKED + b"1\r\nx\r\n0\r\n" + b"T: " + b"t" * 6000 + b"\r\n\r\n",
 }
 
@@ -135,6 +141,8 @@ STRICTER = {
     "too many chunks": 413,  # h1server.MAX_CHUNKS
     "a long chunk extension": 400,  # h1server.FRAMING_BYTES: llhttp reads any length
     "long trailers": 400,
+    "101 header fields": 431,  # h1server.MAX_HEADERS
+    "a header field over 8190 bytes": 431,  # h1server.MAX_LINE
 }
 
 
