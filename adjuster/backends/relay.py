@@ -23,15 +23,12 @@ import contextlib
 import hmac
 import ipaddress
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from planner.adjuster.gateway.body import BadBody, read_body
-from planner.adjuster.gateway.clock import SYSTEM
-from planner.adjuster.gateway.config import GatewayConfig
-from planner.adjuster.gateway.guard import Guard, connection_cap, http_logger, raise_open_file_limit
-from planner.adjuster.gateway.h1body import Budget
-from planner.adjuster.gateway.h1server import Request, Server
-from planner.adjuster.gateway.reply import Response, StreamResponse, json_response
+if TYPE_CHECKING:  # the server is imported where it starts: the `http` extra's httptools
+    from planner.adjuster.gateway.config import GatewayConfig
+    from planner.adjuster.gateway.h1server import Request, Server
+    from planner.adjuster.gateway.reply import Response, StreamResponse
 
 # (method, path) the planner sends an engine: the gateway's routes, readiness, health, sleep
 ROUTES = frozenset(
@@ -60,6 +57,8 @@ def is_loopback(address: str) -> bool:
 
 
 def _error(status: int, message: str) -> Response:
+    from planner.adjuster.gateway.reply import json_response
+
     kind = "authentication_error" if status == 401 else "invalid_request_error"
     return json_response({"error": {"message": message, "type": kind}}, status=status)
 
@@ -90,6 +89,8 @@ class Relay:
     (`config`: the gateway's knobs whose client defences it shares)."""
 
     def __init__(self, bind_host: str, config: GatewayConfig | None = None):
+        from planner.adjuster.gateway.config import GatewayConfig
+
         self.bind_host = bind_host
         self.cfg = config or GatewayConfig()
         self._secrets: dict[int, str] = {}
@@ -120,6 +121,11 @@ class Relay:
     async def _open(self, port: int, secret: str) -> None:
         import aiohttp
 
+        from planner.adjuster.gateway import guard
+        from planner.adjuster.gateway.clock import SYSTEM
+        from planner.adjuster.gateway.h1body import Budget
+        from planner.adjuster.gateway.h1server import Server
+
         self._secrets[port] = secret
         if port in self._listeners:
             return
@@ -127,20 +133,21 @@ class Relay:
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
             self._session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
         cfg = self.cfg
-        guard = Guard(
-            connection_cap(cfg.max_connections, raise_open_file_limit()), cfg.header_timeout_s,
-            cfg.warn_every_s, SYSTEM.mono_s, keepalive_timeout_s=cfg.keepalive_timeout_s,
+        cap = guard.connection_cap(cfg.max_connections, guard.raise_open_file_limit())
+        conns = guard.Guard(
+            cap, cfg.header_timeout_s, cfg.warn_every_s, SYSTEM.mono_s,
+            keepalive_timeout_s=cfg.keepalive_timeout_s,
         )  # fmt: skip
 
         async def handle(request: Request) -> Response | StreamResponse:
             return await self._handle(port, request)
 
         server = Server(
-            handle, guard, http_logger(cfg.warn_every_s), gate=_Gate(self, port),
+            handle, conns, guard.http_logger(cfg.warn_every_s), gate=_Gate(self, port),
             budget=Budget(cfg.body_budget_bytes, cfg.body_budget_per_key_bytes),
         )  # fmt: skip
         listener = await self.loop.create_server(server, self.bind_host, port)
-        self._listeners[port] = (listener, server, self.loop.create_task(guard.loop()))
+        self._listeners[port] = (listener, server, self.loop.create_task(conns.loop()))
 
     async def _close(self, port: int) -> None:
         entry = self._listeners.pop(port, None)
@@ -162,6 +169,10 @@ class Relay:
 
     async def _handle(self, port: int, request: Request) -> Response | StreamResponse:
         import aiohttp
+
+        from planner.adjuster.gateway.body import BadBody, read_body
+        from planner.adjuster.gateway.clock import SYSTEM
+        from planner.adjuster.gateway.reply import StreamResponse
 
         cfg = self.cfg
         try:
