@@ -144,7 +144,7 @@ class Relay:
 
         server = Server(
             handle, conns, guard.http_logger(cfg.warn_every_s), gate=_Gate(self, port),
-            budget=Budget(cfg.body_budget_bytes, cfg.body_budget_per_key_bytes),
+            budget=Budget(cfg.body_budget_bytes, cfg.body_budget_bytes),  # one caller: the planner
         )  # fmt: skip
         listener = await self.loop.create_server(server, self.bind_host, port)
         self._listeners[port] = (listener, server, self.loop.create_task(conns.loop()))
