@@ -13,7 +13,7 @@ Targets (issues 13 and 41), on the unseen week:
 - every point beats its `lru@` twin (reactive LRU on the point's own instances within its
   warm GiB): switch P95 at most half the twin's, or both under 0.5 s, at no more warm
   memory (`beats_twin_unseen`; issue 41 item 6; until then: 1/3 of the twin's at its
-  attainment - 0.01);
+  attainment - 0.01, which the optimizer still asks of a point on the days it chooses on);
 - the selected point meets the attainment target on the held-back days (`predicted`) and
   on the unseen week;
 - some point reaches melange's attainment - 0.01 at <= 0.6x melange's warm GiB;
@@ -47,6 +47,7 @@ from planner.cli import inputs
 from planner.forkmap import default_workers, fork_map
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.search import optimize
 from planner.optimizer.sim.simulator import simulate
 
@@ -92,14 +93,10 @@ def run(
     }
 
 
-BOTH_FAST_S = 0.5  # both switch P95 under this: the twin is beaten as well as can be seen
-
-
 def beats_twin_unseen(m: dict, twin: dict) -> bool:
-    """The point beats its twin (issue 41 item 6): switch P95 at most half the twin's, or both
-    under `BOTH_FAST_S`, the twin holding no more warm memory than the point."""
-    sw, tw = m["switch_p95_s"], twin["switch_p95_s"]
-    fast = sw <= tw / 2 or (sw < BOTH_FAST_S and tw < BOTH_FAST_S)
+    """The point beats its twin (issue 41 item 6: `scoring.beats_twin_target`, switch P95 at
+    most half the twin's or both under 0.5 s), the twin holding no more warm memory."""
+    fast = scoring.beats_twin_target(PointMetrics.from_json(m), PointMetrics.from_json(twin))
     return fast and twin["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
 
 

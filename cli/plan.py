@@ -98,6 +98,8 @@ def _print_ladder(plan: Any, point: Any) -> None:
         h = r["hop"]
         if h is None:
             how = "(this point)"
+        elif h["restarts"] == 0 and h["wakes"] + h["sleeps"] == 0:
+            how = "rung: other awake hours or idle sleep only"
         elif h["restarts"] == 0:
             how = f"rung: {h['wakes']} wake(s), {h['sleeps']} sleep(s), {fmt_num(h['cost_s'])} s"
         else:

@@ -171,15 +171,17 @@ def pays(
     return True
 
 
-def thin(rungs: list, warm, keep) -> list:
-    """At most `MAX_RUNGS` of `rungs`, spread evenly along warm GiB (`warm`), ends and `keep`
-    kept."""
-    items = sorted(rungs, key=warm)
-    if len(items) <= MAX_RUNGS:
+def thin(items: list, warm, keep=None, most: int = MAX_RUNGS) -> list:
+    """At most `most` of `items`, spread evenly along warm GiB (`warm`), the ends and `keep`
+    (if given) kept; leanest first."""
+    items = sorted(items, key=warm)
+    if len(items) <= most:
         return items
-    idx = {round(k * (len(items) - 1) / (MAX_RUNGS - 1)) for k in range(MAX_RUNGS)}
+    if most < 2:
+        return [keep] if keep is not None else items[:most]
+    idx = {round(k * (len(items) - 1) / (most - 1)) for k in range(most)}
     out = [e for k, e in enumerate(items) if k in idx or e is keep]
-    while len(out) > MAX_RUNGS:  # `keep` took a place: drop the inner one nearest to it
+    while len(out) > most:  # `keep` took a place: drop the inner one nearest to it
         inner = [e for e in out[1:-1] if e is not keep]
         pos = items.index(keep)
         out.remove(min(inner, key=lambda e: (abs(items.index(e) - pos), items.index(e))))

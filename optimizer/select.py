@@ -15,12 +15,18 @@
    each held-back day apart (`scoring.beats_twin_each_day`): planned tiers are worth a
    point only where they switch clearly faster than reactive swapping on the same
    instances at the same memory. Where no point is, it keeps those no twin dominates.
+3b. The ladder (`ladder`): the variants of the placements of two of the front's points (the
+   one that holds the SLO best, the leanest) that differ only in tiers, awake hours and idle
+   sleep are scored; the front of one placement's variants, chosen as step 3 chooses,
+   becomes the rungs (hops between them restart nothing); the front's points on other
+   placements stay only where they pay for their restarts. The selected point is a rung.
 4. Baselines on the fitted days (`select_baselines`): a point one dominates (attainment,
    switch P95, warm GiB) is dropped, and each baseline no point dominates is added as a
    `from-<baseline>` point, where no written point dominates it on the chosen days either.
    4b. Where all leave GPUs idle, a point that uses them (`idle`; never the selected one).
-5. Names, the selected point (the one that holds the SLO best over every day of the trace),
-   the capacity table, and the hop between every pair of points.
+5. Names, the selected point (the rung that holds the SLO best over every day of the trace;
+   any point where no rung is left), the capacity table, and the hop between every pair of
+   points.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
 from planner.optimizer.tiers import hop_table, placement_key, tier_variants
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
+MAX_POINTS = 6  # points of the front written at most: the rungs, then the ones off the ladder
 SCHEDULED = 4  # schedule variants of at most this many front points, spread over warm GiB
 
 
@@ -310,7 +317,8 @@ def _ladder(
         if placement_key(e.point) != key
         and pays(e.point, e.chosen, _held_up(e), e.perfs, judged, price)
     ]
-    return rungs, off
+    # as many points as the front had before the ladder (`name_points`): the rungs first
+    return rungs, thin(off, _warm, most=max(MAX_POINTS - len(rungs), 0))
 
 
 def _base_rank(e: Evaluation) -> tuple[float, float, float, int]:
@@ -368,7 +376,7 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
     # 4b. the idle GPUs' point; 5. names, capacity, hops
     shown_ok = [m for m in shown.values() if not isinstance(m, str)]
     roomy = idle_gpu_point(ctx, ev, front + extra, evals, shown_ok)
-    choices = name_points(front, _warm, _switch, max(len(front), 1)) if front else []
+    choices = name_points(front, _warm, _switch, MAX_POINTS) if front else []
     choices += [(e.origin, e) for e in extra]  # the selected point is one of these
     named = choices + ([(IDLE_POINT, roomy)] if roomy is not None else [])
     # the selected point is a rung of the ladder where one is written: the adjuster walks

@@ -176,3 +176,22 @@ def test_the_written_points_are_rungs_or_pay_for_their_restarts():
             continue
         m = metrics(p)
         assert pays(p, m, m.slo_attainment, perfs[p.name], judged, price), p.name
+
+
+def test_each_held_back_day_is_judged_by_the_twin_target():
+    """Issue 41 item 6: on each held-back day apart a point must switch at most half as long
+    as its twin, or both under 0.5 s (the bench's target). Before, each day was held to the
+    third asked of the days' sum, which a quiet day of a handful of waits decided by chance:
+    lab16's lean rungs (0.47 s against the twin's 1.42 s on the quiet Sunday) were left out."""
+    from planner.optimizer import scoring
+
+    def day(sw: float, twin_sw: float, att: float = 0.99, twin_att: float = 0.99):
+        return (
+            PointMetrics(slo_attainment=att, switch_p95_s=sw),
+            PointMetrics(slo_attainment=twin_att, switch_p95_s=twin_sw),
+        )
+
+    assert scoring.beats_twin_each_day([day(0.6, 1.42)])  # under half, over a third
+    assert scoring.beats_twin_each_day([day(0.3, 0.45)])  # both under 0.5 s
+    assert not scoring.beats_twin_each_day([day(0.8, 1.42)])
+    assert not scoring.beats_twin_each_day([day(0.3, 0.45, att=0.97)])  # attainment too
