@@ -67,13 +67,14 @@ def promotions(
     gpu_margin: float,
     host_margin: float,
 ) -> list[Point]:
-    """`point` with its lazy instances kept awake all day one more at a time, busiest model
-    (`heat`: model -> requests/h) first, each step while the memory invariant holds."""
+    """`point` with its lazy instances kept awake all day one more at a time, the model that
+    switches in most often first (`heat`: model -> switch-ins per hour), each step while the
+    memory invariant holds."""
     out: list[Point] = []
     cur = point
     lazy = sorted(
         (i for i in point.instances if i.tier != "gpu"),
-        key=lambda i: (-heat.get(i.model, 0), i.id, "gpu"),
+        key=lambda i: (-heat.get(i.model, 0), i.id),
     )
     for inst in lazy:
         cand = with_tier(cur, inst.id, "gpu")

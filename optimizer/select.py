@@ -39,7 +39,7 @@ from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
-from planner.optimizer.ladder import pays, rung_points, schedule_variants, thin
+from planner.optimizer.ladder import pays, rung_points, schedule_variants, thin, tiers_key
 from planner.optimizer.pareto import dominates, name_points
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
@@ -281,10 +281,12 @@ def _ladder(
     bases: dict[tuple, Evaluation] = {}  # placement -> its base point, one per placement
     for b in (min(front, key=_base_rank), min(front, key=lambda e: (_warm(e), e.index))):
         bases.setdefault(placement_key(b.point), b)
+    scored = {(placement_key(e.point), tiers_key(e.point)) for e in feasible}
     jobs = [
         (b.knobs, p, b.perfs, "ladder")
-        for b in bases.values()
+        for key, b in bases.items()
         for p in rung_points(ctx, b.point, b.perfs)
+        if (key, tiers_key(p)) not in scored  # a schedule variant step 2 scored already
     ]
     _add(ev, evals, feasible, jobs)
     pool, _ = _pool(feasible, ctx.slo.attainment, ctx.slo.max_quality_cost)
