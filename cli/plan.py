@@ -68,14 +68,15 @@ def ladder_rows(plan: Any, point: Any) -> list[dict[str, Any]]:
         h = hops.get(q.name)
         rows.append(
             {
-                "point": q.name, "selected": q.name == plan.selected,
+                "point": q.name,
+                "selected": q.name == plan.selected,
                 "warm_gpu_gib": q.predicted.warm_gpu_gib,
                 "switch_p95_s": q.predicted.switch_p95_s,
                 "slo_attainment": q.predicted.slo_attainment,
                 "rung": q.name == point.name or (h is not None and h.restarts == 0),
                 "hop": None if h is None else h.model_dump(),
             }
-        )  # fmt: skip
+        )
     return rows
 
 

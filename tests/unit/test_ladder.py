@@ -96,9 +96,11 @@ def test_rungs_share_the_base_placement_and_fit(small_ctx):
     for r in rungs:
         assert placement_key(r) == placement_key(base)
         assert not memory_violations(
-            r, small_ctx.cluster, gpu_margin=small_ctx.cfg.gpu_memory_margin,
+            r,
+            small_ctx.cluster,
+            gpu_margin=small_ctx.cfg.gpu_memory_margin,
             host_margin=small_ctx.cfg.host_memory_margin,
-        )  # fmt: skip
+        )
         Plan(selected=r.name, points=[r])  # valid as written (no gpu-tier awake hours)
         assert hop(base, r, perfs).restarts == 0 and hop(r, base, perfs).restarts == 0
 

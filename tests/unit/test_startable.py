@@ -74,17 +74,21 @@ def test_every_candidate_starts_as_the_plan_records_it(lab16):
     `estimate` compute) said one sequence does not fit. Every candidate, built into a plan
     instance, holds one `max_model_len` sequence in the KV cache the plan records."""
     from planner.optimizer.build import build_point
-    from planner.optimizer.candidates import Knobs, enumerate_candidates
+    from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_sets
     from planner.optimizer.demand import model_demand
     from planner.optimizer.milp import Placement
 
     cl, ms, sl, trace = lab16
     cands = enumerate_candidates(
-        cl, ms, sl, model_demand(trace), Knobs(), max_tp=8, max_model_len_cap=None,
+        cl,
+        ms,
+        sl,
+        model_demand(trace),
+        Knobs(),
+        max_tp=8,
+        max_model_len_cap=None,
         gpu_margin=0.06,
-    )  # fmt: skip
-    from planner.optimizer.candidates import gpu_sets
-
+    )
     sets = {}  # one GPU set of each (type, size) the cluster has
     for g in gpu_sets(cl, 8):
         sets.setdefault((g.gpu_type, len(g.gpus)), g)
