@@ -67,9 +67,12 @@ _NOT_FLAGS = {"tier", "gpu_type", "shares_gpu_with"}
 def spec_sha(inst: Instance) -> str:
     """Content hash of an Instance (what a running process was started from), without the
     fields that start no other process (`_NOT_FLAGS`): a point that only changes them is a
-    sleep or a wake, and state rows of earlier versions keep their hash."""
+    sleep or a wake, and state rows of earlier versions keep their hash. Awake hours are the
+    gateway's schedule, not a flag (the ladder's rungs differ in them: issue 41); hashed as
+    none, so an instance without any keeps its hash."""
+    flags = inst.model_copy(update={"awake_hours": []})
     blob = json.dumps(
-        inst.model_dump(mode="json", exclude=_NOT_FLAGS), sort_keys=True, separators=(",", ":")
+        flags.model_dump(mode="json", exclude=_NOT_FLAGS), sort_keys=True, separators=(",", ":")
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -9,9 +9,11 @@ is scored on the next week, a trace it never saw (seed 1 by default, same spec).
 The baselines are sized on the fitted week too (melange's peak demand) and scored on the
 unseen one.
 
-Targets (issue 13), on the unseen week:
-- every point: switch P95 <= 1/3 of its `lru@` twin's (reactive LRU on the point's own
-  instances within its warm GiB; both zero counts) at attainment >= the twin's - 0.01;
+Targets (issues 13 and 41), on the unseen week:
+- every point beats its `lru@` twin (reactive LRU on the point's own instances within its
+  warm GiB): switch P95 at most half the twin's, or both under 0.5 s, at no more warm
+  memory (`beats_twin_unseen`; issue 41 item 6; until then: 1/3 of the twin's at its
+  attainment - 0.01, which the optimizer still asks of a point on the days it chooses on);
 - the selected point meets the attainment target on the held-back days (`predicted`) and
   on the unseen week;
 - some point reaches melange's attainment - 0.01 at <= 0.6x melange's warm GiB;
@@ -25,7 +27,10 @@ of `tiering.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains i
 `select._front`); 33-44 were first scored after the hand-off rule, 45-56 after both, as
 clean checks; 57-64 judged the held-back rules (issue 30 item 2: `spread` and `week` were
 designed on 2-7 and scored there once each; `week` as the default, with the fixes that made
-it hold, was developed on 2-13 and scored on 57-64 at the end); 65 and above are unread.
+it hold, was developed on 2-13 and scored on 57-64 at the end); issue 41 (the ladder, the
+twin target above) was judged on 57-64: the waits left on week 60 (an agent session after
+hours whose later models woke one by one) led to `handoff_min_share` 0.03, so 57-64 are read
+for that rule; 65-72 were then scored once as its check; 73 and above are unread.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from planner.cli import inputs
 from planner.forkmap import default_workers, fork_map
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
+from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.search import optimize
 from planner.optimizer.sim.simulator import simulate
 
@@ -87,6 +93,13 @@ def run(
     }
 
 
+def beats_twin_unseen(m: dict, twin: dict) -> bool:
+    """The point beats its twin (issue 41 item 6: `scoring.beats_twin_target`, switch P95 at
+    most half the twin's or both under 0.5 s), the twin holding no more warm memory."""
+    fast = scoring.beats_twin_target(PointMetrics.from_json(m), PointMetrics.from_json(twin))
+    return fast and twin["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
+
+
 def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
     """The targets' verdicts for `res`'s points on one unseen week (`example`'s 4-tuple)."""
     cl, ms, sl, next_week = unseen
@@ -107,12 +120,11 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
             host_margin=OptimizeConfig().host_memory_margin,
         )  # fmt: skip
         t = tr.to_metrics()
-        ok = scoring.beats_twin(r.point_metrics(), tr.point_metrics())
-        ok = ok and t["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
+        ok = beats_twin_unseen(m, t)
         print(_row(p.name, m, int(r.switched.sum())))
         print(
             _row(f"  lru@{p.name}", t, int(tr.switched.sum()))
-            + ("" if ok else "   <- not 3x faster than its twin")
+            + ("" if ok else "   <- not 2x faster than its twin")
         )
         if not ok:
             fails.append(p.name)
@@ -136,7 +148,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
     print(
         f"selected {sel}: attainment {res.metrics[sel].slo_attainment:.3f} on the held-back "
         f"days, {pts[sel]['slo_attainment']:.3f} on the unseen week (target {target}); "
-        f"points not 3x faster than their twin: {fails or 'none'}"
+        f"points not 2x faster than their twin: {fails or 'none'}"
     )
     return {
         f"{name}_points": str(len(pts)),

@@ -75,12 +75,13 @@ class OptimizeConfig(BaseModel):
         "request outside its awake hours, s",
     )
     handoff_min_share: float = Field(
-        default=0.1,
+        default=0.03,
         ge=0,
         le=1,
         description="schedule variants: a request wakes ahead the models that came next in "
         "its session after at least this share of its model's requests on the fitted days "
-        "(where that puts nobody to sleep: tiering.wakes_on_handoff)",
+        "(where that puts nobody to sleep: tiering.wakes_on_handoff; 0.03 since issue 41: "
+        "at 0.1 an agent chain after hours reached its rarer models only by their own wakes)",
     )
     covered_idle_sleep_s: float = Field(
         default=300.0,
@@ -96,6 +97,16 @@ class OptimizeConfig(BaseModel):
         description="weight of the quality cost of stand-ins in the search's objective (a "
         "quality cost of 1/weight counts as much as 30 s of switch P95); default: "
         "1 / slo.yaml max_quality_cost, else 10",
+    )
+    restart_price_gib_h: float = Field(
+        default=0.25,
+        ge=0,
+        le=1e6,
+        description="warm GiB-hours one second of instance restarts is worth: a point off the "
+        "ladder's placement is written only where, held for a day, the warm GiB it saves "
+        "against every rung as good as it outweigh the restart seconds of the hop there and "
+        "back at this price (0.25: a 60 s restart is worth 15 GiB-h, 0.625 GiB kept warm for "
+        "a day; optimizer/ladder.py)",
     )
     baselines: bool = Field(
         default=True,

@@ -31,6 +31,10 @@ AUTO_VALIDATE_DAYS = 2  # days held back by default ...
 AUTO_VALIDATE_MIN_DAYS = 5  # ... from a trace of at least this many days
 TWIN_SWITCH_FACTOR = 3.0  # a point's switch P95 must be <= its twin's / this ...
 TWIN_ATTAINMENT_SLACK = 0.01  # ... at attainment >= the twin's - this
+# issue 41's target, out of sample and on each held-back day apart: switch P95 at most the
+# twin's / TWIN_TARGET_FACTOR, or both under TWIN_BOTH_FAST_S
+TWIN_TARGET_FACTOR = 2.0
+TWIN_BOTH_FAST_S = 0.5
 # Runs beyond the first that raise the twin's warm cap, each one more simulation of the trace
 # (2 made some twins of the bundled examples stronger, lab16's balanced from 3.00 to 2.54 s
 # of switch P95, and cost `planner evaluate --baseline lru-matched` a fifth more CPU time
@@ -290,10 +294,22 @@ def twins_by_day(
     return out
 
 
+def beats_twin_target(m: PointMetrics, twin_m: PointMetrics) -> bool:
+    """Issue 41's target: switch P95 at most half the twin's (`TWIN_TARGET_FACTOR`), or both
+    under `TWIN_BOTH_FAST_S` (waits a person does not tell apart)."""
+    sw, tw = m.switch_p95_s, twin_m.switch_p95_s
+    return sw <= tw / TWIN_TARGET_FACTOR or (sw < TWIN_BOTH_FAST_S and tw < TWIN_BOTH_FAST_S)
+
+
 def beats_twin_each_day(days: list[tuple[PointMetrics, PointMetrics]]) -> bool:
-    """`beats_twin` on every day apart ((the point's, its twin's) figures, `twins_by_day`:
-    each day simulated as its own trace, the twin matched to the point's memory on it): the
-    held-back days stand for the week (a working day and a quiet one), and a point is worth
-    its plan only where it is worth it on both. Judged on their sum, the busy day's requests
-    outvote the quiet day's, and the twin's memory is matched to an average over both."""
-    return all(beats_twin(m, t) for m, t in days)
+    """`beats_twin_target` at the twin's attainment - 0.01 on every day apart ((the point's,
+    its twin's) figures, `twins_by_day`: each day simulated as its own trace, the twin
+    matched to the point's memory on it): the held-back days stand for the week (a working
+    day and a quiet one), and a point is worth its plan only where it is worth it on both.
+    Judged on their sum, the busy day's requests outvote the quiet day's, and the twin's
+    memory is matched to an average over both. A day holds a few hundred requests and a
+    handful of waits: the sum is held to `beats_twin`'s third, each day to the target."""
+    return all(
+        beats_twin_target(m, t) and m.slo_attainment >= t.slo_attainment - TWIN_ATTAINMENT_SLACK
+        for m, t in days
+    )

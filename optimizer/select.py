@@ -15,12 +15,18 @@
    each held-back day apart (`scoring.beats_twin_each_day`): planned tiers are worth a
    point only where they switch clearly faster than reactive swapping on the same
    instances at the same memory. Where no point is, it keeps those no twin dominates.
+3b. The ladder (`ladder`): the variants of the placements of two of the front's points (the
+   one that holds the SLO best, the leanest) that differ only in tiers, awake hours and idle
+   sleep are scored; the front of one placement's variants, chosen as step 3 chooses,
+   becomes the rungs (hops between them restart nothing); the front's points on other
+   placements stay only where they pay for their restarts. The selected point is a rung.
 4. Baselines on the fitted days (`select_baselines`): a point one dominates (attainment,
    switch P95, warm GiB) is dropped, and each baseline no point dominates is added as a
    `from-<baseline>` point, where no written point dominates it on the chosen days either.
    4b. Where all leave GPUs idle, a point that uses them (`idle`; never the selected one).
-5. Names, the selected point (the one that holds the SLO best over every day of the trace),
-   the capacity table, and the hop between every pair of points.
+5. Names, the selected point (the rung that holds the SLO best over every day of the trace;
+   any point where no rung is left), the capacity table, and the hop between every pair of
+   points.
 """
 
 from __future__ import annotations
@@ -33,15 +39,17 @@ from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
+from planner.optimizer.ladder import pays, rung_points, schedule_variants, thin, tiers_key
 from planner.optimizer.pareto import dominates, name_points
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
-from planner.optimizer.tiers import hop_table, tier_variants
+from planner.optimizer.tiers import hop_table, placement_key, tier_variants
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
+MAX_POINTS = 6  # points of the front written at most: the rungs, then the ones off the ladder
 SCHEDULED = 4  # schedule variants of at most this many front points, spread over warm GiB
 
 
@@ -50,6 +58,24 @@ TWIN_NOTE_SLOWER = (
     "same instances within the same warm GiB) at its attainment - 0.01, on the days points "
     "are chosen on, were left out"
 )
+# why a ladder has one rung: (its requests wait for no wake already?, does any plan meet
+# the attainment target?) -> the note
+ONE_RUNG_NOTES = {
+    (True, True): "one point on the ladder: its requests wait for no wake already, so keeping "
+    "more awake buys no switch latency, and every variant of its placement that keeps less "
+    "awake misses the attainment target or waits as long as reactive LRU swapping at its memory",
+    (False, True): "one point on the ladder: every variant of its placement that keeps less "
+    "awake misses the attainment target or waits as long as reactive LRU swapping at its "
+    "memory, and none that keeps more awake switches faster",
+    (True, False): "one point on the ladder: no plan meets the attainment target, and every "
+    "variant of its placement that keeps less awake attains more than "
+    f"{POOL_SLACK:.0%} less than the best plan (the models are too busy to sleep); keeping "
+    "more awake buys no switch latency",
+    (False, False): "one point on the ladder: no plan meets the attainment target, and every "
+    "variant of its placement that keeps less awake attains more than "
+    f"{POOL_SLACK:.0%} less than the best plan or waits as long as reactive LRU swapping; "
+    "none that keeps more awake switches faster",
+}
 TWIN_NOTE_DOMINATED = (
     "no point switches 3x faster than its lru@ twin (reactive LRU swapping on the same "
     "instances within the same warm GiB); points whose twin does as well or better were left out"
@@ -194,11 +220,7 @@ def _schedule_jobs(ctx: SearchContext, pool: list[Evaluation]) -> list[Job]:
     declared, also variants where the covered models keep no awake hours, and sleep sooner
     when idle (a stand-in answers while they wake again)."""
     cfg = ctx.cfg
-    variants = [(frozenset(), cfg.idle_sleep_s)]
-    if ctx.substitutes:
-        covered = frozenset(ctx.substitutes)
-        idle = sorted({cfg.idle_sleep_s, cfg.covered_idle_sleep_s}, reverse=True)
-        variants += [(covered, s) for s in idle]
+    variants = schedule_variants(ctx)
     seeds = [e for e in _front(pool) if e.origin != "schedule"]
     return [
         (
@@ -245,6 +267,68 @@ def _twin_front(
     return front
 
 
+def _ladder(
+    ctx: SearchContext,
+    ev: Evaluator,
+    evals: list[Evaluation],
+    feasible: list[Evaluation],
+    front: list[Evaluation],
+) -> tuple[list[Evaluation], list[Evaluation]]:
+    """Step 3b (`ladder`): (the rungs on the placement of one of the front's bases, the
+    front's points on other placements that pay for their restarts)."""
+    if not front:
+        return [], []
+    bases: dict[tuple, Evaluation] = {}  # placement -> its base point, one per placement
+    for b in (min(front, key=_base_rank), min(front, key=lambda e: (_warm(e), e.index))):
+        bases.setdefault(placement_key(b.point), b)
+    scored = {(placement_key(e.point), tiers_key(e.point)) for e in feasible}
+    jobs = [
+        (b.knobs, p, b.perfs, "ladder")
+        for key, b in bases.items()
+        for p in rung_points(ctx, b.point, b.perfs)
+        if (key, tiers_key(p)) not in scored  # a schedule variant step 2 scored already
+    ]
+    _add(ev, evals, feasible, jobs)
+    pool, _ = _pool(feasible, ctx.slo.attainment, ctx.slo.max_quality_cost)
+    ladders = []
+    for key, b in bases.items():
+        same = [e for e in pool if placement_key(e.point) == key]
+        if not any(e is b for e in same):
+            same.append(b)
+        rungs = _twin_front(ctx, ev, same, [])
+        top = min(rungs, key=_base_rank)
+        ladders.append((thin(rungs, _warm, top), top, key))
+    # at least two rungs preferred; then, among the ladders whose top rung holds the SLO as
+    # well as the best one's (`ATTAINMENT_TIE`), the leanest top: the least warm memory
+    # within the targets
+    best = max(_held_up(top) for _, top, _ in ladders)
+    rungs, _, key = min(
+        ladders,
+        key=lambda lt: (
+            -min(len(lt[0]), 2),
+            _held_up(lt[1]) < best - ATTAINMENT_TIE,
+            _warm(lt[1]),
+            lt[1].index,
+        ),
+    )
+    judged = [(r.point, r.chosen, _held_up(r), r.perfs) for r in rungs]
+    price = ctx.cfg.restart_price_gib_h
+    off = [
+        e
+        for e in front
+        if placement_key(e.point) != key
+        and pays(e.point, e.chosen, _held_up(e), e.perfs, judged, price)
+    ]
+    # as many points as the front had before the ladder (`name_points`): the rungs first
+    return rungs, thin(off, _warm, most=max(MAX_POINTS - len(rungs), 0))
+
+
+def _base_rank(e: Evaluation) -> tuple[float, float, float, int]:
+    """The ladder's base comes first: it holds the SLO best over every day (to 0.001), then
+    switches least, then keeps least warm."""
+    return (-round(_held_up(e), 3), e.chosen.switch_p95_s, e.chosen.warm_gpu_gib, e.index)
+
+
 def _each_day(ev: Evaluator, e: Evaluation) -> bool:
     """`e` beats its twin on each held-back day apart (`scoring.beats_twin_each_day`)."""
     return scoring.beats_twin_each_day(ev.twin_days(e))
@@ -285,17 +369,25 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
             f"no plan meets the attainment target {target:.1%}; best reached "
             f"{top.slo_attainment:.1%}. Binding: {binding_slo(top, ctx.slo)}"
         )
-    # 3. the twins; 4. baselines on the fitted days
-    front, extra, shown = baseline_points(ctx, ev, _twin_front(ctx, ev, pool, notes), evals)
+    # 3. the twins; 3b. the ladder; 4. baselines on the fitted days
+    front = _twin_front(ctx, ev, pool, notes)
+    rungs, off = _ladder(ctx, ev, evals, feasible, front)
+    front, extra, shown = baseline_points(ctx, ev, rungs + off, evals)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen.slo_attainment, -e.index))]
     # 4b. the idle GPUs' point; 5. names, capacity, hops
     shown_ok = [m for m in shown.values() if not isinstance(m, str)]
     roomy = idle_gpu_point(ctx, ev, front + extra, evals, shown_ok)
-    choices = name_points(front, _warm, _switch) if front else []
+    choices = name_points(front, _warm, _switch, MAX_POINTS) if front else []
     choices += [(e.origin, e) for e in extra]  # the selected point is one of these
     named = choices + ([(IDLE_POINT, roomy)] if roomy is not None else [])
-    return _result(ctx, ev, evals, named, notes, shown, _selected(choices))
+    # the selected point is a rung of the ladder where one is written: the adjuster walks
+    # from it by sleeps and wakes
+    on_ladder = [(n, e) for n, e in choices if any(e is r for r in rungs)]
+    if len(on_ladder) == 1:  # say why the runtime has nowhere to hop by sleeps and wakes
+        no_wait = on_ladder[0][1].chosen.switch_p95_s == 0
+        notes.append(ONE_RUNG_NOTES[(no_wait, meets)])
+    return _result(ctx, ev, evals, named, notes, shown, _selected(on_ladder or choices))
 
 
 def _result(

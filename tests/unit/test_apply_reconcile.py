@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -167,3 +170,19 @@ def test_a_tier_change_is_a_sleep_or_a_wake_not_a_restart() -> None:
     # without sleep mode (CPU) the awake one keeps running and the stopped one starts
     cpu = {"a-0": running(g)}
     assert kinds(diff(point(a_host, b_gpu), cpu, sleep_supported=False)) == [("start", "b-0")]
+
+
+def test_other_awake_hours_are_no_restart() -> None:
+    """Issue 41: the ladder's rungs differ in awake hours; the process is the same. Before,
+    the hours were hashed as a flag and a hop between rungs restarted the instance. An
+    instance without awake hours keeps the hash it had."""
+    h = inst("b-0", gpus=(0,), tier="host", port=8101)
+    day = h.model_copy(update={"awake_hours": [8, 9, 10]})
+    assert spec_sha(day) == spec_sha(h)
+    assert kinds(diff(point(day), {"b-0": running(h, "asleep")})) == []
+    blob = json.dumps(
+        h.model_dump(mode="json", exclude={"tier", "gpu_type", "shares_gpu_with"}),
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    assert spec_sha(h) == hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -136,6 +136,11 @@ def test_overload_no_point_dominated_and_capacity_table_names_models_and_hours(
     plan = load_plan(out)
     assert any(n.startswith("coder-32b: peak") and "hours" in n for n in plan.notes)
     assert [r.model for r in plan.capacity if r.hours_over] == list(over)
+    # issue 41 item 9: two points one hop apart (sleeps and wakes), or the plan says why not
+    sel = plan.selected
+    rungs = [p for p in plan.points if p.name == sel or plan.hops[sel][p.name].restarts == 0]
+    why = [n for n in plan.notes if n.startswith("one point on the ladder: no plan meets")]
+    assert len(rungs) >= 2 or why
 
 
 def test_held_back_days_split_and_default():
