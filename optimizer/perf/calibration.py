@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
-from planner.optimizer.perf.calib import Calib, with_allreduce_scale
+from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.fitpoints import (
     FitPoint,
     fit_points,
@@ -240,6 +240,69 @@ def idle_wake_curve(profile: Profile) -> list[tuple[float, float]] | None:
     return None
 
 
+def not_calibrating(profile: Profile) -> list[str]:
+    """The imported runs calibration leaves out, each with the reason `profile import` gave."""
+    out = []
+    for r in profile.engine:
+        why = [n.removeprefix("not calibrated: ") for n in r.notes if n.startswith("not calib")]
+        if why:
+            out.append(f"{r.model} tp{r.tp} {r.quantization or 'bf16'}: {why[0]}")
+    return out
+
+
+def _loop_fit(out: Calibration, loop, pts, gpu: GpuSpec, start: Calib, base: Calib, prior: str):
+    """The closed-loop fit of imported runs (`calib_loop`) into `out`: the points the prior
+    predicts no finite time for are left out and named; the kept factors' fields set."""
+    from collections import Counter
+
+    from planner.optimizer.perf.calib_loop import (
+        LoopProblem,
+        calibrate_loop,
+        loop_link,
+        loop_predict,
+    )
+    from planner.schemas.profile import CrossCheck, FactorFit
+
+    finite = np.isfinite(loop_predict(loop, gpu, start)).all(axis=1)
+    dropped = Counter(p.run for p, ok in zip(loop, finite, strict=True) if not ok)
+    out.excluded += [f"{run}: {n} point(s) the perf model predicts no finite time for "
+                     "(they do not fit its GPUs)" for run, n in dropped.items()]  # fmt: skip
+    loop = [p for p, ok in zip(loop, finite, strict=True) if ok]
+    if not loop:
+        return
+    got = calibrate_loop(LoopProblem(loop, pts, gpu, start))
+    cal, x = got.calib, got.accepted
+    if "compute" in x:
+        for name in ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
+                     "fp4_compute_efficiency"):  # fmt: skip
+            if getattr(cal, name) != getattr(start, name):
+                setattr(out, name, getattr(cal, name))
+    out.bandwidth_efficiency = cal.bandwidth_efficiency
+    if "step_overhead" in x:
+        out.step_overhead_s = cal.step_overhead_s
+    if "request_overhead" in x:
+        out.prefill_overhead_s = cal.prefill_overhead_s
+    ar = x.get("allreduce_scale")
+    if ar is not None:  # a run used TP > 1: the link it ran over, as the fit predicted it
+        if loop_link(gpu) == "nvlink":
+            out.nvlink_efficiency, out.nvlink_latency_s = (
+                cal.nvlink_efficiency,
+                cal.nvlink_latency_s,
+            )
+        else:
+            out.link_efficiency, out.link_latency_s = cal.link_efficiency, cal.link_latency_s
+    out.factors = [FactorFit(**f) for f in got.factors]
+    out.checks = [CrossCheck(**c) for c in got.checks]
+    out.notes = got.notes
+    out.residual_rel = got.residual_rel
+    out.points = len(pts) + 2 * len(loop)
+    fitted = [f"{f.name} x{f.factor:.2f}" for f in out.factors if f.status == "fitted"]
+    out.source = (
+        f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
+        f"points; {', '.join(fitted) or 'every factor refused'}) with {prior} priors"
+    )
+
+
 def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     """The fitted Calibration of `profile` (factors it cannot fit stay None: defaults apply)."""
     ce0, be0 = priors(profile, gpu, base)
@@ -263,33 +326,17 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         f"{r.model} tp{r.tp} {r.quantization or 'bf16'}: {len(r.decode) + len(r.prefill)} points"
         + (f" ({r.notes[0]})" if r.notes and r.notes[0].startswith("imported") else "")
         for r in ok
-        if r.arch is not None and (r.decode or r.prefill)
+        if r.arch is not None
+        and (r.decode or r.prefill)
+        and not any(n.startswith("not calibrated:") for n in r.notes)
     ]
-    from planner.optimizer.perf.calib_loop import ALLREDUCE_SCALE, fit_loop, loop_link, loop_points
+    from planner.optimizer.perf.calib_loop import loop_points
 
     loop = loop_points(profile)
+    out.excluded = not_calibrating(profile)
     if loop:  # serving runs: the closed loop, with the engine points alike
         start = replace(base, compute_efficiency=ce0, bandwidth_efficiency=be0)
-        theta, rel = fit_loop(loop, pts, gpu, start)
-        _set_compute(out, theta["compute_efficiency"], base)
-        out.bandwidth_efficiency = theta["bandwidth_efficiency"]
-        out.step_overhead_s = theta["step_overhead_s"]
-        out.prefill_overhead_s = theta["prefill_overhead_s"]
-        ar = theta.get(ALLREDUCE_SCALE)
-        if ar is not None:  # a run used TP > 1: the link it ran over, as the fit predicted it
-            link = with_allreduce_scale(base, ar)
-            if loop_link(gpu) == "nvlink":
-                out.nvlink_efficiency = link.nvlink_efficiency
-                out.nvlink_latency_s = link.nvlink_latency_s
-            else:
-                out.link_efficiency = link.link_efficiency
-                out.link_latency_s = link.link_latency_s
-        out.residual_rel = float(np.median(rel))
-        out.points = len(pts) + 2 * len(loop)
-        out.source = (
-            f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
-            f"points{'' if ar is None else f', all-reduces x{ar:.2f}'}) with {prior} priors"
-        )
+        _loop_fit(out, loop, pts, gpu, start, base, prior)
     elif len(pts) >= 2:
         per_seq = gpu.arch == "cpu"  # Calib.seq_overhead_s: the CPU build's per-sequence cost
         pts = one_overhead_unless_split(pts)

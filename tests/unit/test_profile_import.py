@@ -131,7 +131,7 @@ def test_calibrate_fits_the_all_reduces_of_runs_at_several_tp(tmp_path, capsys):
     assert cal["nvlink_efficiency"] == pytest.approx(truth.nvlink_efficiency, rel=0.2)
     assert cal["nvlink_latency_s"] == pytest.approx(truth.nvlink_latency_s, rel=0.2)
     assert "link_efficiency" not in cal  # the runs used NVLink
-    assert "all-reduces x" in cal["source"]
+    assert "allreduce_scale x" in cal["source"]
     assert cal["residual_rel"] < 0.03
     (path,) = out.glob("*.yaml")
     fitted = calib_from_profile(Profile.model_validate(yaml.safe_load(path.read_text())))
