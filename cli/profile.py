@@ -212,7 +212,7 @@ def calibrate_cmd(
         c = item["calibration"]
         console.print(f"[bold]{item['profile']}[/] ({c.get('source', '')})")
         for k, v in c.items():
-            if k not in ("source", "factors", "checks", "excluded", "notes", "runs"):
+            if k not in ("source", "factors", "checks", "excluded", "notes", "runs", "models"):
                 console.print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
         _print_checks(c)
 
@@ -220,12 +220,16 @@ def calibrate_cmd(
 def _print_checks(c: dict) -> None:
     """A closed-loop calibration's factors, held-out checks, exclusions and notes."""
     for f in c.get("factors", []):
+        who = f"{f['model']}: " if f.get("model") else "GPU: "
         unc = f" (x/ {f['uncertainty_x']:.2f})" if f.get("uncertainty_x") else ""
         note = f": {f['note']}" if f.get("note") else ""
-        console.print(f"  {f['name']}: x{f['factor']:.3g}{unc} {f['status']}{note}", markup=False)
-    for k in c.get("checks", []):
         console.print(
-            f"  {k['split']} ({k['folds']} folds): held-out error {k['prior_rel']:.1%} at the "
+            f"  {who}{f['name']} x{f['factor']:.3g}{unc} {f['status']}{note}", markup=False
+        )
+    for k in c.get("checks", []):
+        who = f"{k['model']}: " if k.get("model") else "GPU: "
+        console.print(
+            f"  {who}{k['split']} ({k['folds']} folds): held-out error {k['prior_rel']:.1%} at the "
             f"prior, {k['fitted_rel']:.1%} calibrated",
             markup=False,
         )

@@ -125,6 +125,10 @@ class Calib:
     nccl_gib: float = (
         0.37  # NCCL buffers per GPU when TP > 1 (aiconfigurator nccl_mem: 342-392 MB), GiB
     )
+    # A calibration's factors that hold for one model only (its runs cannot tell the GPU's
+    # factors from the model's own error): (model name, ((factor, value), ...), GEMM classes
+    # its runs used); `instance_perf` lays them on for that model (`for_model`), no other.
+    model_factors: tuple[tuple[str, tuple[tuple[str, float], ...], tuple[str, ...]], ...] = ()
 
 
 # Defaults by GPU generation, calibrated on per-operator GEMM measurements only:
@@ -222,6 +226,44 @@ def with_allreduce_scale(cal: Calib, scale: float) -> Calib:
     )
 
 
+# The factors a closed-loop calibration fits (optimizer/perf/calib_loop.py), each on its
+# prior: compute (attention's and the GEMM efficiency of the classes the runs used),
+# bandwidth, step and request overheads, the TP all-reduces' time.
+COMPUTE, BANDWIDTH, STEP, REQUEST = "compute", "bandwidth", "step_overhead", "request_overhead"
+ALLREDUCE_SCALE = "allreduce_scale"
+EFF_MAX = 2.0  # the profile schema's bound on an efficiency
+
+
+def apply_factors(base: Calib, x: dict[str, float], classes: frozenset[str] | tuple) -> Calib:
+    """`base` with the factors `x` laid on: compute on attention and on the GEMM efficiency of
+    each class (bf16, fp8, fp4) in `classes` only; bandwidth, the two overheads, and the
+    all-reduces' time (`with_allreduce_scale`)."""
+    upd: dict[str, float] = {}
+    c = x.get(COMPUTE, 1.0)
+    if c != 1.0:
+        upd["attn_efficiency"] = min(EFF_MAX, base.attn_efficiency * c)
+        names = {"bf16": "compute_efficiency", "fp8": "fp8_compute_efficiency",
+                 "fp4": "fp4_compute_efficiency"}  # fmt: skip
+        for cls in classes:
+            upd[names[cls]] = min(EFF_MAX, getattr(base, names[cls]) * c)
+    if BANDWIDTH in x:
+        upd["bandwidth_efficiency"] = base.bandwidth_efficiency * x[BANDWIDTH]
+    if STEP in x:
+        upd["step_overhead_s"] = base.step_overhead_s * x[STEP]
+    if REQUEST in x:
+        upd["prefill_overhead_s"] = base.prefill_overhead_s * x[REQUEST]
+    return with_allreduce_scale(replace(base, **upd), x.get(ALLREDUCE_SCALE, 1.0))
+
+
+def for_model(cal: Calib, model: str) -> Calib:
+    """`cal` as it holds for `model`: its own factors laid on (`Calib.model_factors`) where a
+    calibration fitted some, else the GPU's."""
+    for name, factors, classes in cal.model_factors:
+        if name == model:
+            return apply_factors(replace(cal, model_factors=()), dict(factors), classes)
+    return cal
+
+
 def default_calib(arch: str) -> Calib:
     """Spec-sheet defaults of a GPU generation (`GpuSpec.arch`)."""
     return Calib(**_ARCH_DEFAULTS.get(arch, {}))
@@ -240,12 +282,16 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
         except ValueError:
             base = Calib()
     cal = profile.calibration
-    names = {f.name for f in fields(Calib)}
+    names = {f.name for f in fields(Calib)} - {"model_factors"}
     upd: dict[str, Any] = {
         k: float(v)
         for k, v in cal.model_dump().items()
         if v is not None and k in names and k != "idle_wake_curve"
     }
+    if cal.models:
+        upd["model_factors"] = tuple(
+            (m.model, tuple(sorted(m.factors.items())), tuple(m.gemm)) for m in cal.models
+        )
     if cal.idle_wake_curve:
         upd["idle_wake_curve"] = tuple((float(g), float(w)) for g, w in cal.idle_wake_curve)
     return replace(base, **upd)

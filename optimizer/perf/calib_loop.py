@@ -26,22 +26,29 @@ Pure: numbers in, numbers out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
-from planner.optimizer.perf.calib import Calib, with_allreduce_scale
+from planner.optimizer.perf.calib import (
+    ALLREDUCE_SCALE,
+    BANDWIDTH,
+    COMPUTE,
+    EFF_MAX,
+    REQUEST,
+    STEP,
+    Calib,
+    apply_factors,
+)
 from planner.optimizer.perf.fitpoints import FitPoint, is_imported, predict
 from planner.schemas.profile import Profile
 
 # One factor on every TP all-reduce's time (not a Calib field): runs of one model at several
 # TP pin it. Serving runs on B200 (bench/perfmodel_calibrated.py) fit x0.98-1.28. At 0.5 a
 # link's efficiency is twice the shipped one: PCIe's 1.5, within Calibration's bound of 2.
-ALLREDUCE_SCALE = "allreduce_scale"
 ALLREDUCE_BOUNDS = (0.5, 3.0)
-COMPUTE, BANDWIDTH, STEP, REQUEST = "compute", "bandwidth", "step_overhead", "request_overhead"
 # factor -> ((low, high) of the factor on its prior, the prior's sd of its log). The sds say
 # how far the shipped default may be off on a team's GPUs: GEMM and bandwidth rates are
 # measured per operator (x1.5, x1.25); the overheads depend on the host and vLLM build (x3).
@@ -52,8 +59,7 @@ FACTORS: dict[str, tuple[tuple[float, float], float]] = {
     REQUEST: ((0.03, 30.0), math.log(3.0)),
     ALLREDUCE_SCALE: (ALLREDUCE_BOUNDS, math.log(2.0)),
 }
-# Calib fields a factor moves, and their absolute bounds (the profile schema's)
-EFF_MAX = 2.0
+# the absolute bounds of the bandwidth efficiency a factor moves (the profile schema's)
 BANDWIDTH_BOUNDS = (0.1, 1.5)
 DATA_SD = 0.1  # the |log ratio| a measured number counts in full (~10%); beyond it, soft L1
 CLIP = 1.5  # |log ratio| a single point counts for at most (a prediction that is not finite)
@@ -85,6 +91,9 @@ class LoopPoint:
 
 def run_label(r) -> str:
     return f"{r.model} tp{r.tp} {r.quantization or 'bf16'}"
+
+
+__all__ = ["ALLREDUCE_BOUNDS", "ALLREDUCE_SCALE", "LoopPoint", "LoopProblem", "calibrate_loop"]
 
 
 def loop_points(profile: Profile) -> list[LoopPoint]:
@@ -145,26 +154,6 @@ def gemm_classes(points: list[LoopPoint], gpu: GpuSpec) -> frozenset[str]:
         if p.arch.is_moe and q in EXPERT_ONLY_QUANTS:
             out.add("bf16")
     return frozenset(out)
-
-
-def apply_factors(base: Calib, x: dict[str, float], classes: frozenset[str]) -> Calib:
-    """`base` with the factors `x` laid on: compute on attention and on the GEMM efficiency of
-    each class in `classes` only; bandwidth, the two overheads, the all-reduces' time."""
-    upd: dict[str, float] = {}
-    c = x.get(COMPUTE, 1.0)
-    if c != 1.0:
-        upd["attn_efficiency"] = min(EFF_MAX, base.attn_efficiency * c)
-        for cls, name in (("bf16", "compute_efficiency"), ("fp8", "fp8_compute_efficiency"),
-                          ("fp4", "fp4_compute_efficiency")):  # fmt: skip
-            if cls in classes:
-                upd[name] = min(EFF_MAX, getattr(base, name) * c)
-    if BANDWIDTH in x:
-        upd["bandwidth_efficiency"] = base.bandwidth_efficiency * x[BANDWIDTH]
-    if STEP in x:
-        upd["step_overhead_s"] = base.step_overhead_s * x[STEP]
-    if REQUEST in x:
-        upd["prefill_overhead_s"] = base.prefill_overhead_s * x[REQUEST]
-    return with_allreduce_scale(replace(base, **upd), x.get(ALLREDUCE_SCALE, 1.0))
 
 
 def factor_bounds(name: str, base: Calib) -> tuple[float, float]:
@@ -352,19 +341,19 @@ def calibrate_loop(problem: LoopProblem) -> LoopCalibration:
         for k in names:  # refuse a factor whose freedom makes the held-out runs worse
             without = score([n for n in names if n != k])
             if without < with_all:
-                refused[k] = (f"refused: the held-out runs' error is {with_all:.1%} with it "
+                refused[k] = (f"the held-out runs' error is {with_all:.1%} with it "
                               f"free, {without:.1%} at its prior")  # fmt: skip
         kept = [n for n in names if n not in refused]
         prior, after = score([]), score(kept)
         if kept and after >= prior:
             for k in kept:
-                refused[k] = (f"refused: the fit's held-out error {after:.1%} is no better "
+                refused[k] = (f"the fit's held-out error {after:.1%} is no better "
                               f"than the prior's {prior:.1%}")  # fmt: skip
             kept = []
     else:  # nothing to check a fit against: the prior stays
         kept = []
         for k in names:
-            refused[k] = "refused: fewer than three points, no held-out check is possible"
+            refused[k] = "fewer than three points, no held-out check is possible"
     final = problem.fit(kept, everything)
     out = LoopCalibration(problem.calib(final.x), accepted=dict(final.x))
     for c in checks:

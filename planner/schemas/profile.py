@@ -132,6 +132,7 @@ class FactorFit(Strict):
 
     name: str = Field(description="compute | bandwidth | step_overhead | request_overhead | "
                       "allreduce_scale")  # fmt: skip
+    model: str = Field(default="", description="the model it holds for; empty: the whole GPU")
     factor: float = Field(gt=0, description="on its prior (1: kept at the prior)")
     uncertainty_x: float | None = Field(
         default=None, ge=1, description="one standard deviation, as a multiplicative factor"
@@ -140,10 +141,21 @@ class FactorFit(Strict):
     note: str = Field(default="", description="why refused, or at a bound")
 
 
+class ModelFactors(Strict):
+    """A calibration's factors that hold for one model only (`Calib.model_factors`)."""
+
+    model: str = Field(description="catalog architecture name")
+    factors: dict[str, float] = Field(description="factor -> value on the GPU's calibration")
+    gemm: list[Literal["bf16", "fp8", "fp4"]] = Field(
+        default_factory=list, description="GEMM efficiencies its compute factor moves"
+    )
+
+
 class CrossCheck(Strict):
     """A calibration's held-out check: mean of TTFT's and TPOT's median |relative error|."""
 
     split: str = Field(description="leave one configuration (or run, or model) out")
+    model: str = Field(default="", description="the model whose runs it checks; empty: all")
     folds: int = Field(ge=1)
     prior_rel: float = Field(ge=0, description="held-out error at the prior")
     fitted_rel: float = Field(ge=0, description="held-out error of the kept factors' fit")
@@ -218,6 +230,9 @@ class Calibration(Strict):
     )
     factors: list[FactorFit] = Field(
         default_factory=list, description="closed-loop fit: each factor, fitted or refused"
+    )
+    models: list[ModelFactors] = Field(
+        default_factory=list, description="closed-loop fit: factors that hold for one model"
     )
     checks: list[CrossCheck] = Field(
         default_factory=list, description="closed-loop fit: its held-out checks"
