@@ -295,3 +295,52 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
     if cal.idle_wake_curve:
         upd["idle_wake_curve"] = tuple((float(g), float(w)) for g, w in cal.idle_wake_curve)
     return replace(base, **upd)
+
+
+# The Calibration fields each figure of `planner estimate` and a plan depends on
+_FIGURE_FIELDS = {
+    "ttft_s": ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
+               "fp4_compute_efficiency", "bandwidth_efficiency", "step_overhead_s",
+               "prefill_overhead_s", "busy_prefill_overhead_s", "nvlink_efficiency",
+               "nvlink_latency_s", "link_efficiency", "link_latency_s"),
+    "tpot_s": ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
+               "fp4_compute_efficiency", "bandwidth_efficiency", "step_overhead_s",
+               "seq_overhead_s", "nvlink_efficiency", "nvlink_latency_s", "link_efficiency",
+               "link_latency_s"),
+    "cold_start_s": ("engine_init_s", "disk_read_gbps"),
+    "wake_host_s": ("h2d_gbps",),
+    "wake_disk_s": ("engine_init_s", "disk_read_gbps"),
+    "sleep_s": ("d2h_gbps",),
+}  # fmt: skip
+_FIGURE_FIELDS["output_tokens_per_s"] = _FIGURE_FIELDS["tpot_s"]
+_CLOSED_LOOP = ("ttft_s", "tpot_s", "output_tokens_per_s")  # what a model's own factors move
+
+
+def calibrated_fields(calibration: Any | None) -> list[str]:
+    """The fields a profile's `calibration` sets (what replaces the defaults)."""
+    if calibration is None:
+        return []
+    skip = {"source", "points", "residual_rel", "runs", "factors", "checks", "excluded", "notes",
+            "models"}  # fmt: skip
+    return sorted(k for k, v in calibration.model_dump().items() if v is not None and k not in skip)
+
+
+def figure_sources(
+    fields_set: list[str], source: str, runs: list[str], model_factors: dict[str, float] | None
+) -> dict[str, dict[str, Any]]:
+    """Per figure: whether a calibration moved it, and from what. `fields_set`: the
+    Calibration fields it sets (`calibrated_fields`), `source` and `runs` its own; the
+    model's own factors (`Calibration.models`) move that model's closed-loop figures. Memory
+    figures are the catalog's arithmetic: never calibrated."""
+    out: dict[str, dict[str, Any]] = {}
+    for fig, names in _FIGURE_FIELDS.items():
+        fitted = sorted(set(names) & set(fields_set))
+        entry: dict[str, Any] = {"calibrated": bool(fitted), "fields": fitted}
+        if model_factors and fig in _CLOSED_LOOP:
+            entry.update(calibrated=True, model_factors=dict(model_factors))
+        if entry["calibrated"]:
+            entry.update(source=source, runs=list(runs))
+        out[fig] = entry
+    for fig in ("weights_gib_per_gpu", "max_kv_tokens"):
+        out[fig] = {"calibrated": False, "fields": [], "source": "catalog arithmetic"}
+    return out

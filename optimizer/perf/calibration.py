@@ -320,7 +320,8 @@ def _set_gpu_fields(out: Calibration, cal: Calib, start: Calib, x: dict, link: s
                      "fp4_compute_efficiency"):  # fmt: skip
             if getattr(cal, name) != getattr(start, name):
                 setattr(out, name, getattr(cal, name))
-    out.bandwidth_efficiency = cal.bandwidth_efficiency
+    if "bandwidth" in x:
+        out.bandwidth_efficiency = cal.bandwidth_efficiency
     if "step_overhead" in x:
         out.step_overhead_s = cal.step_overhead_s
     if "request_overhead" in x:
@@ -341,9 +342,9 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     hw = profile.hardware
     ok = [r for r in profile.engine if r.status == "ok"]
     init = [r.cold_start_s - (r.weight_load_s or 0.0) for r in ok if r.cold_start_s is not None]
-    out = Calibration(
-        compute_efficiency=ce0,
-        bandwidth_efficiency=be0,
+    out = Calibration(  # the microbenchmarks' priors where they moved the defaults
+        compute_efficiency=ce0 if ce0 != base.compute_efficiency else None,
+        bandwidth_efficiency=be0 if be0 != base.bandwidth_efficiency else None,
         h2d_gbps=hw.h2d_pinned_gbps.median if hw.h2d_pinned_gbps else None,
         d2h_gbps=hw.d2h_pinned_gbps.median if hw.d2h_pinned_gbps else None,
         disk_read_gbps=hw.disk_read_gbps.median if hw.disk_read_gbps else None,

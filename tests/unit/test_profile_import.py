@@ -290,3 +290,25 @@ def test_calibrate_with_no_usable_point_exits_nonzero_with_the_fix(tmp_path, cap
     assert code == 2
     assert "no usable point" in err and "house-model" in err and "--model" in err
     assert path.read_text() == before
+
+
+def test_estimate_names_per_figure_whether_calibrated_and_from_which_runs(tmp_path, capsys):
+    """After a calibration on one model's runs, `planner estimate --json` marks that model's
+    TTFT and TPOT calibrated (its factors, the runs), another model's not; memory never."""
+    gpu = resolve_gpu("H100-SXM")
+    truth = dataclasses.replace(default_calib("hopper"), bandwidth_efficiency=0.6)
+    f = tmp_path / "runs.csv"
+    _write_runs(f, gpu, truth, (1,))
+    _import_and_calibrate(f, tmp_path / "p", capsys)
+    got = {}
+    for model in (MODEL, "Qwen2.5-7B-Instruct"):
+        argv = ["estimate", "--model", model, "--gpu", "H100-SXM", "--profiles", tmp_path / "p"]
+        code, text, err = run_cli([*argv, "--json"], capsys)
+        assert code == 0, err
+        got[model] = json.loads(text)["calibration"]
+    mine, other = got[MODEL], got["Qwen2.5-7B-Instruct"]
+    for fig in ("ttft_s", "tpot_s"):
+        assert mine[fig]["calibrated"] and "bandwidth" in mine[fig]["model_factors"]
+        assert any("runs.csv" in r for r in mine[fig]["runs"])
+        assert not other[fig]["calibrated"]
+    assert not mine["weights_gib_per_gpu"]["calibrated"]
