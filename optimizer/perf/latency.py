@@ -245,10 +245,6 @@ def act_quant_s(gpu: GpuSpec, calib: Calib, quantization: str, moe: bool) -> flo
     return extra * clock_scale(gpu, calib)
 
 
-FUSED_QUANT = True  # see step_fixed_s
-EAGER_OVERLAP = False  # see build_step_model
-
-
 def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib) -> float:
     """The GPU time of one step however small its batch, s: the per-step overhead plus the
     chain of kernels every decoder layer launches, each taking a minimum time even inside a
@@ -271,15 +267,9 @@ def step_fixed_s(arch: ModelArch, quantization: str, gpu: GpuSpec, calib: Calib)
     dense_q = act_quant_s(gpu, calib, q_dense, arch.is_moe)  # s per non-expert GEMM
     expert_q = act_quant_s(gpu, calib, quantization, arch.is_moe)  # s per grouped expert GEMM
     attn_gemms = 4 if arch.is_mla else 2  # quantized projections of the attention block
-    mlp_gemms = 2  # gate-up, down
-    if FUSED_QUANT and q_dense == "fp8" and not arch.is_moe and not arch.is_mla:
-        # vLLM's compile passes fuse a per-tensor fp8 quantization into the kernel before
-        # the GEMM (RMSNorm before QKV and gate-up, SiLU-and-mul before down): only the
-        # output projection's input, the attention kernel's output, is quantized alone
-        attn_gemms, mlp_gemms = 1, 0
     attn = (11 if arch.is_mla else 5) * k + calib.attn_kernel_latency_s * clock
     attn += attn_gemms * dense_q
-    mlp = 4 * k + mlp_gemms * dense_q  # s, a dense MLP
+    mlp = 4 * k + 2 * dense_q  # s, a dense MLP
     moe = 8 * k + 2 * expert_q  # s, a routed MoE MLP
     if arch.num_shared_experts:
         moe += 4 * k + 2 * dense_q
@@ -361,15 +351,6 @@ def build_step_model(
         expert_bw = min(bw, gpu.sm_count * calib.w4a16_moe_gbps_per_sm * GB)
     kv_tok = kv_bytes_per_token(arch, kv_cache_dtype, ref_context_tokens, tp=tp)  # bytes/token/GPU
     comm_tok, comm_lat = allreduce_coeffs(arch, gpu, tp, interconnect, calib)
-    graph_max = graph_max_tokens if gpu.arch != "cpu" else 1 << 62
-    eager_s = arch.num_layers * calib.eager_layer_s  # s, the CPU launching every kernel
-    if EAGER_OVERLAP and gpu.arch != "cpu":
-        # The CPU launches a step's kernels ahead of the GPU running them: a step without
-        # CUDA graphs waits on the launches only by what they take beyond the GPU's own
-        # time, here that of the smallest such step (graph_max + 1 tokens, no KV)
-        n = graph_max + 1
-        gpu_s = fixed_s + max(dense_read_s, n * compute_s) + comm_lat + n * comm_tok
-        eager_s = max(0.0, eager_s - gpu_s)
     return StepModel(
         overhead_s=fixed_s,
         dense_weight_read_s=dense_read_s,
@@ -381,8 +362,8 @@ def build_step_model(
         attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,
         comm_latency_s=comm_lat,
-        graph_max_tokens=graph_max,
-        eager_s=eager_s,
+        graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,
+        eager_s=arch.num_layers * calib.eager_layer_s,
         kernel_source=source,
         seq_s=calib.seq_overhead_s,
     )
