@@ -287,8 +287,10 @@ def main() -> int:
         table(j, "band", "per concurrency band:")
         table(j, "quant", "per precision:")
         small = j[small_fp8(j)]
-        print(f"  small fp8 models (<= {SMALL_PARAMS_B:g}B): n={len(small)}  TTFT "
-              f"{med(small.ttft_err)}  TPOT {med(small.tpot_err)}")  # fmt: skip
+        print(
+            f"  small fp8 models (<= {SMALL_PARAMS_B:g}B): n={len(small)}  TTFT "
+            f"{med(small.ttft_err)}  TPOT {med(small.tpot_err)}"
+        )
         if len(small):
             res[f"{tag}_small_fp8_tpot"] = np.median(small.tpot_err)
             res[f"{tag}_small_fp8_ttft"] = np.median(small.ttft_err)

@@ -126,8 +126,14 @@ def runs_from_vllm_json(
 def _dtype_quant(dtype: object) -> str | None:
     """The quantization a run's dtype names (bfloat16, float16, fp8), else None."""
     d = str(dtype or "").strip().lower()
-    return {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "half": "fp16",
-            "fp16": "fp16", "fp8": "fp8"}.get(d)  # fmt: skip
+    return {
+        "bfloat16": "bf16",
+        "bf16": "bf16",
+        "float16": "fp16",
+        "half": "fp16",
+        "fp16": "fp16",
+        "fp8": "fp8",
+    }.get(d)
 
 
 def runs_from_serving_csv(path: Path, gpu_type: str, model: str | None = None) -> list[EngineRun]:

@@ -242,8 +242,11 @@ def apply_factors(base: Calib, x: dict[str, float], classes: frozenset[str] | tu
     c = x.get(COMPUTE, 1.0)
     if c != 1.0:
         upd["attn_efficiency"] = min(EFF_MAX, base.attn_efficiency * c)
-        names = {"bf16": "compute_efficiency", "fp8": "fp8_compute_efficiency",
-                 "fp4": "fp4_compute_efficiency"}  # fmt: skip
+        names = {
+            "bf16": "compute_efficiency",
+            "fp8": "fp8_compute_efficiency",
+            "fp4": "fp4_compute_efficiency",
+        }
         for cls in classes:
             upd[names[cls]] = min(EFF_MAX, getattr(base, names[cls]) * c)
     if BANDWIDTH in x:
@@ -299,19 +302,38 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
 
 # The Calibration fields each figure of `planner estimate` and a plan depends on
 _FIGURE_FIELDS = {
-    "ttft_s": ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
-               "fp4_compute_efficiency", "bandwidth_efficiency", "step_overhead_s",
-               "prefill_overhead_s", "busy_prefill_overhead_s", "nvlink_efficiency",
-               "nvlink_latency_s", "link_efficiency", "link_latency_s"),
-    "tpot_s": ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
-               "fp4_compute_efficiency", "bandwidth_efficiency", "step_overhead_s",
-               "seq_overhead_s", "nvlink_efficiency", "nvlink_latency_s", "link_efficiency",
-               "link_latency_s"),
+    "ttft_s": (
+        "compute_efficiency",
+        "attn_efficiency",
+        "fp8_compute_efficiency",
+        "fp4_compute_efficiency",
+        "bandwidth_efficiency",
+        "step_overhead_s",
+        "prefill_overhead_s",
+        "busy_prefill_overhead_s",
+        "nvlink_efficiency",
+        "nvlink_latency_s",
+        "link_efficiency",
+        "link_latency_s",
+    ),
+    "tpot_s": (
+        "compute_efficiency",
+        "attn_efficiency",
+        "fp8_compute_efficiency",
+        "fp4_compute_efficiency",
+        "bandwidth_efficiency",
+        "step_overhead_s",
+        "seq_overhead_s",
+        "nvlink_efficiency",
+        "nvlink_latency_s",
+        "link_efficiency",
+        "link_latency_s",
+    ),
     "cold_start_s": ("engine_init_s", "disk_read_gbps"),
     "wake_host_s": ("h2d_gbps",),
     "wake_disk_s": ("engine_init_s", "disk_read_gbps"),
     "sleep_s": ("d2h_gbps",),
-}  # fmt: skip
+}
 _FIGURE_FIELDS["output_tokens_per_s"] = _FIGURE_FIELDS["tpot_s"]
 _CLOSED_LOOP = ("ttft_s", "tpot_s", "output_tokens_per_s")  # what a model's own factors move
 
@@ -320,8 +342,17 @@ def calibrated_fields(calibration: Any | None) -> list[str]:
     """The fields a profile's `calibration` sets (what replaces the defaults)."""
     if calibration is None:
         return []
-    skip = {"source", "points", "residual_rel", "runs", "factors", "checks", "excluded", "notes",
-            "models"}  # fmt: skip
+    skip = {
+        "source",
+        "points",
+        "residual_rel",
+        "runs",
+        "factors",
+        "checks",
+        "excluded",
+        "notes",
+        "models",
+    }
     return sorted(k for k, v in calibration.model_dump().items() if v is not None and k not in skip)
 
 

@@ -85,8 +85,7 @@ class LoopPoint:
     @property
     def config(self) -> tuple:
         """What a leave-one-configuration-out fold holds out together (every concurrency)."""
-        return (self.arch.name, self.quantization, self.tp, self.prompt_tokens,
-                self.output_tokens)  # fmt: skip
+        return (self.arch.name, self.quantization, self.tp, self.prompt_tokens, self.output_tokens)
 
 
 def run_label(r) -> str:
@@ -108,9 +107,19 @@ def loop_points(profile: Profile) -> list[LoopPoint]:
         for d in r.decode:
             if d.ttft_s is None or d.tpot_s.median <= 0 or d.ttft_s.median <= 0:
                 continue
-            out.append(LoopPoint(r.arch, r.quantization or "bf16", r.tp, d.prompt_tokens,
-                                 d.output_tokens, d.concurrency, d.ttft_s.median,
-                                 d.tpot_s.median, run_label(r)))  # fmt: skip
+            out.append(
+                LoopPoint(
+                    r.arch,
+                    r.quantization or "bf16",
+                    r.tp,
+                    d.prompt_tokens,
+                    d.output_tokens,
+                    d.concurrency,
+                    d.ttft_s.median,
+                    d.tpot_s.median,
+                    run_label(r),
+                )
+            )
     return out
 
 
@@ -129,8 +138,9 @@ def loop_predict(points: list[LoopPoint], gpu: GpuSpec, cal: Calib) -> np.ndarra
     for i, p in enumerate(points):
         key = (id(p.arch), p.quantization, p.tp)
         if key not in perfs:
-            perfs[key] = instance_perf(p.arch, p.quantization, gpu, p.tp, interconnect=link,
-                                       calib=cal)  # fmt: skip
+            perfs[key] = instance_perf(
+                p.arch, p.quantization, gpu, p.tp, interconnect=link, calib=cal
+            )
         r = benchmark_loop(perfs[key], p.prompt_tokens, p.output_tokens, p.clients)
         out[i] = (r.ttft_s, r.tpot_s)
     return out
@@ -200,9 +210,14 @@ class LoopProblem:
         if not self.own:
             return np.zeros(0)
         cal = self.calib(x)
-        pred = predict(self.own, cal.compute_efficiency, cal.bandwidth_efficiency,
-                       cal.step_overhead_s, cal.prefill_overhead_s,
-                       ar=x.get(ALLREDUCE_SCALE, 1.0))  # fmt: skip
+        pred = predict(
+            self.own,
+            cal.compute_efficiency,
+            cal.bandwidth_efficiency,
+            cal.step_overhead_s,
+            cal.prefill_overhead_s,
+            ar=x.get(ALLREDUCE_SCALE, 1.0),
+        )
         return _log_ratio(pred, np.array([p.y_s for p in self.own]))
 
     def fit(self, names: list[str], idx: np.ndarray) -> Fit:
@@ -225,8 +240,15 @@ class LoopProblem:
             return np.concatenate([residuals(z), z / sd])
 
         z0 = np.zeros(len(names))
-        res = least_squares(with_prior, z0, bounds=(np.log(lo), np.log(hi)), loss="soft_l1",
-                            diff_step=1e-2, max_nfev=MAX_NFEV, method="trf")  # fmt: skip
+        res = least_squares(
+            with_prior,
+            z0,
+            bounds=(np.log(lo), np.log(hi)),
+            loss="soft_l1",
+            diff_step=1e-2,
+            max_nfev=MAX_NFEV,
+            method="trf",
+        )
         x = dict(zip(names, (float(v) for v in np.exp(res.x)), strict=True))
         return Fit(x, self._sd_log(with_prior, res.x, names), step_limit=res.status == 0)
 
@@ -314,7 +336,6 @@ class LoopCalibration:
     factors: list[dict] = field(default_factory=list)
     checks: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    residual_rel: float = math.nan
     accepted: dict[str, float] = field(default_factory=dict)
 
 
@@ -341,14 +362,18 @@ def calibrate_loop(problem: LoopProblem) -> LoopCalibration:
         for k in names:  # refuse a factor whose freedom makes the held-out runs worse
             without = score([n for n in names if n != k])
             if without < with_all:
-                refused[k] = (f"the held-out runs' error is {with_all:.1%} with it "
-                              f"free, {without:.1%} at its prior")  # fmt: skip
+                refused[k] = (
+                    f"the held-out runs' error is {with_all:.1%} with it "
+                    f"free, {without:.1%} at its prior"
+                )
         kept = [n for n in names if n not in refused]
         prior, after = score([]), score(kept)
         if kept and after >= prior:
             for k in kept:
-                refused[k] = (f"the fit's held-out error {after:.1%} is no better "
-                              f"than the prior's {prior:.1%}")  # fmt: skip
+                refused[k] = (
+                    f"the fit's held-out error {after:.1%} is no better "
+                    f"than the prior's {prior:.1%}"
+                )
             kept = []
     else:  # nothing to check a fit against: the prior stays
         kept = []
@@ -357,9 +382,14 @@ def calibrate_loop(problem: LoopProblem) -> LoopCalibration:
     final = problem.fit(kept, everything)
     out = LoopCalibration(problem.calib(final.x), accepted=dict(final.x))
     for c in checks:
-        out.checks.append({"split": c.split, "folds": len(c.folds),
-                           "prior_rel": cross_validate(problem, [], c),
-                           "fitted_rel": cross_validate(problem, kept, c)})  # fmt: skip
+        out.checks.append(
+            {
+                "split": c.split,
+                "folds": len(c.folds),
+                "prior_rel": cross_validate(problem, [], c),
+                "fitted_rel": cross_validate(problem, kept, c),
+            }
+        )
     if not checks:
         out.notes.append("not fitted: fewer than three points to check a fit against")
     if final.step_limit:
@@ -377,12 +407,4 @@ def calibrate_loop(problem: LoopProblem) -> LoopCalibration:
                 entry["note"] = f"at its bound ({lo:.3g}-{hi:.3g} x the prior)"
                 out.notes.append(f"{k} at its bound: x{v:.3g}")
         out.factors.append(entry)
-    pred = problem.predict(final.x, everything)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.abs(pred / problem.y - 1).ravel()
-    out.residual_rel = float(np.median(rel[np.isfinite(rel)])) if np.isfinite(rel).any() else 0.0
     return out
-
-
-def median_rel(rel: np.ndarray) -> float:
-    return float(np.median(rel)) if len(rel) else math.nan

@@ -270,8 +270,10 @@ def _loop_fit(out: Calibration, loop, pts, gpu: GpuSpec, start: Calib, base: Cal
 
     finite = np.isfinite(loop_predict(loop, gpu, start)).all(axis=1)
     dropped = Counter(p.run for p, ok in zip(loop, finite, strict=True) if not ok)
-    out.excluded += [f"{run}: {n} point(s) the perf model predicts no finite time for "
-                     "(they do not fit its GPUs)" for run, n in dropped.items()]  # fmt: skip
+    out.excluded += [
+        f"{run}: {n} point(s) the perf model predicts no finite time for (they do not fit its GPUs)"
+        for run, n in dropped.items()
+    ]
     loop = [p for p, ok in zip(loop, finite, strict=True) if ok]
     if not loop:
         return
@@ -299,14 +301,21 @@ def _loop_fit(out: Calibration, loop, pts, gpu: GpuSpec, start: Calib, base: Cal
         out.factors += [FactorFit(**f, model=m) for f in got.factors]
         out.checks += [CrossCheck(**c, model=m) for c in got.checks]
         out.notes += [f"{m}: {n}" for n in got.notes]
-    final = replace(gpu_cal, model_factors=tuple(
-        (m.model, tuple(sorted(m.factors.items())), tuple(m.gemm)) for m in out.models))  # fmt: skip
+    final = replace(
+        gpu_cal,
+        model_factors=tuple(
+            (m.model, tuple(sorted(m.factors.items())), tuple(m.gemm)) for m in out.models
+        ),
+    )
     y = np.array([(p.ttft_s, p.tpot_s) for p in loop])
     rel = np.abs(loop_predict(loop, gpu, final) / y - 1).ravel()
     out.residual_rel = float(np.median(rel[np.isfinite(rel)])) if np.isfinite(rel).any() else 0.0
     out.points = len(pts) + 2 * len(loop)
-    fitted = [f"{f.model or 'GPU'} {f.name} x{f.factor:.2f}" for f in out.factors
-              if f.status == "fitted" and f.factor != 1.0]  # fmt: skip
+    fitted = [
+        f"{f.model or 'GPU'} {f.name} x{f.factor:.2f}"
+        for f in out.factors
+        if f.status == "fitted" and f.factor != 1.0
+    ]
     out.source = (
         f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
         f"points; {', '.join(fitted) or 'every factor refused'}) with {prior} priors"
@@ -316,8 +325,12 @@ def _loop_fit(out: Calibration, loop, pts, gpu: GpuSpec, start: Calib, base: Cal
 def _set_gpu_fields(out: Calibration, cal: Calib, start: Calib, x: dict, link: str) -> None:
     """The Calibration fields of the GPU's fitted factors `x` (`cal`: them laid on `start`)."""
     if "compute" in x:
-        for name in ("compute_efficiency", "attn_efficiency", "fp8_compute_efficiency",
-                     "fp4_compute_efficiency"):  # fmt: skip
+        for name in (
+            "compute_efficiency",
+            "attn_efficiency",
+            "fp8_compute_efficiency",
+            "fp4_compute_efficiency",
+        ):
             if getattr(cal, name) != getattr(start, name):
                 setattr(out, name, getattr(cal, name))
     if "bandwidth" in x:

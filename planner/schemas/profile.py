@@ -130,8 +130,9 @@ class EngineRun(Strict):
 class FactorFit(Strict):
     """One factor a closed-loop calibration fitted or refused (`calib_loop.FACTORS`)."""
 
-    name: str = Field(description="compute | bandwidth | step_overhead | request_overhead | "
-                      "allreduce_scale")  # fmt: skip
+    name: str = Field(
+        description="compute | bandwidth | step_overhead | request_overhead | allreduce_scale"
+    )
     model: str = Field(default="", description="the model it holds for; empty: the whole GPU")
     factor: float = Field(gt=0, description="on its prior (1: kept at the prior)")
     uncertainty_x: float | None = Field(

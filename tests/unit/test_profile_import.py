@@ -71,8 +71,19 @@ def _write_runs(path, gpu, truth, tps, extra=(), models=(MODEL,)):
                 for isl in (512, 4096):
                     for c in (1, 4, 16, 64):
                         r = benchmark_loop(perf, isl, 256, c)
-                        w.writerow([f"org/{model}", "h100_sxm", "bf16", isl, 256, c, tp,
-                                    r.ttft_s * 1e3, r.tpot_s * 1e3])  # fmt: skip
+                        w.writerow(
+                            [
+                                f"org/{model}",
+                                "h100_sxm",
+                                "bf16",
+                                isl,
+                                256,
+                                c,
+                                tp,
+                                r.ttft_s * 1e3,
+                                r.tpot_s * 1e3,
+                            ]
+                        )
         w.writerows(extra)
 
 
@@ -128,8 +139,14 @@ def test_one_models_runs_recover_its_factor_and_leave_another_model_unchanged(tm
     for name, bw in (("Qwen2.5-7B-Instruct", base.bandwidth_efficiency), (MODEL, 0.6)):
         arch = resolve_arch_name(name)
         got = instance_perf(arch, "bf16", gpu, 1, interconnect="nvlink", calib=fitted)
-        want = instance_perf(arch, "bf16", gpu, 1, interconnect="nvlink",
-                             calib=dataclasses.replace(base, bandwidth_efficiency=bw))  # fmt: skip
+        want = instance_perf(
+            arch,
+            "bf16",
+            gpu,
+            1,
+            interconnect="nvlink",
+            calib=dataclasses.replace(base, bandwidth_efficiency=bw),
+        )
         assert got.step.dense_weight_read_s == pytest.approx(want.step.dense_weight_read_s, 0.1)
     other = resolve_arch_name("Qwen2.5-7B-Instruct")
     assert instance_perf(other, "bf16", gpu, 1, calib=fitted) == instance_perf(
@@ -238,9 +255,20 @@ def test_import_resolves_hub_ids_and_names_what_cannot_calibrate(tmp_path, capsy
     cols = "model_path,system,precision,isl,osl,batch_size,tp_size,silicon_ttft_ms,silicon_tpot_ms"
     f.write_text(cols + "\nacme/house-model-AWQ,h200_sxm,,512,128,4,1,30,5\n")
     code, text, err = run_cli(
-        ["profile", "import", f, "--gpu", "H200-SXM", "--model", "Qwen2.5-7B-Instruct",
-         "--out", tmp_path / "q", "--json"], capsys,
-    )  # fmt: skip
+        [
+            "profile",
+            "import",
+            f,
+            "--gpu",
+            "H200-SXM",
+            "--model",
+            "Qwen2.5-7B-Instruct",
+            "--out",
+            tmp_path / "q",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, err
     (run,) = json.loads(text)["runs"]
     # an empty precision is the one the model id names (else bf16), never ''
@@ -261,16 +289,31 @@ def test_runs_the_perf_model_cannot_predict_are_left_out_not_a_crash(tmp_path, c
     truth = default_calib("hopper")
     f = tmp_path / "runs.csv"
     _write_runs(f, gpu, truth, (1,))
-    code, _, err = run_cli(["profile", "import", f, "--gpu", "H100-SXM", "--node", "n1",
-                            "--out", tmp_path / "p"], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        ["profile", "import", f, "--gpu", "H100-SXM", "--node", "n1", "--out", tmp_path / "p"],
+        capsys,
+    )
     assert code == 0, err
     (path,) = (tmp_path / "p").glob("*.yaml")
     prof = Profile.model_validate(yaml.safe_load(path.read_text()))
-    point = DecodePoint(concurrency=1, prompt_tokens=1024, output_tokens=128,
-                        tpot_s=Stat(median=0.02), ttft_s=Stat(median=0.3))  # fmt: skip
-    prof.engine.append(EngineRun(model="Qwen3-235B-A22B-FP8", variant="fp8", tp=1,
-                                 quantization="fp8", arch=resolve_arch_name("Qwen3-235B-A22B"),
-                                 decode=[point] * 10, notes=["imported: old.json"]))  # fmt: skip
+    point = DecodePoint(
+        concurrency=1,
+        prompt_tokens=1024,
+        output_tokens=128,
+        tpot_s=Stat(median=0.02),
+        ttft_s=Stat(median=0.3),
+    )
+    prof.engine.append(
+        EngineRun(
+            model="Qwen3-235B-A22B-FP8",
+            variant="fp8",
+            tp=1,
+            quantization="fp8",
+            arch=resolve_arch_name("Qwen3-235B-A22B"),
+            decode=[point] * 10,
+            notes=["imported: old.json"],
+        )
+    )
     cal = calibrate(prof, gpu, default_calib("hopper"))
     assert any("Qwen3-235B-A22B-FP8 tp1 fp8: 10 point(s)" in e for e in cal.excluded)
     assert cal.residual_rel is not None and cal.residual_rel < 0.05
