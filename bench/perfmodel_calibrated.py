@@ -209,7 +209,8 @@ def main() -> int:
                     or "every factor refused"
                 )
                 checks = "; ".join(
-                    f"{k['split']} {k['prior_rel']:.1%} -> {k['fitted_rel']:.1%}"
+                    f"{k['split']} TTFT {k['prior_ttft_rel']:.1%} -> {k['fitted_ttft_rel']:.1%}, "
+                    f"TPOT {k['prior_tpot_rel']:.1%} -> {k['fitted_tpot_rel']:.1%}"
                     for k in c.get("checks", [])
                 )
                 print(

@@ -229,8 +229,9 @@ def _print_checks(c: dict) -> None:
     for k in c.get("checks", []):
         who = f"{k['model']}: " if k.get("model") else "GPU: "
         console.print(
-            f"  {who}{k['split']} ({k['folds']} folds): held-out error {k['prior_rel']:.1%} at the "
-            f"prior, {k['fitted_rel']:.1%} calibrated",
+            f"  {who}{k['split']} ({k['folds']} folds): held-out TTFT "
+            f"{k['prior_ttft_rel']:.1%} -> {k['fitted_ttft_rel']:.1%}, TPOT "
+            f"{k['prior_tpot_rel']:.1%} -> {k['fitted_tpot_rel']:.1%} (prior -> calibrated)",
             markup=False,
         )
     for e in c.get("excluded", []):

@@ -160,6 +160,10 @@ class CrossCheck(Strict):
     folds: int = Field(ge=1)
     prior_rel: float = Field(ge=0, description="held-out error at the prior")
     fitted_rel: float = Field(ge=0, description="held-out error of the kept factors' fit")
+    prior_ttft_rel: float | None = Field(default=None, ge=0, description="TTFT's, at the prior")
+    prior_tpot_rel: float | None = Field(default=None, ge=0, description="TPOT's, at the prior")
+    fitted_ttft_rel: float | None = Field(default=None, ge=0, description="TTFT's, fitted")
+    fitted_tpot_rel: float | None = Field(default=None, ge=0, description="TPOT's, fitted")
 
 
 class Calibration(Strict):
