@@ -16,9 +16,11 @@ each factor's log (`FACTORS`), so the factors the runs do not pin stay near thei
 
 It checks itself: leave one configuration out (model, quantization, TP, lengths) over the
 runs, and leave one model out where they hold several. A factor whose freedom makes those
-held-out errors worse, TTFT's or TPOT's median, is refused (kept at its prior, with the
-reason), and the whole fit is refused when it does not beat the prior on the held-out runs
-(worse on either metric, or better on neither). Each factor is reported with
+held-out errors worse (the mean of TTFT's and TPOT's median, each reported) is refused
+(kept at its prior, with the reason), and the whole fit is refused when it does not beat
+the prior on the held-out runs. (Refusing a factor that worsens either median alone kept
+fewer factors and did worse held out: bench/perfmodel_calibrated.py, same model above 8
+clients TTFT 12.1%, TPOT 8.2% against 11.2%, 7.0%.) Each factor is reported with
 its uncertainty; a factor at a bound and a fit stopped on its step limit are noted.
 
 Pure: numbers in, numbers out.
@@ -365,18 +367,18 @@ def calibrate_loop(problem: LoopProblem) -> LoopCalibration:
         with_all = score(names)
         for k in names:  # refuse a factor whose freedom makes the held-out runs worse
             without = score([n for n in names if n != k])
-            if (with_all > without + 1e-12).any():  # on either metric
+            if with_all.mean() > without.mean():  # TTFT's and TPOT's medians, averaged
                 refused[k] = (
                     f"the held-out runs' error is {both(with_all)} with it free, "
                     f"{both(without)} at its prior"
                 )
         kept = [n for n in names if n not in refused]
         prior, after = score([]), score(kept)
-        if kept and ((after > prior + 1e-12).any() or (after >= prior).all()):
+        if kept and after.mean() >= prior.mean():
             for k in kept:
                 refused[k] = (
-                    f"the fit's held-out error {both(after)} is not better than the "
-                    f"prior's {both(prior)} on both"
+                    f"the fit's held-out error {both(after)} is no better than the "
+                    f"prior's {both(prior)}"
                 )
             kept = []
     else:  # nothing to check a fit against: the prior stays
