@@ -53,11 +53,7 @@ def import_cmd(
     """Add measured serving runs to the profile of one GPU type; then `profile calibrate`."""
     from planner.catalog.gpus import resolve_gpu
     from planner.profiler import store
-    from planner.profiler.serving_import import (
-        fit_reason,
-        runs_from_serving_csv,
-        runs_from_vllm_json,
-    )
+    from planner.profiler.serving_import import runs_from_serving_csv, runs_from_vllm_json
 
     try:
         gpu_type = resolve_gpu(gpu).name
@@ -103,6 +99,29 @@ def import_cmd(
     console.print(f"wrote {path}; {usable} of {len(summary)} runs can calibrate", highlight=False)
     if usable:
         console.print(f"next: planner profile calibrate {path}")
+
+
+def fit_reason(run, gpu_type: str) -> str:
+    """Why the perf model cannot predict `run` on `gpu_type` ("" when it can): no
+    architecture, an unknown quantization, or weights and one request's KV that do not fit
+    its TP GPUs (the planner would not place it there)."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf import instance_perf
+
+    if run.arch is None:
+        return "model not in the catalog"
+    try:
+        gpu = resolve_gpu(gpu_type)
+        perf = instance_perf(run.arch, run.quantization or "bf16", gpu, run.tp)
+    except ValueError as e:
+        return str(e)
+    longest = max((d.prompt_tokens + d.output_tokens for d in run.decode), default=0)
+    if perf.max_kv_tokens < max(1, longest):
+        return (
+            f"does not fit {run.tp} x {gpu_type} as the planner models it "
+            f"({perf.weights_gib_per_gpu:.0f} GiB of weights per GPU)"
+        )
+    return ""
 
 
 def _summary(r) -> dict:

@@ -43,29 +43,6 @@ def resolve_model(model: str, arch_name: str | None = None) -> tuple[object, str
     return arch, quant, ""
 
 
-def fit_reason(run: EngineRun, gpu_type: str) -> str:
-    """Why the perf model cannot predict `run` on `gpu_type` ("" when it can): no
-    architecture, an unknown quantization, or weights and one request's KV that do not fit
-    its TP GPUs (the planner would not place it there)."""
-    from planner.catalog.gpus import resolve_gpu
-    from planner.optimizer.perf import instance_perf
-
-    if run.arch is None:
-        return "model not in the catalog"
-    try:
-        gpu = resolve_gpu(gpu_type)
-        perf = instance_perf(run.arch, run.quantization or "bf16", gpu, run.tp)
-    except ValueError as e:
-        return str(e)
-    longest = max((d.prompt_tokens + d.output_tokens for d in run.decode), default=0)
-    if perf.max_kv_tokens < max(1, longest):
-        return (
-            f"does not fit {run.tp} x {gpu_type} as the planner models it "
-            f"({perf.weights_gib_per_gpu:.0f} GiB of weights per GPU)"
-        )
-    return ""
-
-
 def _system_matches(system: str, gpu_type: str) -> bool:
     """`h200_sxm` is the catalog's `H200-SXM`."""
     return system.replace("_", "-").lower() == gpu_type.lower()
