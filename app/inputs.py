@@ -53,12 +53,17 @@ def calibration_refs(profiles: Path | None) -> dict[str, Any]:
     fitted from (the same profile per GPU type: the last one found)."""
     if profiles is None or not profiles.exists():
         return {}
+    from planner.optimizer.perf.calib import calibrated_fields
     from planner.profiler.store import load_profiles
     from planner.schemas.plan import CalibrationRef
 
     return {
         p.gpu_type: CalibrationRef(
-            node=p.node, source=p.calibration.source, runs=list(p.calibration.runs)
+            node=p.node,
+            source=p.calibration.source,
+            runs=list(p.calibration.runs),
+            fields=calibrated_fields(p.calibration),
+            models={m.model: dict(m.factors) for m in p.calibration.models},
         )
         for p in load_profiles([profiles])
     }

@@ -47,9 +47,12 @@ def estimate_row(
     calibs: dict[str, Any],
     where: tuple[str | None, str],
     engine: dict[str, Any] | None = None,
+    refs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix)."""
+    """One scenario -> the JSON keys of `planner estimate`. `where` = (file, path prefix);
+    `refs`: GPU type -> what its calibration came from (`calibration_refs`)."""
     from planner.optimizer.perf import BURST_SHARE, CHAIN_SHARE, benchmark_loop, instance_perf
+    from planner.optimizer.perf.calib import figure_sources
 
     arch, gpu, q, kvd, nums, link = _scenario(row, where)
     perf = instance_perf(
@@ -94,7 +97,15 @@ def estimate_row(
         "cold_start_s": round(perf.cold_start_s, 3),
         "wake_host_s": round(perf.wake_host_s, 3),
         "wake_disk_s": round(perf.wake_disk_s, 3),
+        # per figure: calibrated or not, and from which runs (the profile's calibration)
+        "calibration": _figure_sources(figure_sources, (refs or {}).get(gpu.name), arch.name),
     }
+
+
+def _figure_sources(figure_sources, ref, model: str) -> dict[str, Any]:
+    if ref is None:
+        return figure_sources([], "", [], None)
+    return figure_sources(ref.fields, ref.source, ref.runs, ref.models.get(model))
 
 
 def _scenario(row: dict[str, Any], where: tuple[str | None, str]) -> tuple:
@@ -223,6 +234,12 @@ def _print_human(r: dict[str, Any]) -> None:
     t.add_row("wake from host RAM", f"{r['wake_host_s']:.2f} s")
     t.add_row("wake from disk", f"{r['wake_disk_s']:.1f} s")
     console.print(t)
+    fitted = {k: v for k, v in r["calibration"].items() if v["calibrated"]}
+    if fitted:  # which figures a profile's calibration moved, and from what
+        first = next(iter(fitted.values()))
+        console.print(f"calibrated: {', '.join(fitted)} ({first['source']})", highlight=False)
+    else:
+        console.print("calibrated: none (the GPU generation's defaults)", highlight=False)
     if r["ttft_s"] is not None:
         n = r["concurrency"]
         console.print(
@@ -324,6 +341,9 @@ def estimate(
     """Memory per GPU, KV capacity, TTFT/TPOT at a concurrency, and switch costs."""
     _check_entry_point(entry_point)
     calibs = calibration(profiles) or {}
+    from planner.app.inputs import calibration_refs
+
+    refs = calibration_refs(profiles)
     engine = dict(
         max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization,
@@ -334,7 +354,7 @@ def estimate(
     if batch is not None:
         rows = _read_batch(batch)
         out = [
-            estimate_row(r, calibs, (str(batch), f"row {i + 1}."), engine)
+            estimate_row(r, calibs, (str(batch), f"row {i + 1}."), engine, refs)
             for i, r in enumerate(rows)
         ]
         if json_out:
@@ -360,7 +380,7 @@ def estimate(
         concurrency=concurrency,
         interconnect=interconnect,
     )
-    r = estimate_row(row, calibs, (None, ""), engine)
+    r = estimate_row(row, calibs, (None, ""), engine, refs)
     if json_out:
         print_json(r)
     else:

@@ -51,6 +51,7 @@ def show_cmd(
                 "predicted_fit": p.predicted_fit, "held_days": plan.search.get("held_days", []),
                 "idle_sleep": idle_sleep_rule(p), "hour": hour, "gpus": gpus,
                 "ladder": ladder_rows(plan, p),
+                "calibration": calibration_sources(plan, p),
             }
         )  # fmt: skip
         return
@@ -299,9 +300,32 @@ def _print(plan: Any, point: Any, gpus: list[dict[str, Any]], hour: int | None) 
         )
     else:
         console.print(predicted_table(plan, point))
+    for key, figs in calibration_sources(plan, point).items():
+        fitted = [f for f, v in figs.items() if v["calibrated"]]
+        src = next((v["source"] for v in figs.values() if v["calibrated"]), "")
+        text = f"{', '.join(fitted)} ({src})" if fitted else "none (the GPU's defaults)"
+        console.print(f"calibrated on {key}: {text}", highlight=False, markup=False)
     others = [p.name for p in plan.points if p.name != point.name]
     if others:
         console.print(f"other points: {', '.join(others)} (--point NAME)", highlight=False)
+
+
+def calibration_sources(plan: Any, point: Any) -> dict[str, Any]:
+    """ "model on GPU type" -> per figure, whether the plan's calibration moved it and from
+    which runs (`calib.figure_sources`; the plan records each GPU type's calibration)."""
+    from planner.optimizer.perf.calib import figure_sources
+
+    out = {}
+    for i in point.instances:
+        ref = plan.calibration.get(i.gpu_type)
+        key = f"{i.model} on {i.gpu_type}"
+        if key not in out:
+            out[key] = (
+                figure_sources(ref.fields, ref.source, ref.runs, ref.models.get(i.model))
+                if ref is not None
+                else figure_sources([], "", [], None)
+            )
+    return out
 
 
 def predicted_table(plan: Any, point: Any) -> Any:

@@ -191,7 +191,16 @@ def calibrate_cmd(
             ) from None
         for w in store.warnings_here([prof]):
             err_console.print(f"[yellow]warning:[/] {w}")
-        prof.calibration = calibrate(prof, gpu, default_calib(gpu.arch))
+        cal = calibrate(prof, gpu, default_calib(gpu.arch))
+        if not cal.points and (prof.engine or cal.source == "defaults"):
+            raise InputError(
+                "no usable point to calibrate from"
+                + "".join(f"\n  {e}" for e in cal.excluded or ["(no engine runs)"]),
+                file=str(path),
+                fix="import runs of a catalog model that fits this GPU (`planner profile "
+                "import FILE --gpu TYPE --model NAME`), or run `planner profile engine`",
+            )
+        prof.calibration = cal
         store.save(prof, path)
         out.append(
             {"profile": str(path), "calibration": prof.calibration.model_dump(exclude_none=True)}
@@ -203,8 +212,34 @@ def calibrate_cmd(
         c = item["calibration"]
         console.print(f"[bold]{item['profile']}[/] ({c.get('source', '')})")
         for k, v in c.items():
-            if k != "source":
+            if k not in ("source", "factors", "checks", "excluded", "notes", "runs", "models"):
                 console.print(f"  {k}: {v:.4g}" if isinstance(v, float) else f"  {k}: {v}")
+        _print_checks(c)
+
+
+def _print_checks(c: dict) -> None:
+    """A closed-loop calibration's factors, held-out checks, exclusions and notes."""
+    for f in c.get("factors", []):
+        who = f"{f['model']}: " if f.get("model") else "GPU: "
+        unc = f" (x/ {f['uncertainty_x']:.2f})" if f.get("uncertainty_x") else ""
+        note = f": {f['note']}" if f.get("note") else ""
+        console.print(
+            f"  {who}{f['name']} x{f['factor']:.3g}{unc} {f['status']}{note}", markup=False
+        )
+    for k in c.get("checks", []):
+        who = f"{k['model']}: " if k.get("model") else "GPU: "
+        console.print(
+            f"  {who}{k['split']} ({k['folds']} folds): held-out TTFT "
+            f"{k['prior_ttft_rel']:.1%} -> {k['fitted_ttft_rel']:.1%}, TPOT "
+            f"{k['prior_tpot_rel']:.1%} -> {k['fitted_tpot_rel']:.1%} (prior -> calibrated)",
+            markup=False,
+        )
+    for e in c.get("excluded", []):
+        console.print(f"  [yellow]left out:[/] {e}")
+    for n in c.get("notes", []):
+        console.print(f"  [yellow]note:[/] {n}")
+    for r in c.get("runs", []):
+        console.print(f"  run: {r}", markup=False)
 
 
 @profile_app.command("check")

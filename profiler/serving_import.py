@@ -27,13 +27,20 @@ VLLM_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttf
              "mean_tpot_ms")  # fmt: skip
 
 
-def _arch(model: str):
-    from planner.catalog.models import resolve_arch
+def resolve_model(model: str, arch_name: str | None = None) -> tuple[object, str | None, str]:
+    """(architecture or None, the quantization the hub id names or None, why not: "" when
+    resolved) of a run's model: `arch_name` (--model) when given, else the hub repo id itself
+    (organisation prefix and suffixes such as -FP8, -AWQ, -Instruct dropped:
+    `resolve_hub_id`). A run without an architecture is kept but calibrates nothing."""
+    from planner.catalog.models import hub_quantization, resolve_arch, resolve_hub_id
 
+    quant = hub_quantization(model)
     try:
-        return resolve_arch(model)
-    except ValueError:
-        return None  # calibration skips runs without an architecture; the run is kept
+        arch = resolve_arch(arch_name) if arch_name else resolve_hub_id(model)[0]
+    except ValueError as e:
+        fix = "check --model" if arch_name else "pass --model with a catalog name or a config.json"
+        return None, quant, f"{e}; {fix}"
+    return arch, quant, ""
 
 
 def _system_matches(system: str, gpu_type: str) -> bool:
@@ -49,9 +56,11 @@ def _quantization(precision: str, model: str) -> str:
 
 
 def runs_from_vllm_json(
-    path: Path, model: str | None, tp: int, quantization: str, concurrency: int | None
+    path: Path, model: str | None, tp: int, quantization: str | None, concurrency: int | None
 ) -> EngineRun:
-    """The run one `vllm bench serve --save-result` file holds."""
+    """The run one `vllm bench serve --save-result` file holds: `model` (--model) names its
+    architecture, else the file's model_id; `quantization` (--quantization) else the one
+    the model id names (-FP8, -AWQ, ...), else the file's dtype, else bf16."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -71,9 +80,11 @@ def runs_from_vllm_json(
             path="max_concurrency",
             fix="pass --concurrency, or import closed-loop runs (--max-concurrency)",
         )
-    name = model or doc.get("model_id") or ""
+    name = doc.get("model_id") or model or ""
     if not name:
         raise InputError("no model_id", file=str(path), fix="pass --model")
+    arch, hub_quant, why = resolve_model(name, model)
+    q = quantization or hub_quant or _dtype_quant(doc.get("dtype")) or "bf16"
     n = max(1, int(doc["completed"]))
     point = DecodePoint(
         concurrency=int(c),
@@ -82,15 +93,31 @@ def runs_from_vllm_json(
         tpot_s=Stat(median=doc["mean_tpot_ms"] / 1e3, n=n),
         ttft_s=Stat(median=doc["mean_ttft_ms"] / 1e3, n=n),
     )
+    notes = [f"imported: {path} (vllm bench serve)"] + ([f"not calibrated: {why}"] if why else [])
     return EngineRun(
-        model=name.split("/")[-1], variant=quantization, tp=tp, quantization=quantization,
-        arch=_arch(name), decode=[point], notes=[f"imported: {path} (vllm bench serve)"],
+        model=name.split("/")[-1], variant=q, tp=tp, quantization=q, arch=arch,
+        decode=[point], notes=notes,
     )  # fmt: skip
 
 
-def runs_from_serving_csv(path: Path, gpu_type: str) -> list[EngineRun]:
+def _dtype_quant(dtype: object) -> str | None:
+    """The quantization a run's dtype names (bfloat16, float16, fp8), else None."""
+    d = str(dtype or "").strip().lower()
+    return {
+        "bfloat16": "bf16",
+        "bf16": "bf16",
+        "float16": "fp16",
+        "half": "fp16",
+        "fp16": "fp16",
+        "fp8": "fp8",
+    }.get(d)
+
+
+def runs_from_serving_csv(path: Path, gpu_type: str, model: str | None = None) -> list[EngineRun]:
     """The runs of `gpu_type` in a CSV of the shared serving runs' layout, one per (model, TP,
-    precision); rows with attention data or expert parallelism are left out."""
+    precision); rows with attention data or expert parallelism are left out. `model`
+    (--model) names every row's architecture; an empty precision is the one the model id
+    names, else the row's dtype, else bf16."""
     try:
         rows = list(csv.DictReader(path.open(newline="")))
     except OSError as e:
@@ -109,11 +136,7 @@ def runs_from_serving_csv(path: Path, gpu_type: str) -> list[EngineRun]:
         if int(r.get("attention_dp_size") or 1) > 1 or int(r.get("moe_ep_size") or 1) > 1:
             continue
         try:
-            model, tp, q = (
-                r["model_path"],
-                int(r["tp_size"]),
-                _quantization(r["precision"], r["model_path"]),
-            )
+            name, tp = r["model_path"], int(r["tp_size"])
             point = DecodePoint(
                 concurrency=int(r["batch_size"]), prompt_tokens=int(r["isl"]),
                 output_tokens=int(r["osl"]), tpot_s=Stat(median=float(r["silicon_tpot_ms"]) / 1e3),
@@ -121,11 +144,18 @@ def runs_from_serving_csv(path: Path, gpu_type: str) -> list[EngineRun]:
             )  # fmt: skip
         except (ValueError, TypeError) as e:
             raise InputError(f"bad value: {e}", file=str(path), path=f"line {i}") from None
-        key = (model, tp, q)
+        arch, hub_quant, why = resolve_model(name, model)
+        q = (
+            _quantization(r["precision"].strip(), name)
+            if r["precision"].strip()
+            else hub_quant or _dtype_quant(r.get("dtype")) or "bf16"
+        )
+        key = (name, tp, q)
         if key not in runs:
+            notes = [f"imported: {path} (serving runs CSV)"]
             runs[key] = EngineRun(
-                model=model.split("/")[-1], variant=q, tp=tp, quantization=q, arch=_arch(model),
-                notes=[f"imported: {path} (serving runs CSV)"],
+                model=name.split("/")[-1], variant=q, tp=tp, quantization=q, arch=arch,
+                notes=notes + ([f"not calibrated: {why}"] if why else []),
             )  # fmt: skip
         runs[key].decode.append(point)
     return list(runs.values())

@@ -50,9 +50,24 @@ def _quant(precision: str, model: str) -> str:
     return precision
 
 
-def load_rows() -> tuple[pd.DataFrame, Counter]:
-    """(expressible rows, skipped rows counted by reason)."""
-    d = pd.read_csv(CSV)
+def catalog_name(model_path: str) -> str | None:
+    """The catalog architecture of a row's model: MODELS, else its hub id resolved as
+    `planner profile import` resolves it (organisation, -FP8, -Instruct, ...), else None."""
+    from planner.catalog.models import resolve_hub_id
+
+    if model_path in MODELS:
+        return MODELS[model_path]
+    try:
+        return resolve_hub_id(model_path)[0].name
+    except ValueError:
+        return None
+
+
+def load_rows(csv: Path = CSV) -> tuple[pd.DataFrame, Counter]:
+    """(expressible rows, skipped rows counted by reason) of `csv` (the bundled runs, or a
+    file in their layout)."""
+    d = pd.read_csv(csv)
+    names = {m: catalog_name(m) for m in d.model_path.unique()}
     skipped: Counter = Counter()
     keep = []
     for i, r in enumerate(d.itertuples(index=False)):
@@ -62,12 +77,12 @@ def load_rows() -> tuple[pd.DataFrame, Counter]:
             skipped["expert parallel > 1"] += 1
         elif r.moe_tp_size != r.tp_size or r.pp_size != 1:
             skipped["MoE TP or PP other than the TP degree"] += 1
-        elif r.model_path not in MODELS or r.system not in SYSTEMS:
+        elif names[r.model_path] is None or r.system not in SYSTEMS:
             skipped["model or GPU not in the catalog"] += 1
         else:
             keep.append(i)
     k = d.iloc[keep]
-    model = k.model_path.map(MODELS)
+    model = k.model_path.map(names)
     rows = pd.DataFrame(
         {
             "model": model,

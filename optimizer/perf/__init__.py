@@ -11,7 +11,7 @@ from functools import lru_cache
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.engines.base import EntryPoint, get_engine
-from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib
+from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib, for_model
 from planner.optimizer.perf.closedloop import (
     BURST_SHARE,
     CHAIN_SHARE,
@@ -124,7 +124,7 @@ def _instance_perf(
 ) -> InstancePerf:
     if tp < 1:
         raise ValueError(f"tp must be >= 1, got {tp}")
-    cal = calib or default_calib(gpu.arch)
+    cal = for_model(calib or default_calib(gpu.arch), arch.name)  # a model's own factors
     if gpu.arch == "cpu" and kv_cache_dtype == "auto":
         kv_cache_dtype = "float32"  # the CPU build serves in float32 (planner.engines.vllm)
     mml = max_model_len or min(arch.max_position_embeddings, 32768)  # tokens

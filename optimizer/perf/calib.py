@@ -125,6 +125,10 @@ class Calib:
     nccl_gib: float = (
         0.37  # NCCL buffers per GPU when TP > 1 (aiconfigurator nccl_mem: 342-392 MB), GiB
     )
+    # A calibration's factors that hold for one model only (its runs cannot tell the GPU's
+    # factors from the model's own error): (model name, ((factor, value), ...), GEMM classes
+    # its runs used); `instance_perf` lays them on for that model (`for_model`), no other.
+    model_factors: tuple[tuple[str, tuple[tuple[str, float], ...], tuple[str, ...]], ...] = ()
 
 
 # Defaults by GPU generation, calibrated on per-operator GEMM measurements only:
@@ -222,6 +226,47 @@ def with_allreduce_scale(cal: Calib, scale: float) -> Calib:
     )
 
 
+# The factors a closed-loop calibration fits (optimizer/perf/calib_loop.py), each on its
+# prior: compute (attention's and the GEMM efficiency of the classes the runs used),
+# bandwidth, step and request overheads, the TP all-reduces' time.
+COMPUTE, BANDWIDTH, STEP, REQUEST = "compute", "bandwidth", "step_overhead", "request_overhead"
+ALLREDUCE_SCALE = "allreduce_scale"
+EFF_MAX = 2.0  # the profile schema's bound on an efficiency
+
+
+def apply_factors(base: Calib, x: dict[str, float], classes: frozenset[str] | tuple) -> Calib:
+    """`base` with the factors `x` laid on: compute on attention and on the GEMM efficiency of
+    each class (bf16, fp8, fp4) in `classes` only; bandwidth, the two overheads, and the
+    all-reduces' time (`with_allreduce_scale`)."""
+    upd: dict[str, float] = {}
+    c = x.get(COMPUTE, 1.0)
+    if c != 1.0:
+        upd["attn_efficiency"] = min(EFF_MAX, base.attn_efficiency * c)
+        names = {
+            "bf16": "compute_efficiency",
+            "fp8": "fp8_compute_efficiency",
+            "fp4": "fp4_compute_efficiency",
+        }
+        for cls in classes:
+            upd[names[cls]] = min(EFF_MAX, getattr(base, names[cls]) * c)
+    if BANDWIDTH in x:
+        upd["bandwidth_efficiency"] = base.bandwidth_efficiency * x[BANDWIDTH]
+    if STEP in x:
+        upd["step_overhead_s"] = base.step_overhead_s * x[STEP]
+    if REQUEST in x:
+        upd["prefill_overhead_s"] = base.prefill_overhead_s * x[REQUEST]
+    return with_allreduce_scale(replace(base, **upd), x.get(ALLREDUCE_SCALE, 1.0))
+
+
+def for_model(cal: Calib, model: str) -> Calib:
+    """`cal` as it holds for `model`: its own factors laid on (`Calib.model_factors`) where a
+    calibration fitted some, else the GPU's."""
+    for name, factors, classes in cal.model_factors:
+        if name == model:
+            return apply_factors(replace(cal, model_factors=()), dict(factors), classes)
+    return cal
+
+
 def default_calib(arch: str) -> Calib:
     """Spec-sheet defaults of a GPU generation (`GpuSpec.arch`)."""
     return Calib(**_ARCH_DEFAULTS.get(arch, {}))
@@ -240,12 +285,93 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
         except ValueError:
             base = Calib()
     cal = profile.calibration
-    names = {f.name for f in fields(Calib)}
+    names = {f.name for f in fields(Calib)} - {"model_factors"}
     upd: dict[str, Any] = {
         k: float(v)
         for k, v in cal.model_dump().items()
         if v is not None and k in names and k != "idle_wake_curve"
     }
+    if cal.models:
+        upd["model_factors"] = tuple(
+            (m.model, tuple(sorted(m.factors.items())), tuple(m.gemm)) for m in cal.models
+        )
     if cal.idle_wake_curve:
         upd["idle_wake_curve"] = tuple((float(g), float(w)) for g, w in cal.idle_wake_curve)
     return replace(base, **upd)
+
+
+# The Calibration fields each figure of `planner estimate` and a plan depends on
+_FIGURE_FIELDS = {
+    "ttft_s": (
+        "compute_efficiency",
+        "attn_efficiency",
+        "fp8_compute_efficiency",
+        "fp4_compute_efficiency",
+        "bandwidth_efficiency",
+        "step_overhead_s",
+        "prefill_overhead_s",
+        "busy_prefill_overhead_s",
+        "nvlink_efficiency",
+        "nvlink_latency_s",
+        "link_efficiency",
+        "link_latency_s",
+    ),
+    "tpot_s": (
+        "compute_efficiency",
+        "attn_efficiency",
+        "fp8_compute_efficiency",
+        "fp4_compute_efficiency",
+        "bandwidth_efficiency",
+        "step_overhead_s",
+        "seq_overhead_s",
+        "nvlink_efficiency",
+        "nvlink_latency_s",
+        "link_efficiency",
+        "link_latency_s",
+    ),
+    "cold_start_s": ("engine_init_s", "disk_read_gbps"),
+    "wake_host_s": ("h2d_gbps",),
+    "wake_disk_s": ("engine_init_s", "disk_read_gbps"),
+    "sleep_s": ("d2h_gbps",),
+}
+_FIGURE_FIELDS["output_tokens_per_s"] = _FIGURE_FIELDS["tpot_s"]
+_CLOSED_LOOP = ("ttft_s", "tpot_s", "output_tokens_per_s")  # what a model's own factors move
+
+
+def calibrated_fields(calibration: Any | None) -> list[str]:
+    """The fields a profile's `calibration` sets (what replaces the defaults)."""
+    if calibration is None:
+        return []
+    skip = {
+        "source",
+        "points",
+        "residual_rel",
+        "runs",
+        "factors",
+        "checks",
+        "excluded",
+        "notes",
+        "models",
+    }
+    return sorted(k for k, v in calibration.model_dump().items() if v is not None and k not in skip)
+
+
+def figure_sources(
+    fields_set: list[str], source: str, runs: list[str], model_factors: dict[str, float] | None
+) -> dict[str, dict[str, Any]]:
+    """Per figure: whether a calibration moved it, and from what. `fields_set`: the
+    Calibration fields it sets (`calibrated_fields`), `source` and `runs` its own; the
+    model's own factors (`Calibration.models`) move that model's closed-loop figures. Memory
+    figures are the catalog's arithmetic: never calibrated."""
+    out: dict[str, dict[str, Any]] = {}
+    for fig, names in _FIGURE_FIELDS.items():
+        fitted = sorted(set(names) & set(fields_set))
+        entry: dict[str, Any] = {"calibrated": bool(fitted), "fields": fitted}
+        if model_factors and fig in _CLOSED_LOOP:
+            entry.update(calibrated=True, model_factors=dict(model_factors))
+        if entry["calibrated"]:
+            entry.update(source=source, runs=list(runs))
+        out[fig] = entry
+    for fig in ("weights_gib_per_gpu", "max_kv_tokens"):
+        out[fig] = {"calibrated": False, "fields": [], "source": "catalog arithmetic"}
+    return out

@@ -33,7 +33,7 @@ from dataclasses import replace
 import numpy as np
 
 from planner.catalog.gpus import GpuSpec
-from planner.optimizer.perf.calib import Calib, with_allreduce_scale
+from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.fitpoints import (
     FitPoint,
     fit_points,
@@ -246,9 +246,9 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
     hw = profile.hardware
     ok = [r for r in profile.engine if r.status == "ok"]
     init = [r.cold_start_s - (r.weight_load_s or 0.0) for r in ok if r.cold_start_s is not None]
-    out = Calibration(
-        compute_efficiency=ce0,
-        bandwidth_efficiency=be0,
+    out = Calibration(  # the microbenchmarks' priors where they moved the defaults
+        compute_efficiency=ce0 if ce0 != base.compute_efficiency else None,
+        bandwidth_efficiency=be0 if be0 != base.bandwidth_efficiency else None,
         h2d_gbps=hw.h2d_pinned_gbps.median if hw.h2d_pinned_gbps else None,
         d2h_gbps=hw.d2h_pinned_gbps.median if hw.d2h_pinned_gbps else None,
         disk_read_gbps=hw.disk_read_gbps.median if hw.disk_read_gbps else None,
@@ -263,33 +263,18 @@ def calibrate(profile: Profile, gpu: GpuSpec, base: Calib) -> Calibration:
         f"{r.model} tp{r.tp} {r.quantization or 'bf16'}: {len(r.decode) + len(r.prefill)} points"
         + (f" ({r.notes[0]})" if r.notes and r.notes[0].startswith("imported") else "")
         for r in ok
-        if r.arch is not None and (r.decode or r.prefill)
+        if r.arch is not None
+        and (r.decode or r.prefill)
+        and not any(n.startswith("not calibrated:") for n in r.notes)
     ]
-    from planner.optimizer.perf.calib_loop import ALLREDUCE_SCALE, fit_loop, loop_link, loop_points
+    from planner.optimizer.perf.calib_imported import fit_imported, not_calibrating
+    from planner.optimizer.perf.calib_loop import loop_points
 
     loop = loop_points(profile)
+    out.excluded = not_calibrating(profile)
     if loop:  # serving runs: the closed loop, with the engine points alike
         start = replace(base, compute_efficiency=ce0, bandwidth_efficiency=be0)
-        theta, rel = fit_loop(loop, pts, gpu, start)
-        _set_compute(out, theta["compute_efficiency"], base)
-        out.bandwidth_efficiency = theta["bandwidth_efficiency"]
-        out.step_overhead_s = theta["step_overhead_s"]
-        out.prefill_overhead_s = theta["prefill_overhead_s"]
-        ar = theta.get(ALLREDUCE_SCALE)
-        if ar is not None:  # a run used TP > 1: the link it ran over, as the fit predicted it
-            link = with_allreduce_scale(base, ar)
-            if loop_link(gpu) == "nvlink":
-                out.nvlink_efficiency = link.nvlink_efficiency
-                out.nvlink_latency_s = link.nvlink_latency_s
-            else:
-                out.link_efficiency = link.link_efficiency
-                out.link_latency_s = link.link_latency_s
-        out.residual_rel = float(np.median(rel))
-        out.points = len(pts) + 2 * len(loop)
-        out.source = (
-            f"closed-loop fit ({len(loop)} imported runs' TTFT and TPOT, {len(pts)} engine "
-            f"points{'' if ar is None else f', all-reduces x{ar:.2f}'}) with {prior} priors"
-        )
+        fit_imported(out, loop, pts, gpu, start, prior)
     elif len(pts) >= 2:
         per_seq = gpu.arch == "cpu"  # Calib.seq_overhead_s: the CPU build's per-sequence cost
         pts = one_overhead_unless_split(pts)

@@ -16,9 +16,11 @@ __all__ = [
     "MODELS",
     "ModelArch",
     "from_hf_config",
+    "hub_quantization",
     "param_counts",
     "resolve_arch",
     "resolve_arch_name",
+    "resolve_hub_id",
 ]
 
 
@@ -97,6 +99,64 @@ def resolve_arch_name(name: str) -> ModelArch:
         f"{name!r} is not a known architecture{hint}; see `planner catalog models`, "
         "or give a path to a Hugging Face config.json, or inline numbers"
     )
+
+
+# Hub repo suffixes that name a checkpoint's quantization, longest first (lower case) ->
+# the planner's quantization: `Qwen3-235B-A22B-FP8`, `Llama-3.1-8B-Instruct-FP8-dynamic`,
+# `Qwen2.5-7B-Instruct-AWQ`, `Qwen2.5-7B-Instruct-GPTQ-Int4`, `...-quantized.w4a16`
+_QUANT_SUFFIXES = (
+    ("-fp8-dynamic", "fp8"),
+    ("-fp8-static", "fp8"),
+    ("-fp8-block", "fp8"),
+    ("-fp8", "fp8"),
+    ("-awq-int4", "awq"),
+    ("-awq", "awq"),
+    ("-gptq-int4", "gptq"),
+    ("-gptq-4bit", "gptq"),
+    ("-gptq", "gptq"),
+    ("-quantized.w4a16", "gptq"),
+    ("-w4a16", "gptq"),
+    ("-int4", "int4"),
+    ("-nvfp4", "nvfp4"),
+    ("-mxfp4", "mxfp4"),
+    ("-bf16", "bf16"),
+    ("-fp16", "fp16"),
+)
+# Other suffixes a hub id carries that name no architecture of their own
+_PLAIN_SUFFIXES = ("-instruct", "-chat", "-hf")
+
+
+def hub_quantization(name: str) -> str | None:
+    """The quantization a hub repo id's suffixes name (`-FP8`, `-AWQ`, `-GPTQ-Int4`, ...,
+    also before `-Instruct` or `-hf`), else None."""
+    low = name.split("/")[-1].lower()
+    while True:
+        q = next(((s, v) for s, v in _QUANT_SUFFIXES if low.endswith(s)), None)
+        if q is not None:
+            return q[1]
+        plain = next((s for s in _PLAIN_SUFFIXES if low.endswith(s)), None)
+        if plain is None:
+            return None
+        low = low.removesuffix(plain)
+
+
+def resolve_hub_id(name: str) -> tuple[ModelArch, str | None]:
+    """(architecture, quantization the name carries or None) of a hub repo id or catalog name:
+    the organisation prefix dropped, then quantization suffixes (`-FP8`, `-AWQ`,
+    `-GPTQ-Int4`, ...) and plain ones (`-Instruct`, `-hf`) stripped from the end until a
+    catalog row matches; ValueError (`resolve_arch_name`'s, with its hint) when none does."""
+    key = name.split("/")[-1]
+    while True:
+        try:
+            return resolve_arch_name(key), hub_quantization(name)
+        except ValueError:
+            low = key.lower()
+            cut = next((s for s, _ in _QUANT_SUFFIXES if low.endswith(s)), None)
+            cut = cut or next((s for s in _PLAIN_SUFFIXES if low.endswith(s)), None)
+            if cut is None:
+                resolve_arch_name(name)  # raises with the hint for the name as given
+                raise
+            key = key[: len(key) - len(cut)]
 
 
 _SIZE = re.compile(r"\d+(?:\.\d+)?b")

@@ -28,6 +28,12 @@ class CalibrationRef(Strict):
     runs: list[str] = Field(
         default_factory=list, description="the engine and serving runs the fit used"
     )
+    fields: list[str] = Field(
+        default_factory=list, description="the calibration fields that replace the defaults"
+    )
+    models: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="model -> its own factors (its runs' fit)"
+    )
 
 
 class MemoryGib(Strict):

@@ -127,6 +127,45 @@ class EngineRun(Strict):
     notes: list[str] = Field(default_factory=list, description="caveats of this run")
 
 
+class FactorFit(Strict):
+    """One factor a closed-loop calibration fitted or refused (`calib_loop.FACTORS`)."""
+
+    name: str = Field(
+        description="compute | bandwidth | step_overhead | request_overhead | allreduce_scale"
+    )
+    model: str = Field(default="", description="the model it holds for; empty: the whole GPU")
+    factor: float = Field(gt=0, description="on its prior (1: kept at the prior)")
+    uncertainty_x: float | None = Field(
+        default=None, ge=1, description="one standard deviation, as a multiplicative factor"
+    )
+    status: Literal["fitted", "refused"] = "fitted"
+    note: str = Field(default="", description="why refused, or at a bound")
+
+
+class ModelFactors(Strict):
+    """A calibration's factors that hold for one model only (`Calib.model_factors`)."""
+
+    model: str = Field(description="catalog architecture name")
+    factors: dict[str, float] = Field(description="factor -> value on the GPU's calibration")
+    gemm: list[Literal["bf16", "fp8", "fp4"]] = Field(
+        default_factory=list, description="GEMM efficiencies its compute factor moves"
+    )
+
+
+class CrossCheck(Strict):
+    """A calibration's held-out check: mean of TTFT's and TPOT's median |relative error|."""
+
+    split: str = Field(description="leave one configuration (or run, or model) out")
+    model: str = Field(default="", description="the model whose runs it checks; empty: all")
+    folds: int = Field(ge=1)
+    prior_rel: float = Field(ge=0, description="held-out error at the prior")
+    fitted_rel: float = Field(ge=0, description="held-out error of the kept factors' fit")
+    prior_ttft_rel: float | None = Field(default=None, ge=0, description="TTFT's, at the prior")
+    prior_tpot_rel: float | None = Field(default=None, ge=0, description="TPOT's, at the prior")
+    fitted_ttft_rel: float | None = Field(default=None, ge=0, description="TTFT's, fitted")
+    fitted_tpot_rel: float | None = Field(default=None, ge=0, description="TPOT's, fitted")
+
+
 class Calibration(Strict):
     """Fitted perf-model factors for this GPU type (replace the spec-sheet defaults)."""
 
@@ -193,6 +232,21 @@ class Calibration(Strict):
     residual_rel: float | None = Field(default=None, ge=0, description="median relative fit error")
     runs: list[str] = Field(
         default_factory=list, description="the engine runs the fit used, and where they came from"
+    )
+    factors: list[FactorFit] = Field(
+        default_factory=list, description="closed-loop fit: each factor, fitted or refused"
+    )
+    models: list[ModelFactors] = Field(
+        default_factory=list, description="closed-loop fit: factors that hold for one model"
+    )
+    checks: list[CrossCheck] = Field(
+        default_factory=list, description="closed-loop fit: its held-out checks"
+    )
+    excluded: list[str] = Field(
+        default_factory=list, description="imported runs or points the fit left out, and why"
+    )
+    notes: list[str] = Field(
+        default_factory=list, description="what a reader must know: bounds, step limits"
     )
 
 
