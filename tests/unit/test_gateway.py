@@ -391,10 +391,15 @@ def test_an_instance_put_to_sleep_is_not_restarted_by_the_health_loop(setup):
 
 
 def test_one_wake_per_model_and_a_bounded_queue(setup, tmp_path):
-    th, ctl = setup([inst("a0", "a", [0])], set(), wake_delay_s=1.0, queue_limit=3)
+    th, ctl = setup([inst("a0", "a", [0])], set(), wake_delay_s=3.0, queue_limit=3)
     with ThreadPoolExecutor(5) as ex:
         futs = [ex.submit(post, th, model="a", prompt="x") for _ in range(3)]
-        time.sleep(0.4)
+        # the late two are sent once the first three wait (not after a fixed sleep: a loaded
+        # machine may take longer than the wake to get them there)
+        pool = th.gateway.pool
+        deadline = time.monotonic() + 10
+        while pool.waiting["a"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
         late = [ex.submit(post, th, model="a", prompt="x") for _ in range(2)]
         codes = [f.result().status_code for f in futs]
         rejected = [f.result() for f in late]
