@@ -11,6 +11,7 @@ right after a success does nothing.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -289,7 +290,11 @@ def apply_point(
             result.instances = instances_json(state, point)
             return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
-        state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
+        # what this apply is making true: the controllers start nothing outside it meanwhile
+        state.set_meta(
+            target_point=point.name, target_plan_sha=plan_sha,
+            target_point_json=point.model_dump_json(),
+        )  # fmt: skip
         run = _Run(
             plan_sha=plan_sha, point=point, backend=backend, state=state,
             resolve=model_path_resolver, timeout_s=timeout_s, backoff_base_s=backoff_base_s,
@@ -298,9 +303,24 @@ def apply_point(
             existed={r.id for r in state.instances()},
         )  # fmt: skip
         if _run_steps(run, actions, result, ttl_s):
-            state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
+            # the desired state every controller follows (Controller.follow): the point as
+            # placed here and where each instance's weights are
+            state.set_meta(
+                point=point.name, plan_sha=plan_sha, applied_at=str(time.time()),
+                point_json=point.model_dump_json(),
+                model_paths=json.dumps(_model_paths(point, model_path_resolver)),
+            )  # fmt: skip
         result.instances = instances_json(state, point)
     return result
+
+
+def _model_paths(point: Point, resolve: ModelPathResolver) -> dict[str, str]:
+    """Instance id -> its model path, for every instance the resolver knows."""
+    out = {}
+    for inst in point.instances:
+        with contextlib.suppress(InputError):
+            out[inst.id] = resolve(inst)
+    return out
 
 
 def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: float) -> bool:
@@ -366,6 +386,12 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
     gateway starts and wakes nothing (503 `drained by planner down`) until the next apply."""
     out = []
     with state.lease(purpose="down", wait_s=lease_wait_s):
+        meta = state.meta()
+        if meta.get("point") and meta.get("plan_path"):  # what `apply --previous` restores
+            state.set_meta(**{
+                f"previous_{k}": meta.get(k, "")
+                for k in ("plan_path", "point", "plan_sha", "plan_copy")
+            })  # fmt: skip
         for row in state.instances():
             if row.pid is not None or row.actor is not None:
                 backend.stop(handle_of(row))
@@ -375,6 +401,7 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
         state.set_meta(
             point="",
             plan_sha="",
+            plan_path="",
             drained=DRAINED + time.strftime(" at %Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         )
     return out

@@ -22,6 +22,15 @@ from planner.errors import ApplyError, DrainedError, InputError
 from planner.schemas.plan import Instance, Plan, Point
 
 
+def _recorded_paths(paths: dict[str, str], fallback: ModelPathResolver) -> ModelPathResolver:
+    """The model paths an apply recorded per instance id (`fallback` for any it did not)."""
+
+    def resolve(inst: Instance) -> str:
+        return paths.get(inst.id) or fallback(inst)
+
+    return resolve
+
+
 class Controller:
     """Wake/sleep/status of the instances of one plan point through a backend."""
 
@@ -54,14 +63,46 @@ class Controller:
         return self.backend.supports_sleep
 
     def follow(self) -> Point:
-        """The point in force: the one `planner apply` (or `adjust`) last applied from this
-        plan, if that is another point of it (the point given at start otherwise)."""
+        """The point in force: what `planner apply` (or `adjust`) last made true in this state
+        dir, of this plan or of another one (its placed instances are recorded at apply,
+        with their model paths); the point given at start until an apply records one. After
+        `planner down` the last point stays (nothing starts: `drained`)."""
         meta = self.state.meta()
-        name = meta.get("point", "")
-        if name and name != self.point.name and meta.get("plan_sha") == self.plan_sha:
+        name, sha = meta.get("point", ""), meta.get("plan_sha", "")
+        if not name or (name, sha) == (self.point.name, self.plan_sha):
+            return self.point
+        recorded = meta.get("point_json", "")
+        if recorded:
+            self.point = Point.model_validate_json(recorded)
+            paths = json.loads(meta.get("model_paths") or "{}")
+            self.resolve = _recorded_paths(paths, self.resolve)
+            self.plan_sha = sha
+        elif sha == self.plan_sha:
             with contextlib.suppress(KeyError):
                 self.point = self.plan.point(name)
         return self.point
+
+    def _in_force(self, instance_id: str) -> Instance:
+        """The instance as the point in force has it; ApplyError when that point has no such
+        instance (an apply removed it: it is never started again from here)."""
+        self.follow()
+        try:
+            inst = self.instance(instance_id)
+        except KeyError:
+            raise ApplyError(
+                f"{instance_id} is not in the point in force ({self.point.name}): not started"
+            ) from None
+        meta = self.state.meta()
+        target = meta.get("target_point_json", "")
+        if target and meta.get("target_point") and self.state.lease_holder() is not None:
+            # an apply is at work: what it is about to make true counts too
+            ids = {i.id for i in Point.model_validate_json(target).instances}
+            if instance_id not in ids:
+                raise ApplyError(
+                    f"{instance_id} is not in the point an apply is making true "
+                    f"({meta['target_point']}): not started"
+                )
+        return inst
 
     def drained(self) -> str:
         """Why nothing may start or wake (`planner down` ran, no apply since), or ""."""
@@ -121,9 +162,9 @@ class Controller:
         An instance that another process is bringing up (`_theirs`) is waited for, not
         started a second time beside it.
         """
-        inst = self.instance(instance_id)
         with self._lock:
             self._refuse_if_drained()
+            inst = self._in_force(instance_id)
             row = self.state.get(instance_id)
             if row is not None and row.pid is not None and row.status in ("awake", "asleep"):
                 h = handle_of(row)
@@ -136,6 +177,7 @@ class Controller:
             h = self._theirs(instance_id, timeout_s)
             if h is not None:
                 return h
+            inst = self._in_force(instance_id)  # an apply may have ended meanwhile
             row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "wake", row.restarts if row else 0)
 
@@ -143,12 +185,13 @@ class Controller:
         """Start again an instance whose process died: one more restart in its state row
         (`planner status`), journaled as `restart`. The caller (the gateway) spaces the
         restarts of a crash loop with its own backoff."""
-        inst = self.instance(instance_id)
         with self._lock:
             self._refuse_if_drained()
+            inst = self._in_force(instance_id)
             h = self._theirs(instance_id, timeout_s)
             if h is not None:
                 return h
+            inst = self._in_force(instance_id)  # an apply may have ended meanwhile
             row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "restart", (row.restarts if row else 0) + 1)
 

@@ -49,6 +49,7 @@ def handle_of(row: InstanceRow) -> Handle:
     return Handle(
         instance_id=row.id, node=row.node, host=row.host, port=row.port,
         pid=row.pid, actor=row.actor, log_path=row.log_path, secret=row.secret,
+        engine=row.engine,
     )  # fmt: skip
 
 
@@ -112,6 +113,7 @@ class Launcher:
             point=self.point.name, started_at=time.time(), restarts=restarts,
             log_path=h.log_path if h else "", spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus),
             memory_gib=inst.memory_gib.total, secret=h.secret if h else None,
+            engine=inst.engine.kind,
         )  # fmt: skip
 
     def _wait_gpu_memory(self, inst: Instance) -> None:

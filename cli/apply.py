@@ -177,7 +177,8 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    plan_path, point = _which_plan(plan_path, point, previous, state_dir)
+    plan_path, point, inputs = _which_plan(plan_path, point, previous, state_dir)
+    cluster, models = cluster or inputs.get("cluster"), models or inputs.get("models")
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
     plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
@@ -214,18 +215,21 @@ def apply_cmd(
 
 def _which_plan(
     plan_path: Path | None, point: str | None, previous: bool, state_dir: Path | None
-) -> tuple[Path, str | None]:
+) -> tuple[Path, str | None, dict[str, Path]]:
     """The plan file and point to apply: those given, or with `--previous` the ones in
-    force before the last apply."""
+    force before the last apply or `down` (named on stderr before anything happens), with
+    the inputs a kept copy of the plan needs."""
     if previous:
         from planner.cli.history import previous_applied
 
-        return previous_applied(plan_path, point, state_dir)
+        prev = previous_applied(plan_path, point, state_dir)
+        err_console.print(f"restoring {prev.what}", highlight=False, markup=False)
+        return prev.plan_path, prev.point, prev.inputs
     if plan_path is None:
         raise InputError(
             "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
         )
-    return plan_path, point
+    return plan_path, point, {}
 
 
 def _remember(
@@ -238,17 +242,22 @@ def _remember(
     node: str | None,
     base: int | None,
 ) -> None:
-    """Record what is now in force (plan, node, port base) for the gateway, adjust and the
-    next apply, and keep what was in force before for `--previous`."""
-    from planner.cli.history import keep_previous
+    """Record what is now in force (plan file, its digest and a copy of it, node, port base,
+    inputs) for the gateway, adjust, `history` and the next apply, and keep what was in
+    force before for `--previous`."""
+    from planner.cli.history import keep_plan_copy, keep_previous
 
     nodes = {i.node for i in plan.point(point).instances}
     here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
+    path = str(plan_path.resolve())
+    sha = state.meta().get("plan_sha", "")
+    copy = keep_plan_copy(state, plan_path, sha)
     state.set_meta(
-        plan_path=str(plan_path.resolve()), node=here,
+        plan_path=path, plan_copy=copy, node=here,
         port_base=str(base) if base is not None else "",
     )  # fmt: skip
-    keep_previous(state, before, str(plan_path.resolve()), result.point)
+    state.journal("apply", "", here, "ok", f"point {result.point} of {path} (sha256 {sha[:12]})")
+    keep_previous(state, before, path, result.point)
 
 
 def _show(result: Any, json_out: bool, dry_run: bool) -> None:
