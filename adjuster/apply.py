@@ -22,6 +22,7 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
     handle_of,
     model_path_resolver,
     restart_delay_s,
+    slept_level,
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
 from planner.adjuster.running import PortLookup, blocked_ports, observed_instances, settle
@@ -115,7 +116,7 @@ class _Run(Launcher):
         if a.kind == "wake":
             if row is None:
                 raise ApplyError(f"{a.instance}: nothing to wake")
-            self.backend.wake(handle_of(row))
+            self.backend.wake(handle_of(row), slept_level(row))
             self.state.update(a.instance, status="awake", tier=self.inst(a.instance).tier)
             return "awake"
         if a.kind == "restart":

@@ -14,7 +14,7 @@ import threading
 import time
 
 from planner.adjuster.backends.base import Backend, Handle, Status
-from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
+from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of, slept_level
 from planner.adjuster.reconcile import sleep_level
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.engines.process import pid_alive
@@ -170,7 +170,7 @@ class Controller:
                 h = handle_of(row)
                 if self.backend.is_alive(h):
                     if row.status == "asleep":
-                        self.backend.wake(h)
+                        self.backend.wake(h, slept_level(row))
                         self.state.update(instance_id, status="awake")
                         self.state.journal("wake", inst.id, inst.node, "ok", "woken")
                     return h

@@ -16,6 +16,7 @@ from pathlib import Path
 from planner.adjuster.backends.base import Backend, Handle
 from planner.adjuster.reconcile import spec_sha
 from planner.adjuster.state import InstanceRow, StateStore
+from planner.engines.base import get_engine
 from planner.errors import InputError, LaunchError
 from planner.schemas.models import Models
 from planner.schemas.plan import Instance, Point
@@ -51,6 +52,12 @@ def handle_of(row: InstanceRow) -> Handle:
         pid=row.pid, actor=row.actor, log_path=row.log_path, secret=row.secret,
         engine=row.engine,
     )  # fmt: skip
+
+
+def slept_level(row: InstanceRow) -> int:
+    """The sleep level a sleeping row's instance went to (its recorded tier's, by its
+    engine): what its wake must undo."""
+    return get_engine(row.engine).sleep_level(row.tier)
 
 
 def restart_delay_s(

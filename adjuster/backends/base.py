@@ -97,8 +97,9 @@ class Backend(Protocol):
         """vLLM sleep mode (level 1: weights to host RAM; 2: discard); without it: stop."""
         ...
 
-    def wake(self, handle: Handle) -> None:
-        """vLLM `POST /wake_up` (ApplyError without sleep mode)."""
+    def wake(self, handle: Handle, level: int) -> None:
+        """The engine's wake steps after a sleep at `level` (`Engine.wake_steps`: after a
+        level 2 the weights are reloaded before it returns); ApplyError without sleep mode."""
         ...
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:

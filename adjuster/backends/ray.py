@@ -136,9 +136,9 @@ class NodeAgent:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
 
-    def wake(self, handle: Handle) -> dict:
+    def wake(self, handle: Handle, level: int) -> dict:
         try:
-            self.local.wake(self._here(handle))
+            self.local.wake(self._here(handle), level)
         except (ApplyError, OSError) as e:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
@@ -264,8 +264,8 @@ class RayBackend:
     def sleep(self, handle: Handle, level: int) -> None:
         self._raise(self._get(self._agent_of(handle).sleep.remote(handle, level), 600.0))
 
-    def wake(self, handle: Handle) -> None:
-        self._raise(self._get(self._agent_of(handle).wake.remote(handle), 600.0))
+    def wake(self, handle: Handle, level: int) -> None:
+        self._raise(self._get(self._agent_of(handle).wake.remote(handle, level), 600.0))
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
         """Free memory of the GPUs of `node`, read by its agent (None without CUDA there)."""

@@ -134,11 +134,25 @@ def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: 
 
 
 def http_post(
-    host: str, port: int, path: str, timeout_s: float = 600.0, *, secret: str = ""
+    host: str,
+    port: int,
+    path: str,
+    timeout_s: float = 600.0,
+    *,
+    secret: str = "",
+    body: dict | None = None,
 ) -> int:
-    """POST with an empty body; returns the status (raises on connection failure)."""
+    """POST an empty body (or `body` as JSON); returns the status (raises on connection
+    failure)."""
+    import json
+
     url = f"http://{host}:{port}{path}"
-    req = urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(secret))
+    headers = auth_headers(secret)
+    data = b""
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers = {**headers, "Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status

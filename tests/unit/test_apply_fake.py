@@ -60,7 +60,7 @@ class FakeBackend:
         self.alive[handle.pid] = "asleep"
         self.log.append(("sleep", handle.instance_id))
 
-    def wake(self, handle: Handle) -> None:
+    def wake(self, handle: Handle, level: int) -> None:
         self.alive[handle.pid] = "up"
         self.log.append(("wake", handle.instance_id))
 

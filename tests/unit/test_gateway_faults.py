@@ -145,7 +145,7 @@ class EngineBackend:
     def sleep(self, handle: Handle, level: int) -> None:
         self.stop(handle)
 
-    def wake(self, handle: Handle) -> None:
+    def wake(self, handle: Handle, level: int) -> None:
         raise AssertionError("no sleep mode")
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
