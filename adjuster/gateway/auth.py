@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from planner.adjuster.gateway.answers import error, identity
+from planner.adjuster.gateway.answers import error, identity, presented_key
 from planner.adjuster.gateway.clock import SYSTEM
 from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.reply import Response, StreamResponse
@@ -178,10 +178,10 @@ class Auth:
         loopback = remote is not None and is_loopback(remote)
         if self.table is None:
             return Caller(None, identity(headers, self.secret)[0], loopback)
-        auth = headers.get("Authorization", "")
-        if auth[:7].lower() != "bearer ":
+        presented = presented_key(headers)
+        if not presented:
             return None
-        key = self.table.lookup(auth[7:].strip())
+        key = self.table.lookup(presented)
         if key is None:
             return None
         user = key.name
@@ -205,8 +205,9 @@ class Auth:
         if who is None:
             self.denied[("", 401)] += 1
             return error(
-                401, "a valid key is needed: send `Authorization: Bearer KEY` (ask the "
-                "gateway's admin for a key: `planner keys add NAME`)", "AuthenticationError",
+                401, "a valid key is needed: send `Authorization: Bearer KEY` or `x-api-key: "
+                "KEY` (ask the gateway's admin for a key: `planner keys add NAME`)",
+                "AuthenticationError",
                 headers={"WWW-Authenticate": "Bearer"},
             )  # fmt: skip
         if not path.startswith(_FOR_KEYS) and not who.privileged:

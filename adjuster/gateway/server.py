@@ -18,6 +18,8 @@ from pathlib import Path
 
 from planner.adjuster.backends.base import InstanceControl
 from planner.adjuster.gateway.accesslog import AccessLog
+from planner.adjuster.gateway.anthropic import PATHS as ANTHROPIC_PATHS
+from planner.adjuster.gateway.anthropic import as_anthropic_error
 from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.clock import SYSTEM, Clock
 from planner.adjuster.gateway.config import GatewayConfig
@@ -168,7 +170,10 @@ class Gateway:
         A table and one call: the gateway's CPU per request is throughput lost on a machine
         its engines saturate."""
         handler = self._table.get((request.method, request.path), self.routes.h_other)
-        return await self.auth.check(request, handler)
+        resp = await self.auth.check(request, handler)
+        if resp.status >= 400 and request.path in ANTHROPIC_PATHS and isinstance(resp, Response):
+            return as_anthropic_error(resp)  # errors in the shape that API's clients read
+        return resp
 
     def _totals(self) -> dict[str, tuple[str, float]]:
         """Unlabelled gauges and counters: the request log's and the connections' health."""

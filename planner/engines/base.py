@@ -74,7 +74,9 @@ class Engine(Protocol):
         ...
 
     def control_routes(self) -> frozenset[tuple[str, str]]:
-        """(method, path) the planner itself sends (readiness, health, sleep, wake steps)."""
+        """(method, path) the planner sends an engine from another host (readiness, health,
+        sleep, wake): what a node's relay passes on besides the API routes. Routes that run
+        arbitrary code stay out (a node's agent sends those on loopback)."""
         ...
 
     def check_request(self, task: str, model: str) -> tuple[str, dict]:
@@ -148,6 +150,20 @@ class Engine(Protocol):
     def quantization_flag(self, quantization: str | None) -> str | None:
         """The engine's quantization method for a variant's quantization (None: from the checkpoint)."""
         ...
+
+
+def api_routes() -> dict[str, str]:
+    """The API routes of every registered engine -> the task of the models serving each (the
+    gateway forwards these, and the relay passes them on)."""
+    out: dict[str, str] = {}
+    for kind in ENGINE_MODULES:
+        out.update(load_engine(kind).api_routes)
+    return out
+
+
+def stream_usage_routes() -> frozenset[str]:
+    """The routes whose streams report usage only when asked, of any registered engine."""
+    return frozenset(r for kind in ENGINE_MODULES for r in load_engine(kind).stream_usage_routes)
 
 
 def get_engine(kind: str) -> Engine:

@@ -237,10 +237,12 @@ class Vllm:
         return steps
 
     def control_routes(self) -> frozenset[tuple[str, str]]:
-        """(method, path) the planner itself sends: readiness, health, sleep, wake, reload."""
+        """(method, path) the planner sends from another host: readiness, health, sleep and
+        wake. Not `/collective_rpc` (it runs any engine method): a Ray node's agent sends the
+        weight reload itself, on loopback."""
         return frozenset({
             ("GET", self.ready_route), ("GET", self.health_route), ("GET", self.is_sleeping_route),
-            ("POST", "/sleep"), ("POST", self.wake_route), ("POST", self.reload_request[0]),
+            ("POST", "/sleep"), ("POST", self.wake_route),
         })  # fmt: skip
 
     def check_request(self, task: str, model: str) -> tuple[str, dict]:
