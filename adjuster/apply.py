@@ -26,7 +26,7 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
 from planner.adjuster.running import PortLookup, blocked_ports, observed_instances, settle
-from planner.adjuster.state import InstanceRow, StateStore
+from planner.adjuster.state import NO_PROCESS, InstanceRow, StateStore
 from planner.engines.ports import port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
@@ -97,7 +97,7 @@ class _Run(Launcher):
         row = self.state.get(a.instance)
         if a.kind == "start":
             h = self.launch(self.inst(a.instance), restarts=0)
-            return f"pid {h.pid} port {h.port}"
+            return f"{h.label} port {h.port}"
         if a.kind == "stop":
             if row is not None:
                 self.backend.stop(handle_of(row))
@@ -111,7 +111,7 @@ class _Run(Launcher):
             if self.backend.supports_sleep:
                 self.state.update(a.instance, status="asleep", tier=self.inst(a.instance).tier)
             else:
-                self.state.update(a.instance, status="stopped", pid=None)
+                self.state.update(a.instance, status="stopped", **NO_PROCESS)
             return f"level {a.level}"
         if a.kind == "wake":
             if row is None:
@@ -147,7 +147,7 @@ class _Run(Launcher):
                     if crashed
                     else a.reason
                 )
-                return f"pid {h.pid} port {h.port} ({why})"
+                return f"{h.label} port {h.port} ({why})"
             except LaunchError as e:
                 attempt += 1
                 if not crashed or e.reason in _PERMANENT or attempt >= self.max_attempts:
@@ -171,7 +171,7 @@ class _Run(Launcher):
             if row.status in ("awake", "asleep", "starting"):
                 self.backend.stop(handle_of(row), 10.0)
             if iid in self.existed:
-                self.state.update(iid, status="stopped", pid=None, actor=None)
+                self.state.update(iid, status="stopped", **NO_PROCESS)
             else:
                 self.state.delete(iid)
             self.state.journal("stop", iid, row.node, "rolled_back", "started by the failed apply")
@@ -394,7 +394,7 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
                 for k in ("plan_path", "point", "plan_sha", "plan_copy")
             })  # fmt: skip
         for row in state.instances():
-            if row.pid is not None or row.actor is not None:
+            if row.has_process:
                 backend.stop(handle_of(row))
             state.delete(row.id)
             state.journal("stop", row.id, row.node, "ok", "down")

@@ -16,7 +16,7 @@ import time
 from planner.adjuster.backends.base import Backend, Handle, Status
 from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of, slept_level
 from planner.adjuster.reconcile import sleep_level
-from planner.adjuster.state import InstanceRow, StateStore
+from planner.adjuster.state import NO_PROCESS, InstanceRow, StateStore
 from planner.engines.process import pid_alive
 from planner.errors import ApplyError, DrainedError, InputError
 from planner.schemas.plan import Instance, Plan, Point
@@ -135,11 +135,7 @@ class Controller:
         for inst in self.point.instances:
             row = self.state.get(inst.id)
             lazy = inst.tier in ("host", "disk")
-            if (
-                row is None
-                or row.status in ("stopped", "failed")
-                or (row.pid is None and row.actor is None)
-            ):
+            if row is None or row.status in ("stopped", "failed") or not row.has_process:
                 status: Status = (
                     "asleep"
                     if lazy and not self.supports_sleep
@@ -166,7 +162,7 @@ class Controller:
             self._refuse_if_drained()
             inst = self._in_force(instance_id)
             row = self.state.get(instance_id)
-            if row is not None and row.pid is not None and row.status in ("awake", "asleep"):
+            if row is not None and row.has_process and row.status in ("awake", "asleep"):
                 h = handle_of(row)
                 if self.backend.is_alive(h):
                     if row.status == "asleep":
@@ -203,7 +199,7 @@ class Controller:
         deadline = time.monotonic() + timeout_s
         while True:
             row = self.state.get(instance_id)
-            if row is not None and (row.pid is not None or row.actor is not None):
+            if row is not None and row.has_process:
                 h = handle_of(row)
                 if row.status == "starting":
                     with contextlib.suppress(ApplyError):  # it died starting: look again
@@ -228,7 +224,7 @@ class Controller:
         self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int
     ) -> Handle:
         """Stop what the row recorded, start the instance, journal it (the caller holds the lock)."""
-        if row is not None and row.pid is not None:
+        if row is not None and row.has_process:
             self.backend.stop(handle_of(row), 10.0)
         try:
             h = self._run(timeout_s).launch(inst, restarts=restarts)
@@ -236,7 +232,7 @@ class Controller:
             self.state.journal(kind, inst.id, inst.node, "failed", str(getattr(e, "reason", e)))
             raise
         why = f"restart {restarts}: the process died" if kind == "restart" else "started"
-        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; pid {h.pid}")
+        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; {h.label}")
         return h
 
     def sleep(self, instance_id: str) -> None:
@@ -244,7 +240,7 @@ class Controller:
         inst = self.instance(instance_id)
         with self._lock:
             row = self.state.get(instance_id)
-            if row is None or (row.pid is None and row.actor is None):
+            if row is None or not row.has_process:
                 return
             h = handle_of(row)
             if self.supports_sleep:
@@ -252,7 +248,7 @@ class Controller:
                 self.state.update(instance_id, status="asleep")
             else:
                 self.backend.stop(h, 10.0)
-                self.state.update(instance_id, status="stopped", pid=None, actor=None)
+                self.state.update(instance_id, status="stopped", **NO_PROCESS)
             self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst)}")
 
     def _run(self, timeout_s: float) -> Launcher:

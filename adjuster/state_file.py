@@ -46,7 +46,8 @@ CREATE TABLE IF NOT EXISTS instances (
     memory_gib REAL NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL DEFAULT 0,
     secret TEXT NOT NULL DEFAULT '',
-    engine TEXT NOT NULL DEFAULT 'vllm'
+    engine TEXT NOT NULL DEFAULT 'vllm',
+    ref TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -95,6 +96,20 @@ class InstanceRow:
     # the instance's API key (version 2): the file is 0600 in a 0700 dir; never printed
     secret: str = field(default="", repr=False)
     engine: str = "vllm"  # the instance's engine.kind (version 3; planner/engines/)
+    ref: str = ""  # the backend's opaque reference to its server (version 3; Handle.ref)
+
+    @property
+    def has_process(self) -> bool:
+        """Whether the row records a server its backend started (its opaque reference; a
+        pid or an actor in rows written before version 3): callers ask this, never which."""
+        return bool(self.ref) or self.pid is not None or self.actor is not None
+
+    @property
+    def label(self) -> str:
+        """The recorded reference, for messages (`pid 123`, `actor planner-node-a`)."""
+        if self.ref:
+            return self.ref
+        return f"pid {self.pid}" if self.pid is not None else f"actor {self.actor}"
 
     @property
     def gpu_list(self) -> list[int]:
@@ -118,6 +133,8 @@ class InstanceRow:
 
 
 COLUMNS = [f.name for f in fields(InstanceRow)]
+# the columns that say nothing runs (a stopped or failed instance)
+NO_PROCESS: dict[str, object] = {"pid": None, "actor": None, "ref": ""}
 # what each column may hold once read back (SQLite keeps whatever another program wrote)
 _NUM, _NONE = (int, float), type(None)
 _COL_TYPES: dict[str, tuple[type, ...]] = {
@@ -260,7 +277,7 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 _ADDED: dict[int, dict[str, str]] = {
     1: {"memory_gib": "REAL NOT NULL DEFAULT 0"},
     2: {"secret": "TEXT NOT NULL DEFAULT ''"},
-    3: {"engine": "TEXT NOT NULL DEFAULT 'vllm'"},
+    3: {"engine": "TEXT NOT NULL DEFAULT 'vllm'", "ref": "TEXT NOT NULL DEFAULT ''"},
 }
 
 

@@ -112,6 +112,7 @@ class LocalBackend:
             extra={"device": self.device, "download_dir": str(hub) if hub else ""},
             engine=inst.engine.kind,
             secret=secret,
+            ref=f"pid {proc.pid}",
         )
 
     def _proc(self, handle: Handle) -> subprocess.Popen | int | None:

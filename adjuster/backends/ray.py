@@ -94,6 +94,7 @@ class NodeAgent:
             self.local.stop(h, 10.0)
             return _err(ApplyError(f"relay of {spec.id} on {self.address}:{spec.port}: {e}"))
         h.actor, h.host = agent_name(self.node), self.address
+        h.ref = f"actor {h.actor} pid {h.pid}"
         return {"handle": h}
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> dict:
