@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Backend
@@ -33,7 +34,7 @@ from planner.schemas.plan import Plan, Point
 
 DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
-_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large"}
+_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large", "disk_full"}
 
 
 @dataclass
@@ -244,6 +245,7 @@ def apply_point(
     lease: bool = True,
     undrain: bool = True,
     port_holder: PortLookup | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
@@ -254,7 +256,8 @@ def apply_point(
     point drained by `planner down` stays down (DrainedError in the result); `apply` lifts it.
     `port_holder` ((node, port) -> who listens there, where the backend can tell): every port of
     the point must be free or held by a server of this state dir, else nothing is done
-    (PortHeldError in the result, exit 3).
+    (PortHeldError in the result, exit 3). `progress` gets a line as each step begins and
+    ends (`planner apply` prints them where no spinner shows: in a pipe, under systemd).
     """
     try:
         point = plan.point(point_name)
@@ -303,7 +306,7 @@ def apply_point(
             gpu_free_timeout_s=gpu_free_timeout_s,
             existed={r.id for r in state.instances()},
         )  # fmt: skip
-        if _run_steps(run, actions, result, ttl_s):
+        if _run_steps(run, actions, result, ttl_s, progress or (lambda line: None)):
             # the desired state every controller follows (Controller.follow): the point as
             # placed here and where each instance's weights are
             state.set_meta(
@@ -324,11 +327,18 @@ def _model_paths(point: Point, resolve: ModelPathResolver) -> dict[str, str]:
     return out
 
 
-def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: float) -> bool:
-    """Run the actions in order, each journaled; the first failure rolls the run back and
-    stops it (False)."""
+def _run_steps(
+    run: _Run,
+    actions: list[Action],
+    result: ApplyResult,
+    ttl_s: float,
+    progress: Callable[[str], None],
+) -> bool:
+    """Run the actions in order, each journaled (and told to `progress` as it begins and
+    ends); the first failure rolls the run back and stops it (False)."""
     state = run.state
-    for a in actions:
+    for k, a in enumerate(actions, 1):
+        progress(f"[{k}/{len(actions)}] {a.kind} {a.instance} on {a.node}: {a.reason} ...")
         try:
             detail = run.do(a)
         except Exception as exc:  # any failure of a step rolls the run back
@@ -340,11 +350,13 @@ def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: flo
             reason = getattr(e, "reason", "") or type(e).__name__
             state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
             result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
+            progress(f"[{k}/{len(actions)}] {a.kind} {a.instance}: failed ({reason}); rolling back")
             result.actions += run.rollback(a.instance)
             result.error = e
             return False
         state.journal(a.kind, a.instance, a.node, "ok", detail)
         result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
+        progress(f"[{k}/{len(actions)}] {a.kind} {a.instance}: ok ({detail})")
         state.renew_lease(ttl_s)
     return True
 

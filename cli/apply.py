@@ -206,7 +206,9 @@ def apply_cmd(
             gpu_capacity_gib=gpu_capacity(cl), port_holder=port_lookup(be),
         )  # fmt: skip
         before = state.meta()
-        if json_out or dry_run:
+        if json_out or dry_run or not err_console.is_terminal:
+            # no spinner: a line on stderr per step as it begins and ends (JSON stays on stdout)
+            kw["progress"] = None if dry_run else _progress_line
             result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         else:
             with err_console.status(f"applying point {point or plan.selected} ..."):
@@ -220,6 +222,10 @@ def apply_cmd(
 
         print_error(str(result.error))
         raise typer.Exit(result.error.exit_code)
+
+
+def _progress_line(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _which_plan(
@@ -335,11 +341,20 @@ def status_cmd(
                 "uptime_s": round(up, 1) if up is not None else None, "restarts": r.restarts,
             })  # fmt: skip
         rows += _not_running(meta, {r["id"] for r in rows}, be)
+    failed = [x["id"] for x in rows if x["status"] == "failed"]
     if json_out:
         print_json(
             {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
         )
-        return
+    else:
+        _status_table(rows, meta)
+    if failed:  # a script or a health check sees it (`planner logs ID` says why)
+        err_console.print(f"failed: {', '.join(failed)}", highlight=False, markup=False)
+        raise typer.Exit(1)
+
+
+def _status_table(rows: list[dict], meta: dict[str, str]) -> None:
+    """The human-readable `planner status`."""
     from planner.cli.tables import Col, fit_table
 
     # At 80 columns the least needed columns go first (pid, uptime, port, ...), never a cut
@@ -373,8 +388,9 @@ def down_cmd(
 ) -> None:
     """Stop everything this state dir started."""
     from planner.adjuster.apply import down
-    from planner.adjuster.state import StateStore
+    from planner.adjuster.state import StateStore, existing_state_dir
 
+    state_dir = existing_state_dir(state_dir)  # a typo must not make a new, empty one
     be = open_backend(state_backend(backend, state_dir))
     with StateStore(state_dir) as state:
         done = down(state, be, lease_wait_s=wait_lock)

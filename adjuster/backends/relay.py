@@ -27,7 +27,6 @@ from planner.engines.kinds import engine_kinds
 # reloads the weights), and the model list
 ROUTES = frozenset(
     {("POST", path) for path in api_routes()}
-    | {("GET", "/v1/models")}
     | {r for kind in engine_kinds() for r in get_engine(kind).control_routes()}
 )
 _PASSED_HEADERS = ("Content-Type", "Accept", "Authorization")

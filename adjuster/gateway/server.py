@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.adjuster.backends.base import InstanceControl
-from planner.adjuster.gateway.accesslog import AccessLog
+from planner.adjuster.gateway.accesslog import AccessEntry, AccessLog
 from planner.adjuster.gateway.anthropic import PATHS as ANTHROPIC_PATHS
 from planner.adjuster.gateway.anthropic import as_anthropic_error
 from planner.adjuster.gateway.auth import Auth
@@ -171,6 +171,10 @@ class Gateway:
         its engines saturate."""
         handler = self._table.get((request.method, request.path), self.routes.h_other)
         resp = await self.auth.check(request, handler)
+        if resp.status == 401 and self.access is not None:  # refused before any handler
+            self.access.add(AccessEntry(
+                self.clock.now_s(), "", "", request.path, 401, 0.0, 0.0, 0, 0, "", "no valid key"
+            ))  # fmt: skip
         if resp.status >= 400 and request.path in ANTHROPIC_PATHS and isinstance(resp, Response):
             return as_anthropic_error(resp)  # errors in the shape that API's clients read
         return resp

@@ -28,6 +28,7 @@ FailureReason = Literal[
     "bad_model_path",
     "hub_auth",
     "max_model_len_too_large",
+    "disk_full",
     "timeout",
     "unknown",
 ]

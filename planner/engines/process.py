@@ -160,6 +160,9 @@ def http_post(
         return e.code
 
 
+_CLASSIFY_BYTES = 1_000_000  # how much of a failed start's log is searched for its cause
+
+
 def read_tail(log_path: str | Path, max_bytes: int = 64_000) -> str:
     """The end of a log file ('' if absent)."""
     try:
@@ -212,7 +215,8 @@ def wait_ready(
                 raise port_held_error(holder, read_tail(log_path))
         if not _running(proc):
             tail = read_tail(log_path)
-            reason = engine.classify_failure(tail)
+            # the cause may sit before a long traceback: classify a larger share of the log
+            reason = engine.classify_failure(read_tail(log_path, _CLASSIFY_BYTES))
             holder = port_holder(port, host) if reason == "port_in_use" else None
             if holder is not None:
                 raise port_held_error(holder, tail)

@@ -61,6 +61,9 @@ _BIG_GIB = 70.0  # H100/H200-class memory (A100 excepted), GiB
 # Patterns seen in vLLM 0.32 logs (CPU build, provoked on purpose) and the CUDA build's messages.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]", re.I)),
+    # a full disk while the weights download or the compile cache is written (checked before
+    # out_of_memory: its traceback may mention memory too)
+    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded", re.I)),
     (
         "max_model_len_too_large",
         re.compile(
@@ -111,6 +114,8 @@ _FAILURE_FIXES = {  # reason -> what to change
     "download it beforehand into HF_HOME",
     "max_model_len_too_large": "lower engine.max_model_len (the model or the KV cache cannot hold it)",
     "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
+    "disk_full": "free space on the disk holding HF_HOME (the weights), the state dir's logs "
+    "and the engine's caches (~/.cache), then apply again",
 }
 
 # The KV cache's size: the start-up log's report (last wins), else /metrics' cache config.

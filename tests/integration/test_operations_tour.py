@@ -42,6 +42,9 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 START_TIMEOUT = "400"  # two server starts at once on a loaded 2-core machine
 
 
+TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+
+
 def _instance(iid: str, model: str, port: int, extra_args: tuple[str, ...] = ()) -> dict:
     return {
         "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
@@ -65,7 +68,9 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     # what the optimizer puts in a plan for a model with `task: embed`
     embed_args = tuple(load_models(d / "models.yaml").models[1].engine_args)
     insts = [
-        _instance("a0", "tiny-a", cpu_plan.free_port()),
+        # what an agent's tool use needs of vLLM (README, "API"): the pythonic parser needs no
+        # special tokens of the tiny model's tokenizer
+        _instance("a0", "tiny-a", cpu_plan.free_port(), TOOL_ARGS),
         _instance("e0", "embed", cpu_plan.free_port(), embed_args),
     ]
     plan = {"kind": "plan", "version": 1, "selected": "dev",

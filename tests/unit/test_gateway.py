@@ -455,7 +455,7 @@ def test_dead_instance_is_restarted(setup):
     deadline = time.monotonic() + 10
     while post(th, model="a", prompt="x").status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert 'planner_gateway_restarts_total{instance="a0"} 1' in httpx.get(th.url + "/metrics").text
+    assert 'planner_gateway_restarts_total{engine="a0"} 1' in httpx.get(th.url + "/metrics").text
 
 
 def test_refused_connection_restarts_on_the_request_path(setup):

@@ -177,7 +177,7 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
             _wait(lambda n=n: state.get("a0").restarts == n, f"restart {n}")
             _wait(lambda: post(th, model="a", prompt="x").status_code == 200, "serving again")
         assert (
-            'planner_gateway_restarts_total{instance="a0"} 2' in httpx.get(th.url + "/metrics").text
+            'planner_gateway_restarts_total{engine="a0"} 2' in httpx.get(th.url + "/metrics").text
         )
     finally:
         th.stop()

@@ -107,3 +107,27 @@ def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_pa
     assert base <= rendered, base - rendered
     assert rendered <= base, f"not in the guide/dashboard: {rendered - base}"
     assert "operations.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_restart_metric_names_the_engine_not_prometheus_instance_label():
+    """Issue 42 item 5. Before: labelled `instance`, which Prometheus gives every series
+    of a target: the dashboard and the alert named the gateway, not the engine."""
+    import json
+    import re
+
+    import yaml
+
+    from planner.adjuster.gateway.metrics import Metrics
+
+    m = Metrics()
+    m.restarts["embed-0"] += 1
+    text = m.render(lambda: {}, {})
+    assert 'planner_gateway_restarts_total{engine="embed-0"} 1' in text
+    assert not re.search(r"planner_gateway_\w+\{[^}]*\binstance=", text)
+    docs = ROOT / "docs"
+    rules = yaml.safe_load((docs / "alerts.yaml").read_text())["groups"][0]["rules"]
+    (rule,) = [r for r in rules if r["alert"] == "PlannerEngineRestarts"]
+    assert "by (engine)" in rule["expr"] and "$labels.engine" in rule["annotations"]["summary"]
+    dash = json.loads((docs / "grafana-planner.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert all("by (engine)" in e for e in exprs if "restarts_total" in e)
