@@ -45,14 +45,21 @@ def test_print_cron_prints_adjust_gateway_and_boot_units(tmp_path, capsys):
     assert gw["Restart"] == "on-failure" and gw["Type"] == "simple"
     assert boot["Type"] == "oneshot" and units["planner-apply.service"]["Install"]["WantedBy"]
     assert adj["Type"] == "oneshot"
+    import getpass
+
+    env = state.resolve() / "planner.env"
     for svc in (gw, boot, adj):  # engines a unit starts outlive it (and a gateway restart)
         assert svc["KillMode"] == "process"
+        # issue 42: not root, the state dir's owner; secrets from a 0600 file, not the unit
+        assert svc["User"] == getpass.getuser() and svc["Group"]
+        assert svc["EnvironmentFile"] == f"-{env}"
         argv = shlex.split(svc["ExecStart"])
         assert argv[argv.index("--state-dir") + 1] == str(state.resolve())
         assert str(PLAN) in argv
     assert shlex.split(gw["ExecStart"])[-4:] == ["--state-dir", str(state.resolve()),
                                                   "--port", "8000"]  # fmt: skip
     assert "/etc/logrotate.d/planner" in out and "adjust.log" in out
+    assert f"install -m 600 /dev/null {env}" in out
 
 
 def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
