@@ -52,7 +52,7 @@ class Controller:
         self.plan = plan
         self.backend = backend
         self.state = state
-        self.resolve = model_path_resolver
+        self.resolve = self._given_resolve = model_path_resolver
         self.plan_sha = plan_sha
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()  # one state writer per process
@@ -75,7 +75,7 @@ class Controller:
         if recorded:
             self.point = Point.model_validate_json(recorded)
             paths = json.loads(meta.get("model_paths") or "{}")
-            self.resolve = _recorded_paths(paths, self.resolve)
+            self.resolve = _recorded_paths(paths, self._given_resolve)
             self.plan_sha = sha
         elif sha == self.plan_sha:
             with contextlib.suppress(KeyError):
@@ -94,7 +94,7 @@ class Controller:
             ) from None
         meta = self.state.meta()
         target = meta.get("target_point_json", "")
-        if target and meta.get("target_point") and self.state.lease_holder() is not None:
+        if target and meta.get("target_point") and self._lease_live():
             # an apply is at work: what it is about to make true counts too
             ids = {i.id for i in Point.model_validate_json(target).instances}
             if instance_id not in ids:
@@ -210,6 +210,13 @@ class Controller:
             if not self._lease_elsewhere() or time.monotonic() > deadline:
                 return None
             time.sleep(0.5)
+
+    def _lease_live(self) -> bool:
+        """Whether any live process (this one included) holds the state lease."""
+        lease = self.state.lease_holder()
+        if lease is None or lease.expires_at <= time.time():
+            return False
+        return lease.holder_host != self.state.host or pid_alive(lease.holder_pid)
 
     def _lease_elsewhere(self) -> bool:
         """Whether another live process holds the state lease (an apply or adjust running)."""

@@ -78,7 +78,11 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
             "points": [{"name": "dev", "instances": insts},
                        {"name": "alt", "instances": insts}]}  # fmt: skip
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
-    # a second plan: the chat instance alone (the same spec: it keeps running), point `dev` too
+    # a second plan: the chat model alone (the same instance spec: it keeps running), point
+    # `dev` too, on its own models file (a plan places every model of its models file)
+    models["models"] = models["models"][:1]
+    (d / "models2.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
+    plan["inputs"]["models"] = {"path": "models2.yaml"}
     plan["points"] = [{"name": "dev", "instances": insts[:1]}]
     (d / "plan2.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     keys = d / "keys.yaml"

@@ -90,3 +90,48 @@ def test_a_running_gateway_follows_a_second_plan_and_never_restarts_what_it_remo
         down(st, be)
         be.close()
         st.close()
+
+
+def test_previous_after_down_and_across_plans_from_the_kept_copy(tmp_path):
+    """Issue 42 item 4. Before: `down` cleared the point in force, so `apply --previous`
+    after it (and an apply of another plan) said no previous apply was recorded; nothing
+    recorded which file (and which version of it) an apply used."""
+    import yaml
+
+    from planner.cli.apply import _remember
+    from planner.cli.history import previous_applied
+    from planner.io import sha256_file
+
+    a0, b0 = inst("a0", "a", [0], "gpu"), inst("b0", "b", [1], "gpu")
+    d = tmp_path / "plans"
+    d.mkdir()
+    files = {}
+    for name, plan in (("a", _plan(a0, b0)), ("b", _plan(a0))):
+        doc = plan.model_dump(mode="json", exclude_none=True)
+        doc["inputs"] = {"models": {"path": "models.yaml"}, "cluster": {"path": "cluster.yaml"}}
+        files[name] = d / f"{name}.plan.yaml"
+        files[name].write_text(yaml.safe_dump(doc))
+    be, sd = EngineBackend(), tmp_path / "state"
+    try:
+        with StateStore(sd) as st:
+            for name, plan in (("a", _plan(a0, b0)), ("b", _plan(a0))):
+                before = st.meta()
+                res = _apply(plan, sha256_file(files[name]), be, st)
+                _remember(st, before, res, plan, files[name], None, None, None)
+            down(st, be)
+            sha_b = st.meta()["previous_plan_sha"]
+            _apply(_plan(a0, b0), "sha-c", be, st)  # another plan after the down, not recorded
+            journal = [j["detail"] for j in st.journal_entries() if j["action"] == "apply"]
+        assert journal == [f"point p of {files[n]} (sha256 {sha256_file(files[n])[:12]})"
+                           for n in ("a", "b")]  # fmt: skip
+        prev = previous_applied(None, None, sd)  # what was in force before the down
+        assert (prev.plan_path, prev.point, prev.sha) == (files["b"], "p", sha_b)
+        assert prev.what == f"point p of {files['b']} (sha256 {sha_b[:12]})"
+        files["b"].write_text(files["b"].read_text() + "# edited since\n")
+        prev = previous_applied(None, None, sd)  # the file changed: the copy kept at apply
+        assert prev.plan_path == sd / "plans" / f"{sha_b[:16]}.yaml"
+        assert sha256_file(prev.plan_path) == sha_b and "from the copy" in prev.what
+        assert prev.inputs == {"models": d / "models.yaml", "cluster": d / "cluster.yaml"}
+        assert prev.plan_path.stat().st_mode & 0o777 == 0o600
+    finally:
+        be.close()
