@@ -139,11 +139,11 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
     }
     log = q(str(sdir / "adjust.log"))
     text = (
-        f"# the units run as {getpass.getuser()} (the state dir's owner), not root; their "
-        f"environment (HF_TOKEN=..., HF_HOME=...) goes in {env}:\n"
-        f"#   install -m 600 /dev/null {env}\n"
         "# crontab -e: decide five minutes past every hour (the state lease keeps it off a "
         f"running apply)\n5 * * * * {cmd} >> {log} 2>&1\n"
+        f"\n# the units run as {getpass.getuser()} (the state dir's owner), not root; their "
+        f"environment (HF_TOKEN=..., HF_HOME=...) goes in {env}:\n"
+        f"#   install -m 600 /dev/null {env}\n"
     )
     for name, body in units.items():
         text += f"\n# /etc/systemd/system/{name}\n{body}\n"

@@ -257,8 +257,8 @@ def _remember(
     node: str | None,
     base: int | None,
 ) -> None:
-    """Record what is now in force (plan file, its digest and a copy of it, node, port base,
-    inputs) for the gateway, adjust, `history` and the next apply, and keep what was in
+    """Record what is now in force (plan file, its digest and a copy of it, node, port base)
+    for the gateway, adjust, `history` and the next apply, journal it, and keep what was in
     force before for `--previous`."""
     from planner.cli.history import keep_plan_copy, keep_previous
 

@@ -62,10 +62,9 @@ from planner.optimizer import tiering
 
 log = logging.getLogger("planner.gateway")
 
-# Proxied POST paths (the engines' route tables: planner/engines/) -> the task of the models
-# serving each, and those whose streams report usage only when asked (`stream_options`).
-ROUTE_TASKS = api_routes()
-PROXIED = tuple(ROUTE_TASKS)
+# Proxied POST paths (the engines' route tables: planner/engines/), and those whose streams
+# report usage only when asked (`stream_options`).
+PROXIED = tuple(api_routes())
 ASK_STREAM_USAGE = stream_usage_routes()
 _KINDS = {408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
 

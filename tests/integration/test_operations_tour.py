@@ -246,6 +246,7 @@ def test_a_second_plan_under_traffic_then_down_and_rollback(gw):
     try:
         code, _, out = cli(["apply", str(gw.dir / "plan2.yaml"), *sd, "--timeout", START_TIMEOUT])
         assert code == 0, out
+        assert "[1/1] stop e0: ok" in out  # not a terminal: a line per step (item 5)
         e0 = [j for j in gw.state.journal_entries() if j["instance"] == "e0"][-1]
         assert (e0["action"], e0["result"]) == ("stop", "ok")
         deadline = time.monotonic() + 30

@@ -191,7 +191,7 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
     state.close()
     with pytest.raises(SystemExit) as e:
         main(["status", "--state-dir", str(tmp_path), "--json"])
-    assert e.value.code == 0
+    assert e.value.code == 1  # its fake engine is closed: failed, and status says so (issue 42)
     (row,) = json.loads(capsys.readouterr().out)["instances"]
     assert (row["id"], row["restarts"]) == ("a0", 2)
 
