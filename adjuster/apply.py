@@ -11,7 +11,9 @@ right after a success does nothing.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from planner.adjuster.backends.base import Backend
@@ -21,17 +23,18 @@ from planner.adjuster.launch import (  # re-exported: the names apply's callers 
     handle_of,
     model_path_resolver,
     restart_delay_s,
+    slept_level,
 )
 from planner.adjuster.reconcile import PROCESS_DIED, Action, diff
 from planner.adjuster.running import PortLookup, blocked_ports, observed_instances, settle
-from planner.adjuster.state import InstanceRow, StateStore
+from planner.adjuster.state import NO_PROCESS, InstanceRow, StateStore
 from planner.engines.ports import port_held_error
 from planner.errors import ApplyError, DrainedError, InputError, LaunchError, PlannerError
 from planner.schemas.plan import Plan, Point
 
 DRAINED = "drained by planner down"  # meta `drained` starts with it; the gateway's 503 says it
 # Launch failures that the same command cannot fix by trying again.
-_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large"}
+_PERMANENT = {"bad_model_path", "hub_auth", "max_model_len_too_large", "disk_full"}
 
 
 @dataclass
@@ -95,7 +98,7 @@ class _Run(Launcher):
         row = self.state.get(a.instance)
         if a.kind == "start":
             h = self.launch(self.inst(a.instance), restarts=0)
-            return f"pid {h.pid} port {h.port}"
+            return f"{h.label} port {h.port}"
         if a.kind == "stop":
             if row is not None:
                 self.backend.stop(handle_of(row))
@@ -109,12 +112,12 @@ class _Run(Launcher):
             if self.backend.supports_sleep:
                 self.state.update(a.instance, status="asleep", tier=self.inst(a.instance).tier)
             else:
-                self.state.update(a.instance, status="stopped", pid=None)
+                self.state.update(a.instance, status="stopped", **NO_PROCESS)
             return f"level {a.level}"
         if a.kind == "wake":
             if row is None:
                 raise ApplyError(f"{a.instance}: nothing to wake")
-            self.backend.wake(handle_of(row))
+            self.backend.wake(handle_of(row), slept_level(row))
             self.state.update(a.instance, status="awake", tier=self.inst(a.instance).tier)
             return "awake"
         if a.kind == "restart":
@@ -145,7 +148,7 @@ class _Run(Launcher):
                     if crashed
                     else a.reason
                 )
-                return f"pid {h.pid} port {h.port} ({why})"
+                return f"{h.label} port {h.port} ({why})"
             except LaunchError as e:
                 attempt += 1
                 if not crashed or e.reason in _PERMANENT or attempt >= self.max_attempts:
@@ -169,7 +172,7 @@ class _Run(Launcher):
             if row.status in ("awake", "asleep", "starting"):
                 self.backend.stop(handle_of(row), 10.0)
             if iid in self.existed:
-                self.state.update(iid, status="stopped", pid=None, actor=None)
+                self.state.update(iid, status="stopped", **NO_PROCESS)
             else:
                 self.state.delete(iid)
             self.state.journal("stop", iid, row.node, "rolled_back", "started by the failed apply")
@@ -242,6 +245,7 @@ def apply_point(
     lease: bool = True,
     undrain: bool = True,
     port_holder: PortLookup | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ApplyResult:
     """Reconcile the cluster with `plan`'s point `point_name` (None: the selected one).
 
@@ -252,7 +256,8 @@ def apply_point(
     point drained by `planner down` stays down (DrainedError in the result); `apply` lifts it.
     `port_holder` ((node, port) -> who listens there, where the backend can tell): every port of
     the point must be free or held by a server of this state dir, else nothing is done
-    (PortHeldError in the result, exit 3).
+    (PortHeldError in the result, exit 3). `progress` gets a line as each step begins and
+    ends (`planner apply` prints them where no spinner shows: in a pipe, under systemd).
     """
     try:
         point = plan.point(point_name)
@@ -289,7 +294,11 @@ def apply_point(
             result.instances = instances_json(state, point)
             return result
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
-        state.set_meta(target_point=point.name, target_plan_sha=plan_sha)
+        # what this apply is making true: the controllers start nothing outside it meanwhile
+        state.set_meta(
+            target_point=point.name, target_plan_sha=plan_sha,
+            target_point_json=point.model_dump_json(),
+        )  # fmt: skip
         run = _Run(
             plan_sha=plan_sha, point=point, backend=backend, state=state,
             resolve=model_path_resolver, timeout_s=timeout_s, backoff_base_s=backoff_base_s,
@@ -297,17 +306,39 @@ def apply_point(
             gpu_free_timeout_s=gpu_free_timeout_s,
             existed={r.id for r in state.instances()},
         )  # fmt: skip
-        if _run_steps(run, actions, result, ttl_s):
-            state.set_meta(point=point.name, plan_sha=plan_sha, applied_at=str(time.time()))
+        if _run_steps(run, actions, result, ttl_s, progress or (lambda line: None)):
+            # the desired state every controller follows (Controller.follow): the point as
+            # placed here and where each instance's weights are
+            state.set_meta(
+                point=point.name, plan_sha=plan_sha, applied_at=str(time.time()),
+                point_json=point.model_dump_json(),
+                model_paths=json.dumps(_model_paths(point, model_path_resolver)),
+            )  # fmt: skip
         result.instances = instances_json(state, point)
     return result
 
 
-def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: float) -> bool:
-    """Run the actions in order, each journaled; the first failure rolls the run back and
-    stops it (False)."""
+def _model_paths(point: Point, resolve: ModelPathResolver) -> dict[str, str]:
+    """Instance id -> its model path, for every instance the resolver knows."""
+    out = {}
+    for inst in point.instances:
+        with contextlib.suppress(InputError):
+            out[inst.id] = resolve(inst)
+    return out
+
+
+def _run_steps(
+    run: _Run,
+    actions: list[Action],
+    result: ApplyResult,
+    ttl_s: float,
+    progress: Callable[[str], None],
+) -> bool:
+    """Run the actions in order, each journaled (and told to `progress` as it begins and
+    ends); the first failure rolls the run back and stops it (False)."""
     state = run.state
-    for a in actions:
+    for k, a in enumerate(actions, 1):
+        progress(f"[{k}/{len(actions)}] {a.kind} {a.instance} on {a.node}: {a.reason} ...")
         try:
             detail = run.do(a)
         except Exception as exc:  # any failure of a step rolls the run back
@@ -319,11 +350,13 @@ def _run_steps(run: _Run, actions: list[Action], result: ApplyResult, ttl_s: flo
             reason = getattr(e, "reason", "") or type(e).__name__
             state.journal(a.kind, a.instance, a.node, "failed", f"{reason}: {e.message}")
             result.actions.append(ActionResult(a.kind, a.instance, a.node, "failed", reason))
+            progress(f"[{k}/{len(actions)}] {a.kind} {a.instance}: failed ({reason}); rolling back")
             result.actions += run.rollback(a.instance)
             result.error = e
             return False
         state.journal(a.kind, a.instance, a.node, "ok", detail)
         result.actions.append(ActionResult(a.kind, a.instance, a.node, "ok", detail))
+        progress(f"[{k}/{len(actions)}] {a.kind} {a.instance}: ok ({detail})")
         state.renew_lease(ttl_s)
     return True
 
@@ -366,8 +399,14 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
     gateway starts and wakes nothing (503 `drained by planner down`) until the next apply."""
     out = []
     with state.lease(purpose="down", wait_s=lease_wait_s):
+        meta = state.meta()
+        if meta.get("point") and meta.get("plan_path"):  # what `apply --previous` restores
+            state.set_meta(**{
+                f"previous_{k}": meta.get(k, "")
+                for k in ("plan_path", "point", "plan_sha", "plan_copy")
+            })  # fmt: skip
         for row in state.instances():
-            if row.pid is not None or row.actor is not None:
+            if row.has_process:
                 backend.stop(handle_of(row))
             state.delete(row.id)
             state.journal("stop", row.id, row.node, "ok", "down")
@@ -375,6 +414,7 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
         state.set_meta(
             point="",
             plan_sha="",
+            plan_path="",
             drained=DRAINED + time.strftime(" at %Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         )
     return out

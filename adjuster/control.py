@@ -14,12 +14,21 @@ import threading
 import time
 
 from planner.adjuster.backends.base import Backend, Handle, Status
-from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of
+from planner.adjuster.launch import Launcher, ModelPathResolver, handle_of, slept_level
 from planner.adjuster.reconcile import sleep_level
-from planner.adjuster.state import InstanceRow, StateStore
+from planner.adjuster.state import NO_PROCESS, InstanceRow, StateStore
 from planner.engines.process import pid_alive
 from planner.errors import ApplyError, DrainedError, InputError
 from planner.schemas.plan import Instance, Plan, Point
+
+
+def _recorded_paths(paths: dict[str, str], fallback: ModelPathResolver) -> ModelPathResolver:
+    """The model paths an apply recorded per instance id (`fallback` for any it did not)."""
+
+    def resolve(inst: Instance) -> str:
+        return paths.get(inst.id) or fallback(inst)
+
+    return resolve
 
 
 class Controller:
@@ -43,7 +52,7 @@ class Controller:
         self.plan = plan
         self.backend = backend
         self.state = state
-        self.resolve = model_path_resolver
+        self.resolve = self._given_resolve = model_path_resolver
         self.plan_sha = plan_sha
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()  # one state writer per process
@@ -54,14 +63,46 @@ class Controller:
         return self.backend.supports_sleep
 
     def follow(self) -> Point:
-        """The point in force: the one `planner apply` (or `adjust`) last applied from this
-        plan, if that is another point of it (the point given at start otherwise)."""
+        """The point in force: what `planner apply` (or `adjust`) last made true in this state
+        dir, of this plan or of another one (its placed instances are recorded at apply,
+        with their model paths); the point given at start until an apply records one. After
+        `planner down` the last point stays (nothing starts: `drained`)."""
         meta = self.state.meta()
-        name = meta.get("point", "")
-        if name and name != self.point.name and meta.get("plan_sha") == self.plan_sha:
+        name, sha = meta.get("point", ""), meta.get("plan_sha", "")
+        if not name or (name, sha) == (self.point.name, self.plan_sha):
+            return self.point
+        recorded = meta.get("point_json", "")
+        if recorded:
+            self.point = Point.model_validate_json(recorded)
+            paths = json.loads(meta.get("model_paths") or "{}")
+            self.resolve = _recorded_paths(paths, self._given_resolve)
+            self.plan_sha = sha
+        elif sha == self.plan_sha:
             with contextlib.suppress(KeyError):
                 self.point = self.plan.point(name)
         return self.point
+
+    def _in_force(self, instance_id: str) -> Instance:
+        """The instance as the point in force has it; ApplyError when that point has no such
+        instance (an apply removed it: it is never started again from here)."""
+        self.follow()
+        try:
+            inst = self.instance(instance_id)
+        except KeyError:
+            raise ApplyError(
+                f"{instance_id} is not in the point in force ({self.point.name}): not started"
+            ) from None
+        meta = self.state.meta()
+        target = meta.get("target_point_json", "")
+        if target and meta.get("target_point") and self._lease_live():
+            # an apply is at work: what it is about to make true counts too
+            ids = {i.id for i in Point.model_validate_json(target).instances}
+            if instance_id not in ids:
+                raise ApplyError(
+                    f"{instance_id} is not in the point an apply is making true "
+                    f"({meta['target_point']}): not started"
+                )
+        return inst
 
     def drained(self) -> str:
         """Why nothing may start or wake (`planner down` ran, no apply since), or ""."""
@@ -94,11 +135,7 @@ class Controller:
         for inst in self.point.instances:
             row = self.state.get(inst.id)
             lazy = inst.tier in ("host", "disk")
-            if (
-                row is None
-                or row.status in ("stopped", "failed")
-                or (row.pid is None and row.actor is None)
-            ):
+            if row is None or row.status in ("stopped", "failed") or not row.has_process:
                 status: Status = (
                     "asleep"
                     if lazy and not self.supports_sleep
@@ -121,21 +158,22 @@ class Controller:
         An instance that another process is bringing up (`_theirs`) is waited for, not
         started a second time beside it.
         """
-        inst = self.instance(instance_id)
         with self._lock:
             self._refuse_if_drained()
+            inst = self._in_force(instance_id)
             row = self.state.get(instance_id)
-            if row is not None and row.pid is not None and row.status in ("awake", "asleep"):
+            if row is not None and row.has_process and row.status in ("awake", "asleep"):
                 h = handle_of(row)
                 if self.backend.is_alive(h):
                     if row.status == "asleep":
-                        self.backend.wake(h)
+                        self.backend.wake(h, slept_level(row))
                         self.state.update(instance_id, status="awake")
                         self.state.journal("wake", inst.id, inst.node, "ok", "woken")
                     return h
             h = self._theirs(instance_id, timeout_s)
             if h is not None:
                 return h
+            inst = self._in_force(instance_id)  # an apply may have ended meanwhile
             row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "wake", row.restarts if row else 0)
 
@@ -143,12 +181,13 @@ class Controller:
         """Start again an instance whose process died: one more restart in its state row
         (`planner status`), journaled as `restart`. The caller (the gateway) spaces the
         restarts of a crash loop with its own backoff."""
-        inst = self.instance(instance_id)
         with self._lock:
             self._refuse_if_drained()
+            inst = self._in_force(instance_id)
             h = self._theirs(instance_id, timeout_s)
             if h is not None:
                 return h
+            inst = self._in_force(instance_id)  # an apply may have ended meanwhile
             row = self.state.get(instance_id)
             return self._launch(inst, row, timeout_s, "restart", (row.restarts if row else 0) + 1)
 
@@ -160,7 +199,7 @@ class Controller:
         deadline = time.monotonic() + timeout_s
         while True:
             row = self.state.get(instance_id)
-            if row is not None and (row.pid is not None or row.actor is not None):
+            if row is not None and row.has_process:
                 h = handle_of(row)
                 if row.status == "starting":
                     with contextlib.suppress(ApplyError):  # it died starting: look again
@@ -171,6 +210,13 @@ class Controller:
             if not self._lease_elsewhere() or time.monotonic() > deadline:
                 return None
             time.sleep(0.5)
+
+    def _lease_live(self) -> bool:
+        """Whether any live process (this one included) holds the state lease."""
+        lease = self.state.lease_holder()
+        if lease is None or lease.expires_at <= time.time():
+            return False
+        return lease.holder_host != self.state.host or pid_alive(lease.holder_pid)
 
     def _lease_elsewhere(self) -> bool:
         """Whether another live process holds the state lease (an apply or adjust running)."""
@@ -185,7 +231,7 @@ class Controller:
         self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int
     ) -> Handle:
         """Stop what the row recorded, start the instance, journal it (the caller holds the lock)."""
-        if row is not None and row.pid is not None:
+        if row is not None and row.has_process:
             self.backend.stop(handle_of(row), 10.0)
         try:
             h = self._run(timeout_s).launch(inst, restarts=restarts)
@@ -193,7 +239,7 @@ class Controller:
             self.state.journal(kind, inst.id, inst.node, "failed", str(getattr(e, "reason", e)))
             raise
         why = f"restart {restarts}: the process died" if kind == "restart" else "started"
-        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; pid {h.pid}")
+        self.state.journal(kind, inst.id, inst.node, "ok", f"{why}; {h.label}")
         return h
 
     def sleep(self, instance_id: str) -> None:
@@ -201,7 +247,7 @@ class Controller:
         inst = self.instance(instance_id)
         with self._lock:
             row = self.state.get(instance_id)
-            if row is None or (row.pid is None and row.actor is None):
+            if row is None or not row.has_process:
                 return
             h = handle_of(row)
             if self.supports_sleep:
@@ -209,7 +255,7 @@ class Controller:
                 self.state.update(instance_id, status="asleep")
             else:
                 self.backend.stop(h, 10.0)
-                self.state.update(instance_id, status="stopped", pid=None, actor=None)
+                self.state.update(instance_id, status="stopped", **NO_PROCESS)
             self.state.journal("sleep", inst.id, inst.node, "ok", f"level {sleep_level(inst)}")
 
     def _run(self, timeout_s: float) -> Launcher:

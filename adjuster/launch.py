@@ -15,7 +15,8 @@ from pathlib import Path
 
 from planner.adjuster.backends.base import Backend, Handle
 from planner.adjuster.reconcile import spec_sha
-from planner.adjuster.state import InstanceRow, StateStore
+from planner.adjuster.state import NO_PROCESS, InstanceRow, StateStore
+from planner.engines.base import get_engine
 from planner.errors import InputError, LaunchError
 from planner.schemas.models import Models
 from planner.schemas.plan import Instance, Point
@@ -49,7 +50,14 @@ def handle_of(row: InstanceRow) -> Handle:
     return Handle(
         instance_id=row.id, node=row.node, host=row.host, port=row.port,
         pid=row.pid, actor=row.actor, log_path=row.log_path, secret=row.secret,
+        engine=row.engine, ref=row.ref,
     )  # fmt: skip
+
+
+def slept_level(row: InstanceRow) -> int:
+    """The sleep level a sleeping row's instance went to (its recorded tier's, by its
+    engine): what its wake must undo."""
+    return get_engine(row.engine).sleep_level(row.tier)
 
 
 def restart_delay_s(
@@ -98,7 +106,7 @@ class Launcher:
             self.backend.wait_ready(handle, self.timeout_s)
         except LaunchError:
             self.backend.stop(handle, 10.0)
-            self.state.update(inst.id, status="failed", pid=None, actor=None)
+            self.state.update(inst.id, status="failed", **NO_PROCESS)
             raise
         self.state.update(inst.id, status="awake", started_at=time.time())
         return handle
@@ -112,6 +120,7 @@ class Launcher:
             point=self.point.name, started_at=time.time(), restarts=restarts,
             log_path=h.log_path if h else "", spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus),
             memory_gib=inst.memory_gib.total, secret=h.secret if h else None,
+            engine=inst.engine.kind, ref=h.ref if h else "",
         )  # fmt: skip
 
     def _wait_gpu_memory(self, inst: Instance) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from planner.adjuster.backends.base import Backend
 from planner.adjuster.launch import handle_of
 from planner.adjuster.reconcile import Observed
-from planner.adjuster.state import StateStore
+from planner.adjuster.state import NO_PROCESS, StateStore
 from planner.engines.ports import PortHolder
 from planner.errors import LaunchError
 from planner.schemas.plan import Instance, Point
@@ -31,9 +31,7 @@ def observed_instances(state: StateStore, backend: Backend) -> dict[str, Observe
     for row in state.instances():
         status = row.status
         if status in ("awake", "asleep", "starting"):
-            alive = (row.pid is not None or row.actor is not None) and backend.is_alive(
-                handle_of(row)
-            )
+            alive = row.has_process and backend.is_alive(handle_of(row))
             if alive and status == "starting":
                 status = "awake"  # an earlier apply died after the server came up
             elif not alive and status != "starting":
@@ -64,8 +62,8 @@ def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[
     for r in state.instances():
         o = seen[r.id]
         h = handle_of(r)
-        who = f"pid {r.pid}" if r.pid is not None else f"actor {r.actor}"
-        if r.status == "starting" and (r.pid is not None or r.actor is not None):
+        who = r.label
+        if r.status == "starting" and r.has_process:
             try:
                 backend.wait_ready(h, wait_s)
             except LaunchError as e:
@@ -73,7 +71,7 @@ def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[
                     o.status = "starting"  # still coming up: whoever started it waits for it
                     continue
                 o.status = "stopped"
-                state.update(r.id, status="stopped", pid=None, actor=None)
+                state.update(r.id, status="stopped", **NO_PROCESS)
                 state.journal("start", r.id, r.node, "interrupted", f"{who} is gone")
                 continue
             o.status = "awake"
@@ -83,7 +81,7 @@ def settle(state: StateStore, backend: Backend, *, wait_s: float = 0.0) -> dict[
             if r.tier in ("host", "disk") and not backend.supports_sleep:
                 backend.stop(h, 10.0)
                 o.status = "stopped"
-                state.update(r.id, status="stopped", pid=None, actor=None)
+                state.update(r.id, status="stopped", **NO_PROCESS)
             else:
                 state.update(r.id, status="failed")
             state.journal("lost", r.id, r.node, o.status, f"{who} does not answer (was {r.status})")

@@ -26,6 +26,7 @@ from pathlib import Path
 from planner.adjuster.state_file import (
     COLUMNS,
     DB_NAME,
+    NO_PROCESS,
     REPAIR_FIX,
     SCHEMA,
     SCHEMA_VERSION,
@@ -42,7 +43,7 @@ from planner.errors import InputError, LockHeldError
 from planner.private import private_dir, private_sqlite
 
 __all__ = [
-    "DB_NAME", "REPAIR_FIX", "SCHEMA_VERSION", "TABLES", "InstanceRow", "Lease", "StateStore",
+    "DB_NAME", "NO_PROCESS", "REPAIR_FIX", "SCHEMA_VERSION", "TABLES", "InstanceRow", "Lease", "StateStore",
     "damaged", "default_state_dir", "lenient_text", "open_checked",
 ]  # fmt: skip
 

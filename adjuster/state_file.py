@@ -17,7 +17,7 @@ from pathlib import Path
 from planner.errors import InputError
 
 DB_NAME = "state.sqlite"
-SCHEMA_VERSION = 2  # PRAGMA user_version of files this code writes; 0: written before versions
+SCHEMA_VERSION = 3  # PRAGMA user_version of files this code writes; 0: written before versions
 TABLES = ("instances", "journal", "lease", "meta")
 REPAIR_FIX = (
     "see `planner state check --state-dir DIR`; `planner state export` saves what is readable, "
@@ -45,7 +45,9 @@ CREATE TABLE IF NOT EXISTS instances (
     gpus TEXT NOT NULL DEFAULT '[]',
     memory_gib REAL NOT NULL DEFAULT 0,
     updated_at REAL NOT NULL DEFAULT 0,
-    secret TEXT NOT NULL DEFAULT ''
+    secret TEXT NOT NULL DEFAULT '',
+    engine TEXT NOT NULL DEFAULT 'vllm',
+    ref TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS journal (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -93,6 +95,21 @@ class InstanceRow:
     updated_at: float = 0.0
     # the instance's API key (version 2): the file is 0600 in a 0700 dir; never printed
     secret: str = field(default="", repr=False)
+    engine: str = "vllm"  # the instance's engine.kind (version 3; planner/engines/)
+    ref: str = ""  # the backend's opaque reference to its server (version 3; Handle.ref)
+
+    @property
+    def has_process(self) -> bool:
+        """Whether the row records a server its backend started (its opaque reference; a
+        pid or an actor in rows written before version 3): callers ask this, never which."""
+        return bool(self.ref) or self.pid is not None or self.actor is not None
+
+    @property
+    def label(self) -> str:
+        """The recorded reference, for messages (`pid 123`, `actor planner-node-a`)."""
+        if self.ref:
+            return self.ref
+        return f"pid {self.pid}" if self.pid is not None else f"actor {self.actor}"
 
     @property
     def gpu_list(self) -> list[int]:
@@ -116,6 +133,8 @@ class InstanceRow:
 
 
 COLUMNS = [f.name for f in fields(InstanceRow)]
+# the columns that say nothing runs (a stopped or failed instance)
+NO_PROCESS: dict[str, object] = {"pid": None, "actor": None, "ref": ""}
 # what each column may hold once read back (SQLite keeps whatever another program wrote)
 _NUM, _NONE = (int, float), type(None)
 _COL_TYPES: dict[str, tuple[type, ...]] = {
@@ -253,10 +272,19 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return db
 
 
+# The columns each schema version added (numbered steps: an older file gets the later ones,
+# with their defaults; a row of an older file ran vLLM, the only engine then).
+_ADDED: dict[int, dict[str, str]] = {
+    1: {"memory_gib": "REAL NOT NULL DEFAULT 0"},
+    2: {"secret": "TEXT NOT NULL DEFAULT ''"},
+    3: {"engine": "TEXT NOT NULL DEFAULT 'vllm'", "ref": "TEXT NOT NULL DEFAULT ''"},
+}
+
+
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Files written before schema versions get the newer columns (with their defaults)."""
+    """Files written before this schema version get the newer columns (with their defaults)."""
     have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
-    extra = {"memory_gib": "REAL NOT NULL DEFAULT 0", "secret": "TEXT NOT NULL DEFAULT ''"}
+    extra = {col: decl for step in sorted(_ADDED) for col, decl in _ADDED[step].items()}
     for col, decl in extra.items():
         if col not in have:
             db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")

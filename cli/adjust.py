@@ -15,7 +15,6 @@ from typing import Annotated
 
 import typer
 
-from planner.adjuster.backends import BackendKind
 from planner.cli.common import (
     BackendOpt,
     JsonOpt,
@@ -86,7 +85,7 @@ def adjust_cmd(
     cluster: PlanClusterOpt = None,
     models: PlanModelsOpt = None,
     slo: PlanSloOpt = None,
-    backend: BackendOpt = BackendKind.LOCAL,
+    backend: BackendOpt = None,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1, help="Seconds to wait for each server.")
     ] = 300.0,
@@ -181,12 +180,13 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.adjuster.state import StateStore, existing_state_dir
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
-    from planner.cli.common import open_backend
+    from planner.cli.common import open_backend, state_backend
     from planner.errors import PlannerError
 
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
     starts = None if dry_run else "`planner adjust` (a hop starts vLLM)"
-    be = open_backend(backend, inp.cluster, starts_engines=starts)  # before the first tick
+    kind = state_backend(backend, state_dir)
+    be = open_backend(kind, inp.cluster, starts_engines=starts)  # before the first tick
     stop = threading.Event()
     old = {}
     if every_s is not None:

@@ -109,7 +109,17 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
     # Engines started by a unit live in its cgroup: KillMode=process keeps them running when
     # a oneshot exits or the gateway restarts (they are tracked in the state dir, and
     # `planner down` stops them).
-    keep = "KillMode=process\n"
+    # Not root: the user who owns the state dir (this one), and its secrets (HF_TOKEN, ...)
+    # from a 0600 file beside the state, never in the unit (units are world-readable).
+    import getpass
+    import grp
+    import os
+
+    env = q(str(sdir / "planner.env"))
+    keep = (
+        f"User={getpass.getuser()}\nGroup={grp.getgrgid(os.getgid()).gr_name}\n"
+        f"EnvironmentFile=-{env}\nKillMode=process\n"
+    )
     units = {
         "planner-adjust.service": "[Unit]\nDescription=planner adjust: hop between Pareto points "
         "when the traffic drifts\nAfter=network-online.target\n\n[Service]\nType=oneshot\n"
@@ -131,6 +141,9 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
     text = (
         "# crontab -e: decide five minutes past every hour (the state lease keeps it off a "
         f"running apply)\n5 * * * * {cmd} >> {log} 2>&1\n"
+        f"\n# the units run as {getpass.getuser()} (the state dir's owner), not root; their "
+        f"environment (HF_TOKEN=..., HF_HOME=...) goes in {env}:\n"
+        f"#   install -m 600 /dev/null {env}\n"
     )
     for name, body in units.items():
         text += f"\n# /etc/systemd/system/{name}\n{body}\n"

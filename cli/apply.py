@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.adjuster.backends import BackendKind
 from planner.cli.apply_checks import check_host, placed, port_lookup, settle_rows
 from planner.cli.common import (
     BackendOpt,
@@ -21,6 +20,7 @@ from planner.cli.common import (
     err_console,
     open_backend,
     print_json,
+    state_backend,
 )
 from planner.errors import InputError
 
@@ -39,8 +39,15 @@ def load_plan_inputs(
     return r.plan, r.cluster, r.models, r.models_path
 
 
+def runs_here(be: Any) -> bool:
+    """Whether the backend starts every instance on this host (not across nodes)."""
+    from planner.adjuster.backends.base import BackendFeature
+
+    return BackendFeature.MULTI_NODE not in be.features
+
+
 def node_share(
-    plan: Any, point: str | None, node: str | None, backend: str, cluster: Any, file: str
+    plan: Any, point: str | None, node: str | None, be: Any, cluster: Any, file: str
 ) -> tuple[Any, str]:
     """The plan to apply on this host and a note: all of it, or with `--node` that node's share.
 
@@ -52,7 +59,7 @@ def node_share(
     pt = plan.point(point)
     nodes = sorted({i.node for i in pt.instances})
     if node is None:
-        if backend == "local" and len(nodes) > 1:
+        if runs_here(be) and len(nodes) > 1:
             raise InputError(
                 f"point {pt.name!r} places instances on {len(nodes)} nodes ({', '.join(nodes)}); "
                 "the local backend would start them all on this host",
@@ -62,7 +69,7 @@ def node_share(
                 "--backend ray to reach every node",
             )
         return plan, ""
-    if backend != "local":
+    if not runs_here(be):
         raise InputError(
             "--node picks this host's share for the local backend; the ray backend reaches "
             "every node itself",
@@ -88,7 +95,7 @@ def open_controller(
     plan_path: Path,
     point: str | None = None,
     *,
-    backend: str = "local",
+    backend: str | None = None,
     state_dir: Path | None = None,
     cluster: Path | None = None,
     models: Path | None = None,
@@ -106,7 +113,7 @@ def open_controller(
     plan_path = Path(plan_path)
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
-    be = open_backend(backend, cl)
+    be = open_backend(state_backend(backend, state_dir), cl)
     return Controller(
         plan, point, be, StateStore(state_dir),
         model_path_resolver=model_path_resolver(mods, models_file.parent),
@@ -142,7 +149,7 @@ def apply_cmd(
         typer.Argument(metavar="PLAN", help="plan.yaml from `planner optimize`."),
     ] = None,
     point: PointOpt = None,
-    backend: BackendOpt = BackendKind.LOCAL,
+    backend: BackendOpt = None,
     state_dir: StateDirOpt = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Print the actions, change nothing.")
@@ -177,16 +184,18 @@ def apply_cmd(
     from planner.adjuster.state import StateStore
     from planner.io import sha256_file
 
-    plan_path, point = _which_plan(plan_path, point, previous, state_dir)
+    plan_path, point, inputs = _which_plan(plan_path, point, previous, state_dir)
+    kind = state_backend(backend, state_dir, may_switch=True)
+    cluster, models = cluster or inputs.get("cluster"), models or inputs.get("models")
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
-    plan, note = node_share(plan, point, node, backend, cl, str(plan_path))
-    if backend == "local":
+    starts = None if dry_run else "`planner apply` (it starts vLLM)"
+    be = open_backend(kind, cl, starts_engines=starts)
+    plan, note = node_share(plan, point, node, be, cl, str(plan_path))
+    if runs_here(be):
         check_host(plan, point, node, cl, str(plan_path))
     if note:
         err_console.print(f"note: {note}", highlight=False, markup=False)
-    starts = None if dry_run else "`planner apply` (it starts vLLM)"
-    be = open_backend(backend, cl, starts_engines=starts)
     if hasattr(be, "progress"):  # a first start's weight download, under the spinner
         be.progress = lambda line: err_console.print(line, highlight=False, markup=False)
     with StateStore(state_dir, readonly=dry_run) as state:
@@ -194,16 +203,19 @@ def apply_cmd(
             backend=be, state=state, timeout_s=timeout, dry_run=dry_run,
             plan_sha=sha256_file(plan_path), lease_wait_s=wait_lock,
             model_path_resolver=model_path_resolver(mods, models_file.parent),
-            gpu_capacity_gib=gpu_capacity(cl), port_holder=port_lookup(backend),
+            gpu_capacity_gib=gpu_capacity(cl), port_holder=port_lookup(be),
         )  # fmt: skip
         before = state.meta()
-        if json_out or dry_run:
+        if json_out or dry_run or not err_console.is_terminal:
+            # no spinner: a line on stderr per step as it begins and ends (JSON stays on stdout)
+            kw["progress"] = None if dry_run else _progress_line
             result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         else:
             with err_console.status(f"applying point {point or plan.selected} ..."):
                 result = apply_point(plan, point, **kw)  # type: ignore[arg-type]
         if not dry_run and result.ok:
             _remember(state, before, result, plan, plan_path, point, node, base)
+            state.set_meta(backend=kind)  # status, down, gateway and adjust follow it
     _show(result, json_out, dry_run)
     if result.error is not None:
         from planner.cli.common import print_error
@@ -212,20 +224,27 @@ def apply_cmd(
         raise typer.Exit(result.error.exit_code)
 
 
+def _progress_line(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
 def _which_plan(
     plan_path: Path | None, point: str | None, previous: bool, state_dir: Path | None
-) -> tuple[Path, str | None]:
+) -> tuple[Path, str | None, dict[str, Path]]:
     """The plan file and point to apply: those given, or with `--previous` the ones in
-    force before the last apply."""
+    force before the last apply or `down` (named on stderr before anything happens), with
+    the inputs a kept copy of the plan needs."""
     if previous:
         from planner.cli.history import previous_applied
 
-        return previous_applied(plan_path, point, state_dir)
+        prev = previous_applied(plan_path, point, state_dir)
+        err_console.print(f"restoring {prev.what}", highlight=False, markup=False)
+        return prev.plan_path, prev.point, prev.inputs
     if plan_path is None:
         raise InputError(
             "no plan given", path="PLAN", fix="pass plan.yaml, or --previous to roll back"
         )
-    return plan_path, point
+    return plan_path, point, {}
 
 
 def _remember(
@@ -238,17 +257,22 @@ def _remember(
     node: str | None,
     base: int | None,
 ) -> None:
-    """Record what is now in force (plan, node, port base) for the gateway, adjust and the
-    next apply, and keep what was in force before for `--previous`."""
-    from planner.cli.history import keep_previous
+    """Record what is now in force (plan file, its digest and a copy of it, node, port base)
+    for the gateway, adjust, `history` and the next apply, journal it, and keep what was in
+    force before for `--previous`."""
+    from planner.cli.history import keep_plan_copy, keep_previous
 
     nodes = {i.node for i in plan.point(point).instances}
     here = node or (next(iter(nodes)) if len(nodes) == 1 else "")
+    path = str(plan_path.resolve())
+    sha = state.meta().get("plan_sha", "")
+    copy = keep_plan_copy(state, plan_path, sha)
     state.set_meta(
-        plan_path=str(plan_path.resolve()), node=here,
+        plan_path=path, plan_copy=copy, node=here,
         port_base=str(base) if base is not None else "",
     )  # fmt: skip
-    keep_previous(state, before, str(plan_path.resolve()), result.point)
+    state.journal("apply", "", here, "ok", f"point {result.point} of {path} (sha256 {sha[:12]})")
+    keep_previous(state, before, path, result.point)
 
 
 def _show(result: Any, json_out: bool, dry_run: bool) -> None:
@@ -292,7 +316,7 @@ def _not_running(meta: dict[str, str], known: set[str], be: Any) -> list[dict]:
 
 def status_cmd(
     state_dir: StateDirOpt = None,
-    backend: BackendOpt = BackendKind.LOCAL,
+    backend: BackendOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Instances this state dir runs: tier, awake/asleep, health, port, uptime."""
@@ -300,7 +324,7 @@ def status_cmd(
     from planner.adjuster.state import StateStore, existing_state_dir
 
     state_dir = existing_state_dir(state_dir)
-    be = open_backend(backend)
+    be = open_backend(state_backend(backend, state_dir))
     settle_rows(state_dir, be)
     now = time.time()
     rows = []
@@ -317,11 +341,20 @@ def status_cmd(
                 "uptime_s": round(up, 1) if up is not None else None, "restarts": r.restarts,
             })  # fmt: skip
         rows += _not_running(meta, {r["id"] for r in rows}, be)
+    failed = [x["id"] for x in rows if x["status"] == "failed"]
     if json_out:
         print_json(
             {"point": meta.get("point", ""), "plan": meta.get("plan_path", ""), "instances": rows}
         )
-        return
+    else:
+        _status_table(rows, meta)
+    if failed:  # a script or a health check sees it (`planner logs ID` says why)
+        err_console.print(f"failed: {', '.join(failed)}", highlight=False, markup=False)
+        raise typer.Exit(1)
+
+
+def _status_table(rows: list[dict], meta: dict[str, str]) -> None:
+    """The human-readable `planner status`."""
     from planner.cli.tables import Col, fit_table
 
     # At 80 columns the least needed columns go first (pid, uptime, port, ...), never a cut
@@ -347,7 +380,7 @@ def status_cmd(
 
 def down_cmd(
     state_dir: StateDirOpt = None,
-    backend: BackendOpt = BackendKind.LOCAL,
+    backend: BackendOpt = None,
     wait_lock: Annotated[
         float, typer.Option("--wait-lock", min=0, help="Seconds to wait for another apply's lease.")
     ] = 0.0,
@@ -355,9 +388,10 @@ def down_cmd(
 ) -> None:
     """Stop everything this state dir started."""
     from planner.adjuster.apply import down
-    from planner.adjuster.state import StateStore
+    from planner.adjuster.state import StateStore, existing_state_dir
 
-    be = open_backend(backend)
+    state_dir = existing_state_dir(state_dir)  # a typo must not make a new, empty one
+    be = open_backend(state_backend(backend, state_dir))
     with StateStore(state_dir) as state:
         done = down(state, be, lease_wait_s=wait_lock)
     if json_out:

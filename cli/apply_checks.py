@@ -71,9 +71,12 @@ def check_host(plan: Any, point: str | None, node: str | None, cluster: Any, fil
         )  # fmt: skip
 
 
-def port_lookup(backend: str) -> Any:
-    """(node, port) -> who listens there, for the local backend (this host); None for ray."""
-    if backend != "local":
+def port_lookup(be: Any) -> Any:
+    """(node, port) -> who listens there, for a backend that runs servers on this host (its
+    ports are this host's); None for one that reaches other nodes, or starts nothing."""
+    from planner.adjuster.backends.base import BackendFeature
+
+    if BackendFeature.MULTI_NODE in be.features or BackendFeature.PROCESSES not in be.features:
         return None
     from planner.engines.ports import port_holder
 

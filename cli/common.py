@@ -42,13 +42,40 @@ StateDirOpt = Annotated[
 ]
 # The one `--backend` option of apply, status, down, gateway and adjust.
 BackendOpt = Annotated[
-    BackendKind,
+    BackendKind | None,
     typer.Option(
         "--backend",
-        help="local: processes on this host; ray: node actors via Ray. "
-        "The same for every command of a state dir.",
+        help="local: processes on this host; ray: node actors via Ray. Default: the one "
+        "`planner apply` recorded in the state dir, else local.",
     ),
 ]
+
+
+def state_backend(given: Any, state_dir: Path | None, *, may_switch: bool = False) -> str:
+    """The backend a command of `state_dir` uses: the one `planner apply` recorded there
+    (status, down, gateway and adjust follow it); `given` (--backend) must agree with it
+    (InputError naming both), and decides where nothing was recorded yet (default local).
+    `may_switch` (apply): another backend may take over a state dir that runs nothing."""
+    from planner.adjuster.state import DB_NAME, StateStore, default_state_dir
+    from planner.errors import InputError
+
+    given = getattr(given, "value", given)
+    recorded = ""
+    d = Path(state_dir) if state_dir else default_state_dir()
+    if (d / DB_NAME).is_file():
+        with StateStore(d, readonly=True) as st:
+            recorded = st.meta().get("backend", "")
+            if may_switch and not st.instances():
+                recorded = ""
+    if given and recorded and given != recorded:
+        raise InputError(
+            f"this state dir was applied with --backend {recorded}; --backend {given} would "
+            "not find its engines",
+            file=str(d), path="--backend",
+            fix=f"drop --backend (it follows the state dir), or pass --backend {recorded}",
+        )  # fmt: skip
+    return given or recorded or "local"
+
 
 PlanArg = Annotated[Path, typer.Argument(metavar="PLAN", help="plan.yaml")]
 PointOpt = Annotated[

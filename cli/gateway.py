@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from planner.adjuster.backends import BackendKind
 from planner.cli.common import (
     BackendOpt,
     PlanClusterOpt,
@@ -24,7 +23,7 @@ def open_gateway(
     *,
     point: str | None = None,
     state_dir: Path | None = None,
-    backend: str = "local",
+    backend: str | None = None,
     cluster: Path | None = None,
     models: Path | None = None,
     queue_limit: int = QUEUE_LIMIT,
@@ -41,7 +40,7 @@ def open_gateway(
     from planner.adjuster.state import StateStore
     from planner.cli.apply import load_plan_inputs
     from planner.cli.apply_checks import placed
-    from planner.cli.common import open_backend
+    from planner.cli.common import open_backend, state_backend
     from planner.errors import InputError
     from planner.io import sha256_file
     from planner.keys import install_secret, read_keys
@@ -58,7 +57,7 @@ def open_gateway(
     state = StateStore(state_dir)
     auth = Auth(install_secret(state.dir), keys, insecure=insecure, model_names=mods.names)
     control = Controller(
-        plan, point, open_backend(backend, cl), state,
+        plan, point, open_backend(state_backend(backend, state_dir), cl), state,
         model_path_resolver=model_path_resolver(mods, models_file.parent),
         plan_sha=sha256_file(plan_path),
     )  # fmt: skip
@@ -109,7 +108,7 @@ def register(app: typer.Typer) -> None:
                 "--state-dir", help="State dir of `planner apply`; holds requests.sqlite."
             ),
         ] = None,
-        backend: BackendOpt = BackendKind.LOCAL,
+        backend: BackendOpt = None,
         cluster: PlanClusterOpt = None,
         models: PlanModelsOpt = None,
         queue_limit: Annotated[

@@ -4,6 +4,7 @@ what `apply --previous` reads and `apply` keeps (the plan and point in force bef
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +27,9 @@ def history_cmd(
         meta = state.meta()
     if json_out:
         print_json({"point": meta.get("point", ""), "plan": meta.get("plan_path", ""),
+                    "plan_sha256": meta.get("plan_sha", ""),
+                    "previous": {"point": meta.get("previous_point", ""),
+                                 "plan": meta.get("previous_plan_path", "")},
                     "journal": rows})  # fmt: skip
         return
     for r in rows:
@@ -36,10 +40,12 @@ def history_cmd(
         console.print(f"{when}  {what}{where}  {r['result']}{why}", highlight=False, markup=False)
     if not rows:
         console.print("nothing recorded yet", highlight=False)
-    prev = meta.get("previous_point")
+    prev, sha = meta.get("previous_point"), meta.get("plan_sha", "")
+    before = f"point {prev} of {meta.get('previous_plan_path') or '-'}"
     console.print(
         f"in force: point {meta.get('point') or '-'} of {meta.get('plan_path') or '-'}"
-        + (f"; before it: point {prev} (`planner apply --previous`)" if prev else ""),
+        + (f" (sha256 {sha[:12]})" if sha and meta.get("point") else "")
+        + (f"; before it: {before} (`planner apply --previous`)" if prev else ""),
         highlight=False,
         markup=False,
     )
@@ -98,11 +104,38 @@ def _tail(path: Path, lines: int, follow: bool) -> None:
             return
 
 
-def previous_applied(
-    plan_path: Path | None, point: str | None, state_dir: Path | None
-) -> tuple[Path, str]:
-    """The plan and point `apply` recorded as in force before the last apply (--previous)."""
+@dataclass
+class Previous:
+    """What `apply --previous` restores: a plan file (the original when it still has the
+    digest it was applied with, else the copy the state dir kept) and a point."""
+
+    plan_path: Path
+    point: str
+    sha: str
+    what: str  # how `apply --previous` names it before it acts
+    inputs: dict[str, Path]  # cluster/models the copy records, found beside the original
+
+
+def _inputs_beside(copy: Path, original: Path) -> dict[str, Path]:
+    """The copy's recorded cluster and models files, relative to the original's folder (the
+    copy lives in the state dir, where its relative paths mean nothing)."""
+    from planner.schemas import load_plan
+
+    refs = load_plan(copy).inputs
+    out = {}
+    for key in ("cluster", "models"):
+        ref = refs.get(key)
+        if ref is not None and ref.path:
+            p = Path(ref.path).expanduser()
+            out[key] = p if p.is_absolute() else original.parent / p
+    return out
+
+
+def previous_applied(plan_path: Path | None, point: str | None, state_dir: Path | None) -> Previous:
+    """The plan and point `apply` recorded as in force before the last apply or `down`
+    (--previous)."""
     from planner.adjuster.state import StateStore, existing_state_dir
+    from planner.io import sha256_file
 
     if plan_path is not None or point is not None:
         raise InputError(
@@ -119,15 +152,49 @@ def previous_applied(
             file=str(state_dir or "the default state dir"),
             fix="apply a plan first; `planner history` lists what was applied",
         )
-    return Path(prev_plan), prev_point
+    sha, copy = meta.get("previous_plan_sha", ""), meta.get("previous_plan_copy", "")
+    path = Path(prev_plan)
+    same = path.is_file() and (not sha or sha256_file(path) == sha)
+    what = f"point {prev_point} of {prev_plan}" + (f" (sha256 {sha[:12]})" if sha else "")
+    inputs: dict[str, Path] = {}
+    if not same and copy and Path(copy).is_file():
+        what += f", from the copy {copy} (the file changed since)"
+        path = Path(copy)
+        inputs = _inputs_beside(path, Path(prev_plan))
+    elif not same:
+        raise InputError(
+            f"the plan of the previous apply ({prev_plan}) changed or is gone, and no copy of "
+            "it was kept",
+            file=prev_plan,
+            fix="apply the plan you want by name (`planner history` lists what was applied)",
+        )
+    return Previous(path, prev_point, sha, what, inputs)
+
+
+_KEPT = ("plan_path", "point", "plan_sha", "plan_copy")  # what `--previous` reads back
 
 
 def keep_previous(state: Any, before: dict[str, str], plan_path: str, point: str) -> None:
     """Record the plan and point in force before this apply, when it changed them (what
-    `apply --previous` returns to; applying it swaps them back, as `cd -` does)."""
+    `apply --previous` returns to; applying it swaps them back, as `cd -` does). After a
+    `down` nothing was in force: what `down` kept stays."""
     old_plan, old_point = before.get("plan_path", ""), before.get("point", "")
     if old_plan and old_point and (old_plan, old_point) != (plan_path, point):
-        state.set_meta(previous_plan_path=old_plan, previous_point=old_point)
+        state.set_meta(**{f"previous_{k}": before.get(k, "") for k in _KEPT})
+
+
+def keep_plan_copy(state: Any, plan_path: Path, sha: str) -> str:
+    """A copy of the applied plan file under `<state dir>/plans/<digest>.yaml` (0600; one per
+    version): what `apply --previous` reads when the file changed since. Returns its path."""
+    from planner.io import atomic_write_bytes
+    from planner.private import private_dir
+
+    if not sha:
+        return ""
+    dest = private_dir(state.dir / "plans") / f"{sha[:16]}.yaml"
+    if not dest.exists():
+        atomic_write_bytes(dest, Path(plan_path).read_bytes(), 0o600)
+    return str(dest)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from planner.engines.base import get_engine
+from planner.engines.kinds import DEFAULT_KIND  # the optimizer plans for the default engine
 from planner.optimizer.milp import Placement
 from planner.optimizer.perf.types import InstancePerf
 from planner.schemas.models import Models
@@ -61,7 +62,7 @@ def build_point(
                 max_model_len=c.max_model_len,
                 max_num_seqs=c.max_num_seqs,
                 max_num_batched_tokens=perf.chunk_tokens,
-                quantization=get_engine().quantization_flag(c.quantization),
+                quantization=get_engine(DEFAULT_KIND).quantization_flag(c.quantization),
                 extra_args=list(engine_args.get(c.model, ())),
             ),
             port=port,

@@ -202,9 +202,11 @@ def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     if st != 200:
         run.notes.append(f"POST {sleep2} answered {st}")
         return
-    w2, st = client.post_s(wake)
-    # level 2 dropped the weights: waking means reading them again from the checkpoint
-    r2, st2 = client.post_s(*engine.reload_request) if engine.reload_request else (0.0, 200)
-    run.sleep_l2_s, run.wake_l2_s = s2, w2 + r2
-    if st2 != 200:
-        run.notes.append(f"reload_weights answered {st2}: wake_l2_s lacks the weight reload")
+    # level 2 dropped the weights: the engine's wake steps reload them (as the runtime's wake)
+    w2 = 0.0
+    for route, body in engine.wake_steps(2):
+        took_s, st2 = client.post_s(route, body)
+        w2 += took_s
+        if st2 != 200:
+            run.notes.append(f"POST {route} answered {st2}: wake_l2_s lacks that step")
+    run.sleep_l2_s, run.wake_l2_s = s2, w2

@@ -28,13 +28,15 @@ class BackendFeature(Enum):
 
 @dataclass
 class Handle:
-    """How a backend finds a process it started again: pid on a node, or a Ray actor."""
+    """How a backend finds a server it started again. `ref` is the backend's opaque reference
+    (what callers record and show; `has_process` is the backend's to answer); `pid` and
+    `actor` are the local and ray backends' own."""
 
     instance_id: str
     node: str
     host: str  # address the gateway reaches the server at (127.0.0.1 in tests)
     port: int
-    pid: int | None = None
+    pid: int | None = None  # the local backend's (and the ray agents')
     actor: str | None = None  # Ray actor name, for the ray backend
     log_path: str = ""
     extra: dict = field(default_factory=dict)
@@ -42,6 +44,15 @@ class Handle:
     # the instance's API key (planner.engines.process.auth_headers); kept in the 0600 state
     # DB, never logged
     secret: str = field(default="", repr=False)
+
+    ref: str = ""  # the backend's opaque reference ("": none recorded; see `label`)
+
+    @property
+    def label(self) -> str:
+        """The reference for messages (`pid 123`, `actor planner-node-a`, a stub's own)."""
+        if self.ref:
+            return self.ref
+        return f"pid {self.pid}" if self.pid is not None else f"actor {self.actor}"
 
     def auth_headers(self) -> dict[str, str]:
         """What every request the planner sends this server carries (its API key)."""
@@ -97,8 +108,9 @@ class Backend(Protocol):
         """vLLM sleep mode (level 1: weights to host RAM; 2: discard); without it: stop."""
         ...
 
-    def wake(self, handle: Handle) -> None:
-        """vLLM `POST /wake_up` (ApplyError without sleep mode)."""
+    def wake(self, handle: Handle, level: int) -> None:
+        """The engine's wake steps after a sleep at `level` (`Engine.wake_steps`: after a
+        level 2 the weights are reloaded before it returns); ApplyError without sleep mode."""
         ...
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:

@@ -112,6 +112,7 @@ class LocalBackend:
             extra={"device": self.device, "download_dir": str(hub) if hub else ""},
             engine=inst.engine.kind,
             secret=secret,
+            ref=f"pid {proc.pid}",
         )
 
     def _proc(self, handle: Handle) -> subprocess.Popen | int | None:
@@ -166,17 +167,20 @@ class LocalBackend:
         if code != 200:
             raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
-    def wake(self, handle: Handle) -> None:
-        """The engine's wake route (vLLM: CUDA). On the CPU build a sleeping instance is
-        stopped: start it."""
+    def wake(self, handle: Handle, level: int) -> None:
+        """The engine's wake steps for a sleep at `level` (vLLM, CUDA: `/wake_up`, then after
+        a level 2 the weight reload). On the CPU build a sleeping instance is stopped: start
+        it."""
         if not self.supports_sleep:
             raise ApplyError(
                 f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
             )
-        route = get_engine(handle.engine).wake_route
-        code = process.http_post(handle.host, handle.port, route, secret=handle.secret)
-        if code != 200:
-            raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
+        for route, body in get_engine(handle.engine).wake_steps(level):
+            code = process.http_post(
+                handle.host, handle.port, route, secret=handle.secret, body=body
+            )
+            if code != 200:
+                raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
 
     def is_sleeping(self, handle: Handle) -> bool | None:
         """The engine's is-sleeping route (vLLM: CUDA); None where unknown."""

@@ -94,6 +94,7 @@ class NodeAgent:
             self.local.stop(h, 10.0)
             return _err(ApplyError(f"relay of {spec.id} on {self.address}:{spec.port}: {e}"))
         h.actor, h.host = agent_name(self.node), self.address
+        h.ref = f"actor {h.actor} pid {h.pid}"
         return {"handle": h}
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> dict:
@@ -136,9 +137,9 @@ class NodeAgent:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
 
-    def wake(self, handle: Handle) -> dict:
+    def wake(self, handle: Handle, level: int) -> dict:
         try:
-            self.local.wake(self._here(handle))
+            self.local.wake(self._here(handle), level)
         except (ApplyError, OSError) as e:
             return _err(e if isinstance(e, ApplyError) else ApplyError(str(e)))
         return {}
@@ -264,8 +265,8 @@ class RayBackend:
     def sleep(self, handle: Handle, level: int) -> None:
         self._raise(self._get(self._agent_of(handle).sleep.remote(handle, level), 600.0))
 
-    def wake(self, handle: Handle) -> None:
-        self._raise(self._get(self._agent_of(handle).wake.remote(handle), 600.0))
+    def wake(self, handle: Handle, level: int) -> None:
+        self._raise(self._get(self._agent_of(handle).wake.remote(handle, level), 600.0))
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
         """Free memory of the GPUs of `node`, read by its agent (None without CUDA there)."""

@@ -30,19 +30,15 @@ if TYPE_CHECKING:  # the server is imported where it starts: the `http` extra's 
     from planner.adjuster.gateway.h1server import Request, Server
     from planner.adjuster.gateway.reply import Response, StreamResponse
 
-# (method, path) the planner sends an engine: the gateway's routes, readiness, health, sleep
+from planner.engines.base import api_routes, get_engine
+from planner.engines.kinds import engine_kinds
+
+# (method, path) the planner sends an engine: the engines' route tables (planner/engines/):
+# the gateway's API routes, readiness, health, sleep and the wake steps (a level-2 wake
+# reloads the weights), and the model list
 ROUTES = frozenset(
-    {
-        ("POST", "/v1/completions"),
-        ("POST", "/v1/chat/completions"),
-        ("POST", "/v1/embeddings"),
-        ("POST", "/v1/responses"),
-        ("GET", "/v1/models"),
-        ("GET", "/health"),
-        ("POST", "/sleep"),
-        ("POST", "/wake_up"),
-        ("GET", "/is_sleeping"),
-    }
+    {("POST", path) for path in api_routes()}
+    | {r for kind in engine_kinds() for r in get_engine(kind).control_routes()}
 )
 _PASSED_HEADERS = ("Content-Type", "Accept", "Authorization")
 LOOPBACK = "127.0.0.1"

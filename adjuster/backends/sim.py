@@ -68,7 +68,7 @@ class SimBackend:
             return
         self.alive[handle.pid or -1] = "asleep"
 
-    def wake(self, handle: Handle) -> None:
+    def wake(self, handle: Handle, level: int) -> None:
         if not self._sleep:
             raise ApplyError(f"{handle.instance_id}: no sleep mode; start the instance instead")
         self.alive[handle.pid or -1] = "up"

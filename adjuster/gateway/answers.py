@@ -8,7 +8,7 @@ from typing import Any
 from planner.adjuster.gateway.reply import Response, error
 from planner.keys import key_id
 
-__all__ = ["Unavailable", "error", "identity", "unavailable"]
+__all__ = ["Unavailable", "error", "identity", "presented_key", "unavailable"]
 
 
 class Unavailable(Exception):
@@ -24,10 +24,19 @@ def identity(headers: Any, secret: bytes) -> tuple[str, str]:
     HMAC with the install's `secret`, planner.keys.key_id) as the user."""
     user = headers.get("X-User", "")
     if not user:
-        auth = headers.get("Authorization", "")
-        if auth[:7].lower() == "bearer " and auth[7:].strip():
-            user = key_id(secret, auth[7:].strip())
+        key = presented_key(headers)
+        if key:
+            user = key_id(secret, key)
     return user, headers.get("X-Session", "")
+
+
+def presented_key(headers: Any) -> str:
+    """The key a request presents: `Authorization: Bearer KEY` (OpenAI's clients) or
+    `x-api-key: KEY` (Anthropic's); "" when none."""
+    auth = headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer " and auth[7:].strip():
+        return auth[7:].strip()
+    return headers.get("x-api-key", "").strip()
 
 
 def unavailable(e: Unavailable) -> Response:

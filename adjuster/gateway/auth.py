@@ -1,7 +1,8 @@
 """Who may call the gateway: keys, per-key limits, privileged routes, the bind rule.
 
 With a keys file (`planner gateway --keys KEYS.yaml`, planner/keys.py) every route but
-`/health` needs a key (`presented_key`: `Authorization: Bearer KEY`; 401 otherwise); past
+`/health` needs a key (`answers.presented_key`: `Authorization: Bearer KEY` or
+`x-api-key: KEY`; 401 otherwise); past
 its `requests_per_minute` (any 60 s) or `max_concurrency` a proxied request gets 429 with
 `Retry-After`; all of this runs on the request's head, before a byte of its body is read
 (`gate`, the server's h1server.Gate). A model outside the key's `models` is 403 once the
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from planner.adjuster.gateway.answers import error, identity
+from planner.adjuster.gateway.answers import error, identity, presented_key
 from planner.adjuster.gateway.clock import SYSTEM
 from planner.adjuster.gateway.h1server import Request
 from planner.adjuster.gateway.reply import Response
@@ -63,15 +64,6 @@ class Caller(NamedTuple):
         """May read /metrics, the detailed /health and control routes: an admin key; without
         keys, a loopback peer (`loopback` is False for every caller when keys are on)."""
         return self.loopback or (self.key is not None and self.key.admin)
-
-
-def presented_key(headers: Any) -> str:
-    """The key a request presents ("" when none): `Authorization: Bearer KEY`. Every route
-    and every key check reads it here; another header (an API's own) is added here."""
-    auth = headers.get("Authorization", "")
-    if auth[:7].lower() != "bearer ":
-        return ""
-    return auth[7:].strip()
 
 
 @functools.lru_cache(maxsize=4096)  # per request: peers are few, parsing is not free
@@ -233,8 +225,9 @@ class Auth:
         if who is None:
             self.denied[("", 401)] += 1
             return error(
-                401, "a valid key is needed: send `Authorization: Bearer KEY` (ask the "
-                "gateway's admin for a key: `planner keys add NAME`)", "AuthenticationError",
+                401, "a valid key is needed: send `Authorization: Bearer KEY` or `x-api-key: "
+                "KEY` (ask the gateway's admin for a key: `planner keys add NAME`)",
+                "AuthenticationError",
                 headers={"WWW-Authenticate": "Bearer"},
             )  # fmt: skip
         if not path.startswith(_FOR_KEYS) and not who.privileged:

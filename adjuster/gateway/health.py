@@ -6,9 +6,11 @@ started again through `InstanceControl.restart` (a counted, journaled restart) a
 capped exponential backoff (`backoff_base_s` * 2^(failures-1), at most `backoff_cap_s`;
 `failures` resets only when a probe finds it healthy again). Every `adopt_every` rounds, and
 whenever a request finds an instance dead, the gateway asks the controller for the point in
-force (`follow`: after a hop of `planner adjust` to another point of the same plan it routes
-by the new point's instances and tiers; requests in flight finish where they are) and for
-the instances' status (instances started elsewhere, e.g. by `planner apply`, are routed to).
+force (`follow`: after `planner apply` of another plan or point, or a hop of `planner adjust`,
+it routes by the new point's instances and tiers; requests in flight finish where they are)
+and for the instances' status (instances started elsewhere, e.g. by `planner apply`, are
+routed to). Before it restarts a dead instance it follows the point in force again: an
+instance that an apply stopped because its point no longer has it is never started again.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class Health:
         if up.drained:
             return
         point = await up.call(up.control.follow)
-        if point.name != pool.point.name:
+        if point != pool.point:  # another point, of this plan or of another one
             log.info("following point %s (was %s)", point.name, pool.point.name)
             pool.set_point(point)
         insts = pool.instances
@@ -143,6 +145,9 @@ class Health:
             return
         if self.clock.mono_s() < inst.next_restart_at:
             return
+        await self.adopt()  # an apply may have stopped it on purpose: follow it first
+        if pool.instances.get(inst.spec.id) is not inst or self.up.drained:
+            return  # the point in force no longer has it (or `planner down` ran)
         async with self.waker.gpus(inst):
             if inst.routable() or not inst.want_awake:  # a wake or a sleep came first
                 return

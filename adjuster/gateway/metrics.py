@@ -83,7 +83,8 @@ _COUNTERS = (
     ("planner_gateway_sleeps_total", "Instances put to sleep by model.", ("model",), "sleeps"),
     ("planner_gateway_malformed_requests_total",
      "Requests refused with 400 before routing, by reason.", ("reason",), "malformed"),
-    ("planner_gateway_restarts_total", "Restarts of instances that died.", ("instance",),
+    # labelled `engine`: Prometheus gives every scraped series an `instance` label (the target)
+    ("planner_gateway_restarts_total", "Restarts of instances that died.", ("engine",),
      "restarts"),
     ("planner_gateway_wake_checks_total", "One-token checks sent after wakes, by model.",
      ("model",), "wake_checks"),

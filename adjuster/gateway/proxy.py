@@ -1,7 +1,9 @@
 """A proxied request: its body checked, admitted, an instance chosen, retries, client gone.
 
-Paths: /v1/completions, /v1/chat/completions, /v1/embeddings and /v1/responses (PROXIED),
-all alike: the body's `model` picks the instances, with the same waking, stand-ins,
+Paths: the engines' API routes (PROXIED: /v1/completions, /v1/chat/completions,
+/v1/embeddings, /v1/responses, and Anthropic's /v1/messages and /v1/messages/count_tokens),
+all alike; a model asked on a route of another task (embeddings of a chat model) gets a 400
+naming its task: the body's `model` picks the instances, with the same waking, stand-ins,
 admission bounds and request log; only how a stream's usage is read differs (sse.py).
 Passing the answer on is forward.py's; counting and logging the outcome record.py's.
 
@@ -56,20 +58,15 @@ from planner.adjuster.gateway.stream import ClientGone, end_stream, event_stream
 from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.gateway.waker import Waker
+from planner.engines.base import api_routes, get_engine, stream_usage_routes
 from planner.optimizer import tiering
 
 log = logging.getLogger("planner.gateway")
 
-# Proxied POST paths -> whether a stream's usage must be asked for (`stream_options`): the
-# Responses API always ends its stream with usage (`response.completed`) and has no such
-# option; embeddings are never streamed.
-ASK_STREAM_USAGE = {
-    "/v1/completions": True,
-    "/v1/chat/completions": True,
-    "/v1/embeddings": False,
-    "/v1/responses": False,
-}
-PROXIED = tuple(ASK_STREAM_USAGE)
+# Proxied POST paths (the engines' route tables: planner/engines/), and those whose streams
+# report usage only when asked (`stream_options`).
+PROXIED = tuple(api_routes())
+ASK_STREAM_USAGE = stream_usage_routes()
 _KINDS = {
     408: "RequestTimeoutError", 413: "RequestEntityTooLargeError",
     503: "ServiceUnavailableError",
@@ -144,9 +141,13 @@ class Proxy:
                 404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
                 models=names,
             )  # fmt: skip
+        wrong = self.wrong_task(model, request.path)
+        if wrong is not None:
+            fail(r, 400, "wrong task")
+            return error(400, wrong, "BadRequestError", param="model")
         stream = r.stream = bool(payload.get("stream"))
         strip_usage = False
-        if stream and ASK_STREAM_USAGE[request.path]:
+        if stream and request.path in ASK_STREAM_USAGE:
             opts = payload.get("stream_options") or {}
             if not opts.get("include_usage"):
                 payload["stream_options"] = {**opts, "include_usage": True}
@@ -189,6 +190,18 @@ class Proxy:
                 fail(r, 502, msg)
                 return error(502, msg, "BadGatewayError")
         raise AssertionError("unreachable")
+
+    def wrong_task(self, model: str, path: str) -> str | None:
+        """Why `model` cannot answer on `path` (an embedding model asked to chat, a chat model
+        asked for embeddings), naming its task; None when it can."""
+        spec = self.pool.by_model[model][0].spec
+        engine = get_engine(spec.engine.kind)
+        task, wants = engine.task(spec), engine.api_routes.get(path)
+        if wants == task:
+            return None
+        if wants is None:
+            return f"model {model!r} runs on {engine.display_name}, which does not serve {path}"
+        return f"model {model!r} is a {task} model (task: {task}); {path} serves {wants} models"
 
     def choose(self, model: str) -> Inst | None:
         """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.adjuster.backends.base import InstanceControl
-from planner.adjuster.gateway.accesslog import AccessLog
+from planner.adjuster.gateway.accesslog import AccessEntry, AccessLog
+from planner.adjuster.gateway.anthropic import PATHS as ANTHROPIC_PATHS
+from planner.adjuster.gateway.anthropic import as_anthropic_error
 from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.body import cut, too_large
 from planner.adjuster.gateway.clock import SYSTEM, Clock
@@ -182,19 +184,29 @@ class Gateway:
             self.auth.release(request)
             refusal = too_large(self.cfg.max_body_bytes)
             self.metrics.malformed["too_large"] += 1
-        if refusal is not None and proxied and refusal.status in (413, 429):
+        if refusal is None:
+            return None
+        if refusal.status == 401 and self.access is not None:  # refused before any handler
+            self.access.add(AccessEntry(
+                self.clock.now_s(), "", "", request.path, 401, 0.0, 0.0, 0, 0, "", "no valid key"
+            ))  # fmt: skip
+        if proxied and refusal.status in (413, 429):
             user, session = self.auth.identity(request)
             why = "key refused" if refusal.status == 429 else "body too large"
             self.recorder.fail(self.recorder.start(cut(user), cut(session), request),
                                refusal.status, why)  # fmt: skip
-        return refusal
+        # errors on an Anthropic route in the shape that API's clients read
+        return as_anthropic_error(refusal) if request.path in ANTHROPIC_PATHS else refusal
 
     def release(self, request: Request) -> None:
         self.auth.release(request)
 
     async def handle(self, request: Request) -> Response | StreamResponse:
         """Every admitted request: the handler `admit` chose."""
-        return await request.handler(request)
+        resp = await request.handler(request)
+        if resp.status >= 400 and request.path in ANTHROPIC_PATHS and isinstance(resp, Response):
+            return as_anthropic_error(resp)
+        return resp
 
     def _totals(self) -> dict[str, tuple[str, float]]:
         """Unlabelled gauges and counters: the request log's and the connections' health."""

@@ -8,7 +8,9 @@ names the model the client asked for (`rename_model`).
 
 The Responses API (`/v1/responses`) names its events (`event: response.completed` before the
 `data:` line) and puts usage inside the response (`response.usage`, `input_tokens` and
-`output_tokens`); `tokens` reads either naming.
+`output_tokens`); `tokens` reads either naming. Anthropic's Messages stream gives the input
+tokens in `message_start` (`message.usage`) and the output tokens in `message_delta`: the
+usages of a stream are merged, later values winning.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ def usage_of(obj: Any) -> dict | None:
     if not isinstance(obj, dict):
         return None
     u = obj.get("usage")
-    if u is None and isinstance(obj.get("response"), dict):
-        u = obj["response"].get("usage")
+    for outer in ("response", "message"):  # Responses events; Anthropic's message_start
+        if u is None and isinstance(obj.get(outer), dict):
+            u = obj[outer].get("usage")
     return u if isinstance(u, dict) else None
 
 
@@ -124,8 +127,8 @@ class SseUsage:
                 except ValueError:
                     obj = None
                 u = usage_of(obj)
-                if u is not None:
-                    self.usage = u
+                if u is not None:  # Anthropic's stream splits it: input first, output last
+                    self.usage = {**self.usage, **u} if self.usage else u
                     if self.strip and not obj.get("choices"):
                         continue
             kept.append(ev)

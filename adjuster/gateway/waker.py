@@ -12,17 +12,18 @@ arrive meanwhile wait behind it, at most `queue_limit` of them per model, and th
 gets 503 with Retry-After. A wake starts for a request, for a request a stand-in answered,
 or ahead of requests at the start of an instance's awake hours (tiers.py). An instance whose
 process died is started again through `InstanceControl.restart` (a counted restart), a
-sleeping one through `wake`. Every wake and restart is checked before traffic goes to it: one
-greedy one-token request whose answer must be a completion, the same one the instance's spec
-gave before (vLLM has had level-2 wakes that answer garbage); a failed check restarts the
-instance once (counted in /metrics), and a second failure fails the wake.
+sleeping one through `wake` (the engine's wake steps: after a level-2 sleep the weights are
+reloaded before it returns). Every wake and restart is checked before traffic goes to it:
+the engine's one greedy check request (a one-token completion, or one embedding for an
+embedding engine) whose answer must be the same one the instance's spec gave before (vLLM
+has had level-2 wakes that answer garbage); a failed check restarts the instance once
+(counted in /metrics), and a second failure fails the wake.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 
@@ -40,10 +41,6 @@ from planner.errors import ApplyError, DrainedError
 from planner.optimizer import swap, tiering
 
 log = logging.getLogger("planner.gateway")
-
-# The wake check's prompt: answered greedily with one token, the same one on every wake of
-# the same weights (a woken engine whose weights came back wrong answers another).
-WAKE_CHECK_PROMPT = "The capital of France is"
 
 
 def _woke_s(inst: Inst) -> float:
@@ -224,27 +221,32 @@ class Waker:
         inst.woke_s = self.clock.mono_s()
 
     async def check(self, inst: Inst, handle: Handle) -> str:
-        """Send the woken instance one greedy one-token request; "" when its answer is sound
-        (a completion whose text is the one this instance's spec gave before, if any), else
-        why not. Counted in /metrics."""
+        """Send the woken instance its engine's one greedy check request (a one-token
+        completion; one embedding for an embedding engine); "" when its answer is sound (and
+        the same as this instance's spec gave before, if any), else why not. Counted in
+        /metrics."""
+        from planner.engines.base import get_engine
+
         session = self.up.session
         assert session is not None
         model = inst.spec.model
         self.metrics.wake_checks[model] += 1
-        body = {"model": model, "prompt": WAKE_CHECK_PROMPT, "max_tokens": 1, "temperature": 0}
-        url = f"http://{handle.host}:{handle.port}/v1/completions"
+        engine = get_engine(handle.engine)
+        task = engine.task(inst.spec)
+        route, body = engine.check_request(task, model)
+        url = f"http://{handle.host}:{handle.port}{route}"
         try:
             async with session.post(
                 url, json=body, headers=handle.auth_headers(),
                 timeout=aiohttp.ClientTimeout(total=self.cfg.wake_check_timeout_s),
             ) as r:  # fmt: skip
                 status, data = r.status, await r.read()
-            text = json.loads(data)["choices"][0]["text"] if status == 200 else None
-        except (aiohttp.ClientError, TimeoutError, ValueError, LookupError, TypeError) as e:
-            status, text = 0, f"{type(e).__name__}: {e}"[:200]
-            why = f"no answer ({text})"
+            text = engine.check_answer(task, data) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError) as e:
+            text = None
+            why = f"no answer ({type(e).__name__}: {e})"[:200]
         else:
-            why = "" if isinstance(text, str) else f"answered {status}: {data[:200]!r}"
+            why = "" if text is not None else f"answered {status}: {data[:200]!r}"
         key = spec_sha(inst.spec)
         if not why:
             ref = self.check_answers.setdefault(key, text)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from functools import lru_cache
 from planner.catalog.gpus import GpuSpec
 from planner.catalog.models import ModelArch
 from planner.engines.base import EntryPoint, get_engine
+from planner.engines.kinds import DEFAULT_KIND  # the optimizer plans for the default engine
 from planner.optimizer.perf.calib import Calib, calib_from_profile, default_calib, for_model
 from planner.optimizer.perf.closedloop import (
     BURST_SHARE,
@@ -86,7 +87,7 @@ def instance_perf(
     `max_num_seqs` / `max_num_batched_tokens` left None are what vLLM picks for this GPU and
     `entry_point` (`Engine.batch_defaults`).
     """
-    seqs, chunk = get_engine().batch_defaults(gpu, int(tp), entry_point)
+    seqs, chunk = get_engine(DEFAULT_KIND).batch_defaults(gpu, int(tp), entry_point)
     return _instance_perf(
         arch,
         quantization,

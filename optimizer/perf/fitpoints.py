@@ -12,6 +12,7 @@ import numpy as np
 
 from planner.catalog.gpus import GpuSpec
 from planner.engines.base import get_engine
+from planner.engines.kinds import DEFAULT_KIND  # the optimizer plans for the default engine
 from planner.optimizer.perf.calib import Calib
 from planner.optimizer.perf.latency import build_step_model
 from planner.optimizer.perf.types import StepModel
@@ -91,7 +92,7 @@ def fit_points(profile: Profile, gpu: GpuSpec, base: Calib) -> list[FitPoint]:
         if run.status != "ok" or run.arch is None or is_imported(run):
             continue
         sm = unit_step_model(run, gpu, base)
-        chunk = run.chunk_tokens or get_engine().batch_defaults(gpu, run.tp)[1]
+        chunk = run.chunk_tokens or get_engine(DEFAULT_KIND).batch_defaults(gpu, run.tp)[1]
         for p in run.prefill:
             steps = prefill_steps(sm, p.prompt_tokens, chunk)
             label = f"prefill {p.prompt_tokens} tok"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from planner.engines.kinds import DEFAULT_KIND, ENGINE_MODULES, load_engine
+from planner.engines.kinds import ENGINE_MODULES, load_engine
 
 if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
@@ -28,6 +28,7 @@ FailureReason = Literal[
     "bad_model_path",
     "hub_auth",
     "max_model_len_too_large",
+    "disk_full",
     "timeout",
     "unknown",
 ]
@@ -55,6 +56,39 @@ class Engine(Protocol):
     wake_route: str  # POST waking a sleeping server
     is_sleeping_route: str  # GET answering {"is_sleeping": bool}
     reload_request: tuple[str, dict] | None  # POST (route, body) reloading weights after level 2
+    # the API routes the gateway forwards and the relay passes on -> the task serving each
+    api_routes: dict[str, str]
+    stream_usage_routes: frozenset[str]  # routes whose streams report usage only when asked
+
+    def task_args(self, task: str) -> list[str]:
+        """The flags a model's task (`generate`, `embed`) needs (in `engine.extra_args`)."""
+        ...
+
+    def task(self, inst: Instance) -> str:
+        """The task an instance runs (`generate`, `embed`), from its engine arguments."""
+        ...
+
+    def wake_steps(self, level: int) -> list[tuple[str, dict | None]]:
+        """The POSTs (route, JSON body or None) that wake a server slept at `level`, in
+        order, all before any traffic (after a level 2: wake, then reload the weights). The
+        profiler times the same steps."""
+        ...
+
+    def control_routes(self) -> frozenset[tuple[str, str]]:
+        """(method, path) the planner sends an engine from another host (readiness, health,
+        sleep, wake): what a node's relay passes on besides the API routes. Routes that run
+        arbitrary code stay out (a node's agent sends those on loopback)."""
+        ...
+
+    def check_request(self, task: str, model: str) -> tuple[str, dict]:
+        """(route, JSON body) of the one greedy request that checks a started or woken server
+        of `task` before traffic goes to it."""
+        ...
+
+    def check_answer(self, task: str, data: bytes) -> str | None:
+        """A fingerprint of the check's answer (the same on every wake of the same weights),
+        or None when the body is no sound answer."""
+        ...
 
     def features(self, device: Device) -> frozenset[EngineFeature]:
         """What this engine can do on `device`."""
@@ -119,7 +153,21 @@ class Engine(Protocol):
         ...
 
 
-def get_engine(kind: str = DEFAULT_KIND) -> Engine:
+def api_routes() -> dict[str, str]:
+    """The API routes of every registered engine -> the task of the models serving each (the
+    gateway forwards these, and the relay passes them on)."""
+    out: dict[str, str] = {}
+    for kind in ENGINE_MODULES:
+        out.update(load_engine(kind).api_routes)
+    return out
+
+
+def stream_usage_routes() -> frozenset[str]:
+    """The routes whose streams report usage only when asked, of any registered engine."""
+    return frozenset(r for kind in ENGINE_MODULES for r in load_engine(kind).stream_usage_routes)
+
+
+def get_engine(kind: str) -> Engine:
     """The engine of `kind` (ValueError naming the known kinds if there is none)."""
     if kind not in ENGINE_MODULES:
         raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(ENGINE_MODULES)}")

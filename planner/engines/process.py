@@ -134,16 +134,33 @@ def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: 
 
 
 def http_post(
-    host: str, port: int, path: str, timeout_s: float = 600.0, *, secret: str = ""
+    host: str,
+    port: int,
+    path: str,
+    timeout_s: float = 600.0,
+    *,
+    secret: str = "",
+    body: dict | None = None,
 ) -> int:
-    """POST with an empty body; returns the status (raises on connection failure)."""
+    """POST an empty body (or `body` as JSON); returns the status (raises on connection
+    failure)."""
+    import json
+
     url = f"http://{host}:{port}{path}"
-    req = urllib.request.Request(url, data=b"", method="POST", headers=auth_headers(secret))
+    headers = auth_headers(secret)
+    data = b""
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers = {**headers, "Content-Type": "application/json"}
+    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout_s) as r:
             return r.status
     except urllib.error.HTTPError as e:
         return e.code
+
+
+_CLASSIFY_BYTES = 1_000_000  # how much of a failed start's log is searched for its cause
 
 
 def read_tail(log_path: str | Path, max_bytes: int = 64_000) -> str:
@@ -198,7 +215,8 @@ def wait_ready(
                 raise port_held_error(holder, read_tail(log_path))
         if not _running(proc):
             tail = read_tail(log_path)
-            reason = engine.classify_failure(tail)
+            # the cause may sit before a long traceback: classify a larger share of the log
+            reason = engine.classify_failure(read_tail(log_path, _CLASSIFY_BYTES))
             holder = port_holder(port, host) if reason == "port_in_use" else None
             if holder is not None:
                 raise port_held_error(holder, tail)

@@ -27,6 +27,24 @@ if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
     from planner.schemas.plan import Instance
 
+# The OpenAI-compatible routes the gateway forwards (and the relay passes on), and the task
+# of the models that serve each; vLLM 0.32 also serves Anthropic's Messages API
+# (vllm/entrypoints/anthropic: /v1/messages, streamed or not, and its count_tokens).
+API_ROUTES: dict[str, str] = {
+    "/v1/completions": "generate",
+    "/v1/chat/completions": "generate",
+    "/v1/responses": "generate",
+    "/v1/messages": "generate",
+    "/v1/messages/count_tokens": "generate",
+    "/v1/embeddings": "embed",
+}
+# Routes whose streams report usage only when asked (`stream_options.include_usage`); the
+# Responses and Messages APIs end their streams with usage anyway; embeddings never stream.
+STREAM_USAGE_ROUTES = frozenset({"/v1/completions", "/v1/chat/completions"})
+# The post-start/wake check's prompt: answered greedily, the same on every wake of the same
+# weights (a woken engine whose weights came back wrong answers another).
+CHECK_PROMPT = "The capital of France is"
+
 # Plan variants that are a dtype, not a quantization method.
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 # vLLM's --quantization for each variant precision; None lets vLLM read the checkpoint's config.
@@ -43,6 +61,9 @@ _BIG_GIB = 70.0  # H100/H200-class memory (A100 excepted), GiB
 # Patterns seen in vLLM 0.32 logs (CPU build, provoked on purpose) and the CUDA build's messages.
 _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("port_in_use", re.compile(r"Address already in use|\[Errno 98\]", re.I)),
+    # a full disk while the weights download or the compile cache is written (checked before
+    # out_of_memory: its traceback may mention memory too)
+    ("disk_full", re.compile(r"No space left on device|\[Errno 28\]|Disk quota exceeded", re.I)),
     (
         "max_model_len_too_large",
         re.compile(
@@ -93,6 +114,8 @@ _FAILURE_FIXES = {  # reason -> what to change
     "download it beforehand into HF_HOME",
     "max_model_len_too_large": "lower engine.max_model_len (the model or the KV cache cannot hold it)",
     "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
+    "disk_full": "free space on the disk holding HF_HOME (the weights), the state dir's logs "
+    "and the engine's caches (~/.cache), then apply again",
 }
 
 # The KV cache's size: the start-up log's report (last wins), else /metrics' cache config.
@@ -197,6 +220,66 @@ class Vllm:
     is_sleeping_route = "/is_sleeping"  # these three need VLLM_SERVER_DEV_MODE=1
     # level 2 dropped the weights: waking means reading them again from the checkpoint
     reload_request = ("/collective_rpc", {"method": "reload_weights"})
+    api_routes = API_ROUTES
+    stream_usage_routes = STREAM_USAGE_ROUTES
+
+    def task_args(self, task: str) -> list[str]:
+        """vLLM's flags for a model's task (an embedding checkpoint such as e5-mistral or
+        gte-Qwen2 names a causal LM architecture: vLLM would generate unless told to pool)."""
+        return ["--runner", "pooling"] if task == "embed" else []
+
+    def task(self, inst: Instance) -> str:
+        """`embed` for an instance run with `--runner pooling`, else `generate`."""
+        args = list(inst.engine.extra_args)
+        for k, a in enumerate(args):
+            value = a.split("=", 1)[1] if a.startswith("--runner=") else None
+            if a == "--runner" and k + 1 < len(args):
+                value = args[k + 1]
+            if value == "pooling":
+                return "embed"
+        return "generate"
+
+    def wake_steps(self, level: int) -> list[tuple[str, dict | None]]:
+        """`POST /wake_up`; after a level-2 sleep (weights dropped) then `reload_weights`,
+        before any traffic: the same sequence the profiler times as `wake_l2_s`."""
+        steps: list[tuple[str, dict | None]] = [(self.wake_route, None)]
+        if level >= 2:
+            steps.append(self.reload_request)
+        return steps
+
+    def control_routes(self) -> frozenset[tuple[str, str]]:
+        """(method, path) the planner sends from another host: readiness, health, sleep and
+        wake. Not `/collective_rpc` (it runs any engine method): a Ray node's agent sends the
+        weight reload itself, on loopback."""
+        return frozenset({
+            ("GET", self.ready_route), ("GET", self.health_route), ("GET", self.is_sleeping_route),
+            ("POST", "/sleep"), ("POST", self.wake_route),
+        })  # fmt: skip
+
+    def check_request(self, task: str, model: str) -> tuple[str, dict]:
+        """The one greedy request that checks a started or woken server before traffic: one
+        token of a completion, or the embedding of one input (an embedding engine has no
+        /v1/completions)."""
+        if task == "embed":
+            return "/v1/embeddings", {"model": model, "input": [CHECK_PROMPT]}
+        body = {"model": model, "prompt": CHECK_PROMPT, "max_tokens": 1, "temperature": 0}
+        return "/v1/completions", body
+
+    def check_answer(self, task: str, data: bytes) -> str | None:
+        """What the check's answer says about the weights (the completion's text, or the
+        embedding's first values rounded), compared across wakes; None when it is no answer
+        of that kind."""
+        import json
+
+        try:
+            doc = json.loads(data)
+            if task == "embed":
+                vec = doc["data"][0]["embedding"]
+                return " ".join(f"{float(x):.3f}" for x in vec[:8])
+            text = doc["choices"][0]["text"]
+        except (ValueError, LookupError, TypeError):
+            return None
+        return text if isinstance(text, str) else None
 
     def features(self, device: Device) -> frozenset[EngineFeature]:
         """Sleep mode and offloading exist on CUDA only; the CPU build caches prefixes."""

@@ -45,10 +45,6 @@ class Substitute(Strict):
 SubstituteWhen = Literal["never", "wake_exceeds_slo", "always_while_waking"]
 Task = Literal["generate", "embed"]
 
-# vLLM flags of a task beyond generating (an embedding checkpoint such as e5-mistral or
-# gte-Qwen2 names a causal LM architecture: vLLM would generate unless told to pool).
-TASK_ENGINE_ARGS: dict[str, tuple[str, ...]] = {"embed": ("--runner", "pooling")}
-
 
 class Pin(Strict):
     """Where a model may run: on one node, on one GPU type, or both."""
@@ -83,7 +79,7 @@ class ModelEntry(Strict):
     task: Task = Field(
         default="generate",
         description="generate: completions, chat and responses; embed: an embedding model "
-        "(/v1/embeddings; vLLM runs it with --runner pooling)",
+        "(/v1/embeddings; the engine runs it with its pooling flags)",
     )
     substitutes: list[Substitute] = Field(
         default_factory=list, description="awake models that may answer while this one wakes"
@@ -108,8 +104,11 @@ class ModelEntry(Strict):
 
     @property
     def engine_args(self) -> list[str]:
-        """vLLM flags its task needs (plan instances carry them in `engine.extra_args`)."""
-        return list(TASK_ENGINE_ARGS.get(self.task, ()))
+        """The engine flags its task needs (plan instances carry them in
+        `engine.extra_args`): the default engine's (`Engine.task_args`)."""
+        from planner.engines.kinds import DEFAULT_KIND, load_engine
+
+        return load_engine(DEFAULT_KIND).task_args(self.task)
 
     @property
     def arch(self) -> ModelArch:

@@ -46,8 +46,8 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
     code, _, err = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     assert code == 2 and str(state) in err and "does not exist" in err
     assert not state.exists()
-    code, out, _ = run_cli(["down", "--state-dir", str(state)], capsys)
-    assert code == 0 and "0 instance(s) stopped" in out
+    code, _, err = run_cli(["down", "--state-dir", str(state)], capsys)
+    assert code == 2 and "does not exist" in err and not state.exists()  # issue 42: was 0
 
 
 @pytest.mark.parametrize(
@@ -86,10 +86,12 @@ def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
         s.upsert(InstanceRow(id="a-0", model="tiny-a", variant="bf16", node="local", port=18555,
                              status="awake", pid=2**22 + 7, started_at=1.0))  # fmt: skip
         s.set_meta(point="p", plan_path="/x/plan.yaml")
-    code, out, _ = run_cli(["status", "--state-dir", str(state)], capsys)
-    assert code == 0 and "point p" in out and "18555" in out
+    code, out, err = run_cli(["status", "--state-dir", str(state)], capsys)
+    # issue 42: an instance that failed makes `status` exit 1 (before: 0)
+    assert code == 1 and "point p" in out and "18555" in out and "failed: a-0" in err
     code, out, _ = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
     row = json.loads(out)["instances"][0]
+    assert code == 1 and row["status"] == "failed"
     assert row["healthy"] is False and row["uptime_s"] is None  # no such process
     code, out, _ = run_cli(["down", "--state-dir", str(state), "--json"], capsys)
     assert code == 0 and [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
@@ -147,3 +149,17 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
         {"name": "c", "cpu_memory_gib": 8, "gpus": [{"type": "cpu", "count": 1}]}
     )
     assert host_mismatch(cpu, HostGpus(("H200-SXM",))) is None
+
+
+def test_down_refuses_a_state_dir_that_does_not_exist_and_json_errors_go_to_stdout(
+    tmp_path, capsys
+) -> None:
+    """Issue 42 item 5. Before: `down --state-dir TYPO` made the folder and exited 0, and a
+    failing command given --json printed nothing on stdout."""
+    typo = tmp_path / "stat"
+    code, out, err = run_cli(["down", "--state-dir", str(typo)], capsys)
+    assert code == 2 and "does not exist" in err and not typo.exists() and out == ""
+    code, out, _ = run_cli(["down", "--state-dir", str(typo), "--json"], capsys)
+    err = json.loads(out)["error"]
+    assert code == 2 and err["exit_code"] == 2 and err["type"] == "InputError"
+    assert err["file"] == str(typo) and "does not exist" in err["message"] and err["fix"]

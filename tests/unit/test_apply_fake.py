@@ -60,7 +60,7 @@ class FakeBackend:
         self.alive[handle.pid] = "asleep"
         self.log.append(("sleep", handle.instance_id))
 
-    def wake(self, handle: Handle) -> None:
+    def wake(self, handle: Handle, level: int) -> None:
         self.alive[handle.pid] = "up"
         self.log.append(("wake", handle.instance_id))
 
@@ -247,3 +247,16 @@ def test_controller_restarts_a_dead_instance_and_counts_it(tmp_path) -> None:
         "restart 1: the process died",
         "restart 2: the process died",
     ]
+
+
+def test_apply_reports_each_step_as_it_begins_and_ends(tmp_path) -> None:
+    """Issue 42 item 5: in a pipe `apply` was silent for minutes (a spinner on a TTY only)."""
+    p = plan(("a", [inst("x-0", 8100), inst("y-0", 8101, gpus=(1,))]))
+    be, st, lines = FakeBackend(), StateStore(tmp_path), []
+    res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
+                      timeout_s=5, progress=lines.append)  # fmt: skip
+    assert res.ok
+    assert [x.split(":")[0] for x in lines] == [
+        "[1/2] start x-0 on n", "[1/2] start x-0", "[2/2] start y-0 on n", "[2/2] start y-0",
+    ]  # fmt: skip
+    assert lines[1].startswith("[1/2] start x-0: ok (pid ")

@@ -143,3 +143,18 @@ def test_a_listener_on_another_address_is_not_in_the_way(tmp_path):
         anywhere.listen()
         port = anywhere.getsockname()[1]
         assert ports.port_holder(port, "127.0.0.1") is not None
+
+
+def test_a_start_that_fills_the_disk_says_so_from_a_long_log(tmp_path) -> None:
+    """Issue 42 item 5. Before: `unknown` (the cause sat 133 KB up a log, before the
+    traceback; only the last 64 KB were read, and no pattern knew a full disk)."""
+    log = tmp_path / "s.log"
+    script = (
+        "import sys; print('OSError: [Errno 28] No space left on device: /hf/model.safetensors');"
+        "print('  File \"x.py\", line 1, in f\\n' * 6000); sys.exit(1)"
+    )  # about 150 KB of traceback after the cause
+    proc = process.start_server([sys.executable, "-c", script], {}, log)
+    with pytest.raises(LaunchError) as ei:
+        process.wait_ready(VLLM, "127.0.0.1", _port(), proc, log, timeout_s=30, poll_s=0.05)
+    assert log.stat().st_size > 130_000
+    assert ei.value.reason == "disk_full" and "free space" in (ei.value.fix or "")

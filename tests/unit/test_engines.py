@@ -29,7 +29,7 @@ def _inst(**engine) -> Instance:
 
 def test_registry_finds_vllm_by_kind_and_names_the_known_ones():
     assert DEFAULT_KIND == "vllm" and "vllm" in engine_kinds()
-    assert get_engine("vllm") is VLLM and get_engine() is VLLM
+    assert get_engine("vllm") is VLLM
     with pytest.raises(ValueError, match="known: vllm"):
         get_engine("sglang")
 

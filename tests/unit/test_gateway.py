@@ -144,6 +144,35 @@ class FakeEngine:
             await out.write_eof()
             return out
 
+        async def messages(request: web.Request) -> web.StreamResponse:
+            # as vLLM's Anthropic Messages API: usage input/output; a stream of named events,
+            # input tokens in message_start's message, output tokens in message_delta
+            body = await request.json()
+            self.bodies.append(body)
+            if request.path.endswith("/count_tokens"):
+                return web.json_response({"input_tokens": 6})
+            msg = {
+                "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
+                "content": [{"type": "text", "text": "ab"}], "stop_reason": "max_tokens",
+                "usage": {"input_tokens": 6, "output_tokens": 4},
+            }  # fmt: skip
+            if not body.get("stream"):
+                return web.json_response(msg)
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            start = {**msg, "content": [], "usage": {"input_tokens": 6, "output_tokens": 0}}
+            for kind, ev in (
+                ("message_start", {"type": "message_start", "message": start}),
+                ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "text_delta", "text": "ab"}}),
+                ("message_delta", {"type": "message_delta", "usage": {"output_tokens": 4},
+                                   "delta": {"stop_reason": "max_tokens"}}),
+                ("message_stop", {"type": "message_stop"}),
+            ):  # fmt: skip
+                await out.write(f"event: {kind}\ndata: {json.dumps(ev)}\n\n".encode())
+            await out.write_eof()
+            return out
+
         async def health(request: web.Request) -> web.Response:
             return web.Response(text="", status=503 if self.dead else 200)
 
@@ -152,6 +181,8 @@ class FakeEngine:
         app.router.add_post("/v1/chat/completions", completions)
         app.router.add_post("/v1/embeddings", embeddings)
         app.router.add_post("/v1/responses", responses)
+        app.router.add_post("/v1/messages", messages)
+        app.router.add_post("/v1/messages/count_tokens", messages)
         app.router.add_get("/health", health)
         return app
 
@@ -429,7 +460,7 @@ def test_dead_instance_is_restarted(setup):
     deadline = time.monotonic() + 10
     while post(th, model="a", prompt="x").status_code != 200 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert 'planner_gateway_restarts_total{instance="a0"} 1' in httpx.get(th.url + "/metrics").text
+    assert 'planner_gateway_restarts_total{engine="a0"} 1' in httpx.get(th.url + "/metrics").text
 
 
 def test_refused_connection_restarts_on_the_request_path(setup):

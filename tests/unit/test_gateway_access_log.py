@@ -76,6 +76,17 @@ def test_each_request_gets_one_private_line_without_key_or_prompt(gateway):
     assert access.stat().st_mode & 0o777 == 0o600  # under umask 022
 
 
+def test_a_request_refused_for_its_key_gets_a_line_too(gateway):
+    """Issue 42 item 5. Before: a 401 (no key, or a wrong one) left no line."""
+    th, _, access = gateway
+    body = {"model": "a", "prompt": PROMPT, "max_tokens": 3}
+    wrong = {"Authorization": "Bearer not-a-key-4711"}
+    assert httpx.post(th.url + "/v1/completions", json=body, headers=wrong).status_code == 401
+    (line,) = _lines(access, 1)
+    assert ' user="" model="" route=/v1/completions status=401 ' in line
+    assert line.endswith('error="no valid key"') and "not-a-key-4711" not in line
+
+
 def test_a_rotated_access_log_is_created_again(gateway):
     th, key, access = gateway
     auth = {"Authorization": f"Bearer {key}"}

@@ -145,7 +145,7 @@ class EngineBackend:
     def sleep(self, handle: Handle, level: int) -> None:
         self.stop(handle)
 
-    def wake(self, handle: Handle) -> None:
+    def wake(self, handle: Handle, level: int) -> None:
         raise AssertionError("no sleep mode")
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
@@ -177,7 +177,7 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
             _wait(lambda n=n: state.get("a0").restarts == n, f"restart {n}")
             _wait(lambda: post(th, model="a", prompt="x").status_code == 200, "serving again")
         assert (
-            'planner_gateway_restarts_total{instance="a0"} 2' in httpx.get(th.url + "/metrics").text
+            'planner_gateway_restarts_total{engine="a0"} 2' in httpx.get(th.url + "/metrics").text
         )
     finally:
         th.stop()
@@ -191,7 +191,7 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
     state.close()
     with pytest.raises(SystemExit) as e:
         main(["status", "--state-dir", str(tmp_path), "--json"])
-    assert e.value.code == 0
+    assert e.value.code == 1  # its fake engine is closed: failed, and status says so (issue 42)
     (row,) = json.loads(capsys.readouterr().out)["instances"]
     assert (row["id"], row["restarts"]) == ("a0", 2)
 

@@ -12,8 +12,15 @@ from test_gateway import inst, post, wait_rows
 gateway_setup = tg.setup  # the fixture, under this module's name for it
 
 
+def embed_inst(iid: str, model: str, gpus: list[int]):
+    """An instance of an embedding model (what the optimizer plans for `task: embed`)."""
+    spec = inst(iid, model, gpus)
+    engine = spec.engine.model_copy(update={"extra_args": ["--runner", "pooling"]})
+    return spec.model_copy(update={"engine": engine})
+
+
 def test_embeddings_are_proxied_and_logged(gateway_setup, tmp_path):
-    th, _ = gateway_setup([inst("e0", "emb", [0])], {"e0"})
+    th, _ = gateway_setup([embed_inst("e0", "emb", [0])], {"e0"})
     r = post(th, "/v1/embeddings", model="emb", input="hello", headers={"X-User": "ann"})
     assert r.status_code == 200, r.text
     assert r.json()["data"][0]["embedding"] == [0.5, -0.5]
@@ -47,7 +54,7 @@ def test_responses_are_proxied_streamed_and_their_usage_logged(gateway_setup, tm
 
 
 def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(gateway_setup, tmp_path):
-    th, ctl = gateway_setup([inst("e0", "emb", [0]), inst("c0", "coder", [0])], {"c0"})
+    th, ctl = gateway_setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [0])], {"c0"})
     r = post(th, "/v1/embeddings", model="emb", input=["a", "b"])
     assert r.status_code == 200, r.text
     assert ("sleep", "c0") in ctl.calls and ("wake", "e0") in ctl.calls
@@ -84,3 +91,16 @@ def test_head_of_a_get_route_and_expect_100_continue_are_answered(gateway_setup)
         assert got.startswith(b"HTTP/1.1 200")
     r = httpx.post(th.url + "/v1/completions", content=body, headers={"Expect": "magic"})
     assert r.status_code == 417 and "magic" in r.json()["error"]["message"]
+
+
+def test_a_call_of_another_task_gets_a_400_naming_the_models_task(gateway_setup, tmp_path):
+    """Issue 42 item 5. Before: vLLM's bare `{"detail": "Not Found"}` came back."""
+    th, ctl = gateway_setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [1])], {"e0", "c0"})
+    r = post(th, "/v1/chat/completions", model="emb", messages=[{"role": "user", "content": "x"}])
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "BadRequestError" and err["param"] == "model"
+    assert "task: embed" in err["message"] and "/v1/chat/completions" in err["message"]
+    r = post(th, "/v1/embeddings", model="coder", input="x")
+    assert r.status_code == 400 and "task: generate" in r.json()["error"]["message"]
+    assert ctl.engines["e0"].bodies == [] and ctl.engines["c0"].bodies == []  # none forwarded

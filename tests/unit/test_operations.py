@@ -45,14 +45,21 @@ def test_print_cron_prints_adjust_gateway_and_boot_units(tmp_path, capsys):
     assert gw["Restart"] == "on-failure" and gw["Type"] == "simple"
     assert boot["Type"] == "oneshot" and units["planner-apply.service"]["Install"]["WantedBy"]
     assert adj["Type"] == "oneshot"
+    import getpass
+
+    env = state.resolve() / "planner.env"
     for svc in (gw, boot, adj):  # engines a unit starts outlive it (and a gateway restart)
         assert svc["KillMode"] == "process"
+        # issue 42: not root, the state dir's owner; secrets from a 0600 file, not the unit
+        assert svc["User"] == getpass.getuser() and svc["Group"]
+        assert svc["EnvironmentFile"] == f"-{env}"
         argv = shlex.split(svc["ExecStart"])
         assert argv[argv.index("--state-dir") + 1] == str(state.resolve())
         assert str(PLAN) in argv
     assert shlex.split(gw["ExecStart"])[-4:] == ["--state-dir", str(state.resolve()),
                                                   "--port", "8000"]  # fmt: skip
     assert "/etc/logrotate.d/planner" in out and "adjust.log" in out
+    assert f"install -m 600 /dev/null {env}" in out
 
 
 def test_history_logs_and_previous_name_what_is_missing(tmp_path, capsys):
@@ -111,3 +118,27 @@ def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_pa
     assert base <= rendered, base - rendered
     assert rendered <= base, f"not in the guide/dashboard: {rendered - base}"
     assert "operations.md" in (ROOT / "README.md").read_text()
+
+
+def test_the_restart_metric_names_the_engine_not_prometheus_instance_label():
+    """Issue 42 item 5. Before: labelled `instance`, which Prometheus gives every series
+    of a target: the dashboard and the alert named the gateway, not the engine."""
+    import json
+    import re
+
+    import yaml
+
+    from planner.adjuster.gateway.metrics import Metrics
+
+    m = Metrics()
+    m.restarts["embed-0"] += 1
+    text = m.render(lambda: {}, {})
+    assert 'planner_gateway_restarts_total{engine="embed-0"} 1' in text
+    assert not re.search(r"planner_gateway_\w+\{[^}]*\binstance=", text)
+    docs = ROOT / "docs"
+    rules = yaml.safe_load((docs / "alerts.yaml").read_text())["groups"][0]["rules"]
+    (rule,) = [r for r in rules if r["alert"] == "PlannerEngineRestarts"]
+    assert "by (engine)" in rule["expr"] and "$labels.engine" in rule["annotations"]["summary"]
+    dash = json.loads((docs / "grafana-planner.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert all("by (engine)" in e for e in exprs if "restarts_total" in e)

@@ -21,7 +21,7 @@ from planner.errors import InputError
 
 
 def _row(iid: str = "a0") -> InstanceRow:
-    return InstanceRow(id=iid, model="a", variant="bf16", node="n", port=8100, status="asleep")
+    return InstanceRow(id=iid, model="a", variant="bf16", node="n", port=8100, status="stopped")
 
 
 @pytest.fixture
