@@ -220,7 +220,7 @@ class _Paths:
         """Serve a lone instance's requests (`alone`), remembered for a trace kept around."""
         req, out, memo = self.req, self.out, self.memo
         perf = self.perfs[s0.id]
-        key = (req.fingerprint, m, perf) if memo else ()
+        key = (req.fingerprint, m, perf) if memo else ()  # a passing trace: not hashed
         if not (memo and alone.recall(key, s0, idx, out)):
             # which requests find their prefix cached is known up front
             hit = alone.session_hits(req.session[idx], cached)
