@@ -18,16 +18,15 @@ from planner.optimizer.sim.router import Slot
 
 # An instance alone with its model's requests gives the same answer whatever else the
 # point holds; the optimizer simulates many points sharing such instances on one trace
-# (passed as the same `Requests`). Keyed by (trace identity, model, perf); the entry keeps
-# the trace alive so its id cannot be reused.
+# (passed as the same `Requests`). Keyed by (the trace's fingerprint, model, perf): values,
+# not identities.
 _CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 CACHE_SIZE = 64
 
 
-def remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> None:
+def remember(key: tuple, s: Slot, idx: np.ndarray, out: Outcome) -> None:
     eng = s.engine
     _CACHE[key] = (
-        req,
         out.first_token_s[idx].copy(),
         out.finish_s[idx].copy(),
         out.cache_hit[idx].copy(),
@@ -40,12 +39,12 @@ def remember(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) 
         _CACHE.popitem(last=False)
 
 
-def recall(key: tuple, req: Requests, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
+def recall(key: tuple, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
     hit = _CACHE.get(key)
-    if hit is None or hit[0] is not req:
+    if hit is None:
         return False
     _CACHE.move_to_end(key)
-    _, first, finish, cache_hit, refused, busy_s, preemptions, free_s = hit
+    first, finish, cache_hit, refused, busy_s, preemptions, free_s = hit
     out.first_token_s[idx] = first
     out.finish_s[idx] = finish
     out.cache_hit[idx] = cache_hit

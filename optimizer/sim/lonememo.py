@@ -3,9 +3,9 @@
 The optimizer simulates many points on one trace (passed as the same `Requests`) and an
 instance perf recurs across them; recomputing its lone times (numpy over every request of
 the model, at every simulation) was about a tenth of a big search's simulator time. Keyed
-by (trace identity, model, perf, which prefixes count as cached); an entry keeps its trace
-alive so the id is not reused, and the memo holds at most `MAX_VALUES` floats (least
-recently used entries go first). Callers must not write into the arrays it returns.
+by (the trace's fingerprint, model, perf, which prefixes count as cached), values not
+identities; the memo holds at most `MAX_VALUES` floats (least recently used entries go
+first). Callers must not write into the arrays it returns.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from planner.optimizer.sim.request import Requests
 from planner.optimizer.sim.steptime import lone_times
 
 MAX_VALUES = 8_000_000  # floats held by all entries together (64 MB)
-_MEMO: OrderedDict[tuple, tuple[Requests, np.ndarray, np.ndarray]] = OrderedDict()
+_MEMO: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 _held = 0  # floats held
 
 
@@ -40,18 +40,16 @@ def lone_times_of(
     global _held
     if not memo:
         return lone_times(perf, inp, cached, out)
-    key = (id(req), model, perf, kind)
+    key = (req.fingerprint, model, perf, kind)
     hit = _MEMO.get(key)
-    if hit is not None and hit[0] is req:
-        _MEMO.move_to_end(key)
-        return hit[1], hit[2]
-    pf, tot = lone_times(perf, inp, cached, out)
     if hit is not None:
-        _held -= 2 * len(hit[1])
-    _MEMO[key] = (req, pf, tot)
+        _MEMO.move_to_end(key)
+        return hit
+    pf, tot = lone_times(perf, inp, cached, out)
+    _MEMO[key] = (pf, tot)
     _held += 2 * len(pf)
     while _held > MAX_VALUES and len(_MEMO) > 1:
-        _, (_, a, _) = _MEMO.popitem(last=False)
+        _, (a, _) = _MEMO.popitem(last=False)
         _held -= 2 * len(a)
     return pf, tot
 

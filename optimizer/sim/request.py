@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,26 @@ class Requests:
 
     def __len__(self) -> int:
         return len(self.arrival_s)
+
+    @cached_property
+    def fingerprint(self) -> bytes:
+        """A digest of the trace's values, which the simulator's caches key by: an equal trace
+        (another object) shares their entries, and a freed trace's reused `id()` cannot alias
+        one. Computed once, on first use: the arrays must not be written after that."""
+        import hashlib
+
+        h = hashlib.blake2b(repr(self.model_names).encode(), digest_size=16)
+        for a in (
+            self.arrival_s,
+            self.model,
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.session,
+        ):
+            h.update(f"{a.dtype.str}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).data)
+        return h.digest()
 
 
 def _column(trace: Any, name: str) -> np.ndarray | None:

@@ -220,8 +220,8 @@ class _Paths:
         """Serve a lone instance's requests (`alone`), remembered for a trace kept around."""
         req, out, memo = self.req, self.out, self.memo
         perf = self.perfs[s0.id]
-        key = (id(req), m, perf)
-        if not (memo and alone.recall(key, req, s0, idx, out)):
+        key = (req.fingerprint, m, perf) if memo else ()  # a passing trace: not hashed
+        if not (memo and alone.recall(key, s0, idx, out)):
             # which requests find their prefix cached is known up front
             hit = alone.session_hits(req.session[idx], cached)
             pf, tot = lone_times_of(
@@ -229,7 +229,7 @@ class _Paths:
             )
             alone.run_alone(s0, idx, req, out, hit, pf, tot, bound)
             if memo:
-                alone.remember(key, req, s0, idx, out)
+                alone.remember(key, s0, idx, out)
         if alone.refusals_left_hits(req, idx, out):
             self.wrong.add(m)
 

@@ -1,5 +1,5 @@
-"""Who listens on an engine's port: the listener's pid, command and session (Linux /proc),
-so that `apply` tells its own servers from a foreign one (`PortHeldError`).
+"""Who listens on an engine's port: the listener's pid, command and session (psutil), so
+that `apply` tells its own servers from a foreign one (`PortHeldError`).
 """
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ import ipaddress
 import os
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 
 from planner.errors import LaunchError, PortHeldError
 
@@ -26,7 +25,7 @@ def is_port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 @dataclass(frozen=True)
 class PortHolder:
-    """The process listening on a TCP port: pid None where /proc does not say (another
+    """The process listening on a TCP port: pid None where psutil cannot say (another
     user's process, or no /proc)."""
 
     port: int
@@ -41,76 +40,62 @@ class PortHolder:
         return f"port {self.port} is held by {who}{cmd}"
 
 
-def _proc_addr(hex_addr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    """An address as /proc/net/tcp{,6} writes it (32-bit words in host byte order)."""
-    b = bytes.fromhex(hex_addr)
-    words = b"".join(b[i : i + 4][::-1] for i in range(0, len(b), 4))
-    if len(words) == 4:
-        return ipaddress.IPv4Address(words)
-    a = ipaddress.IPv6Address(words)
-    return a.ipv4_mapped or a
+def _in_the_way(ip: str, want: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> bool:
+    """Whether a listener on `ip` blocks a server binding `want` (None: a name, every
+    listener counts): the same address, or every address (IPv4 or IPv6)."""
+    a = ipaddress.ip_address(ip)
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    return want is None or a.is_unspecified or a == want
 
 
-def _listen_inodes(port: int, host: str) -> set[str]:
-    """Socket inodes of TCP listeners on `port` that a server binding `host` would meet: on
-    `host` itself or on every address (IPv4 and IPv6), from /proc/net. A listener on another
-    address (a node agent's relay on the node's address, beside its engine on loopback) is not
-    in the way."""
+def _listener_pids(port: int, host: str) -> list[int | None]:
+    """The pids of TCP listeners on `port` that a server binding `host` would meet (None for
+    one whose process this user cannot see). A listener on another address (a node agent's
+    relay on the node's address, beside its engine on loopback) is not in the way."""
+    import psutil
+
     try:
         want = ipaddress.ip_address(host)
     except ValueError:
-        want = None  # a name: every listener on the port counts
-    out: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            f = line.split()
-            # local_address is HEXIP:HEXPORT; state 0A is LISTEN; field 9 the inode
-            if len(f) <= 9 or f[3] != "0A":
-                continue
-            addr, _, hex_port = f[1].rpartition(":")
-            if int(hex_port, 16) != port:
-                continue
-            a = _proc_addr(addr)
-            if want is None or a.is_unspecified or a == want:
-                out.add(f[9])
-    return out
+        want = None
+    try:
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.AccessDenied, OSError):
+        return []  # no /proc (or not allowed): the bind test below still sees a holder
+    return [
+        c.pid
+        for c in conns
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+        if _in_the_way(c.laddr.ip, want)
+    ]
 
 
 def command_of(pid: int, max_chars: int = 120) -> str:
     """The command line of `pid`, shortened ("" when unreadable)."""
+    import psutil
+
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        args = psutil.Process(pid).cmdline()
+    except psutil.Error:
         return ""
-    text = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
+    text = " ".join(" ".join(args).split())
     return text if len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
 def port_holder(port: int, host: str = "127.0.0.1") -> PortHolder | None:
     """Who listens on `port` now; None when nobody does (the port can be bound)."""
-    inodes = _listen_inodes(port, host)
-    if not inodes:
+    pids = _listener_pids(port, host)
+    if not pids:
         return None if is_port_free(port, host) else PortHolder(port, None)
-    wanted = {f"socket:[{i}]" for i in inodes}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
+    for pid in pids:
+        if pid is None:
             continue
         try:
-            fds = list((d / "fd").iterdir())
+            sid = os.getsid(pid)
         except OSError:
-            continue  # gone, or another user's
-        for fd in fds:
-            try:
-                if os.readlink(fd) in wanted:
-                    pid = int(d.name)
-                    sid = os.getsid(pid)
-                    return PortHolder(port, pid, command_of(pid), sid)
-            except OSError:
-                continue
+            continue  # gone since
+        return PortHolder(port, pid, command_of(pid), sid)
     return PortHolder(port, None)
 
 

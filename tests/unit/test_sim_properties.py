@@ -124,3 +124,36 @@ def test_lone_times_memo_returns_the_same_arrays_and_stays_bounded(monkeypatch):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
     lonememo.clear()
+
+
+def test_the_simulator_caches_key_a_trace_by_its_values():
+    """An equal trace in another object shares the caches' entries; one token changed makes a
+    new entry (keys are values, so a freed trace's reused id() cannot alias one)."""
+    import dataclasses
+
+    from planner.optimizer.sim import alone, lonememo, simulator
+    from planner.optimizer.sim.request import to_requests
+    from planner.optimizer.sim.steptime import lone_times
+
+    raw = random_trace(7, 500, ["m0", "m1"])
+    req, twin = to_requests(raw, ["m0", "m1"]), to_requests(raw, ["m0", "m1"])
+    assert twin is not req
+    pt = point(["gpu", "gpu"], gpus=[[0], [1]])
+    perfs = {"i0": PERF, "i1": PERF}
+    simulator.clear_caches()
+    first = simulate(pt, perfs, req, SLO)
+    held = (len(alone._CACHE), len(lonememo._MEMO))
+    assert held[0] > 0
+    again = simulate(pt, perfs, twin, SLO)
+    assert (len(alone._CACHE), len(lonememo._MEMO)) == held  # recalled, nothing added
+    np.testing.assert_array_equal(again.e2e_s, first.e2e_s)
+
+    other = dataclasses.replace(req, input_tokens=req.input_tokens.copy())
+    other.input_tokens[0] += 1
+    args = (other.input_tokens, other.cached_tokens, other.output_tokens)
+    lonememo.clear()
+    a = lonememo.lone_times_of(req, 0, PERF, "hit", *args, memo=True)
+    b = lonememo.lone_times_of(other, 0, PERF, "hit", *args, memo=True)
+    assert b[0] is not a[0] and len(lonememo._MEMO) == 2
+    np.testing.assert_array_equal(b[0], lone_times(PERF, *args)[0])
+    simulator.clear_caches()
