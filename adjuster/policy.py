@@ -101,6 +101,12 @@ from planner.adjuster.policy_view import Outcome, WindowView, meets_slo, objecti
 def decide(state: AdjustState, obs: Observation) -> Outcome:
     """The policy (see the module docstring). Pure and deterministic."""
     v = view(state, obs)
+    if v.cfg.decision == "lean" and obs.lean is not None:
+        from planner.adjuster.policy_lean import decide_lean
+
+        if v.cur not in obs.lean.rows:
+            raise ValueError(f"no forecast for the current point {v.cur!r}")
+        return decide_lean(v, _none_meets)
     if (out := _quiet(v)) is not None:
         return out
     if v.cur not in obs.metrics:
