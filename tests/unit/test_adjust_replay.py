@@ -183,3 +183,39 @@ def test_evaluate_and_replay_say_why_their_figures_differ(tmp_path, capsys, flip
     out = " ".join(capsys.readouterr().out.split())
     assert e.value.code == 0
     assert "differ from `planner evaluate`" in out and "pays for its hops" in out
+
+
+def test_holding_a_point_gives_evaluates_figures(flip):
+    """One continuous run (issue 41 item 7): a point held all week is scored as `planner
+    evaluate` scores it (one simulation over the whole trace), not from a fresh start each
+    hour with its sleeping models awake."""
+    from planner.optimizer.sim.simulator import simulate
+
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig())
+    for pt in p.points:
+        ev = simulate(pt, perfs[pt.name], tr, h.slo(), model_names=[h.A, h.B]).point_metrics()
+        got = out["static"][pt.name]
+        assert got["slo_attainment"] == pytest.approx(ev.slo_attainment, abs=1e-9)
+        assert got["warm_gpu_gib"] == pytest.approx(ev.warm_gpu_gib, rel=1e-9)
+        assert got["switch_p95_s"] == pytest.approx(ev.switch_p95_s, abs=1e-9)
+        assert got["switch_count"] == ev.switch_count
+
+
+def test_replay_json_has_a_per_hour_series(flip):
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig(min_dwell_s=3600.0), warmup_s=86400.0)
+    series = out["series"]
+    assert len(series) == out["windows"] - 24  # the scored windows, one row each
+    assert sum(sum(r["requests"].values()) for r in series) == out["adjusted"]["requests"]
+    in_force = {d["at_s"] - 3600.0: d["from"] for d in out["decisions"]}
+    hops_at = {x["at_s"] for x in out["hops"]}
+    for r in series:
+        assert set(r) == {
+            "start_s", "point", "hop", "warm_gpu_gib", "requests", "switch_waits",
+            "switch_p95_s", "slo_attainment",
+        }  # fmt: skip
+        assert r["point"] == in_force[r["start_s"]]
+        assert r["hop"] == (r["start_s"] in hops_at)
+        assert r["warm_gpu_gib"] > 0
+    assert any(r["hop"] for r in series), "no hop in the scored days: the test proves less"
