@@ -138,8 +138,8 @@ def forecast_counts(
         level[m] = float(np.clip(lvl, LEVEL_MIN, LEVEL_MAX))
         counts[m] = prof_ahead * level[m]
         if exp_ < 1.0 and obs_ > 0:  # a model the profile does not know (just adopted):
-            recent = np.nan_to_num(seen[:k])  # its last windows' rate goes on
-            counts[m] = np.full(k, float(recent.mean()))
+            recent = seen[:k][~np.isnan(seen[:k])]  # its last logged windows' rate goes on
+            counts[m] = np.full(k, float(recent.mean()) if len(recent) else 0.0)
     return Forecast(now_s, w, counts, level, days)
 
 
