@@ -83,6 +83,14 @@ def adjust_cmd(
     start_point: Annotated[
         str | None, typer.Option("--start-point", help="Replay: point in force at the start.")
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Replay: draw traffic per model, the point in force, warm GiB and switch P95 "
+            "by hour (.png).",
+        ),
+    ] = None,
     cluster: PlanClusterOpt = None,
     models: PlanModelsOpt = None,
     slo: PlanSloOpt = None,
@@ -105,8 +113,10 @@ def adjust_cmd(
         return
     inp = adjust_inputs.load(plan_path, cluster, models, slo)
     if replay_trace is not None:
-        _replay(inp, replay_trace, cfg, start_point, json_out)
+        _replay(inp, replay_trace, cfg, start_point, json_out, plot)
         return
+    if plot is not None:
+        raise InputError("--plot draws a replay", path="--plot", fix="add --replay TRACE")
     from planner.cli.apply_checks import placed
 
     # a hop starts servers where `planner apply` put this state dir's (its --port-base)
@@ -114,11 +124,15 @@ def adjust_cmd(
     _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s)
 
 
-def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool) -> None:
+def _replay(
+    inp, trace_path: Path, cfg, start_point: str | None, json_out: bool, plot: Path | None
+) -> None:
     from planner.adjuster.replay import replay
     from planner.app.reoptimize import Reoptimizer
     from planner.cli import inputs as cin
+    from planner.cli.adjust_plot import check_plot_name, draw_replay
 
+    check_plot_name(plot)
     names = [p.name for p in inp.plan.points]
     if start_point is not None and start_point not in names:
         raise InputError(
@@ -130,12 +144,12 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
     from planner.cli.tables import REPLAY_SCORING, metrics_table
 
     if json_out:
-        print_json(
-            {
-                **replay(inp.plan, trace, inp.slo, inp.all_perfs(), cfg, **kw),
-                "scoring": REPLAY_SCORING,
-            }
-        )
+        # nothing but JSON on stdout: a re-optimization's solver prints its banner there
+        with cin.quiet_c_stdout():
+            out = replay(inp.plan, trace, inp.slo, inp.all_perfs(), cfg, **kw)
+        if plot is not None:
+            draw_replay(plot, out, f"replay of {trace_path.name}")
+        print_json({**out, "scoring": REPLAY_SCORING})
         return
     from rich.progress import Progress
 
@@ -145,6 +159,9 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
             inp.plan, trace, inp.slo, inp.all_perfs(), cfg,
             progress=lambda k, n: bar.update(task, completed=k, total=n), **kw,
         )  # fmt: skip
+    if plot is not None:
+        draw_replay(plot, out, f"replay of {trace_path.name}")
+        console.print(f"wrote {plot}", highlight=False, markup=False)
     console.print(
         metrics_table(
             f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
@@ -173,6 +190,7 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
 
 def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> None:
     """One tick (`--once`), or one every `every_s` until SIGTERM/SIGINT (`--every`)."""
+    import contextlib
     import signal
     import threading
 
@@ -182,6 +200,7 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
     from planner.cli.common import open_backend
+    from planner.cli.inputs import quiet_c_stdout
     from planner.errors import PlannerError
 
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
@@ -199,7 +218,10 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
                     tcfg = adjust_inputs.tick_config(
                         inp, cfg, state_dir=store.dir, dry_run=dry_run, timeout_s=timeout
                     )
-                    res = tick(time.time(), RequestLogSource(store.dir), be, store, inp.plan, tcfg)
+                    # nothing but JSON on stdout: a re-optimization's solver prints there
+                    with quiet_c_stdout() if json_out else contextlib.nullcontext():
+                        now = time.time()
+                        res = tick(now, RequestLogSource(store.dir), be, store, inp.plan, tcfg)
                 show_tick(res, dry_run, json_out, str(store.dir))
                 if res.error is not None and every_s is None:
                     raise typer.Exit(res.error.exit_code)
