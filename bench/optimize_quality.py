@@ -9,9 +9,11 @@ is scored on the next week, a trace it never saw (seed 1 by default, same spec).
 The baselines are sized on the fitted week too (melange's peak demand) and scored on the
 unseen one.
 
-Targets (issue 13), on the unseen week:
-- every point: switch P95 <= 1/3 of its `lru@` twin's (reactive LRU on the point's own
-  instances within its warm GiB; both zero counts) at attainment >= the twin's - 0.01;
+Targets (issues 13 and 41), on the unseen week:
+- every point beats its `lru@` twin (reactive LRU on the point's own instances within its
+  warm GiB): switch P95 at most half the twin's, or both under 0.5 s, at no more warm
+  memory (`beats_twin_unseen`; issue 41 item 6; until then: 1/3 of the twin's at its
+  attainment - 0.01);
 - the selected point meets the attainment target on the held-back days (`predicted`) and
   on the unseen week;
 - some point reaches melange's attainment - 0.01 at <= 0.6x melange's warm GiB;
@@ -87,6 +89,17 @@ def run(
     }
 
 
+BOTH_FAST_S = 0.5  # both switch P95 under this: the twin is beaten as well as can be seen
+
+
+def beats_twin_unseen(m: dict, twin: dict) -> bool:
+    """The point beats its twin (issue 41 item 6): switch P95 at most half the twin's, or both
+    under `BOTH_FAST_S`, the twin holding no more warm memory than the point."""
+    sw, tw = m["switch_p95_s"], twin["switch_p95_s"]
+    fast = sw <= tw / 2 or (sw < BOTH_FAST_S and tw < BOTH_FAST_S)
+    return fast and twin["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
+
+
 def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
     """The targets' verdicts for `res`'s points on one unseen week (`example`'s 4-tuple)."""
     cl, ms, sl, next_week = unseen
@@ -107,12 +120,11 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
             host_margin=OptimizeConfig().host_memory_margin,
         )  # fmt: skip
         t = tr.to_metrics()
-        ok = scoring.beats_twin(r.point_metrics(), tr.point_metrics())
-        ok = ok and t["warm_gpu_gib"] <= m["warm_gpu_gib"] + 1e-6
+        ok = beats_twin_unseen(m, t)
         print(_row(p.name, m, int(r.switched.sum())))
         print(
             _row(f"  lru@{p.name}", t, int(tr.switched.sum()))
-            + ("" if ok else "   <- not 3x faster than its twin")
+            + ("" if ok else "   <- not 2x faster than its twin")
         )
         if not ok:
             fails.append(p.name)
@@ -136,7 +148,7 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
     print(
         f"selected {sel}: attainment {res.metrics[sel].slo_attainment:.3f} on the held-back "
         f"days, {pts[sel]['slo_attainment']:.3f} on the unseen week (target {target}); "
-        f"points not 3x faster than their twin: {fails or 'none'}"
+        f"points not 2x faster than their twin: {fails or 'none'}"
     )
     return {
         f"{name}_points": str(len(pts)),

@@ -50,10 +50,84 @@ def show_cmd(
                 "plan": str(plan_path), "point": p.name, "predicted": p.predicted,
                 "predicted_fit": p.predicted_fit, "held_days": plan.search.get("held_days", []),
                 "idle_sleep": idle_sleep_rule(p), "hour": hour, "gpus": gpus,
+                "ladder": ladder_rows(plan, p),
             }
         )  # fmt: skip
         return
     _print(plan, p, gpus, hour)
+    _print_ladder(plan, p)
+
+
+def ladder_rows(plan: Any, point: Any) -> list[dict[str, Any]]:
+    """Every point of the plan, leanest first, with the hop from `point` to it (the plan's
+    `hops`): restarts, their seconds and the GiB they load, wakes and sleeps. `rung`: it
+    shares `point`'s placement (the hop restarts nothing: sleeps and wakes only)."""
+    hops = plan.hops.get(point.name, {})
+    rows = []
+    for q in sorted(plan.points, key=lambda q: (q.predicted.warm_gpu_gib, q.name)):
+        h = hops.get(q.name)
+        rows.append(
+            {
+                "point": q.name, "selected": q.name == plan.selected,
+                "warm_gpu_gib": q.predicted.warm_gpu_gib,
+                "switch_p95_s": q.predicted.switch_p95_s,
+                "slo_attainment": q.predicted.slo_attainment,
+                "rung": q.name == point.name or (h is not None and h.restarts == 0),
+                "hop": None if h is None else h.model_dump(),
+            }
+        )  # fmt: skip
+    return rows
+
+
+def _print_ladder(plan: Any, point: Any) -> None:
+    """The ladder as seen from `point`: `ladder_rows` as a table."""
+    from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
+
+    rows = ladder_rows(plan, point)
+    if len(rows) < 2:
+        return
+    cols = [
+        Col("point", "left"),
+        Col("warm GiB"),
+        Col("switch s"),
+        Col("SLO met"),
+        Col(f"hop from {point.name}", "left"),
+    ]
+    out = []
+    for r in rows:
+        h = r["hop"]
+        if h is None:
+            how = "(this point)"
+        elif h["restarts"] == 0:
+            how = f"rung: {h['wakes']} wake(s), {h['sleeps']} sleep(s), {fmt_num(h['cost_s'])} s"
+        else:
+            how = (
+                f"{h['restarts']} restart(s), {fmt_num(h['restart_s'])} s, "
+                f"{fmt_num(h['moved_gib'])} GiB loaded"
+            )
+        name = r["point"] + (" *" if r["selected"] else "")
+        out.append(
+            (
+                [
+                    name,
+                    f"{r['warm_gpu_gib']:.1f}",
+                    fmt_num(r["switch_p95_s"]),
+                    fmt_attainment(r["slo_attainment"]),
+                    how,
+                ],
+                None,
+            )
+        )
+    console.print(
+        fit_table(
+            f"the ladder from {point.name}",
+            cols,
+            out,
+            caption="points leanest first; rung: shares this point's placement, so a hop to it "
+            "only sleeps or wakes instances (the adjuster walks these); a hop with restarts "
+            "moves models between GPUs; * the selected point",
+        )
+    )
 
 
 def gpu_rows(

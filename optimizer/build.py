@@ -72,10 +72,13 @@ def build_point(
 
 
 def memory_gib(perf: InstancePerf, digits: int) -> MemoryGib:
-    """An instance's memory per GPU as a plan records it, rounded to `digits` decimals."""
+    """An instance's memory per GPU as a plan records it, rounded to `digits` decimals; the
+    KV cache rounded up: a budget of exactly one `max_model_len` sequence rounded down holds
+    none, and the plan would not start (vLLM, and `validate`, read the recorded figure)."""
+    scale = 10**digits
     return MemoryGib(
         weights=round(perf.weights_gib_per_gpu, digits),
-        kv=round(perf.kv_gib_per_gpu, digits),
+        kv=math.ceil(perf.kv_gib_per_gpu * scale - 1e-9) / scale,
         overhead=round(perf.overhead_gib_per_gpu, digits),
         asleep=round(perf.context_gib_per_gpu, digits),
     )

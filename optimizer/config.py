@@ -97,6 +97,16 @@ class OptimizeConfig(BaseModel):
         "quality cost of 1/weight counts as much as 30 s of switch P95); default: "
         "1 / slo.yaml max_quality_cost, else 10",
     )
+    restart_price_gib_h: float = Field(
+        default=0.25,
+        ge=0,
+        le=1e6,
+        description="warm GiB-hours one second of instance restarts is worth: a point off the "
+        "ladder's placement is written only where, held for a day, the warm GiB it saves "
+        "against every rung as good as it outweigh the restart seconds of the hop there and "
+        "back at this price (0.25: a 60 s restart is worth 15 GiB-h, 0.625 GiB kept warm for "
+        "a day; optimizer/ladder.py)",
+    )
     baselines: bool = Field(
         default=True,
         description="score static/lru/melange and each point's lru@ twin; add from-<baseline> "

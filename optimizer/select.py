@@ -33,13 +33,14 @@ from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
+from planner.optimizer.ladder import pays, rung_points, schedule_variants, thin
 from planner.optimizer.pareto import dominates, name_points
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
-from planner.optimizer.tiers import hop_table, tier_variants
+from planner.optimizer.tiers import hop_table, placement_key, tier_variants
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 SCHEDULED = 4  # schedule variants of at most this many front points, spread over warm GiB
@@ -49,6 +50,15 @@ TWIN_NOTE_SLOWER = (
     "points that do not switch 3x faster than their lru@ twin (reactive LRU swapping on the "
     "same instances within the same warm GiB) at its attainment - 0.01, on the days points "
     "are chosen on, were left out"
+)
+ONE_RUNG_NOTE = (
+    "one point on the ladder: every variant of its placement that sleeps more either misses "
+    "the attainment target or switches no faster than reactive LRU swapping at its memory"
+)
+ONE_RUNG_NO_WAIT_NOTE = (
+    "one point on the ladder: its requests wait for no wake already, so keeping more awake "
+    "buys no switch latency, and every variant of its placement that keeps less awake misses "
+    "the attainment target or waits as long as reactive LRU swapping at its memory"
 )
 TWIN_NOTE_DOMINATED = (
     "no point switches 3x faster than its lru@ twin (reactive LRU swapping on the same "
@@ -194,11 +204,7 @@ def _schedule_jobs(ctx: SearchContext, pool: list[Evaluation]) -> list[Job]:
     declared, also variants where the covered models keep no awake hours, and sleep sooner
     when idle (a stand-in answers while they wake again)."""
     cfg = ctx.cfg
-    variants = [(frozenset(), cfg.idle_sleep_s)]
-    if ctx.substitutes:
-        covered = frozenset(ctx.substitutes)
-        idle = sorted({cfg.idle_sleep_s, cfg.covered_idle_sleep_s}, reverse=True)
-        variants += [(covered, s) for s in idle]
+    variants = schedule_variants(ctx)
     seeds = [e for e in _front(pool) if e.origin != "schedule"]
     return [
         (
@@ -245,6 +251,55 @@ def _twin_front(
     return front
 
 
+def _ladder(
+    ctx: SearchContext,
+    ev: Evaluator,
+    evals: list[Evaluation],
+    feasible: list[Evaluation],
+    front: list[Evaluation],
+) -> tuple[list[Evaluation], list[Evaluation]]:
+    """Step 3b (`ladder`): (the rungs on the placement of one of the front's bases, the
+    front's points on other placements that pay for their restarts)."""
+    if not front:
+        return [], []
+    bases: dict[tuple, Evaluation] = {}  # placement -> its base point, one per placement
+    for b in (min(front, key=_base_rank), min(front, key=lambda e: (_warm(e), e.index))):
+        bases.setdefault(placement_key(b.point), b)
+    jobs = [
+        (b.knobs, p, b.perfs, "ladder")
+        for b in bases.values()
+        for p in rung_points(ctx, b.point, b.perfs)
+    ]
+    _add(ev, evals, feasible, jobs)
+    pool, _ = _pool(feasible, ctx.slo.attainment, ctx.slo.max_quality_cost)
+    ladders = []
+    for key, b in bases.items():
+        same = [e for e in pool if placement_key(e.point) == key]
+        if not any(e is b for e in same):
+            same.append(b)
+        rungs = _twin_front(ctx, ev, same, [])
+        top = min(rungs, key=_base_rank)
+        ladders.append((thin(rungs, _warm, top), top, key))
+    rungs, _, key = min(
+        ladders, key=lambda lt: (-min(len(lt[0]), 2), _base_rank(lt[1])[0], _warm(lt[1]))
+    )
+    judged = [(r.point, r.chosen, _held_up(r), r.perfs) for r in rungs]
+    price = ctx.cfg.restart_price_gib_h
+    off = [
+        e
+        for e in front
+        if placement_key(e.point) != key
+        and pays(e.point, e.chosen, _held_up(e), e.perfs, judged, price)
+    ]
+    return rungs, off
+
+
+def _base_rank(e: Evaluation) -> tuple[float, float, float, int]:
+    """The ladder's base comes first: it holds the SLO best over every day (to 0.001), then
+    switches least, then keeps least warm."""
+    return (-round(_held_up(e), 3), e.chosen.switch_p95_s, e.chosen.warm_gpu_gib, e.index)
+
+
 def _each_day(ev: Evaluator, e: Evaluation) -> bool:
     """`e` beats its twin on each held-back day apart (`scoring.beats_twin_each_day`)."""
     return scoring.beats_twin_each_day(ev.twin_days(e))
@@ -285,17 +340,25 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
             f"no plan meets the attainment target {target:.1%}; best reached "
             f"{top.slo_attainment:.1%}. Binding: {binding_slo(top, ctx.slo)}"
         )
-    # 3. the twins; 4. baselines on the fitted days
-    front, extra, shown = baseline_points(ctx, ev, _twin_front(ctx, ev, pool, notes), evals)
+    # 3. the twins; 3b. the ladder; 4. baselines on the fitted days
+    front = _twin_front(ctx, ev, pool, notes)
+    rungs, off = _ladder(ctx, ev, evals, feasible, front)
+    front, extra, shown = baseline_points(ctx, ev, rungs + off, evals)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen.slo_attainment, -e.index))]
     # 4b. the idle GPUs' point; 5. names, capacity, hops
     shown_ok = [m for m in shown.values() if not isinstance(m, str)]
     roomy = idle_gpu_point(ctx, ev, front + extra, evals, shown_ok)
-    choices = name_points(front, _warm, _switch) if front else []
+    choices = name_points(front, _warm, _switch, max(len(front), 1)) if front else []
     choices += [(e.origin, e) for e in extra]  # the selected point is one of these
     named = choices + ([(IDLE_POINT, roomy)] if roomy is not None else [])
-    return _result(ctx, ev, evals, named, notes, shown, _selected(choices))
+    # the selected point is a rung of the ladder where one is written: the adjuster walks
+    # from it by sleeps and wakes
+    on_ladder = [(n, e) for n, e in choices if any(e is r for r in rungs)]
+    if len(on_ladder) == 1:  # say why the runtime has nowhere to hop by sleeps and wakes
+        no_wait = on_ladder[0][1].chosen.switch_p95_s == 0
+        notes.append(ONE_RUNG_NO_WAIT_NOTE if no_wait else ONE_RUNG_NOTE)
+    return _result(ctx, ev, evals, named, notes, shown, _selected(on_ladder or choices))
 
 
 def _result(

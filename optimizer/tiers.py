@@ -22,11 +22,13 @@ def _fits(point: Point, cluster: Cluster, gpu_margin: float, host_margin: float)
     return not memory_violations(point, cluster, gpu_margin=gpu_margin, host_margin=host_margin)
 
 
-def _with_tier(point: Point, inst_id: str, tier: str) -> Point:
+def with_tier(point: Point, inst_id: str, tier: str) -> Point:
+    """`point` with instance `inst_id` in `tier` (always awake in `gpu`: no awake hours)."""
+    hours = {"awake_hours": []} if tier == "gpu" else {}
     return point.model_copy(
         update={
             "instances": [
-                i.model_copy(update={"tier": tier}) if i.id == inst_id else i
+                i.model_copy(update={"tier": tier, **hours}) if i.id == inst_id else i
                 for i in point.instances
             ]
         }
@@ -60,7 +62,7 @@ def tier_variants(
     out: list[Point] = []
     cur = point
     for inst in sorted((i for i in point.instances if i.tier != "gpu"), key=lambda i: -heat(i)):
-        cand = _with_tier(cur, inst.id, "gpu")
+        cand = with_tier(cur, inst.id, "gpu")
         if _fits(cand, cluster, gpu_margin, host_margin):
             cur = cand
             out.append(cur)
@@ -70,7 +72,7 @@ def tier_variants(
         (i for i in point.instances if i.tier == "gpu"), key=lambda i: (rank.get(i.model, 0), i.id)
     ):
         for tier in ("host", "disk"):
-            cand = _with_tier(cur, inst.id, tier)
+            cand = with_tier(cur, inst.id, tier)
             if _fits(cand, cluster, gpu_margin, host_margin):
                 cur = cand
                 if _shares_with_sleeper(cur, inst):  # alone it would never sleep: same point
@@ -79,32 +81,57 @@ def tier_variants(
     return out
 
 
+# Instance fields a running process does not depend on: its tier (the same process serves
+# every tier, by sleeps and wakes), the hours it is woken ahead (the gateway's schedule) and
+# what the plan file notes for its readers. Two points whose instances differ only in these
+# share their placement: a hop between them restarts nothing.
+NOT_PROCESS = frozenset({"tier", "awake_hours", "gpu_type", "shares_gpu_with"})
+
+
 def _same_process(a: Instance, b: Instance) -> bool:
-    """One process serves both (everything but the tier equal)."""
-    return a.model_dump(exclude={"tier"}) == b.model_dump(exclude={"tier"})
+    """One process serves both (everything but `NOT_PROCESS` equal)."""
+    return a.model_dump(exclude=NOT_PROCESS) == b.model_dump(exclude=NOT_PROCESS)
+
+
+def placement_key(point: Point) -> tuple:
+    """What a point's processes are (`NOT_PROCESS` left out), in a comparable form: points
+    with equal keys share their placement."""
+    return tuple(
+        sorted(repr(sorted(i.model_dump(exclude=NOT_PROCESS).items())) for i in point.instances)
+    )
 
 
 def hop(src: Point, dst: Point, perfs: dict[str, InstancePerf]) -> Hop:
     """What turning `src` (as running) into `dst` takes, as `apply` would do it: an instance
-    of `dst` with no identical process in `src` (same id, everything but the tier equal) is
-    a (re)start; an identical one changes tier by a wake (to `gpu`) or a sleep (from `gpu`).
-    `cost_s` sums cold starts, wakes and sleeps (`perfs`: `dst`'s instance id -> perf)."""
+    of `dst` with no identical process in `src` (same id, everything but `NOT_PROCESS`
+    equal) is a (re)start; an identical one changes tier by a wake (to `gpu`) or a sleep
+    (from `gpu`). `cost_s` sums cold starts, wakes and sleeps, `restart_s` the cold starts
+    alone, `moved_gib` the memory the restarted instances load onto their GPUs (`perfs`:
+    `dst`'s instance id -> perf)."""
     have = {i.id: i for i in src.instances}
     restarts = wakes = sleeps = 0
-    cost_s = 0.0
+    cost_s = restart_s = moved_gib = 0.0
     for i in dst.instances:
         p = perfs.get(i.id)
         old = have.get(i.id)
         if old is None or not _same_process(old, i):
             restarts += 1
-            cost_s += p.cold_start_s if p else 0.0
+            restart_s += p.cold_start_s if p else 0.0
+            moved_gib += i.memory_gib.total * max(len(i.gpus), 1)
         elif old.tier != "gpu" and i.tier == "gpu":
             wakes += 1
             cost_s += p.wake_s(old.tier) if p else 0.0
         elif old.tier == "gpu" and i.tier != "gpu":
             sleeps += 1
             cost_s += p.sleep_s if p else 0.0
-    return Hop(restarts=restarts, wakes=wakes, sleeps=sleeps, cost_s=round(cost_s, 3))
+    return Hop(
+        restarts=restarts,
+        wakes=wakes,
+        sleeps=sleeps,
+        cost_s=round(cost_s + restart_s, 3),
+        restart_s=round(restart_s, 3),
+        moved_gib=round(moved_gib, 3),
+    )
 
 
 def hop_table(

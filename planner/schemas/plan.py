@@ -238,6 +238,15 @@ class Hop(Strict):
     wakes: int = Field(default=0, ge=0, description="sleepers moved to the gpu tier")
     sleeps: int = Field(default=0, ge=0, description="awake instances moved to a lazy tier")
     cost_s: float = Field(default=0.0, ge=0, description="cold starts + wakes + sleeps, s")
+    restart_s: float = Field(
+        default=0.0, ge=0, description="the cold starts alone (0 in plans written before), s"
+    )
+    moved_gib: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPU memory the restarted instances load, all their GPUs (0: sleeps and "
+        "wakes only, or a plan written before), GiB",
+    )
 
 
 class ModelCapacity(Strict):

@@ -241,7 +241,7 @@ def test_a_request_over_the_context_is_refused_by_reason(tmp_path, capsys):
     )
     code, out, err = _run(["evaluate", _plan(tmp_path), "--workload", t, "--json"], capsys)
     assert code == 0, err
-    m = json.loads(out)["points"]["fast-switch"]
+    m = json.loads(out)["points"][GOLDEN["selected"]]
     assert m["refused"] == {"over_context": 2, "refused_queue_full": 0, "no_instance": 0}
     assert m["per_model"]["planner-7b"]["refused"]["over_context"] == 1
     assert m["slo_attainment"] <= 0.5  # a refused request never meets its SLO

@@ -65,3 +65,36 @@ def test_the_optimizers_candidates_all_start(lab16):
         gpu_margin=0.0,
     )
     assert cands and all(c.perf.max_kv_tokens >= c.max_model_len for c in cands)
+
+
+def test_every_candidate_starts_as_the_plan_records_it(lab16):
+    """Issue 41 item 9: lab16's points put tools-20b (mxfp4) on an RTX-3090 with a KV budget
+    of exactly one 32768-token sequence (0.7734 GiB), which the plan recorded rounded down
+    to 0.773 GiB: 32,749 tokens, so vLLM (and `perf_for_instance`, what `validate` and
+    `estimate` compute) said one sequence does not fit. Every candidate, built into a plan
+    instance, holds one `max_model_len` sequence in the KV cache the plan records."""
+    from planner.optimizer.build import build_point
+    from planner.optimizer.candidates import Knobs, enumerate_candidates
+    from planner.optimizer.demand import model_demand
+    from planner.optimizer.milp import Placement
+
+    cl, ms, sl, trace = lab16
+    cands = enumerate_candidates(
+        cl, ms, sl, model_demand(trace), Knobs(), max_tp=8, max_model_len_cap=None,
+        gpu_margin=0.06,
+    )  # fmt: skip
+    from planner.optimizer.candidates import gpu_sets
+
+    sets = {}  # one GPU set of each (type, size) the cluster has
+    for g in gpu_sets(cl, 8):
+        sets.setdefault((g.gpu_type, len(g.gpus)), g)
+    short = []
+    for c in cands:
+        gset = sets.get((c.gpu_type, c.tp))
+        if gset is None:
+            continue
+        point, _ = build_point("p", (Placement(cand=c, gset=gset, tier="gpu"),), ms.names)
+        perf = perf_for_instance(point.instances[0], cl, ms)
+        if not perf.fits:
+            short.append((c.key, perf.max_kv_tokens, c.max_model_len))
+    assert not short

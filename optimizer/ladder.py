@@ -1,0 +1,180 @@
+"""The ladder: points of one placement that a runtime walks by sleeps and wakes (issue 41).
+
+The adjuster hops between a plan's points as traffic drifts; a hop between points that
+put models on other GPUs restarts instances (a minute or more each, during which their
+requests wait), so a front of unrelated placements is one it cannot walk. The plan's points
+are therefore built as a ladder:
+
+1. The bases: of the front (step 3 of `select`), the point that holds the SLO best over
+   every day (then switches least, then keeps least warm), and the leanest point; the
+   ladder is built on each one's placement, and the one with more rungs (at least two
+   preferred), then whose best rung holds the SLO better, then the leaner, is kept.
+2. The rungs: variants of that placement that differ only in tiers, awake hours and the
+   idle-sleep rule (`rung_points`): every instance awake; the tier chains of `tiers`; the
+   schedule variant at each `awake_min_requests_per_h` (and, with stand-ins declared, the
+   ones where covered models keep no awake hours); and the first schedule variant with its
+   lazy instances kept awake all day one more at a time, busiest first, while they fit. A
+   hop between two rungs restarts nothing (`tiers.hop`).
+3. The ladder is the front of the rungs that meet the target, less those no better than
+   their `lru@` twin, as for the whole front (`select._twin_front`).
+4. A point of the front on another placement stays only where it pays for its restarts
+   (`pays`): against every rung that switches as fast, holds the SLO as well and costs no
+   more quality, the warm GiB it saves, held for a day, must be worth more than the
+   restarts of the hop there and back, at `OptimizeConfig.restart_price_gib_h` warm
+   GiB-hours per second of restart. The price is the one exchange rate the plan keeps
+   between memory and anything else; within the SLO's targets (switch included, as TTFT and
+   TPOT) the rungs are ranked by warm memory alone.
+"""
+
+from __future__ import annotations
+
+from planner.optimizer import scoring
+from planner.optimizer.invariants import memory_violations
+from planner.optimizer.perf.types import InstancePerf
+from planner.optimizer.point_metrics import PointMetrics
+from planner.optimizer.schedule import scheduled
+from planner.optimizer.search_context import SearchContext
+from planner.optimizer.select_baselines import ATTAINMENT_TIE
+from planner.optimizer.tiers import hop, tier_variants, with_tier
+from planner.schemas.cluster import Cluster
+from planner.schemas.plan import Point
+
+DAY_H = 24.0  # a point off the ladder is judged held for a day
+MAX_RUNGS = 5  # rungs written at most (thinned evenly along warm GiB, the base kept)
+
+
+def tiers_key(point: Point) -> tuple:
+    """What tells two points of one placement apart: tiers, awake hours, idle-sleep rule and
+    hand-offs."""
+    insts = tuple(sorted((i.id, i.tier, tuple(i.awake_hours)) for i in point.instances))
+    hand = tuple(sorted((a, tuple(b)) for a, b in point.handoff.items()))
+    return insts, point.idle_sleep_s, hand
+
+
+def _fits(point: Point, cluster: Cluster, gpu_margin: float, host_margin: float) -> bool:
+    return not memory_violations(point, cluster, gpu_margin=gpu_margin, host_margin=host_margin)
+
+
+def promotions(
+    point: Point,
+    heat: dict[str, float],
+    cluster: Cluster,
+    *,
+    gpu_margin: float,
+    host_margin: float,
+) -> list[Point]:
+    """`point` with its lazy instances kept awake all day one more at a time, busiest model
+    (`heat`: model -> requests/h) first, each step while the memory invariant holds."""
+    out: list[Point] = []
+    cur = point
+    lazy = sorted(
+        (i for i in point.instances if i.tier != "gpu"),
+        key=lambda i: (-heat.get(i.model, 0), i.id, "gpu"),
+    )
+    for inst in lazy:
+        cand = with_tier(cur, inst.id, "gpu")
+        if _fits(cand, cluster, gpu_margin, host_margin):
+            cur = cand
+            out.append(cur)
+    return out
+
+
+def schedule_variants(ctx: SearchContext) -> list[tuple[frozenset[str], float]]:
+    """(models keeping no awake hours, idle sleep s) of the schedule variants: none and
+    `idle_sleep_s`; with stand-ins declared, the covered models with no hours, at
+    `idle_sleep_s` and at `covered_idle_sleep_s`."""
+    cfg = ctx.cfg
+    variants = [(frozenset(), cfg.idle_sleep_s)]
+    if ctx.substitutes:
+        covered = frozenset(ctx.substitutes)
+        idle = sorted({cfg.idle_sleep_s, cfg.covered_idle_sleep_s}, reverse=True)
+        variants += [(covered, s) for s in idle]
+    return variants
+
+
+def rung_points(ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf]) -> list[Point]:
+    """The variants of `base`'s placement (module docstring, step 2), `base` itself and
+    duplicates left out, in a deterministic order. `base.gpu_usable_gib` must be set."""
+    cfg, cluster = ctx.cfg, ctx.cluster
+    margins = {"gpu_margin": cfg.gpu_memory_margin, "host_margin": cfg.host_memory_margin}
+    heat = {m: d.switch_ins_per_hour for m, d in ctx.demand.items()}
+    out: list[Point] = []
+    every_awake = base
+    for i in base.instances:
+        if i.tier != "gpu":
+            every_awake = with_tier(every_awake, i.id, "gpu")
+    if every_awake is not base and _fits(every_awake, cluster, **margins):
+        out.append(every_awake)
+    out += tier_variants(base, ctx.demand, ctx.sleep_order, cluster, **margins)
+    for k, rate in enumerate(cfg.awake_min_requests_per_h):
+        for j, (asleep, idle_s) in enumerate(schedule_variants(ctx)):
+            sched = scheduled(
+                base,
+                perfs,
+                ctx.rates,
+                cluster,
+                min_requests_per_h=rate,
+                switch_factor=scoring.TWIN_SWITCH_FACTOR,
+                idle_sleep_s=idle_s,
+                host_margin=cfg.host_memory_margin,
+                no_hours_for=asleep,
+                handoff=ctx.handoff,
+            )
+            out.append(sched)
+            if k == j == 0:  # the steps from the first schedule up to every instance awake
+                out += promotions(sched, heat, cluster, **margins)
+    seen = {tiers_key(base)}
+    kept = []
+    for p in out:
+        k = tiers_key(p)
+        if k not in seen:
+            seen.add(k)
+            kept.append(p)
+    return kept
+
+
+def as_good(rung: PointMetrics, rung_held: float, p: PointMetrics, p_held: float) -> bool:
+    """`rung` switches as fast as `p`, holds the SLO as well over every day (`ATTAINMENT_TIE`)
+    and costs no more quality."""
+    return (
+        rung.switch_p95_s <= p.switch_p95_s + 1e-9
+        and rung_held >= p_held - ATTAINMENT_TIE
+        and rung.quality_cost <= p.quality_cost + 1e-12
+    )
+
+
+def pays(
+    point: Point,
+    metrics: PointMetrics,
+    held: float,
+    perfs: dict[str, InstancePerf],
+    rungs: list[tuple[Point, PointMetrics, float, dict[str, InstancePerf]]],
+    price_gib_h_per_s: float,
+) -> bool:
+    """A point off the ladder is worth its restarts (module docstring, step 4): against each
+    rung as good as it (`as_good`; `rungs`: point, metrics, attainment over every day, perfs),
+    its warm GiB saved over `DAY_H` covers the restart seconds of the hop there and back at
+    `price_gib_h_per_s`. With no rung as good it offers what the ladder cannot: it stays."""
+    for r_point, r_m, r_held, r_perfs in rungs:
+        if not as_good(r_m, r_held, metrics, held):
+            continue
+        restart_s = hop(r_point, point, perfs).restart_s + hop(point, r_point, r_perfs).restart_s
+        saved_gib_h = (r_m.warm_gpu_gib - metrics.warm_gpu_gib) * DAY_H
+        if saved_gib_h <= price_gib_h_per_s * restart_s:
+            return False
+    return True
+
+
+def thin(rungs: list, warm, keep) -> list:
+    """At most `MAX_RUNGS` of `rungs`, spread evenly along warm GiB (`warm`), ends and `keep`
+    kept."""
+    items = sorted(rungs, key=warm)
+    if len(items) <= MAX_RUNGS:
+        return items
+    idx = {round(k * (len(items) - 1) / (MAX_RUNGS - 1)) for k in range(MAX_RUNGS)}
+    out = [e for k, e in enumerate(items) if k in idx or e is keep]
+    while len(out) > MAX_RUNGS:  # `keep` took a place: drop the inner one nearest to it
+        inner = [e for e in out[1:-1] if e is not keep]
+        pos = items.index(keep)
+        out.remove(min(inner, key=lambda e: (abs(items.index(e) - pos), items.index(e))))
+    return out
