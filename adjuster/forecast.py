@@ -17,12 +17,13 @@ Rates (`forecast_counts`), per model and each of the next `forecast_windows` win
    Forecast = profile x level (clamped to [LEVEL_MIN, LEVEL_MAX]); a model the profile
    expects nothing of (adopted since) goes on at its last windows' rate.
 
-Traffic (`forecast_traffic`): each model's requests of each forecast window drawn from its
-requests in the same window a day earlier (the nearest earlier day that has some, else its
-last day of requests), thinned or repeated to the forecast count, deterministically (seeded
-by the window's time of day). Timestamps keep their offset in the window, so the simulation sees
-the clock hours (awake hours) the points were fitted to. Whole sessions are not kept
-together: a forecast knows how many requests come, not which session hands off to which.
+Traffic (`forecast_traffic`): each forecast window is drawn from the same window a day
+earlier (the nearest earlier day that has requests; without one, the last window that has
+some), whole sessions at a time so that their prefix caches and hand-offs stay as they were:
+a session is kept (or repeated, a few seconds later) with the mean ratio of forecast to
+source requests of the models it calls, deterministically (seeded by the window's time of
+day). Timestamps move by whole days (or windows), so the simulation sees the clock hours
+(awake hours) the points were fitted to.
 """
 
 from __future__ import annotations
@@ -147,41 +148,53 @@ def forecast_traffic(history: pd.DataFrame, fc: Forecast) -> pd.DataFrame:
     """Requests standing for the forecast windows (module docstring), sorted by time."""
     w = fc.window_s
     ts = history["timestamp"].to_numpy(float)
-    models = history["model"].astype(str).to_numpy()
     parts = []
-    for m, counts in sorted(fc.counts.items()):
-        mine = np.flatnonzero(models == m)
-        if not len(mine):
+    for i in range(len(fc.total())):
+        start = fc.start_s + i * w
+        src = _source(history, ts, start, w, fc.start_s)
+        if src is None:
             continue
-        for i, expected in enumerate(counts):
-            start = fc.start_s + i * w
-            # seeded by the window's time of day: live (epoch s) and replay (trace s) draw alike
-            rng = np.random.default_rng([int(start % DAY_S), len(parts), i])
-            n = int(np.floor(expected + rng.random()))  # unbiased rounding
-            if n <= 0:
-                continue
-            pool = _pool(ts, mine, start, w)
-            pick = rng.choice(pool, size=n, replace=n > len(pool))
-            rows = history.iloc[np.sort(pick)].copy()
-            # the same offset in the window (mod the window), on the forecast's clock
-            rows["timestamp"] = start + np.mod(rows["timestamp"].to_numpy(float), w)
-            parts.append(rows)
+        rows, shift = src
+        want = {m: float(c[i]) for m, c in fc.counts.items()}
+        have = rows["model"].astype(str).value_counts().to_dict()
+        # a session's share: the mean ratio forecast / source of the models it calls
+        ratio = {m: want.get(m, 0.0) / n for m, n in have.items() if n}
+        sess = rows["session"].astype(str).to_numpy()
+        models = rows["model"].astype(str).to_numpy()
+        share = pd.Series([ratio[m] for m in models]).groupby(sess).mean().to_dict()
+        # seeded by the window's time of day: live (epoch s) and replay (trace s) draw alike
+        rng = np.random.default_rng([int(start % DAY_S), i])
+        for s_id in sorted(share):
+            r = share[s_id]
+            copies = int(np.floor(r)) + int(rng.random() < r - np.floor(r))
+            mine = rows[sess == s_id]
+            for c in range(copies):  # a copy is another session like it, a little later
+                part = mine.assign(timestamp=mine["timestamp"].to_numpy(float) + shift + c * 7.0)
+                parts.append(part.assign(session=f"{s_id}~{c}") if c else part)
     if not parts:
         return history.iloc[0:0].copy()
     out = pd.concat(parts, ignore_index=True)
+    end = fc.start_s + len(fc.total()) * w
+    out = out[(out["timestamp"] >= fc.start_s) & (out["timestamp"] < end)]
     return out.sort_values("timestamp", kind="stable").reset_index(drop=True)
 
 
-def _pool(ts: np.ndarray, mine: np.ndarray, start: float, w: float) -> np.ndarray:
-    """Rows (indices into the log) a model's requests in the window at `start` are drawn
-    from: the same window on the nearest earlier day that has some, else its last day."""
-    t = ts[mine]
+def _source(
+    history: pd.DataFrame, ts: np.ndarray, start: float, w: float, now_s: float
+) -> tuple[pd.DataFrame, float] | None:
+    """(the requests a forecast window at `start` is drawn from, the shift onto it, s): the
+    same window on the nearest earlier day that has some, else the last window that has
+    some (its sessions whole: their prefix caches and hand-offs as they were)."""
     for d in range(1, 8):
-        lo, hi = np.searchsorted(t, [start - d * DAY_S, start - d * DAY_S + w])
+        lo, hi = np.searchsorted(ts, [start - d * DAY_S, start - d * DAY_S + w])
         if hi > lo:
-            return mine[lo:hi]
-    lo = np.searchsorted(t, t[-1] - DAY_S)
-    return mine[lo:]
+            return history.iloc[int(lo) : int(hi)], d * DAY_S
+    for j in range(1, 25):
+        a = now_s - j * w
+        lo, hi = np.searchsorted(ts, [a, a + w])
+        if hi > lo:
+            return history.iloc[int(lo) : int(hi)], start - a
+    return None
 
 
 __all__ = ["Forecast", "forecast_counts", "forecast_traffic"]

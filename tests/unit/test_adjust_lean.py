@@ -28,9 +28,10 @@ def _log(per_hour: dict[str, list[float]], days: int) -> pd.DataFrame:
                 for k in range(int(n)):
                     rows.append((d * DAY + hr * 3600.0 + (k + 0.5) * 3600.0 / n, m))
     df = pd.DataFrame(rows, columns=["timestamp", "model"]).sort_values("timestamp")
-    return df.reset_index(drop=True).assign(
-        input_tokens=500, output_tokens=50, user="u", session="s", cached_tokens=0,
-        served_by="", substituted=0,
+    df = df.reset_index(drop=True)
+    return df.assign(
+        input_tokens=500, output_tokens=50, user="u", session=[f"s{k}" for k in range(len(df))],
+        cached_tokens=0, served_by="", substituted=0,
     )  # fmt: skip
 
 
@@ -93,6 +94,10 @@ def test_forecast_traffic_draws_the_forecast_counts_on_the_forecast_clock():
     assert ts.min() >= now and ts.max() < now + 3 * 3600.0
     per_window = np.bincount(((ts - now) // 3600).astype(int), minlength=3)
     assert np.abs(per_window - fc.counts["m"]).max() <= 1
+    # a quarter of the traffic: about a quarter of the sessions, whole
+    quarter = fc.__class__(fc.start_s, fc.window_s, {"m": fc.counts["m"] / 4}, fc.level, 1)
+    n = np.bincount(((forecast_traffic(log, quarter)["timestamp"] - now) // 3600).astype(int))
+    assert all(abs(x - 10) <= 6 for x in n)
     assert tr.equals(forecast_traffic(log, fc))  # deterministic
 
 
