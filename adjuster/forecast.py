@@ -9,7 +9,8 @@ Rates (`forecast_counts`), per model and each of the next `forecast_windows` win
    d against the plan's one (a fresh plan's first hours follow its fit, a week of log
    follows the log);
 2. a level: the requests of the last windows over the profile of those same windows, going
-   back as far as needed for the profile to expect `min_requests` requests (at most a day):
+   back as far as needed for the profile to expect `min_requests` requests, at least
+   LEVEL_MIN_WINDOWS (one session's burst is no level) and at most a day:
    traffic that fell to a quarter gives a level of about 0.25 whatever the hour, so a quiet
    night does not forget that the afternoon before was a quarter of the usual one, and a
    morning's first busy hour after the fall is forecast a quarter too. Rising traffic raises
@@ -39,6 +40,7 @@ from planner.adjuster.policy_types import DAY_S, AdjustConfig
 
 LEVEL_MIN, LEVEL_MAX = 0.05, 20.0  # the level's clamp: a model's traffic x1/20 .. x20
 LEVEL_BACK_WINDOWS = 24  # the level reads at most this many windows back
+LEVEL_MIN_WINDOWS = 6  # ... and at least this many: agents' sessions come in bursts
 WEEK_WEIGHT = 2.0  # the same slot a week earlier counts this many days (the hour of the week)
 
 
@@ -133,7 +135,7 @@ def forecast_counts(
         # model's own profile), at most LEVEL_BACK_WINDOWS windows
         ok = ~np.isnan(seen)
         cum = np.cumsum(np.where(ok, prof_back, 0.0))
-        n = int(np.searchsorted(cum, cfg.min_requests)) + 1
+        n = max(int(np.searchsorted(cum, cfg.min_requests)) + 1, LEVEL_MIN_WINDOWS)
         exp_, obs_ = float(cum[min(n, len(cum)) - 1]), float(np.nansum(seen[:n]))
         lvl = (obs_ + 1.0) / (exp_ + 1.0) if exp_ > 0 or obs_ > 0 else 1.0
         level[m] = float(np.clip(lvl, LEVEL_MIN, LEVEL_MAX))

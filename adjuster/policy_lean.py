@@ -7,8 +7,9 @@ much log there is, times the level the last hours ran at), with the waits of the
 from the current point counted in (a model all of whose instances the hop restarts or wakes
 serves nobody until the first is up: `observe.hop_delays`). A point *meets the targets* on
 the forecast when its attainment is at least the SLO's (less `attainment_z` binomial
-standard errors of the forecast's requests) and no model's switch P95 is over the model's
-switch target: the switch target is a constraint, as TTFT and TPOT are, not a price.
+standard errors of the forecast's requests), no model's switch P95 is over the model's
+switch target and the P95 of all waits not over the default one: the switch target is a
+constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them.
 
 Rule, in order:
 1. the current point meets the targets on the forecast: hop to the leanest point that meets
@@ -18,9 +19,10 @@ Rule, in order:
    its work and the risk of a wrong forecast), the same point wins `confirm_windows`
    consecutive windows, the current point has been in force `min_dwell_s`, and the last
    24 h leave room for one more hop after it (`max_hops_per_day`, one kept for a rescue);
-2. the current point misses them on the forecast, or misses the SLO on the window: hop to the leanest point that meets them (no dwell, no
-   confirmation: the forecast is the witness, and a hop made an hour before the morning
-   costs no waits), within `max_hops_per_day`;
+2. the current point misses them on the forecast, or misses the SLO on the window: hop to
+   the leanest point that meets them and keeps more requests in the SLO than holding, its
+   hop's waits counted (no dwell, no confirmation: the forecast is the witness, and a hop
+   made an hour before the morning costs no waits), within `max_hops_per_day`;
 3. no point meets them on the forecast, nor the current point on the window: what the
    objective decision does when no point meets the SLO (`reoptimize`, `suggest` or hold).
 Stationary traffic never hops twice for nothing: the forecast of the hours a point was
@@ -107,6 +109,11 @@ def lean_row(
         p95s[m] = float(np.percentile(w, 95))
         if p95s[m] > limits.get(m, limits.get("", math.inf)):
             over.append(m)
+    every = wait[wait > 0]  # all models' waits against the SLO's default switch target
+    if len(every) >= SWITCH_MIN_WAITS:
+        p95s[""] = float(np.percentile(every, 95))
+        if p95s[""] > limits.get("", math.inf):
+            over.append("")
     slack = cfg.attainment_z * math.sqrt(max(target * (1.0 - target), 0.0) / n)
     meets = att >= target - slack and not over
     return LeanRow(att, n, float(sim.warm_gpu_gib), p95s, tuple(over), int((d > 0).sum()), meets)
@@ -171,6 +178,11 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
         if used >= cfg.max_hops_per_day:
             return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
         on = "on the forecast" if not cur_row.meets else "on the window"
+        if rows[best].attainment <= cur_row.attainment:  # the hop's own waits eat the gain
+            return v.hold(
+                f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
+                f"{rows[best].attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
+            )
         why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
         return _hop(v, best, why)
     saved = cur_row.warm_gib - rows[best].warm_gib
@@ -195,7 +207,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
 
 def _miss(r: LeanRow) -> str:
     parts = [f"attainment {r.attainment:.1%}"]
-    parts += [f"{m} switch P95 {r.switch_p95_s[m]:.1f} s" for m in r.over_switch]
+    parts += [f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s" for m in r.over_switch]
     return ", ".join(parts)
 
 
