@@ -62,6 +62,17 @@ def adjust_cmd(
     print_cron: Annotated[
         bool, typer.Option("--print-cron", help="Print a crontab line and systemd units.")
     ] = False,
+    replan: Annotated[
+        bool,
+        typer.Option(
+            "--replan",
+            help="Nightly: optimize again on the last --replan-days of the request log and "
+            "write the plan, the point in force kept and selected (the old plan: .prev.yaml).",
+        ),
+    ] = False,
+    replan_days: Annotated[
+        float, typer.Option("--replan-days", min=0.04, max=28, help="Days a re-plan reads.")
+    ] = 1.0,
     min_dwell: Annotated[
         str | None, typer.Option("--min-dwell", help="Least time between hops (default 2h).")
     ] = None,
@@ -101,8 +112,10 @@ def adjust_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Detect drift in the request log, hop to a better Pareto point, or re-optimize."""
-    if sum([once, every is not None, replay_trace is not None, print_cron]) > 1:
-        raise InputError("choose one of --once, --every, --replay, --print-cron", path="--once")
+    if sum([once, every is not None, replay_trace is not None, print_cron, replan]) > 1:
+        raise InputError(
+            "choose one of --once, --every, --replay, --print-cron, --replan", path="--once"
+        )
     from planner.cli import adjust_inputs
 
     cfg = adjust_inputs.policy_config(window, reoptimize, min_dwell, margin, confirm, policy or [])
@@ -117,6 +130,9 @@ def adjust_cmd(
         return
     if plot is not None:
         raise InputError("--plot draws a replay", path="--plot", fix="add --replay TRACE")
+    if replan:
+        _replan(inp, plan_path, state_dir, replan_days, json_out)
+        return
     from planner.cli.apply_checks import placed
 
     # a hop starts servers where `planner apply` put this state dir's (its --port-base)
@@ -186,6 +202,30 @@ def _replay(
         f"{out['max_hops_per_day']} a day; {len(out['reoptimizations'])} re-optimization(s); "
         f"final point {out['final_point']}"
     )
+
+
+def _replan(inp, plan_path: Path, state_dir, days: float, json_out: bool) -> None:
+    """The nightly re-plan (app/replan.py), under the state lease."""
+    import contextlib
+
+    from planner.adjuster.state import StateStore, existing_state_dir
+    from planner.app.replan import replan
+    from planner.cli.inputs import quiet_c_stdout, silence_solver_banner
+
+    silence_solver_banner()
+    with StateStore(existing_state_dir(state_dir)) as store, store.lease(purpose="replan"):
+        err_console.print(f"adjust: re-planning {plan_path} on the last {days:g} days ...")
+        with quiet_c_stdout() if json_out else contextlib.nullcontext():
+            done = replan(inp, store, time.time(), days, store.dir / "replan-window.csv")
+    if json_out:
+        print_json(done)
+        return
+    console.print(
+        f"wrote {done['plan']} ({len(done['points'])} points on {done['requests']} requests; "
+        f"selected {done['selected']}, the point in force {done['in_force']}); the old plan: "
+        f"{done['previous']}",
+        highlight=False, markup=False,
+    )  # fmt: skip
 
 
 def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> None:

@@ -128,9 +128,12 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
         "[Install]\nWantedBy=multi-user.target",
     }
     log = q(str(sdir / "adjust.log"))
+    replan = f"{exe} adjust --plan {plan} --state-dir {state} --replan --replan-days 1"
     text = (
         "# crontab -e: decide five minutes past every hour (the state lease keeps it off a "
         f"running apply)\n5 * * * * {cmd} >> {log} 2>&1\n"
+        "# and re-plan at night on the last day of the request log (the point in force stays "
+        f"selected: no restart in the morning)\n30 2 * * * {replan} >> {log} 2>&1\n"
     )
     for name, body in units.items():
         text += f"\n# /etc/systemd/system/{name}\n{body}\n"
