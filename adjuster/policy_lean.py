@@ -9,7 +9,9 @@ serves nobody until the first is up: `observe.hop_delays`). A point *meets the t
 the forecast when its attainment is at least the SLO's (less `attainment_z` binomial
 standard errors of the forecast's requests), no model's switch P95 is over the model's
 switch target and the P95 of all waits not over the default one: the switch target is a
-constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them.
+constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them,
+and a hop that itself makes a request wait past its model's switch target does not meet
+them (restarts are for hours nobody is there, wakes for any hour).
 
 Rule, in order:
 1. the current point meets the targets on the forecast: hop to the leanest point that meets
@@ -109,6 +111,11 @@ def lean_row(
         p95s[m] = float(np.percentile(w, 95))
         if p95s[m] > limits.get(m, limits.get("", math.inf)):
             over.append(m)
+    if d.any():  # a hop must not itself push requests past their switch target
+        lim = np.array([limits.get(m, limits.get("", math.inf)) for m in sim.model_names])
+        if ((d > 0) & (wait > lim[np.asarray(sim.model, int)])).any():
+            p95s["hop"] = float(d.max())
+            over.append("hop")
     every = wait[wait > 0]  # all models' waits against the SLO's default switch target
     if len(every) >= SWITCH_MIN_WAITS:
         p95s[""] = float(np.percentile(every, 95))
@@ -207,7 +214,11 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
 
 def _miss(r: LeanRow) -> str:
     parts = [f"attainment {r.attainment:.1%}"]
-    parts += [f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s" for m in r.over_switch]
+    parts += [
+        f"the hop's waits up to {r.switch_p95_s[m]:.0f} s" if m == "hop"
+        else f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s"
+        for m in r.over_switch
+    ]  # fmt: skip
     return ", ".join(parts)
 
 
