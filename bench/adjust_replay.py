@@ -35,6 +35,14 @@
    auto`; targets: adjusted attainment >= the selected point held all week - 0.002, and
    switch P95 <= max(2x held, held + 1 s). RESULT keys `overload_...`.
 
+7. Issue 41, weeks of our own making planned on their day 0 on lab16 (bench/lib/leanweeks.py,
+   which states the targets): a falling-traffic week (a quarter of the sessions from
+   Wednesday noon) and a mix-shift week; RESULT keys `falling_...`, `mix_...`.
+   `--only falling mix` runs just those; `--plot FILE.png` draws the falling week's replay.
+
+Every plan here comes from the one optimize pipeline (`planner.app.plans.optimize_plan`),
+as `planner optimize` makes it (held-back days by its config, no scorer).
+
 "Best single point at equal or lower warm memory": among the points held all week that meet
 the attainment target and whose time-average warm memory is at most the adjusted run's, the
 one with the lowest switch P95 (adjusting beats it when its switch P95 is lower: no single
@@ -46,7 +54,7 @@ meeting the target. The table lists every point with its J.
 
 Ends with `RESULT real_...=.. adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
 best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..
-reopt_...=..` (the reopt_ keys: scenario 2).
+reopt_...=.. falling_...=.. mix_...=.. target_met=..` (the reopt_ keys: scenario 2).
 """
 
 from __future__ import annotations
@@ -255,13 +263,18 @@ def main() -> None:
         sys.exit(1)
 
 
+def planned_on_day0(cl, ms, sl, week, plan_for, acfg) -> tuple:
+    """(the plan made on the week's day 0, the replay of the week with `acfg`)."""
+    plan = plan_for(week[week["timestamp"] < 86400.0])
+    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
+    return plan, replay(plan, week, sl, perfs, acfg)
+
+
 def falling_scenario(cl, ms, sl, spec, plan_for) -> dict:
     """The falling-traffic week (bench/lib/leanweeks.py), planned on day 0, on lab16."""
     week = falling_week(spec)
-    plan = plan_for(week[week["timestamp"] < 86400.0])
-    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
     acfg = AdjustConfig()
-    out = replay(plan, week, sl, perfs, acfg)
+    plan, out = planned_on_day0(cl, ms, sl, week, plan_for, acfg)
 
     def replay_held(pl, trace):
         pf = {p.name: perfs_for_point(p, cl, ms) for p in pl.points}
@@ -306,10 +319,8 @@ def falling_scenario(cl, ms, sl, spec, plan_for) -> dict:
 def mix_scenario(cl, ms, sl, spec, plan_for) -> dict:
     """The mix-shift week (bench/lib/leanweeks.py), planned on day 0, on lab16."""
     week = mix_week(spec)
-    plan = plan_for(week[week["timestamp"] < 86400.0])
-    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
     acfg = AdjustConfig()
-    out = replay(plan, week, sl, perfs, acfg)
+    plan, out = planned_on_day0(cl, ms, sl, week, plan_for, acfg)
     print(
         f"\nmix-shift week (half the coder calls to the reasoner from day 2): {len(week)} "
         f"requests, planned on day 0 ({[p.name for p in plan.points]}), scored on days 0-6"
