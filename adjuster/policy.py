@@ -79,7 +79,7 @@ metrics and objective, the gain and the threshold it had to pass, the waits a ho
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -273,9 +273,7 @@ def _gain_gates(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome | N
 
 def _hop(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome:
     """Every gate passed: hop to `best`."""
-    from planner.optimizer.workload.characterize import summarize
-
-    cur, now = v.cur, v.now
+    cur = v.cur
     why = (
         f"{cur} missed the SLO on traffic beyond the plan; {best} meets it"
         if cur in v.failed
@@ -288,16 +286,7 @@ def _hop(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome:
             else ""
         )
     )
-    st = v.base.model_copy(
-        update={
-            "point": best,
-            "since_s": now,
-            "chosen_summary": _plain(summarize(v.obs.window)),
-            "hop_times_s": [*v.recent, now],
-        }
-    )
-    reasons = {**v.reasons, "action": "hop", "to": best}
-    return st, [Decision("hop", best, why, reasons, from_point=cur)]
+    return v.hop(best, why)
 
 
 def _outright(v: WindowView, p: str) -> bool:
@@ -309,10 +298,6 @@ def _outright(v: WindowView, p: str) -> bool:
     if v.ahead:
         ok = ok and float(v.obs.forecast[p].metrics.slo_attainment) >= target
     return ok
-
-
-def _plain(summary: Any) -> dict[str, Any]:
-    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
 
 
 def _with_hop(

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.adjuster.policy_types import DAY_S, AdjustConfig, Decision
+from planner.adjuster.policy_types import DAY_S, AdjustConfig
 
 SWITCH_MIN_WAITS = 5  # fewer waits of a model in the forecast: its switch P95 is not judged
 
@@ -191,7 +191,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
                 f"{rows[best].attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
             )
         why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
-        return _hop(v, best, why)
+        return v.hop(best, why)
     saved = cur_row.warm_gib - rows[best].warm_gib
     saved_gib_h = saved * cfg.forecast_windows * cfg.window_s / 3600.0
     if saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h:
@@ -209,7 +209,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
             f"{best} meets the targets at {saved:.1f} GiB less in {wins} of "
             f"{cfg.confirm_windows} windows", candidate=best, candidate_wins=wins,
         )  # fmt: skip
-    return _hop(v, best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
+    return v.hop(best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
 
 
 def _miss(r: LeanRow) -> str:
@@ -220,24 +220,6 @@ def _miss(r: LeanRow) -> str:
         for m in r.over_switch
     ]  # fmt: skip
     return ", ".join(parts)
-
-
-def _hop(v: Any, best: str, why: str) -> Any:
-    """Hop to `best`: the state the hop leaves and the decision."""
-    from planner.optimizer.workload.characterize import summarize
-
-    summary = summarize(v.obs.window)
-    plain = summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
-    st = v.base.model_copy(
-        update={
-            "point": best,
-            "since_s": v.now,
-            "chosen_summary": plain,
-            "hop_times_s": [*v.recent, v.now],
-        }
-    )
-    reasons = {**v.reasons, "action": "hop", "to": best}
-    return st, [Decision("hop", best, why, reasons, from_point=v.cur)]
 
 
 __all__ = ["DAY_S", "LeanRow", "LeanView", "decide_lean", "floor_gib", "lean_row", "lean_view"]
