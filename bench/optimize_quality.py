@@ -27,7 +27,10 @@ of `tiering.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains i
 `select._front`); 33-44 were first scored after the hand-off rule, 45-56 after both, as
 clean checks; 57-64 judged the held-back rules (issue 30 item 2: `spread` and `week` were
 designed on 2-7 and scored there once each; `week` as the default, with the fixes that made
-it hold, was developed on 2-13 and scored on 57-64 at the end); 65 and above are unread.
+it hold, was developed on 2-13 and scored on 57-64 at the end); issue 41 (the ladder, the
+twin target above) was judged on 57-64: the waits left on week 60 (an agent session after
+hours whose later models woke one by one) led to `handoff_min_share` 0.03, so 57-64 are read
+for that rule; 65-72 were then scored once as its check; 73 and above are unread.
 """
 
 from __future__ import annotations

@@ -75,12 +75,13 @@ class OptimizeConfig(BaseModel):
         "request outside its awake hours, s",
     )
     handoff_min_share: float = Field(
-        default=0.1,
+        default=0.03,
         ge=0,
         le=1,
         description="schedule variants: a request wakes ahead the models that came next in "
         "its session after at least this share of its model's requests on the fitted days "
-        "(where that puts nobody to sleep: tiering.wakes_on_handoff)",
+        "(where that puts nobody to sleep: tiering.wakes_on_handoff; 0.03 since issue 41: "
+        "at 0.1 an agent chain after hours reached its rarer models only by their own wakes)",
     )
     covered_idle_sleep_s: float = Field(
         default=300.0,

@@ -7,14 +7,15 @@ are therefore built as a ladder:
 
 1. The bases: of the front (step 3 of `select`), the point that holds the SLO best over
    every day (then switches least, then keeps least warm), and the leanest point; the
-   ladder is built on each one's placement, and the one with more rungs (at least two
-   preferred), then whose best rung holds the SLO better, then the leaner, is kept.
+   ladder is built on each one's placement. Kept: the one with at least two rungs, then,
+   of those whose best rung holds the SLO as well as the other's (`ATTAINMENT_TIE`), the
+   one whose best rung keeps least warm.
 2. The rungs: variants of that placement that differ only in tiers, awake hours and the
    idle-sleep rule (`rung_points`): every instance awake; the tier chains of `tiers`; the
-   schedule variant at each `awake_min_requests_per_h` (and, with stand-ins declared, the
-   ones where covered models keep no awake hours); and the first schedule variant with its
-   lazy instances kept awake all day one more at a time, busiest first, while they fit. A
-   hop between two rungs restarts nothing (`tiers.hop`).
+   schedule variant at each `awake_min_requests_per_h` and `LEAN_RATES` (and, with
+   stand-ins declared, the ones where covered models keep no awake hours); and the first
+   schedule variant with its lazy instances kept awake all day one more at a time, busiest
+   first, while they fit. A hop between two rungs restarts nothing (`tiers.hop`).
 3. The ladder is the front of the rungs that meet the target, less those no better than
    their `lru@` twin, as for the whole front (`select._twin_front`).
 4. A point of the front on another placement stays only where it pays for its restarts
@@ -40,6 +41,9 @@ from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Point
 
 DAY_H = 24.0  # a point off the ladder is judged held for a day
+# schedules beyond `awake_min_requests_per_h`: rungs that keep only the busiest hours' models
+# awake, for the quiet days the adjuster hops down on
+LEAN_RATES = (32.0, 128.0)
 MAX_RUNGS = 5  # rungs written at most (thinned evenly along warm GiB, the base kept)
 
 
@@ -106,7 +110,9 @@ def rung_points(ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf])
     if every_awake is not base and _fits(every_awake, cluster, **margins):
         out.append(every_awake)
     out += tier_variants(base, ctx.demand, ctx.sleep_order, cluster, **margins)
-    for k, rate in enumerate(cfg.awake_min_requests_per_h):
+    top = max(cfg.awake_min_requests_per_h)
+    rates = [*cfg.awake_min_requests_per_h, *(r for r in LEAN_RATES if r > top)]
+    for k, rate in enumerate(rates):
         for j, (asleep, idle_s) in enumerate(schedule_variants(ctx)):
             sched = scheduled(
                 base,

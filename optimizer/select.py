@@ -51,15 +51,24 @@ TWIN_NOTE_SLOWER = (
     "same instances within the same warm GiB) at its attainment - 0.01, on the days points "
     "are chosen on, were left out"
 )
-ONE_RUNG_NOTE = (
-    "one point on the ladder: every variant of its placement that sleeps more either misses "
-    "the attainment target or switches no faster than reactive LRU swapping at its memory"
-)
-ONE_RUNG_NO_WAIT_NOTE = (
-    "one point on the ladder: its requests wait for no wake already, so keeping more awake "
-    "buys no switch latency, and every variant of its placement that keeps less awake misses "
-    "the attainment target or waits as long as reactive LRU swapping at its memory"
-)
+# why a ladder has one rung: (its requests wait for no wake already?, does any plan meet
+# the attainment target?) -> the note
+ONE_RUNG_NOTES = {
+    (True, True): "one point on the ladder: its requests wait for no wake already, so keeping "
+    "more awake buys no switch latency, and every variant of its placement that keeps less "
+    "awake misses the attainment target or waits as long as reactive LRU swapping at its memory",
+    (False, True): "one point on the ladder: every variant of its placement that keeps less "
+    "awake misses the attainment target or waits as long as reactive LRU swapping at its "
+    "memory, and none that keeps more awake switches faster",
+    (True, False): "one point on the ladder: no plan meets the attainment target, and every "
+    "variant of its placement that keeps less awake attains more than "
+    f"{POOL_SLACK:.0%} less than the best plan (the models are too busy to sleep); keeping "
+    "more awake buys no switch latency",
+    (False, False): "one point on the ladder: no plan meets the attainment target, and every "
+    "variant of its placement that keeps less awake attains more than "
+    f"{POOL_SLACK:.0%} less than the best plan or waits as long as reactive LRU swapping; "
+    "none that keeps more awake switches faster",
+}
 TWIN_NOTE_DOMINATED = (
     "no point switches 3x faster than its lru@ twin (reactive LRU swapping on the same "
     "instances within the same warm GiB); points whose twin does as well or better were left out"
@@ -280,8 +289,18 @@ def _ladder(
         rungs = _twin_front(ctx, ev, same, [])
         top = min(rungs, key=_base_rank)
         ladders.append((thin(rungs, _warm, top), top, key))
+    # at least two rungs preferred; then, among the ladders whose top rung holds the SLO as
+    # well as the best one's (`ATTAINMENT_TIE`), the leanest top: the least warm memory
+    # within the targets
+    best = max(_held_up(top) for _, top, _ in ladders)
     rungs, _, key = min(
-        ladders, key=lambda lt: (-min(len(lt[0]), 2), _base_rank(lt[1])[0], _warm(lt[1]))
+        ladders,
+        key=lambda lt: (
+            -min(len(lt[0]), 2),
+            _held_up(lt[1]) < best - ATTAINMENT_TIE,
+            _warm(lt[1]),
+            lt[1].index,
+        ),
     )
     judged = [(r.point, r.chosen, _held_up(r), r.perfs) for r in rungs]
     price = ctx.cfg.restart_price_gib_h
@@ -357,7 +376,7 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
     on_ladder = [(n, e) for n, e in choices if any(e is r for r in rungs)]
     if len(on_ladder) == 1:  # say why the runtime has nowhere to hop by sleeps and wakes
         no_wait = on_ladder[0][1].chosen.switch_p95_s == 0
-        notes.append(ONE_RUNG_NO_WAIT_NOTE if no_wait else ONE_RUNG_NOTE)
+        notes.append(ONE_RUNG_NOTES[(no_wait, meets)])
     return _result(ctx, ev, evals, named, notes, shown, _selected(on_ladder or choices))
 
 
