@@ -268,9 +268,11 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
     tmp_path, tiny_model_dir, require_vllm, cpu_plan
 ):
     """Issue 41 item 8: the lean decision on the live request log. Two points on one
-    placement: `both` keeps both models awake, `a-only` lets tiny-b sleep (on the CPU build a
-    sleep is a stop). tiny-b's traffic falls to nothing: `adjust --once` hops to `a-only` by
-    putting b0 to sleep; a0 keeps its process, and every request of the stream is answered."""
+    placement: `both` keeps both models awake, `a-only` puts tiny-b on the host tier.
+    tiny-b's traffic falls to nothing: `adjust --once` hops to `a-only` with no start or
+    restart (b0 becomes lazy: asleep with sleep mode; on the CPU build, without it, it keeps
+    running until the gateway needs its memory); a0 keeps its process, and every request of
+    the stream is answered."""
     d = tmp_path
     pa, pb = cpu_plan.free_port(), cpu_plan.free_port()
     plan_path = write_inputs(d, tiny_model_dir, pa, pb)
@@ -310,7 +312,9 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
         assert "lean" in dec["reasons"] and "meets the targets" in dec["reason"]
         assert out["hop"]["starts"] == 0, out["hop"]  # a sleep (a stop here), no restart
         assert "error" not in out["apply"]
-        assert {a["instance"] for a in out["apply"]["actions"]} == {"b0"}
+        # nothing starts or stops: on the CPU build (no sleep mode) b0 keeps running lazily
+        # until the gateway needs its memory (reconcile.py); with sleep mode it is a sleep
+        assert not [a for a in out["apply"]["actions"] if a["action"] in ("start", "restart")]
         _until(lambda: gw.point.name == "a-only", "the gateway follows a-only", 60)
         n_before = stream.done
         _until(lambda: stream.done >= n_before + 20, "served after the hop")
