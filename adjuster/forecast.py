@@ -23,8 +23,9 @@ earlier (the nearest earlier day that has requests; without one, the last window
 some), whole sessions at a time so that their prefix caches and hand-offs stay as they were:
 a session is kept (or repeated, a few seconds later) with the mean ratio of forecast to
 source requests of the models it calls, deterministically (seeded by the window's time of
-day). Timestamps move by whole days (or windows), so the simulation sees the clock hours
-(awake hours) the points were fitted to.
+day); a model the forecast expects and that window lacks (adopted since) is drawn from its
+own last window. Timestamps move by whole days (or windows), so the simulation sees the
+clock hours (awake hours) the points were fitted to.
 """
 
 from __future__ import annotations
@@ -150,29 +151,22 @@ def forecast_traffic(history: pd.DataFrame, fc: Forecast) -> pd.DataFrame:
     """Requests standing for the forecast windows (module docstring), sorted by time."""
     w = fc.window_s
     ts = history["timestamp"].to_numpy(float)
-    parts = []
+    models_all = history["model"].astype(str).to_numpy()
+    parts: list[pd.DataFrame] = []
     for i in range(len(fc.total())):
         start = fc.start_s + i * w
-        src = _source(history, ts, start, w, fc.start_s)
-        if src is None:
-            continue
-        rows, shift = src
         want = {m: float(c[i]) for m, c in fc.counts.items()}
-        have = rows["model"].astype(str).value_counts().to_dict()
-        # a session's share: the mean ratio forecast / source of the models it calls
-        ratio = {m: want.get(m, 0.0) / n for m, n in have.items() if n}
-        sess = rows["session"].astype(str).to_numpy()
-        models = rows["model"].astype(str).to_numpy()
-        share = pd.Series([ratio[m] for m in models]).groupby(sess).mean().to_dict()
         # seeded by the window's time of day: live (epoch s) and replay (trace s) draw alike
         rng = np.random.default_rng([int(start % DAY_S), i])
-        for s_id in sorted(share):
-            r = share[s_id]
-            copies = int(np.floor(r)) + int(rng.random() < r - np.floor(r))
-            mine = rows[sess == s_id]
-            for c in range(copies):  # a copy is another session like it, a little later
-                part = mine.assign(timestamp=mine["timestamp"].to_numpy(float) + shift + c * 7.0)
-                parts.append(part.assign(session=f"{s_id}~{c}") if c else part)
+        src = _source(history, ts, start, w, fc.start_s, None)
+        have = src[0]["model"].astype(str).value_counts().to_dict() if src is not None else {}
+        if src is not None:
+            _draw(*src, want, parts, rng)
+        for m in sorted(m for m, n in want.items() if n >= 0.5 and not have.get(m)):
+            # a model the source window lacks (adopted since): from its own last window
+            alone = _source(history, ts, start, w, fc.start_s, models_all == m)
+            if alone is not None:
+                _draw(*alone, {m: want[m]}, parts, rng)
     if not parts:
         return history.iloc[0:0].copy()
     out = pd.concat(parts, ignore_index=True)
@@ -181,21 +175,38 @@ def forecast_traffic(history: pd.DataFrame, fc: Forecast) -> pd.DataFrame:
     return out.sort_values("timestamp", kind="stable").reset_index(drop=True)
 
 
+def _draw(rows: pd.DataFrame, shift: float, want: dict[str, float], parts: list, rng: Any) -> None:
+    """Append to `parts` the sessions of `rows` kept or repeated to `want` (model -> requests),
+    moved by `shift` s: a session's share is the mean ratio forecast / source of the models
+    it calls."""
+    have = rows["model"].astype(str).value_counts().to_dict()
+    ratio = {m: want.get(m, 0.0) / n for m, n in have.items() if n}
+    sess = rows["session"].astype(str).to_numpy()
+    models = rows["model"].astype(str).to_numpy()
+    share = pd.Series([ratio[m] for m in models]).groupby(sess).mean().to_dict()
+    for s_id in sorted(share):
+        r = share[s_id]
+        copies = int(np.floor(r)) + int(rng.random() < r - np.floor(r))
+        mine = rows[sess == s_id]
+        for c in range(copies):  # a copy is another session like it, a little later
+            part = mine.assign(timestamp=mine["timestamp"].to_numpy(float) + shift + c * 7.0)
+            parts.append(part.assign(session=f"{s_id}~{c}") if c else part)
+
+
 def _source(
-    history: pd.DataFrame, ts: np.ndarray, start: float, w: float, now_s: float
+    history: pd.DataFrame, ts: np.ndarray, start: float, w: float, now_s: float, only: Any
 ) -> tuple[pd.DataFrame, float] | None:
     """(the requests a forecast window at `start` is drawn from, the shift onto it, s): the
     same window on the nearest earlier day that has some, else the last window that has
-    some (its sessions whole: their prefix caches and hand-offs as they were)."""
-    for d in range(1, 8):
-        lo, hi = np.searchsorted(ts, [start - d * DAY_S, start - d * DAY_S + w])
-        if hi > lo:
-            return history.iloc[int(lo) : int(hi)], d * DAY_S
-    for j in range(1, 25):
-        a = now_s - j * w
-        lo, hi = np.searchsorted(ts, [a, a + w])
-        if hi > lo:
-            return history.iloc[int(lo) : int(hi)], start - a
+    some (its sessions whole: their prefix caches and hand-offs as they were). `only`: a
+    mask of the log's rows to draw from (None: all)."""
+    spans = [(start - d * DAY_S, d * DAY_S) for d in range(1, 8)]
+    spans += [(now_s - j * w, start - (now_s - j * w)) for j in range(1, 25)]
+    for a, shift in spans:
+        lo, hi = (int(x) for x in np.searchsorted(ts, [a, a + w]))
+        if hi > lo and (only is None or only[lo:hi].any()):
+            rows = history.iloc[lo:hi]
+            return (rows if only is None else rows[only[lo:hi]]), shift
     return None
 
 

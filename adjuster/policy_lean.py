@@ -9,9 +9,9 @@ serves nobody until the first is up: `observe.hop_delays`). A point *meets the t
 the forecast when its attainment is at least the SLO's (less `attainment_z` binomial
 standard errors of the forecast's requests), no model's switch P95 is over the model's
 switch target and the P95 of all waits not over the default one: the switch target is a
-constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them,
-and a hop that itself makes a request wait past its model's switch target does not meet
-them (restarts are for hours nobody is there, wakes for any hour).
+constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them;
+a hop to a leaner point whose own waits push a request past its model's switch target is
+not made (restarts are for hours nobody is there, wakes for any hour), a rescue may.
 
 Rule, in order:
 1. the current point meets the targets on the forecast: hop to the leanest point that meets
@@ -56,6 +56,7 @@ class LeanRow:
     over_switch: tuple[str, ...]  # models whose switch P95 is over their target
     delayed: int  # requests that wait for the hop
     meets: bool
+    hop_breach: bool = False  # the hop itself makes a request wait past its switch target
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +64,7 @@ class LeanRow:
             "warm_gpu_gib": round(self.warm_gib, 3), "delayed": self.delayed,
             "switch_p95_s": {m: round(v, 3) for m, v in sorted(self.switch_p95_s.items())},
             "over_switch_target": list(self.over_switch), "meets_targets": self.meets,
+            "hop_breaches_switch_target": self.hop_breach,
         }  # fmt: skip
 
 
@@ -90,7 +92,7 @@ def lean_row(
     limits = switch_limits(slo, sim.model_names)
     n = len(sim.ttft_s)
     if not n:
-        return LeanRow(1.0, 0, floor_gib, {}, (), 0, True)
+        return LeanRow(1.0, 0, floor_gib, {}, (), 0, True, False)
     d = np.zeros(n) if delay is None or len(delay) != n else np.asarray(delay, float)
     if sim.substituted is not None:  # a stand-in answered: it waited for no instance
         d = np.where(sim.substituted, 0.0, d)
@@ -111,11 +113,10 @@ def lean_row(
         p95s[m] = float(np.percentile(w, 95))
         if p95s[m] > limits.get(m, limits.get("", math.inf)):
             over.append(m)
-    if d.any():  # a hop must not itself push requests past their switch target
+    breach = False  # the hop itself pushes a request past its model's switch target
+    if d.any():
         lim = np.array([limits.get(m, limits.get("", math.inf)) for m in sim.model_names])
-        if ((d > 0) & (wait > lim[np.asarray(sim.model, int)])).any():
-            p95s["hop"] = float(d.max())
-            over.append("hop")
+        breach = bool(((d > 0) & (wait > lim[np.asarray(sim.model, int)])).any())
     every = wait[wait > 0]  # all models' waits against the SLO's default switch target
     if len(every) >= SWITCH_MIN_WAITS:
         p95s[""] = float(np.percentile(every, 95))
@@ -123,7 +124,8 @@ def lean_row(
             over.append("")
     slack = cfg.attainment_z * math.sqrt(max(target * (1.0 - target), 0.0) / n)
     meets = att >= target - slack and not over
-    return LeanRow(att, n, float(sim.warm_gpu_gib), p95s, tuple(over), int((d > 0).sum()), meets)
+    delayed = int((d > 0).sum())
+    return LeanRow(att, n, float(sim.warm_gpu_gib), p95s, tuple(over), delayed, meets, breach)
 
 
 def floor_gib(point: Any) -> float:
@@ -174,9 +176,13 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
         return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
     cur_row = rows[cur]
     cur_ok = cur_row.meets and (window_ok is None or window_ok[cur])
-    if cur_ok:  # a trade of memory: not of the attainment the current point keeps
+    if cur_ok:  # a trade of memory: not of the attainment the current point keeps, and
+        # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
         floor = cur_row.attainment - cfg.max_attainment_loss
-        meeting = [p for p in meeting if p == cur or rows[p].attainment >= floor]
+        meeting = [
+            p for p in meeting
+            if p == cur or (rows[p].attainment >= floor and not rows[p].hop_breach)
+        ]  # fmt: skip
     best = min(meeting, key=lambda p: (rows[p].warm_gib, rows[p].delayed, p))
     if best == cur:
         return v.hold(f"{cur} is the leanest point that meets the targets on the forecast")
@@ -214,11 +220,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
 
 def _miss(r: LeanRow) -> str:
     parts = [f"attainment {r.attainment:.1%}"]
-    parts += [
-        f"the hop's waits up to {r.switch_p95_s[m]:.0f} s" if m == "hop"
-        else f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s"
-        for m in r.over_switch
-    ]  # fmt: skip
+    parts += [f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s" for m in r.over_switch]
     return ", ".join(parts)
 
 
