@@ -195,23 +195,28 @@ def _until(cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         time.sleep(0.5)
 
 
-def test_no_request_is_lost_across_two_hops_and_a_kill(
-    tmp_path, tiny_model_dir, require_vllm, cpu_plan
-):
-    d = tmp_path
-    plan_path = write_inputs(d, tiny_model_dir, cpu_plan.free_port(), cpu_plan.free_port())
+def serve(d: Path, plan_path: Path, point: str, cpu_plan) -> tuple:
+    """`planner apply PLAN --point POINT` into d/state, then the gateway in this process:
+    (state, backend, gateway, its thread)."""
     sdir = d / "state"
-    rc, _, text = cli([
-        "apply", str(plan_path), "--point", "a-hot", "--state-dir", str(sdir),
-        "--timeout", str(START_TIMEOUT_S), "--json",
-    ])  # fmt: skip
+    rc, _, text = cli(["apply", str(plan_path), "--point", point, "--state-dir", str(sdir),
+                       "--timeout", str(START_TIMEOUT_S), "--json"])  # fmt: skip
     assert rc == 0, text
     state, backend, control = local_control(
         d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
     )
     cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
-    th = GatewayThread(gw, port=cpu_plan.free_port()).start()
+    return state, backend, gw, GatewayThread(gw, port=cpu_plan.free_port()).start()
+
+
+def test_no_request_is_lost_across_two_hops_and_a_kill(
+    tmp_path, tiny_model_dir, require_vllm, cpu_plan
+):
+    d = tmp_path
+    plan_path = write_inputs(d, tiny_model_dir, cpu_plan.free_port(), cpu_plan.free_port())
+    sdir = d / "state"
+    state, backend, gw, th = serve(d, plan_path, "a-hot", cpu_plan)
     stream = Stream(th.url).start()
     look = StateStore(sdir)  # the test's own connection (the gateway's threads use `state`)
     try:
@@ -287,15 +292,7 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
     plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     (d / "slo.yaml").write_text(SLO.replace("switch_p95_s: 0.001", "switch_p95_s: 600.0"))
     sdir = d / "state"
-    rc, _, text = cli(["apply", str(plan_path), "--point", "both", "--state-dir", str(sdir),
-                       "--timeout", str(START_TIMEOUT_S), "--json"])  # fmt: skip
-    assert rc == 0, text
-    state, backend, control = local_control(
-        d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
-    )
-    cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
-    gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
-    th = GatewayThread(gw, port=cpu_plan.free_port()).start()
+    state, backend, gw, th = serve(d, plan_path, "both", cpu_plan)
     stream = Stream(th.url)
     stream.hot, stream.cold_every = "tiny-a", 0  # tiny-b's traffic has fallen to nothing
     stream.start()
