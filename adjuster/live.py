@@ -181,7 +181,8 @@ def tick(
             config.perfs, config.slo.attainment, backend.supports_sleep, config.suggest_command
         )
         ahead = Simulated(fc, fc_sims) if fc is not None else None
-        obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped, after)
+        lean = _lean_basis(log, now_s, plan, config) if cfg.decision == "lean" else None
+        obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped, after, lean)
         new_st, actions = decide(st, obs)
         act = actions[0]
         res = TickResult(now_s, win, st, new_st, act, sims, obs.forecast_window_requests, plan)
@@ -213,6 +214,23 @@ def _state(
         # someone applied another point by hand: it is in force since then
         return st.model_copy(update={"point": applied, "since_s": applied_at})
     return st
+
+
+def _lean_basis(
+    log: LogSource, now_s: float, plan: Plan, config: TickConfig
+) -> tuple[Any, Simulated, Slo]:
+    """The lean decision's forecast of the next windows (adjuster/forecast.py), every point
+    simulated on its traffic, and the SLO."""
+    from planner.adjuster.forecast import forecast_counts, forecast_traffic
+
+    cfg = config.policy
+    back_s = (cfg.history_days + 1) * DAY_S  # the profile's days and the level's windows
+    history = window_at(log, now_s, back_s)
+    models = list(dict.fromkeys([i.model for p in plan.points for i in p.instances]))
+    models += sorted(set(history["model"].astype(str)) - set(models))
+    fc = forecast_counts(history, log.first_s(), plan.workload_summary, now_s, cfg, models)
+    traffic = forecast_traffic(history, fc)
+    return fc, Simulated(traffic, _simulate(plan, traffic, config)), config.slo
 
 
 def _simulate(plan: Plan, df: pd.DataFrame, config: TickConfig) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from planner.adjuster.policy_types import (
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim.metrics import SimResult
 from planner.schemas.plan import Hop, Plan, Point
+from planner.schemas.slo import Slo
 
 if TYPE_CHECKING:
     from planner.adjuster.hopcost import After
@@ -233,13 +234,15 @@ def observe(
     forecast: Simulated | None = None,
     forecast_dropped: bool = False,
     after: After | None = None,
+    lean: tuple[Any, Simulated, Slo] | None = None,
 ) -> Observation:
     """Everything `decide` needs about the window ending at `end_s`.
 
     `forecast`: the next `forecast_windows` windows as they went a day earlier (None: no
     history, or `forecast_dropped`: the day before did not foresee the window, `foresaw`).
-    `after`: the traffic a hop is judged on (`hopcost.after`), priced here. Drift runs only
-    on windows with enough requests.
+    `after`: the traffic a hop is judged on (`hopcost.after`), priced here. `lean`: the
+    lean decision's forecast (forecast.Forecast), every point simulated on its traffic, and
+    the SLO. Drift runs only on windows with enough requests.
     """
     cfg = state.config
     if not cfg.forecast_windows:
@@ -292,7 +295,18 @@ def observe(
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
         after=after.priced(plan, costs, hop_delays) if after is not None else None,
+        lean=_lean(plan, lean, setting.target_attainment, cfg, costs),
     )
+
+
+def _lean(plan: Plan, lean: Any, target: float, cfg: AdjustConfig, costs: Any) -> Any:
+    """The lean decision's view (policy_lean.LeanView), None without a forecast."""
+    if lean is None:
+        return None
+    from planner.adjuster.policy_lean import lean_view
+
+    fc, sim, slo = lean
+    return lean_view(plan, fc, sim.requests, sim.sims, slo, target, cfg, costs)
 
 
 def _drifts(plan: Plan, state: AdjustState, window: pd.DataFrame) -> tuple[Any, Any]:

@@ -79,7 +79,7 @@ metrics and objective, the gain and the threshold it had to pass, the waits a ho
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -101,6 +101,12 @@ from planner.adjuster.policy_view import Outcome, WindowView, meets_slo, objecti
 def decide(state: AdjustState, obs: Observation) -> Outcome:
     """The policy (see the module docstring). Pure and deterministic."""
     v = view(state, obs)
+    if v.cfg.decision == "lean" and obs.lean is not None:
+        from planner.adjuster.policy_lean import decide_lean
+
+        if v.cur not in obs.lean.rows:
+            raise ValueError(f"no forecast for the current point {v.cur!r}")
+        return decide_lean(v, _none_meets)
     if (out := _quiet(v)) is not None:
         return out
     if v.cur not in obs.metrics:
@@ -267,9 +273,7 @@ def _gain_gates(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome | N
 
 def _hop(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome:
     """Every gate passed: hop to `best`."""
-    from planner.optimizer.workload.characterize import summarize
-
-    cur, now = v.cur, v.now
+    cur = v.cur
     why = (
         f"{cur} missed the SLO on traffic beyond the plan; {best} meets it"
         if cur in v.failed
@@ -282,16 +286,7 @@ def _hop(v: WindowView, best: str, cur_ok: bool, g: _Gain) -> Outcome:
             else ""
         )
     )
-    st = v.base.model_copy(
-        update={
-            "point": best,
-            "since_s": now,
-            "chosen_summary": _plain(summarize(v.obs.window)),
-            "hop_times_s": [*v.recent, now],
-        }
-    )
-    reasons = {**v.reasons, "action": "hop", "to": best}
-    return st, [Decision("hop", best, why, reasons, from_point=cur)]
+    return v.hop(best, why)
 
 
 def _outright(v: WindowView, p: str) -> bool:
@@ -303,10 +298,6 @@ def _outright(v: WindowView, p: str) -> bool:
     if v.ahead:
         ok = ok and float(v.obs.forecast[p].metrics.slo_attainment) >= target
     return ok
-
-
-def _plain(summary: Any) -> dict[str, Any]:
-    return summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
 
 
 def _with_hop(

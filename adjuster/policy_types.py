@@ -28,6 +28,34 @@ class AdjustConfig(BaseModel):
     window_s: float = Field(
         default=3600.0, ge=60, le=7 * DAY_S, description="length of a decision window, s"
     )
+    decision: Literal["lean", "objective"] = Field(
+        default="lean",
+        description="lean: the leanest point the forecast says meets every SLO target "
+        "(policy_lean.py); objective: switch P95 + gib_weight_s x warm GiB (policy.py)",
+    )
+    history_days: int = Field(
+        default=7, ge=1, le=28, description="days of request log the lean forecast's profile reads"
+    )
+    min_saving_share: float = Field(
+        default=0.05,
+        ge=0,
+        le=1,
+        description="lean: least share of the current point's warm GiB a hop to a leaner point saves",
+    )
+    max_attainment_loss: float = Field(
+        default=0.005,
+        ge=0,
+        le=1,
+        description="lean: most forecast attainment a hop to a leaner point may give up against "
+        "the current point's (the SLO's target is a floor, not what memory is bought with)",
+    )
+    min_saving_gib_h: float = Field(
+        default=10.0,
+        ge=0,
+        le=1e6,
+        description="lean: least warm GiB-hours a hop to a leaner point saves over the forecast "
+        "windows (the price of a hop, in memory)",
+    )
     min_dwell_s: float = Field(
         default=7200.0,
         ge=0,
@@ -231,6 +259,9 @@ class Observation:
     # the traffic forecast after a hop as every point would serve it (hopcost.After: what
     # `hopcost.judge` prices a hop on); None: no simulations to judge on
     after: Any = None
+    # the lean decision's forecast and every point on it (policy_lean.LeanView); None: the
+    # objective decision, or nothing simulated
+    lean: Any = None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,24 @@ class WindowView:
             return max(r.objective_s, r.forecast_objective_s)  # type: ignore[type-var]
         return r.objective_s
 
+    def hop(self, best: str, why: str) -> Outcome:
+        """Hop to `best`: the state the hop leaves (the window it was chosen on, the hop's
+        time) and the decision."""
+        from planner.optimizer.workload.characterize import summarize
+
+        summary = summarize(self.obs.window)
+        plain = summary.model_dump(mode="json") if hasattr(summary, "model_dump") else dict(summary)
+        st = self.base.model_copy(
+            update={
+                "point": best,
+                "since_s": self.now,
+                "chosen_summary": plain,
+                "hop_times_s": [*self.recent, self.now],
+            }
+        )
+        reasons = {**self.reasons, "action": "hop", "to": best}
+        return st, [Decision("hop", best, why, reasons, from_point=self.cur)]
+
     def hold(self, why: str, **update: Any) -> Outcome:
         """Stay at the current point; `update`: what the state remembers of this window."""
         st = self.base.model_copy(update=update) if update else self.base

@@ -4,23 +4,23 @@
 aligned on multiples of it (trace seconds count from 00:00 of day 0, so 1 h windows are
 clock hours, as live), and at the end of each window runs `live.tick`, the code the live
 adjuster runs, with the trace as its request log (`TraceSource`), a `SimBackend` (a hop is
-the same `apply_point`, nothing starts) and a state store in a temporary folder. Per window:
-1. the tick simulates every point of the plan on the window's requests (the `simulate` the
-   optimizer scores with) and on the forecast, observes, decides, and makes the hop;
-2. the point in force during the window takes that window's simulated requests as its own
-   (adjusted series); every plan point's requests also go to its static series (that point
-   held all along);
-3. a hop decided at the end of a window is in force from the next window on.
+the same `apply_point`, nothing starts) and a state store in a temporary folder. The tick
+simulates every point on the window (and the forecast) to decide; a hop decided at the end
+of a window is in force from the next window on.
 
-Model of the carry-over at window edges (documented approximations, the same for the
-adjusted and the static series so that they compare like with like): each window is
-simulated from a fresh start of its point (gpu-tier instances awake, host/disk ones awake
-as long as they displace nobody, no prefix cache), and requests still running at a window's
-end finish in that window's simulation.
+Scoring: one continuous run, as the live gateway serves. The scored windows are cut where
+the point in force changes; each piece (a segment) is one run of the simulator of its point
+on its requests, carrying the engines' state (awake or asleep, caches, queues) from one hour
+to the next, so a point held all along (`static`, and the adjusted series when it makes no
+hop) is one run over the whole scored span: `planner evaluate`'s figures. Only at a hop does
+a run start afresh (gpu-tier instances awake, host/disk ones awake as long as they displace
+nobody), and requests still running at a segment's end finish in that segment's run.
+`series`: per scored window, the point in force, its warm GiB (the run's memory curve over
+the window), the requests per model, the switch waits (count, P95) and the attainment.
 
 Cost of a hop: the steps `apply_point` took (`observe.cost_of_steps`, timed by the target's
 perf model, one after another). A model all of whose instances the hop (re)starts or wakes
-is unavailable until the first of them is up, counted from the window's start: its requests
+is unavailable until the first of them is up, counted from the segment's start: its requests
 arriving before then wait that much longer (`observe.hop_delays`, added to TTFT and to the
 switch wait; the SLO check is redone), and every start and wake counts as a switch. Requests
 of models that keep an instance are not delayed (make-before-break).
@@ -34,11 +34,11 @@ Stand-ins: the tick's `simulate` routes by each point's `substitutes` as the opt
 scorer does, so a point is scored here with substitution on, exactly as it was chosen; a
 request a stand-in answered waits for no hop of its own model.
 
-Aggregation: per-request arrays of all windows are concatenated and the percentiles
+Aggregation: per-request arrays of all segments are concatenated and the percentiles
 recomputed (switch P95 over requests that waited, as `SimResult`; substituted share and
-quality cost over all requests); warm GiB is the time-average over windows (each window's
-simulated average weighted by the window length); `gpus_used` is the most any window used;
-`refused` sums the unserved requests of every window by reason.
+quality cost over all requests); warm GiB is each run's GiB-hours over the sum of their spans
+(as `evaluate` averages one run); `gpus_used` is the most any run used; `refused` sums the
+unserved requests of every run by reason.
 """
 
 from __future__ import annotations
@@ -83,9 +83,8 @@ class _Series:
     gpus: int = 0
     refused: Counter[str] = field(default_factory=Counter)  # unserved requests by reason
 
-    def add(
-        self, sim: Any, window_s: float, ttft=None, wait=None, met=None, extra_wakes: int = 0
-    ) -> None:
+    def add(self, sim: Any, ttft=None, wait=None, met=None, extra_wakes: int = 0) -> None:
+        """One continuous run (a segment, or the whole span held)."""
         self.ttft.append(sim.ttft_s if ttft is None else ttft)
         self.tpot.append(sim.tpot_s)
         self.wait.append(sim.switch_wait_s if wait is None else wait)
@@ -96,8 +95,9 @@ class _Series:
             sim.quality_penalty if sim.quality_penalty is not None else np.zeros(n, float)
         )
         self.wakes += sim.wakes + extra_wakes
-        self.gib_s += sim.warm_gpu_gib * window_s  # GiB x s
-        self.span_s += window_s
+        if n:  # warm memory over the run's span, as `evaluate` averages it
+            self.gib_s += sim.warm_gpu_gib_hours * 3600.0  # GiB x s
+            self.span_s += max(sim.end_s - sim.start_s, 0.0)
         self.gpus = max(self.gpus, sim.gpus_used)
         self.refused.update(sim.refused())
 
@@ -171,9 +171,8 @@ def replay(
     n_win = int(np.floor((ts.max() - first) / w)) + 1 if len(ts) else 0
     start = start_point or plan.selected
 
-    static = {n: _Series() for n in names}
-    adjusted = _Series()
     log = _Log()
+    in_force: list[tuple[str, HopCost | None]] = []  # per window: the point, the hop made into it
     pending: HopCost | None = None  # the hop made at the end of the previous window
     source, backend = TraceSource(trace), SimBackend(sleep_supported)
     tcfg = TickConfig(
@@ -185,28 +184,23 @@ def replay(
         apply_point(plan, start, backend=backend, state=store, model_path_resolver=lambda i: "")
         state = tcfg.start
         for k in range(n_win):
-            start_s, end_s = first + k * w, first + (k + 1) * w
+            end_s = first + (k + 1) * w
             res = tick(end_s, source, backend, store, plan, tcfg)
-            win, cur = res.window, plan.point(res.state_before.point)
-            if start_s >= first + warmup_s:
-                for n in names:  # the plan's own points
-                    static[n].add(res.sims[n], w)
-                sim = res.sims[cur.name]
-                if pending is not None:
-                    t, q, m = _charge_hop(sim, cur, pending, start_s, win, slo)
-                    extra = pending.starts + pending.wakes
-                    adjusted.add(sim, w, ttft=t, wait=q, met=m, extra_wakes=extra)
-                else:
-                    adjusted.add(sim, w)
+            in_force.append((res.state_before.point, pending))
             pending = res.hop
             log.record(res, end_s)
             plan, state = res.plan, res.state
             if progress is not None:
                 progress(k + 1, n_win)
+    run = _Run(plan, trace, slo, perfs, model_names, cfg)
+    k0 = min(n_win, int(np.ceil(max(warmup_s, 0.0) / w - 1e-9)))  # the first scored window
+    static = {n: run.series([(n, None, first + k0 * w, first + n_win * w)]) for n in names}
+    adjusted = run.series(_segments(in_force, k0, first, w))
     return {
         "adjusted": adjusted.metrics(),
         "static": {n: s.metrics() for n, s in static.items()},
         **log.to_json(),
+        "series": run.per_window(first, w, k0, in_force),
         "windows": n_win,
         "window_s": w,
         "start_point": start,
@@ -214,6 +208,104 @@ def replay(
         **log.hop_rates(n_win * w),
         "config": cfg.model_dump(mode="json"),
     }
+
+
+Segment = tuple[str, HopCost | None, float, float]  # point, hop made into it, start s, end s
+
+
+def _segments(
+    in_force: list[tuple[str, HopCost | None]], k0: int, first: float, w: float
+) -> list[Segment]:
+    """The scored windows (from `k0`) cut where the point in force changes (or a hop is made
+    into the same point): each segment is one continuous run of its point."""
+    out: list[Segment] = []
+    for k in range(k0, len(in_force)):
+        name, hop = in_force[k]
+        a, b = first + k * w, first + (k + 1) * w
+        if out and out[-1][0] == name and hop is None:
+            out[-1] = (name, out[-1][1], out[-1][2], b)
+        else:
+            out.append((name, hop, a, b))
+    return out
+
+
+class _Run:
+    """Continuous runs of the simulator: a point held over a span carries its engines' state
+    (awake, asleep, caches, queues) from one hour to the next, as the live gateway does; a
+    hop starts a new run where it lands, with its waits charged (`_charge_hop`)."""
+
+    def __init__(self, plan: Plan, trace: pd.DataFrame, slo: Slo, perfs, model_names, cfg):
+        self.plan, self.trace, self.slo, self.perfs = plan, trace, slo, perfs
+        self.model_names, self.cfg = model_names, cfg
+        self.ts = trace["timestamp"].to_numpy(float)
+        self.sims: dict[tuple[str, float, float], Any] = {}  # (point, start, end) -> its run
+
+    def sim(self, seg: Segment) -> tuple[Any, pd.DataFrame]:
+        """(SimResult of the segment's point on its requests, those requests)."""
+        from planner.optimizer.sim.simulator import simulate
+
+        name, _, a, b = seg
+        lo, hi = np.searchsorted(self.ts, [a, b])
+        part = self.trace.iloc[int(lo) : int(hi)]
+        key = (name, a, b)
+        if key not in self.sims:
+            self.sims[key] = simulate(
+                self.plan.point(name), self.perfs[name], part, self.slo,
+                model_names=self.model_names, sleep_after_idle_s=self.cfg.sleep_after_idle_s,
+            )  # fmt: skip
+        return self.sims[key], part
+
+    def charged(self, seg: Segment) -> tuple[Any, Any, Any, Any, int]:
+        """(sim, TTFT, switch wait, SLO mask, extra wakes) of a segment, the hop's waits in."""
+        sim, part = self.sim(seg)
+        name, hop, a, _ = seg
+        if hop is None:
+            return sim, sim.ttft_s, sim.switch_wait_s, sim.met_slo, 0
+        t, q, m = _charge_hop(sim, self.plan.point(name), hop, a, part, self.slo)
+        return sim, t, q, m, hop.starts + hop.wakes
+
+    def series(self, segments: list[Segment]) -> _Series:
+        out = _Series()
+        for seg in segments:
+            sim, t, q, m, extra = self.charged(seg)
+            out.add(sim, ttft=t, wait=q, met=m, extra_wakes=extra)
+        return out
+
+    def per_window(self, first, w, k0, in_force) -> list[dict[str, Any]]:
+        """Per scored window of the adjusted run: the point in force, its warm GiB, the
+        requests per model, the switch waits (count, P95) and the attainment."""
+        rows = []
+        for seg in _segments(in_force, k0, first, w):
+            sim, _, q, m, _ = self.charged(seg)
+            arr, wait, met = np.asarray(sim.arrival_s, float), np.asarray(q), np.asarray(m)
+            names = np.asarray(sim.model_names, dtype=object)[np.asarray(sim.model, int)]
+            a = seg[2]
+            while a < seg[3] - 1e-6:
+                b = a + w
+                mask = (arr >= a) & (arr < b)
+                waits = wait[mask]
+                waits = waits[np.isfinite(waits) & (waits > 0)]
+                p95 = float(np.percentile(waits, 95)) if len(waits) else 0.0
+                rows.append({
+                    "start_s": a, "point": seg[0], "hop": seg[1] is not None and a == seg[2],
+                    "warm_gpu_gib": round(_curve_gib(sim, a, b), 3),
+                    "requests": dict(sorted(Counter(str(x) for x in names[mask]).items())),
+                    "switch_waits": len(waits), "switch_p95_s": round(p95, 3),
+                    "slo_attainment": round(float(met[mask].mean()), 5) if mask.any() else None,
+                })  # fmt: skip
+                a = b
+        return rows
+
+
+def _curve_gib(sim: Any, a: float, b: float) -> float:
+    """A run's mean warm GiB over [a, b) from its memory curve (a step function; before its
+    first time the first level, after its last the last)."""
+    times, gib = (np.asarray(x, float) for x in sim.memory_curve)
+    if not len(times):
+        return float(sim.warm_gpu_gib)
+    edges = np.clip(np.concatenate([[a], times, [b]]), a, b)
+    levels = np.concatenate([[gib[0]], gib])
+    return float((np.diff(edges) * levels).sum() / max(b - a, 1e-9))
 
 
 class _Log:

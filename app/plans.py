@@ -1,9 +1,15 @@
-"""One function that turns a search result into a plan, for `optimize` and re-optimization
-alike: the same notes (overload, search), capacity table, knobs and held-back days."""
+"""The one optimize pipeline: `optimize_plan` turns the inputs and a full OptimizeConfig
+into a plan, for `planner optimize`, `adjust --reoptimize`, the nightly re-plan and the
+benches alike: the same search (no scorer: the config's held-back days), the same notes
+(overload, search), capacity table, knobs and held-back days. The plan records the whole
+config (`search.config`); `config_from_plan` rebuilds it, so a re-optimization searches as
+the plan's own optimize did."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +86,8 @@ def plan_from_result(
             "held_days": [{"day": d, "requests": n} for d, n in result.held_days],
             # the rule that chose them (`--held-back`), where days are held back
             **({"held_back": cfg.held_back} if result.validate_days else {}),
+            # the whole config: re-optimization rebuilds it (`config_from_plan`)
+            "config": cfg.model_dump(mode="json"),
             **(search or {}),
         },
         selected=result.selected,
@@ -90,4 +98,64 @@ def plan_from_result(
     )
 
 
-__all__ = ["plan_from_result", "provenance"]
+@dataclass(frozen=True)
+class OptimizeInputs:
+    """What a plan is optimized on: the loaded inputs and, for its provenance, their files."""
+
+    cluster: Any
+    models: Any
+    slo: Any
+    trace: Any  # the traffic (trace schema)
+    calib: dict[str, Any] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
+    # cluster, models, slo, workload, profiles -> the file each came from (None: none)
+    paths: dict[str, Path | None] = field(default_factory=dict)
+
+
+def optimize_plan(
+    inputs: OptimizeInputs,
+    cfg: Any,
+    *,
+    out: Path | None = None,
+    search: dict[str, Any] | None = None,
+    progress: Callable[..., None] | None = None,
+    clock: Callable[[], float] | None = None,
+    job_map: Any = None,
+) -> tuple[Any, Any]:
+    """(Plan, SearchResult) of `optimizer.search.optimize` on `inputs` under `cfg` (a full
+    OptimizeConfig, recorded in the plan). `out`: where the plan will be written (its input
+    paths are stored relative to that folder); `search`: extra fields of `plan.search`."""
+    from planner.forkmap import serial_map
+    from planner.optimizer.search import optimize
+
+    result = optimize(
+        inputs.cluster, inputs.models, inputs.slo, inputs.trace, cfg, None, inputs.calib or None,
+        progress, clock or (lambda: 0.0), job_map or serial_map,
+    )  # fmt: skip
+    base = out.parent if out is not None else None
+    refs = provenance(base=base, **inputs.paths) if inputs.paths else {}
+    from planner.app.inputs import calibration_refs
+
+    plan = plan_from_result(
+        result, cfg, inputs=refs, trace=inputs.trace, seed=cfg.seed, search=search,
+        calibration=calibration_refs(inputs.paths.get("profiles")),
+    )  # fmt: skip
+    return plan, result
+
+
+def config_from_plan(plan: Any, **override: Any) -> Any:
+    """The OptimizeConfig `plan` was made with (`search.config`; a plan written before it was
+    recorded: the fields its search records), with `override` on top."""
+    from planner.optimizer.config import OptimizeConfig
+
+    s = plan.search
+    if "config" in s:
+        base = dict(s["config"])
+    else:
+        keys = ("seed", "evals", "solver", "max_tp", "max_replicas", "held_back")
+        base = {k: s[k] for k in keys if k in s}
+        if s.get("validate_days"):
+            base["validate_days"] = s["validate_days"]
+    return OptimizeConfig(**{**base, **override})
+
+
+__all__ = ["OptimizeInputs", "config_from_plan", "optimize_plan", "plan_from_result", "provenance"]

@@ -1,6 +1,8 @@
-"""Re-optimization as an object the adjuster is given: the plan's inputs and calibration,
-its seed, an evaluation budget; the replay asks it for points, the live tick for a plan
-file written next to the plan (`plans.plan_from_result`, as `optimize` writes it)."""
+"""Re-optimization as an object the adjuster is given: the plan's inputs and calibration and
+the OptimizeConfig the plan records (`plans.config_from_plan`: seed, held-back days, quality
+weight, solver limits ...), with the policy's evaluation budget; the replay asks it for
+points, the live tick and the nightly re-plan for a plan file. Every search goes through the
+one optimize pipeline (`plans.optimize_plan`), as `planner optimize` does."""
 
 from __future__ import annotations
 
@@ -11,51 +13,48 @@ from planner.app.inputs import PlanInputs
 
 
 class Reoptimizer:
-    """`optimize` again on recent traffic, with the plan's inputs, calibration and seed."""
+    """`optimize` again on recent traffic, with the plan's inputs, calibration and config."""
 
-    def __init__(self, inp: PlanInputs, evals: int, *, window_file: Path | None = None) -> None:
+    def __init__(
+        self, inp: PlanInputs, evals: int | None, *, window_file: Path | None = None
+    ) -> None:
         self.inp = inp
-        self.evals = evals
+        self.evals = evals  # None: the plan's own
         stem = inp.plan_path.name.removesuffix(".yaml").removesuffix(".plan")
         self.new_plan = inp.plan_path.with_name(f"{stem}.reoptimized.plan.yaml")
         self.window_file = window_file
 
-    def optimize(self, trace: Any) -> tuple[Any, Any]:
-        """(OptimizeConfig, result) of a search on `trace`."""
-        from planner.optimizer.config import OptimizeConfig
-        from planner.optimizer.scoring import scorer
-        from planner.optimizer.search import optimize
+    def config(self) -> Any:
+        """The plan's OptimizeConfig, with this re-optimization's evaluations."""
+        from planner.app.plans import config_from_plan
+
+        over = {"evals": self.evals} if self.evals is not None else {}
+        return config_from_plan(self.inp.plan, **over)
+
+    def plan(self, trace: Any, out: Path | None, workload_file: Path | None) -> tuple[Any, Any]:
+        """(Plan, SearchResult) of the pipeline on `trace` (`out`: where it will be written)."""
+        from planner.app.plans import OptimizeInputs, optimize_plan
 
         inp = self.inp
-        cfg = OptimizeConfig(evals=self.evals, seed=inp.seed())
-        res = optimize(
-            inp.cluster, inp.models, inp.slo, trace, cfg, scorer(trace, inp.slo), inp.calib or None
-        )
-        return cfg, res
+        paths = dict(
+            cluster=inp.cluster_path, models=inp.models_path, slo=inp.slo_path,
+            workload=workload_file, profiles=inp.profiles_path,
+        )  # fmt: skip
+        src = OptimizeInputs(inp.cluster, inp.models, inp.slo, trace, inp.calib, paths)
+        search = {"reoptimized_from": str(inp.plan_path)}
+        return optimize_plan(src, self.config(), out=out, search=search)
 
     def __call__(self, window: Any) -> tuple[list[Any], dict[str, dict[str, Any]]]:
         """The replay's re-optimization: the new points and their perfs (calibrated)."""
-        _, res = self.optimize(window)
-        return res.points, {p.name: self.inp.perfs(p) for p in res.points}
+        plan, _ = self.plan(window, None, None)
+        return plan.points, {p.name: self.inp.perfs(p) for p in plan.points}
 
     def write(self, trace: Any, out: Path, workload_file: Path) -> Path:
         """Optimize on `trace` and write the plan to `out` atomically."""
-        from planner.app.inputs import calibration_refs
-        from planner.app.plans import plan_from_result, provenance
         from planner.planfile import write_plan
 
-        inp = self.inp
-        cfg, res = self.optimize(trace)
-        refs = provenance(
-            base=out.parent, cluster=inp.cluster_path, models=inp.models_path,
-            slo=inp.slo_path, workload=workload_file, profiles=inp.profiles_path,
-        )  # fmt: skip
-        plan = plan_from_result(
-            res, cfg, inputs=refs, trace=trace, seed=inp.seed(),
-            search={"reoptimized_from": str(inp.plan_path)},
-            calibration=calibration_refs(inp.profiles_path),
-        )  # fmt: skip
-        write_plan(out, plan, inp.cluster)
+        plan, _ = self.plan(trace, out, workload_file)
+        write_plan(out, plan, self.inp.cluster)
         return out
 
     def live(self, recent: Any, now_s: float, plan: Any) -> tuple[None, dict[str, Any]]:

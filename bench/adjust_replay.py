@@ -35,6 +35,14 @@
    auto`; targets: adjusted attainment >= the selected point held all week - 0.002, and
    switch P95 <= max(2x held, held + 1 s). RESULT keys `overload_...`.
 
+7. Issue 41, weeks of our own making planned on their day 0 on lab16 (bench/lib/leanweeks.py,
+   which states the targets): a falling-traffic week (a quarter of the sessions from
+   Wednesday noon) and a mix-shift week; RESULT keys `falling_...`, `mix_...`.
+   `--only falling mix` runs just those; `--plot FILE.png` draws the falling week's replay.
+
+Every plan here comes from the one optimize pipeline (`planner.app.plans.optimize_plan`),
+as `planner optimize` makes it (held-back days by its config, no scorer).
+
 "Best single point at equal or lower warm memory": among the points held all week that meet
 the attainment target and whose time-average warm memory is at most the adjusted run's, the
 one with the lowest switch P95 (adjusting beats it when its switch P95 is lower: no single
@@ -46,7 +54,7 @@ meeting the target. The table lists every point with its J.
 
 Ends with `RESULT real_...=.. adjusted_switch_p95_s=.. best_static_switch_p95_s=.. adjusted_warm_gib=..
 best_static_warm_gib=.. adjusted_attainment=.. max_hops_per_day=.. stationary_hops=..
-reopt_...=..` (the reopt_ keys: scenario 2).
+reopt_...=.. falling_...=.. mix_...=.. target_met=..` (the reopt_ keys: scenario 2).
 """
 
 from __future__ import annotations
@@ -58,16 +66,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
+from leanweeks import (
+    FALL_S,
+    common_checks,
+    falling_week,
+    gib_h_after,
+    mix_week,
+    nightly_gib_h,
+)
 from realweek import real_week
 from result import targets
 
 from planner.adjuster.policy import AdjustConfig, objective_s
 from planner.adjuster.replay import replay
+from planner.app.plans import OptimizeInputs, optimize_plan
 from planner.cli import inputs as inp
+from planner.cli.adjust_plot import draw_replay
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.search import optimize
 from planner.optimizer.sim.perfs import perfs_for_point
-from planner.optimizer.workload.characterize import summarize
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas.plan import Plan
@@ -88,6 +104,14 @@ def main() -> None:
     ap.add_argument("--evals", type=int, default=16, help="optimizer evaluations")
     ap.add_argument("--cluster", type=Path, default=DATA / "cluster.yaml")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=["main", "falling", "mix"],
+        default=["main", "falling", "mix"],
+        help="scenarios to run: main (1-4), falling, mix (bench/lib/leanweeks.py)",
+    )
+    ap.add_argument("--plot", type=Path, help="draw the falling week's replay (.png)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -103,15 +127,22 @@ def main() -> None:
     inp.silence_solver_banner()
     cfg = OptimizeConfig(evals=args.evals, seed=args.seed)
 
-    def plan_for(trace) -> Plan:
-        """`planner optimize` on `trace`, as a plan (in-process)."""
-        res = optimize(cl, ms, sl, trace, cfg, inp.scorer(trace, sl))
-        return Plan(
-            workload_summary=summarize(trace),
-            search={"seed": args.seed, "evals": args.evals},
-            selected=res.selected,
-            points=res.points,
-        )
+    def plan_for(trace, cluster=cl) -> Plan:
+        """`planner optimize` on `trace`, as a plan: the one optimize pipeline, in-process."""
+        return optimize_plan(OptimizeInputs(cluster, ms, sl, trace), cfg)[0]
+
+    lab_cl = inp.cluster(LAB16 / "cluster.yaml")
+    lean = {}
+    if "falling" in args.only:
+        lean["falling"] = falling_scenario(lab_cl, ms, sl, spec, lambda t: plan_for(t, lab_cl))
+        if args.plot is not None:
+            draw_replay(args.plot, lean["falling"]["out"], "falling-traffic week, planned on day 0")
+    if "mix" in args.only:
+        lean["mix"] = mix_scenario(lab_cl, ms, sl, spec, lambda t: plan_for(t, lab_cl))
+    if "main" not in args.only:
+        ok = all(x["ok"] for x in lean.values())
+        print(f"RESULT {' '.join(x['result'] for x in lean.values())} target_met={int(ok)}")
+        sys.exit(0 if ok else 1)
 
     plan = plan_for(plan_trace)
     t_opt = time.perf_counter() - t0
@@ -182,8 +213,8 @@ def main() -> None:
     rcfg = OptimizeConfig(evals=acfg.reoptimize_evals, seed=args.seed)
 
     def reoptimizer(window):
-        res = optimize(cl, ms, sl, window, rcfg, inp.scorer(window, sl))
-        return res.points, {p.name: perfs_for_point(p, cl, ms) for p in res.points}
+        points = optimize_plan(OptimizeInputs(cl, ms, sl, window), rcfg)[0].points
+        return points, {p.name: perfs_for_point(p, cl, ms) for p in points}
 
     acfg2 = acfg.model_copy(update={"reoptimize": "auto"})
     out2 = replay(plan2, week, sl, perfs2, acfg2, reoptimizer=reoptimizer)
@@ -211,7 +242,8 @@ def main() -> None:
     over = overload_scenario(cl, ms, sl, spec, plan_for, acfg2, reoptimizer, args.seed)
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(
-        f"RESULT {real['result']} {over['result']} adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
+        f"RESULT {' '.join(x['result'] for x in lean.values())} "
+        f"{real['result']} {over['result']} adjusted_switch_p95_s={a['switch_p95_s']:.3f} best_static_switch_p95_s={b['switch_p95_s']:.3f} "
         f"adjusted_warm_gib={a['warm_gpu_gib']:.2f} best_static_warm_gib={b['warm_gpu_gib']:.2f} "
         f"adjusted_attainment={a['slo_attainment']:.4f} max_hops_per_day={out['max_hops_per_day']} "
         f"hops={len(out['hops'])} tiers_only_hops={out['tiers_only_hops']} "
@@ -222,11 +254,86 @@ def main() -> None:
         f"reopt_adjusted_switch_p95_s={a2['switch_p95_s']:.3f} reopt_static_switch_p95_s={b2['switch_p95_s']:.3f} "
         f"reopt_adjusted_warm_gib={a2['warm_gpu_gib']:.2f} reopt_static_warm_gib={b2['warm_gpu_gib']:.2f} "
         f"reopt_runs={sum(x['kind'] == 'reoptimize' for x in out2['actions'])} "
-        f"reopt_max_hops_per_day={out2['max_hops_per_day']}"
+        f"reopt_max_hops_per_day={out2['max_hops_per_day']} "
+        f"target_met={int(real['ok'] and over['ok'] and all(x['ok'] for x in lean.values()))}"
     )
 
-    if not (real["ok"] and over["ok"]):
+    ok = real["ok"] and over["ok"] and all(x["ok"] for x in lean.values())
+    if not ok:
         sys.exit(1)
+
+
+def planned_on_day0(cl, ms, sl, week, plan_for, acfg) -> tuple:
+    """(the plan made on the week's day 0, the replay of the week with `acfg`)."""
+    plan = plan_for(week[week["timestamp"] < 86400.0])
+    perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
+    return plan, replay(plan, week, sl, perfs, acfg)
+
+
+def falling_scenario(cl, ms, sl, spec, plan_for) -> dict:
+    """The falling-traffic week (bench/lib/leanweeks.py), planned on day 0, on lab16."""
+    week = falling_week(spec)
+    acfg = AdjustConfig()
+    plan, out = planned_on_day0(cl, ms, sl, week, plan_for, acfg)
+
+    def replay_held(pl, trace):
+        pf = {p.name: perfs_for_point(p, cl, ms) for p in pl.points}
+        return replay(pl, trace, sl, pf, acfg.model_copy(update={"max_hops_per_day": 0}))
+
+    held = replay_held(plan, week)
+    print(
+        f"\nfalling week (a quarter of the sessions from {FALL_S / 3600:.0f} h): {len(week)} "
+        f"requests, planned on day 0 ({[p.name for p in plan.points]}, selected "
+        f"{plan.selected}), scored on days 0-6"
+    )
+    print_replay(out, acfg)
+    a, h = out["adjusted"], held["adjusted"]
+    gib_a, gib_h = gib_h_after(out, FALL_S), gib_h_after(held, FALL_S)
+    gib_n, att_n = nightly_gib_h(week, plan_for, replay_held, FALL_S)
+    saved = 1.0 - gib_a / gib_h if gib_h else 0.0
+    limit = sl.default.switch_p95_s or float("inf")
+    print(
+        f"  warm GiB-h after the fall: adjusted {gib_a:.0f}, held {plan.selected} {gib_h:.0f} "
+        f"({saved:.0%} less), nightly re-plan {gib_n:.0f} (its attainment {att_n:.4f})"
+    )
+    checks = {
+        "falling: warm GiB-h after the fall >= 30% below held": saved >= 0.30,
+        "falling: attainment >= held - 0.002": a["slo_attainment"] >= h["slo_attainment"] - 0.002,
+        f"falling: switch P95 <= {limit:.0f} s (the SLO's)": a["switch_p95_s"] <= limit,
+        "falling: fewer warm GiB-h after the fall than a nightly re-plan": gib_a < gib_n,
+        **common_checks(out, plan, "falling"),
+    }
+    ok = targets(checks)
+    result = (
+        f"falling_gib_h_after={gib_a:.0f} falling_held_gib_h_after={gib_h:.0f} "
+        f"falling_nightly_gib_h_after={gib_n:.0f} falling_saved={saved:.3f} "
+        f"falling_attainment={a['slo_attainment']:.4f} "
+        f"falling_held_attainment={h['slo_attainment']:.4f} "
+        f"falling_switch_p95_s={a['switch_p95_s']:.2f} falling_hops={len(out['hops'])} "
+        f"falling_tiers_only_hops={out['tiers_only_hops']} "
+        f"falling_max_hops_per_day={out['max_hops_per_day']} falling_target_met={int(ok)}"
+    )
+    return {"ok": ok, "result": result, "out": out}
+
+
+def mix_scenario(cl, ms, sl, spec, plan_for) -> dict:
+    """The mix-shift week (bench/lib/leanweeks.py), planned on day 0, on lab16."""
+    week = mix_week(spec)
+    acfg = AdjustConfig()
+    plan, out = planned_on_day0(cl, ms, sl, week, plan_for, acfg)
+    print(
+        f"\nmix-shift week (half the coder calls to the reasoner from day 2): {len(week)} "
+        f"requests, planned on day 0 ({[p.name for p in plan.points]}), scored on days 0-6"
+    )
+    print_replay(out, acfg)
+    ok = targets(common_checks(out, plan, "mix"))
+    a = out["adjusted"]
+    result = (
+        f"mix_attainment={a['slo_attainment']:.4f} mix_switch_p95_s={a['switch_p95_s']:.2f} "
+        f"mix_warm_gib={a['warm_gpu_gib']:.1f} mix_hops={len(out['hops'])} "
+        f"mix_max_hops_per_day={out['max_hops_per_day']} mix_target_met={int(ok)}"
+    )
+    return {"ok": ok, "result": result, "out": out}
 
 
 OVERLOAD_USERS = 3  # x the lab16 team: bursts beyond what the four L40S serve

@@ -61,6 +61,17 @@ def adjust_cmd(
     print_cron: Annotated[
         bool, typer.Option("--print-cron", help="Print a crontab line and systemd units.")
     ] = False,
+    replan: Annotated[
+        bool,
+        typer.Option(
+            "--replan",
+            help="Nightly: optimize again on the last --replan-days of the request log and "
+            "write the plan, the point in force kept and selected (the old plan: .prev.yaml).",
+        ),
+    ] = False,
+    replan_days: Annotated[
+        float, typer.Option("--replan-days", min=0.04, max=28, help="Days a re-plan reads.")
+    ] = 1.0,
     min_dwell: Annotated[
         str | None, typer.Option("--min-dwell", help="Least time between hops (default 2h).")
     ] = None,
@@ -82,6 +93,14 @@ def adjust_cmd(
     start_point: Annotated[
         str | None, typer.Option("--start-point", help="Replay: point in force at the start.")
     ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Replay: draw traffic per model, the point in force, warm GiB and switch P95 "
+            "by hour (.png).",
+        ),
+    ] = None,
     cluster: PlanClusterOpt = None,
     models: PlanModelsOpt = None,
     slo: PlanSloOpt = None,
@@ -92,8 +111,10 @@ def adjust_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Detect drift in the request log, hop to a better Pareto point, or re-optimize."""
-    if sum([once, every is not None, replay_trace is not None, print_cron]) > 1:
-        raise InputError("choose one of --once, --every, --replay, --print-cron", path="--once")
+    if sum([once, every is not None, replay_trace is not None, print_cron, replan]) > 1:
+        raise InputError(
+            "choose one of --once, --every, --replay, --print-cron, --replan", path="--once"
+        )
     from planner.cli import adjust_inputs
 
     cfg = adjust_inputs.policy_config(window, reoptimize, min_dwell, margin, confirm, policy or [])
@@ -104,7 +125,12 @@ def adjust_cmd(
         return
     inp = adjust_inputs.load(plan_path, cluster, models, slo)
     if replay_trace is not None:
-        _replay(inp, replay_trace, cfg, start_point, json_out)
+        _replay(inp, replay_trace, cfg, start_point, json_out, plot)
+        return
+    if plot is not None:
+        raise InputError("--plot draws a replay", path="--plot", fix="add --replay TRACE")
+    if replan:
+        _replan(inp, plan_path, state_dir, replan_days, json_out)
         return
     from planner.cli.apply_checks import placed
 
@@ -113,11 +139,15 @@ def adjust_cmd(
     _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s)
 
 
-def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool) -> None:
+def _replay(
+    inp, trace_path: Path, cfg, start_point: str | None, json_out: bool, plot: Path | None
+) -> None:
     from planner.adjuster.replay import replay
     from planner.app.reoptimize import Reoptimizer
     from planner.cli import inputs as cin
+    from planner.cli.adjust_plot import check_plot_name, draw_replay
 
+    check_plot_name(plot)
     names = [p.name for p in inp.plan.points]
     if start_point is not None and start_point not in names:
         raise InputError(
@@ -129,12 +159,12 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
     from planner.cli.tables import REPLAY_SCORING, metrics_table
 
     if json_out:
-        print_json(
-            {
-                **replay(inp.plan, trace, inp.slo, inp.all_perfs(), cfg, **kw),
-                "scoring": REPLAY_SCORING,
-            }
-        )
+        # nothing but JSON on stdout: a re-optimization's solver prints its banner there
+        with cin.quiet_c_stdout():
+            out = replay(inp.plan, trace, inp.slo, inp.all_perfs(), cfg, **kw)
+        if plot is not None:
+            draw_replay(plot, out, f"replay of {trace_path.name}")
+        print_json({**out, "scoring": REPLAY_SCORING})
         return
     from rich.progress import Progress
 
@@ -144,6 +174,9 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
             inp.plan, trace, inp.slo, inp.all_perfs(), cfg,
             progress=lambda k, n: bar.update(task, completed=k, total=n), **kw,
         )  # fmt: skip
+    if plot is not None:
+        draw_replay(plot, out, f"replay of {trace_path.name}")
+        console.print(f"wrote {plot}", highlight=False, markup=False)
     console.print(
         metrics_table(
             f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
@@ -170,8 +203,33 @@ def _replay(inp, trace_path: Path, cfg, start_point: str | None, json_out: bool)
     )
 
 
+def _replan(inp, plan_path: Path, state_dir, days: float, json_out: bool) -> None:
+    """The nightly re-plan (app/replan.py), under the state lease."""
+    import contextlib
+
+    from planner.adjuster.state import StateStore, existing_state_dir
+    from planner.app.replan import replan
+    from planner.cli.inputs import quiet_c_stdout, silence_solver_banner
+
+    silence_solver_banner()
+    with StateStore(existing_state_dir(state_dir)) as store, store.lease(purpose="replan"):
+        err_console.print(f"adjust: re-planning {plan_path} on the last {days:g} days ...")
+        with quiet_c_stdout() if json_out else contextlib.nullcontext():
+            done = replan(inp, store, time.time(), days, store.dir / "replan-window.csv")
+    if json_out:
+        print_json(done)
+        return
+    console.print(
+        f"wrote {done['plan']} ({len(done['points'])} points on {done['requests']} requests; "
+        f"selected {done['selected']}, the point in force {done['in_force']}); the old plan: "
+        f"{done['previous']}",
+        highlight=False, markup=False,
+    )  # fmt: skip
+
+
 def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> None:
     """One tick (`--once`), or one every `every_s` until SIGTERM/SIGINT (`--every`)."""
+    import contextlib
     import signal
     import threading
 
@@ -181,6 +239,7 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.cli import adjust_inputs
     from planner.cli.adjust_show import show_tick
     from planner.cli.common import open_backend, state_backend
+    from planner.cli.inputs import quiet_c_stdout
     from planner.errors import PlannerError
 
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
@@ -199,7 +258,10 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
                     tcfg = adjust_inputs.tick_config(
                         inp, cfg, state_dir=store.dir, dry_run=dry_run, timeout_s=timeout
                     )
-                    res = tick(time.time(), RequestLogSource(store.dir), be, store, inp.plan, tcfg)
+                    # nothing but JSON on stdout: a re-optimization's solver prints there
+                    with quiet_c_stdout() if json_out else contextlib.nullcontext():
+                        now = time.time()
+                        res = tick(now, RequestLogSource(store.dir), be, store, inp.plan, tcfg)
                 show_tick(res, dry_run, json_out, str(store.dir))
                 if res.error is not None and every_s is None:
                     raise typer.Exit(res.error.exit_code)

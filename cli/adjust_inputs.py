@@ -138,9 +138,12 @@ def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:
         "[Install]\nWantedBy=multi-user.target",
     }
     log = q(str(sdir / "adjust.log"))
+    replan = f"{exe} adjust --plan {plan} --state-dir {state} --replan --replan-days 1"
     text = (
         "# crontab -e: decide five minutes past every hour (the state lease keeps it off a "
         f"running apply)\n5 * * * * {cmd} >> {log} 2>&1\n"
+        "# and re-plan at night on the last day of the request log (the point in force stays "
+        f"selected: no restart in the morning)\n30 2 * * * {replan} >> {log} 2>&1\n"
         f"\n# the units run as {getpass.getuser()} (the state dir's owner), not root; their "
         f"environment (HF_TOKEN=..., HF_HOME=...) goes in {env}:\n"
         f"#   install -m 600 /dev/null {env}\n"

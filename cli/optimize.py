@@ -74,8 +74,7 @@ def optimize_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Search placements (MILP inside a Bayesian search), simulate each, write the Pareto set."""
-    from planner.app.inputs import calibration_refs
-    from planner.app.plans import plan_from_result
+    from planner.app.plans import OptimizeInputs
     from planner.cli import inputs as inp
     from planner.planfile import write_plan
 
@@ -87,16 +86,10 @@ def optimize_cmd(
         quality_weight=quality_weight,
     )  # fmt: skip
     inp.silence_solver_banner()
-    result = _search(cl, ms, sl, trace, cfg, calib, jobs, show_progress=not json_out)
-
     out = output or Path("plans") / f"{cl.name}.plan.yaml"
-    refs = inp.provenance(  # relative to the plan: `apply` finds them from any folder
-        base=out.parent, cluster=cluster, models=models, slo=slo, workload=workload,
-        profiles=profiles,
-    )  # fmt: skip
-    plan = plan_from_result(
-        result, cfg, inputs=refs, trace=trace, seed=seed, calibration=calibration_refs(profiles)
-    )
+    paths = dict(cluster=cluster, models=models, slo=slo, workload=workload, profiles=profiles)
+    src = OptimizeInputs(cl, ms, sl, trace, calib or {}, paths)
+    plan, result = _search(src, cfg, out, jobs, show_progress=not json_out)
     write_plan(out, plan, cl)
 
     if report is not None:
@@ -133,18 +126,16 @@ def _load(
 
 
 def _search(
-    cl: Any, ms: Any, sl: Any, trace: Any, cfg: OptimizeConfig, calib: Any, jobs: int | None,
-    *, show_progress: bool,
-) -> Any:  # fmt: skip
-    """`optimize` on the loaded inputs, with a progress bar (and lines, off a terminal)."""
+    src: Any, cfg: OptimizeConfig, out: Path, jobs: int | None, *, show_progress: bool
+) -> tuple[Any, Any]:
+    """(plan, result) of the optimize pipeline (`app.plans.optimize_plan`) on the loaded
+    inputs, with a progress bar (and lines, off a terminal)."""
+    from planner.app.plans import optimize_plan
     from planner.forkmap import default_workers, fork_map
-    from planner.optimizer.search import optimize
 
     job_map = fork_map(jobs or default_workers())
     if not show_progress:
-        return optimize(
-            cl, ms, sl, trace, cfg, None, calib, clock=time.perf_counter, job_map=job_map
-        )
+        return optimize_plan(src, cfg, out=out, clock=time.perf_counter, job_map=job_map)
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -169,7 +160,9 @@ def _search(
             bar.update(task, completed=done, total=total, description=desc)
             lines.update(done, total, desc)
 
-        return optimize(cl, ms, sl, trace, cfg, None, calib, progress, time.perf_counter, job_map)
+        return optimize_plan(
+            src, cfg, out=out, progress=progress, clock=time.perf_counter, job_map=job_map
+        )
 
 
 def _summary_json(result: Any, plan: Any, out: Path) -> dict[str, Any]:

@@ -123,16 +123,15 @@ def fmt_num(x: float | None) -> str:
     return f"{x:.{min(6, 2 - math.floor(math.log10(a)))}f}"
 
 
-# Why the same point scores differently in `evaluate` and `adjust --replay` (docs/baselines.md).
+# How `evaluate` and `adjust --replay` score a point (docs/baselines.md): alike for a held point.
 EVALUATE_SCORING = (
-    "one simulation of the whole trace; `planner adjust --replay` scores window by window "
-    "and so differs (docs/baselines.md)"
+    "one simulation of the whole trace; `planner adjust --replay` gives the same figures for "
+    "a point held all along (docs/baselines.md)"
 )
 REPLAY_SCORING = (
-    "scored window by window: each window is simulated from a fresh start of its point "
-    "(gpu-tier instances awake, no prefix cache carried over), so a point's figures differ "
-    "from `planner evaluate`, which simulates the whole trace in one run; the adjusted "
-    "series also pays for its hops (requests wait while instances restart or wake)"
+    "one continuous run per point in force, as `planner evaluate` simulates the whole trace: "
+    "a point held all along has evaluate's figures; the adjusted series starts a fresh run at "
+    "each hop and pays for it (requests wait while instances restart or wake)"
 )
 
 # Why the simulator counted a request unserved (SimResult.refused's keys), in words.

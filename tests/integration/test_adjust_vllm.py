@@ -110,6 +110,7 @@ class Stream:
     def __init__(self, url: str, clients: int = 3):
         self.url, self.clients = url, clients
         self.hot = "tiny-b"
+        self.cold_every = 10  # every 10th request to the other model (0: none)
         self.codes: Counter[int] = Counter()  # every answer the clients got, by status
         self.errors: list[str] = []  # anything that is not an HTTP answer
         self.done = 0  # requests finally answered 200
@@ -122,7 +123,8 @@ class Stream:
         with httpx.Client(base_url=self.url, timeout=START_TIMEOUT_S + 120) as c:
             while not self._stop.is_set():
                 cold = "tiny-a" if self.hot == "tiny-b" else "tiny-b"
-                model = cold if n % 10 == 9 else self.hot
+                every = self.cold_every
+                model = cold if every and n % every == every - 1 else self.hot
                 body = {"model": model, "prompt": f"hello {k} {n}", "max_tokens": 8}
                 while True:  # until answered
                     try:
@@ -165,8 +167,9 @@ def log_rows(state_dir: Path, table: str) -> list[dict]:
         con.close()
 
 
-def adjust_once(plan: Path, sdir: Path) -> dict:
-    """`planner adjust --once` in its own process, as cron runs it."""
+def adjust_once(plan: Path, sdir: Path, policy: tuple[str, ...] = ("decision=objective",)) -> dict:
+    """`planner adjust --once` in its own process, as cron runs it. The first test pins the
+    objective decision (it is about requests across hops, not about which rule hops)."""
     import json
 
     args = [
@@ -178,6 +181,8 @@ def adjust_once(plan: Path, sdir: Path) -> dict:
         "--policy", "hop_horizon_s=3600",
         "--timeout", str(START_TIMEOUT_S), "--json",
     ]  # fmt: skip
+    for kv in policy:
+        args += ["--policy", kv]
     r = subprocess.run(args, capture_output=True, text=True, timeout=3 * START_TIMEOUT_S)
     assert r.returncode == 0, r.stderr + r.stdout
     return json.loads(r.stdout)
@@ -190,23 +195,28 @@ def _until(cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
         time.sleep(0.5)
 
 
-def test_no_request_is_lost_across_two_hops_and_a_kill(
-    tmp_path, tiny_model_dir, require_vllm, cpu_plan
-):
-    d = tmp_path
-    plan_path = write_inputs(d, tiny_model_dir, cpu_plan.free_port(), cpu_plan.free_port())
+def serve(d: Path, plan_path: Path, point: str, cpu_plan) -> tuple:
+    """`planner apply PLAN --point POINT` into d/state, then the gateway in this process:
+    (state, backend, gateway, its thread)."""
     sdir = d / "state"
-    rc, _, text = cli([
-        "apply", str(plan_path), "--point", "a-hot", "--state-dir", str(sdir),
-        "--timeout", str(START_TIMEOUT_S), "--json",
-    ])  # fmt: skip
+    rc, _, text = cli(["apply", str(plan_path), "--point", point, "--state-dir", str(sdir),
+                       "--timeout", str(START_TIMEOUT_S), "--json"])  # fmt: skip
     assert rc == 0, text
     state, backend, control = local_control(
         d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
     )
     cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
-    th = GatewayThread(gw, port=cpu_plan.free_port()).start()
+    return state, backend, gw, GatewayThread(gw, port=cpu_plan.free_port()).start()
+
+
+def test_no_request_is_lost_across_two_hops_and_a_kill(
+    tmp_path, tiny_model_dir, require_vllm, cpu_plan
+):
+    d = tmp_path
+    plan_path = write_inputs(d, tiny_model_dir, cpu_plan.free_port(), cpu_plan.free_port())
+    sdir = d / "state"
+    state, backend, gw, th = serve(d, plan_path, "a-hot", cpu_plan)
     stream = Stream(th.url).start()
     look = StateStore(sdir)  # the test's own connection (the gateway's threads use `state`)
     try:
@@ -257,3 +267,60 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         journal = st.journal_entries(1000)
     assert any(j["action"] == "restart" and j["instance"] == "a0" and j["result"] == "ok"
                and "died" in j["detail"] for j in journal)  # fmt: skip
+
+
+def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
+    tmp_path, tiny_model_dir, require_vllm, cpu_plan
+):
+    """Issue 41 item 8: the lean decision on the live request log. Two points on one
+    placement: `both` keeps both models awake, `a-only` puts tiny-b on the host tier.
+    tiny-b's traffic falls to nothing: `adjust --once` hops to `a-only` with no start or
+    restart (b0 becomes lazy: asleep with sleep mode; on the CPU build, without it, it keeps
+    running until the gateway needs its memory); a0 keeps its process, and every request of
+    the stream is answered."""
+    d = tmp_path
+    pa, pb = cpu_plan.free_port(), cpu_plan.free_port()
+    plan_path = write_inputs(d, tiny_model_dir, pa, pb)
+    plan = yaml.safe_load(plan_path.read_text())
+    plan["points"] = [
+        {"name": "both", "instances": [_instance("a0", "tiny-a", "gpu", pa),
+                                       _instance("b0", "tiny-b", "gpu", pb)]},
+        {"name": "a-only", "instances": [_instance("a0", "tiny-a", "gpu", pa),
+                                         _instance("b0", "tiny-b", "host", pb)]},
+    ]  # fmt: skip
+    plan["selected"] = "both"
+    plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    (d / "slo.yaml").write_text(SLO.replace("switch_p95_s: 0.001", "switch_p95_s: 600.0"))
+    sdir = d / "state"
+    state, backend, gw, th = serve(d, plan_path, "both", cpu_plan)
+    stream = Stream(th.url)
+    stream.hot, stream.cold_every = "tiny-a", 0  # tiny-b's traffic has fallen to nothing
+    stream.start()
+    look = StateStore(sdir)
+    try:
+        a0 = look.get("a0")
+        assert a0 is not None and a0.pid is not None
+        _until(lambda: stream.done >= 20, "tiny-a served")
+        time.sleep(PHASE_S)
+        # minutes stand for hours here: any saving is worth a hop
+        out = adjust_once(plan_path, sdir, ("min_saving_gib_h=0",))
+        dec = out["decision"]
+        assert (dec["kind"], dec["from"], dec["point"]) == ("hop", "both", "a-only"), dec
+        assert "lean" in dec["reasons"] and "meets the targets" in dec["reason"]
+        assert out["hop"]["starts"] == 0, out["hop"]  # a sleep (a stop here), no restart
+        assert "error" not in out["apply"]
+        # nothing starts or stops: on the CPU build (no sleep mode) b0 keeps running lazily
+        # until the gateway needs its memory (reconcile.py); with sleep mode it is a sleep
+        assert not [a for a in out["apply"]["actions"] if a["action"] in ("start", "restart")]
+        _until(lambda: gw.point.name == "a-only", "the gateway follows a-only", 60)
+        n_before = stream.done
+        _until(lambda: stream.done >= n_before + 20, "served after the hop")
+        assert look.get("a0").pid == a0.pid  # tiny-a's process never restarted
+    finally:
+        stream.stop()
+        th.stop()
+        down(state, backend)
+        state.close()
+        look.close()
+    assert stream.errors == [] and set(stream.codes) <= {200, 503}, stream.codes
+    assert stream.codes[200] == stream.done

@@ -167,9 +167,9 @@ def test_replay_reoptimizes_on_the_first_miss_beyond_the_plan(flip):
     assert now["adjusted"]["slo_attainment"] >= old["adjusted"]["slo_attainment"]
 
 
-def test_evaluate_and_replay_say_why_their_figures_differ(tmp_path, capsys, flip):
-    """Issue 15 item 8: the same point scores differently in `evaluate` (one run over the
-    whole trace) and `adjust --replay` (window by window, hops charged); both say so."""
+def test_evaluate_and_replay_say_how_they_score(tmp_path, capsys, flip):
+    """Issue 15 item 8, issue 41 item 7: `evaluate` (one run over the whole trace) and
+    `adjust --replay` (one run per point in force, hops charged) say how they score."""
     tr, p, _ = flip
     plan_file = h.write_inputs(tmp_path, p)
     trace = tmp_path / "trace.csv"
@@ -177,9 +177,68 @@ def test_evaluate_and_replay_say_why_their_figures_differ(tmp_path, capsys, flip
     with pytest.raises(SystemExit) as e:
         main(["evaluate", plan_file, "--workload", str(trace)])
     out = " ".join(capsys.readouterr().out.split())  # tables wrap their notes
-    assert e.value.code == 0 and "`planner adjust --replay` scores window by window" in out
+    assert e.value.code == 0 and "the same figures for a point held all along" in out
     with pytest.raises(SystemExit) as e:
         main(["adjust", "--plan", plan_file, "--replay", str(trace)])
     out = " ".join(capsys.readouterr().out.split())
     assert e.value.code == 0
-    assert "differ from `planner evaluate`" in out and "pays for its hops" in out
+    assert "a point held all along has evaluate's figures" in out and "pays for it" in out
+
+
+def test_holding_a_point_gives_evaluates_figures(flip):
+    """One continuous run (issue 41 item 7): a point held all week is scored as `planner
+    evaluate` scores it (one simulation over the whole trace), not from a fresh start each
+    hour with its sleeping models awake."""
+    from planner.optimizer.sim.simulator import simulate
+
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig())
+    for pt in p.points:
+        ev = simulate(pt, perfs[pt.name], tr, h.slo(), model_names=[h.A, h.B]).point_metrics()
+        got = out["static"][pt.name]
+        assert got["slo_attainment"] == pytest.approx(ev.slo_attainment, abs=1e-9)
+        assert got["warm_gpu_gib"] == pytest.approx(ev.warm_gpu_gib, rel=1e-9)
+        assert got["switch_p95_s"] == pytest.approx(ev.switch_p95_s, abs=1e-9)
+        assert got["switch_count"] == ev.switch_count
+
+
+def test_replay_json_has_a_per_hour_series(flip):
+    tr, p, perfs = flip
+    out = replay(p, tr, h.slo(), perfs, AdjustConfig(min_dwell_s=3600.0), warmup_s=86400.0)
+    series = out["series"]
+    assert len(series) == out["windows"] - 24  # the scored windows, one row each
+    assert sum(sum(r["requests"].values()) for r in series) == out["adjusted"]["requests"]
+    in_force = {d["at_s"] - 3600.0: d["from"] for d in out["decisions"]}
+    hops_at = {x["at_s"] for x in out["hops"]}
+    for r in series:
+        assert set(r) == {
+            "start_s", "point", "hop", "warm_gpu_gib", "requests", "switch_waits",
+            "switch_p95_s", "slo_attainment",
+        }  # fmt: skip
+        assert r["point"] == in_force[r["start_s"]]
+        assert r["hop"] == (r["start_s"] in hops_at)
+        assert r["warm_gpu_gib"] > 0
+    assert any(r["hop"] for r in series), "no hop in the scored days: the test proves less"
+
+
+def test_replay_json_with_auto_reoptimize_is_only_json_and_plots(flip, tmp_path):
+    """Issue 41 item 7: under --json nothing but JSON reaches stdout, even when a
+    re-optimization runs the MILP solver (whose banner goes to the process's stdout, so a
+    fresh process: the banner shows once per process); --plot writes the picture."""
+    import subprocess
+    import sys
+
+    tr, p, _ = flip
+    only = p.model_copy(update={"points": [p.point("shared")]})
+    plan_file = h.write_inputs(tmp_path, only)
+    trace = tmp_path / "trace.csv"
+    tr.to_csv(trace, index=False)
+    png = tmp_path / "replay.png"
+    argv = [sys.executable, "-m", "planner.cli.main", "adjust", "--plan", plan_file,
+            "--replay", str(trace), "--reoptimize", "auto", "--policy", "reoptimize_evals=2",
+            "--json", "--plot", str(png)]  # fmt: skip
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)  # the whole of stdout parses
+    assert out["reoptimizations"], "no re-optimization ran: the test proves nothing"
+    assert out["series"] and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

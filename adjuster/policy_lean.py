@@ -1,0 +1,227 @@
+"""The lean decision (`AdjustConfig.decision = "lean"`, the default): within the SLO's
+targets, the least warm GPU memory.
+
+Every point of the plan is simulated on the forecast of the next `forecast_windows` windows
+(adjuster/forecast.py: the request log's profile by hour, blended with the plan's fit by how
+much log there is, times the level the last hours ran at), with the waits of the hop there
+from the current point counted in (a model all of whose instances the hop restarts or wakes
+serves nobody until the first is up: `observe.hop_delays`). A point *meets the targets* on
+the forecast when its attainment is at least the SLO's (less `attainment_z` binomial
+standard errors of the forecast's requests), no model's switch P95 is over the model's
+switch target and the P95 of all waits not over the default one: the switch target is a
+constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in all of them;
+a hop to a leaner point whose own waits push a request past its model's switch target is
+not made (restarts are for hours nobody is there, wakes for any hour), a rescue may.
+
+Rule, in order:
+1. the current point meets the targets on the forecast: hop to the leanest point that meets
+   them there and on the window (when it has `min_requests`), only when it saves at least
+   `min_saving_share` of the current point's warm GiB and `min_saving_gib_h` GiB-hours over
+   the forecast windows (the price of a hop, in GiB-hours: a hop that saves less is not worth
+   its work and the risk of a wrong forecast), the same point wins `confirm_windows`
+   consecutive windows, the current point has been in force `min_dwell_s`, and the last
+   24 h leave room for one more hop after it (`max_hops_per_day`, one kept for a rescue);
+2. the current point misses them on the forecast, or misses the SLO on the window: hop to
+   the leanest point that meets them and keeps more requests in the SLO than holding, its
+   hop's waits counted (no dwell, no confirmation: the forecast is the witness, and a hop
+   made an hour before the morning costs no waits), within `max_hops_per_day`;
+3. no point meets them on the forecast, nor the current point on the window: what the
+   objective decision does when no point meets the SLO (`reoptimize`, `suggest` or hold).
+Stationary traffic never hops twice for nothing: the forecast of the hours a point was
+chosen for is the same the next day, and leaving a point needs the targets met.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from planner.adjuster.policy_types import DAY_S, AdjustConfig
+
+SWITCH_MIN_WAITS = 5  # fewer waits of a model in the forecast: its switch P95 is not judged
+
+
+@dataclass(frozen=True)
+class LeanRow:
+    """A point on the forecast, with the waits of the hop there from the current point."""
+
+    attainment: float
+    requests: int
+    warm_gib: float
+    switch_p95_s: dict[str, float]  # model -> its switch P95 (models with enough waits)
+    over_switch: tuple[str, ...]  # models whose switch P95 is over their target
+    delayed: int  # requests that wait for the hop
+    meets: bool
+    hop_breach: bool = False  # the hop itself makes a request wait past its switch target
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slo_attainment": round(self.attainment, 5), "requests": self.requests,
+            "warm_gpu_gib": round(self.warm_gib, 3), "delayed": self.delayed,
+            "switch_p95_s": {m: round(v, 3) for m, v in sorted(self.switch_p95_s.items())},
+            "over_switch_target": list(self.over_switch), "meets_targets": self.meets,
+            "hop_breaches_switch_target": self.hop_breach,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LeanView:
+    """What the lean decision reads: the forecast and every point on it."""
+
+    forecast: Any  # forecast.Forecast
+    rows: dict[str, LeanRow]
+
+
+def lean_row(
+    sim: Any,
+    delay: np.ndarray | None,
+    slo: Any,
+    target: float,
+    cfg: AdjustConfig,
+    floor_gib: float,
+) -> LeanRow:
+    """A point's row (`sim`: its SimResult on the forecast; `delay`: each request's wait for
+    the hop there, None: the current point; `floor_gib`: its warm GiB with nothing to do)."""
+    from planner.adjuster.hopcost import switch_limits
+    from planner.optimizer.sim.metrics import met_slo
+
+    limits = switch_limits(slo, sim.model_names)
+    n = len(sim.ttft_s)
+    if not n:
+        return LeanRow(1.0, 0, floor_gib, {}, (), 0, True, False)
+    d = np.zeros(n) if delay is None or len(delay) != n else np.asarray(delay, float)
+    if sim.substituted is not None:  # a stand-in answered: it waited for no instance
+        d = np.where(sim.substituted, 0.0, d)
+    d = np.where(np.isfinite(sim.ttft_s), d, 0.0)  # failed requests stay failed
+    wait = np.asarray(sim.switch_wait_s, float) + d
+    ttft = np.asarray(sim.ttft_s, float) + d
+    met = (
+        met_slo(sim.model, sim.model_names, ttft, sim.tpot_s, wait, slo)
+        if d.any()
+        else np.asarray(sim.met_slo, bool)
+    )
+    att = float(met.mean())
+    p95s, over = {}, []
+    for k, m in enumerate(sim.model_names):
+        w = wait[(sim.model == k) & (wait > 0)]
+        if len(w) < SWITCH_MIN_WAITS:
+            continue
+        p95s[m] = float(np.percentile(w, 95))
+        if p95s[m] > limits.get(m, limits.get("", math.inf)):
+            over.append(m)
+    breach = False  # the hop itself pushes a request past its model's switch target
+    if d.any():
+        lim = np.array([limits.get(m, limits.get("", math.inf)) for m in sim.model_names])
+        breach = bool(((d > 0) & (wait > lim[np.asarray(sim.model, int)])).any())
+    every = wait[wait > 0]  # all models' waits against the SLO's default switch target
+    if len(every) >= SWITCH_MIN_WAITS:
+        p95s[""] = float(np.percentile(every, 95))
+        if p95s[""] > limits.get("", math.inf):
+            over.append("")
+    slack = cfg.attainment_z * math.sqrt(max(target * (1.0 - target), 0.0) / n)
+    meets = att >= target - slack and not over
+    delayed = int((d > 0).sum())
+    return LeanRow(att, n, float(sim.warm_gpu_gib), p95s, tuple(over), delayed, meets, breach)
+
+
+def floor_gib(point: Any) -> float:
+    """Warm GiB of `point` with nothing to do: gpu-tier instances awake, the others asleep."""
+    total = 0.0
+    for i in point.instances:
+        m = i.memory_gib
+        total += (m.total if i.tier == "gpu" else float(getattr(m, "asleep", 0.0) or 0.0)) * len(
+            i.gpus
+        )
+    return total
+
+
+def lean_view(
+    plan: Any, fc: Any, traffic: Any, sims: Any, slo: Any, target: float, cfg: AdjustConfig,
+    costs: Any,
+) -> LeanView:  # fmt: skip
+    """Every point of `plan` on the forecast `fc` (`traffic`: its requests; `sims`: point
+    name -> SimResult on them), with the waits of the hop there (`costs`: from the current
+    point, `observe.hop_cost`) counted in."""
+    from planner.adjuster.observe import hop_delays
+
+    rows = {}
+    for p in plan.points:
+        cost = costs.get(p.name)
+        delay = hop_delays(p, cost, traffic, fc.start_s) if cost is not None else None
+        rows[p.name] = lean_row(sims[p.name], delay, slo, target, cfg, floor_gib(p))
+    return LeanView(fc, rows)
+
+
+def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
+    """The lean rule (module docstring) on `v` (policy_view.WindowView)."""
+    lean: LeanView = v.obs.lean
+    cfg, cur, rows = v.cfg, v.cur, lean.rows
+    v.reasons["lean"] = {
+        "forecast": lean.forecast.to_json(),
+        "points": {p: r.to_json() for p, r in sorted(rows.items())},
+    }
+    window_ok = (
+        {p: v.rows[p].meets_slo for p in rows} if len(v.obs.window) >= cfg.min_requests else None
+    )
+    meeting = [
+        p for p in sorted(rows) if rows[p].meets and (window_ok is None or window_ok[p] or p == cur)
+    ]
+    if not meeting:
+        if window_ok is None or not window_ok.get(cur, False):
+            return none_meets(v)
+        return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
+    cur_row = rows[cur]
+    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur])
+    if cur_ok:  # a trade of memory: not of the attainment the current point keeps, and
+        # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
+        floor = cur_row.attainment - cfg.max_attainment_loss
+        meeting = [
+            p for p in meeting
+            if p == cur or (rows[p].attainment >= floor and not rows[p].hop_breach)
+        ]  # fmt: skip
+    best = min(meeting, key=lambda p: (rows[p].warm_gib, rows[p].delayed, p))
+    if best == cur:
+        return v.hold(f"{cur} is the leanest point that meets the targets on the forecast")
+    used = len(v.recent)
+    if not cur_ok:  # rule 2: a rescue
+        if used >= cfg.max_hops_per_day:
+            return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
+        on = "on the forecast" if not cur_row.meets else "on the window"
+        if rows[best].attainment <= cur_row.attainment:  # the hop's own waits eat the gain
+            return v.hold(
+                f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
+                f"{rows[best].attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
+            )
+        why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
+        return v.hop(best, why)
+    saved = cur_row.warm_gib - rows[best].warm_gib
+    saved_gib_h = saved * cfg.forecast_windows * cfg.window_s / 3600.0
+    if saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h:
+        return v.hold(
+            f"{best} saves {saved:.1f} GiB ({saved_gib_h:.0f} GiB-h over the forecast), not "
+            f"the {cfg.min_saving_share:.0%} and {cfg.min_saving_gib_h:.0f} GiB-h a hop needs"
+        )
+    if v.now - v.since < cfg.min_dwell_s:
+        return v.hold(f"{cur} in force {v.now - v.since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
+    if used >= cfg.max_hops_per_day - 1:  # one kept for a rescue
+        return v.hold(f"{used} hops in the last 24 h: the last of {cfg.max_hops_per_day} is kept")
+    wins = v.state.candidate_wins + 1 if v.state.candidate == best else 1
+    if wins < cfg.confirm_windows:
+        return v.hold(
+            f"{best} meets the targets at {saved:.1f} GiB less in {wins} of "
+            f"{cfg.confirm_windows} windows", candidate=best, candidate_wins=wins,
+        )  # fmt: skip
+    return v.hop(best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
+
+
+def _miss(r: LeanRow) -> str:
+    parts = [f"attainment {r.attainment:.1%}"]
+    parts += [f"{m or 'all'} switch P95 {r.switch_p95_s[m]:.1f} s" for m in r.over_switch]
+    return ", ".join(parts)
+
+
+__all__ = ["DAY_S", "LeanRow", "LeanView", "decide_lean", "floor_gib", "lean_row", "lean_view"]
