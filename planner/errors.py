@@ -85,6 +85,16 @@ class LaunchError(ApplyError):
         self.log_tail = log_tail
 
 
+class ControlCallError(ApplyError):
+    """A control call to an engine (readiness, health, sleep, wake, metrics) failed: no
+    answer, or an answer other than 200 where one was required (planner/control_http.py)."""
+
+    def __init__(self, message: str, *, cause: str, status: int | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.status = status  # the engine's answer; None when it did not answer
+
+
 class DrainedError(ApplyError):
     """`planner down` drained the point: nothing starts or wakes until the next `apply`."""
 

@@ -129,7 +129,13 @@ def profile_run(
         run.engine_init_s = timings.get("engine_init_s")
         run.kv_capacity_tokens = engine.kv_capacity_tokens(log)
         tick("start")
-        client = Client(port, spec.model.name, cfg.request_timeout_s, secret=secret)
+        client = Client(
+            port,
+            spec.model.name,
+            cfg.request_timeout_s,
+            secret=secret,
+            completion_route=engine.completion_route,
+        )
         if run.kv_capacity_tokens is None:
             run.kv_capacity_tokens = engine.kv_capacity_tokens("", client.metrics())
         vocab = vocab_size_of(model_path, spec.model.arch.vocab_size)

@@ -1,5 +1,8 @@
-"""Talking to one vLLM server for `planner profile engine`: token-id prompts, streamed
-completions time-stamped chunk by chunk, and the KV capacity the engine reports."""
+"""Talking to one engine server for `planner profile engine`: token-id prompts, streamed
+completions time-stamped chunk by chunk, and the KV capacity the engine reports.
+
+The completions (timed, streamed or not) are measurement traffic and keep their own clients;
+the control calls (sleep, wake, metrics) go through planner/control_http.py like every other."""
 
 from __future__ import annotations
 
@@ -8,6 +11,9 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+from planner import control_http
+from planner.control_http import Purpose
 
 
 def vocab_size_of(path: str, fallback: int) -> int:
@@ -80,9 +86,10 @@ def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:
 
 
 async def stream_completion(
-    host: str, port: int, body: dict, timeout_s: float = 600.0, secret: str = ""
+    host: str, port: int, route: str, body: dict, timeout_s: float = 600.0, secret: str = ""
 ) -> tuple[float, list[Chunk]]:
-    """POST a streamed completion over a bare asyncio connection; (send time, token chunks).
+    """POST a streamed completion to `route` (the engine's `completion_route`) over a bare
+    asyncio connection; (send time, token chunks).
 
     A full HTTP client costs enough CPU per chunk that, with many concurrent streams on a
     small host, chunks wait in the socket and are time-stamped late and in bursts. This
@@ -92,7 +99,7 @@ async def stream_completion(
     payload = json.dumps(body).encode()
     auth = f"Authorization: Bearer {secret}\r\n" if secret else ""
     head = (
-        f"POST /v1/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{auth}"
+        f"POST {route} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n{auth}"
         f"Accept: text/event-stream\r\nContent-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
     ).encode()
 
@@ -138,17 +145,28 @@ async def stream_completion(
 
 
 class Client:
-    """Timed requests to one server (httpx imported here: the CLI stays light)."""
+    """Timed requests to one server (httpx imported here: the CLI stays light).
+
+    `completion_route`: the engine's route taking a prompt of token ids (its
+    `completion_route`)."""
 
     def __init__(
-        self, port: int, served: str, timeout_s: float, host: str = "127.0.0.1", secret: str = ""
+        self,
+        port: int,
+        served: str,
+        timeout_s: float,
+        host: str = "127.0.0.1",
+        secret: str = "",
+        *,
+        completion_route: str,
     ):
         import httpx
 
-        from planner.engines.process import auth_headers
+        from planner.control_http import auth_headers
 
         self.base = f"http://{host}:{port}"
         self.host, self.port = host, port
+        self.completion_route = completion_route
         self.served = served
         self.timeout_s = timeout_s
         self.secret = secret
@@ -169,20 +187,28 @@ class Client:
             "ignore_eos": True,
         }
         t0 = time.perf_counter()
-        r = self.http.post("/v1/completions", json=body)
+        r = self.http.post(self.completion_route, json=body)
         dt = time.perf_counter() - t0
         r.raise_for_status()
         return dt
 
-    def post_s(self, path: str, body: dict | None = None) -> tuple[float, int]:
-        """(seconds, status) of a POST to a dev endpoint."""
+    def post_s(
+        self, path: str, body: dict | None = None, *, purpose: Purpose = "wake"
+    ) -> tuple[float, int]:
+        """(seconds, status) of a control POST (sleep, wake, reload): a control call, with
+        that call's timeout (planner/control_http.py)."""
         t0 = time.perf_counter()
-        r = self.http.post(path, json=body) if body is not None else self.http.post(path)
-        return time.perf_counter() - t0, r.status_code
+        reply = control_http.post(
+            self.host, self.port, path, purpose=purpose, secret=self.secret, body=body
+        )
+        return time.perf_counter() - t0, reply.status
 
     def metrics(self) -> str:
-        r = self.http.get("/metrics")
-        return r.text if r.status_code == 200 else ""
+        """The server's metrics text ("" when it answers other than 200)."""
+        reply = control_http.get(
+            self.host, self.port, "/metrics", purpose="metrics", secret=self.secret
+        )
+        return reply.text if reply.ok else ""
 
     def streams(self, prompts: list[list[int]], out_tokens: int) -> list[tuple[float, list[Chunk]]]:
         """Start every prompt at once as a stream; per request (start, token chunks)."""
@@ -194,6 +220,7 @@ class Client:
                         stream_completion(
                             self.host,
                             self.port,
+                            self.completion_route,
                             stream_body(self.served, p, out_tokens),
                             self.timeout_s,
                             self.secret,

@@ -189,7 +189,7 @@ def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:
 def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     """Sleep/wake times of levels 1 and 2 (CUDA builds with sleep mode and dev endpoints)."""
     sleep1, sleep2, wake = engine.sleep_route(1), engine.sleep_route(2), engine.wake_route
-    s1, st = client.post_s(sleep1)
+    s1, st = client.post_s(sleep1, purpose="sleep")
     if st != 200:
         run.notes.append(f"POST {sleep1} answered {st}: is VLLM_SERVER_DEV_MODE=1 set?")
         return
@@ -198,7 +198,7 @@ def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     if st != 200:
         run.notes.append(f"POST {wake} answered {st}")
         return
-    s2, st = client.post_s(sleep2)
+    s2, st = client.post_s(sleep2, purpose="sleep")
     if st != 200:
         run.notes.append(f"POST {sleep2} answered {st}")
         return

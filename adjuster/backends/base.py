@@ -41,7 +41,7 @@ class Handle:
     log_path: str = ""
     extra: dict = field(default_factory=dict)
     engine: str = DEFAULT_KIND  # the instance's engine.kind (planner/engines/)
-    # the instance's API key (planner.engines.process.auth_headers); kept in the 0600 state
+    # the instance's API key (planner.control_http.auth_headers); kept in the 0600 state
     # DB, never logged
     secret: str = field(default="", repr=False)
 
@@ -56,7 +56,7 @@ class Handle:
 
     def auth_headers(self) -> dict[str, str]:
         """What every request the planner sends this server carries (its API key)."""
-        from planner.engines.process import auth_headers
+        from planner.control_http import auth_headers
 
         return auth_headers(self.secret)
 

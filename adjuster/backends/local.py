@@ -9,11 +9,12 @@ import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
+from planner import control_http
 from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
-from planner.errors import ApplyError, LaunchError
+from planner.errors import ApplyError, ControlCallError, LaunchError
 from planner.schemas.plan import Instance
 
 
@@ -155,7 +156,9 @@ class LocalBackend:
         if handle.pid is None or not _runs(handle):
             return False
         route = get_engine(handle.engine).health_route
-        return process.http_ok(handle.host, handle.port, route, timeout_s=5.0, secret=handle.secret)
+        return control_http.answers_ok(
+            handle.host, handle.port, route, purpose="health", secret=handle.secret
+        )
 
     def sleep(self, handle: Handle, level: int) -> None:
         """The engine's sleep (vLLM: CUDA); on the CPU build, stop the process."""
@@ -163,9 +166,9 @@ class LocalBackend:
             self.stop(handle)
             return
         route = get_engine(handle.engine).sleep_route(level)
-        code = process.http_post(handle.host, handle.port, route, secret=handle.secret)
-        if code != 200:
-            raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
+        control_http.post(
+            handle.host, handle.port, route, purpose="sleep", secret=handle.secret
+        ).require_ok(handle.instance_id)
 
     def wake(self, handle: Handle, level: int) -> None:
         """The engine's wake steps for a sleep at `level` (vLLM, CUDA: `/wake_up`, then after
@@ -176,26 +179,21 @@ class LocalBackend:
                 f"{handle.instance_id}: the CPU build has no sleep mode; start the instance instead"
             )
         for route, body in get_engine(handle.engine).wake_steps(level):
-            code = process.http_post(
-                handle.host, handle.port, route, secret=handle.secret, body=body
-            )
-            if code != 200:
-                raise ApplyError(f"POST {route} on {handle.instance_id} answered {code}")
+            control_http.post(
+                handle.host, handle.port, route, purpose="wake", secret=handle.secret, body=body
+            ).require_ok(handle.instance_id)
 
     def is_sleeping(self, handle: Handle) -> bool | None:
         """The engine's is-sleeping route (vLLM: CUDA); None where unknown."""
         if not self.supports_sleep:
             return None
-        import json
-        import urllib.request
-
+        route = get_engine(handle.engine).is_sleeping_route
         try:
-            route = get_engine(handle.engine).is_sleeping_route
-            url = f"http://{handle.host}:{handle.port}{route}"
-            req = urllib.request.Request(url, headers=handle.auth_headers())
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return bool(json.loads(r.read()).get("is_sleeping"))
-        except (OSError, ValueError):
+            reply = control_http.get(
+                handle.host, handle.port, route, purpose="health", secret=handle.secret
+            )
+            return bool(reply.require_ok().json().get("is_sleeping"))
+        except (ControlCallError, ValueError, AttributeError):
             return None
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:

@@ -56,6 +56,7 @@ class Engine(Protocol):
     wake_route: str  # POST waking a sleeping server
     is_sleeping_route: str  # GET answering {"is_sleeping": bool}
     reload_request: tuple[str, dict] | None  # POST (route, body) reloading weights after level 2
+    completion_route: str  # POST taking a prompt of token ids (the profiler times it)
     # the API routes the gateway forwards and the relay passes on -> the task serving each
     api_routes: dict[str, str]
     stream_usage_routes: frozenset[str]  # routes whose streams report usage only when asked

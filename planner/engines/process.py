@@ -13,12 +13,11 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from planner.control_http import answers_ok
 from planner.engines.download import DownloadWatch
 from planner.engines.ports import PortHolder, owns_port, port_held_error, port_holder
 from planner.errors import LaunchError
@@ -52,11 +51,6 @@ def new_secret() -> str:
     import secrets
 
     return secrets.token_urlsafe(32)
-
-
-def auth_headers(secret: str) -> dict[str, str]:
-    """The header that passes the engine's API-key check (none without a secret)."""
-    return {"Authorization": f"Bearer {secret}"} if secret else {}
 
 
 _MARK = "PLANNER_ENGINE_LOG"
@@ -123,43 +117,6 @@ def pid_is_server(pid: int, port: int, marker: str) -> bool:
     return any(marker in a for a in text) and str(port) in text
 
 
-def http_ok(host: str, port: int, path: str, timeout_s: float = 2.0, *, secret: str = "") -> bool:
-    """Whether GET http://host:port/path answers 200 (with the instance's `secret`)."""
-    req = urllib.request.Request(f"http://{host}:{port}{path}", headers=auth_headers(secret))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def http_post(
-    host: str,
-    port: int,
-    path: str,
-    timeout_s: float = 600.0,
-    *,
-    secret: str = "",
-    body: dict | None = None,
-) -> int:
-    """POST an empty body (or `body` as JSON); returns the status (raises on connection
-    failure)."""
-    import json
-
-    url = f"http://{host}:{port}{path}"
-    headers = auth_headers(secret)
-    data = b""
-    if body is not None:
-        data = json.dumps(body).encode()
-        headers = {**headers, "Content-Type": "application/json"}
-    req = urllib.request.Request(url, data=data, method="POST", headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-
-
 _CLASSIFY_BYTES = 1_000_000  # how much of a failed start's log is searched for its cause
 
 
@@ -207,7 +164,7 @@ def wait_ready(
     pid = proc if isinstance(proc, int) else proc.pid if proc is not None else None
     while True:
         # ready only when our own process answers: a foreign server on the port answers too
-        if _running(proc) and http_ok(host, port, engine.ready_route, timeout_s=2.0, secret=secret):
+        if _running(proc) and answers_ok(host, port, engine.ready_route, secret=secret):
             if pid is None or owns_port(pid, port) is not False:
                 return time.monotonic() - t0
             holder = port_holder(port, host)

@@ -220,6 +220,7 @@ class Vllm:
     is_sleeping_route = "/is_sleeping"  # these three need VLLM_SERVER_DEV_MODE=1
     # level 2 dropped the weights: waking means reading them again from the checkpoint
     reload_request = ("/collective_rpc", {"method": "reload_weights"})
+    completion_route = "/v1/completions"
     api_routes = API_ROUTES
     stream_usage_routes = STREAM_USAGE_ROUTES
 

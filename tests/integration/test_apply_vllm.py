@@ -21,6 +21,7 @@ import pytest
 import yaml
 from cli_run import cli
 
+from planner import control_http
 from planner.adjuster.state import StateStore
 from planner.engines import ports, process
 
@@ -37,7 +38,7 @@ def completion(state_dir: Path, iid: str = "a-0") -> dict:
     req = urllib.request.Request(
         f"http://127.0.0.1:{row.port}/v1/completions",
         data=body,
-        headers={"content-type": "application/json", **process.auth_headers(row.secret)},
+        headers={"content-type": "application/json", **control_http.auth_headers(row.secret)},
     )
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.loads(r.read())
@@ -113,7 +114,9 @@ def test_killed_process_is_restarted(live) -> None:
     old = rows(live.state)["a-0"]
     os.kill(old.pid, signal.SIGKILL)  # the API server only; its engine child is left behind
     deadline = time.monotonic() + 30
-    while process.http_ok("127.0.0.1", live.port, "/health") and time.monotonic() < deadline:
+    while (
+        control_http.answers_ok("127.0.0.1", live.port, "/health") and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     out = apply_base(live)
     assert [(a["action"], a["result"]) for a in out["actions"]] == [("restart", "ok")]
@@ -160,7 +163,7 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
     assert set(now) == {"a-0", "x-0"}  # the rolled-back instance is forgotten, the failure recorded
     assert now["x-0"].status == "failed" and now["x-0"].pid is None
     assert now["a-0"].pid == a0.pid and now["a-0"].status == "awake"  # the old one kept
-    assert process.http_ok("127.0.0.1", live.port, "/health")
+    assert control_http.answers_ok("127.0.0.1", live.port, "/health")
     # back to the base point: the failed record goes, nothing else moves
     out = apply_base(live)
     assert [(a["action"], a["instance"]) for a in out["actions"]] == [("stop", "x-0")]
@@ -186,7 +189,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + 30
-        while not process.http_ok("127.0.0.1", busy, "/"):
+        while not control_http.answers_ok("127.0.0.1", busy, "/"):
             assert time.monotonic() < deadline, "the foreign server never came up"
             time.sleep(0.1)
         plan = live.h.write(
@@ -274,7 +277,7 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
     # the start goes on without its apply: once it is up, `status` records what runs (issue
     # 29 item 4; before, the row stayed `starting` and the journal never had it)
     deadline = time.monotonic() + float(START_TIMEOUT)
-    while not process.http_ok("127.0.0.1", b_port, "/health"):
+    while not control_http.answers_ok("127.0.0.1", b_port, "/health"):
         assert time.monotonic() < deadline, "the orphaned start never came up"
         time.sleep(0.5)
     code, st, err = cli(["status", "--state-dir", str(live.state), "--json"])

@@ -20,6 +20,7 @@ class StubEngine:
     wake_route = "/resume"
     is_sleeping_route = "/paused"
     reload_request = ("/load", {"from": "disk"})
+    completion_route = "/v1/complete"
     api_routes: ClassVar[dict[str, str]] = {
         "/v1/chat/completions": "generate",
         "/v1/embed": "embed",

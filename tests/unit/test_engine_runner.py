@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from planner import control_http
 from planner.engines import ports, process
 from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import LaunchError
@@ -47,7 +48,7 @@ def test_start_wait_ready_and_stop_the_whole_group(tmp_path) -> None:
         waited = process.wait_ready(VLLM, "127.0.0.1", port, proc, log, timeout_s=30, poll_s=0.05)
         assert waited >= 0
         assert not ports.is_port_free(port)
-        assert process.http_ok("127.0.0.1", port, "/health")
+        assert control_http.answers_ok("127.0.0.1", port, "/health")
         assert process.group_alive(proc.pid)
     finally:
         process.stop_server(proc, timeout_s=5)

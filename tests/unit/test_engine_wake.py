@@ -14,11 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from planner import control_http
 from planner.adjuster.backends.base import Handle
 from planner.adjuster.backends.local import LocalBackend
 from planner.adjuster.control import Controller
 from planner.adjuster.state import StateStore
-from planner.engines import process
 from planner.engines.base import get_engine
 from planner.schemas.plan import Plan
 
@@ -94,7 +94,7 @@ class SleepModeBackend(LocalBackend):
         pass
 
     def is_alive(self, handle: Handle) -> bool:
-        return process.http_ok(handle.host, handle.port, "/health", timeout_s=5.0)
+        return control_http.answers_ok(handle.host, handle.port, "/health", purpose="health")
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         pass

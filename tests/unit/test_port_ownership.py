@@ -16,6 +16,7 @@ from cli_helpers import run_cli
 from test_apply_cli import _plan
 from test_apply_fake import FakeBackend, inst, plan
 
+from planner import control_http
 from planner.adjuster.apply import apply_point
 from planner.adjuster.ports import place_ports
 from planner.adjuster.state import StateStore
@@ -52,7 +53,7 @@ def foreign():
     port = process.free_port()
     p = subprocess.Popen([sys.executable, "-c", HTTP, str(port)])
     deadline = time.monotonic() + 20
-    while not process.http_ok("127.0.0.1", port, "/v1/models"):
+    while not control_http.answers_ok("127.0.0.1", port, "/v1/models"):
         assert time.monotonic() < deadline, "the foreign server never came up"
         time.sleep(0.05)
     yield port, p

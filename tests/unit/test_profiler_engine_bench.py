@@ -193,7 +193,7 @@ class FakeClient:
     def streams(self, prompts, out):
         return [(0.0, [(0.001 * len(p) + 0.01 * i, i + 1) for i in range(out)]) for p in prompts]
 
-    def post_s(self, path, body=None):
+    def post_s(self, path, body=None, *, purpose="wake"):
         self.posts.append((path, body))
         return 0.5, self.statuses.get(path, 200)
 
@@ -311,8 +311,9 @@ def test_stream_completion_decodes_chunked_sse():
         server = await asyncio.start_server(handle, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
+            route = VLLM.completion_route
             return await ec.stream_completion(
-                "127.0.0.1", port, ec.stream_body("m", [5, 6], 3), 10.0
+                "127.0.0.1", port, route, ec.stream_body("m", [5, 6], 3), 10.0
             )
 
     t0, chunks = asyncio.run(go())
