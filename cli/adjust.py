@@ -243,9 +243,10 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
     from planner.errors import PlannerError
 
     state_dir = existing_state_dir(state_dir)  # a decision needs a point applied there
-    starts = None if dry_run else "`planner adjust` (a hop starts vLLM)"
+    starts = None if dry_run else "`planner adjust` (a hop starts engines)"
     kind = state_backend(backend, state_dir)
-    be = open_backend(kind, inp.cluster, starts_engines=starts)  # before the first tick
+    kinds = {inst.engine.kind for p in inp.plan.points for inst in p.instances}
+    be = open_backend(kind, inp.cluster, starts_engines=starts, engines=kinds)  # before a tick
     stop = threading.Event()
     old = {}
     if every_s is not None:

@@ -189,8 +189,9 @@ def apply_cmd(
     cluster, models = cluster or inputs.get("cluster"), models or inputs.get("models")
     plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
     plan, base = placed(plan, cl, port_base, state_dir, str(plan_path))
-    starts = None if dry_run else "`planner apply` (it starts vLLM)"
-    be = open_backend(kind, cl, starts_engines=starts)
+    starts = None if dry_run else "`planner apply` (it starts engines)"
+    kinds = {inst.engine.kind for inst in plan.point(point).instances}
+    be = open_backend(kind, cl, starts_engines=starts, engines=kinds)
     plan, note = node_share(plan, point, node, be, cl, str(plan_path))
     if runs_here(be):
         check_host(plan, point, node, cl, str(plan_path))

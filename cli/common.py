@@ -6,6 +6,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,11 +97,18 @@ ProfilesOpt = Annotated[
 ]
 
 
-def open_backend(kind: str, cluster: Any = None, *, starts_engines: str | None = None) -> Any:
+def open_backend(
+    kind: str,
+    cluster: Any = None,
+    *,
+    starts_engines: str | None = None,
+    engines: Iterable[str] = (),
+) -> Any:
     """The backend `kind` for `cluster` (its device from the cluster file), after checking the
     pip extras it needs (MissingExtraError, exit 2, before anything starts). `starts_engines`:
     the command, when it will start engines: a backend that runs them on this host needs
-    the engine installed here too."""
+    the package of each engine kind in `engines` installed here too (default: the default
+    kind's)."""
     from planner.adjuster.backends import backend_class, cluster_device, make_backend
     from planner.adjuster.backends.base import BackendFeature
 
@@ -111,7 +119,7 @@ def open_backend(kind: str, cluster: Any = None, *, starts_engines: str | None =
     be = make_backend(kind, cluster, device)
     here = BackendFeature.PROCESSES in be.features and BackendFeature.MULTI_NODE not in be.features
     if starts_engines and here:
-        require_extra(serve_extra(device), starts_engines, ("vllm",))
+        require_extra(serve_extra(device), starts_engines, engine_modules(engines))
     return be
 
 
@@ -136,6 +144,15 @@ def require_extra(extra: str, needed_by: str, modules: tuple[str, ...] | None = 
     missing = [m for m in (modules or EXTRA_MODULES[extra]) if not _importable(m)]
     if missing:
         raise MissingExtraError(needed_by, missing, extra)
+
+
+def engine_modules(kinds: Iterable[str] = ()) -> tuple[str, ...]:
+    """The modules the engines of `kinds` need (each engine's `package`), the default kind's
+    when none is given."""
+    from planner.engines.base import get_engine
+    from planner.engines.kinds import DEFAULT_KIND
+
+    return tuple(dict.fromkeys(get_engine(k).package.module for k in kinds or [DEFAULT_KIND]))
 
 
 def serve_extra(device: str | None) -> str:

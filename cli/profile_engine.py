@@ -10,7 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra, serve_extra
+from planner.cli.common import (
+    JsonOpt,
+    console,
+    engine_modules,
+    err_console,
+    print_json,
+    require_extra,
+    serve_extra,
+)
 from planner.errors import InputError
 
 OutOpt = Annotated[
@@ -107,7 +115,8 @@ def engine_cmd(
         return
     info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
     dev = device or ("cuda" if info.gpus else "cpu")
-    require_extra(serve_extra(dev), "`planner profile engine`", ("vllm", "httpx"))
+    # the runs use the default engine kind (planner/engines/kinds.py)
+    require_extra(serve_extra(dev), "`planner profile engine`", (*engine_modules(), "httpx"))
     node_name, gpu_type, devices, mem = _this_node(info, dev, node, cluster_file)
     runs, skipped = _plan_runs(models, models_file, devices, mem, model, variant, tp)
     cfg = er.BenchConfig.for_device(dev, quick=quick, **limits)

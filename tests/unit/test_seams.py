@@ -54,6 +54,17 @@ def test_a_second_engine_kind_is_one_module_and_one_registry_line(stub_engine, t
         assert srv.seen == ["/pause?depth=2", "/resume", "/load"]  # its own sleep and wake
 
 
+def test_the_extras_check_asks_for_the_plans_engine_package(stub_engine):
+    """A plan of the stub kind needs the stub's module, not vLLM's (the engine's `package`)."""
+    from planner.cli.common import engine_modules, require_extra
+    from planner.errors import MissingExtraError
+
+    assert engine_modules(["stub", "vllm", "stub"]) == ("stub_server", "vllm")
+    assert engine_modules() == ("vllm",)  # the default kind
+    with pytest.raises(MissingExtraError, match="stub_server"):
+        require_extra("serve-cpu", "`planner apply`", engine_modules({"stub"}))
+
+
 def test_a_backend_without_processes_is_one_module_and_one_registry_line(stub_backend, tmp_path):
     """Its handles hold only an opaque reference. Before: callers tested `pid`/`actor`, so
     settle marked its servers failed and a wake started a second server instead of waking."""
