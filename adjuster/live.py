@@ -50,7 +50,7 @@ from planner.adjuster.observe import (
 from planner.adjuster.policy import decide
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, Decision, HopCost
 from planner.adjuster.state import StateStore
-from planner.errors import PlannerError
+from planner.errors import ApplyError, PlannerError
 from planner.schemas.plan import Plan
 from planner.schemas.slo import Slo
 
@@ -98,6 +98,7 @@ class TickConfig:
     slo: Slo
     perfs: dict[str, dict[str, Any]]  # point name -> instance id -> InstancePerf
     plan_sha: str = ""
+    plan_path: str = ""  # the plan file, resolved ("": not from a file; replay, tests)
     dry_run: bool = False
     model_names: list[str] | None = None  # the model order of the simulations
     start: AdjustState | None = None  # the policy state when the journal has none
@@ -162,6 +163,7 @@ def tick(
         else store.lease(purpose="adjust", ttl_s=max(600.0, 4 * config.apply_timeout_s))
     )
     with lease, DecisionLog(store.dir) as journal:
+        _refuse_another_plan(store.meta(), config)
         st = _state(journal, store, plan, config, now_s).model_copy(update={"config": cfg})
         win = window_at(log, now_s, cfg.window_s)
         ahead_s = cfg.forecast_windows * cfg.window_s
@@ -196,6 +198,21 @@ def tick(
                 "adjust", "", "", act.kind, f"{act.from_point} -> {act.point}: {act.reason}"
             )
     return res
+
+
+def _refuse_another_plan(meta: dict[str, str], config: TickConfig) -> None:
+    """ApplyError when the point in force was applied from another plan file than this tick's:
+    a hop of this plan would undo that apply (the state dir's point in force is the one
+    desired state). The same file rewritten since (`adjust --replan`, an edit) is this plan:
+    the re-plan keeps the point in force among its points."""
+    theirs = meta.get("plan_path", "")
+    if not (meta.get("plan_sha") and theirs and config.plan_path) or theirs == config.plan_path:
+        return
+    raise ApplyError(
+        f"the point in force ({meta.get('point', '')}) was applied from {theirs}, not from "
+        f"{config.plan_path}: adjusting this plan would undo that apply",
+        fix=f"adjust the plan in force (--plan {theirs}), or apply {config.plan_path} again",
+    )
 
 
 def _state(

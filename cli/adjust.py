@@ -256,6 +256,14 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
             t0 = time.monotonic()
             try:
                 with StateStore(state_dir) as store:
+                    # the point in force is the one desired state: another plan applied
+                    # since adjust started is the plan adjusted from now on
+                    inp, note = adjust_inputs.follow_point_in_force(inp, store.meta(), store.dir)
+                    if note:
+                        err_console.print(
+                            f"adjust: {note}", highlight=False, markup=False, soft_wrap=True
+                        )
+                        store.journal("adjust", "", "", "plan changed", note)
                     tcfg = adjust_inputs.tick_config(
                         inp, cfg, state_dir=store.dir, dry_run=dry_run, timeout_s=timeout
                     )
@@ -263,6 +271,8 @@ def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> 
                     with quiet_c_stdout() if json_out else contextlib.nullcontext():
                         now = time.time()
                         res = tick(now, RequestLogSource(store.dir), be, store, inp.plan, tcfg)
+                    if note:
+                        res.report["plan_changed"] = note
                 show_tick(res, dry_run, json_out, str(store.dir))
                 if res.error is not None and every_s is None:
                     raise typer.Exit(res.error.exit_code)

@@ -84,11 +84,42 @@ def tick_config(inp: Any, policy: Any, *, state_dir: Path, dry_run: bool, timeou
     ]  # fmt: skip
     return TickConfig(
         policy=policy, slo=inp.slo, perfs=inp.all_perfs(), plan_sha=sha256_file(inp.plan_path),
+        plan_path=str(Path(inp.plan_path).resolve()),
         dry_run=dry_run, apply_timeout_s=timeout_s,
         model_path_resolver=model_path_resolver(inp.models, inp.models_path.parent),
         gpu_capacity_gib=gpu_capacity(inp.cluster), suggest_command=shlex.join(args),
         on_suggest=lambda win: write_trace(win, window_file), reoptimize=reopt.live,
     )  # fmt: skip
+
+
+def follow_point_in_force(inp: Any, meta: dict[str, str], state_dir: Path) -> tuple[Any, str]:
+    """The inputs of the plan whose point is in force in the state dir, and a note saying so
+    when that is another plan file than `inp`'s (`planner apply other.yaml` since adjust
+    started, or since the cron line was written): adjust follows the one desired state, it
+    never hops the old plan's points over that apply. `inp` and "" when the plan in force is
+    `inp`'s (or none is recorded). InputError, naming both files, when the plan in force is
+    no longer where it was applied from."""
+    from planner.cli.apply_checks import placed
+
+    theirs, ours = meta.get("plan_path", ""), str(Path(inp.plan_path).resolve())
+    if not meta.get("plan_sha") or not theirs or theirs == ours:
+        return inp, ""
+    point = meta.get("point", "")
+    if not Path(theirs).is_file():
+        raise InputError(
+            f"the point in force ({point}) was applied from {theirs}, which is gone; "
+            f"adjust will not hop {ours} over it",
+            file=theirs,
+            path="--plan",
+            fix=f"apply the plan to adjust first (planner apply {ours}), or restore {theirs}",
+        )
+    new = load(Path(theirs), None, None, None)
+    # a hop starts servers where that apply put this state dir's (its --port-base)
+    new.plan, _ = placed(new.plan, new.cluster, None, state_dir, theirs)
+    return (
+        new,
+        f"plan changed: following the point in force of {theirs} (point {point}; not {ours})",
+    )
 
 
 def cron_text(plan_path: Path, state_dir: Path | None, window: str) -> str:

@@ -205,3 +205,78 @@ def test_adjust_once_refuses_a_request_log_that_is_not_a_database(setup, capsys,
         main(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "requests.sqlite" in err and "Traceback" not in err, err
+
+
+def _apply_other_plan(plan_file: str, tmp_path) -> str:
+    """`planner apply other/plan.yaml --point split` on the state dir, recorded as the CLI
+    records it (the fake backend stands in for the servers); that plan's path."""
+    from pathlib import Path
+
+    from planner.adjuster.apply import apply_point
+    from planner.cli import adjust_inputs
+    from planner.io import sha256_file
+
+    plan = adjust_inputs.load(plan_file, None, None, None).plan
+    (tmp_path / "other").mkdir()
+    other = h.write_inputs(tmp_path / "other", plan.model_copy(update={"selected": "split"}))
+    inp = adjust_inputs.load(other, None, None, None)
+    state = tmp_path / "state"
+    tcfg = adjust_inputs.tick_config(inp, AdjustConfig(), state_dir=state, dry_run=False,
+                                     timeout_s=5)  # fmt: skip
+    with StateStore(state) as store:
+        out = apply_point(inp.plan, "split", backend=FakeBackend(supports_sleep=True),
+                          state=store, plan_sha=sha256_file(other), timeout_s=5,
+                          model_path_resolver=tcfg.model_path_resolver)  # fmt: skip
+        assert out.ok
+        store.set_meta(plan_path=str(Path(other).resolve()))
+    return str(Path(other).resolve())
+
+
+def test_a_tick_of_another_plan_than_the_one_in_force_hops_nothing(setup, tmp_path):
+    """Issue 42: `apply other.yaml` after adjust started: a tick of the old plan would hop
+    its points over that apply. It refuses, naming both plans and the fix."""
+    from pathlib import Path
+
+    from planner.cli import adjust_inputs
+    from planner.errors import ApplyError
+
+    plan_file, state, _ = setup
+    other = _apply_other_plan(plan_file, tmp_path)
+    inp = adjust_inputs.load(plan_file, None, None, None)
+    be = FakeBackend(supports_sleep=True)
+    cfg = AdjustConfig(min_dwell_s=0, confirm_windows=1)
+    with StateStore(state) as store:
+        before = ({r.id for r in store.instances()}, store.meta()["point"])
+        tcfg = adjust_inputs.tick_config(inp, cfg, state_dir=state, dry_run=False, timeout_s=5)
+        with pytest.raises(ApplyError) as e:
+            tick(time.time(), RequestLogSource(state), be, store, inp.plan, tcfg)
+        assert ({r.id for r in store.instances()}, store.meta()["point"]) == before
+    assert other in str(e.value) and str(Path(plan_file).resolve()) in str(e.value)
+    assert f"--plan {other}" in e.value.fix
+    with DecisionLog(state) as log:
+        assert log.entries() == []  # nothing decided on the old plan
+
+
+def test_adjust_follows_the_point_in_force_of_another_plan(setup, tmp_path, capsys):
+    """The CLI acts on the plan in force, says so, and decides from its point; with that
+    plan's file gone it refuses, naming both files."""
+    from pathlib import Path
+
+    plan_file, state, _ = setup
+    other = _apply_other_plan(plan_file, tmp_path)
+    argv = ["adjust", "--plan", plan_file, "--state-dir", str(state), "--once", "--dry-run",
+            "--min-dwell", "0", "--confirm", "1", "--json"]  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert e.value.code == 0, err
+    note = f"plan changed: following the point in force of {other}"
+    assert note in err and note in json.loads(out)["plan_changed"]
+    assert json.loads(out)["decision"]["from"] == "split"  # the other plan's point in force
+    with StateStore(state) as store:
+        assert any(j["result"] == "plan changed" for j in store.journal_entries())
+    Path(other).unlink()
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and other in err and str(Path(plan_file).resolve()) in err
