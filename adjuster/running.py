@@ -95,6 +95,9 @@ def blocked_ports(
     of this state dir (its pid, or a process of its session). None lookup: none known."""
     if holder_of is None:
         return []
+    # One of the documented `.pid` reads outside adjuster/backends/ (with the pre-v3 rows'
+    # compatibility in state_file.py): the OS names a port's holder by pid, so it is compared
+    # with the pids of this state dir's servers; a backend without processes records none.
     ours = {r.pid for r in state.instances() if r.pid is not None}
     out = []
     for inst in point.instances:

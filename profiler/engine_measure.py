@@ -191,7 +191,8 @@ def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     sleep1, sleep2, wake = engine.sleep_route(1), engine.sleep_route(2), engine.wake_route
     s1, st = client.post_s(sleep1, purpose="sleep")
     if st != 200:
-        run.notes.append(f"POST {sleep1} answered {st}: is VLLM_SERVER_DEV_MODE=1 set?")
+        fix = engine.failure_fix("sleep_refused")  # the engine says why it may refuse
+        run.notes.append(f"POST {sleep1} answered {st}" + (f": {fix}" if fix else ""))
         return
     w1, st = client.post_s(wake)
     run.sleep_l1_s, run.wake_l1_s = s1, w1

@@ -93,7 +93,8 @@ class Backend(Protocol):
         ...
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
-        """Block until `/v1/models` answers; raise LaunchError (classified from the log) if it dies."""
+        """Block until the engine's ready route answers; raise LaunchError (classified from the
+        log) if it dies."""
         ...
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:

@@ -122,7 +122,7 @@ class LocalBackend:
         return self._procs.get(handle.pid, handle.pid)
 
     def wait_ready(self, handle: Handle, timeout_s: float) -> None:
-        """Block until `/v1/models` answers; LaunchError (classified) if the process dies.
+        """Block until the engine's ready route answers; LaunchError (classified) if it dies.
 
         A server started by another process (pid only) that is not there any more, or whose
         pid now belongs to another program, fails at once.

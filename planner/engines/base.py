@@ -144,7 +144,8 @@ class Engine(Protocol):
         ...
 
     def failure_fix(self, reason: str) -> str | None:
-        """What to change for a classified failure (None: no advice)."""
+        """What to change for a classified failure, or `sleep_refused` (a sleep call answered
+        other than 200); None: no advice."""
         ...
 
     def parse_startup_log(self, log_text: str) -> dict[str, float | None]:

@@ -116,6 +116,8 @@ _FAILURE_FIXES = {  # reason -> what to change
     "out_of_memory": "lower gpu_memory_utilization / max_num_seqs, or free the GPU",
     "disk_full": "free space on the disk holding HF_HOME (the weights), the state dir's logs "
     "and the engine's caches (~/.cache), then apply again",
+    # a control call refused (not a launch): the sleep routes are dev-mode routes
+    "sleep_refused": "is VLLM_SERVER_DEV_MODE=1 set (build_argv sets it for a `host` tier)?",
 }
 
 # The KV cache's size: the start-up log's report (last wins), else /metrics' cache config.
