@@ -130,7 +130,10 @@ async def replay(
         await asyncio.sleep(max(0.0, t0 + float(trace["timestamp"][i]) - time.perf_counter()))
         out = int(trace["output_tokens"][i])
         sent, chunks = await ec.stream_completion(
-            "127.0.0.1", port, VLLM.completion_route, ec.stream_body("tiny", prompts[i], out)
+            "127.0.0.1",
+            port,
+            VLLM.completion_route,
+            VLLM.completion_body("tiny", prompts[i], out, stream=True),
         )
         ttft[i] = chunks[0][0] - sent
         if em.burst(chunks, out):
@@ -188,7 +191,7 @@ def profile_server(port: int, m, model_dir: str, cold_start_s: float, work: Path
     run = eb.base_run(er.RunSpec(m, m.variants[0], 1, model_dir), cfg)
     run.cold_start_s = cold_start_s
     vocab = ec.vocab_size_of(model_dir, 512)
-    client = ec.Client(port, "tiny", 300, completion_route=VLLM.completion_route)
+    client = ec.Client(port, "tiny", 300, engine=VLLM)
     try:
         run.prefill = em.measure_prefill(client, cfg, vocab, rng, lambda _s: None)
         run.prefill_idle_s = cfg.prefill_idle_s

@@ -134,7 +134,7 @@ def profile_run(
             spec.model.name,
             cfg.request_timeout_s,
             secret=secret,
-            completion_route=engine.completion_route,
+            engine=engine,
         )
         if run.kv_capacity_tokens is None:
             run.kv_capacity_tokens = engine.kv_capacity_tokens("", client.metrics())

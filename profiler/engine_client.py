@@ -10,10 +10,13 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner import control_http
 from planner.control_http import Purpose
+
+if TYPE_CHECKING:
+    from planner.engines.base import Engine
 
 
 def vocab_size_of(path: str, fallback: int) -> int:
@@ -33,9 +36,6 @@ def prompt_ids(n_tokens: int, vocab: int, rng: Any) -> list[int]:
 
 
 Chunk = tuple[float, int]  # (arrival time s, completion tokens so far; -1: not reported)
-
-# Every streamed chunk carries the running token count (a chunk may hold several tokens).
-STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
 
 
 def chunk_tokens(line: str) -> int | None:
@@ -71,25 +71,11 @@ def tpot_of(chunks: list[Chunk]) -> float | None:
     return (t1 - t0) / tokens if tokens > 0 else None
 
 
-def stream_body(served: str, ids: list[int], out_tokens: int) -> dict:
-    """A streamed completion of exactly `out_tokens` tokens, with running token counts."""
-    return {
-        "model": served,
-        "prompt": ids,
-        "max_tokens": out_tokens,
-        "min_tokens": out_tokens,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": STREAM_OPTIONS,
-    }
-
-
 async def stream_completion(
     host: str, port: int, route: str, body: dict, timeout_s: float = 600.0, secret: str = ""
 ) -> tuple[float, list[Chunk]]:
-    """POST a streamed completion to `route` (the engine's `completion_route`) over a bare
-    asyncio connection; (send time, token chunks).
+    """POST a streamed completion (the engine's `completion_body`) to `route` (its
+    `completion_route`) over a bare asyncio connection; (send time, token chunks).
 
     A full HTTP client costs enough CPU per chunk that, with many concurrent streams on a
     small host, chunks wait in the socket and are time-stamped late and in bursts. This
@@ -145,10 +131,7 @@ async def stream_completion(
 
 
 class Client:
-    """Timed requests to one server (httpx imported here: the CLI stays light).
-
-    `completion_route`: the engine's route taking a prompt of token ids (its
-    `completion_route`)."""
+    """Timed requests to one server of `engine` (httpx imported here: the CLI stays light)."""
 
     def __init__(
         self,
@@ -158,7 +141,7 @@ class Client:
         host: str = "127.0.0.1",
         secret: str = "",
         *,
-        completion_route: str,
+        engine: Engine,
     ):
         import httpx
 
@@ -166,7 +149,7 @@ class Client:
 
         self.base = f"http://{host}:{port}"
         self.host, self.port = host, port
-        self.completion_route = completion_route
+        self.engine = engine
         self.served = served
         self.timeout_s = timeout_s
         self.secret = secret
@@ -179,15 +162,9 @@ class Client:
 
     def complete_s(self, ids: list[int], max_tokens: int = 1) -> float:
         """Wall time of one non-streamed completion, s."""
-        body = {
-            "model": self.served,
-            "prompt": ids,
-            "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,
-        }
+        body = self.engine.completion_body(self.served, ids, max_tokens, stream=False)
         t0 = time.perf_counter()
-        r = self.http.post(self.completion_route, json=body)
+        r = self.http.post(self.engine.completion_route, json=body)
         dt = time.perf_counter() - t0
         r.raise_for_status()
         return dt
@@ -220,8 +197,8 @@ class Client:
                         stream_completion(
                             self.host,
                             self.port,
-                            self.completion_route,
-                            stream_body(self.served, p, out_tokens),
+                            self.engine.completion_route,
+                            self.engine.completion_body(self.served, p, out_tokens, stream=True),
                             self.timeout_s,
                             self.secret,
                         )

@@ -93,6 +93,14 @@ class Engine(Protocol):
         arbitrary code stay out (a node's agent sends those on loopback)."""
         ...
 
+    def completion_body(
+        self, served: str, ids: list[int], out_tokens: int, *, stream: bool
+    ) -> dict:
+        """The JSON body, at `completion_route`, of a greedy completion of exactly `out_tokens`
+        tokens for a prompt of token ids (the profiler times it); streamed, every chunk
+        carries the running count of completion tokens (`usage.completion_tokens`)."""
+        ...
+
     def check_request(self, task: str, model: str) -> tuple[str, dict]:
         """(route, JSON body) of the one greedy request that checks a started or woken server
         of `task` before traffic goes to it."""

@@ -261,6 +261,24 @@ class Vllm:
             ("POST", "/sleep"), ("POST", self.wake_route),
         })  # fmt: skip
 
+    def completion_body(
+        self, served: str, ids: list[int], out_tokens: int, *, stream: bool
+    ) -> dict:
+        """vLLM's greedy completion of exactly `out_tokens` tokens (`ignore_eos`, and
+        `min_tokens` when streamed); streamed with running usage in every chunk."""
+        body: dict = {
+            "model": served,
+            "prompt": ids,
+            "max_tokens": out_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+        if stream:
+            # every chunk carries the running token count (a chunk may hold several tokens)
+            options = {"include_usage": True, "continuous_usage_stats": True}
+            body.update(min_tokens=out_tokens, stream=True, stream_options=options)
+        return body
+
     def check_request(self, task: str, model: str) -> tuple[str, dict]:
         """The one greedy request that checks a started or woken server before traffic: one
         token of a completion, or the embedding of one input (an embedding engine has no

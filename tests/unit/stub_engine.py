@@ -63,6 +63,9 @@ class StubEngine:
         return frozenset({("GET", "/ready"), ("GET", "/alive"), ("POST", "/pause"),
                           ("POST", "/resume")})  # fmt: skip
 
+    def completion_body(self, served, ids, out_tokens, *, stream):
+        return {"model": served, "tokens": ids, "length": out_tokens, "stream": stream}
+
     def check_request(self, task, model):
         if task == "embed":
             return "/v1/embed", {"model": model, "texts": ["check"]}

@@ -18,6 +18,7 @@ import pytest
 from planner import control_http
 from planner.adjuster.backends.base import Handle
 from planner.adjuster.backends.local import LocalBackend
+from planner.engines.vllm import ENGINE as VLLM
 from planner.errors import ApplyError, ControlCallError
 from planner.profiler.engine_client import Client
 
@@ -144,7 +145,7 @@ def test_every_backend_call_uses_the_one_client_and_message(engine):
     )
     be.wake(h, 2)  # wake, then the reload after a level 2
     assert be.is_sleeping(h) is True
-    client = Client(engine, "m", 5.0, secret="k1", completion_route="/v1/completions")
+    client = Client(engine, "m", 5.0, secret="k1", engine=VLLM)
     try:
         took_s, status = client.post_s("/sleep?level=1", purpose="sleep")
         assert status == 500 and took_s >= 0

@@ -313,7 +313,7 @@ def test_stream_completion_decodes_chunked_sse():
         async with server:
             route = VLLM.completion_route
             return await ec.stream_completion(
-                "127.0.0.1", port, route, ec.stream_body("m", [5, 6], 3), 10.0
+                "127.0.0.1", port, route, VLLM.completion_body("m", [5, 6], 3, stream=True), 10.0
             )
 
     t0, chunks = asyncio.run(go())
