@@ -306,7 +306,7 @@ def _lean(plan: Plan, lean: Any, target: float, cfg: AdjustConfig, costs: Any) -
     from planner.adjuster.policy_lean import lean_view
 
     fc, sim, slo = lean
-    return lean_view(plan, fc, sim.requests, sim.sims, slo, target, cfg, costs)
+    return lean_view(plan, fc, sim.requests, sim.sims, slo, target, cfg, costs, hop_delays)
 
 
 def _drifts(plan: Plan, state: AdjustState, window: pd.DataFrame) -> tuple[Any, Any]:

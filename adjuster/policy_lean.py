@@ -141,13 +141,12 @@ def floor_gib(point: Any) -> float:
 
 def lean_view(
     plan: Any, fc: Any, traffic: Any, sims: Any, slo: Any, target: float, cfg: AdjustConfig,
-    costs: Any,
+    costs: Any, hop_delays: Callable[..., Any],
 ) -> LeanView:  # fmt: skip
     """Every point of `plan` on the forecast `fc` (`traffic`: its requests; `sims`: point
     name -> SimResult on them), with the waits of the hop there (`costs`: from the current
-    point, `observe.hop_cost`) counted in."""
-    from planner.adjuster.observe import hop_delays
-
+    point, `observe.hop_cost`; `hop_delays`: observe.hop_delays, passed in by observe, which
+    imports this module) counted in."""
     rows = {}
     for p in plan.points:
         cost = costs.get(p.name)

@@ -300,35 +300,23 @@ def calib_from_profile(profile: Any, base: Calib | None = None) -> Calib:
     return replace(base, **upd)
 
 
+# The Calibration fields of every engine step (compute, memory, per-step cost, the TP links)
+_STEP_FIELDS = (
+    "compute_efficiency",
+    "attn_efficiency",
+    "fp8_compute_efficiency",
+    "fp4_compute_efficiency",
+    "bandwidth_efficiency",
+    "step_overhead_s",
+    "nvlink_efficiency",
+    "nvlink_latency_s",
+    "link_efficiency",
+    "link_latency_s",
+)
 # The Calibration fields each figure of `planner estimate` and a plan depends on
 _FIGURE_FIELDS = {
-    "ttft_s": (
-        "compute_efficiency",
-        "attn_efficiency",
-        "fp8_compute_efficiency",
-        "fp4_compute_efficiency",
-        "bandwidth_efficiency",
-        "step_overhead_s",
-        "prefill_overhead_s",
-        "busy_prefill_overhead_s",
-        "nvlink_efficiency",
-        "nvlink_latency_s",
-        "link_efficiency",
-        "link_latency_s",
-    ),
-    "tpot_s": (
-        "compute_efficiency",
-        "attn_efficiency",
-        "fp8_compute_efficiency",
-        "fp4_compute_efficiency",
-        "bandwidth_efficiency",
-        "step_overhead_s",
-        "seq_overhead_s",
-        "nvlink_efficiency",
-        "nvlink_latency_s",
-        "link_efficiency",
-        "link_latency_s",
-    ),
+    "ttft_s": (*_STEP_FIELDS, "prefill_overhead_s", "busy_prefill_overhead_s"),
+    "tpot_s": (*_STEP_FIELDS, "seq_overhead_s"),
     "cold_start_s": ("engine_init_s", "disk_read_gbps"),
     "wake_host_s": ("h2d_gbps",),
     "wake_disk_s": ("engine_init_s", "disk_read_gbps"),
