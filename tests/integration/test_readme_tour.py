@@ -103,7 +103,7 @@ def test_optimize_and_plan_show_read_well_in_a_pipe(tour):
 def test_evaluate_and_replay_say_how_they_score(tour):
     assert "one simulation of the whole trace" in _run(tour, "planner evaluate").stdout
     replay = json.loads(_run(tour, "planner adjust --plan lab16.plan.yaml --replay").stdout)
-    assert "window by window" in replay["scoring"]
+    assert "one continuous run per point in force" in replay["scoring"]
 
 
 def test_print_cron_names_the_plan(tour):
