@@ -296,9 +296,10 @@ def apply_point(
         actions = diff(point, seen, sleep_supported=sleep_ok, gpu_capacity_gib=gpu_capacity_gib)
         # what this apply is making true: the controllers start nothing outside it meanwhile
         state.set_meta(
-            target_point=point.name, target_plan_sha=plan_sha,
+            target_point=point.name,
+            target_plan_sha=plan_sha,
             target_point_json=point.model_dump_json(),
-        )  # fmt: skip
+        )
         run = _Run(
             plan_sha=plan_sha, point=point, backend=backend, state=state,
             resolve=model_path_resolver, timeout_s=timeout_s, backoff_base_s=backoff_base_s,
@@ -310,10 +311,12 @@ def apply_point(
             # the desired state every controller follows (Controller.follow): the point as
             # placed here and where each instance's weights are
             state.set_meta(
-                point=point.name, plan_sha=plan_sha, applied_at=str(time.time()),
+                point=point.name,
+                plan_sha=plan_sha,
+                applied_at=str(time.time()),
                 point_json=point.model_dump_json(),
                 model_paths=json.dumps(_model_paths(point, model_path_resolver)),
-            )  # fmt: skip
+            )
         result.instances = instances_json(state, point)
     return result
 
@@ -401,10 +404,12 @@ def down(state: StateStore, backend: Backend, *, lease_wait_s: float = 0.0) -> l
     with state.lease(purpose="down", wait_s=lease_wait_s):
         meta = state.meta()
         if meta.get("point") and meta.get("plan_path"):  # what `apply --previous` restores
-            state.set_meta(**{
-                f"previous_{k}": meta.get(k, "")
-                for k in ("plan_path", "point", "plan_sha", "plan_copy")
-            })  # fmt: skip
+            state.set_meta(
+                **{
+                    f"previous_{k}": meta.get(k, "")
+                    for k in ("plan_path", "point", "plan_sha", "plan_copy")
+                }
+            )
         for row in state.instances():
             if row.has_process:
                 backend.stop(handle_of(row))

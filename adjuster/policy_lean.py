@@ -60,12 +60,15 @@ class LeanRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "slo_attainment": round(self.attainment, 5), "requests": self.requests,
-            "warm_gpu_gib": round(self.warm_gib, 3), "delayed": self.delayed,
+            "slo_attainment": round(self.attainment, 5),
+            "requests": self.requests,
+            "warm_gpu_gib": round(self.warm_gib, 3),
+            "delayed": self.delayed,
             "switch_p95_s": {m: round(v, 3) for m, v in sorted(self.switch_p95_s.items())},
-            "over_switch_target": list(self.over_switch), "meets_targets": self.meets,
+            "over_switch_target": list(self.over_switch),
+            "meets_targets": self.meets,
             "hop_breaches_switch_target": self.hop_breach,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -140,9 +143,16 @@ def floor_gib(point: Any) -> float:
 
 
 def lean_view(
-    plan: Any, fc: Any, traffic: Any, sims: Any, slo: Any, target: float, cfg: AdjustConfig,
-    costs: Any, hop_delays: Callable[..., Any],
-) -> LeanView:  # fmt: skip
+    plan: Any,
+    fc: Any,
+    traffic: Any,
+    sims: Any,
+    slo: Any,
+    target: float,
+    cfg: AdjustConfig,
+    costs: Any,
+    hop_delays: Callable[..., Any],
+) -> LeanView:
     """Every point of `plan` on the forecast `fc` (`traffic`: its requests; `sims`: point
     name -> SimResult on them), with the waits of the hop there (`costs`: from the current
     point, `observe.hop_cost`; `hop_delays`: observe.hop_delays, passed in by observe, which
@@ -179,9 +189,10 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
         # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
         floor = cur_row.attainment - cfg.max_attainment_loss
         meeting = [
-            p for p in meeting
+            p
+            for p in meeting
             if p == cur or (rows[p].attainment >= floor and not rows[p].hop_breach)
-        ]  # fmt: skip
+        ]
     best = min(meeting, key=lambda p: (rows[p].warm_gib, rows[p].delayed, p))
     if best == cur:
         return v.hold(f"{cur} is the leanest point that meets the targets on the forecast")
@@ -212,8 +223,10 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     if wins < cfg.confirm_windows:
         return v.hold(
             f"{best} meets the targets at {saved:.1f} GiB less in {wins} of "
-            f"{cfg.confirm_windows} windows", candidate=best, candidate_wins=wins,
-        )  # fmt: skip
+            f"{cfg.confirm_windows} windows",
+            candidate=best,
+            candidate_wins=wins,
+        )
     return v.hop(best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
 
 

@@ -250,9 +250,13 @@ class _Run:
         key = (name, a, b)
         if key not in self.sims:
             self.sims[key] = simulate(
-                self.plan.point(name), self.perfs[name], part, self.slo,
-                model_names=self.model_names, sleep_after_idle_s=self.cfg.sleep_after_idle_s,
-            )  # fmt: skip
+                self.plan.point(name),
+                self.perfs[name],
+                part,
+                self.slo,
+                model_names=self.model_names,
+                sleep_after_idle_s=self.cfg.sleep_after_idle_s,
+            )
         return self.sims[key], part
 
     def charged(self, seg: Segment) -> tuple[Any, Any, Any, Any, int]:
@@ -286,13 +290,18 @@ class _Run:
                 waits = wait[mask]
                 waits = waits[np.isfinite(waits) & (waits > 0)]
                 p95 = float(np.percentile(waits, 95)) if len(waits) else 0.0
-                rows.append({
-                    "start_s": a, "point": seg[0], "hop": seg[1] is not None and a == seg[2],
-                    "warm_gpu_gib": round(_curve_gib(sim, a, b), 3),
-                    "requests": dict(sorted(Counter(str(x) for x in names[mask]).items())),
-                    "switch_waits": len(waits), "switch_p95_s": round(p95, 3),
-                    "slo_attainment": round(float(met[mask].mean()), 5) if mask.any() else None,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "start_s": a,
+                        "point": seg[0],
+                        "hop": seg[1] is not None and a == seg[2],
+                        "warm_gpu_gib": round(_curve_gib(sim, a, b), 3),
+                        "requests": dict(sorted(Counter(str(x) for x in names[mask]).items())),
+                        "switch_waits": len(waits),
+                        "switch_p95_s": round(p95, 3),
+                        "slo_attainment": round(float(met[mask].mean()), 5) if mask.any() else None,
+                    }
+                )
                 a = b
         return rows
 

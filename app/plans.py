@@ -128,17 +128,30 @@ def optimize_plan(
     from planner.optimizer.search import optimize
 
     result = optimize(
-        inputs.cluster, inputs.models, inputs.slo, inputs.trace, cfg, None, inputs.calib or None,
-        progress, clock or (lambda: 0.0), job_map or serial_map,
-    )  # fmt: skip
+        inputs.cluster,
+        inputs.models,
+        inputs.slo,
+        inputs.trace,
+        cfg,
+        None,
+        inputs.calib or None,
+        progress,
+        clock or (lambda: 0.0),
+        job_map or serial_map,
+    )
     base = out.parent if out is not None else None
     refs = provenance(base=base, **inputs.paths) if inputs.paths else {}
     from planner.app.inputs import calibration_refs
 
     plan = plan_from_result(
-        result, cfg, inputs=refs, trace=inputs.trace, seed=cfg.seed, search=search,
+        result,
+        cfg,
+        inputs=refs,
+        trace=inputs.trace,
+        seed=cfg.seed,
+        search=search,
         calibration=calibration_refs(inputs.paths.get("profiles")),
-    )  # fmt: skip
+    )
     return plan, result
 
 

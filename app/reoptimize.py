@@ -37,9 +37,12 @@ class Reoptimizer:
 
         inp = self.inp
         paths = dict(
-            cluster=inp.cluster_path, models=inp.models_path, slo=inp.slo_path,
-            workload=workload_file, profiles=inp.profiles_path,
-        )  # fmt: skip
+            cluster=inp.cluster_path,
+            models=inp.models_path,
+            slo=inp.slo_path,
+            workload=workload_file,
+            profiles=inp.profiles_path,
+        )
         src = OptimizeInputs(inp.cluster, inp.models, inp.slo, trace, inp.calib, paths)
         search = {"reoptimized_from": str(inp.plan_path)}
         return optimize_plan(src, self.config(), out=out, search=search)

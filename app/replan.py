@@ -68,9 +68,13 @@ def replan(inp: PlanInputs, store: Any, now_s: float, days: float, workload_file
     shutil.copyfile(inp.plan_path, prev)
     write_plan(inp.plan_path, plan, inp.cluster)
     return {
-        "plan": str(inp.plan_path), "previous": str(prev), "requests": len(recent),
-        "in_force": cur.name, "selected": selected, "points": [p.name for p in points],
-    }  # fmt: skip
+        "plan": str(inp.plan_path),
+        "previous": str(prev),
+        "requests": len(recent),
+        "in_force": cur.name,
+        "selected": selected,
+        "points": [p.name for p in points],
+    }
 
 
 __all__ = ["in_force", "replan"]

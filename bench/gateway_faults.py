@@ -446,9 +446,12 @@ def attack_chunk_flood(url: str, pid: int, n: int = 110, seconds: float = 10.0) 
     for t in threads:
         t.join(10)
     return {
-        "p50_s": p.p50_s, "latency_s": p.worst_s, "gateway_cpu_s": cpu_s(pid) - cpu0,
-        "seconds": seconds, **seen,
-    }  # fmt: skip
+        "p50_s": p.p50_s,
+        "latency_s": p.worst_s,
+        "gateway_cpu_s": cpu_s(pid) - cpu0,
+        "seconds": seconds,
+        **seen,
+    }
 
 
 def attack_big_bodies(url: str, key: str, pid: int, n: int = 20, mib: int = 15) -> dict:
@@ -477,10 +480,13 @@ def attack_big_bodies(url: str, key: str, pid: int, n: int = 20, mib: int = 15) 
         got = list(ex.map(send, range(n)))
     codes = [c for c, _ in got]
     return {
-        "latency_s": p.worst_s, "rss_before_mib": rss0, "peak_rss_mib": peak_rss_mib(pid),
-        "answered": sum(c not in (0, 503) for c in codes), "statuses": sorted(set(codes)),
+        "latency_s": p.worst_s,
+        "rss_before_mib": rss0,
+        "peak_rss_mib": peak_rss_mib(pid),
+        "answered": sum(c not in (0, 503) for c in codes),
+        "statuses": sorted(set(codes)),
         "tries": sum(t for _, t in got),
-    }  # fmt: skip
+    }
 
 
 def attack_relay(timeout_s: float, half_open: int = 300, slow: int = 50) -> dict:
@@ -575,9 +581,10 @@ def main() -> int:
     ap.add_argument("--wake-s", type=float, default=1.0)
     ap.add_argument("--relay-timeout-s", type=float, default=5.0, help="the relay's header timeout")
     ap.add_argument(
-        "--skip-earlier", action="store_true",
+        "--skip-earlier",
+        action="store_true",
         help="only issue 43's attacks (RESULT says earlier=skipped: not the full check)",
-    )  # fmt: skip
+    )
     args = ap.parse_args()
     if args.serve:
         serve(args.serve)

@@ -223,8 +223,9 @@ def _replan(inp, plan_path: Path, state_dir, days: float, json_out: bool) -> Non
         f"wrote {done['plan']} ({len(done['points'])} points on {done['requests']} requests; "
         f"selected {done['selected']}, the point in force {done['in_force']}); the old plan: "
         f"{done['previous']}",
-        highlight=False, markup=False,
-    )  # fmt: skip
+        highlight=False,
+        markup=False,
+    )
 
 
 def _live(inp, state_dir, cfg, backend, timeout, dry_run, json_out, every_s) -> None:

@@ -33,8 +33,9 @@ def draw_replay(path: Path, out: dict[str, Any], title: str) -> None:
     order = sorted(
         points, key=lambda p: -np.mean([r["warm_gpu_gib"] for r in rows if r["point"] == p])
     )
-    fig, axes = plt.subplots(4, 1, figsize=(13, 10), sharex=True,
-                             gridspec_kw={"height_ratios": [2, 1, 1.4, 1.4]})  # fmt: skip
+    fig, axes = plt.subplots(
+        4, 1, figsize=(13, 10), sharex=True, gridspec_kw={"height_ratios": [2, 1, 1.4, 1.4]}
+    )
     ax = axes[0]
     bottom = np.zeros(len(rows))
     for m in models:

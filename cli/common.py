@@ -72,9 +72,10 @@ def state_backend(given: Any, state_dir: Path | None, *, may_switch: bool = Fals
         raise InputError(
             f"this state dir was applied with --backend {recorded}; --backend {given} would "
             "not find its engines",
-            file=str(d), path="--backend",
+            file=str(d),
+            path="--backend",
             fix=f"drop --backend (it follows the state dir), or pass --backend {recorded}",
-        )  # fmt: skip
+        )
     return given or recorded or "local"
 
 

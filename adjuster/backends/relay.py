@@ -131,17 +131,23 @@ class Relay:
         cfg = self.cfg
         cap = guard.connection_cap(cfg.max_connections, guard.raise_open_file_limit())
         conns = guard.Guard(
-            cap, cfg.header_timeout_s, cfg.warn_every_s, SYSTEM.mono_s,
+            cap,
+            cfg.header_timeout_s,
+            cfg.warn_every_s,
+            SYSTEM.mono_s,
             keepalive_timeout_s=cfg.keepalive_timeout_s,
-        )  # fmt: skip
+        )
 
         async def handle(request: Request) -> Response | StreamResponse:
             return await self._handle(port, request)
 
         server = Server(
-            handle, conns, guard.http_logger(cfg.warn_every_s), gate=_Gate(self, port),
+            handle,
+            conns,
+            guard.http_logger(cfg.warn_every_s),
+            gate=_Gate(self, port),
             budget=Budget(cfg.body_budget_bytes, cfg.body_budget_bytes),  # one caller: the planner
-        )  # fmt: skip
+        )
         listener = await self.loop.create_server(server, self.bind_host, port)
         self._listeners[port] = (listener, server, self.loop.create_task(conns.loop()))
 

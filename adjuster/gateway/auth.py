@@ -172,8 +172,10 @@ class Auth:
             self._stamp = stamp  # not retried until it changes again
             log.error(
                 "keys file %s not reloaded: others may read it (mode %o); the previous keys "
-                "stay in force; `chmod 600` it", self.keys_path, stamp[3] & 0o777,
-            )  # fmt: skip
+                "stay in force; `chmod 600` it",
+                self.keys_path,
+                stamp[3] & 0o777,
+            )
             return False
         try:
             self._load()
@@ -266,9 +268,11 @@ class Auth:
             return None
         self.denied[(key.name, 403)] += 1
         return error(
-            403, f"key {key.name!r} may not call model {model!r}; it may call {key.models}",
-            "PermissionDeniedError", models=key.models,
-        )  # fmt: skip
+            403,
+            f"key {key.name!r} may not call model {model!r}; it may call {key.models}",
+            "PermissionDeniedError",
+            models=key.models,
+        )
 
     def limit(self, request: Request, key: Key) -> Response | None:
         """429 past the key's limits; else None, and a slot of the key is taken."""

@@ -202,9 +202,11 @@ class Server:
 
 def over_budget() -> Response:
     return error(
-        503, "the gateway holds as many request bodies as it may now; retry shortly",
-        "ServiceUnavailableError", headers={"Retry-After": str(RETRY_AFTER_S)},
-    )  # fmt: skip
+        503,
+        "the gateway holds as many request bodies as it may now; retry shortly",
+        "ServiceUnavailableError",
+        headers={"Retry-After": str(RETRY_AFTER_S)},
+    )
 
 
 class _Stop(Exception):
@@ -334,10 +336,13 @@ class Conn(asyncio.Protocol):
         read fails with a 400 and parsing stops."""
         over = self._wire - slack - self._got > FRAMING_BYTES + FRAMING_PER_CHUNK * self._chunks
         if over:
-            self._fail_body(BadRequest(
-                400, "the chunked body's size lines, extensions and trailers exceed "
-                f"{FRAMING_BYTES} bytes plus {FRAMING_PER_CHUNK} per chunk",
-            ))  # fmt: skip
+            self._fail_body(
+                BadRequest(
+                    400,
+                    "the chunked body's size lines, extensions and trailers exceed "
+                    f"{FRAMING_BYTES} bytes plus {FRAMING_PER_CHUNK} per chunk",
+                )
+            )
         return over
 
     def _head_end(self, data: bytes, start: int) -> int:
@@ -472,8 +477,9 @@ class Conn(asyncio.Protocol):
             length = None
         else:
             length = int(dict.get(headers, "content-length", 0))  # llhttp checked its digits
-        req = Request(self, p.get_method().decode(), target_path(self._url), major_minor, headers,
-                      length)  # fmt: skip
+        req = Request(
+            self, p.get_method().decode(), target_path(self._url), major_minor, headers, length
+        )
         req.target = self._url.decode("latin-1")
         return req
 

@@ -68,9 +68,10 @@ log = logging.getLogger("planner.gateway")
 PROXIED = tuple(api_routes())
 ASK_STREAM_USAGE = stream_usage_routes()
 _KINDS = {
-    408: "RequestTimeoutError", 413: "RequestEntityTooLargeError",
+    408: "RequestTimeoutError",
+    413: "RequestEntityTooLargeError",
     503: "ServiceUnavailableError",
-}  # fmt: skip
+}
 
 
 def _variant(inst: Inst) -> str:

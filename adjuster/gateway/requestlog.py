@@ -330,9 +330,10 @@ class RequestLogSource:
             return False
         if not self.path.is_file():
             raise InputError(
-                "the request log is not a file", file=str(self.path),
+                "the request log is not a file",
+                file=str(self.path),
                 fix="move it away: the gateway makes a new log on its next start",
-            )  # fmt: skip
+            )
         return True
 
     def first_s(self) -> float | None:
@@ -345,11 +346,17 @@ class RequestLogSource:
         except sqlite3.OperationalError as e:
             if "no such table" in str(e):  # no request logged yet
                 return None
-            raise InputError(f"the request log cannot be read: {e}", file=str(self.path),
-                             fix="move it away: the gateway makes a new log") from None  # fmt: skip
+            raise InputError(
+                f"the request log cannot be read: {e}",
+                file=str(self.path),
+                fix="move it away: the gateway makes a new log",
+            ) from None
         except sqlite3.DatabaseError as e:  # not SQLite at all
-            raise InputError(f"the request log is not a database: {e}", file=str(self.path),
-                             fix="move it away: the gateway makes a new log") from None  # fmt: skip
+            raise InputError(
+                f"the request log is not a database: {e}",
+                file=str(self.path),
+                fix="move it away: the gateway makes a new log",
+            ) from None
         finally:
             con.close()
         return None if row is None or row[0] is None else float(row[0])

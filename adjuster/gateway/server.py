@@ -166,9 +166,12 @@ class Gateway:
         """The HTTP/1.1 server over `handle` (h1server.py), its connections guarded, each
         head gated (`admit`) and its body held against the budget."""
         return Server(
-            self.handle, self.guard, http_logger(self.cfg.warn_every_s, self.clock.mono_s),
-            gate=self, budget=self.budget,
-        )  # fmt: skip
+            self.handle,
+            self.guard,
+            http_logger(self.cfg.warn_every_s, self.clock.mono_s),
+            gate=self,
+            budget=self.budget,
+        )
 
     def admit(self, request: Request) -> Response | None:
         """On a request's head (h1server.Gate): its route, then the key check and, for a
@@ -187,14 +190,26 @@ class Gateway:
         if refusal is None:
             return None
         if refusal.status == 401 and self.access is not None:  # refused before any handler
-            self.access.add(AccessEntry(
-                self.clock.now_s(), "", "", request.path, 401, 0.0, 0.0, 0, 0, "", "no valid key"
-            ))  # fmt: skip
+            entry = AccessEntry(
+                timestamp=self.clock.now_s(),
+                user="",
+                model="",
+                route=request.path,
+                status=401,
+                wake_wait_s=0.0,
+                latency_s=0.0,
+                input_tokens=0,
+                output_tokens=0,
+                served_by="",
+                error="no valid key",
+            )
+            self.access.add(entry)
         if proxied and refusal.status in (413, 429):
             user, session = self.auth.identity(request)
             why = "key refused" if refusal.status == 429 else "body too large"
-            self.recorder.fail(self.recorder.start(cut(user), cut(session), request),
-                               refusal.status, why)  # fmt: skip
+            self.recorder.fail(
+                self.recorder.start(cut(user), cut(session), request), refusal.status, why
+            )
         # errors on an Anthropic route in the shape that API's clients read
         return as_anthropic_error(refusal) if request.path in ANTHROPIC_PATHS else refusal
 

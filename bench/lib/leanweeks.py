@@ -51,16 +51,24 @@ def mix_week(spec: Any) -> pd.DataFrame:
     from planner.optimizer.workload.synth import synth
 
     shifted = spec.model_copy(
-        update={"adopted_role": None, "switch_role": "coder", "switch_to_role": "reasoner",
-                "switch_user_fraction": 0.5, "switch_day": MIX_DAY}
-    )  # fmt: skip
+        update={
+            "adopted_role": None,
+            "switch_role": "coder",
+            "switch_to_role": "reasoner",
+            "switch_user_fraction": 0.5,
+            "switch_day": MIX_DAY,
+        }
+    )
     return synth(shifted, seed=MIX_SEED)
 
 
 def gib_h_after(out: dict, from_s: float) -> float:
     """Warm GiB-hours of a replay's adjusted series from `from_s` on."""
-    return sum(r["warm_gpu_gib"] * out["window_s"] / 3600.0 for r in out["series"]
-               if r["start_s"] >= from_s)  # fmt: skip
+    return sum(
+        r["warm_gpu_gib"] * out["window_s"] / 3600.0
+        for r in out["series"]
+        if r["start_s"] >= from_s
+    )
 
 
 def dominated_by(out: dict) -> list[str]:
@@ -68,10 +76,16 @@ def dominated_by(out: dict) -> list[str]:
     a = out["adjusted"]
     worse = []
     for name, m in out["static"].items():
-        ge = (m["slo_attainment"] >= a["slo_attainment"], m["switch_p95_s"] <= a["switch_p95_s"],
-              m["warm_gpu_gib"] <= a["warm_gpu_gib"])  # fmt: skip
-        gt = (m["slo_attainment"] > a["slo_attainment"], m["switch_p95_s"] < a["switch_p95_s"],
-              m["warm_gpu_gib"] < a["warm_gpu_gib"])  # fmt: skip
+        ge = (
+            m["slo_attainment"] >= a["slo_attainment"],
+            m["switch_p95_s"] <= a["switch_p95_s"],
+            m["warm_gpu_gib"] <= a["warm_gpu_gib"],
+        )
+        gt = (
+            m["slo_attainment"] > a["slo_attainment"],
+            m["switch_p95_s"] < a["switch_p95_s"],
+            m["warm_gpu_gib"] < a["warm_gpu_gib"],
+        )
         if all(ge) and any(gt):
             worse.append(name)
     return worse
@@ -119,8 +133,10 @@ def nightly_gib_h(week: pd.DataFrame, plan_for, replay_held, from_s: float) -> t
         k = int((day["timestamp"] >= from_s).sum())
         met += out["adjusted"]["slo_attainment"] * len(day)
         n += len(day)
-        print(f"  nightly re-plan for day {d}: {plan.selected} of {[p.name for p in plan.points]}"
-              f" ({k} requests after the fall)")  # fmt: skip
+        print(
+            f"  nightly re-plan for day {d}: {plan.selected} of {[p.name for p in plan.points]}"
+            f" ({k} requests after the fall)"
+        )
     return gib_h, (met / n if n else 1.0)
 
 

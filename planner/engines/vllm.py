@@ -256,10 +256,15 @@ class Vllm:
         """(method, path) the planner sends from another host: readiness, health, sleep and
         wake. Not `/collective_rpc` (it runs any engine method): a Ray node's agent sends the
         weight reload itself, on loopback."""
-        return frozenset({
-            ("GET", self.ready_route), ("GET", self.health_route), ("GET", self.is_sleeping_route),
-            ("POST", "/sleep"), ("POST", self.wake_route),
-        })  # fmt: skip
+        return frozenset(
+            {
+                ("GET", self.ready_route),
+                ("GET", self.health_route),
+                ("GET", self.is_sleeping_route),
+                ("POST", "/sleep"),
+                ("POST", self.wake_route),
+            }
+        )
 
     def completion_body(
         self, served: str, ids: list[int], out_tokens: int, *, stream: bool

@@ -199,8 +199,19 @@ def serve(d: Path, plan_path: Path, point: str, cpu_plan) -> tuple:
     """`planner apply PLAN --point POINT` into d/state, then the gateway in this process:
     (state, backend, gateway, its thread)."""
     sdir = d / "state"
-    rc, _, text = cli(["apply", str(plan_path), "--point", point, "--state-dir", str(sdir),
-                       "--timeout", str(START_TIMEOUT_S), "--json"])  # fmt: skip
+    rc, _, text = cli(
+        [
+            "apply",
+            str(plan_path),
+            "--point",
+            point,
+            "--state-dir",
+            str(sdir),
+            "--timeout",
+            str(START_TIMEOUT_S),
+            "--json",
+        ]
+    )
     assert rc == 0, text
     state, backend, control = local_control(
         d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
@@ -283,11 +294,21 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
     plan_path = write_inputs(d, tiny_model_dir, pa, pb)
     plan = yaml.safe_load(plan_path.read_text())
     plan["points"] = [
-        {"name": "both", "instances": [_instance("a0", "tiny-a", "gpu", pa),
-                                       _instance("b0", "tiny-b", "gpu", pb)]},
-        {"name": "a-only", "instances": [_instance("a0", "tiny-a", "gpu", pa),
-                                         _instance("b0", "tiny-b", "host", pb)]},
-    ]  # fmt: skip
+        {
+            "name": "both",
+            "instances": [
+                _instance("a0", "tiny-a", "gpu", pa),
+                _instance("b0", "tiny-b", "gpu", pb),
+            ],
+        },
+        {
+            "name": "a-only",
+            "instances": [
+                _instance("a0", "tiny-a", "gpu", pa),
+                _instance("b0", "tiny-b", "host", pb),
+            ],
+        },
+    ]
     plan["selected"] = "both"
     plan_path.write_text(yaml.safe_dump(plan, sort_keys=False))
     (d / "slo.yaml").write_text(SLO.replace("switch_p95_s: 0.001", "switch_p95_s: 600.0"))

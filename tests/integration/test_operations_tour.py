@@ -101,10 +101,20 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
         base_url=th.url, timeout=float(START_TIMEOUT), headers={"Authorization": f"Bearer {key}"}
     )
     try:
-        yield type("GW", (), {
-            "dir": d, "c": client, "state_dir": state_dir, "plan": d / "plan.yaml", "key": key,
-            "url": th.url, "gw": gateway, "state": state,
-        })  # fmt: skip
+        yield type(
+            "GW",
+            (),
+            {
+                "dir": d,
+                "c": client,
+                "state_dir": state_dir,
+                "plan": d / "plan.yaml",
+                "key": key,
+                "url": th.url,
+                "gw": gateway,
+                "state": state,
+            },
+        )
     finally:
         client.close()
         th.stop()
@@ -185,11 +195,17 @@ def test_the_anthropic_client_through_keys_plain_and_streamed_with_tools(gw):
     list), on vLLM's Messages API through the gateway."""
     import anthropic
 
-    tools = [{
-        "name": "get_weather", "description": "The weather in a city.",
-        "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
-                         "required": ["city"]},
-    }]  # fmt: skip
+    tools = [
+        {
+            "name": "get_weather",
+            "description": "The weather in a city.",
+            "input_schema": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}},
+                "required": ["city"],
+            },
+        }
+    ]
     msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
     before = len(_log(gw.state_dir, 0))
     client = anthropic.Anthropic(base_url=gw.url, api_key=gw.key, max_retries=0)

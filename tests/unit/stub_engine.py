@@ -31,10 +31,27 @@ class StubEngine:
     def features(self, device):
         return frozenset({EngineFeature.SLEEP_LEVEL_1, EngineFeature.SLEEP_LEVEL_2})
 
-    def build_argv(self, inst, *, model_path, served_name, python=sys.executable,
-                   device="cuda", host="127.0.0.1", secret=""):  # fmt: skip
-        argv = [python, "-m", "stub_server", "--weights", model_path, "--listen-port",
-                str(inst.port), *inst.engine.extra_args]  # fmt: skip
+    def build_argv(
+        self,
+        inst,
+        *,
+        model_path,
+        served_name,
+        python=sys.executable,
+        device="cuda",
+        host="127.0.0.1",
+        secret="",
+    ):
+        argv = [
+            python,
+            "-m",
+            "stub_server",
+            "--weights",
+            model_path,
+            "--listen-port",
+            str(inst.port),
+            *inst.engine.extra_args,
+        ]
         return argv, {"STUB_KEY": secret}
 
     def managed_flag(self, extra_args):
@@ -60,8 +77,9 @@ class StubEngine:
         return [(self.wake_route, None)] + ([self.reload_request] if level >= 2 else [])
 
     def control_routes(self):
-        return frozenset({("GET", "/ready"), ("GET", "/alive"), ("POST", "/pause"),
-                          ("POST", "/resume")})  # fmt: skip
+        return frozenset(
+            {("GET", "/ready"), ("GET", "/alive"), ("POST", "/pause"), ("POST", "/resume")}
+        )
 
     def completion_body(self, served, ids, out_tokens, *, stream):
         return {"model": served, "tokens": ids, "length": out_tokens, "stream": stream}
@@ -70,8 +88,10 @@ class StubEngine:
         if task == "embed":
             return "/v1/embed", {"model": model, "texts": ["check"]}
         return "/v1/chat/completions", {
-            "model": model, "max_tokens": 1, "messages": [{"role": "user", "content": "check"}]
-        }  # fmt: skip
+            "model": model,
+            "max_tokens": 1,
+            "messages": [{"role": "user", "content": "check"}],
+        }
 
     def check_answer(self, task, data):
         try:

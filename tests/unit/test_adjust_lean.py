@@ -30,9 +30,14 @@ def _log(per_hour: dict[str, list[float]], days: int) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["timestamp", "model"]).sort_values("timestamp")
     df = df.reset_index(drop=True)
     return df.assign(
-        input_tokens=500, output_tokens=50, user="u", session=[f"s{k}" for k in range(len(df))],
-        cached_tokens=0, served_by="", substituted=0,
-    )  # fmt: skip
+        input_tokens=500,
+        output_tokens=50,
+        user="u",
+        session=[f"s{k}" for k in range(len(df))],
+        cached_tokens=0,
+        served_by="",
+        substituted=0,
+    )
 
 
 BUSY = [0.0] * 8 + [40.0] * 10 + [0.0] * 6  # 40 requests an hour from 08:00 to 18:00
@@ -77,8 +82,14 @@ def test_the_forecast_blends_the_plan_fit_by_how_much_log_there_is():
     ):  # (1 x 10 + 100) / 2, (3 x 10 + 100) / 4
         now = days * DAY + 12 * 3600.0
         # the level is the log's own over the same profile: it cancels out, leave it at 1
-        fc = forecast_counts(log[log["timestamp"] < now], 0.0, fit, now, cfg.model_copy(
-            update={"min_requests": 10**6}), ["m"])  # fmt: skip
+        fc = forecast_counts(
+            log[log["timestamp"] < now],
+            0.0,
+            fit,
+            now,
+            cfg.model_copy(update={"min_requests": 10**6}),
+            ["m"],
+        )
         assert fc.log_days == days
         prof = fc.counts["m"] / fc.level["m"]
         assert lo <= prof[0] <= hi
@@ -112,14 +123,26 @@ def _decide(st: AdjustState, rows: dict[str, LeanRow], t: float, n_window: int =
     from planner.adjuster.policy_types import Observation, PointEstimate
     from planner.optimizer.point_metrics import PointMetrics
 
-    m = PointMetrics(slo_attainment=0.99, ttft_p95_s=1.0, tpot_p95_s=0.05, switch_p95_s=0.0,
-                     switch_count=0, warm_gpu_gib=1.0, gpus_used=1, requests=n_window)  # fmt: skip
+    m = PointMetrics(
+        slo_attainment=0.99,
+        ttft_p95_s=1.0,
+        tpot_p95_s=0.05,
+        switch_p95_s=0.0,
+        switch_count=0,
+        warm_gpu_gib=1.0,
+        gpus_used=1,
+        requests=n_window,
+    )
     fc = Forecast(t, 3600.0, {"m": np.zeros(3)}, {"m": 1.0}, 1)
     win = pd.DataFrame({"timestamp": np.full(n_window, t - 1.0), "model": "m"})
     obs = Observation(
-        end_s=t, window=win, metrics={p: PointEstimate.of(m) for p in rows}, hop_costs={},
-        target_attainment=0.95, lean=LeanView(fc, rows),
-    )  # fmt: skip
+        end_s=t,
+        window=win,
+        metrics={p: PointEstimate.of(m) for p in rows},
+        hop_costs={},
+        target_attainment=0.95,
+        lean=LeanView(fc, rows),
+    )
     return decide(st, obs)
 
 
@@ -165,10 +188,13 @@ def _ladder() -> Plan:
     """Two points on the same placement: `awake` keeps coder-32b awake, `sleepy` lets it
     sleep after 10 idle minutes (a hop between them is a sleep or a wake, no restart)."""
     p = h._two_points(
-        "awake", None,
-        {"awake": [h._inst(h.A, 0, "gpu", 8100), h._inst(h.B, 1, "gpu", 8101)],
-         "sleepy": [h._inst(h.A, 0, "gpu", 8100), h._inst(h.B, 1, "host", 8101)]},
-    )  # fmt: skip
+        "awake",
+        None,
+        {
+            "awake": [h._inst(h.A, 0, "gpu", 8100), h._inst(h.B, 1, "gpu", 8101)],
+            "sleepy": [h._inst(h.A, 0, "gpu", 8100), h._inst(h.B, 1, "host", 8101)],
+        },
+    )
     d = p.model_dump(mode="json")
     d["points"][1]["idle_sleep_s"] = 600.0
     return Plan.model_validate(d)
@@ -210,7 +236,13 @@ def test_observe_prices_the_hops_waits_into_the_lean_rows():
     win = h.window(tr, now - 3600.0)
     wsims = Simulated(win, {pt.name: simulate(pt, perfs[pt.name], win, slo) for pt in p.points})
     st = AdjustState(point="shared", since_s=0.0)
-    obs = observe(p, st, now, wsims, ObserveSetting(perfs, slo.attainment), lean=(
-        fc, Simulated(traffic, sims), slo))  # fmt: skip
+    obs = observe(
+        p,
+        st,
+        now,
+        wsims,
+        ObserveSetting(perfs, slo.attainment),
+        lean=(fc, Simulated(traffic, sims), slo),
+    )
     rows = obs.lean.rows
     assert rows["shared"].delayed == 0 and rows["split"].delayed > 0

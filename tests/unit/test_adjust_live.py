@@ -221,12 +221,19 @@ def _apply_other_plan(plan_file: str, tmp_path) -> str:
     other = h.write_inputs(tmp_path / "other", plan.model_copy(update={"selected": "split"}))
     inp = adjust_inputs.load(other, None, None, None)
     state = tmp_path / "state"
-    tcfg = adjust_inputs.tick_config(inp, AdjustConfig(), state_dir=state, dry_run=False,
-                                     timeout_s=5)  # fmt: skip
+    tcfg = adjust_inputs.tick_config(
+        inp, AdjustConfig(), state_dir=state, dry_run=False, timeout_s=5
+    )
     with StateStore(state) as store:
-        out = apply_point(inp.plan, "split", backend=FakeBackend(supports_sleep=True),
-                          state=store, plan_sha=sha256_file(other), timeout_s=5,
-                          model_path_resolver=tcfg.model_path_resolver)  # fmt: skip
+        out = apply_point(
+            inp.plan,
+            "split",
+            backend=FakeBackend(supports_sleep=True),
+            state=store,
+            plan_sha=sha256_file(other),
+            timeout_s=5,
+            model_path_resolver=tcfg.model_path_resolver,
+        )
         assert out.ok
         store.set_meta(plan_path=str(Path(other).resolve()))
     return str(Path(other).resolve())
@@ -264,8 +271,20 @@ def test_adjust_follows_the_point_in_force_of_another_plan(setup, tmp_path, caps
 
     plan_file, state, _ = setup
     other = _apply_other_plan(plan_file, tmp_path)
-    argv = ["adjust", "--plan", plan_file, "--state-dir", str(state), "--once", "--dry-run",
-            "--min-dwell", "0", "--confirm", "1", "--json"]  # fmt: skip
+    argv = [
+        "adjust",
+        "--plan",
+        plan_file,
+        "--state-dir",
+        str(state),
+        "--once",
+        "--dry-run",
+        "--min-dwell",
+        "0",
+        "--confirm",
+        "1",
+        "--json",
+    ]
     with pytest.raises(SystemExit) as e:
         main(argv)
     out, err = capsys.readouterr()

@@ -57,8 +57,16 @@ def test_replan_keeps_the_point_in_force_and_the_config(tmp_path, capsys):
 
 def test_print_cron_has_the_nightly_replan(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["adjust", "--plan", str(tmp_path / "p.yaml"), "--state-dir", str(tmp_path),
-              "--print-cron"])  # fmt: skip
+        main(
+            [
+                "adjust",
+                "--plan",
+                str(tmp_path / "p.yaml"),
+                "--state-dir",
+                str(tmp_path),
+                "--print-cron",
+            ]
+        )
     assert e.value.code == 0
     lines = capsys.readouterr().out.splitlines()
     assert any(x.startswith("30 2 * * * ") and "--replan" in x for x in lines)

@@ -212,9 +212,15 @@ def test_replay_json_has_a_per_hour_series(flip):
     hops_at = {x["at_s"] for x in out["hops"]}
     for r in series:
         assert set(r) == {
-            "start_s", "point", "hop", "warm_gpu_gib", "requests", "switch_waits",
-            "switch_p95_s", "slo_attainment",
-        }  # fmt: skip
+            "start_s",
+            "point",
+            "hop",
+            "warm_gpu_gib",
+            "requests",
+            "switch_waits",
+            "switch_p95_s",
+            "slo_attainment",
+        }
         assert r["point"] == in_force[r["start_s"]]
         assert r["hop"] == (r["start_s"] in hops_at)
         assert r["warm_gpu_gib"] > 0
@@ -234,9 +240,23 @@ def test_replay_json_with_auto_reoptimize_is_only_json_and_plots(flip, tmp_path)
     trace = tmp_path / "trace.csv"
     tr.to_csv(trace, index=False)
     png = tmp_path / "replay.png"
-    argv = [sys.executable, "-m", "planner.cli.main", "adjust", "--plan", plan_file,
-            "--replay", str(trace), "--reoptimize", "auto", "--policy", "reoptimize_evals=2",
-            "--json", "--plot", str(png)]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "planner.cli.main",
+        "adjust",
+        "--plan",
+        plan_file,
+        "--replay",
+        str(trace),
+        "--reoptimize",
+        "auto",
+        "--policy",
+        "reoptimize_evals=2",
+        "--json",
+        "--plot",
+        str(png),
+    ]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
     out = json.loads(run.stdout)  # the whole of stdout parses

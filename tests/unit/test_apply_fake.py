@@ -253,10 +253,20 @@ def test_apply_reports_each_step_as_it_begins_and_ends(tmp_path) -> None:
     """Issue 42 item 5: in a pipe `apply` was silent for minutes (a spinner on a TTY only)."""
     p = plan(("a", [inst("x-0", 8100), inst("y-0", 8101, gpus=(1,))]))
     be, st, lines = FakeBackend(), StateStore(tmp_path), []
-    res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
-                      timeout_s=5, progress=lines.append)  # fmt: skip
+    res = apply_point(
+        p,
+        "a",
+        backend=be,
+        state=st,
+        model_path_resolver=lambda i: "/m",
+        timeout_s=5,
+        progress=lines.append,
+    )
     assert res.ok
     assert [x.split(":")[0] for x in lines] == [
-        "[1/2] start x-0 on n", "[1/2] start x-0", "[2/2] start y-0 on n", "[2/2] start y-0",
-    ]  # fmt: skip
+        "[1/2] start x-0 on n",
+        "[1/2] start x-0",
+        "[2/2] start y-0 on n",
+        "[2/2] start y-0",
+    ]
     assert lines[1].startswith("[1/2] start x-0: ok (pid ")

@@ -135,8 +135,7 @@ def test_every_backend_call_uses_the_one_client_and_message(engine):
     """LocalBackend's sleep, wake, health and is-sleeping, and the profiler's sleep/wake and
     metrics calls: one wording of a refused answer, the instance's key on every call."""
     be = LocalBackend("cuda")
-    h = Handle(instance_id="m-0", node="local", host="127.0.0.1", port=engine, pid=1,
-               secret="k1")  # fmt: skip
+    h = Handle(instance_id="m-0", node="local", host="127.0.0.1", port=engine, pid=1, secret="k1")
     with pytest.raises(ControlCallError) as e:
         be.sleep(h, 1)
     assert str(e.value) == (

@@ -29,8 +29,15 @@ def _plan(*instances) -> Plan:
 
 
 def _apply(plan: Plan, sha: str, be, st: StateStore):
-    res = apply_point(plan, None, backend=be, state=st, plan_sha=sha, timeout_s=5,
-                      model_path_resolver=lambda i: f"/weights/{i.model}")  # fmt: skip
+    res = apply_point(
+        plan,
+        None,
+        backend=be,
+        state=st,
+        plan_sha=sha,
+        timeout_s=5,
+        model_path_resolver=lambda i: f"/weights/{i.model}",
+    )
     assert res.ok, res.error
     return res
 
@@ -70,8 +77,9 @@ def test_a_running_gateway_follows_a_second_plan_and_never_restarts_what_it_remo
     be, st = EngineBackend(), StateStore(tmp_path)
     _apply(plan_a, "sha-a", be, st)
     ctl = Controller(plan_a, None, be, st, model_path_resolver=lambda i: "/m", plan_sha="sha-a")
-    cfg = GatewayConfig(health_interval_s=0.05, adopt_every=1000, backoff_base_s=0.0,
-                        log_flush_s=0.05)  # fmt: skip
+    cfg = GatewayConfig(
+        health_interval_s=0.05, adopt_every=1000, backoff_base_s=0.0, log_flush_s=0.05
+    )
     gw = Gateway(plan_a.point(), ctl, state_dir=tmp_path, config=cfg)
     th = GatewayThread(gw, port=free_port()).start()
     try:
@@ -122,8 +130,9 @@ def test_previous_after_down_and_across_plans_from_the_kept_copy(tmp_path):
             sha_b = st.meta()["previous_plan_sha"]
             _apply(_plan(a0, b0), "sha-c", be, st)  # another plan after the down, not recorded
             journal = [j["detail"] for j in st.journal_entries() if j["action"] == "apply"]
-        assert journal == [f"point p of {files[n]} (sha256 {sha256_file(files[n])[:12]})"
-                           for n in ("a", "b")]  # fmt: skip
+        assert journal == [
+            f"point p of {files[n]} (sha256 {sha256_file(files[n])[:12]})" for n in ("a", "b")
+        ]
         prev = previous_applied(None, None, sd)  # what was in force before the down
         assert (prev.plan_path, prev.point, prev.sha) == (files["b"], "p", sha_b)
         assert prev.what == f"point p of {files['b']} (sha256 {sha_b[:12]})"

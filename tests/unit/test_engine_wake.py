@@ -104,8 +104,17 @@ class SleepModeBackend(LocalBackend):
 
 
 def _plan(tier: str, port: int) -> Plan:
-    inst = {"id": "d0", "model": "m", "variant": "bf16", "node": "n", "gpus": [0], "tp": 1,
-            "tier": tier, "port": port, "memory_gib": {"weights": 1, "kv": 1, "overhead": 0.5}}  # fmt: skip
+    inst = {
+        "id": "d0",
+        "model": "m",
+        "variant": "bf16",
+        "node": "n",
+        "gpus": [0],
+        "tp": 1,
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 1, "kv": 1, "overhead": 0.5},
+    }
     return Plan(selected="p", points=[{"name": "p", "instances": [inst]}])
 
 
@@ -113,23 +122,33 @@ def _answer(h: Handle) -> str:
     import urllib.request
 
     req = urllib.request.Request(
-        f"http://{h.host}:{h.port}/v1/completions", data=b"{}", method="POST",
+        f"http://{h.host}:{h.port}/v1/completions",
+        data=b"{}",
+        method="POST",
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     with urllib.request.urlopen(req, timeout=5) as r:
         return json.loads(r.read())["choices"][0]["text"]
 
 
-@pytest.mark.parametrize(("tier", "steps"), [
-    ("disk", ["/sleep?level=2", "/wake_up", "/collective_rpc"]),
-    ("host", ["/sleep?level=1", "/wake_up"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("tier", "steps"),
+    [
+        ("disk", ["/sleep?level=2", "/wake_up", "/collective_rpc"]),
+        ("host", ["/sleep?level=1", "/wake_up"]),
+    ],
+)
 def test_a_wake_runs_the_engines_steps_for_its_sleep_level_before_traffic(tmp_path, tier, steps):
     """Before: the runtime posted `/wake_up` alone, so a disk-tier (level-2) wake served
     garbage (vLLM has dropped the weights) where the profiler's timed wake had reloaded them."""
     with FakeVllm() as srv, StateStore(tmp_path) as st:
-        ctl = Controller(_plan(tier, srv.server_address[1]), None, SleepModeBackend(srv), st,
-                         model_path_resolver=lambda i: "/m")  # fmt: skip
+        ctl = Controller(
+            _plan(tier, srv.server_address[1]),
+            None,
+            SleepModeBackend(srv),
+            st,
+            model_path_resolver=lambda i: "/m",
+        )
         h = ctl.wake("d0", 5)  # started
         assert _answer(h) == " Paris"
         srv.seen.clear()

@@ -152,10 +152,14 @@ class FakeEngine:
             if request.path.endswith("/count_tokens"):
                 return web.json_response({"input_tokens": 6})
             msg = {
-                "id": "msg_1", "type": "message", "role": "assistant", "model": body["model"],
-                "content": [{"type": "text", "text": "ab"}], "stop_reason": "max_tokens",
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [{"type": "text", "text": "ab"}],
+                "stop_reason": "max_tokens",
                 "usage": {"input_tokens": 6, "output_tokens": 4},
-            }  # fmt: skip
+            }
             if not body.get("stream"):
                 return web.json_response(msg)
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -163,12 +167,24 @@ class FakeEngine:
             start = {**msg, "content": [], "usage": {"input_tokens": 6, "output_tokens": 0}}
             for kind, ev in (
                 ("message_start", {"type": "message_start", "message": start}),
-                ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "text_delta", "text": "ab"}}),
-                ("message_delta", {"type": "message_delta", "usage": {"output_tokens": 4},
-                                   "delta": {"stop_reason": "max_tokens"}}),
+                (
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": "ab"},
+                    },
+                ),
+                (
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "usage": {"output_tokens": 4},
+                        "delta": {"stop_reason": "max_tokens"},
+                    },
+                ),
                 ("message_stop", {"type": "message_stop"}),
-            ):  # fmt: skip
+            ):
                 await out.write(f"event: {kind}\ndata: {json.dumps(ev)}\n\n".encode())
             await out.write_eof()
             return out

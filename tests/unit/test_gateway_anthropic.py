@@ -36,12 +36,14 @@ def test_x_api_key_is_accepted_and_errors_take_anthropics_shape(gateway, tmp_pat
     r = _messages(th, headers={"x-api-key": ann, "anthropic-version": "2023-06-01"})
     assert r.status_code == 200, r.text
     assert r.json()["content"][0]["text"] == "ab"
-    msg = _anthropic_error(_messages(th, headers={"x-api-key": ann}, model="nope"), 404,
-                           "not_found_error")  # fmt: skip
+    msg = _anthropic_error(
+        _messages(th, headers={"x-api-key": ann}, model="nope"), 404, "not_found_error"
+    )
     assert "nope" in msg
     # the OpenAI routes keep their own error shape
-    r = httpx.post(th.url + "/v1/completions", json={"model": "nope"}, timeout=30,
-                   headers={"x-api-key": ann})  # fmt: skip
+    r = httpx.post(
+        th.url + "/v1/completions", json={"model": "nope"}, timeout=30, headers={"x-api-key": ann}
+    )
     assert r.status_code == 404 and r.json()["error"]["type"] == "NotFoundError"
     (row,) = wait_rows(tmp_path, 1)  # the one answered (refusals go to `failures`)
     assert (row["user"], row["model"], row["status"]) == ("ann", "a", 200)
@@ -53,9 +55,11 @@ def test_messages_plain_streamed_and_count_tokens_are_forwarded_and_logged(gatew
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = [e for e in r.text.split("\n\n") if e]
     assert [e.split("\n")[0] for e in events] == [
-        "event: message_start", "event: content_block_delta", "event: message_delta",
+        "event: message_start",
+        "event: content_block_delta",
+        "event: message_delta",
         "event: message_stop",
-    ]  # fmt: skip
+    ]
     last = json.loads(events[2].split("\n")[1][6:])
     assert last["usage"]["output_tokens"] == 4  # passed on as it came
     r = _messages(th, "/v1/messages/count_tokens")

@@ -282,12 +282,15 @@ def test_a_gate_refusal_in_a_pipeline_is_answered_in_order_and_its_body_never_re
         listener = await asyncio.get_running_loop().create_server(server, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         try:
-            return await _exchange(port, (
-                b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nxyz"
-                b"POST /deny HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
-                b"zz\r\nnot even chunks"
-                b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
-            ))  # fmt: skip
+            return await _exchange(
+                port,
+                (
+                    b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nxyz"
+                    b"POST /deny HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"zz\r\nnot even chunks"
+                    b"GET /c HTTP/1.1\r\nHost: x\r\n\r\n"
+                ),
+            )
         finally:
             listener.close()
             await server.shutdown(5)
@@ -300,8 +303,9 @@ def test_a_gate_refusal_in_a_pipeline_is_answered_in_order_and_its_body_never_re
 
 def test_a_gate_that_fails_is_a_logged_json_500_not_a_400(caplog):
     async def main() -> bytes:
-        server = Server(_handler, Guard(cap=8, header_timeout_s=60), logging.getLogger("t"),
-                        _DenyGate())  # fmt: skip
+        server = Server(
+            _handler, Guard(cap=8, header_timeout_s=60), logging.getLogger("t"), _DenyGate()
+        )
         listener = await asyncio.get_running_loop().create_server(server, "127.0.0.1", 0)
         port = listener.sockets[0].getsockname()[1]
         try:

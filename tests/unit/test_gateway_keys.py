@@ -420,8 +420,11 @@ def test_limits_and_the_body_budget_answer_on_the_head_before_any_body_byte(gate
     got = _head_only(th.url, post_head % ops.encode() + b"Content-Length: 2000000\r\n\r\n")
     assert got.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in got
     assert b"Connection: close" in got
-    got = _head_only(th.url, b"POST /v1/completions HTTP/1.1\r\nHost: h\r\n"
-                     b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 1000)  # fmt: skip
+    got = _head_only(
+        th.url,
+        b"POST /v1/completions HTTP/1.1\r\nHost: h\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + b"1\r\nx\r\n" * 1000,
+    )
     assert got.startswith(b"HTTP/1.1 401 ")  # no key: answered, its chunks never parsed
     text = httpx.get(th.url + "/metrics", headers=bearer(ops)).text
     assert "planner_gateway_body_budget_refused_total 1" in text

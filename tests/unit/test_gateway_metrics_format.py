@@ -53,8 +53,11 @@ def test_metrics_text_parses_with_prometheus_client(tmp_path):
         for s in families["planner_gateway_requests"].samples
     }
     assert got[(ODD, "200")] == 3 and got[("a", "503")] == 1
-    hist = [s for s in families["planner_gateway_request_latency_seconds"].samples
-            if s.labels.get("model") == "a"]  # fmt: skip
+    hist = [
+        s
+        for s in families["planner_gateway_request_latency_seconds"].samples
+        if s.labels.get("model") == "a"
+    ]
     assert {s.name for s in hist} >= {
         "planner_gateway_request_latency_seconds_bucket",
         "planner_gateway_request_latency_seconds_count",

@@ -20,9 +20,22 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
 # every setting away from its default, so that a dropped one shows
 FLAGS = [
-    "--evals", "3", "--seed", "2", "--held-back", "last", "--validate-days", "1",
-    "--quality-weight", "3", "--milp-nodes", "700", "--time-limit", "40", "--no-baselines",
-]  # fmt: skip
+    "--evals",
+    "3",
+    "--seed",
+    "2",
+    "--held-back",
+    "last",
+    "--validate-days",
+    "1",
+    "--quality-weight",
+    "3",
+    "--milp-nodes",
+    "700",
+    "--time-limit",
+    "40",
+    "--no-baselines",
+]
 
 
 @pytest.fixture(scope="module")

@@ -27,9 +27,18 @@ def stub_backend(monkeypatch):
 
 
 def _plan(port: int, tier: str = "disk", kind: str = "stub", extra=()) -> Plan:
-    inst = {"id": "s0", "model": "m", "variant": "bf16", "node": "n", "gpus": [0], "tp": 1,
-            "tier": tier, "port": port, "memory_gib": {"weights": 1, "kv": 1, "overhead": 0.5},
-            "engine": {"kind": kind, "extra_args": list(extra)}}  # fmt: skip
+    inst = {
+        "id": "s0",
+        "model": "m",
+        "variant": "bf16",
+        "node": "n",
+        "gpus": [0],
+        "tp": 1,
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 1, "kv": 1, "overhead": 0.5},
+        "engine": {"kind": kind, "extra_args": list(extra)},
+    }
     return Plan(selected="p", points=[{"name": "p", "instances": [inst]}])
 
 
@@ -44,8 +53,9 @@ def test_a_second_engine_kind_is_one_module_and_one_registry_line(stub_engine, t
     assert get_engine("stub").task(spec) == "embed"
     with FakeVllm() as srv, StateStore(tmp_path) as st:
         port = srv.server_address[1]
-        ctl = Controller(_plan(port), None, SleepModeBackend(srv), st,
-                         model_path_resolver=lambda i: "/m")  # fmt: skip
+        ctl = Controller(
+            _plan(port), None, SleepModeBackend(srv), st, model_path_resolver=lambda i: "/m"
+        )
         ctl.wake("s0", 5)
         assert st.get("s0").engine == "stub"  # the kind is in the state: not rebuilt as vLLM
         srv.seen.clear()
@@ -71,8 +81,9 @@ def test_a_backend_without_processes_is_one_module_and_one_registry_line(stub_ba
     be = stub_backend
     plan = _plan(8100, tier="host", kind="vllm")
     with StateStore(tmp_path) as st:
-        res = apply_point(plan, None, backend=be, state=st, timeout_s=5,
-                          model_path_resolver=lambda i: "/m")  # fmt: skip
+        res = apply_point(
+            plan, None, backend=be, state=st, timeout_s=5, model_path_resolver=lambda i: "/m"
+        )
         assert res.ok, res.error
         row = st.get("s0")
         assert (row.pid, row.actor, row.ref) == (None, None, "stub-server-1")
