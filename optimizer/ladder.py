@@ -97,6 +97,30 @@ def schedule_variants(ctx: SearchContext) -> list[tuple[frozenset[str], float]]:
     return variants
 
 
+def schedule_variant(
+    ctx: SearchContext,
+    point: Point,
+    perfs: dict[str, InstancePerf],
+    rate: float,
+    asleep: frozenset[str],
+    idle_s: float,
+) -> Point:
+    """`point` with awake hours for `rate` requests/h and one of `schedule_variants`
+    (`asleep`, `idle_s`): the one call the front's step 2 and the ladder's rungs share."""
+    return scheduled(
+        point,
+        perfs,
+        ctx.rates,
+        ctx.cluster,
+        min_requests_per_h=rate,
+        switch_factor=scoring.TWIN_SWITCH_FACTOR,
+        idle_sleep_s=idle_s,
+        host_margin=ctx.cfg.host_memory_margin,
+        no_hours_for=asleep,
+        handoff=ctx.handoff,
+    )
+
+
 def rung_points(ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf]) -> list[Point]:
     """The variants of `base`'s placement (module docstring, step 2), `base` itself and
     duplicates left out, in a deterministic order. `base.gpu_usable_gib` must be set."""
@@ -115,18 +139,7 @@ def rung_points(ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf])
     rates = [*cfg.awake_min_requests_per_h, *(r for r in LEAN_RATES if r > top)]
     for k, rate in enumerate(rates):
         for j, (asleep, idle_s) in enumerate(schedule_variants(ctx)):
-            sched = scheduled(
-                base,
-                perfs,
-                ctx.rates,
-                cluster,
-                min_requests_per_h=rate,
-                switch_factor=scoring.TWIN_SWITCH_FACTOR,
-                idle_sleep_s=idle_s,
-                host_margin=cfg.host_memory_margin,
-                no_hours_for=asleep,
-                handoff=ctx.handoff,
-            )
+            sched = schedule_variant(ctx, base, perfs, rate, asleep, idle_s)
             out.append(sched)
             if k == j == 0:  # the steps from the first schedule up to every instance awake
                 out += promotions(sched, heat, cluster, **margins)

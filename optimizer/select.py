@@ -39,11 +39,17 @@ from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
-from planner.optimizer.ladder import pays, rung_points, schedule_variants, thin, tiers_key
+from planner.optimizer.ladder import (
+    pays,
+    rung_points,
+    schedule_variant,
+    schedule_variants,
+    thin,
+    tiers_key,
+)
 from planner.optimizer.pareto import dominates, name_points
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
-from planner.optimizer.schedule import scheduled
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
 from planner.optimizer.tiers import hop_table, placement_key, tier_variants
@@ -225,18 +231,7 @@ def _schedule_jobs(ctx: SearchContext, pool: list[Evaluation]) -> list[Job]:
     return [
         (
             e.knobs,
-            scheduled(
-                e.point,
-                e.perfs,
-                ctx.rates,
-                ctx.cluster,
-                min_requests_per_h=rate,
-                switch_factor=scoring.TWIN_SWITCH_FACTOR,
-                idle_sleep_s=idle_s,
-                host_margin=cfg.host_memory_margin,
-                no_hours_for=asleep,
-                handoff=ctx.handoff,
-            ),
+            schedule_variant(ctx, e.point, e.perfs, rate, asleep, idle_s),
             e.perfs,
             "schedule",
         )
