@@ -62,7 +62,7 @@ class Reoptimizer:
 
     def live(self, recent: Any, now_s: float, plan: Any) -> tuple[None, dict[str, Any]]:
         """The live tick's re-optimization: the window and the new plan, next to the plan."""
-        from planner.trace_write import write_trace
+        from planner.trace.write import write_trace
 
         assert self.window_file is not None, "the live tick gives a window file"
         write_trace(recent, self.window_file)

@@ -43,7 +43,7 @@ def replan(inp: PlanInputs, store: Any, now_s: float, days: float, workload_file
     from planner.adjuster.gateway.requestlog import RequestLogSource
     from planner.app.reoptimize import Reoptimizer
     from planner.planfile import write_plan
-    from planner.trace_write import write_trace
+    from planner.trace.write import write_trace
 
     recent = RequestLogSource(store.dir).window(now_s - days * DAY_S, now_s)
     if not len(recent):

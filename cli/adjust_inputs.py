@@ -72,7 +72,7 @@ def tick_config(inp: Any, policy: Any, *, state_dir: Path, dry_run: bool, timeou
     from planner.adjuster.live import TickConfig
     from planner.app.reoptimize import Reoptimizer
     from planner.io import sha256_file
-    from planner.trace_write import write_trace
+    from planner.trace.write import write_trace
 
     window_file = state_dir / "adjust-window.csv"
     reopt = Reoptimizer(inp, policy.reoptimize_evals, window_file=window_file)

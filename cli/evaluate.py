@@ -47,7 +47,7 @@ def evaluate_points(
     from planner.optimizer.demand import model_demand
     from planner.optimizer.sim.request import to_requests
     from planner.optimizer.sim.simulator import simulate
-    from planner.trace import read_trace
+    from planner.trace.frame import read_trace
 
     _check_choice(plan_path, baseline)
     plan, cluster, models, slo, calib = _inputs(

@@ -41,7 +41,7 @@ def slo(path: Path, ms: Models | None = None) -> Slo:
 def workload(path: Path, ms: Models, seed: int):
     """A trace file, or a synth spec (.yaml) generated on the fly for the catalog's models."""
     from planner.cli.common import err_console
-    from planner.trace import read_trace
+    from planner.trace.frame import read_trace
 
     with err_console.status(f"reading the workload {path.name} ..."):
         if path.suffix in (".yaml", ".yml"):

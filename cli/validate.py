@@ -77,7 +77,7 @@ def validate_file(
     if kind == "trace" or (kind is None and path.suffix.lower() in _TRACE_SUFFIXES):
         if not path.exists():
             raise InputError("file not found", file=str(path), fix="check the path")
-        from planner.trace import read_trace
+        from planner.trace.frame import read_trace
 
         df = read_trace(path, model_names)
         return {
@@ -218,7 +218,7 @@ def register(app: typer.Typer) -> None:
                 f"unknown kind {kind!r}", path="KIND", fix=f"use one of {list(_KINDS)}"
             )
         if kind == "trace":
-            from planner.trace import TRACE_JSON_SCHEMA
+            from planner.trace.frame import TRACE_JSON_SCHEMA
 
             print_json(TRACE_JSON_SCHEMA)
             return

@@ -107,7 +107,7 @@ def synth_cmd(
         s, notes = bind_models(s, list(limits))
         for note in notes:
             err_console.print(f"[yellow]note:[/] {note}", highlight=False)
-    from planner.trace_write import write_trace
+    from planner.trace.write import write_trace
 
     with console.status("generating"):
         df = synth(s, seed=seed, max_context=limits)
@@ -147,8 +147,8 @@ def import_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Import a public trace into the planner schema; skipped rows are counted by reason."""
-    from planner.importers import import_trace
-    from planner.trace_write import write_trace
+    from planner.trace.importers import import_trace
+    from planner.trace.write import write_trace
 
     _check_out(out)
     names = list(_model_contexts(models)) or None
@@ -197,7 +197,7 @@ def inspect_cmd(
     """Characterize a trace: rates, lengths, switches, gaps, prefix reuse, concurrency."""
     from planner.cli.workload_show import plot_summary, print_summary
     from planner.optimizer.workload.characterize import summarize
-    from planner.trace import read_trace
+    from planner.trace.frame import read_trace
 
     df = read_trace(trace)
     s = summarize(df, full=full)
@@ -225,7 +225,7 @@ def _load_reference(path: Path) -> dict[str, Any]:
             )
         return dict(plan.workload_summary)
     from planner.optimizer.workload.characterize import summarize
-    from planner.trace import read_trace
+    from planner.trace.frame import read_trace
 
     return summarize(read_trace(path))
 

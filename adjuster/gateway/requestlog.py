@@ -1,7 +1,7 @@
 """The gateway's request log: SQLite file `<state dir>/requests.sqlite` (WAL: readers never block).
 
 Table `requests`: one row per answered request, the columns of the trace schema
-(planner.trace: timestamp in seconds since the epoch, user, session, model, input_tokens,
+(planner.trace.frame: timestamp in seconds since the epoch, user, session, model, input_tokens,
 output_tokens, cached_tokens, served_by, substituted) plus ttft_s, latency_s, switch_wait_s
 (measured from the request's arrival at the gateway), status and instance. `model` is the
 model the client asked for; `served_by` the stand-in that answered ('' when the model did)
@@ -364,7 +364,7 @@ class RequestLogSource:
     def window(self, start_s: float, end_s: float) -> pd.DataFrame:
         """Requests that arrived in `[start_s, end_s)` (trace schema, epoch seconds); a
         damaged log raises InputError (`planner.trace.request_log_rows`)."""
-        from planner.trace import empty_trace, normalize, request_log_rows
+        from planner.trace.frame import empty_trace, normalize, request_log_rows
 
         if not self._present():
             return empty_trace()

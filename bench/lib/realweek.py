@@ -49,7 +49,7 @@ def real_week(
     hourly_rate: dict[str, float], max_context: dict[str, int], users: int = 10, seed: int = 0
 ) -> pd.DataFrame:
     """The week as a canonical trace; `hourly_rate`: model -> mean requests per hour."""
-    from planner.trace import normalize
+    from planner.trace.frame import normalize
 
     rng = np.random.default_rng(seed)
     src = {k: _azure(p) for k, p in TRACES.items()}

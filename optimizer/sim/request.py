@@ -1,6 +1,6 @@
 """Requests as flat arrays: the trace the simulator replays and the outcome of each request.
 
-A trace arrives as the canonical DataFrame of `planner.trace` (or a mapping of arrays with
+A trace arrives as the canonical DataFrame of `planner.trace.frame` (or a mapping of arrays with
 the same column names) and is turned once into numpy arrays; the simulator never touches
 pandas rows.
 """

@@ -89,7 +89,7 @@ def hour_slots(ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summarize(df: pd.DataFrame, *, full: bool = False) -> WorkloadSummary:
-    """Characterize a canonical trace (planner.trace). `full` adds per-user switch matrices."""
+    """Characterize a canonical trace (planner.trace.frame). `full` adds per-user switch matrices."""
     n = len(df)
     if n == 0:
         return {"version": SUMMARY_VERSION, "requests": 0, "models": []}

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from planner.optimizer.workload.synth_spec import END, SynthSpec
-from planner.trace import COLUMNS, DTYPES, empty_trace
+from planner.trace.frame import COLUMNS, DTYPES, empty_trace
 
 
 def _cum_rows(mat: np.ndarray) -> np.ndarray:
@@ -82,7 +82,7 @@ class _Calls(NamedTuple):
 def synth(
     spec: SynthSpec, seed: int = 0, max_context: Mapping[str, int] | None = None
 ) -> pd.DataFrame:
-    """Generate a canonical trace (planner.trace columns and dtypes, sorted by time).
+    """Generate a canonical trace (planner.trace.frame columns and dtypes, sorted by time).
 
     `max_context` (model -> tokens): each request's prompt + output stays within it.
     """

@@ -22,7 +22,7 @@ from gateway_stack import local_gateway
 from planner.adjuster.gateway import GatewayConfig
 from planner.cli.example import CPU_CLUSTER
 from planner.tinymodel import tiny_arch
-from planner.trace import read_trace
+from planner.trace.frame import read_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 

@@ -218,7 +218,7 @@ def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> Po
 
 
 def _quiet_obs(now: float, forecast: dict, per_window: tuple) -> Observation:
-    from planner.trace import empty_trace
+    from planner.trace.frame import empty_trace
 
     return Observation(
         end_s=now,
@@ -282,7 +282,7 @@ def test_tracking_leaves_a_point_only_when_both_witnesses_see_it_miss():
     st = AdjustState(point="fast", since_s=0.0, drift_times_s=[now - 2 * 3600.0, now - 3600.0])
 
     def obs(forecast):
-        from planner.trace import empty_trace
+        from planner.trace.frame import empty_trace
 
         return Observation(
             end_s=now, window=empty_trace(), metrics=last, hop_costs={},

@@ -14,7 +14,7 @@ from trace_helpers import rows_trace
 
 from planner.optimizer.workload.characterize import IDLE_GRID_S, js_divergence, summarize
 from planner.optimizer.workload.drift import drift
-from planner.trace import normalize
+from planner.trace.frame import normalize
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from planner.adjuster.gateway import (
 )
 from planner.engines.process import free_port
 from planner.schemas.plan import Instance, MemoryGib, Point
-from planner.trace import read_trace
+from planner.trace.frame import read_trace
 
 DIED: set[str] = set()  # `die_once` keys whose engine died already (one death per key)
 

@@ -17,7 +17,7 @@ from planner.adjuster.policy import AdjustConfig, AdjustState, Observation, deci
 from planner.adjuster.policy_types import PointEstimate
 from planner.optimizer.point_metrics import PointMetrics
 from planner.schemas.slo import Slo
-from planner.trace import empty_trace
+from planner.trace.frame import empty_trace
 
 DAY = 86400.0
 NOW = 3 * DAY + 12 * 3600.0

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import InputError
-from planner.importers import import_trace, parse_assign
-from planner.trace import COLUMNS
+from planner.trace.frame import COLUMNS
+from planner.trace.importers import import_trace, parse_assign
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MODELS = ["coder-32b", "planner-7b", "summarizer-8b"]
@@ -197,7 +197,7 @@ def test_own_formats_skip_bad_rows(tmp_path, suffix):
 def test_parquet_roundtrip_import(tmp_path):
     from planner.optimizer.workload.synth import synth
     from planner.optimizer.workload.synth_spec import default_spec
-    from planner.trace_write import write_trace
+    from planner.trace.write import write_trace
 
     df = synth(default_spec().model_copy(update={"users": 2, "days": 1}), seed=1)
     p = tmp_path / "t.parquet"

@@ -180,7 +180,7 @@ def test_a_default_role_can_be_removed_from_a_workload_spec(role, tmp_path):
 
 
 def test_workload_import_knows_openai_log_names_and_maps_columns(tmp_path, capsys):
-    from planner.trace import read_trace
+    from planner.trace.frame import read_trace
 
     log = tmp_path / "log.jsonl"
     log.write_text(

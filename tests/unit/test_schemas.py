@@ -278,7 +278,7 @@ def test_tp_not_dividing_heads_in_plan(tmp_path, capsys):
 
 
 def test_trace_with_unknown_model(tmp_path, capsys):
-    pytest.importorskip("planner.trace")
+    pytest.importorskip("planner.trace.frame")
     m = _write(
         tmp_path,
         "models.yaml",
@@ -293,7 +293,7 @@ def test_trace_with_unknown_model(tmp_path, capsys):
 
 
 def test_trace_negative_tokens(tmp_path, capsys):
-    pytest.importorskip("planner.trace")
+    pytest.importorskip("planner.trace.frame")
     t = _write(tmp_path, "t.csv", "timestamp,model,input_tokens,output_tokens\n0,m,-10,5\n")
     code, _, err = run_cli(["validate", t], capsys)
     assert code == 2 and "input_tokens" in err

@@ -14,7 +14,7 @@ from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models, default_spec
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.plan import InputRef, Plan
-from planner.trace_write import write_trace
+from planner.trace.write import write_trace
 
 LAB = Path(__file__).resolve().parents[2] / "plans" / "examples" / "lab16"
 KEYS = METRIC_KEYS | {"variant_quality_cost", "per_model"}  # a point's figures, not a replay's

@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from planner.adjuster.gateway import LOG_COLUMNS, RequestLog
-from planner.trace import read_trace
+from planner.trace.frame import read_trace
 
 OLD_SCHEMA = (
     "CREATE TABLE requests (timestamp REAL NOT NULL, user TEXT NOT NULL,"

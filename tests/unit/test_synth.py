@@ -18,8 +18,8 @@ from planner.optimizer.workload.synth_spec import (
     default_spec,
     default_spec_yaml,
 )
-from planner.trace import COLUMNS, DTYPES, normalize
-from planner.trace_write import trace_bytes
+from planner.trace.frame import COLUMNS, DTYPES, normalize
+from planner.trace.write import trace_bytes
 
 
 @pytest.fixture(scope="module")

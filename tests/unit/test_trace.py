@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 from trace_helpers import rows_trace
 
 from planner.errors import InputError
-from planner.trace import (
+from planner.trace.frame import (
     COLUMNS,
     DTYPES,
     TRACE_JSON_SCHEMA,
     normalize,
     read_trace,
 )
-from planner.trace_write import trace_bytes, write_trace
+from planner.trace.write import trace_bytes, write_trace
 
 
 def _frame(**over):

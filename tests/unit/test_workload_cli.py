@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from cli_helpers import run_cli
 
-from planner.trace import read_trace
+from planner.trace.frame import read_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "plans" / "examples" / "lab16" / "models.yaml"

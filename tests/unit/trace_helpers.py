@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from planner.trace import normalize
+from planner.trace.frame import normalize
 
 ROW_COLUMNS = ("timestamp", "model", "input_tokens", "output_tokens", "user", "session")
 

@@ -1,4 +1,4 @@
-"""Import public request traces into the planner trace schema (planner.trace).
+"""Import public request traces into the planner trace schema (planner.trace.frame).
 
 Formats (`import_trace(fmt, src, ...)`):
 
@@ -31,8 +31,8 @@ Rules for what a format lacks (documented in `ImportSummary.rules`):
   with those weights (normalized), seeded.
 
 Rows that cannot be read are skipped and counted by reason in `ImportSummary.skipped`.
-The readers: import_formats.py (one row per request), import_servegen.py (rate windows),
-import_rows.py (CSV and row coercion).
+The readers: formats.py (one row per request), servegen.py (rate windows),
+rows.py (CSV and row coercion).
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InputError
-from planner.import_formats import (
+from planner.trace.formats import (
     MOONCAKE_BLOCK_TOKENS,
     read_azure,
     read_burstgpt,
     read_mooncake,
     read_own,
 )
-from planner.import_servegen import read_servegen
-from planner.trace import COLUMNS, DTYPES, normalize
+from planner.trace.frame import COLUMNS, DTYPES, normalize
+from planner.trace.servegen import read_servegen
 
 FORMATS = ("azure", "mooncake", "burstgpt", "servegen", "csv", "jsonl", "parquet")
 SESSION_GAP_S = 300.0

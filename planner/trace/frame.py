@@ -1,4 +1,4 @@
-"""Request traces: the schema and reading (CSV, JSONL, Parquet, SQLite); writing: trace_write.
+"""Request traces: the schema and reading (CSV, JSONL, Parquet, SQLite); writing: write.py.
 
 One row a request. The canonical in-memory form is a pandas DataFrame sorted by
 `timestamp` with exactly the columns of `COLUMNS` and the dtypes of `DTYPES`:
@@ -16,7 +16,7 @@ One row a request. The canonical in-memory form is a pandas DataFrame sorted by
 
 Every problem is an InputError that names the file, the row (1-based data row, and the
 line for text files) or the column, and the fix. Limits: token counts up to MAX_TOKENS per
-request (planner.trace_values; a request longer than a model's context is read, and refused by
+request (planner.trace.values; a request longer than a model's context is read, and refused by
 the simulator as vLLM would), a span of at most MAX_SPAN_S, at most MAX_ROWS rows, text files up to
 MAX_TEXT_BYTES. Rows out of time order and exact duplicates are kept (sorted) and counted in
 the frame's `attrs["counts"]`.
@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InputError
-from planner.trace_values import (
+from planner.trace.values import (
     TOKEN_COLUMNS,
     check_values,
     ints_column,

@@ -1,5 +1,5 @@
 """Readers of the trace formats with one row per request: azure, burstgpt, mooncake, and
-our own csv/jsonl/parquet (planner/importers.py documents each format)."""
+our own csv/jsonl/parquet (planner/trace/importers.py documents each format)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InputError
-from planner.import_rows import clean_rows, need_columns, read_csv, to_num, to_str
-from planner.trace import _read_raw
+from planner.trace.frame import _read_raw
+from planner.trace.rows import clean_rows, need_columns, read_csv, to_num, to_str
 
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per prompt block of `hash_ids`
 

@@ -1,4 +1,4 @@
-"""Per-column checks of a trace (planner.trace): located errors, types, bounds.
+"""Per-column checks of a trace (planner.trace.frame): located errors, types, bounds.
 
 Each check names the file, the 1-based data row (and the line for text files), the column
 and the fix. Bounds: token counts up to MAX_TOKENS per request; a span of at most MAX_SPAN_S.

@@ -9,7 +9,7 @@ import pandas as pd
 
 from planner.errors import InputError
 from planner.io import atomic_write_bytes
-from planner.trace import COLUMNS, DTYPES, normalize
+from planner.trace.frame import COLUMNS, DTYPES, normalize
 
 
 def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:

@@ -1,5 +1,5 @@
 """The servegen format: per-client rate windows, turned into requests (a renewal process
-per window, lognormal lengths; planner/importers.py documents the format)."""
+per window, lognormal lengths; planner/trace/importers.py documents the format)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from planner.errors import InputError
-from planner.trace import COLUMNS
+from planner.trace.frame import COLUMNS
 
 SERVEGEN_WINDOW_S = 600.0
 SERVEGEN_DEFAULT_IN_TOKENS = 1024.0
