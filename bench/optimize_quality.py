@@ -23,7 +23,7 @@ Exit 1 when a target is missed. `--quick` runs fewer evaluations (a smoke run).
 then says on how many weeks each target held): seed 1 was read while `handoff_min_share`
 (optimizer config) was chosen, seeds 2-8 while the schedule's rule for slow wakes was
 (`schedule.fast_wake_s`), seeds 9-32 to find what still misses (21 led to the hand-off rule
-of `tiering.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains in
+of `serving_rule.handoff_displaces_nobody`, 2-32 to the front's rule for tie chains in
 `select._front`); 33-44 were first scored after the hand-off rule, 45-56 after both, as
 clean checks; 57-64 judged the held-back rules (issue 30 item 2: `spread` and `week` were
 designed on 2-7 and scored there once each; `week` as the default, with the fixes that made

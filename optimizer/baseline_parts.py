@@ -13,7 +13,7 @@ from planner.optimizer.candidates import GpuSet
 from planner.optimizer.candidates import gpu_sets as candidate_sets
 from planner.optimizer.perf import InstancePerf, instance_perf
 from planner.optimizer.perf.memory import weights_bytes
-from planner.optimizer.tiering import PLAN, EvictionPolicy
+from planner.optimizer.serving_rule import PLAN, EvictionPolicy
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import ModelEntry, Models

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from planner.optimizer import baseline_parts as parts
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 from planner.optimizer.baseline_parts import GPU_UTIL, Baseline, gpu_sets
 from planner.optimizer.melange import melange
 from planner.optimizer.perf import InstancePerf
@@ -90,7 +90,7 @@ def lru(cluster: Cluster, models: Models) -> Baseline:
     return Baseline(
         Point(name="lru", instances=insts, notes=notes),
         perfs,
-        policy=tiering.LRU,
+        policy=serving_rule.LRU,
         gpu_memory_gib=mem,
     )
 
@@ -151,7 +151,7 @@ def lru_matched(
     return Baseline(
         Point(name=f"lru@{point.name}", instances=insts, substitutes=point.substitutes),
         dict(perfs),
-        policy=tiering.LRU,
+        policy=serving_rule.LRU,
         gpu_memory_gib=mem,
         warm_budget_gib=warm_gib,
     )

@@ -80,7 +80,7 @@ class OptimizeConfig(BaseModel):
         le=1,
         description="schedule variants: a request wakes ahead the models that came next in "
         "its session after at least this share of its model's requests on the fitted days "
-        "(where that puts nobody to sleep: tiering.wakes_on_handoff; 0.03 since issue 41: "
+        "(where that puts nobody to sleep: serving_rule.wakes_on_handoff; 0.03 since issue 41: "
         "at 0.1 an agent chain after hours reached its rarer models only by their own wakes)",
     )
     covered_idle_sleep_s: float = Field(

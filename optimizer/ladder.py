@@ -30,13 +30,13 @@ are therefore built as a ladder:
 from __future__ import annotations
 
 from planner.optimizer import scoring
+from planner.optimizer.hops import hop, tier_variants, with_tier
 from planner.optimizer.invariants import memory_violations
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.schedule import scheduled
 from planner.optimizer.search_context import SearchContext
 from planner.optimizer.select_baselines import ATTAINMENT_TIE
-from planner.optimizer.tiers import hop, tier_variants, with_tier
 from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Point
 

@@ -12,8 +12,8 @@ instance whose wake is slower than `fast_wake_s` (a share of a slow switch under
 swapping) is kept awake in every hour its forecast is above zero and the hour before them
 (`edge_rates`: a few fitted days do not place the working day's start to the hour). The
 gateway and the simulator wake instances at the start of their awake hours, before their
-requests (`tiering.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
-request (`tiering.sleep_due_s`) and is woken by the next. Warm memory then follows the
+requests (`serving_rule.wakes_ahead`); outside them an instance sleeps `idle_sleep_s` after its last
+request (`serving_rule.sleep_due_s`) and is woken by the next. Warm memory then follows the
 working day instead of its peak, and the models that alternate in the same hours are awake
 together instead of evicting each other.
 """
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from planner.optimizer.perf.types import InstancePerf
-from planner.optimizer.tiering import DAY_H, HOUR_S
+from planner.optimizer.serving_rule import DAY_H, HOUR_S
 from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance, Point
 
@@ -203,7 +203,7 @@ def scheduled(
     The models in `no_hours_for` (those a stand-in covers) keep no awake hours: they wake
     on demand only. `handoff` (`handoffs` of the fitted days) becomes the point's: a
     request also wakes the models that often follow it where that puts nobody to sleep
-    (`tiering.wakes_on_handoff`)."""
+    (`serving_rule.wakes_on_handoff`)."""
     lazy = all_lazy(point, perfs, cluster, host_margin)
     rates = {m: r for m, r in rates.items() if m not in no_hours_for}
     fast_s = fast_wake_s(lazy, perfs, rates, switch_factor)

@@ -38,6 +38,7 @@ from planner.optimizer import scoring
 from planner.optimizer.advice import binding_slo, capacity_fix, explain_capacity
 from planner.optimizer.capacity import capacity_report, cluster_capacity_rps
 from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
+from planner.optimizer.hops import hop_table, placement_key, tier_variants
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.ladder import (
     pays,
@@ -52,7 +53,6 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
-from planner.optimizer.tiers import hop_table, placement_key, tier_variants
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 MAX_POINTS = 6  # points of the front written at most: the rungs, then the ones off the ladder

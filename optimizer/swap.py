@@ -1,7 +1,7 @@
 """The no-thrash rule: when a wake that puts awake co-tenants to sleep may begin.
 
 One rule for the gateway (adjuster/gateway/waker.py) and the simulator's router
-(optimizer/sim/router.py), as `tiering` is shared: a plan is scored as it is served. Pure.
+(optimizer/sim/router.py), as `serving_rule` is shared: a plan is scored as it is served. Pure.
 
 - A wake waits while a co-tenant it displaces is busy (requests in flight or queued for it:
   the awake model's queue drains first) or was woken less than `min_awake_s` ago; requests

@@ -15,7 +15,7 @@ checking a body), `sse` (the usage chunk of a stream), `stream` (writing to a cl
 (awake hours, idle sleeps), `pool` (the instances' state and admission), `guard` (client
 connections), `requestlog` (the SQLite request log), `accesslog` (the optional
 line-per-request log) and `metrics` (Prometheus). The choice of instance, of whom to wake
-and of whom to evict is `planner.optimizer.tiering`'s, shared with the simulator.
+and of whom to evict is `planner.optimizer.serving_rule`'s, shared with the simulator.
 
 The names below are imported on first use: reading the request log (`planner adjust`)
 does not load aiohttp.

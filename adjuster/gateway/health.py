@@ -25,7 +25,7 @@ from planner.adjuster.gateway.config import GatewayConfig
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.gateway.waker import Waker
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 
 log = logging.getLogger("planner.gateway")
 
@@ -138,7 +138,7 @@ class Health:
                 inst.timeouts = inst.failures = 0
                 return
             self.mark_dead(inst)
-        if inst.lazy and tiering.hour_of_day(pool.clock()) not in inst.awake_hours:
+        if inst.lazy and serving_rule.hour_of_day(pool.clock()) not in inst.awake_hours:
             # a host/disk instance starts for a request or its awake hours, not on its own:
             # its next request restarts it
             inst.want_awake = False

@@ -27,7 +27,7 @@ def overlaps(a: Instance, b: Instance) -> bool:
 
 @dataclass(eq=False)
 class Inst:
-    """One instance of the point as the gateway sees it (a `tiering.Tenant`)."""
+    """One instance of the point as the gateway sees it (a `serving_rule.Tenant`)."""
 
     spec: Instance
     _status: Status

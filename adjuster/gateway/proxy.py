@@ -7,9 +7,9 @@ naming its task: the body's `model` picks the instances, with the same waking, s
 admission bounds and request log; only how a stream's usage is read differs (sse.py).
 Passing the answer on is forward.py's; counting and logging the outcome record.py's.
 
-A request goes to the instance `tiering.route` picks (the awake one with the fewest
+A request goes to the instance `serving_rule.route` picks (the awake one with the fewest
 requests in flight). When none of its model's instances is awake, it goes to an awake
-stand-in where the point's substitute rule says so (`tiering.substitute`: always while the
+stand-in where the point's substitute rule says so (`serving_rule.substitute`: always while the
 model wakes, or when the wait expected from its last measured wake exceeds its switch SLO;
 before any wake was measured the wait counts as exceeding it), with the body's `model`
 rewritten to the stand-in's and the answer's `model` back to the name asked for, and the
@@ -59,7 +59,7 @@ from planner.adjuster.gateway.tiers import Tiers
 from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.gateway.waker import Waker
 from planner.engines.base import api_routes, get_engine, stream_usage_routes
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 
 log = logging.getLogger("planner.gateway")
 
@@ -205,20 +205,20 @@ class Proxy:
         return f"model {model!r} is a {task} model (task: {task}); {path} serves {wants} models"
 
     def choose(self, model: str) -> Inst | None:
-        """The instance a request for `model` goes to now (`tiering.route`); None: none is up."""
-        return tiering.route(self.pool.by_model[model], Inst.routable, load)
+        """The instance a request for `model` goes to now (`serving_rule.route`); None: none is up."""
+        return serving_rule.route(self.pool.by_model[model], Inst.routable, load)
 
     def stand_in(self, model: str) -> tuple[Inst, float] | None:
         """The awake stand-in that answers for `model` now, and its quality penalty
-        (`tiering.substitute`); None: the request waits for the model."""
+        (`serving_rule.substitute`); None: the request waits for the model."""
         pool, waker = self.pool, self.waker
         rule = pool.point.substitutes.get(model)
         if rule is None:
             return None
-        cands = tiering.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
+        cands = serving_rule.stand_ins(rule, lambda m: pool.by_model.get(m, ()), _variant)
         victims = waker.plan(model)[1] if rule.wake and pool.by_model.get(model) else []
         wait_s = waker.expected_wait_s(model)
-        return tiering.substitute(rule, wait_s, cands, _has_slot, load, victims)
+        return serving_rule.substitute(rule, wait_s, cands, _has_slot, load, victims)
 
     async def pick(self, model: str, r: RequestRecord) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""

@@ -1,5 +1,5 @@
 """The plan's tiers over the day: wakes ahead of requests and idle sleeps, as the simulator
-models them (`planner.optimizer.tiering`: `wakes_ahead`, `sleep_due_s`).
+models them (`planner.optimizer.serving_rule`: `wakes_ahead`, `sleep_due_s`).
 
 Every `tier_interval_s` the gateway looks at the point's host/disk instances:
 - at the start of an hour (the first look in a new hour of the day, UTC), a sleeping one
@@ -8,7 +8,7 @@ Every `tier_interval_s` the gateway looks at the point's host/disk instances:
 - an awake one that has served nothing for the point's `idle_sleep_s`, outside its awake
   hours, is put to sleep.
 A request for a model also wakes the models the point's `handoff` lists after it, where
-`tiering.wakes_on_handoff` allows (`hand_off`, called by the proxy on each request).
+`serving_rule.wakes_on_handoff` allows (`hand_off`, called by the proxy on each request).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import logging
 from planner.adjuster.gateway.pool import Inst, Pool, load
 from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.gateway.waker import Waker
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 
 log = logging.getLogger("planner.gateway")
 
@@ -46,7 +46,7 @@ class Tiers:
         now = self.pool.clock()
         for inst in self.due_sleeps(now):
             await self.sleep(inst)
-        hour = tiering.hour_of_day(now)
+        hour = serving_rule.hour_of_day(now)
         if hour == self.hour:
             return
         self.hour = hour
@@ -62,12 +62,12 @@ class Tiers:
             if i.status in ("asleep", "stopped")  # stopped: asleep without sleep mode
             and i.awake_hours
             and i.spec.model not in waker.tasks
-            and tiering.wakes_ahead(i, waker.displaces(i), load, now)
+            and serving_rule.wakes_ahead(i, waker.displaces(i), load, now)
         ]
 
     def hand_off(self, model: str) -> None:
         """Wake ahead a sleeping instance of each model the point's `handoff` lists after
-        `model` that has none awake or waking (`tiering.wakes_on_handoff`)."""
+        `model` that has none awake or waking (`serving_rule.wakes_on_handoff`)."""
         pool, waker = self.pool, self.waker
         if self.up.drained:
             return
@@ -80,7 +80,7 @@ class Tiers:
                     i
                     for i in insts
                     if i.status in ("asleep", "stopped")
-                    and tiering.wakes_on_handoff(i, pool.near(i), pool.capacity)
+                    and serving_rule.wakes_on_handoff(i, pool.near(i), pool.capacity)
                 ),
                 None,
             )
@@ -96,7 +96,7 @@ class Tiers:
             if i.lazy
             and i.routable()
             and i.outstanding == 0
-            and tiering.sleep_due_s(i, i.idle_since_s, idle_s) <= now
+            and serving_rule.sleep_due_s(i, i.idle_since_s, idle_s) <= now
         ]
 
     async def sleep(self, inst: Inst) -> None:

@@ -1,6 +1,6 @@
 """Wake and evict scheduling: which sleeping instance wakes, whom it puts to sleep, and when.
 
-The choices are `planner.optimizer.tiering`'s (the simulator's router calls the same
+The choices are `planner.optimizer.serving_rule`'s (the simulator's router calls the same
 functions). The mechanics are the gateway's: a wake runs `InstanceControl.wake` in a thread
 (the event loop keeps serving); first its displaced co-tenants are drained (no new requests;
 in-flight ones finish: a busy instance is never put to sleep) and put to sleep. Before that,
@@ -38,7 +38,7 @@ from planner.adjuster.gateway.pool import Inst, Pool, failed, load
 from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.reconcile import spec_sha
 from planner.errors import ApplyError, DrainedError
-from planner.optimizer import swap, tiering
+from planner.optimizer import serving_rule, swap
 
 log = logging.getLogger("planner.gateway")
 
@@ -65,15 +65,15 @@ class Waker:
         return self.wake_s.get(model, self.cfg.retry_after_s)
 
     def displaces(self, inst: Inst) -> list[Inst]:
-        """The co-tenants a wake of `inst` puts to sleep now (`tiering.displaced`)."""
+        """The co-tenants a wake of `inst` puts to sleep now (`serving_rule.displaced`)."""
         pool = self.pool
-        return tiering.displaced(
+        return serving_rule.displaced(
             inst, pool.near(inst), capacity_gib=pool.capacity, t_s=pool.clock()
         )
 
     def plan(self, model: str) -> tuple[Inst, list[Inst]]:
         """Which instance of `model` to wake and whom that puts to sleep (no side effect)."""
-        target = tiering.choose_wake(self.pool.by_model[model], self.displaces, load, failed)
+        target = serving_rule.choose_wake(self.pool.by_model[model], self.displaces, load, failed)
         return target, self.displaces(target)
 
     def expected_wait_s(self, model: str) -> float:

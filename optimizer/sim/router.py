@@ -1,18 +1,18 @@
-"""Routing and tiering as the gateway does them: the choices are `planner.optimizer.tiering`'s,
-the functions the gateway calls too.
+"""Routing and tiering as the gateway does them: the choices are
+`planner.optimizer.serving_rule`'s, the functions the gateway calls too.
 
 A request for model m goes to the awake instance of m with the fewest outstanding requests
 (ties: plan order). A waking instance counts as awake: requests that arrive during a wake
 queue behind that single wake. If no instance of m is awake, one is woken
-(`tiering.choose_wake`: the one whose wake displaces the fewest awake co-tenants, then the
+(`serving_rule.choose_wake`: the one whose wake displaces the fewest awake co-tenants, then the
 fewest requests in flight on them; ties: plan order):
 
-- the co-tenants it displaces (`tiering.displaced`: host/disk instances on its GPUs, as many
+- the co-tenants it displaces (`serving_rule.displaced`: host/disk instances on its GPUs, as many
   as the GPU memory needs, those outside their awake hours first; every awake one where the
   point gives no GPU capacity) stop taking requests, finish what they hold, and sleep
   (`sleep_s`); the wake (`wake_host_s` for host tier, `wake_disk_s` for disk tier) starts
   when the last of them has slept;
-- with `policy=tiering.LRU` the least recently used go first (the reactive-swapping baseline);
+- with `policy=serving_rule.LRU` the least recently used go first (the reactive-swapping baseline);
   with a `warm_budget_gib` too, the least recently used awake instances anywhere are put to
   sleep until the warm memory of the whole point (awake instances, plus the CUDA contexts of
   sleeping ones) stays within it (the memory-matched `lru@POINT` baseline: the router's
@@ -20,13 +20,13 @@ fewest requests in flight on them; ties: plan order):
 
 Planned tiers (`Slot.hours`, `idle_timeout_s`): at the start of each hour a sleeping
 instance wakes ahead of its requests when the hour is one of its awake hours
-(`tiering.wakes_ahead`), and an awake host/disk instance with nothing to do sleeps
-`idle_timeout_s` after its last request once outside its awake hours (`tiering.sleep_due_s`).
+(`serving_rule.wakes_ahead`), and an awake host/disk instance with nothing to do sleeps
+`idle_timeout_s` after its last request once outside its awake hours (`serving_rule.sleep_due_s`).
 Hand-off (`handoff`, model -> models often asked next in a session): a request also wakes
 a sleeping instance of each of those models that has none awake, where that puts nobody to
-sleep (`tiering.wakes_on_handoff`), so the session's next call finds it awake.
+sleep (`serving_rule.wakes_on_handoff`), so the session's next call finds it awake.
 Stand-ins (`substitutes`): a request that would wait goes to a ready instance of a stand-in
-model when the model's rule says so (`tiering.substitute`); the wake still happens unless
+model when the model's rule says so (`serving_rule.substitute`); the wake still happens unless
 the rule says not to.
 
 No thrash (`planner.optimizer.swap`, a planned policy only, not a reactive one): a wake that displaces a co-tenant
@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planner.optimizer import swap, tiering
+from planner.optimizer import serving_rule, swap
 from planner.optimizer.sim.event import Timeline
 from planner.optimizer.sim.instance import Engine
 from planner.schemas.plan import SubstituteRule
@@ -82,12 +82,12 @@ class Slot:
 
     @property
     def lazy(self) -> bool:
-        """host/disk tier: may be put to sleep (`tiering.Tenant`)."""
+        """host/disk tier: may be put to sleep (`serving_rule.Tenant`)."""
         return self.tier != "gpu"
 
     @property
     def awake_hours(self) -> frozenset[int]:
-        """`tiering.Tenant`."""
+        """`serving_rule.Tenant`."""
         return self.hours
 
 
@@ -109,7 +109,7 @@ class Router:
         by_model: dict[int, list[int]],
         timeline: Timeline,
         *,
-        policy: tiering.EvictionPolicy = tiering.PLAN,
+        policy: serving_rule.EvictionPolicy = serving_rule.PLAN,
         gpu_memory_gib: dict[tuple[str, int], float] | None = None,
         idle_timeout_s: float | None = None,
         warm_budget_gib: float | None = None,
@@ -150,7 +150,8 @@ class Router:
             m
             for m, cs in self.cands.items()
             if any(
-                c.lazy and tiering.handoff_displaces_nobody(c, self.near[c.index], self.capacity)
+                c.lazy
+                and serving_rule.handoff_displaces_nobody(c, self.near[c.index], self.capacity)
                 for c in cs
             )
         }
@@ -177,7 +178,7 @@ class Router:
             if s.awake:
                 self.timeline.awake_from(s.index, t0, counted=False)
         if self.scheduled:
-            self.next_hour_s = tiering.next_hour_s(t0)
+            self.next_hour_s = serving_rule.next_hour_s(t0)
 
     # -- routing ------------------------------------------------------------------------------
     def route(self, model: int, t: float) -> tuple[int, float, float]:
@@ -191,7 +192,7 @@ class Router:
 
     def _hand_off(self, models: list[int], t: float) -> None:
         """Wake a sleeping instance of each model in `models` that has none awake, the first
-        in plan order that `tiering.wakes_on_handoff` lets wake."""
+        in plan order that `serving_rule.wakes_on_handoff` lets wake."""
         idle_s = self.idle_timeout_s
         for m in models:
             cands = self.cands[m]
@@ -206,7 +207,9 @@ class Router:
             if any(c.awake for c in cands):
                 continue
             near, cap = self.near, self.capacity
-            s = next((c for c in cands if tiering.wakes_on_handoff(c, near[c.index], cap)), None)
+            s = next(
+                (c for c in cands if serving_rule.wakes_on_handoff(c, near[c.index], cap)), None
+            )
             if s is not None:
                 self._wake(s, t)
 
@@ -226,10 +229,10 @@ class Router:
         def load(c: Slot) -> int:
             return c.engine.outstanding(t)
 
-        if len(cands) == 1:  # `tiering.route` of one instance, without its calls
+        if len(cands) == 1:  # `serving_rule.route` of one instance, without its calls
             s = cands[0] if cands[0].awake else None
         else:
-            s = tiering.route(cands, _up, load)
+            s = serving_rule.route(cands, _up, load)
         if s is not None and s.ready_s <= t:
             s.last_used_s = t
             return s.index, t, -1.0
@@ -241,7 +244,7 @@ class Router:
                 return s.index, (s.ready_s if s.ready_s > t else t), -1.0
         sub = self.substitutes.get(model)
         if s is None:
-            s = tiering.choose_wake(cands, self._conflicts, load)
+            s = serving_rule.choose_wake(cands, self._conflicts, load)
             if sub is None or sub[0].wake:
                 self._wake(s, t)
         if sub is not None:
@@ -265,7 +268,7 @@ class Router:
         def ready(c: Slot) -> bool:
             return c.awake and c.ready_s <= t
 
-        got = tiering.substitute(rule, wait_s, cands, ready, lambda c: c.engine.outstanding(t))
+        got = serving_rule.substitute(rule, wait_s, cands, ready, lambda c: c.engine.outstanding(t))
         if got is None:
             return None
         c, penalty = got
@@ -303,7 +306,7 @@ class Router:
         if s.engine.outstanding(t):
             return
         idle_since = max(s.engine.free_s, s.ready_s)
-        at = tiering.sleep_due_s(s, idle_since, self.idle_timeout_s)
+        at = serving_rule.sleep_due_s(s, idle_since, self.idle_timeout_s)
         if at < t:
             self._sleep(s, at)
 
@@ -316,12 +319,14 @@ class Router:
             for s in self.lazy:
                 self._settle(s, tb)
             for s in self.scheduled:
-                if s.awake or not tiering.in_hours(s, tb):
+                if s.awake or not serving_rule.in_hours(s, tb):
                     continue
                 victims = self._conflicts(s)
-                if tiering.wakes_ahead(s, victims, lambda c, t=tb: c.engine.outstanding(t), tb):
+                if serving_rule.wakes_ahead(
+                    s, victims, lambda c, t=tb: c.engine.outstanding(t), tb
+                ):
                     self._wake(s, tb)
-            self.next_hour_s = tb + tiering.HOUR_S
+            self.next_hour_s = tb + serving_rule.HOUR_S
 
     def settle_until(self, end_s: float) -> None:
         """The end of the trace: the hour starts and idle sleeps due before `end_s`."""
@@ -358,7 +363,7 @@ class Router:
 
     def _conflicts(self, s: Slot) -> list[Slot]:
         """Awake co-tenants that must sleep before `s` can be awake (at `now_s`)."""
-        out = tiering.displaced(
+        out = serving_rule.displaced(
             s, self.near[s.index], policy=self.policy, capacity_gib=self.capacity, t_s=self.now_s
         )
         if self.policy.reactive and self.warm_budget_gib is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim import alone, lonememo
 from planner.optimizer.sim.admit import Admission, never_sleeping_bound
@@ -46,7 +46,7 @@ def simulate(
     slo: Slo,
     *,
     sleep_after_idle_s: float | None = None,
-    policy: str | tiering.EvictionPolicy = tiering.PLAN,
+    policy: str | serving_rule.EvictionPolicy = serving_rule.PLAN,
     gpu_memory_gib: dict[tuple[str, int], float] | None = None,
     model_names: list[str] | None = None,
     warm_budget_gib: float | None = None,
@@ -58,17 +58,17 @@ def simulate(
     sleep after that long with nothing to do, outside their awake hours (default: the
     point's `idle_sleep_s`). A wake displaces only as many co-tenants as GPU memory
     (`gpu_memory_gib` per (node, device), default: the point's `gpu_usable_gib`) requires;
-    `policy` (`tiering.EvictionPolicy` or its name) orders them: `tiering.LRU` takes the
+    `policy` (`serving_rule.EvictionPolicy` or its name) orders them: `serving_rule.LRU` takes the
     least recently used first and `warm_budget_gib` also caps the warm memory of the whole
     point (see `Router`). The point's `substitutes` send requests to stand-ins
-    (`tiering.substitute`). `compiled`: run engines on the numba loop (`kernel`, same
+    (`serving_rule.substitute`). `compiled`: run engines on the numba loop (`kernel`, same
     numbers; default: when numba is installed) or on the pure-Python reference.
     `model_names` fixes the model order of the per-model figures (default: the point's
     models, then any others in the trace). Deterministic: no randomness, no clock. Callers
     that simulate one trace many times should convert it once with
     `planner.optimizer.sim.request.to_requests(df, model_names)` and pass that.
     """
-    policy = tiering.eviction_policy(policy)
+    policy = serving_rule.eviction_policy(policy)
     engine_cls = _engine_class(compiled)
     names = list(model_names or dict.fromkeys(i.model for i in point.instances))
     if sleep_after_idle_s is None:
@@ -93,7 +93,7 @@ def _serve(
     req: Requests,
     slo: Slo,
     sleep_after_idle_s: float | None,
-    policy: tiering.EvictionPolicy,
+    policy: serving_rule.EvictionPolicy,
     gpu_memory_gib: dict[tuple[str, int], float] | None,
     warm_budget_gib: float | None,
     engine_cls: type,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner.optimizer import tiering
+from planner.optimizer import serving_rule
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.request import Outcome
 from planner.optimizer.sim.router import Slot
@@ -77,7 +77,7 @@ def substitutes(
         def instances_of(model: str) -> list[Slot]:
             return [slots[i] for i in by_model.get(midx.get(model, -2), [])]
 
-        cands = tiering.stand_ins(rule, instances_of, lambda s: s.variant)
+        cands = serving_rule.stand_ins(rule, instances_of, lambda s: s.variant)
         if cands:
             out[midx[name]] = (rule, cands)
     return out

@@ -1,4 +1,4 @@
-"""Eviction policies are objects (`tiering.PLAN`, `tiering.LRU`) and baselines a registry
+"""Eviction policies are objects (`serving_rule.PLAN`, `serving_rule.LRU`) and baselines a registry
 (`baselines.BUILDERS`): the same choices as the names they replace (issue 27 item 5)."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from test_sim_closed_form import perf, point, step_model, trace
 
-from planner.optimizer import baselines, tiering
+from planner.optimizer import baselines, serving_rule
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas.slo import Slo
 
 
 @dataclass
 class T:
-    """A tenant as the tiering rule sees it."""
+    """A tenant as the serving rule sees it."""
 
     name: str
     last_used_s: float
@@ -30,17 +30,17 @@ class T:
 
 
 def test_names_resolve_to_the_policy_objects_and_others_are_refused():
-    assert tiering.eviction_policy("plan") is tiering.PLAN
-    assert tiering.eviction_policy("lru") is tiering.LRU
-    assert tiering.eviction_policy(tiering.LRU) is tiering.LRU
+    assert serving_rule.eviction_policy("plan") is serving_rule.PLAN
+    assert serving_rule.eviction_policy("lru") is serving_rule.LRU
+    assert serving_rule.eviction_policy(serving_rule.LRU) is serving_rule.LRU
     with pytest.raises(ValueError, match=r"one of \('plan', 'lru'\), not 'fifo'"):
-        tiering.eviction_policy("fifo")
+        serving_rule.eviction_policy("fifo")
     with pytest.raises(ValueError, match="not 'fifo'"):
         simulate(point(["host"]), {}, trace([0.0], "m0", 10, 1), Slo(), policy="fifo")
 
 
 def test_a_policy_is_the_same_after_a_trip_to_a_worker_process():
-    for p in (tiering.PLAN, tiering.LRU):
+    for p in (serving_rule.PLAN, serving_rule.LRU):
         back = pickle.loads(pickle.dumps(p))
         assert back == p and back.reactive == p.reactive and back.name == p.name
 
@@ -52,12 +52,14 @@ def test_plan_spares_a_cotenant_within_its_hours_lru_does_not():
     other = T("b", last_used_s=5.0)
     near = [busy_hours, other]
     cap = {("n", 0): 20.0 + 3 * 0.5}
-    plan = tiering.displaced(target, near, policy=tiering.PLAN, capacity_gib=cap, t_s=60.0)
-    lru = tiering.displaced(target, near, policy=tiering.LRU, capacity_gib=cap, t_s=60.0)
+    plan = serving_rule.displaced(
+        target, near, policy=serving_rule.PLAN, capacity_gib=cap, t_s=60.0
+    )
+    lru = serving_rule.displaced(target, near, policy=serving_rule.LRU, capacity_gib=cap, t_s=60.0)
     assert [c.name for c in plan] == ["b"]
     assert [c.name for c in lru] == ["a"]
     # Without the GPU's capacity the plan keeps one lazy instance awake: all of them sleep.
-    assert len(tiering.displaced(target, near, policy=tiering.PLAN, t_s=60.0)) == 2
+    assert len(serving_rule.displaced(target, near, policy=serving_rule.PLAN, t_s=60.0)) == 2
 
 
 def test_simulate_takes_the_object_or_its_name_alike():
@@ -67,7 +69,7 @@ def test_simulate_takes_the_object_or_its_name_alike():
     tr = trace([10, 20, 30, 40, 50], ["m0", "m1", "m2", "m1", "m0"], 100, 5)
     mem = {("n", 0): 40.0}
     by_name = simulate(pt, perfs, tr, Slo(), policy="lru", gpu_memory_gib=mem)
-    by_object = simulate(pt, perfs, tr, Slo(), policy=tiering.LRU, gpu_memory_gib=mem)
+    by_object = simulate(pt, perfs, tr, Slo(), policy=serving_rule.LRU, gpu_memory_gib=mem)
     np.testing.assert_array_equal(by_name.switch_wait_s, by_object.switch_wait_s)
     assert by_name.wakes == by_object.wakes == 2
 

@@ -15,11 +15,11 @@ from test_sim_closed_form import perf, point, step_model, trace
 
 from planner.optimizer import scoring
 from planner.optimizer.baselines import lru_matched
+from planner.optimizer.hops import hop
 from planner.optimizer.pareto import dominates
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim import simulator
 from planner.optimizer.sim.simulator import simulate
-from planner.optimizer.tiers import hop
 from planner.schemas import load_cluster, load_plan
 from planner.schemas.slo import Slo
 

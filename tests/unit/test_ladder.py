@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli
 
+from planner.optimizer.hops import hop, placement_key
 from planner.optimizer.ladder import pays, rung_points, thin, tiers_key
 from planner.optimizer.point_metrics import PointMetrics
-from planner.optimizer.tiers import hop, placement_key
 from planner.schemas import load_plan
 from planner.schemas.plan import Hop, Plan
 

@@ -1,4 +1,4 @@
-"""The tiering rule: which instance serves a request, which sleeping one wakes, whom a wake
+"""The serving rule: which instance serves a request, which sleeping one wakes, whom a wake
 puts to sleep, when a lazy instance wakes ahead of its requests or sleeps, and when an awake
 stand-in answers instead.
 
@@ -56,7 +56,7 @@ DAY_H = 24
 
 
 class Tenant(Protocol):
-    """An instance as the tiering rule sees it."""
+    """An instance as the serving rule sees it."""
 
     @property
     def awake(self) -> bool:

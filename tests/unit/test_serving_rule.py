@@ -1,4 +1,4 @@
-"""One tiering rule: the gateway and the simulator's router make the same choices.
+"""One serving rule: the gateway and the simulator's router make the same choices.
 
 Each situation (the point's instances, which are awake, their requests in flight, the GPU
 capacity the point gives, the stand-in rules, the model requested) goes to both: the
