@@ -25,32 +25,10 @@ def placed(
 
 def host_gpus() -> Any:
     """This host's GPUs (`HostGpus`): NVML's, else nvidia-smi's names; none: the cpu device."""
-    import shutil
-    import subprocess
-
     from planner.adjuster.hostcheck import HostGpus
-    from planner.profiler.devices import discover_gpus, gpu_type_from_name
+    from planner.gpu_discovery import discover_gpus
 
-    gpus, _, _ = discover_gpus()
-    if gpus:
-        return HostGpus(tuple(g.gpu_type or g.name for g in gpus))
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return HostGpus()
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return HostGpus()
-    types = []
-    for line in out.splitlines():
-        name, _, mib = line.rpartition(",")
-        if name.strip():
-            mem = float(mib) / 1024 if mib.strip().replace(".", "").isdigit() else None
-            types.append(gpu_type_from_name(name.strip(), mem) or name.strip())
-    return HostGpus(tuple(types))
+    return HostGpus(tuple(g.gpu_type or g.name for g in discover_gpus().gpus))
 
 
 def check_host(plan: Any, point: str | None, node: str | None, cluster: Any, file: str) -> None:

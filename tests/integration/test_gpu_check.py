@@ -19,10 +19,11 @@ def torch_cuda():
 
 
 def test_nvml_names_every_visible_gpu_as_a_catalog_type(torch_cuda):
-    from planner.profiler.devices import discover_gpus, gpu_type_from_name
+    from planner.gpu_discovery import discover_gpus, gpu_type_from_name
 
-    gpus, driver, _ = discover_gpus()
-    assert driver, "NVML gave no driver version"
+    found = discover_gpus()
+    gpus = found.gpus
+    assert found.driver, f"{found.source} gave no driver version"
     assert len(gpus) >= torch_cuda.cuda.device_count()
     for g in gpus:
         assert gpu_type_from_name(g.name, g.memory_gib), f"{g.name} maps to no catalog row"
