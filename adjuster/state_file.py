@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from planner.errors import InputError
 
 DB_NAME = "state.sqlite"
-SCHEMA_VERSION = 3  # PRAGMA user_version of files this code writes; 0: written before versions
+# one numbered migration step: SQL run on the open file (MIGRATIONS; SCHEMA_VERSION, the
+# PRAGMA user_version of files this code writes, is their count)
+Migration = Callable[[sqlite3.Connection], None]
 TABLES = ("instances", "journal", "lease", "meta")
 REPAIR_FIX = (
     "see `planner state check --state-dir DIR`; `planner state export` saves what is readable, "
@@ -214,8 +217,8 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """A connection to the state file at `path`, created when absent; InputError when unusable.
 
     An existing file must be a whole SQLite database (quick_check) with every table of the
-    schema and a schema version this code knows. A file from before versions is upgraded
-    (unless `readonly`).
+    schema and a schema version this code knows. A file of an older version is upgraded by the
+    numbered MIGRATIONS (unless `readonly`); one of a newer version is refused.
     """
     if path.is_dir():
         raise damaged(path, "is a directory, not the state database")
@@ -262,7 +265,13 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             fix="use the newer planner that wrote it (`planner state export` saves its rows)",
         )
     if version < SCHEMA_VERSION and not readonly:
-        _upgrade(db)
+        try:
+            _upgrade(db)
+        except sqlite3.OperationalError as e:
+            db.close()
+            raise unwritable(path, e) or damaged(
+                path, f"cannot upgrade the state database: {e}"
+            ) from None
     for r in db.execute("SELECT * FROM instances"):
         keys = r.keys()
         bad = InstanceRow(**{c: r[c] for c in COLUMNS if c in keys}).problem()
@@ -272,20 +281,44 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     return db
 
 
-# The columns each schema version added (numbered steps: an older file gets the later ones,
-# with their defaults; a row of an older file ran vLLM, the only engine then).
-_ADDED: dict[int, dict[str, str]] = {
-    1: {"memory_gib": "REAL NOT NULL DEFAULT 0"},
-    2: {"secret": "TEXT NOT NULL DEFAULT ''"},
-    3: {"engine": "TEXT NOT NULL DEFAULT 'vllm'", "ref": "TEXT NOT NULL DEFAULT ''"},
-}
+def _add_columns(**decls: str) -> Migration:
+    """A step that adds columns to `instances`, each with its default. A column already there
+    is left as it is: files written before version numbers (user_version 0) hold some of the
+    later columns, and a file at any version may have been upgraded part way by hand."""
+
+    def step(db: sqlite3.Connection) -> None:
+        have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
+        for col, decl in decls.items():
+            if col not in have:
+                db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
+
+    return step
+
+
+# The numbered migrations: MIGRATIONS[v] takes a file of schema version v to v + 1; a file
+# gets every step from its version on, in order, in one transaction (`_upgrade`). A new
+# version appends a step here and the column to SCHEMA; a step is never edited once shipped.
+MIGRATIONS: tuple[Migration, ...] = (
+    _add_columns(memory_gib="REAL NOT NULL DEFAULT 0"),  # 0 -> 1: per-GPU memory when awake
+    _add_columns(secret="TEXT NOT NULL DEFAULT ''"),  # 1 -> 2: the instance's API key
+    # 2 -> 3: the engine kind and the backend's reference; an older row ran vLLM, the only
+    # engine then, and keeps its pid or actor (InstanceRow.has_process reads either)
+    _add_columns(engine="TEXT NOT NULL DEFAULT 'vllm'", ref="TEXT NOT NULL DEFAULT ''"),
+)
+SCHEMA_VERSION = len(MIGRATIONS)  # PRAGMA user_version of files this code writes
 
 
 def _upgrade(db: sqlite3.Connection) -> None:
-    """Files written before this schema version get the newer columns (with their defaults)."""
-    have = {r["name"] for r in db.execute("PRAGMA table_info(instances)")}
-    extra = {col: decl for step in sorted(_ADDED) for col, decl in _ADDED[step].items()}
-    for col, decl in extra.items():
-        if col not in have:
-            db.execute(f"ALTER TABLE instances ADD COLUMN {col} {decl}")
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    """Apply the steps from the file's version to SCHEMA_VERSION in one transaction, and record
+    the version reached (user_version is part of it: a failed step leaves the file as it was).
+    The version is read again under the write lock: another process may have upgraded it."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        for step in MIGRATIONS[version:]:
+            step(db)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
