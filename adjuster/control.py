@@ -216,7 +216,9 @@ class Controller:
         lease = self.state.lease_holder()
         if lease is None or lease.expires_at <= time.time():
             return False
-        return lease.holder_host != self.state.host or pid_alive(lease.holder_pid)
+        return lease.holder_host != self.state.host or pid_alive(
+            lease.holder_pid, running_at=lease.acquired_at
+        )
 
     def _lease_elsewhere(self) -> bool:
         """Whether another live process holds the state lease (an apply or adjust running)."""
@@ -225,7 +227,9 @@ class Controller:
             return False
         if lease.holder_host != self.state.host:
             return True
-        return lease.holder_pid != os.getpid() and pid_alive(lease.holder_pid)
+        return lease.holder_pid != os.getpid() and pid_alive(
+            lease.holder_pid, running_at=lease.acquired_at
+        )
 
     def _launch(
         self, inst: Instance, row: InstanceRow | None, timeout_s: float, kind: str, restarts: int

@@ -225,7 +225,8 @@ class StateStore:
         if lease.expires_at <= now:
             return False
         if lease.holder_host == self.host:
-            return pid_alive(lease.holder_pid)
+            # a process that reused the holder's pid started after the lease was taken
+            return pid_alive(lease.holder_pid, running_at=lease.acquired_at)
         return True  # another host's holder: only expiry frees it
 
     def acquire_lease(

@@ -77,44 +77,60 @@ def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> 
 
 def is_same_instance(holder: PortHolder, log_path: str | Path) -> bool:
     """Whether the port's holder is an earlier server of the instance that logs to `log_path`
-    (one this host's planner started and lost track of); False when /proc cannot tell."""
+    (one this host's planner started and lost track of); False when its environment cannot
+    be read."""
+    import psutil
+
     if holder.pid is None:
         return False
     try:
-        env = Path(f"/proc/{holder.pid}/environ").read_bytes().split(b"\0")
-    except OSError:
+        env = psutil.Process(holder.pid).environ()
+    except psutil.Error:
         return False
-    return f"{_MARK}={Path(log_path).resolve()}".encode() in env
+    return env.get(_MARK) == str(Path(log_path).resolve())
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` runs on this host (a zombie counts as dead)."""
+# psutil derives a start time from the boot time (whole seconds) and clock ticks: it may
+# read up to about a second late
+_CREATE_TIME_SLACK_S = 2.0
+
+
+def pid_alive(pid: int, *, running_at: float | None = None) -> bool:
+    """Whether `pid` runs on this host (a zombie counts as dead).
+
+    `running_at`: epoch seconds at which the process meant was already running (when it took
+    a lease, say). A process with that pid created later is another one that reused the pid,
+    and counts as dead.
+    """
+    import psutil
+
     if pid <= 0:
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return running_at is None or proc.create_time() <= running_at + _CREATE_TIME_SLACK_S
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    except psutil.AccessDenied:
+        return True  # another user's process: it exists
 
 
 def pid_is_server(pid: int, port: int, marker: str) -> bool:
     """Whether `pid` is live and its command line names `marker` (the engine's
     `process_marker`) and `port`: guards against reused pids."""
+    import psutil
+
     if not pid_alive(pid):
         return False
     try:
-        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return True  # no /proc: trust the pid
-    text = [a.decode(errors="replace") for a in args]
-    return any(marker in a for a in text) and str(port) in text
+        args = psutil.Process(pid).cmdline()
+    except psutil.AccessDenied:
+        return True  # cannot read it: trust the pid
+    except psutil.NoSuchProcess:
+        return False  # exited since, or a zombie now
+    return any(marker in a for a in args) and str(port) in args
 
 
 _CLASSIFY_BYTES = 1_000_000  # how much of a failed start's log is searched for its cause
@@ -251,18 +267,16 @@ def _signal_group(pid: int, sig: int) -> None:
 
 def group_alive(pgid: int) -> bool:
     """Whether any non-zombie process is left in process group `pgid`."""
+    import psutil
+
     try:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for proc in psutil.process_iter():
         try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue  # gone since the listing, or not ours to read
     return False

@@ -114,3 +114,28 @@ def test_expired_lease_of_other_host_is_taken_over(tmp_path) -> None:
     )
     with pytest.raises(LockHeldError, match="elsewhere"):
         s.acquire_lease()
+
+
+def test_a_lease_whose_holder_pid_was_reused_is_taken_over(tmp_path) -> None:
+    """The holder died and a newer process got its pid: the lease is free (before, it looked
+    held until it expired). The child stands for the process that reused the pid."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        s = StateStore(tmp_path)
+        for acquired_at, held in ((time.time(), True), (time.time() - 3600, False)):
+            s._db.execute(
+                "INSERT OR REPLACE INTO lease (id, holder_pid, holder_host, purpose, acquired_at,"
+                " expires_at) VALUES (1, ?, ?, 'apply', ?, ?)",
+                (child.pid, s.host, acquired_at, time.time() + 600),
+            )
+            if held:
+                with pytest.raises(LockHeldError, match=f"pid {child.pid}"):
+                    s.acquire_lease()
+            else:
+                assert s.acquire_lease().holder_pid == os.getpid()
+    finally:
+        child.kill()
+        child.wait()

@@ -159,3 +159,36 @@ def test_a_start_that_fills_the_disk_says_so_from_a_long_log(tmp_path) -> None:
         process.wait_ready(VLLM, "127.0.0.1", _port(), proc, log, timeout_s=30, poll_s=0.05)
     assert log.stat().st_size > 130_000
     assert ei.value.reason == "disk_full" and "free space" in (ei.value.fix or "")
+
+
+def test_a_process_created_after_the_moment_meant_reused_the_pid() -> None:
+    """The pid-reuse guard (psutil's create_time): this process runs, but it is not one that
+    was already running an hour before it started."""
+    import os
+    import time
+
+    import psutil
+
+    born_s = psutil.Process().create_time()
+    assert process.pid_alive(os.getpid(), running_at=born_s)
+    assert process.pid_alive(os.getpid(), running_at=time.time())
+    assert not process.pid_alive(os.getpid(), running_at=born_s - 3600)
+
+
+def test_a_zombie_is_dead() -> None:
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.05)
+        assert not process.pid_alive(child.pid)  # exited, not yet reaped
+        assert not process.pid_is_server(child.pid, 1, VLLM.process_marker)
+    finally:
+        child.wait()
