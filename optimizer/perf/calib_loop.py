@@ -139,7 +139,8 @@ def loop_predict(points: list[LoopPoint], gpu: GpuSpec, cal: Calib) -> np.ndarra
     perfs: dict[tuple, object] = {}
     out = np.empty((len(points), 2))
     for i, p in enumerate(points):
-        key = (id(p.arch), p.quantization, p.tp)
+        # keyed by value (ModelArch is frozen): equal archs share one perf, whatever object
+        key = (p.arch, p.quantization, p.tp)
         if key not in perfs:
             perfs[key] = instance_perf(
                 p.arch, p.quantization, gpu, p.tp, interconnect=link, calib=cal
