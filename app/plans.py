@@ -125,20 +125,19 @@ def optimize_plan(
     OptimizeConfig, recorded in the plan). `out`: where the plan will be written (its input
     paths are stored relative to that folder); `search`: extra fields of `plan.search`."""
     from planner.forkmap import serial_map
-    from planner.optimizer.search import optimize
+    from planner.optimizer.search import SearchInputs, optimize
 
-    result = optimize(
-        inputs.cluster,
-        inputs.models,
-        inputs.slo,
-        inputs.trace,
-        cfg,
-        None,
-        inputs.calib or None,
-        progress,
-        clock or (lambda: 0.0),
-        job_map or serial_map,
+    search_inputs = SearchInputs(
+        cluster=inputs.cluster,
+        models=inputs.models,
+        slo=inputs.slo,
+        trace=inputs.trace,
+        cfg=cfg,
+        calib=inputs.calib or None,
+        clock=clock or (lambda: 0.0),
+        job_map=job_map or serial_map,
     )
+    result = optimize(search_inputs, progress)
     base = out.parent if out is not None else None
     refs = provenance(base=base, **inputs.paths) if inputs.paths else {}
     from planner.app.inputs import calibration_refs

@@ -23,7 +23,7 @@ from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.milp import Placement, placement_options
-from planner.optimizer.search import Searcher
+from planner.optimizer.search import Searcher, SearchInputs
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models, default_spec
 from planner.schemas import parse
@@ -109,7 +109,7 @@ def main() -> int:
     trace = synth(spec, seed=3)
     score = inputs.scorer(trace, slo)
     cfg = OptimizeConfig(evals=24, max_replicas=1, max_tp=2)
-    searcher = Searcher(cluster, models, slo, trace, cfg, score)
+    searcher = Searcher(SearchInputs(cluster, models, slo, trace, cfg, score))
 
     t0 = time.perf_counter()
     res = searcher.run()

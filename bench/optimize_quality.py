@@ -48,7 +48,7 @@ from planner.forkmap import default_workers, fork_map
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.point_metrics import PointMetrics
-from planner.optimizer.search import optimize
+from planner.optimizer.search import SearchInputs, optimize
 from planner.optimizer.sim.simulator import simulate
 
 HEAD = f"{'point':<22}{'attain':>8}{'switch95 s':>12}{'warm GiB':>10}{'GPUs':>6}"
@@ -67,14 +67,8 @@ def run(
 ) -> dict[int, dict[str, str]]:
     """Optimize on the example's week once; the targets' verdicts on each unseen week."""
     cl, ms, sl, fit_week = example(name, seed=0)
-    res = optimize(
-        cl,
-        ms,
-        sl,
-        fit_week,
-        OptimizeConfig(evals=evals, held_back=held_back),
-        job_map=fork_map(default_workers()),
-    )
+    cfg = OptimizeConfig(evals=evals, held_back=held_back)
+    res = optimize(SearchInputs(cl, ms, sl, fit_week, cfg, job_map=fork_map(default_workers())))
     print(
         f"\n== {name}: fit on {res.fit_requests} requests, points chosen on the "
         f"{res.validate_days} held-back days ({res.held_requests} requests: "

@@ -21,7 +21,7 @@ from lab16 import lab16
 from planner.cli import inputs
 from planner.forkmap import fork_map
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.search import optimize
+from planner.optimizer.search import SearchInputs, optimize
 
 BIG_USERS = 62  # 141k requests in the week
 WORKERS = 2
@@ -32,7 +32,9 @@ def timed(users: int | None) -> tuple[float, float, object, int, int]:
     cl, ms, sl, trace = lab16(seed=0, users=users)
     t1 = time.perf_counter()
     res = optimize(
-        cl, ms, sl, trace, OptimizeConfig(), clock=time.perf_counter, job_map=fork_map(WORKERS)
+        SearchInputs(
+            cl, ms, sl, trace, OptimizeConfig(), clock=time.perf_counter, job_map=fork_map(WORKERS)
+        )
     )
     t2 = time.perf_counter()
     milps = [e.milp for e in res.evaluations if e.milp is not None]
@@ -53,7 +55,8 @@ def timed(users: int | None) -> tuple[float, float, object, int, int]:
 def main() -> None:
     inputs.silence_solver_banner()
     cl, ms, sl, trace = lab16(seed=0)
-    optimize(cl, ms, sl, trace.iloc[:2000], OptimizeConfig(evals=4, baselines=False))  # compile
+    compile_cfg = OptimizeConfig(evals=4, baselines=False)
+    optimize(SearchInputs(cl, ms, sl, trace.iloc[:2000], compile_cfg))  # compile
     total, max_solve, res, _, iters = timed(None)
     big, big_solve, _, n_big, big_iters = timed(BIG_USERS)
     ok = total <= 60 and max_solve <= 2.0 and big <= 30

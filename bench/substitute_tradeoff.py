@@ -51,7 +51,7 @@ from lab16 import example, example_dir
 from planner.cli import inputs
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
-from planner.optimizer.search import optimize
+from planner.optimizer.search import SearchInputs, optimize
 from planner.optimizer.sim.simulator import simulate
 from planner.schemas import load_models
 
@@ -123,16 +123,16 @@ def run(name: str, evals: int, folder: Path) -> tuple[dict[str, str], list, list
     cl, ms, sl, week = example(name, seed=0)
     ms_sub = load_models(declared_models(name, folder))
     cfg = OptimizeConfig(evals=evals)
-    res0 = optimize(cl, ms, sl, week, cfg)
+    res0 = optimize(SearchInputs(cl, ms, sl, week, cfg))
     # the shorter idle sleep the covered models get, for every model and without stand-ins:
     # what sleeping sooner alone buys
     short = cfg.model_copy(update={"idle_sleep_s": cfg.covered_idle_sleep_s})
     base = curve(res0) + [
         r
-        for r in curve(optimize(cl, ms, sl, week, short), f"@{short.idle_sleep_s:g}s")
+        for r in curve(optimize(SearchInputs(cl, ms, sl, week, short)), f"@{short.idle_sleep_s:g}s")
         if not r["point"].startswith("from-")  # the same baselines
     ]
-    res1 = optimize(cl, ms_sub, sl, week, cfg)
+    res1 = optimize(SearchInputs(cl, ms_sub, sl, week, cfg))
     subs = curve(res1)
     decl = ", ".join(f"{m} <- {s} (penalty {p})" for m, (s, p) in DECLARED[name].items())
     print(

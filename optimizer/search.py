@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -40,25 +40,46 @@ from planner.schemas.slo import Slo
 Progress = Callable[[int, int, PointMetrics | None], None]
 
 
+def _no_clock() -> float:
+    return 0.0
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """What one optimize run searches: the inputs, the settings, and how it runs.
+
+    Without `scorer` the simulator scores on the trace less its held-back days
+    (`cfg.validate_days`); a given `scorer` defines the scoring trace and nothing is held back.
+    `clock` is injected (the core reads no clock itself): it times the MILP and the simulator.
+    `job_map` runs the batches of plan variants (e.g. over forked processes: `fork_map`).
+    """
+
+    cluster: Cluster
+    models: Models
+    slo: Slo
+    trace: pd.DataFrame
+    cfg: OptimizeConfig
+    scorer: Scorer | None = None
+    calib: dict[str, Calib] | None = None
+    clock: Callable[[], float] = _no_clock
+    job_map: JobMap = serial_map
+
+
 class Searcher:
     """Holds the inputs of one optimize run; `run()` does the search."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        models: Models,
-        slo: Slo,
-        trace: pd.DataFrame,
-        cfg: OptimizeConfig,
-        scorer: Scorer | None = None,
-        calib: dict[str, Calib] | None = None,
-        clock: Callable[[], float] = lambda: 0.0,
-        job_map: JobMap = serial_map,
-    ):
-        self.clock = clock  # injected (the core reads no clock itself): times MILP and simulator
-        self.job_map = job_map
+    def __init__(self, inputs: SearchInputs):
+        cluster = inputs.cluster
+        models = inputs.models
+        slo = inputs.slo
+        cfg = inputs.cfg
+        scorer = inputs.scorer
+        self.clock = inputs.clock
+        self.job_map = inputs.job_map
         # A given scorer defines the scoring trace itself: nothing is held back then.
-        self.ctx = c = search_context(cluster, models, slo, trace, cfg, calib, scorer is None)
+        self.ctx = c = search_context(
+            cluster, models, slo, inputs.trace, cfg, inputs.calib, scorer is None
+        )
         self.cluster, self.models, self.slo, self.cfg = cluster, models, slo, cfg
         names = models.names
         self.scorer = scorer or scoring.scorer(c.fit_req, slo, names)
@@ -373,22 +394,6 @@ def quality_weight(cfg: OptimizeConfig, slo: Slo) -> float:
     return DEFAULT_QUALITY_WEIGHT
 
 
-def optimize(
-    cluster: Cluster,
-    models: Models,
-    slo: Slo,
-    trace: pd.DataFrame,
-    cfg: OptimizeConfig,
-    scorer: Scorer | None = None,
-    calib: dict[str, Calib] | None = None,
-    progress: Progress | None = None,
-    clock: Callable[[], float] = lambda: 0.0,
-    job_map: JobMap = serial_map,
-) -> SearchResult:
-    """Search the plans for these inputs; see the module docstring.
-
-    Without `scorer` the simulator scores on the trace less its held-back days
-    (`cfg.validate_days`); a given `scorer` defines the scoring trace and nothing is held back.
-    `job_map` runs the batches of plan variants (e.g. over forked processes: `fork_map`).
-    """
-    return Searcher(cluster, models, slo, trace, cfg, scorer, calib, clock, job_map).run(progress)
+def optimize(inputs: SearchInputs, progress: Progress | None = None) -> SearchResult:
+    """Search the plans for `inputs`; see the module docstring and `SearchInputs`."""
+    return Searcher(inputs).run(progress)

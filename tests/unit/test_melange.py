@@ -95,9 +95,10 @@ def test_a_melange_solve_leaves_the_placement_milp_solvable_in_the_same_process(
     """HiGHS keeps its thread count per process: a melange solve with the default threads
     made every later single-threaded placement solve fail, reported as infeasible."""
     from planner.optimizer.config import OptimizeConfig
-    from planner.optimizer.search import optimize
+    from planner.optimizer.search import SearchInputs, optimize
 
     cl, ms, sl, tr = edge6
     baselines.build("melange", cl, ms, sl, tr)
-    res = optimize(cl, ms, sl, tr, OptimizeConfig(evals=3, baselines=False, validate_days=0))
+    cfg = OptimizeConfig(evals=3, baselines=False, validate_days=0)
+    res = optimize(SearchInputs(cl, ms, sl, tr, cfg))
     assert res.points

@@ -16,7 +16,12 @@ from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
-from planner.optimizer.search import DEFAULT_QUALITY_WEIGHT, optimize, quality_weight
+from planner.optimizer.search import (
+    DEFAULT_QUALITY_WEIGHT,
+    SearchInputs,
+    optimize,
+    quality_weight,
+)
 from planner.optimizer.select import _pool
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.schemas.models import Substitute
@@ -36,7 +41,7 @@ def run():
     m.substitute_when = "always_while_waking"
     trace = inputs.workload(SMALL / "workload.yaml", ms, 1)
     inputs.silence_solver_banner()
-    return ms, sl, optimize(cl, ms, sl, trace, CFG)
+    return ms, sl, optimize(SearchInputs(cl, ms, sl, trace, CFG))
 
 
 def test_every_point_carries_the_rules(run):
