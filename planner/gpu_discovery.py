@@ -13,8 +13,10 @@ pass a fake NVML module with the same functions, or put a fake `nvidia-smi` on P
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from planner.catalog.gpus import GPUS
 from planner.units import GIB
@@ -32,6 +34,8 @@ SMI_FIELDS = (
     "pcie.link.width.max",
 )
 MIB_PER_GIB = 1024.0
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _try(fn, default):
+def _try(fn: Callable[[], T], default: D) -> T | D:
     try:
         return fn()
     except Exception:  # NVML raises NVMLError_NotSupported etc. per query
@@ -148,9 +152,10 @@ def _from_nvml(nvml: Any) -> tuple[GpuDiscovery | None, str]:
     """(what NVML found, "") or (None, why NVML could not be asked)."""
     if nvml is None:
         try:
-            import pynvml as nvml  # distribution nvidia-ml-py
+            import pynvml  # distribution nvidia-ml-py
         except ImportError:
             return None, "NVML: pynvml is not installed (pip install nvidia-ml-py)"
+        nvml = pynvml
     try:
         nvml.nvmlInit()
     except Exception as e:  # no driver, no device
@@ -179,7 +184,7 @@ def _one_nvml_gpu(nvml: Any, i: int) -> GpuInfo:
     max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
     links = 0
     for link in range(max_links):
-        state = _try(lambda link=link: nvml.nvmlDeviceGetNvLinkState(h, link), None)
+        state = _try(partial(nvml.nvmlDeviceGetNvLinkState, h, link), None)
         if state is None:
             break  # NotSupported past the last link, or no NVLink at all
         links += 1 if int(state) == 1 else 0

@@ -87,7 +87,7 @@ def is_same_instance(holder: PortHolder, log_path: str | Path) -> bool:
         env = psutil.Process(holder.pid).environ()
     except psutil.Error:
         return False
-    return env.get(_MARK) == str(Path(log_path).resolve())
+    return bool(env.get(_MARK) == str(Path(log_path).resolve()))
 
 
 # psutil derives a start time from the boot time (whole seconds) and clock ticks: it may
