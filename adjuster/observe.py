@@ -96,10 +96,14 @@ def hop_cost(
     if plan_hop is None:
         return cost
     return HopCost(
-        starts=plan_hop.restarts, sleeps=plan_hop.sleeps, stops=cost.stops,
-        wakes=plan_hop.wakes, restarted=cost.restarted, duration_s=cost.duration_s,
+        starts=plan_hop.restarts,
+        sleeps=plan_hop.sleeps,
+        stops=cost.stops,
+        wakes=plan_hop.wakes,
+        restarted=cost.restarted,
+        duration_s=cost.duration_s,
         predicted_s=predicted_s,
-    )  # fmt: skip
+    )
 
 
 def cost_of_steps(
@@ -127,9 +131,13 @@ def cost_of_steps(
         elif kind == "stop":
             t += STOP_S
     return HopCost(
-        starts=counts["start"] + counts["restart"], sleeps=counts["sleep"],
-        stops=counts["stop"], wakes=counts["wake"], restarted=ready, duration_s=t,
-    )  # fmt: skip
+        starts=counts["start"] + counts["restart"],
+        sleeps=counts["sleep"],
+        stops=counts["stop"],
+        wakes=counts["wake"],
+        restarted=ready,
+        duration_s=t,
+    )
 
 
 def ready_by_model(point: Point, cost: HopCost) -> dict[str, float]:

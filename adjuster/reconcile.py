@@ -173,10 +173,14 @@ def diff(
             o = actual[k]
             d = want.get(k)
             if (
-                d is not None and d.tier in ("host", "disk") and o.status == "awake"
-                and o.node == node and set(o.gpus) & set(gpus) and k not in put_to_sleep
+                d is not None
+                and d.tier in ("host", "disk")
+                and o.status == "awake"
+                and o.node == node
+                and set(o.gpus) & set(gpus)
+                and k not in put_to_sleep
                 and not any(a.instance == k for a in tiered[key])
-            ):  # fmt: skip
+            ):
                 put_to_sleep.add(k)
                 out.append(
                     Action("sleep", k, node, "co-tenant of a starting instance", sleep_level(d))
@@ -199,9 +203,10 @@ def _fits(
         if c is None:
             return False
         used = sum(
-            o.memory_gib for o in actual.values()
+            o.memory_gib
+            for o in actual.values()
             if o.node == inst.node and g in o.gpus and o.status in ("awake", "starting")
-        )  # fmt: skip
+        )
         if used + pending.get((inst.node, g), 0.0) + inst.memory_gib.total > c:
             return False
     return True

@@ -176,10 +176,14 @@ def replay(
     pending: HopCost | None = None  # the hop made at the end of the previous window
     source, backend = TraceSource(trace), SimBackend(sleep_supported)
     tcfg = TickConfig(
-        policy=cfg, slo=slo, perfs=perfs, plan_sha="replay", model_names=model_names,
+        policy=cfg,
+        slo=slo,
+        perfs=perfs,
+        plan_sha="replay",
+        model_names=model_names,
         start=AdjustState(point=start, since_s=first, config=cfg),
         reoptimize=_grower(reoptimizer, perfs) if reoptimizer is not None else None,
-    )  # fmt: skip
+    )
     with tempfile.TemporaryDirectory(prefix="planner-replay-") as tmp, StateStore(tmp) as store:
         apply_point(plan, start, backend=backend, state=store, model_path_resolver=lambda i: "")
         state = tcfg.start
@@ -329,23 +333,44 @@ class _Log:
     def record(self, res: TickResult, end_s: float) -> None:
         """The decision of the window ending at `end_s` (and its hop or other action)."""
         act, win = res.action, res.window
-        self.decisions.append({
-            "at_s": end_s, "kind": act.kind, "from": act.from_point, "point": act.point,
-            "requests": len(win), "forecast_window_requests": list(res.forecast_requests),
-        })  # fmt: skip
+        self.decisions.append(
+            {
+                "at_s": end_s,
+                "kind": act.kind,
+                "from": act.from_point,
+                "point": act.point,
+                "requests": len(win),
+                "forecast_window_requests": list(res.forecast_requests),
+            }
+        )
         if act.kind == "hop":
             assert res.hop is not None
-            self.hops.append({
-                "at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason,
-                "restarts": res.hop.starts, "wakes": res.hop.wakes, "sleeps": res.hop.sleeps,
-                "stops": res.hop.stops, "tiers_only": res.hop.tiers_only,
-            })  # fmt: skip
+            self.hops.append(
+                {
+                    "at_s": end_s,
+                    "from": act.from_point,
+                    "to": act.point,
+                    "reason": act.reason,
+                    "restarts": res.hop.starts,
+                    "wakes": res.hop.wakes,
+                    "sleeps": res.hop.sleeps,
+                    "stops": res.hop.stops,
+                    "tiers_only": res.hop.tiers_only,
+                }
+            )
         elif act.kind != "hold":
             entry = {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
             self.actions.append({**entry, **res.report})
             if act.kind == "reoptimize":
-                self.reopts.append({"at_s": end_s, "from": act.from_point, "reason": act.reason,
-                                    "window_requests": len(win), **res.report})  # fmt: skip
+                self.reopts.append(
+                    {
+                        "at_s": end_s,
+                        "from": act.from_point,
+                        "reason": act.reason,
+                        "window_requests": len(win),
+                        **res.report,
+                    }
+                )
 
     def to_json(self) -> dict[str, Any]:
         return {

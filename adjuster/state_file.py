@@ -160,15 +160,17 @@ def unwritable(path: Path, e: sqlite3.OperationalError) -> InputError | None:
     text = str(e).lower()
     if "full" in text:
         return InputError(
-            "the disk holding the state database is full", file=str(path),
+            "the disk holding the state database is full",
+            file=str(path),
             fix="free space on it (nothing is damaged), then run the command again",
-        )  # fmt: skip
+        )
     if "readonly" in text or "read-only" in text or not os.access(path.parent, os.W_OK):
         return InputError(
-            "the state dir or its database is read-only", file=str(path),
+            "the state dir or its database is read-only",
+            file=str(path),
             fix="run as the user who owns the state dir, or make it writable "
             "(`planner status` reads a read-only one)",
-        )  # fmt: skip
+        )
     return None
 
 

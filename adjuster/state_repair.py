@@ -130,9 +130,12 @@ def repair(state_dir: str | Path | None, *, force: bool = False) -> dict[str, An
         logs = sorted(p.stem for p in (path.parent / "logs").glob("*.log"))
         orphans = [i for i in logs if i not in known]
         st.journal(
-            "repair", "", "", "ok",
+            "repair",
+            "",
+            "",
+            "ok",
             f"rebuilt from {backup.name}: kept {counts}; unreadable {lost or 'nothing'}",
-        )  # fmt: skip
+        )
     return {
         "file": str(path),
         "backup": str(backup),

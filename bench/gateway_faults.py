@@ -113,10 +113,16 @@ def serve(cfg_path: str) -> None:
 
 def _instance(iid: str, model: str, gpu: int, tier: str) -> dict:
     return {
-        "id": iid, "model": model, "variant": "bf16", "node": "n1", "gpus": [gpu], "tp": 1,
-        "tier": tier, "port": free_port(),
+        "id": iid,
+        "model": model,
+        "variant": "bf16",
+        "node": "n1",
+        "gpus": [gpu],
+        "tp": 1,
+        "tier": tier,
+        "port": free_port(),
         "memory_gib": {"weights": 1.0, "kv": 1.0, "overhead": 0.5},
-    }  # fmt: skip
+    }
 
 
 def start_gateway(
@@ -149,8 +155,10 @@ def start_gateway(
     err = open(work / f"{name}.stderr", "wb")  # noqa: SIM115 (the child's, closed at the end)
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(work / f"{name}.json")],
-        stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limits,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        preexec_fn=limits,
+    )
     import httpx
 
     url = f"http://127.0.0.1:{port}"
@@ -185,9 +193,11 @@ def normal(url: str, user: str = "normal") -> float:
     t = time.perf_counter()
     try:
         r = httpx.post(
-            url + "/v1/completions", json={"model": "c", "prompt": "hi"},
-            headers=headers, timeout=10,
-        )  # fmt: skip
+            url + "/v1/completions",
+            json={"model": "c", "prompt": "hi"},
+            headers=headers,
+            timeout=10,
+        )
     except httpx.HTTPError:
         return float("inf")
     return time.perf_counter() - t if r.status_code == 200 else float("inf")

@@ -295,10 +295,15 @@ def main() -> int:
             res[f"{tag}_small_fp8_tpot"] = np.median(small.tpot_err)
             res[f"{tag}_small_fp8_ttft"] = np.median(small.ttft_err)
         worst = j.groupby(["model", "gpu"]).tpot_err.median()
-        res.update({
-            f"{tag}_ttft": t_ttft, f"{tag}_tpot": t_tpot, f"{tag}_worst_group_tpot": worst.max(),
-            f"{tag}_roofline_ttft": np.median(roof.ttft_err), f"{tag}_roofline_tpot": np.median(roof.tpot_err),
-        })  # fmt: skip
+        res.update(
+            {
+                f"{tag}_ttft": t_ttft,
+                f"{tag}_tpot": t_tpot,
+                f"{tag}_worst_group_tpot": worst.max(),
+                f"{tag}_roofline_ttft": np.median(roof.ttft_err),
+                f"{tag}_roofline_tpot": np.median(roof.tpot_err),
+            }
+        )
         ok &= t_tpot <= TPOT_TARGET and t_ttft <= TTFT_TARGET and worst.max() <= GROUP_TPOT_TARGET
         print(f"  worst (model, system) TPOT: {worst.idxmax()} {worst.max():.1%}")
     print("\nall rows (the source of the fitted defaults in optimizer/perf/calib.py; not scored):")

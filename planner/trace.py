@@ -203,20 +203,28 @@ def _check_ranges(out: dict[str, Any], at: tuple[str | None, int | None]) -> Non
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         v = out[name]
         refuse_first(
-            v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
-            f"'{name}' must be >= {low}; drop or fix the row", *at,
-        )  # fmt: skip
+            v < low,
+            name,
+            lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
+            f"'{name}' must be >= {low}; drop or fix the row",
+            *at,
+        )
     sub = out["substituted"]
     refuse_first(
-        (sub < 0) | (sub > 1), "substituted", lambda i: f"{int(sub[i])} is neither 0 nor 1",
-        "'substituted' is 1 when a stand-in answered, else 0", *at,
-    )  # fmt: skip
+        (sub < 0) | (sub > 1),
+        "substituted",
+        lambda i: f"{int(sub[i])} is neither 0 nor 1",
+        "'substituted' is 1 when a stand-in answered, else 0",
+        *at,
+    )
     inp, cached = out["input_tokens"], out["cached_tokens"]
     refuse_first(
-        cached > inp, "cached_tokens",
+        cached > inp,
+        "cached_tokens",
         lambda i: f"{int(cached[i])} exceeds input_tokens {int(inp[i])}",
-        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens", *at,
-    )  # fmt: skip
+        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
+        *at,
+    )
 
 
 def _check_known_models(

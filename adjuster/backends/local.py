@@ -137,9 +137,16 @@ class LocalBackend:
                 reason="unknown",
             )
         process.wait_ready(
-            eng, handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret,
-            download_dir=handle.extra.get("download_dir") or None, progress=self.progress,
-        )  # fmt: skip
+            eng,
+            handle.host,
+            handle.port,
+            proc,
+            handle.log_path,
+            timeout_s,
+            secret=handle.secret,
+            download_dir=handle.extra.get("download_dir") or None,
+            progress=self.progress,
+        )
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""
@@ -207,8 +214,10 @@ class LocalBackend:
         try:
             out = subprocess.run(
                 [smi, "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
-                capture_output=True, text=True, timeout=10,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
         except (OSError, subprocess.SubprocessError):
             return None
         free: dict[int, float] = {}

@@ -67,10 +67,13 @@ LINGER_S = 5.0  # how long an unread body is read and dropped after the answer..
 LINGER_BYTES = 256 * 1024  # ...and how much of it at most
 RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
-    413: "RequestEntityTooLargeError", 431: "RequestHeaderFieldsTooLargeError",
-    501: "NotImplementedError", 505: "HTTPVersionNotSupportedError",
-    503: "ServiceUnavailableError", 500: "InternalServerError",
-}  # fmt: skip
+    413: "RequestEntityTooLargeError",
+    431: "RequestHeaderFieldsTooLargeError",
+    501: "NotImplementedError",
+    505: "HTTPVersionNotSupportedError",
+    503: "ServiceUnavailableError",
+    500: "InternalServerError",
+}
 
 
 class Headers(dict):
@@ -85,9 +88,23 @@ class Request:
     slot it holds (`admitted`), whose body budget it uses (`owner`) and what it holds."""
 
     __slots__ = (
-        "admitted", "body", "caller", "conn", "handler", "headers", "held", "keep_alive",
-        "method", "owner", "path", "refusal", "released", "started", "target", "version",
-    )  # fmt: skip
+        "admitted",
+        "body",
+        "caller",
+        "conn",
+        "handler",
+        "headers",
+        "held",
+        "keep_alive",
+        "method",
+        "owner",
+        "path",
+        "refusal",
+        "released",
+        "started",
+        "target",
+        "version",
+    )
 
     def __init__(
         self,
@@ -526,8 +543,10 @@ class Conn(asyncio.Protocol):
                 self.abort()
                 return
             req.keep_alive = False
-            self.answer(req, error(500, "the gateway failed on this request (logged)",
-                                   "InternalServerError"))  # fmt: skip
+            self.answer(
+                req,
+                error(500, "the gateway failed on this request (logged)", "InternalServerError"),
+            )
         self._finish(req)
 
     def answer(self, req: Request, resp: Response) -> None:

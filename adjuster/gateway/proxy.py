@@ -139,9 +139,11 @@ class Proxy:
             names = sorted(pool.by_model)
             fail(r, 404, "unknown model")
             return error(
-                404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
+                404,
+                f"model {r.model!r} is not served here; models: {names}",
+                "NotFoundError",
                 models=names,
-            )  # fmt: skip
+            )
         wrong = self.wrong_task(model, request.path)
         if wrong is not None:
             fail(r, 400, "wrong task")

@@ -21,9 +21,18 @@ class RequestRecord:
     """One request's bookkeeping, from arrival to its log row."""
 
     __slots__ = (
-        "early", "model", "request", "route", "served_by", "session", "stream", "t0", "t_arr",
-        "user", "wait_s",
-    )  # fmt: skip
+        "early",
+        "model",
+        "request",
+        "route",
+        "served_by",
+        "session",
+        "stream",
+        "t0",
+        "t_arr",
+        "user",
+        "wait_s",
+    )
 
     def __init__(self, user: str, session: str, route: str, t_arr: float, t0: float) -> None:
         self.t_arr = t_arr  # epoch seconds (the log's timestamp)
@@ -98,14 +107,35 @@ class Recorder:
         n_in, n_out, cached = tokens(usage)
         self.log.add(
             LogRow(
-                r.t_arr, r.user, r.session, model, n_in, n_out, cached, ttft_s, latency_s,
-                r.wait_s, 200, inst.spec.id, r.served_by, int(bool(r.served_by)),
+                r.t_arr,
+                r.user,
+                r.session,
+                model,
+                n_in,
+                n_out,
+                cached,
+                ttft_s,
+                latency_s,
+                r.wait_s,
+                200,
+                inst.spec.id,
+                r.served_by,
+                int(bool(r.served_by)),
             )
-        )  # fmt: skip
+        )
         if self.access is not None:
             self.access.add(
                 AccessEntry(
-                    r.t_arr, r.user, model, r.route, 200, r.wait_s, latency_s, n_in, n_out,
-                    r.served_by, "",
+                    r.t_arr,
+                    r.user,
+                    model,
+                    r.route,
+                    200,
+                    r.wait_s,
+                    latency_s,
+                    n_in,
+                    n_out,
+                    r.served_by,
+                    "",
                 )
-            )  # fmt: skip
+            )

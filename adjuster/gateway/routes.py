@@ -63,9 +63,11 @@ class Routes:
         if path in PROXIED or path in GETS:
             allow = "POST" if path in PROXIED else "GET"
             return error(
-                405, f"{request.method} is not allowed on {path}; use {allow}",
-                "MethodNotAllowedError", headers={"Allow": allow},
-            )  # fmt: skip
+                405,
+                f"{request.method} is not allowed on {path}; use {allow}",
+                "MethodNotAllowedError",
+                headers={"Allow": allow},
+            )
         paths = sorted((*PROXIED, *GETS))
         return error(404, f"no route {path}; routes: {paths}", "NotFoundError")
 

@@ -87,9 +87,12 @@ class Waker:
             victims = self.plan(model)[1]  # plus the wait for its swap (no drains)
             now = self.clock.mono_s()
             at = swap.swap_at_s(
-                victims, now_s=now, deadline_s=self.swap_deadline_s(model, now),
-                woke_s=_woke_s, min_awake_s=self.cfg.min_awake_s,
-            )  # fmt: skip
+                victims,
+                now_s=now,
+                deadline_s=self.swap_deadline_s(model, now),
+                woke_s=_woke_s,
+                min_awake_s=self.cfg.min_awake_s,
+            )
             return took + (at - now)
         return max(took - (self.clock.mono_s() - started), 0.0)
 
@@ -184,9 +187,13 @@ class Waker:
         while True:
             now = self.clock.mono_s()
             at = swap.swap_at_s(
-                self.displaces(target), now_s=now, deadline_s=deadline, woke_s=_woke_s,
-                busy=busy, min_awake_s=cfg.min_awake_s,
-            )  # fmt: skip
+                self.displaces(target),
+                now_s=now,
+                deadline_s=deadline,
+                woke_s=_woke_s,
+                busy=busy,
+                min_awake_s=cfg.min_awake_s,
+            )
             if at <= now:
                 return
             await asyncio.sleep(min(at - now, 0.05))  # busy: look again soon
@@ -237,9 +244,11 @@ class Waker:
         url = f"http://{handle.host}:{handle.port}{route}"
         try:
             async with session.post(
-                url, json=body, headers=handle.auth_headers(),
+                url,
+                json=body,
+                headers=handle.auth_headers(),
                 timeout=aiohttp.ClientTimeout(total=self.cfg.wake_check_timeout_s),
-            ) as r:  # fmt: skip
+            ) as r:
                 status, data = r.status, await r.read()
             text = engine.check_answer(task, data) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as e:

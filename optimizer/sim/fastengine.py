@@ -94,9 +94,26 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
 
 @_jit
 def run_busy(
-    f, iv, q, co, first_s, finish_s, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free,
-    bound, busy, refused,
-):  # fmt: skip
+    f,
+    iv,
+    q,
+    co,
+    first_s,
+    finish_s,
+    rid,
+    arr,
+    ta,
+    inp,
+    cached,
+    out,
+    pf,
+    tot,
+    over,
+    prev_free,
+    bound,
+    busy,
+    refused,
+):
     """The busy periods of `alone.run_alone` (same loop); the caller sized the ring
     for every request of the model."""
     n = len(rid)
@@ -265,7 +282,24 @@ class FastEngine:
         busy = np.zeros(len(rid), dtype=np.bool_)
         refused = np.zeros(len(rid), dtype=np.bool_)
         run_busy(
-            self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound, busy, refused,
-        )  # fmt: skip
+            self.f,
+            self.iv,
+            self.q,
+            self.co,
+            self.first_s,
+            self.finish_s,
+            rid,
+            arr,
+            ta,
+            inp,
+            cached,
+            out,
+            pf,
+            tot,
+            over,
+            prev_free,
+            bound,
+            busy,
+            refused,
+        )
         return busy, refused

@@ -26,9 +26,25 @@ from planner.optimizer.sim.lonememo import lone_pair
 
 @_jit
 def _route_all(
-    F, IV, Q, CO, first_s, finish_s, delay, rid, ta, inp, cached, out, sess, lone, seen, bound,
-    inst, hit,
-):  # fmt: skip
+    F,
+    IV,
+    Q,
+    CO,
+    first_s,
+    finish_s,
+    delay,
+    rid,
+    ta,
+    inp,
+    cached,
+    out,
+    sess,
+    lone,
+    seen,
+    bound,
+    inst,
+    hit,
+):
     """Each request (in arrival order) to the replica with the fewest outstanding requests
     (ties: plan order), or refused (`inst` -1) where they hold `bound` together; its prefix
     is a cache hit where its session was served there before. `lone[:, k]` rows: (miss
@@ -61,9 +77,20 @@ def _route_all(
                 seen[best, key] = True
         used = c if row else 0
         submit(
-            F[best], IV[best], Q[best], CO[best], first_s, finish_s,
-            rid[j], t + delay[best], inp[j], used, out[j], lone[row, best, j], lone[row + 1, best, j],
-        )  # fmt: skip
+            F[best],
+            IV[best],
+            Q[best],
+            CO[best],
+            first_s,
+            finish_s,
+            rid[j],
+            t + delay[best],
+            inp[j],
+            used,
+            out[j],
+            lone[row, best, j],
+            lone[row + 1, best, j],
+        )
 
 
 def route_replicas(
@@ -96,9 +123,25 @@ def route_replicas(
     hit = np.zeros(n, dtype=np.bool_)
     first_s, finish_s = engines[0].first_s, engines[0].finish_s
     _route_all(
-        F, IV, Q, CO, first_s, finish_s, np.asarray(delay_s, dtype=np.float64),
-        rid, arrival_s, inp, cached, out, session, lone, seen, bound, inst, hit,
-    )  # fmt: skip
+        F,
+        IV,
+        Q,
+        CO,
+        first_s,
+        finish_s,
+        np.asarray(delay_s, dtype=np.float64),
+        rid,
+        arrival_s,
+        inp,
+        cached,
+        out,
+        session,
+        lone,
+        seen,
+        bound,
+        inst,
+        hit,
+    )
     for i, e in enumerate(engines):
         e.f, e.iv, e.q = F[i], IV[i], Q[i]
     return inst, hit
