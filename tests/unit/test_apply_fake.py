@@ -184,10 +184,18 @@ def test_lease_held_by_live_process_blocks_apply(tmp_path) -> None:
     import subprocess
     import sys
 
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from planner.adjuster.state import StateStore;"
-        f"StateStore({str(tmp_path)!r}).acquire_lease(ttl_s=60); print('held', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from planner.adjuster.state import StateStore;"
+                f"StateStore({str(tmp_path)!r}).acquire_lease(ttl_s=60); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockHeldError, match=f"pid {holder.pid}"):

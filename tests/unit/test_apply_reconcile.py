@@ -15,10 +15,20 @@ MEM = {"weights": 4.0, "kv": 4.0, "overhead": 1.0}
 
 
 def inst(iid: str, gpus=(0,), tier="gpu", port=None, node="n", **kw) -> Instance:
-    return Instance.model_validate({
-        "id": iid, "model": iid.split("-")[0], "variant": "bf16", "node": node, "gpus": list(gpus),
-        "tp": len(gpus), "tier": tier, "memory_gib": MEM, "port": port or 8100 + abs(hash(iid)) % 800, **kw,
-    })  # fmt: skip
+    return Instance.model_validate(
+        {
+            "id": iid,
+            "model": iid.split("-")[0],
+            "variant": "bf16",
+            "node": node,
+            "gpus": list(gpus),
+            "tp": len(gpus),
+            "tier": tier,
+            "memory_gib": MEM,
+            "port": port or 8100 + abs(hash(iid)) % 800,
+            **kw,
+        }
+    )
 
 
 def running(i: Instance, status="awake") -> Observed:
@@ -82,8 +92,9 @@ def test_make_before_break_when_memory_allows() -> None:
     old, new = inst("old-0", gpus=(0,), port=8100), inst("new-0", gpus=(0,), port=8101)
     roomy = {("n", 0): 80.0}
     assert kinds(diff(point(new), {"old-0": running(old)}, gpu_capacity_gib=roomy)) == [
-        ("start", "new-0"), ("stop", "old-0"),
-    ]  # fmt: skip
+        ("start", "new-0"),
+        ("stop", "old-0"),
+    ]
     tight = {("n", 0): 12.0}
     assert kinds(diff(point(new), {"old-0": running(old)}, gpu_capacity_gib=tight))[0] == (
         "stop",

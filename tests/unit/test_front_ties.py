@@ -46,11 +46,26 @@ def test_no_written_point_is_dominated_by_another_or_a_baseline(tmp_path, capsys
     monkeypatch.chdir(root)
     (tmp_path / "w.yaml").write_text("users: 8\ndays: 3\n")
     with pytest.raises(SystemExit) as e:
-        main([
-            "optimize", "-c", f"{small}/cluster.yaml", "-m", f"{small}/models.yaml",
-            "-s", f"{small}/slo.yaml", "-w", str(tmp_path / "w.yaml"), "--evals", "6",
-            "--validate-days", "1", "--json", "-o", str(tmp_path / "p.yaml"),
-        ])  # fmt: skip
+        main(
+            [
+                "optimize",
+                "-c",
+                f"{small}/cluster.yaml",
+                "-m",
+                f"{small}/models.yaml",
+                "-s",
+                f"{small}/slo.yaml",
+                "-w",
+                str(tmp_path / "w.yaml"),
+                "--evals",
+                "6",
+                "--validate-days",
+                "1",
+                "--json",
+                "-o",
+                str(tmp_path / "p.yaml"),
+            ]
+        )
     assert e.value.code == 0
     got = json.loads(capsys.readouterr().out)
     points = got["points"]
