@@ -268,9 +268,13 @@ def observe(
     }
     # what comes next, as forecast (else as the window): where a hop's waits are counted
     if forecast is not None:
-        basis, basis_start, span = forecast, end_s - DAY_S, cfg.forecast_windows * cfg.window_s
+        basis = forecast
+        basis_start = end_s - DAY_S
+        span = cfg.forecast_windows * cfg.window_s
     else:
-        basis, basis_start, span = window, end_s - cfg.window_s, cfg.window_s
+        basis = window
+        basis_start = end_s - cfg.window_s
+        span = cfg.window_s
     delays = {
         p.name: hop_delays(p, costs[p.name], basis.requests, basis_start) for p in plan.points
     }

@@ -104,7 +104,9 @@ class _Series:
     def metrics(self) -> dict[str, Any]:
         """The keys of `planner evaluate --json` (per point), over the whole trace."""
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-        ttft, tpot, wait = cat(self.ttft, float), cat(self.tpot, float), cat(self.wait, float)
+        ttft = cat(self.ttft, float)
+        tpot = cat(self.tpot, float)
+        wait = cat(self.wait, float)
         met = cat(self.met, bool)
         subst, penalty = cat(self.subst, bool), cat(self.penalty, float)
         return {
@@ -239,7 +241,10 @@ class _Run:
     hop starts a new run where it lands, with its waits charged (`_charge_hop`)."""
 
     def __init__(self, plan: Plan, trace: pd.DataFrame, slo: Slo, perfs, model_names, cfg):
-        self.plan, self.trace, self.slo, self.perfs = plan, trace, slo, perfs
+        self.plan = plan
+        self.trace = trace
+        self.slo = slo
+        self.perfs = perfs
         self.model_names, self.cfg = model_names, cfg
         self.ts = trace["timestamp"].to_numpy(float)
         self.sims: dict[tuple[str, float, float], Any] = {}  # (point, start, end) -> its run
@@ -285,7 +290,9 @@ class _Run:
         rows = []
         for seg in _segments(in_force, k0, first, w):
             sim, _, q, m, _ = self.charged(seg)
-            arr, wait, met = np.asarray(sim.arrival_s, float), np.asarray(q), np.asarray(m)
+            arr = np.asarray(sim.arrival_s, float)
+            wait = np.asarray(q)
+            met = np.asarray(m)
             names = np.asarray(sim.model_names, dtype=object)[np.asarray(sim.model, int)]
             a = seg[2]
             while a < seg[3] - 1e-6:

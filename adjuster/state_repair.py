@@ -52,7 +52,9 @@ def _read_table(db: sqlite3.Connection, table: str) -> tuple[list[dict[str, Any]
         return [dict(zip(names, map(_value, r), strict=True)) for r in cur.fetchall()], ""
     except (sqlite3.DatabaseError, UnicodeDecodeError):
         pass
-    rows, bad, misses = [], [], 0
+    rows = []
+    bad = []
+    misses = 0
     for rowid in range(1, _ROWID_PROBE):  # row by row: a damaged page costs its own rows
         try:
             cur = db.execute(q + " WHERE rowid = ?", (rowid,))

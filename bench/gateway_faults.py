@@ -702,7 +702,9 @@ def keyed_attacks(work: Path, args: argparse.Namespace, res: dict) -> tuple[bool
     finally:
         rc = stop_gateway(proc, err)
         del os.environ[KEY_ENV]
-    quiet, flood, big = res["quiet"], res["chunk_flood"], res["big_bodies"]
+    quiet = res["quiet"]
+    flood = res["chunk_flood"]
+    big = res["big_bodies"]
     ratio = flood["p50_s"] / quiet["p50_s"]
     met = ratio <= 2.0 and big["peak_rss_mib"] <= 400 and big["answered"] == 20 and rc == 0
     line = (

@@ -349,7 +349,9 @@ def main() -> None:
             )
         add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
         add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
-        ratios, intervals, cpu = {}, {}, []
+        ratios = {}
+        intervals = {}
+        cpu = []
         for conc in args.concurrency:
             rps, cpu_ms, rounds = concurrent(
                 {**urls, "gateway": direct} if args.aa else urls,

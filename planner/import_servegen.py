@@ -81,7 +81,9 @@ def read_servegen(p: Path, skipped: Counter, seed: int) -> tuple[pd.DataFrame, i
         for row in raw.itertuples(index=False):
             n += 1
             try:
-                start, rate, cv = float(row[0]), float(row[1]), float(row[2] or 1.0)
+                start = float(row[0])
+                rate = float(row[1])
+                cv = float(row[2] or 1.0)
             except ValueError:
                 skipped["window_start_s/rate/cv not numbers"] += 1
                 continue

@@ -34,7 +34,11 @@ class Health:
     """Probes, restarts and adoption for the gateway."""
 
     def __init__(self, pool: Pool, up: Upstream, waker: Waker, cfg: GatewayConfig, clock: Clock):
-        self.pool, self.up, self.waker, self.cfg, self.clock = pool, up, waker, cfg, clock
+        self.pool = pool
+        self.up = up
+        self.waker = waker
+        self.cfg = cfg
+        self.clock = clock
         self._adopting: asyncio.Lock | None = None
 
     async def loop(self) -> None:
@@ -84,7 +88,9 @@ class Health:
                 or inst.epoch != epochs.get(iid, inst.epoch)
             )
             if status == "awake" and handle is not None and not inst.routable() and not busy:
-                inst.status, inst.handle, inst.want_awake = "awake", handle, True
+                inst.status = "awake"
+                inst.handle = handle
+                inst.want_awake = True
                 pool.wake_waiters(inst.spec.model)
 
     async def probe(self, inst: Inst) -> bool | None:

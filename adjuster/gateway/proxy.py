@@ -97,8 +97,14 @@ class Proxy:
         rec: Recorder,
         cfg: GatewayConfig,
     ):
-        self.pool, self.up, self.waker, self.health, self.tiers = pool, up, waker, health, tiers
-        self.auth, self.rec, self.cfg = auth, rec, cfg
+        self.pool = pool
+        self.up = up
+        self.waker = waker
+        self.health = health
+        self.tiers = tiers
+        self.auth = auth
+        self.rec = rec
+        self.cfg = cfg
         self.forwarder = Forwarder(pool, up, rec)
 
     async def handle(self, request: Request) -> Response | StreamResponse:
@@ -117,7 +123,9 @@ class Proxy:
             return Response(status=499)  # never sent: the connection is closed
 
     async def _handle(self, request: Request, r: RequestRecord) -> Response | StreamResponse:
-        cfg, pool, fail = self.cfg, self.pool, self.rec.fail
+        cfg = self.cfg
+        pool = self.pool
+        fail = self.rec.fail
         try:
             body = await read_body(
                 request, cfg.max_body_bytes, cfg.body_timeout_s, self.rec.clock.mono_s
@@ -224,7 +232,10 @@ class Proxy:
 
     async def pick(self, model: str, r: RequestRecord) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
-        pool, cfg, waker, clock = self.pool, self.cfg, self.waker, self.rec.clock
+        pool = self.pool
+        cfg = self.cfg
+        waker = self.waker
+        clock = self.rec.clock
         self.tiers.hand_off(model)
         wakes = 0
         while True:

@@ -37,7 +37,9 @@ class RequestRecord:
     def __init__(self, user: str, session: str, route: str, t_arr: float, t0: float) -> None:
         self.t_arr = t_arr  # epoch seconds (the log's timestamp)
         self.t0 = t0  # Clock.mono_s() at arrival (latencies)
-        self.user, self.session, self.route = user, session, route
+        self.user = user
+        self.session = session
+        self.route = route
         self.model = ""
         self.served_by = ""  # the stand-in that answered ("": the model itself)
         self.wait_s = 0.0  # time waiting for a wake, s
@@ -57,7 +59,10 @@ class Recorder:
         clock: Clock,
         access: AccessLog | None = None,
     ):
-        self.pool, self.metrics, self.log, self.clock = pool, metrics, log, clock
+        self.pool = pool
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
         self.access = access
         self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
 

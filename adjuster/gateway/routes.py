@@ -27,7 +27,10 @@ class Routes:
         metrics: Metrics,
         totals: Callable[[], dict[str, tuple[str, float]]],
     ):
-        self.pool, self.auth, self.metrics, self.totals = pool, auth, metrics, totals
+        self.pool = pool
+        self.auth = auth
+        self.metrics = metrics
+        self.totals = totals
 
     async def h_models(self, request: Request) -> Response:
         data = [

@@ -53,7 +53,11 @@ class Waker:
     def __init__(
         self, pool: Pool, up: Upstream, cfg: GatewayConfig, metrics: Metrics, clock: Clock
     ):
-        self.pool, self.up, self.cfg, self.metrics, self.clock = pool, up, cfg, metrics, clock
+        self.pool = pool
+        self.up = up
+        self.cfg = cfg
+        self.metrics = metrics
+        self.clock = clock
         self.tasks: dict[str, asyncio.Task] = {}  # model -> its wake in progress
         self.wake_s: dict[str, float] = {}  # last measured wake time per model
         self.started_s: dict[str, float] = {}  # when the model's running wake started
@@ -222,7 +226,9 @@ class Waker:
         except DrainedError as e:  # `planner down` ran since the gateway last looked
             up.set_drained(e.message)
             raise
-        inst.status, inst.handle, inst.want_awake = "awake", handle, True
+        inst.status = "awake"
+        inst.handle = handle
+        inst.want_awake = True
         inst.timeouts = 0
         inst.idle_since_s = self.pool.clock()
         inst.woke_s = self.clock.mono_s()
@@ -288,7 +294,9 @@ class Waker:
                 if c.outstanding:
                     log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
                 await up.call(up.control.sleep, c.spec.id)
-                c.status, c.handle, c.want_awake = "asleep", None, False
+                c.status = "asleep"
+                c.handle = None
+                c.want_awake = False
                 self.metrics.sleeps[c.spec.model] += 1
         finally:
             for c in victims:

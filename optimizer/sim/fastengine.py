@@ -63,7 +63,9 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
             else:
                 start = f[F_FREE]
             iv[I_LONE] = rid
-            iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
+            iv[I_LINP] = inp
+            iv[I_LCACHED] = cached
+            iv[I_LOUT] = out
             f[F_LFORM] = t_s if idle_s > 0 else start
             f[F_LSTART] = start
             f[F_LDUR] = total_s

@@ -191,7 +191,9 @@ class Engine:
             if not self.lone_formed < until_s < self.t == self.lone_start:
                 return True  # already there (the caller advanced the engine just before)
             until_s = self.t + FIRST_STEP_S  # run the woken first step (lone_formed)
-        t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
+        t = self.t
+        kv_used = self.kv_used
+        busy_s = self.busy_s
         cap, max_seqs = self.cap, self.max_seqs
         kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair
         coeff_cache = self.coeff_cache
@@ -232,7 +234,11 @@ class Engine:
                     c0 += app * kv0
                     if self.jit:  # one multiplier scales every step of the run
                         u = self._jitter()
-                        fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
+                        fixed = fixed * u
+                        m0 = m0 * u
+                        m1 = m1 * u
+                        c0 = c0 * u
+                        c1 = c1 * u
                     if m0 >= c0 and m1 >= c1:
                         # Memory-bound at every step (small-batch decode): step j takes
                         # p + m1 j, so k steps take one quadratic; inverted here, not in
@@ -281,7 +287,9 @@ class Engine:
                         kv_used = self._retire(t, kv_used)
                     continue
             t, busy_s, kv_used = self._one_step(t, busy_s, kv_used)
-        self.t, self.kv_used, self.busy_s = t, kv_used, busy_s
+        self.t = t
+        self.kv_used = kv_used
+        self.busy_s = busy_s
         if not running and not waiting:
             self.general = False
             self.free_s = t
@@ -312,7 +320,9 @@ class Engine:
     def _one_step(self, t: float, busy_s: float, kv_used: int) -> tuple[float, float, int]:
         """One engine step from `t`: (t, busy_s, kv_used) after it."""
         running, waiting = self.running, self.waiting
-        n_run, max_seqs, cap = len(running), self.max_seqs, self.cap
+        n_run = len(running)
+        max_seqs = self.max_seqs
+        cap = self.cap
         # Preempt (recompute) the newest sequences until this step's decode tokens fit
         # (n_run bounds the decode tokens: most steps are far from the KV limit).
         if n_run > 1 and kv_used + n_run > cap:

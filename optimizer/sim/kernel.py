@@ -46,7 +46,10 @@ _objmode = numba.objmode if numba is not None else contextlib.nullcontext
 
 F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
-F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
+# StepModel.eager_s, graph_max_tokens, seq_s
+F_EAGER = 16
+F_GMAX = 17
+F_SEQ = 18
 F_JCV = 19  # jitter's coefficient of variation (0: off)
 F_LFORM = 20  # when the lone request's first step took its batch (Engine.lone_formed)
 F_WAKE = 21  # InstancePerf.wake_knots from here: a request that finds the engine idle waits more
@@ -155,7 +158,9 @@ def _retire(iv, q, finish_s, t, kv_used):
 @_jit
 def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c):
     """`Engine._one_step`."""
-    n_run, max_seqs, cap = iv[I_NRUN], iv[I_MAXS], iv[I_CAP]
+    n_run = iv[I_NRUN]
+    max_seqs = iv[I_MAXS]
+    cap = iv[I_CAP]
     base = iv[I_MAXS]
     wcap = q.shape[0] - base
     if n_run > 1 and kv_used + n_run > cap:
@@ -256,7 +261,9 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
         if not f[F_LFORM] < until_s < f[F_T] == f[F_LSTART]:
             return True
         until_s = f[F_T] + FIRST_STEP_S  # the first step after a wake-up (Engine.advance_to)
-    t, kv_used, busy_s = f[F_T], iv[I_KV], f[F_BUSY]
+    t = f[F_T]
+    kv_used = iv[I_KV]
+    busy_s = f[F_BUSY]
     cap, max_seqs = iv[I_CAP], iv[I_MAXS]
     kvr, app = f[F_KVR], f[F_APP]
     base = iv[I_MAXS]
@@ -295,12 +302,20 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
                     if room < k:
                         k = room
             if k > 1:
-                fixed, m0, m1, c0, c1 = co[n, 0], co[n, 1], co[n, 2], co[n, 3], co[n, 4]
+                fixed = co[n, 0]
+                m0 = co[n, 1]
+                m1 = co[n, 2]
+                c0 = co[n, 3]
+                c1 = co[n, 4]
                 m0 += kvr * kv0
                 c0 += app * kv0
                 if f[F_JCV] > 0:  # one multiplier scales every step of the run
                     u = _jitter(f, iv)
-                    fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
+                    fixed = fixed * u
+                    m0 = m0 * u
+                    m1 = m1 * u
+                    c0 = c0 * u
+                    c1 = c1 * u
                 if m0 >= c0 and m1 >= c1:
                     p = fixed + m0
                     dt = k * p + m1 * k * (k - 1) * 0.5

@@ -143,7 +143,9 @@ def route_replicas(
         hit,
     )
     for i, e in enumerate(engines):
-        e.f, e.iv, e.q = F[i], IV[i], Q[i]
+        e.f = F[i]
+        e.iv = IV[i]
+        e.q = Q[i]
     return inst, hit
 
 
@@ -153,7 +155,9 @@ def run_replicas(
     """All requests `idx` of `model` on its never-sleeping replicas `slots` (module doc),
     written into the outcome `out`, those that find `bound` requests held refused; `memo`:
     see `lonememo.lone_times_of`."""
-    inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
+    inp = req.input_tokens[idx]
+    cached = req.cached_tokens[idx]
+    outk = req.output_tokens[idx]
     lone = np.empty((4, len(slots), len(idx)))
     for k, s in enumerate(slots):
         lone[:, k] = lone_pair(req, model, perfs[s.id], inp, cached, outk, memo)

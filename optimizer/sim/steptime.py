@@ -47,9 +47,15 @@ def steps_time_s(fixed: float, m0: float, m1: float, c0: float, c1: float, k: in
         s = math.ceil((c0 - m0) / d1)  # first step on the other side of the crossing
         if 0 < s < k:
             if d1 > 0:  # compute-bound first, memory-bound after
-                a0, a1, b0, b1 = c0, c1, m0 + m1 * s, m1
+                a0 = c0
+                a1 = c1
+                b0 = m0 + m1 * s
+                b1 = m1
             else:
-                a0, a1, b0, b1 = m0, m1, c0 + c1 * s, c1
+                a0 = m0
+                a1 = m1
+                b0 = c0 + c1 * s
+                b1 = c1
             r = k - s
             return k * fixed + s * a0 + a1 * s * (s - 1) * 0.5 + r * b0 + b1 * r * (r - 1) * 0.5
         mem_first = (d1 > 0) == (s <= 0)  # one regime over all k steps
@@ -213,7 +219,10 @@ def lone_times(
         left -= new
         keep = left > 0
         pf[more] = part
-        more, ctx, left, part = more[keep], ctx[keep], left[keep], part[keep]
+        more = more[keep]
+        ctx = ctx[keep]
+        left = left[keep]
+        part = part[keep]
     dec = decode_time_vec(step, input_tokens.astype(np.float64), output_tokens - 1)
     if perf.step_jitter_cv > 0:
         mult = jitter(perf.step_jitter_cv, 2 * len(pf), seed=JITTER_SEED).reshape(2, -1)

@@ -207,7 +207,9 @@ def _calls(
     n_turns = len(t_sess)
     t_var = s_variant[t_sess]
     state = (rng.random(n_turns)[:, None] > cum_starts[t_var]).sum(axis=1)
-    call_turn, call_step, call_role = [np.arange(n_turns)], [np.zeros(n_turns, int)], [state]
+    call_turn = [np.arange(n_turns)]
+    call_step = [np.zeros(n_turns, int)]
+    call_role = [state]
     active = np.arange(n_turns)
     for step in range(1, spec.max_calls_per_turn):
         u = rng.random(len(active))

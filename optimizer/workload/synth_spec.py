@@ -309,7 +309,9 @@ def bind_models(spec: SynthSpec, names: list[str]) -> tuple[SynthSpec, list[str]
     used = {r.model for r in spec.roles.values() if r.model in known}
     free = [n for n in names if n not in used]
     pool = free or list(names)
-    roles, notes, i = {}, [], 0
+    roles = {}
+    notes = []
+    i = 0
     for role, rs in spec.roles.items():
         if rs.model in known:
             roles[role] = rs

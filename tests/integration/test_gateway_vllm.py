@@ -260,7 +260,9 @@ def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
     assert failures and failures[-1]["error"] == "client gone"
     assert in_flight() == 0
     # the engine's token counter settles short of the 900 tokens asked for: aborted
-    last, stable, deadline = -1.0, 0, time.monotonic() + 120
+    last = -1.0
+    stable = 0
+    deadline = time.monotonic() + 120
     while stable < 3:
         assert time.monotonic() < deadline
         time.sleep(1.0)

@@ -260,7 +260,9 @@ def test_controller_restarts_a_dead_instance_and_counts_it(tmp_path) -> None:
 def test_apply_reports_each_step_as_it_begins_and_ends(tmp_path) -> None:
     """Issue 42 item 5: in a pipe `apply` was silent for minutes (a spinner on a TTY only)."""
     p = plan(("a", [inst("x-0", 8100), inst("y-0", 8101, gpus=(1,))]))
-    be, st, lines = FakeBackend(), StateStore(tmp_path), []
+    be = FakeBackend()
+    st = StateStore(tmp_path)
+    lines = []
     res = apply_point(
         p,
         "a",

@@ -59,11 +59,9 @@ def test_nothing_to_do_when_converged() -> None:
 
 
 def test_start_missing_and_restart_dead_or_changed() -> None:
-    a, b, c = (
-        inst("a-0", port=8100),
-        inst("b-0", gpus=(1,), port=8101),
-        inst("c-0", gpus=(2,), port=8102),
-    )
+    a = inst("a-0", port=8100)
+    b = inst("b-0", gpus=(1,), port=8101)
+    c = inst("c-0", gpus=(2,), port=8102)
     changed = c.model_copy(update={"port": 8109})
     acts = diff(point(a, b, changed), {"b-0": running(b, "failed"), "c-0": running(c)})
     assert kinds(acts) == [("start", "a-0"), ("restart", "b-0"), ("restart", "c-0")]

@@ -115,7 +115,9 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
         "crossing": dict(dense_weight_read_s=0.004, attn_s_per_pair=2e-6),  # attention overtakes
     }[regime]
     st = step_model(overhead_s=0.002, seq_s=1e-4, **kw)
-    n, inp, out = 4, 500, 800
+    n = 4
+    inp = 500
+    out = 800
     eng = Engine(perf(st), np.full(n, np.nan), np.full(n, np.nan))
     for rid in range(n):  # four prompts arrive together: one prefill step, then decoding
         eng.submit(rid, 0.0, inp, 0, out, 0.0, 1e9)  # (lone times that force a batch)
@@ -141,9 +143,13 @@ def test_lone_times_match_chunked_prefill_then_decode():
         seq_s=1e-4,
     )
     p = perf(st, chunk_tokens=512)
-    inp, cached, out = 1300, 200, 40
+    inp = 1300
+    cached = 200
+    out = 40
     pf, tot = lone_times(p, np.array([inp]), np.array([cached]), np.array([out]))
-    ctx, left, ref = cached, inp - cached, 0.0
+    ctx = cached
+    left = inp - cached
+    ref = 0.0
     while left:
         c = min(left, 512)
         ref += st.time_s(c, ctx, c * (ctx + (c + 1) / 2))
@@ -156,7 +162,9 @@ def test_lone_times_match_chunked_prefill_then_decode():
 @pytest.mark.parametrize("tier", ["gpu", "host"])
 def test_md1_mean_wait(tier):
     """max_num_seqs=1, every step d seconds, k output tokens: service k*d exactly -> M/D/1."""
-    d, k, rho = 0.01, 20, 0.7
+    d = 0.01
+    k = 20
+    rho = 0.7
     service = k * d  # one prefill step (first token) + k-1 decode steps
     lam = rho / service
     rng = np.random.default_rng(1)
@@ -203,7 +211,10 @@ def test_vector_and_router_paths_agree_under_batching():
 def test_kv_bound_knee():
     """Concurrency is capped by KV at C/(I+O) sequences, so the instance saturates at
     lambda* = (C/(I+O)) / (O*d) requests/s: below it waits stay short, above they explode."""
-    d, inp, out, cap = 0.01, 900, 100, 10_000
+    d = 0.01
+    inp = 900
+    out = 100
+    cap = 10_000
     n_conc = cap / (inp + out)  # sequences the KV cache holds
     lam_star = n_conc / (out * d)  # requests/s the instance can finish
     p = perf(step_model(dense_weight_read_s=d), max_num_seqs=256, max_kv_tokens=cap)

@@ -24,7 +24,9 @@ from planner.optimizer.sim.router import Router, Slot
 from planner.schemas.models import Substitute
 from planner.schemas.plan import Instance, MemoryGib, Point, SubstituteRule
 
-AWAKE_GIB, ASLEEP_GIB, WAKE_S = 2.0, 0.5, 1.0
+AWAKE_GIB = 2.0
+ASLEEP_GIB = 0.5
+WAKE_S = 1.0
 HOUR_S = 3600.0
 
 
