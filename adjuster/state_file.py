@@ -219,15 +219,7 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     schema and a schema version this code knows. A file from before versions is upgraded
     (unless `readonly`).
     """
-    if path.is_dir():
-        raise damaged(path, "is a directory, not the state database")
-    new = not path.exists()
-    if not new and path.stat().st_size == 0:
-        raise damaged(
-            path,
-            "the state database is empty (0 bytes): its journal and the record of the servers "
-            "it started are gone; it is not recreated over them",
-        )
+    new = _is_new(path)
     mode = "ro" if readonly else ("rwc" if new else "rw")
     try:
         db = connect(f"file:{path}?mode={mode}")
@@ -251,6 +243,31 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         raise damaged(path, f"not a readable state database: {e}") from None
     except UnicodeDecodeError:  # SQLite's message quotes a damaged schema: not UTF-8
         raise damaged(path, "the state database is damaged (its schema is not text)") from None
+    _check_schema(db, path, have, version)
+    if version < SCHEMA_VERSION and not readonly:
+        _upgrade(db)
+    _check_rows(db, path)
+    return db
+
+
+def _is_new(path: Path) -> bool:
+    """Whether the state file is still to be created; InputError where something unusable
+    (a directory, an emptied file) stands in its place."""
+    if path.is_dir():
+        raise damaged(path, "is a directory, not the state database")
+    new = not path.exists()
+    if not new and path.stat().st_size == 0:
+        raise damaged(
+            path,
+            "the state database is empty (0 bytes): its journal and the record of the servers "
+            "it started are gone; it is not recreated over them",
+        )
+    return new
+
+
+def _check_schema(db: sqlite3.Connection, path: Path, have: set[str], version: int) -> None:
+    """InputError (and `db` closed) when a table is missing or the schema is newer than this
+    code."""
     missing = [t for t in TABLES if t not in have]
     if missing:
         db.close()
@@ -263,15 +280,16 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             file=str(path),
             fix="use the newer planner that wrote it (`planner state export` saves its rows)",
         )
-    if version < SCHEMA_VERSION and not readonly:
-        _upgrade(db)
+
+
+def _check_rows(db: sqlite3.Connection, path: Path) -> None:
+    """InputError (and `db` closed) when an instance row holds a value no start wrote."""
     for r in db.execute("SELECT * FROM instances"):
         keys = r.keys()
         bad = InstanceRow(**{c: r[c] for c in COLUMNS if c in keys}).problem()
         if bad is not None:
             db.close()
             raise damaged(path, bad)
-    return db
 
 
 # The columns each schema version added (numbered steps: an older file gets the later ones,
