@@ -231,7 +231,8 @@ def instances_json(state: StateStore, point: Point | None = None) -> list[dict]:
     return out
 
 
-def apply_point(
+# Keyword-only options of one apply (issue 45a's service is to group them).
+def apply_point(  # noqa: PLR0913
     plan: Plan,
     point_name: str | None,
     *,

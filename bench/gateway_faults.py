@@ -65,6 +65,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -413,12 +414,27 @@ def attack_quiet(url: str, seconds: float = 6.0) -> dict:
     return {"p50_s": p.p50_s, "latency_s": p.worst_s}
 
 
+def _flood(s: socket.socket, head: bytes, burst: bytes, stop: threading.Event, seen: dict) -> None:
+    """Send `burst` every 0.1 s on the connection after `head`, counting the 401 answers
+    in `seen`, until `stop` is set or the gateway closes it."""
+    try:
+        s.sendall(head)
+        while not stop.is_set():
+            s.sendall(burst)
+            with contextlib.suppress(BlockingIOError):
+                got = s.recv(4096, socket.MSG_DONTWAIT)
+                if not got:
+                    break
+                seen["answers_401"] += got.startswith(b"HTTP/1.1 401 ")
+            time.sleep(0.1)
+    except OSError:
+        pass  # closed by the gateway: connect again
+
+
 def attack_chunk_flood(url: str, pid: int, n: int = 110, seconds: float = 10.0) -> dict:
     """`n` keyless connections, each sending a chunked POST of 1-byte chunks at about
     64 KiB/s (about 11,000 chunks a second each, 7 MB/s in all), reconnecting when closed,
     for `seconds`; the valid key's requests are timed meanwhile."""
-    import threading
-
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     burst = b"1\r\nx\r\n" * 1092  # 6.4 KiB of 1-byte chunks, every 0.1 s
     stop = threading.Event()
@@ -433,18 +449,7 @@ def attack_chunk_flood(url: str, pid: int, n: int = 110, seconds: float = 10.0) 
                 continue
             seen["connections"] += 1
             with s:
-                try:
-                    s.sendall(head)
-                    while not stop.is_set():
-                        s.sendall(burst)
-                        with contextlib.suppress(BlockingIOError):
-                            got = s.recv(4096, socket.MSG_DONTWAIT)
-                            if not got:
-                                break
-                            seen["answers_401"] += got.startswith(b"HTTP/1.1 401 ")
-                        time.sleep(0.1)
-                except OSError:
-                    pass  # closed by the gateway: connect again
+                _flood(s, head, burst, stop, seen)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(n)]
     cpu0 = cpu_s(pid)

@@ -274,7 +274,7 @@ def by_mode(rounds: list[tuple[float, float]]) -> dict[str, tuple[int, float]]:
     }
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200, help="sequential requests per path")
     ap.add_argument(
@@ -291,8 +291,11 @@ def main() -> None:
         action="store_true",
         help="A/A control: both rounds of every concurrent pair go direct (the estimator's noise)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = _args()
     d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     port, gw_port = free_port(), free_port()
     plan = write_inputs(d, port)

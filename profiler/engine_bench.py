@@ -181,7 +181,8 @@ def _measure(
 # ---------------------------------------------------------------- one node (local or a Ray task)
 
 
-def run_node(
+# keyword-only options of `planner profile engine`, passed on to each node as data
+def run_node(  # noqa: PLR0913
     models_data: dict,
     models_file: str,
     node: str,

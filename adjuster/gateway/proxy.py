@@ -124,7 +124,6 @@ class Proxy:
 
     async def _handle(self, request: Request, r: RequestRecord) -> Response | StreamResponse:
         cfg = self.cfg
-        pool = self.pool
         fail = self.rec.fail
         try:
             body = await read_body(
@@ -139,12 +138,29 @@ class Proxy:
             return error(e.status, e.message, kind, headers=retry, param=e.param)
         model = payload["model"]
         r.model = cut(model)
+        refused = self._refusal(request, r, model)
+        if refused is not None:
+            return refused
+        stream = r.stream = bool(payload.get("stream"))
+        strip_usage = False
+        if stream and request.path in ASK_STREAM_USAGE:
+            opts = payload.get("stream_options") or {}
+            if not opts.get("include_usage"):
+                payload["stream_options"] = {**opts, "include_usage": True}
+                body = json.dumps(payload).encode()
+                strip_usage = True
+        return await self._forward(request, r, payload, body, stream, strip_usage)
+
+    def _refusal(self, request: Request, r: RequestRecord, model: str) -> Response | None:
+        """The answer to a request its key may not send, for a model not served here or one
+        that does not serve its path; None when it may go on."""
+        fail = self.rec.fail
         denied = self.auth.admit(request, model)  # 403 by the key (before any 404)
         if denied is not None:
             fail(r, denied.status, "key refused")
             return denied
-        if model not in pool.by_model:
-            names = sorted(pool.by_model)
+        if model not in self.pool.by_model:
+            names = sorted(self.pool.by_model)
             fail(r, 404, "unknown model")
             return error(
                 404,
@@ -156,16 +172,22 @@ class Proxy:
         if wrong is not None:
             fail(r, 400, "wrong task")
             return error(400, wrong, "BadRequestError", param="model")
-        stream = r.stream = bool(payload.get("stream"))
-        strip_usage = False
-        if stream and request.path in ASK_STREAM_USAGE:
-            opts = payload.get("stream_options") or {}
-            if not opts.get("include_usage"):
-                payload["stream_options"] = {**opts, "include_usage": True}
-                body = json.dumps(payload).encode()
-                strip_usage = True
+        return None
 
-        tries = cfg.retries + 1
+    async def _forward(
+        self,
+        request: Request,
+        r: RequestRecord,
+        payload: dict,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+    ) -> Response | StreamResponse:
+        """Forward the request to an instance of its model, and to another (or the same,
+        restarted) when one gives no answer, up to `retries` more times."""
+        model = payload["model"]
+        fail = self.rec.fail
+        tries = self.cfg.retries + 1
         for attempt in range(tries):
             try:
                 inst = await self.pick(model, r)

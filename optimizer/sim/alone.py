@@ -155,7 +155,8 @@ def run_alone(
         eng.free_s = max(eng.free_s, float(last))
 
 
-def _run_busy(
+# The pure-Python twin of the numba kernel `fastengine.run_busy`, argument for argument.
+def _run_busy(  # noqa: PLR0913
     eng: Engine, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """`FastEngine.run_busy` on the pure-Python engine: the busy periods of one model's

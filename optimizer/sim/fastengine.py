@@ -45,8 +45,9 @@ from planner.optimizer.sim.kernel import (
 from planner.optimizer.sim.steptime import JITTER_BLOCK, decode_coeffs
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):
+def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):  # noqa: PLR0913
     """`Engine.submit`; False (and nothing done) when the ring needs room first."""
     if iv[I_NRUN] + iv[I_WLEN] + 3 > q.shape[0] - iv[I_MAXS]:
         return False
@@ -94,8 +95,9 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
     return 1 if iv[I_LONE] >= 0 and f[F_LUNTIL] > t_s else 0
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def run_busy(
+def run_busy(  # noqa: PLR0913
     f,
     iv,
     q,
@@ -275,7 +277,8 @@ class FastEngine:
             advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
         return float(self.f[F_FREE])
 
-    def run_busy(
+    # the kernel's per-request arrays, argument for argument
+    def run_busy(  # noqa: PLR0913
         self, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound
     ) -> tuple[np.ndarray, np.ndarray]:
         """The busy periods of one model's requests: (which requests were in one, which of

@@ -24,8 +24,9 @@ from planner.optimizer.sim.kernel import (
 from planner.optimizer.sim.lonememo import lone_pair
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def _route_all(
+def _route_all(  # noqa: PLR0913
     F,
     IV,
     Q,

@@ -86,7 +86,8 @@ def simulate(
     return res
 
 
-def _serve(
+# `simulate`'s inputs passed on as they are
+def _serve(  # noqa: PLR0913
     point: Point,
     perfs: dict[str, InstancePerf],
     trace: Any,

@@ -51,7 +51,8 @@ class FakeEngine:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _app(self):
+    # a fake engine: one nested handler per route it answers
+    def _app(self):  # noqa: C901, PLR0915
         from aiohttp import web
 
         usage = {
