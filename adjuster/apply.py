@@ -131,10 +131,16 @@ class _Run(Launcher):
         crashed = a.reason == PROCESS_DIED  # an interrupted start is no crash
         restarts = (row.restarts if row else 0) + (1 if crashed else 0)
         delay = (
-            restart_delay_s(row, time.time(), base_s=self.backoff_base_s,
-                            cap_s=self.backoff_cap_s, stable_s=self.stable_s)
-            if crashed else 0.0
-        )  # fmt: skip
+            restart_delay_s(
+                row,
+                time.time(),
+                base_s=self.backoff_base_s,
+                cap_s=self.backoff_cap_s,
+                stable_s=self.stable_s,
+            )
+            if crashed
+            else 0.0
+        )
         if row is not None and crashed and delay == 0.0:
             restarts = 1  # it ran long enough: a new crash series
         attempt = 0
@@ -225,7 +231,8 @@ def instances_json(state: StateStore, point: Point | None = None) -> list[dict]:
     return out
 
 
-def apply_point(
+# Keyword-only options of one apply (issue 45a's service is to group them).
+def apply_point(  # noqa: PLR0913
     plan: Plan,
     point_name: str | None,
     *,
@@ -263,9 +270,10 @@ def apply_point(
         point = plan.point(point_name)
     except KeyError:
         raise InputError(
-            f"no point {point_name!r} in the plan", path="--point",
+            f"no point {point_name!r} in the plan",
+            path="--point",
             fix=f"use one of {[p.name for p in plan.points]}",
-        ) from None  # fmt: skip
+        ) from None
     sleep_ok = backend.supports_sleep
     result = ApplyResult(point=point.name)
     if dry_run:
@@ -301,12 +309,19 @@ def apply_point(
             target_point_json=point.model_dump_json(),
         )
         run = _Run(
-            plan_sha=plan_sha, point=point, backend=backend, state=state,
-            resolve=model_path_resolver, timeout_s=timeout_s, backoff_base_s=backoff_base_s,
-            backoff_cap_s=backoff_cap_s, stable_s=stable_s, max_attempts=max_attempts,
+            plan_sha=plan_sha,
+            point=point,
+            backend=backend,
+            state=state,
+            resolve=model_path_resolver,
+            timeout_s=timeout_s,
+            backoff_base_s=backoff_base_s,
+            backoff_cap_s=backoff_cap_s,
+            stable_s=stable_s,
+            max_attempts=max_attempts,
             gpu_free_timeout_s=gpu_free_timeout_s,
             existed={r.id for r in state.instances()},
-        )  # fmt: skip
+        )
         if _run_steps(run, actions, result, ttl_s, progress or (lambda line: None)):
             # the desired state every controller follows (Controller.follow): the point as
             # placed here and where each instance's weights are

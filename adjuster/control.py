@@ -124,10 +124,13 @@ class Controller:
         """Other host/disk-tier instances sharing a GPU with this one (to sleep before waking it)."""
         me = self.instance(instance_id)
         return [
-            i.id for i in self.point.instances
-            if i.id != me.id and i.node == me.node and i.tier in ("host", "disk")
+            i.id
+            for i in self.point.instances
+            if i.id != me.id
+            and i.node == me.node
+            and i.tier in ("host", "disk")
             and set(i.gpus) & set(me.gpus)
-        ]  # fmt: skip
+        ]
 
     def status(self) -> dict[str, tuple[Status, Handle | None]]:
         """Instance id -> (status, handle) for every instance of the point."""
@@ -264,9 +267,13 @@ class Controller:
 
     def _run(self, timeout_s: float) -> Launcher:
         return Launcher(
-            plan_sha=self.plan_sha, point=self.point, backend=self.backend, state=self.state,
-            resolve=self.resolve, timeout_s=timeout_s or self.start_timeout_s,
-        )  # fmt: skip
+            plan_sha=self.plan_sha,
+            point=self.point,
+            backend=self.backend,
+            state=self.state,
+            resolve=self.resolve,
+            timeout_s=timeout_s or self.start_timeout_s,
+        )
 
     def describe(self) -> list[dict]:
         """Status rows for `planner status`: id, model, tier, status, health, port, uptime."""
@@ -281,10 +288,19 @@ class Controller:
                 if row and row.started_at and status in ("awake", "asleep")
                 else None
             )
-            out.append({
-                "id": inst.id, "model": inst.model, "node": inst.node, "tier": inst.tier,
-                "status": status, "healthy": status in ("awake", "asleep"), "port": inst.port,
-                "pid": h.pid if h else None, "uptime_s": round(up, 1) if up is not None else None,
-                "restarts": row.restarts if row else 0, "gpus": json.dumps(inst.gpus),
-            })  # fmt: skip
+            out.append(
+                {
+                    "id": inst.id,
+                    "model": inst.model,
+                    "node": inst.node,
+                    "tier": inst.tier,
+                    "status": status,
+                    "healthy": status in ("awake", "asleep"),
+                    "port": inst.port,
+                    "pid": h.pid if h else None,
+                    "uptime_s": round(up, 1) if up is not None else None,
+                    "restarts": row.restarts if row else 0,
+                    "gpus": json.dumps(inst.gpus),
+                }
+            )
         return out

@@ -73,10 +73,17 @@ class DecisionLog:
             "INSERT INTO adjust_decisions (ts, plan_sha, action, point_from, point_to, reason, dry_run, state, reasons)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
-                ts, plan_sha, action.kind, action.from_point, action.point, action.reason,
-                int(dry_run), state.model_dump_json(), json.dumps(action.reasons, default=str),
+                ts,
+                plan_sha,
+                action.kind,
+                action.from_point,
+                action.point,
+                action.reason,
+                int(dry_run),
+                state.model_dump_json(),
+                json.dumps(action.reasons, default=str),
             ),
-        )  # fmt: skip
+        )
         self._db.commit()
         return int(cur.lastrowid or 0)
 

@@ -93,7 +93,9 @@ def _profile(
 ) -> tuple[np.ndarray, int]:
     """(the profile's expected requests in each window of `starts`, days of log it read)."""
     w = cfg.window_s
-    num, den, days = np.zeros(len(starts)), 0.0, 0
+    num = np.zeros(len(starts))
+    den = 0.0
+    days = 0
     for d in range(1, int(cfg.history_days) + 1):
         past = starts - d * DAY_S
         if past.min() < first_s:  # the log does not reach back that far (whole days only)
@@ -125,7 +127,9 @@ def forecast_counts(
     ahead = now_s + w * np.arange(k)
     back = now_s - w * np.arange(1, LEVEL_BACK_WINDOWS + 1)  # the last windows, newest first
     first = first_s if first_s is not None else now_s
-    counts, level, days = {}, {}, 0
+    counts = {}
+    level = {}
+    days = 0
     for m in models:
         prof_ahead, days_m = _profile(history, first, summary, m, ahead, cfg)
         days = max(days, days_m)

@@ -109,10 +109,13 @@ class Outlook:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "slo_attainment": round(self.attainment, 5), "switch_p95_s": round(self.switch_p95_s, 4),
-            "objective_s": round(self.objective_s, 4), "delayed": self.delayed,
-            "missed": self.missed, "waits_s": round(self.waits_s, 3),
-        }  # fmt: skip
+            "slo_attainment": round(self.attainment, 5),
+            "switch_p95_s": round(self.switch_p95_s, 4),
+            "objective_s": round(self.objective_s, 4),
+            "delayed": self.delayed,
+            "missed": self.missed,
+            "waits_s": round(self.waits_s, 3),
+        }
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,12 @@ class HopVerdict:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "pays": self.pays, "reason": self.reason, "basis": self.basis,
-            "hold": self.hold.to_json(), "hop": self.hop.to_json(),
-        }  # fmt: skip
+            "pays": self.pays,
+            "reason": self.reason,
+            "basis": self.basis,
+            "hold": self.hold.to_json(),
+            "hop": self.hop.to_json(),
+        }
 
 
 def switch_limits(slo: Slo, models: Iterable[str]) -> dict[str, float]:
@@ -188,9 +194,13 @@ def outlook(
         p95 = (k * p95 + cfg.prior_waits * prior_s) / max(k + cfg.prior_waits, 1e-9)
     gib = float(sim.warm_gpu_gib)
     return Outlook(
-        attainment=float(att), switch_p95_s=p95, objective_s=p95 + cfg.gib_weight_s * gib,
-        delayed=int((d > 0).sum()), missed=int((met & ~met_hop).sum()), waits_s=float(d.sum()),
-    )  # fmt: skip
+        attainment=float(att),
+        switch_p95_s=p95,
+        objective_s=p95 + cfg.gib_weight_s * gib,
+        delayed=int((d > 0).sum()),
+        missed=int((met & ~met_hop).sum()),
+        waits_s=float(d.sum()),
+    )
 
 
 def judge(

@@ -48,10 +48,17 @@ def model_path_resolver(models: Models, base_dir: str | Path | None) -> ModelPat
 def handle_of(row: InstanceRow) -> Handle:
     """The backend handle recorded for a state row."""
     return Handle(
-        instance_id=row.id, node=row.node, host=row.host, port=row.port,
-        pid=row.pid, actor=row.actor, log_path=row.log_path, secret=row.secret,
-        engine=row.engine, ref=row.ref,
-    )  # fmt: skip
+        instance_id=row.id,
+        node=row.node,
+        host=row.host,
+        port=row.port,
+        pid=row.pid,
+        actor=row.actor,
+        log_path=row.log_path,
+        secret=row.secret,
+        engine=row.engine,
+        ref=row.ref,
+    )
 
 
 def slept_level(row: InstanceRow) -> int:
@@ -114,14 +121,28 @@ class Launcher:
     def _row(self, inst: Instance, h: Handle | None, status: str, restarts: int) -> InstanceRow:
         """The state row of a launch of `inst` (`h` None: no process was started)."""
         return InstanceRow(
-            id=inst.id, model=inst.model, variant=inst.variant, node=inst.node,
-            host=h.host if h else "127.0.0.1", port=inst.port, pid=h.pid if h else None,
-            actor=h.actor if h else None, status=status, tier=inst.tier, plan_sha=self.plan_sha,
-            point=self.point.name, started_at=time.time(), restarts=restarts,
-            log_path=h.log_path if h else "", spec_sha=spec_sha(inst), gpus=json.dumps(inst.gpus),
-            memory_gib=inst.memory_gib.total, secret=h.secret if h else None,
-            engine=inst.engine.kind, ref=h.ref if h else "",
-        )  # fmt: skip
+            id=inst.id,
+            model=inst.model,
+            variant=inst.variant,
+            node=inst.node,
+            host=h.host if h else "127.0.0.1",
+            port=inst.port,
+            pid=h.pid if h else None,
+            actor=h.actor if h else None,
+            status=status,
+            tier=inst.tier,
+            plan_sha=self.plan_sha,
+            point=self.point.name,
+            started_at=time.time(),
+            restarts=restarts,
+            log_path=h.log_path if h else "",
+            spec_sha=spec_sha(inst),
+            gpus=json.dumps(inst.gpus),
+            memory_gib=inst.memory_gib.total,
+            secret=h.secret if h else None,
+            engine=inst.engine.kind,
+            ref=h.ref if h else "",
+        )
 
     def _wait_gpu_memory(self, inst: Instance) -> None:
         """Bounded wait until the GPUs have room (CUDA only; a just-stopped server frees late)."""

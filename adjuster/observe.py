@@ -96,10 +96,14 @@ def hop_cost(
     if plan_hop is None:
         return cost
     return HopCost(
-        starts=plan_hop.restarts, sleeps=plan_hop.sleeps, stops=cost.stops,
-        wakes=plan_hop.wakes, restarted=cost.restarted, duration_s=cost.duration_s,
+        starts=plan_hop.restarts,
+        sleeps=plan_hop.sleeps,
+        stops=cost.stops,
+        wakes=plan_hop.wakes,
+        restarted=cost.restarted,
+        duration_s=cost.duration_s,
         predicted_s=predicted_s,
-    )  # fmt: skip
+    )
 
 
 def cost_of_steps(
@@ -127,9 +131,13 @@ def cost_of_steps(
         elif kind == "stop":
             t += STOP_S
     return HopCost(
-        starts=counts["start"] + counts["restart"], sleeps=counts["sleep"],
-        stops=counts["stop"], wakes=counts["wake"], restarted=ready, duration_s=t,
-    )  # fmt: skip
+        starts=counts["start"] + counts["restart"],
+        sleeps=counts["sleep"],
+        stops=counts["stop"],
+        wakes=counts["wake"],
+        restarted=ready,
+        duration_s=t,
+    )
 
 
 def ready_by_model(point: Point, cost: HopCost) -> dict[str, float]:
@@ -260,9 +268,13 @@ def observe(
     }
     # what comes next, as forecast (else as the window): where a hop's waits are counted
     if forecast is not None:
-        basis, basis_start, span = forecast, end_s - DAY_S, cfg.forecast_windows * cfg.window_s
+        basis = forecast
+        basis_start = end_s - DAY_S
+        span = cfg.forecast_windows * cfg.window_s
     else:
-        basis, basis_start, span = window, end_s - cfg.window_s, cfg.window_s
+        basis = window
+        basis_start = end_s - cfg.window_s
+        span = cfg.window_s
     delays = {
         p.name: hop_delays(p, costs[p.name], basis.requests, basis_start) for p in plan.points
     }

@@ -125,7 +125,9 @@ def decide(state: AdjustState, obs: Observation) -> Outcome:
 
 def _quiet(v: WindowView) -> Outcome | None:
     """Rule 1: a quiet window (and not tracking) is no ground to judge on."""
-    n, cfg, st = len(v.obs.window), v.cfg, v.state
+    n = len(v.obs.window)
+    cfg = v.cfg
+    st = v.state
     if n >= cfg.min_requests or v.tracking:
         return None
     # a quiet hour neither confirms nor breaks a trend
@@ -156,7 +158,9 @@ def _meeting(v: WindowView) -> list[str]:
 def _none_meets(v: WindowView) -> Outcome:
     """Rule 2: no point meets the SLO: re-optimize or suggest once confirmed (or at once on
     traffic beyond the plan), at most once per dwell; else hold."""
-    obs, cfg, state = v.obs, v.cfg, v.state
+    obs = v.obs
+    cfg = v.cfg
+    state = v.state
     best_att = max(obs.metrics, key=lambda p: (obs.metrics[p].metrics.slo_attainment, p))
     why = (
         f"no point meets the SLO on the window (best: {best_att} at "
@@ -196,7 +200,9 @@ def _best(v: WindowView, meeting: list[str]) -> tuple[str, bool]:
 def _hold_gates(v: WindowView, best: str, cur_ok: bool) -> Outcome | None:
     """Rule 4's gates before the gain: the best is the current point, no drift, the dwell,
     a forecast-quiet move to more memory, the hops of the day."""
-    cur, cfg, now = v.cur, v.cfg, v.now
+    cur = v.cur
+    cfg = v.cfg
+    now = v.now
     if best == cur:
         return v.hold(f"{cur} is the best point on the window (objective {v.score(cur):.2f} s)")
     moved = v.fired or v.tracking or not cur_ok

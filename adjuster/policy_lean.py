@@ -168,7 +168,9 @@ def lean_view(
 def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     """The lean rule (module docstring) on `v` (policy_view.WindowView)."""
     lean: LeanView = v.obs.lean
-    cfg, cur, rows = v.cfg, v.cur, lean.rows
+    cfg = v.cfg
+    cur = v.cur
+    rows = lean.rows
     v.reasons["lean"] = {
         "forecast": lean.forecast.to_json(),
         "points": {p: r.to_json() for p, r in sorted(rows.items())},

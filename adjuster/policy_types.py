@@ -201,9 +201,13 @@ class HopCost:
 
     def to_json(self) -> dict[str, Any]:
         out = {
-            "starts": self.starts, "wakes": self.wakes, "sleeps": self.sleeps, "stops": self.stops,
-            "duration_s": round(self.duration_s, 3), "tiers_only": self.tiers_only,
-        }  # fmt: skip
+            "starts": self.starts,
+            "wakes": self.wakes,
+            "sleeps": self.sleeps,
+            "stops": self.stops,
+            "duration_s": round(self.duration_s, 3),
+            "tiers_only": self.tiers_only,
+        }
         if self.predicted_s is not None:
             out["plan_cost_s"] = self.predicted_s
         return out
@@ -281,11 +285,14 @@ class PointRow:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "slo_attainment": self.slo_attainment, "switch_p95_s": self.switch_p95_s,
-            "ttft_p95_s": self.ttft_p95_s, "warm_gpu_gib": self.warm_gpu_gib,
-            "objective_s": self.objective_s, "meets_slo": self.meets_slo,
+            "slo_attainment": self.slo_attainment,
+            "switch_p95_s": self.switch_p95_s,
+            "ttft_p95_s": self.ttft_p95_s,
+            "warm_gpu_gib": self.warm_gpu_gib,
+            "objective_s": self.objective_s,
+            "meets_slo": self.meets_slo,
             "hop_cost": self.hop_cost,
-        }  # fmt: skip
+        }
         if self.forecast_objective_s is not None:
             out["forecast_objective_s"] = self.forecast_objective_s
             out["forecast_meets_slo"] = self.forecast_meets_slo
@@ -305,6 +312,10 @@ class Decision:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "point": self.point, "from": self.from_point,
-            "reason": self.reason, "command": self.command, "reasons": self.reasons,
-        }  # fmt: skip
+            "kind": self.kind,
+            "point": self.point,
+            "from": self.from_point,
+            "reason": self.reason,
+            "command": self.command,
+            "reasons": self.reasons,
+        }

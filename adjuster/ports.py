@@ -35,9 +35,10 @@ def place_ports(plan: Plan, cluster: Cluster, port_base: int | None, *, file: st
             raise InputError(
                 f"the ports of node {node!r} would run from {base} to {top}; they must lie in "
                 f"1024..{last}",
-                file=file, path="--port-base" if port_base is not None else f"nodes.{node}.ports",
+                file=file,
+                path="--port-base" if port_base is not None else f"nodes.{node}.ports",
                 fix=f"pick a base from 1024 to {last - (top - base)}",
-            )  # fmt: skip
+            )
     if not any(shift.values()):
         return plan
     points = [

@@ -91,8 +91,6 @@ def diff(
 ) -> list[Action]:
     """The actions that turn `actual` into `desired`, ordered make-before-break."""
     want = {i.id: i for i in desired.instances}
-    first_stops: list[Action] = []
-    late_stops: list[Action] = []
     starts: list[Action] = []
     tiered: dict[tuple[str, tuple[int, ...]], list[Action]] = {}
 
@@ -117,35 +115,17 @@ def diff(
     tier_sleeps: list[Action] = []  # awake instances the point moves to a lazy tier
     wakes: list[Action] = []  # asleep instances the point moves to the gpu tier
     for inst in desired.instances:
-        obs = actual.get(inst.id)
-        lazy = inst.tier in ("host", "disk")
-        # the running process was started from this spec (tier aside); unknown hash: assume so
-        same = obs is not None and (not obs.spec_sha or obs.spec_sha == spec_sha(inst))
-        if same and obs.status == "asleep" and not lazy:
-            wakes.append(Action("wake", inst.id, inst.node, "now gpu tier: always awake"))
+        act = _instance_action(inst, actual.get(inst.id), sleep_supported)
+        if act is None:
             continue
-        if same and obs.status == "awake" and lazy and obs.tier == "gpu" and sleep_supported:
-            tier_sleeps.append(
-                Action("sleep", inst.id, inst.node, f"now {inst.tier} tier", sleep_level(inst))
-            )
+        if act.kind == "wake":
+            wakes.append(act)
             continue
-        if obs is None or obs.status == "stopped":
-            if lazy and not sleep_supported:
-                continue  # asleep == stopped without sleep mode
-            must_go_first.update(conflicts(inst))
-            act = Action("start", inst.id, inst.node, "not running")
-        elif not same:
-            must_go_first.update(conflicts(inst))
-            act = Action("restart", inst.id, inst.node, "spec changed")
-        elif obs.status in ("failed", "starting"):
-            if lazy and not sleep_supported:
-                continue
-            must_go_first.update(conflicts(inst))
-            why = PROCESS_DIED if obs.status == "failed" else "its start was interrupted"
-            act = Action("restart", inst.id, inst.node, why)
-        else:
-            continue  # awake, or asleep/awake for a lazy tier: the gateway decides which
-        if lazy and sleep_supported:
+        if act.kind == "sleep":
+            tier_sleeps.append(act)
+            continue
+        must_go_first.update(conflicts(inst))
+        if inst.tier in ("host", "disk") and sleep_supported:
             key = (inst.node, tuple(sorted(inst.gpus)))
             tiered.setdefault(key, []).extend(
                 [
@@ -156,33 +136,82 @@ def diff(
         else:
             starts.append(act)
 
+    first_stops, late_stops = _stops(leaving, must_go_first)
+    out = first_stops + tier_sleeps + wakes + starts
+    put_to_sleep: set[str] = {a.instance for a in tier_sleeps}
+    for key in sorted(tiered):
+        out += _cotenant_sleeps(key, tiered[key], actual, want, put_to_sleep)
+        out += tiered[key]
+    return out + late_stops
+
+
+def _instance_action(inst: Instance, obs: Observed | None, sleep_supported: bool) -> Action | None:
+    """What one instance of the point needs: a wake (now gpu tier), a sleep (now a lazy
+    tier), a start or a restart, or nothing (None)."""
+    lazy = inst.tier in ("host", "disk")
+    # the running process was started from this spec (tier aside); unknown hash: assume so
+    same = obs is not None and (not obs.spec_sha or obs.spec_sha == spec_sha(inst))
+    if obs is None or obs.status == "stopped":
+        if lazy and not sleep_supported:
+            return None  # asleep == stopped without sleep mode
+        return Action("start", inst.id, inst.node, "not running")
+    if not same:
+        return Action("restart", inst.id, inst.node, "spec changed")
+    if obs.status == "asleep" and not lazy:
+        return Action("wake", inst.id, inst.node, "now gpu tier: always awake")
+    if obs.status == "awake" and lazy and obs.tier == "gpu" and sleep_supported:
+        return Action("sleep", inst.id, inst.node, f"now {inst.tier} tier", sleep_level(inst))
+    if obs.status in ("failed", "starting"):
+        if lazy and not sleep_supported:
+            return None
+        why = PROCESS_DIED if obs.status == "failed" else "its start was interrupted"
+        return Action("restart", inst.id, inst.node, why)
+    return None  # awake, or asleep/awake for a lazy tier: the gateway decides which
+
+
+def _stops(
+    leaving: dict[str, Observed], must_go_first: set[str]
+) -> tuple[list[Action], list[Action]]:
+    """The stops of the instances that leave: (those whose GPUs or port a start needs, the
+    rest), each by instance id."""
+    first: list[Action] = []
+    late: list[Action] = []
     for k in sorted(leaving):
         o = leaving[k]
         reason = "not in the point"
         if k in must_go_first:
-            first_stops.append(Action("stop", k, o.node, reason + "; frees its GPUs/port first"))
+            first.append(Action("stop", k, o.node, reason + "; frees its GPUs/port first"))
         else:
-            late_stops.append(Action("stop", k, o.node, reason))
+            late.append(Action("stop", k, o.node, reason))
+    return first, late
 
-    out = first_stops + tier_sleeps + wakes + starts
-    put_to_sleep: set[str] = {a.instance for a in tier_sleeps}
-    for key in sorted(tiered):
-        node, gpus = key
-        # an awake co-tenant (woken by the gateway) sleeps before a new one starts beside it
-        for k in sorted(actual):
-            o = actual[k]
-            d = want.get(k)
-            if (
-                d is not None and d.tier in ("host", "disk") and o.status == "awake"
-                and o.node == node and set(o.gpus) & set(gpus) and k not in put_to_sleep
-                and not any(a.instance == k for a in tiered[key])
-            ):  # fmt: skip
-                put_to_sleep.add(k)
-                out.append(
-                    Action("sleep", k, node, "co-tenant of a starting instance", sleep_level(d))
-                )
-        out += tiered[key]
-    return out + late_stops
+
+def _cotenant_sleeps(
+    key: tuple[str, tuple[int, ...]],
+    group: list[Action],
+    actual: dict[str, Observed],
+    want: dict[str, Instance],
+    put_to_sleep: set[str],
+) -> list[Action]:
+    """An awake co-tenant (woken by the gateway) of the lazy instances starting on `key`'s
+    GPUs sleeps before they start beside it; `put_to_sleep` collects who is sent to sleep."""
+    node, gpus = key
+    out = []
+    for k in sorted(actual):
+        o = actual[k]
+        d = want.get(k)
+        if (
+            d is not None
+            and d.tier in ("host", "disk")
+            and o.status == "awake"
+            and o.node == node
+            and set(o.gpus) & set(gpus)
+            and k not in put_to_sleep
+            and not any(a.instance == k for a in group)
+        ):
+            put_to_sleep.add(k)
+            out.append(Action("sleep", k, node, "co-tenant of a starting instance", sleep_level(d)))
+    return out
 
 
 def _fits(
@@ -199,9 +228,10 @@ def _fits(
         if c is None:
             return False
         used = sum(
-            o.memory_gib for o in actual.values()
+            o.memory_gib
+            for o in actual.values()
             if o.node == inst.node and g in o.gpus and o.status in ("awake", "starting")
-        )  # fmt: skip
+        )
         if used + pending.get((inst.node, g), 0.0) + inst.memory_gib.total > c:
             return False
     return True

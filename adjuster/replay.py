@@ -104,7 +104,9 @@ class _Series:
     def metrics(self) -> dict[str, Any]:
         """The keys of `planner evaluate --json` (per point), over the whole trace."""
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-        ttft, tpot, wait = cat(self.ttft, float), cat(self.tpot, float), cat(self.wait, float)
+        ttft = cat(self.ttft, float)
+        tpot = cat(self.tpot, float)
+        wait = cat(self.wait, float)
         met = cat(self.met, bool)
         subst, penalty = cat(self.subst, bool), cat(self.penalty, float)
         return {
@@ -176,10 +178,14 @@ def replay(
     pending: HopCost | None = None  # the hop made at the end of the previous window
     source, backend = TraceSource(trace), SimBackend(sleep_supported)
     tcfg = TickConfig(
-        policy=cfg, slo=slo, perfs=perfs, plan_sha="replay", model_names=model_names,
+        policy=cfg,
+        slo=slo,
+        perfs=perfs,
+        plan_sha="replay",
+        model_names=model_names,
         start=AdjustState(point=start, since_s=first, config=cfg),
         reoptimize=_grower(reoptimizer, perfs) if reoptimizer is not None else None,
-    )  # fmt: skip
+    )
     with tempfile.TemporaryDirectory(prefix="planner-replay-") as tmp, StateStore(tmp) as store:
         apply_point(plan, start, backend=backend, state=store, model_path_resolver=lambda i: "")
         state = tcfg.start
@@ -235,7 +241,10 @@ class _Run:
     hop starts a new run where it lands, with its waits charged (`_charge_hop`)."""
 
     def __init__(self, plan: Plan, trace: pd.DataFrame, slo: Slo, perfs, model_names, cfg):
-        self.plan, self.trace, self.slo, self.perfs = plan, trace, slo, perfs
+        self.plan = plan
+        self.trace = trace
+        self.slo = slo
+        self.perfs = perfs
         self.model_names, self.cfg = model_names, cfg
         self.ts = trace["timestamp"].to_numpy(float)
         self.sims: dict[tuple[str, float, float], Any] = {}  # (point, start, end) -> its run
@@ -281,7 +290,9 @@ class _Run:
         rows = []
         for seg in _segments(in_force, k0, first, w):
             sim, _, q, m, _ = self.charged(seg)
-            arr, wait, met = np.asarray(sim.arrival_s, float), np.asarray(q), np.asarray(m)
+            arr = np.asarray(sim.arrival_s, float)
+            wait = np.asarray(q)
+            met = np.asarray(m)
             names = np.asarray(sim.model_names, dtype=object)[np.asarray(sim.model, int)]
             a = seg[2]
             while a < seg[3] - 1e-6:
@@ -329,23 +340,44 @@ class _Log:
     def record(self, res: TickResult, end_s: float) -> None:
         """The decision of the window ending at `end_s` (and its hop or other action)."""
         act, win = res.action, res.window
-        self.decisions.append({
-            "at_s": end_s, "kind": act.kind, "from": act.from_point, "point": act.point,
-            "requests": len(win), "forecast_window_requests": list(res.forecast_requests),
-        })  # fmt: skip
+        self.decisions.append(
+            {
+                "at_s": end_s,
+                "kind": act.kind,
+                "from": act.from_point,
+                "point": act.point,
+                "requests": len(win),
+                "forecast_window_requests": list(res.forecast_requests),
+            }
+        )
         if act.kind == "hop":
             assert res.hop is not None
-            self.hops.append({
-                "at_s": end_s, "from": act.from_point, "to": act.point, "reason": act.reason,
-                "restarts": res.hop.starts, "wakes": res.hop.wakes, "sleeps": res.hop.sleeps,
-                "stops": res.hop.stops, "tiers_only": res.hop.tiers_only,
-            })  # fmt: skip
+            self.hops.append(
+                {
+                    "at_s": end_s,
+                    "from": act.from_point,
+                    "to": act.point,
+                    "reason": act.reason,
+                    "restarts": res.hop.starts,
+                    "wakes": res.hop.wakes,
+                    "sleeps": res.hop.sleeps,
+                    "stops": res.hop.stops,
+                    "tiers_only": res.hop.tiers_only,
+                }
+            )
         elif act.kind != "hold":
             entry = {"at_s": end_s, "kind": act.kind, "point": act.point, "reason": act.reason}
             self.actions.append({**entry, **res.report})
             if act.kind == "reoptimize":
-                self.reopts.append({"at_s": end_s, "from": act.from_point, "reason": act.reason,
-                                    "window_requests": len(win), **res.report})  # fmt: skip
+                self.reopts.append(
+                    {
+                        "at_s": end_s,
+                        "from": act.from_point,
+                        "reason": act.reason,
+                        "window_requests": len(win),
+                        **res.report,
+                    }
+                )
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -43,9 +43,19 @@ from planner.errors import InputError, LockHeldError
 from planner.private import private_dir, private_sqlite
 
 __all__ = [
-    "DB_NAME", "NO_PROCESS", "REPAIR_FIX", "SCHEMA_VERSION", "TABLES", "InstanceRow", "Lease", "StateStore",
-    "damaged", "default_state_dir", "lenient_text", "open_checked",
-]  # fmt: skip
+    "DB_NAME",
+    "NO_PROCESS",
+    "REPAIR_FIX",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "InstanceRow",
+    "Lease",
+    "StateStore",
+    "damaged",
+    "default_state_dir",
+    "lenient_text",
+    "open_checked",
+]
 
 
 def default_state_dir() -> Path:

@@ -163,15 +163,17 @@ def unwritable(path: Path, e: sqlite3.OperationalError) -> InputError | None:
     text = str(e).lower()
     if "full" in text:
         return InputError(
-            "the disk holding the state database is full", file=str(path),
+            "the disk holding the state database is full",
+            file=str(path),
             fix="free space on it (nothing is damaged), then run the command again",
-        )  # fmt: skip
+        )
     if "readonly" in text or "read-only" in text or not os.access(path.parent, os.W_OK):
         return InputError(
-            "the state dir or its database is read-only", file=str(path),
+            "the state dir or its database is read-only",
+            file=str(path),
             fix="run as the user who owns the state dir, or make it writable "
             "(`planner status` reads a read-only one)",
-        )  # fmt: skip
+        )
     return None
 
 
@@ -220,15 +222,7 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     schema and a schema version this code knows. A file of an older version is upgraded by the
     numbered MIGRATIONS (unless `readonly`); one of a newer version is refused.
     """
-    if path.is_dir():
-        raise damaged(path, "is a directory, not the state database")
-    new = not path.exists()
-    if not new and path.stat().st_size == 0:
-        raise damaged(
-            path,
-            "the state database is empty (0 bytes): its journal and the record of the servers "
-            "it started are gone; it is not recreated over them",
-        )
+    new = _is_new(path)
     mode = "ro" if readonly else ("rwc" if new else "rw")
     try:
         db = connect(f"file:{path}?mode={mode}")
@@ -252,6 +246,37 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         raise damaged(path, f"not a readable state database: {e}") from None
     except UnicodeDecodeError:  # SQLite's message quotes a damaged schema: not UTF-8
         raise damaged(path, "the state database is damaged (its schema is not text)") from None
+    _check_schema(db, path, have, version)
+    if version < SCHEMA_VERSION and not readonly:
+        try:
+            _upgrade(db)
+        except sqlite3.OperationalError as e:
+            db.close()
+            raise unwritable(path, e) or damaged(
+                path, f"cannot upgrade the state database: {e}"
+            ) from None
+    _check_rows(db, path)
+    return db
+
+
+def _is_new(path: Path) -> bool:
+    """Whether the state file is still to be created; InputError where something unusable
+    (a directory, an emptied file) stands in its place."""
+    if path.is_dir():
+        raise damaged(path, "is a directory, not the state database")
+    new = not path.exists()
+    if not new and path.stat().st_size == 0:
+        raise damaged(
+            path,
+            "the state database is empty (0 bytes): its journal and the record of the servers "
+            "it started are gone; it is not recreated over them",
+        )
+    return new
+
+
+def _check_schema(db: sqlite3.Connection, path: Path, have: set[str], version: int) -> None:
+    """InputError (and `db` closed) when a table is missing or the schema is newer than this
+    code."""
     missing = [t for t in TABLES if t not in have]
     if missing:
         db.close()
@@ -264,21 +289,16 @@ def open_checked(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             file=str(path),
             fix="use the newer planner that wrote it (`planner state export` saves its rows)",
         )
-    if version < SCHEMA_VERSION and not readonly:
-        try:
-            _upgrade(db)
-        except sqlite3.OperationalError as e:
-            db.close()
-            raise unwritable(path, e) or damaged(
-                path, f"cannot upgrade the state database: {e}"
-            ) from None
+
+
+def _check_rows(db: sqlite3.Connection, path: Path) -> None:
+    """InputError (and `db` closed) when an instance row holds a value no start wrote."""
     for r in db.execute("SELECT * FROM instances"):
         keys = r.keys()
         bad = InstanceRow(**{c: r[c] for c in COLUMNS if c in keys}).problem()
         if bad is not None:
             db.close()
             raise damaged(path, bad)
-    return db
 
 
 def _add_columns(**decls: str) -> Migration:

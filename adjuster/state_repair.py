@@ -52,7 +52,9 @@ def _read_table(db: sqlite3.Connection, table: str) -> tuple[list[dict[str, Any]
         return [dict(zip(names, map(_value, r), strict=True)) for r in cur.fetchall()], ""
     except (sqlite3.DatabaseError, UnicodeDecodeError):
         pass
-    rows, bad, misses = [], [], 0
+    rows = []
+    bad = []
+    misses = 0
     for rowid in range(1, _ROWID_PROBE):  # row by row: a damaged page costs its own rows
         try:
             cur = db.execute(q + " WHERE rowid = ?", (rowid,))
@@ -130,9 +132,12 @@ def repair(state_dir: str | Path | None, *, force: bool = False) -> dict[str, An
         logs = sorted(p.stem for p in (path.parent / "logs").glob("*.log"))
         orphans = [i for i in logs if i not in known]
         st.journal(
-            "repair", "", "", "ok",
+            "repair",
+            "",
+            "",
+            "ok",
             f"rebuilt from {backup.name}: kept {counts}; unreadable {lost or 'nothing'}",
-        )  # fmt: skip
+        )
     return {
         "file": str(path),
         "backup": str(backup),

@@ -15,8 +15,16 @@ import time
 from pathlib import Path
 
 HEAVY = (
-    "torch", "vllm", "ray", "numba", "transformers", "httpx", "fastapi", "uvicorn", "matplotlib",
-)  # fmt: skip
+    "torch",
+    "vllm",
+    "ray",
+    "numba",
+    "transformers",
+    "httpx",
+    "fastapi",
+    "uvicorn",
+    "matplotlib",
+)
 
 
 def estimate_batch_s(rows: int = 1000) -> float:

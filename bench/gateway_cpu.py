@@ -43,11 +43,16 @@ def stub(port: int) -> None:
     """The stub upstream: completions answered at once (JSON or SSE with usage)."""
     from aiohttp import web
 
-    answer = json.dumps({
-        "id": "cmpl-1", "object": "text_completion", "created": 0, "model": "tiny-a",
-        "choices": [{"index": 0, "text": " I am fine, thank you", "finish_reason": "length"}],
-        "usage": USAGE,
-    }).encode()  # fmt: skip
+    answer = json.dumps(
+        {
+            "id": "cmpl-1",
+            "object": "text_completion",
+            "created": 0,
+            "model": "tiny-a",
+            "choices": [{"index": 0, "text": " I am fine, thank you", "finish_reason": "length"}],
+            "usage": USAGE,
+        }
+    ).encode()
     chunks = [
         b"data: " + json.dumps({"model": "tiny-a", "choices": [{"text": t}]}).encode() + b"\n\n"
         for t in (" I", " am", " fine")
@@ -85,9 +90,16 @@ def gateway(state: Path, keys: Path, port: int, upstream: int, profile: str | No
     from planner.schemas.plan import Instance, MemoryGib, Point
 
     spec = Instance(
-        id="tiny-a-0", model="tiny-a", variant="bf16", node="local", gpus=[0], tp=1,
-        tier="gpu", memory_gib=MemoryGib(weights=1, kv=1, overhead=0.5), port=upstream,
-    )  # fmt: skip
+        id="tiny-a-0",
+        model="tiny-a",
+        variant="bf16",
+        node="local",
+        gpus=[0],
+        tp=1,
+        tier="gpu",
+        memory_gib=MemoryGib(weights=1, kv=1, overhead=0.5),
+        port=upstream,
+    )
     point = Point(name="bench", instances=[spec])
     handle = Handle(instance_id=spec.id, node="local", host="127.0.0.1", port=upstream)
 
@@ -175,11 +187,21 @@ def main() -> None:
         prof = ["--profile", a.profile] if a.profile else []
         procs.append(
             subprocess.Popen(
-                [*me, "--role", "gateway", "--dir", tmp, "--port", str(gw),
-                 "--upstream", str(up), *prof],
+                [
+                    *me,
+                    "--role",
+                    "gateway",
+                    "--dir",
+                    tmp,
+                    "--port",
+                    str(gw),
+                    "--upstream",
+                    str(up),
+                    *prof,
+                ],
                 stderr=subprocess.DEVNULL,
             )
-        )  # fmt: skip
+        )
         url = f"http://127.0.0.1:{gw}"
         try:
             wait_up(url, procs)

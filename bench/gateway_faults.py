@@ -65,6 +65,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -113,10 +114,16 @@ def serve(cfg_path: str) -> None:
 
 def _instance(iid: str, model: str, gpu: int, tier: str) -> dict:
     return {
-        "id": iid, "model": model, "variant": "bf16", "node": "n1", "gpus": [gpu], "tp": 1,
-        "tier": tier, "port": free_port(),
+        "id": iid,
+        "model": model,
+        "variant": "bf16",
+        "node": "n1",
+        "gpus": [gpu],
+        "tp": 1,
+        "tier": tier,
+        "port": free_port(),
         "memory_gib": {"weights": 1.0, "kv": 1.0, "overhead": 0.5},
-    }  # fmt: skip
+    }
 
 
 def start_gateway(
@@ -149,8 +156,10 @@ def start_gateway(
     err = open(work / f"{name}.stderr", "wb")  # noqa: SIM115 (the child's, closed at the end)
     proc = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(work / f"{name}.json")],
-        stdout=subprocess.DEVNULL, stderr=err, preexec_fn=limits,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=err,
+        preexec_fn=limits,
+    )
     import httpx
 
     url = f"http://127.0.0.1:{port}"
@@ -185,9 +194,11 @@ def normal(url: str, user: str = "normal") -> float:
     t = time.perf_counter()
     try:
         r = httpx.post(
-            url + "/v1/completions", json={"model": "c", "prompt": "hi"},
-            headers=headers, timeout=10,
-        )  # fmt: skip
+            url + "/v1/completions",
+            json={"model": "c", "prompt": "hi"},
+            headers=headers,
+            timeout=10,
+        )
     except httpx.HTTPError:
         return float("inf")
     return time.perf_counter() - t if r.status_code == 200 else float("inf")
@@ -403,12 +414,27 @@ def attack_quiet(url: str, seconds: float = 6.0) -> dict:
     return {"p50_s": p.p50_s, "latency_s": p.worst_s}
 
 
+def _flood(s: socket.socket, head: bytes, burst: bytes, stop: threading.Event, seen: dict) -> None:
+    """Send `burst` every 0.1 s on the connection after `head`, counting the 401 answers
+    in `seen`, until `stop` is set or the gateway closes it."""
+    try:
+        s.sendall(head)
+        while not stop.is_set():
+            s.sendall(burst)
+            with contextlib.suppress(BlockingIOError):
+                got = s.recv(4096, socket.MSG_DONTWAIT)
+                if not got:
+                    break
+                seen["answers_401"] += got.startswith(b"HTTP/1.1 401 ")
+            time.sleep(0.1)
+    except OSError:
+        pass  # closed by the gateway: connect again
+
+
 def attack_chunk_flood(url: str, pid: int, n: int = 110, seconds: float = 10.0) -> dict:
     """`n` keyless connections, each sending a chunked POST of 1-byte chunks at about
     64 KiB/s (about 11,000 chunks a second each, 7 MB/s in all), reconnecting when closed,
     for `seconds`; the valid key's requests are timed meanwhile."""
-    import threading
-
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     burst = b"1\r\nx\r\n" * 1092  # 6.4 KiB of 1-byte chunks, every 0.1 s
     stop = threading.Event()
@@ -423,18 +449,7 @@ def attack_chunk_flood(url: str, pid: int, n: int = 110, seconds: float = 10.0) 
                 continue
             seen["connections"] += 1
             with s:
-                try:
-                    s.sendall(head)
-                    while not stop.is_set():
-                        s.sendall(burst)
-                        with contextlib.suppress(BlockingIOError):
-                            got = s.recv(4096, socket.MSG_DONTWAIT)
-                            if not got:
-                                break
-                            seen["answers_401"] += got.startswith(b"HTTP/1.1 401 ")
-                        time.sleep(0.1)
-                except OSError:
-                    pass  # closed by the gateway: connect again
+                _flood(s, head, burst, stop, seen)
 
     threads = [threading.Thread(target=client, daemon=True) for _ in range(n)]
     cpu0 = cpu_s(pid)
@@ -692,7 +707,9 @@ def keyed_attacks(work: Path, args: argparse.Namespace, res: dict) -> tuple[bool
     finally:
         rc = stop_gateway(proc, err)
         del os.environ[KEY_ENV]
-    quiet, flood, big = res["quiet"], res["chunk_flood"], res["big_bodies"]
+    quiet = res["quiet"]
+    flood = res["chunk_flood"]
+    big = res["big_bodies"]
     ratio = flood["p50_s"] / quiet["p50_s"]
     met = ratio <= 2.0 and big["peak_rss_mib"] <= 400 and big["answered"] == 20 and rc == 0
     line = (

@@ -83,7 +83,9 @@ def predicted_wake_s(d: Path) -> float:
     from planner.schemas import load_models
 
     arch = load_models(d / "models.yaml").model("tiny-a").arch
-    perf = instance_perf(arch, "bf16", resolve_gpu("cpu"), 1, max_model_len=1024, max_num_seqs=8, kv_gib=1.0)  # fmt: skip
+    perf = instance_perf(
+        arch, "bf16", resolve_gpu("cpu"), 1, max_model_len=1024, max_num_seqs=8, kv_gib=1.0
+    )
     return perf.wake_disk_s
 
 
@@ -266,12 +268,13 @@ def by_mode(rounds: list[tuple[float, float]]) -> dict[str, tuple[int, float]]:
         groups[mode].append((d, g))
     return {
         m: (len(sel), sum(d for d, _ in sel) / sum(g for _, g in sel))
-        if sel and m != "mixed" else (len(sel), math.nan)
+        if sel and m != "mixed"
+        else (len(sel), math.nan)
         for m, sel in groups.items()
-    }  # fmt: skip
+    }
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=200, help="sequential requests per path")
     ap.add_argument(
@@ -284,11 +287,15 @@ def main() -> None:
     ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
     ap.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
     ap.add_argument(
-        "--aa", action="store_true",
+        "--aa",
+        action="store_true",
         help="A/A control: both rounds of every concurrent pair go direct (the estimator's noise)",
-    )  # fmt: skip
-    args = ap.parse_args()
+    )
+    return ap.parse_args()
 
+
+def main() -> None:
+    args = _args()
     d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
     port, gw_port = free_port(), free_port()
     plan = write_inputs(d, port)
@@ -299,31 +306,55 @@ def main() -> None:
     state = d / "state"
     gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "planner.cli.main", "gateway", "--plan", str(plan),
-         "--state-dir", str(state), "--port", str(gw_port), *keys_args],
-        stdout=gw_log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "planner.cli.main",
+            "gateway",
+            "--plan",
+            str(plan),
+            "--state-dir",
+            str(state),
+            "--port",
+            str(gw_port),
+            *keys_args,
+        ],
+        stdout=gw_log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     gw = f"http://127.0.0.1:{gw_port}"
     direct = f"http://127.0.0.1:{port}"
     try:
         wait_http(gw + "/health", 120, proc)
         cold_s = cold_wake(gw)
         AUTH[direct] = engine_auth(state)
-        print(f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
-              f"predicted wake_disk_s: {predicted:.2f} s")  # fmt: skip
+        print(
+            f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
+            f"predicted wake_disk_s: {predicted:.2f} s"
+        )
         placed = "not pinned (--no-pin)" if args.no_pin else pin_engine(port, proc.pid)
         pinned = not placed.startswith("not pinned")
         print("CPUs:", placed)
-        body = {"model": "tiny-a", "prompt": "hello", "max_tokens": args.max_tokens,
-                "ignore_eos": True, "temperature": 0}  # fmt: skip
+        body = {
+            "model": "tiny-a",
+            "prompt": "hello",
+            "max_tokens": args.max_tokens,
+            "ignore_eos": True,
+            "temperature": 0,
+        }
         urls = {"direct": direct, "gateway": gw}
         lat = sequential(urls, args.requests, body)
         for k, v in lat.items():
-            print(f"sequential {k:8} n={len(v)} p50={pct(v, 0.5) * 1e3:.2f} ms "
-                  f"p99={pct(v, 0.99) * 1e3:.2f} ms")  # fmt: skip
+            print(
+                f"sequential {k:8} n={len(v)} p50={pct(v, 0.5) * 1e3:.2f} ms "
+                f"p99={pct(v, 0.99) * 1e3:.2f} ms"
+            )
         add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
         add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
-        ratios, intervals, cpu = {}, {}, []
+        ratios = {}
+        intervals = {}
+        cpu = []
         for conc in args.concurrency:
             rps, cpu_ms, rounds = concurrent(
                 {**urls, "gateway": direct} if args.aa else urls,
@@ -352,7 +383,16 @@ def main() -> None:
         print(f"gateway CPU per proxied request: {cpu_ms:.3f} ms")
         auth_ms = auth_cpu_ms(keys)
         print(f"auth check CPU per request (in process, 50 keys): {auth_ms:.4f} ms (<= 0.1 ms)")
-        print(json.dumps({"sequential_ms": {k: [round(x * 1e3, 3) for x in sorted(v)[:: max(1, len(v) // 20)]] for k, v in lat.items()}}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "sequential_ms": {
+                        k: [round(x * 1e3, 3) for x in sorted(v)[:: max(1, len(v) // 20)]]
+                        for k, v in lat.items()
+                    }
+                }
+            )
+        )
     except RuntimeError:
         gw_log.flush()
         print((d / "gateway.log").read_text()[-3000:], file=sys.stderr)
@@ -362,8 +402,9 @@ def main() -> None:
         gw_log.close()
         subprocess.run(
             [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],
-            capture_output=True, timeout=120,
-        )  # fmt: skip
+            capture_output=True,
+            timeout=120,
+        )
         if args.keep:
             print(f"work dir: {d}")
         else:

@@ -109,10 +109,16 @@ def score(name: str, res, built, unseen, seed: int) -> dict[str, str]:
         r = simulate(p, perfs, req, sl, model_names=ms.names)
         pts[p.name] = m = r.to_metrics()
         tr = scoring.twin_result(
-            p, perfs, r.warm_gpu_gib, cl, sl, req, ms.names,
+            p,
+            perfs,
+            r.warm_gpu_gib,
+            cl,
+            sl,
+            req,
+            ms.names,
             gpu_margin=OptimizeConfig().gpu_memory_margin,
             host_margin=OptimizeConfig().host_memory_margin,
-        )  # fmt: skip
+        )
         t = tr.to_metrics()
         ok = beats_twin_unseen(m, t)
         print(_row(p.name, m, int(r.switched.sum())))

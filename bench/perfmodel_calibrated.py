@@ -193,7 +193,9 @@ def main() -> int:
     rows, _ = load_rows()
     raw = pd.read_csv(CSV)
     paths = {name: path for path, name in MODELS.items()}  # catalog name -> the file's model_path
-    others, same, dropped = [], [], 0
+    others = []
+    same = []
+    dropped = 0
     with tempfile.TemporaryDirectory() as tmp:
         for gpu in sorted(rows.gpu.unique()):
             on_gpu = rows[rows.gpu == gpu]

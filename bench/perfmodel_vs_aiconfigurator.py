@@ -127,9 +127,12 @@ def defaults(key: str, family: str) -> dict[str, float]:
     ce = c.fp8_compute_efficiency if family == "gemm_fp8" else c.compute_efficiency
     kv = c.bandwidth_efficiency * c.kv_read_efficiency
     return {
-        "ce": ce, "bw": c.bandwidth_efficiency, "ae": c.attn_efficiency, "kv": kv,
+        "ce": ce,
+        "bw": c.bandwidth_efficiency,
+        "ae": c.attn_efficiency,
+        "kv": kv,
         "cyc": c.attn_unit_cycles,
-    }  # fmt: skip
+    }
 
 
 def main() -> int:

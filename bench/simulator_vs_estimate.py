@@ -61,8 +61,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 from result import cells
 
 TARGET = 0.05
-MODELS = (("Llama-3.1-8B-Instruct", "bf16"), ("Qwen2.5-Coder-32B-Instruct", "fp8"),
-          ("Qwen3-30B-A3B", "bf16"))  # fmt: skip
+MODELS = (
+    ("Llama-3.1-8B-Instruct", "bf16"),
+    ("Qwen2.5-Coder-32B-Instruct", "fp8"),
+    ("Qwen3-30B-A3B", "bf16"),
+)
 GPUS = ("L40S", "A100-80GB-SXM", "H100-SXM", "RTX-4090")
 CLIENTS = (1, 4, 16, 64)
 INPUT, OUTPUT = 1024, 256  # tokens
@@ -71,9 +74,16 @@ STEADY_ROUND = 1  # the spread-out replay's scored round (0-based): see "Known l
 
 def _point(model: str):
     inst = {
-        "id": "m-0", "model": model, "variant": "v", "node": "n", "gpus": [0], "tp": 1,
-        "tier": "gpu", "port": 8100, "memory_gib": {"weights": 1.0, "kv": 1.0, "overhead": 0.0},
-    }  # fmt: skip
+        "id": "m-0",
+        "model": model,
+        "variant": "v",
+        "node": "n",
+        "gpus": [0],
+        "tp": 1,
+        "tier": "gpu",
+        "port": 8100,
+        "memory_gib": {"weights": 1.0, "kv": 1.0, "overhead": 0.0},
+    }
     plan = {"kind": "plan", "selected": "p", "points": [{"name": "p", "instances": [inst]}]}
     return parse(plan, "plan").points[0]
 
@@ -147,10 +157,13 @@ def main() -> int:
     mt, mp = float(np.median(errs_ttft)), float(np.median(errs_tpot))
     ok = mt <= TARGET and mp <= TARGET
     fields = {
-        "ttft_median_err": mt, "tpot_median_err": mp,
-        "ttft_max_err": max(errs_ttft), "tpot_max_err": max(errs_tpot),
-        "cases": len(errs_ttft), "seconds": f"{time.perf_counter() - t0:.0f}",
-    }  # fmt: skip
+        "ttft_median_err": mt,
+        "tpot_median_err": mp,
+        "ttft_max_err": max(errs_ttft),
+        "tpot_max_err": max(errs_tpot),
+        "cases": len(errs_ttft),
+        "seconds": f"{time.perf_counter() - t0:.0f}",
+    }
     print(f"RESULT {cells(ok, fields)}")
     return 0 if ok else 1
 

@@ -254,10 +254,17 @@ def simulate_trace(
         "cluster",
     )
     inst = {
-        "id": "tiny-0", "model": "tiny", "variant": "bf16", "node": "local", "gpus": [0], "tp": 1, "tier": "gpu",
-        "port": 8100, "memory_gib": {"weights": 0.001, "kv": KV_GIB, "overhead": 0.0},
+        "id": "tiny-0",
+        "model": "tiny",
+        "variant": "bf16",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": "gpu",
+        "port": 8100,
+        "memory_gib": {"weights": 0.001, "kv": KV_GIB, "overhead": 0.0},
         "engine": {"max_model_len": 1024, "max_num_seqs": MAX_NUM_SEQS, "enforce_eager": True},
-    }  # fmt: skip
+    }
     point = parse(
         {"kind": "plan", "selected": "p", "points": [{"name": "p", "instances": [inst]}]}, "plan"
     ).points[0]
@@ -319,10 +326,19 @@ def main() -> int:
 
     if args.dump:
         np.savez(
-            args.dump, pred_ttft=p_ttft, pred_tpot=p_tpot, flat_ttft=flat_ttft, **trace,
-            **{f"pass{k}_{m}": v for k, ps in enumerate(passes) for m, v in
-               zip(("ttft", "tpot", "bursts"), (ps[0], ps[1], np.array(ps[2], int)), strict=True)},
-        )  # fmt: skip
+            args.dump,
+            pred_ttft=p_ttft,
+            pred_tpot=p_tpot,
+            flat_ttft=flat_ttft,
+            **trace,
+            **{
+                f"pass{k}_{m}": v
+                for k, ps in enumerate(passes)
+                for m, v in zip(
+                    ("ttft", "tpot", "bursts"), (ps[0], ps[1], np.array(ps[2], int)), strict=True
+                )
+            },
+        )
 
     # 4. compare. A measured percentile is the median over the passes: a noisy neighbour
     # on the shared host stalls one pass, not three. A stream read in one burst had its

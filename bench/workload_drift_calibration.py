@@ -115,10 +115,14 @@ def main() -> int:
         and hits["double"] >= 0.85 * args.seeds
     )
     fields = {
-        "split": "heldout_seeds", "first_seed": seeds.start, "seeds": args.seeds,
-        "windows": windows, "false_alarms": false_alarms, "double_detected": hits["double"],
+        "split": "heldout_seeds",
+        "first_seed": seeds.start,
+        "seeds": args.seeds,
+        "windows": windows,
+        "false_alarms": false_alarms,
+        "double_detected": hits["double"],
         "new_model_detected": hits["new"],
-    }  # fmt: skip
+    }
     print(f"RESULT {cells(ok, fields)}")
     return 0 if ok else 1
 

@@ -7,6 +7,7 @@ consecutive devices of one type on one node). The MILP picks (candidate, set, ti
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from planner.catalog.gpus import GpuSpec
@@ -15,7 +16,7 @@ from planner.optimizer.perf import Calib, instance_perf
 from planner.optimizer.perf.types import InstancePerf
 from planner.schemas import tp_divides
 from planner.schemas.cluster import Cluster, GpuGroup
-from planner.schemas.models import Models
+from planner.schemas.models import ModelEntry, Models, Variant
 from planner.schemas.slo import Slo
 from planner.units import GIB
 
@@ -164,63 +165,73 @@ def enumerate_candidates(
         mml = min(m.max_context, max_model_len_cap or m.max_context, arch.max_position_embeddings)
         seq_tok = (d.mean_input_tokens + d.mean_output_tokens) if d else mml / 4
         tpot = slo.for_model(m.name).tpot_p95_s
-        for v in m.variants:
-            for gname in sorted(specs):
-                spec = specs[gname]
-                for tp in TP_DEGREES:
-                    if tp > max_tp or tp > counts[gname]:
-                        break
-                    if not tp_divides(arch.num_attention_heads, arch.num_kv_heads, tp):
-                        continue
-                    # weights, overhead and KV bytes/token do not depend on the KV budget
-                    probe = _perf(
-                        arch, v.quantization, spec, tp, mml, knobs.max_num_seqs, 0.0, calib
+        for v, gname, tp in _layouts(m, specs, counts, max_tp):
+            levels = _kv_levels(
+                arch, v.quantization, specs[gname], tp, mml, knobs, seq_tok, gpu_margin, calib
+            )
+            for level, perf in levels:
+                out.append(
+                    Candidate(
+                        model=m.name,
+                        variant=v.name,
+                        quantization=v.quantization,
+                        gpu_type=gname,
+                        tp=tp,
+                        kv_level=level,
+                        max_model_len=mml,
+                        max_num_seqs=knobs.max_num_seqs,
+                        perf=perf,
+                        capacity_rps=capacity_rps(perf, d, tpot),
+                        quality_penalty=v.quality_penalty,
                     )
-                    free_gib = (
-                        spec.memory_gib * (1 - gpu_margin)
-                        - probe.weights_gib_per_gpu
-                        - probe.overhead_gib_per_gpu
-                    )
-                    kv_per_tok_gib = probe.kv_bytes_per_token / tp / GIB  # per GPU, GiB/token
-                    fit_tokens = free_gib / kv_per_tok_gib if kv_per_tok_gib > 0 else math.inf
-                    if fit_tokens < mml:
-                        continue  # vLLM refuses to start without KV room for one max_model_len sequence
-                    seen: set[int] = set()
-                    for level, frac in enumerate((0.5, 1.0)):
-                        # KV tokens: a share of max_num_seqs working sets, at least one full
-                        # sequence, at most what the GPU has left
-                        want = knobs.kv_factor * frac * knobs.max_num_seqs * seq_tok
-                        kv_tokens = int(min(fit_tokens, max(mml, want)))
-                        if kv_tokens in seen:
-                            continue
-                        seen.add(kv_tokens)
-                        perf = _perf(
-                            arch,
-                            v.quantization,
-                            spec,
-                            tp,
-                            mml,
-                            knobs.max_num_seqs,
-                            kv_tokens * kv_per_tok_gib,
-                            calib,
-                        )
-                        if not perf.fits:
-                            continue  # the same rule as `invariants` and the baselines
-                        out.append(
-                            Candidate(
-                                model=m.name,
-                                variant=v.name,
-                                quantization=v.quantization,
-                                gpu_type=gname,
-                                tp=tp,
-                                kv_level=level,
-                                max_model_len=mml,
-                                max_num_seqs=knobs.max_num_seqs,
-                                perf=perf,
-                                capacity_rps=capacity_rps(perf, d, tpot),
-                                quality_penalty=v.quality_penalty,
-                            )
-                        )
+                )
+    return out
+
+
+def _layouts(
+    m: ModelEntry, specs: dict[str, GpuSpec], counts: dict[str, int], max_tp: int
+) -> Iterator[tuple[Variant, str, int]]:
+    """(variant, GPU type, TP degree) of model `m` in order, where the TP degree fits the
+    node's GPUs of that type and divides the attention heads."""
+    arch = m.arch
+    for v in m.variants:
+        for gname in sorted(specs):
+            for tp in TP_DEGREES:
+                if tp > max_tp or tp > counts[gname]:
+                    break
+                if tp_divides(arch.num_attention_heads, arch.num_kv_heads, tp):
+                    yield v, gname, tp
+
+
+def _kv_levels(
+    arch, quant, spec, tp, mml, knobs: Knobs, seq_tok, gpu_margin: float, calib
+) -> list[tuple[int, InstancePerf]]:
+    """(KV level, perf) of one layout at each KV budget that fits: none where the GPU has no
+    KV room for one max_model_len sequence (vLLM refuses to start)."""
+    # weights, overhead and KV bytes/token do not depend on the KV budget
+    probe = _perf(arch, quant, spec, tp, mml, knobs.max_num_seqs, 0.0, calib)
+    free_gib = (
+        spec.memory_gib * (1 - gpu_margin) - probe.weights_gib_per_gpu - probe.overhead_gib_per_gpu
+    )
+    kv_per_tok_gib = probe.kv_bytes_per_token / tp / GIB  # per GPU, GiB/token
+    fit_tokens = free_gib / kv_per_tok_gib if kv_per_tok_gib > 0 else math.inf
+    if fit_tokens < mml:
+        return []
+    out = []
+    seen: set[int] = set()
+    for level, frac in enumerate((0.5, 1.0)):
+        # KV tokens: a share of max_num_seqs working sets, at least one full sequence, at most
+        # what the GPU has left
+        want = knobs.kv_factor * frac * knobs.max_num_seqs * seq_tok
+        kv_tokens = int(min(fit_tokens, max(mml, want)))
+        if kv_tokens in seen:
+            continue
+        seen.add(kv_tokens)
+        perf = _perf(
+            arch, quant, spec, tp, mml, knobs.max_num_seqs, kv_tokens * kv_per_tok_gib, calib
+        )
+        if perf.fits:  # the same rule as `invariants` and the baselines
+            out.append((level, perf))
     return out
 
 

@@ -91,10 +91,15 @@ def _alternative(
         if v.name == inst.variant:
             continue
         other = instance_perf(
-            entry.arch, v.quantization, gpu.spec, inst.tp, kv_gib=inst.memory_gib.kv,
-            max_model_len=inst.engine.max_model_len, max_num_seqs=inst.engine.max_num_seqs,
+            entry.arch,
+            v.quantization,
+            gpu.spec,
+            inst.tp,
+            kv_gib=inst.memory_gib.kv,
+            max_model_len=inst.engine.max_model_len,
+            max_num_seqs=inst.engine.max_num_seqs,
             interconnect=gpu.interconnect,
-        )  # fmt: skip
+        )
         need = other.awake_gib_per_gpu
         penalty = f"quality penalty {v.quality_penalty:.2f} vs {mine.quality_penalty:.2f}"
         if need <= room:

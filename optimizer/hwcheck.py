@@ -60,8 +60,16 @@ def checks(profile: Profile, gpu: GpuSpec) -> list[Check]:
     if hw.device_copy_gbps is not None:
         note = "a copy reads and writes: 0.7-0.95 of the HBM peak"
         out.append(
-            Check("memory copy", hw.device_copy_gbps.median, gpu.memory_bandwidth_gbps, "GB/s", 0.5, 1.05, note)
-        )  # fmt: skip
+            Check(
+                "memory copy",
+                hw.device_copy_gbps.median,
+                gpu.memory_bandwidth_gbps,
+                "GB/s",
+                0.5,
+                1.05,
+                note,
+            )
+        )
     if hw.h2d_pinned_gbps is not None:
         h2d = hw.h2d_pinned_gbps.median
         note = f"PCIe gen{gpu.pcie_gen} per direction"

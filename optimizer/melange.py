@@ -137,26 +137,11 @@ def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
     import pulp
 
     demand = peak_demand(trace, models.names)
-    types: dict[str, tuple[list, int]] = {}  # GPU type -> (its aligned sets, how many GPUs)
-    for node in cluster.nodes:
-        for _, g in node.gpu_list():
-            prev = types.get(g.spec.name, ([], 0))
-            types[g.spec.name] = (prev[0], prev[1] + 1)
-    for tp in (1, 2, 4, 8):
-        for s in gpu_sets(cluster, tp):
-            types[s.group.spec.name][0].append(s)
+    types = _gpu_types(cluster)
     gib = {name: sets[0].memory_gib / len(sets[0].gpus) for name, (sets, _) in types.items()}
     total_gib = sum(gib[name] * count for name, (_, count) in types.items())
     notes: list[str] = []
-    options = []  # (entry, variant, GPU type, tp, perf, req/s, preferred)
-    for entry in models.models:
-        opts, within = _options(entry, demand.get(entry.name, NO_DEMAND), slo, types)
-        if opts and not within:
-            notes.append(
-                f"{entry.name}: no GPU set serves its mean request within its TTFT/TPOT "
-                "targets; sized for throughput"
-            )
-        options += [(entry, *o) for o in opts]
+    options = _all_options(models, demand, slo, types, notes)
     prob = pulp.LpProblem("melange", pulp.LpMinimize)
     x = [
         prob.add_variable(f"x{k}", lowBound=0, upBound=MAX_INSTANCES, cat="Integer")
@@ -190,6 +175,36 @@ def melange(cluster: Cluster, models: Models, slo: Slo, trace: Any) -> Baseline:
         if (var.value() or 0) > 1e-9:
             notes.append(f"{name}: peak demand exceeds the cluster by {var.value():.3g} req/s")
     return Baseline(Point(name="melange", instances=insts, notes=notes), perfs)
+
+
+def _gpu_types(cluster: Cluster) -> dict[str, tuple[list, int]]:
+    """GPU type -> (its aligned sets of every TP degree, how many GPUs of it)."""
+    types: dict[str, tuple[list, int]] = {}
+    for node in cluster.nodes:
+        for _, g in node.gpu_list():
+            prev = types.get(g.spec.name, ([], 0))
+            types[g.spec.name] = (prev[0], prev[1] + 1)
+    for tp in (1, 2, 4, 8):
+        for s in gpu_sets(cluster, tp):
+            types[s.group.spec.name][0].append(s)
+    return types
+
+
+def _all_options(
+    models: Models, demand: dict, slo: Slo, types: dict[str, tuple[list, int]], notes: list[str]
+) -> list[tuple]:
+    """Every model's options: (entry, variant, GPU type, tp, perf, req/s, preferred); a note
+    for each model that no GPU set serves within its latency targets."""
+    options: list[tuple] = []
+    for entry in models.models:
+        opts, within = _options(entry, demand.get(entry.name, NO_DEMAND), slo, types)
+        if opts and not within:
+            notes.append(
+                f"{entry.name}: no GPU set serves its mean request within its TTFT/TPOT "
+                "targets; sized for throughput"
+            )
+        options += [(entry, *o) for o in opts]
+    return options
 
 
 def _place(

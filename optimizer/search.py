@@ -80,7 +80,10 @@ class Searcher:
         self.ctx = c = search_context(
             cluster, models, slo, inputs.trace, cfg, inputs.calib, scorer is None
         )
-        self.cluster, self.models, self.slo, self.cfg = cluster, models, slo, cfg
+        self.cluster = cluster
+        self.models = models
+        self.slo = slo
+        self.cfg = cfg
         names = models.names
         self.scorer = scorer or scoring.scorer(c.fit_req, slo, names)
         self.held_scorer = (
@@ -239,7 +242,9 @@ class Searcher:
         }
 
         def job(k: int) -> tuple[PointMetrics, list[tuple[PointMetrics, PointMetrics]]]:
-            p, perfs, names = todo[k].point, todo[k].perfs, self.models.names
+            p = todo[k].point
+            perfs = todo[k].perfs
+            names = self.models.names
             warm = todo[k].chosen.warm_gpu_gib
             whole = scoring.twin_result(
                 p, perfs, warm, self.cluster, self.slo, req, names, **margins
@@ -365,7 +370,9 @@ class _Record:
     """A search's evaluations so far, the best one, and its progress line."""
 
     def __init__(self, searcher: Searcher, total: int, progress: Progress | None):
-        self.searcher, self.total, self.progress = searcher, total, progress
+        self.searcher = searcher
+        self.total = total
+        self.progress = progress
         self.evals: list[Evaluation] = []
         self.best: PointMetrics | None = None
 

@@ -85,26 +85,15 @@ def gpu_type_from_name(name: str, memory_gib: float | None = None) -> str | None
     "NVIDIA A100 80GB PCIe" -> A100-80GB-PCIe, "NVIDIA A10G" -> A10G. None when unknown.
     """
     t = _norm(name).split()
-    big = memory_gib is not None and memory_gib > 60  # 80 GB class vs 40 GB class
     out: str | None = None
     if "B200" in t or "B300" in t:  # "NVIDIA B200", "NVIDIA B300 SXM6 AC"
         out = "B300-SXM" if "B300" in t else "B200-SXM"
     elif "H200" in t:
         out = "H200-NVL" if "NVL" in t else "H200-SXM"
     elif "H100" in t:
-        if "NVL" in t:
-            out = None  # 94 GB dual-card part: not in the catalog
-        elif "PCIE" in t:
-            out = "H100-PCIe"
-        else:
-            out = "H100-SXM"  # "H100 80GB HBM3", "H100 SXM5 80GB"
+        out = _h100(t)
     elif "A100" in t:
-        if "40GB" in t or (memory_gib is not None and not big and "80GB" not in t):
-            out = "A100-40GB"
-        elif "SXM4" in t or "SXM" in t:
-            out = "A100-80GB-SXM"
-        else:
-            out = "A100-80GB-PCIe"
+        out = _a100(t, memory_gib)
     elif "L40S" in t:
         out = "L40S"
     elif "L4" in t:
@@ -120,6 +109,26 @@ def gpu_type_from_name(name: str, memory_gib: float | None = None) -> str | None
     elif _has(t, "RTX", "3090") and "TI" not in t:
         out = "RTX-3090"
     return out if out in GPUS else None
+
+
+def _h100(t: list[str]) -> str | None:
+    """The H100 part of a normalized name's tokens."""
+    if "NVL" in t:
+        return None  # 94 GB dual-card part: not in the catalog
+    if "PCIE" in t:
+        return "H100-PCIe"
+    return "H100-SXM"  # "H100 80GB HBM3", "H100 SXM5 80GB"
+
+
+def _a100(t: list[str], memory_gib: float | None) -> str:
+    """The A100 part of a normalized name's tokens; `memory_gib` settles names without a
+    size."""
+    big = memory_gib is not None and memory_gib > 60  # 80 GB class vs 40 GB class
+    if "40GB" in t or (memory_gib is not None and not big and "80GB" not in t):
+        return "A100-40GB"
+    if "SXM4" in t or "SXM" in t:
+        return "A100-80GB-SXM"
+    return "A100-80GB-PCIe"
 
 
 def discover_gpus(nvml: Any = None, smi: str | None = None) -> GpuDiscovery:

@@ -130,10 +130,14 @@ def add_key(
             )
     key = new_key()
     entry = Key(
-        name=name, hash=hash_key(key), models=models or None, admin=admin,
-        trusted_proxy=trusted_proxy, max_concurrency=max_concurrency,
+        name=name,
+        hash=hash_key(key),
+        models=models or None,
+        admin=admin,
+        trusted_proxy=trusted_proxy,
+        max_concurrency=max_concurrency,
         requests_per_minute=requests_per_minute,
-    )  # fmt: skip
+    )
     keys.keys.append(entry)
     write_keys(p, keys)
     return key

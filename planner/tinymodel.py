@@ -82,13 +82,19 @@ def tiny_arch(sizes: TinySizes = TinySizes()) -> dict[str, Any]:
     # untied embedding + lm_head
     params = z.layers * (attn + mlp) + 2 * z.vocab_size * z.hidden_size
     return {
-        "name": "tiny-llama", "family": "llama", "num_layers": z.layers,
-        "hidden_size": z.hidden_size, "num_attention_heads": z.heads, "num_kv_heads": z.kv_heads,
-        "head_dim": head_dim, "intermediate_size": z.intermediate_size,
-        "vocab_size": z.vocab_size, "total_params_b": round(params / 1e9, 6),
+        "name": "tiny-llama",
+        "family": "llama",
+        "num_layers": z.layers,
+        "hidden_size": z.hidden_size,
+        "num_attention_heads": z.heads,
+        "num_kv_heads": z.kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": z.intermediate_size,
+        "vocab_size": z.vocab_size,
+        "total_params_b": round(params / 1e9, 6),
         "active_params_b": round(params / 1e9, 6),
         "max_position_embeddings": z.max_position_embeddings,
-    }  # fmt: skip
+    }
 
 
 def build_tiny_model(

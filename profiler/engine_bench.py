@@ -96,7 +96,9 @@ def profile_run(
     model_path = spec.path or spec.variant.path
     bad = precheck_path(model_path)
     if bad is not None:
-        run.status, run.reason, run.detail = "failed", "bad_model_path", bad
+        run.status = "failed"
+        run.reason = "bad_model_path"
+        run.detail = bad
         return RunResult(run, log_path)
     port = port or free_port()
     inst = instance_for(spec, cfg, port)
@@ -179,7 +181,8 @@ def _measure(
 # ---------------------------------------------------------------- one node (local or a Ray task)
 
 
-def run_node(
+# keyword-only options of `planner profile engine`, passed on to each node as data
+def run_node(  # noqa: PLR0913
     models_data: dict,
     models_file: str,
     node: str,
@@ -213,9 +216,14 @@ def run_node(
         first = info.gpus[0]
         gpu_type = type_for(first.name, first.memory_gib)
         same = [g for g in info.gpus if g.gpu_type == first.gpu_type]
-        devices, mem, name = len(same), min(g.memory_gib for g in same), first.name
+        devices = len(same)
+        mem = min(g.memory_gib for g in same)
+        name = first.name
     else:
-        gpu_type, devices, mem, name = "cpu", 1, info.ram_gib / 2, "cpu"
+        gpu_type = "cpu"
+        devices = 1
+        mem = info.ram_gib / 2
+        name = "cpu"
     specs, skipped = plan_runs(
         models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tps
     )

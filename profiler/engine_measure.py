@@ -188,7 +188,9 @@ def prefill_at(points: list[PrefillPoint], prompt_tokens: int) -> float | None:
 
 def measure_sleep(client: Client, run: EngineRun, engine: Engine) -> None:
     """Sleep/wake times of levels 1 and 2 (CUDA builds with sleep mode and dev endpoints)."""
-    sleep1, sleep2, wake = engine.sleep_route(1), engine.sleep_route(2), engine.wake_route
+    sleep1 = engine.sleep_route(1)
+    sleep2 = engine.sleep_route(2)
+    wake = engine.wake_route
     s1, st = client.post_s(sleep1, purpose="sleep")
     if st != 200:
         fix = engine.failure_fix("sleep_refused")  # the engine says why it may refuse

@@ -21,10 +21,24 @@ from pathlib import Path
 from planner.errors import InputError
 from planner.schemas.profile import DecodePoint, EngineRun, Stat
 
-CSV_COLUMNS = ("model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
-               "silicon_ttft_ms", "silicon_tpot_ms")  # fmt: skip
-VLLM_KEYS = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms",
-             "mean_tpot_ms")  # fmt: skip
+CSV_COLUMNS = (
+    "model_path",
+    "system",
+    "precision",
+    "isl",
+    "osl",
+    "batch_size",
+    "tp_size",
+    "silicon_ttft_ms",
+    "silicon_tpot_ms",
+)
+VLLM_KEYS = (
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+)
 
 
 def resolve_model(model: str, arch_name: str | None = None) -> tuple[object, str | None, str]:
@@ -95,9 +109,14 @@ def runs_from_vllm_json(
     )
     notes = [f"imported: {path} (vllm bench serve)"] + ([f"not calibrated: {why}"] if why else [])
     return EngineRun(
-        model=name.split("/")[-1], variant=q, tp=tp, quantization=q, arch=arch,
-        decode=[point], notes=notes,
-    )  # fmt: skip
+        model=name.split("/")[-1],
+        variant=q,
+        tp=tp,
+        quantization=q,
+        arch=arch,
+        decode=[point],
+        notes=notes,
+    )
 
 
 def _dtype_quant(dtype: object) -> str | None:
@@ -138,10 +157,12 @@ def runs_from_serving_csv(path: Path, gpu_type: str, model: str | None = None) -
         try:
             name, tp = r["model_path"], int(r["tp_size"])
             point = DecodePoint(
-                concurrency=int(r["batch_size"]), prompt_tokens=int(r["isl"]),
-                output_tokens=int(r["osl"]), tpot_s=Stat(median=float(r["silicon_tpot_ms"]) / 1e3),
+                concurrency=int(r["batch_size"]),
+                prompt_tokens=int(r["isl"]),
+                output_tokens=int(r["osl"]),
+                tpot_s=Stat(median=float(r["silicon_tpot_ms"]) / 1e3),
                 ttft_s=Stat(median=float(r["silicon_ttft_ms"]) / 1e3),
-            )  # fmt: skip
+            )
         except (ValueError, TypeError) as e:
             raise InputError(f"bad value: {e}", file=str(path), path=f"line {i}") from None
         arch, hub_quant, why = resolve_model(name, model)
@@ -154,8 +175,12 @@ def runs_from_serving_csv(path: Path, gpu_type: str, model: str | None = None) -
         if key not in runs:
             notes = [f"imported: {path} (serving runs CSV)"]
             runs[key] = EngineRun(
-                model=name.split("/")[-1], variant=q, tp=tp, quantization=q, arch=arch,
+                model=name.split("/")[-1],
+                variant=q,
+                tp=tp,
+                quantization=q,
+                arch=arch,
                 notes=notes + ([f"not calibrated: {why}"] if why else []),
-            )  # fmt: skip
+            )
         runs[key].decode.append(point)
     return list(runs.values())

@@ -23,9 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _python_only(folder: str, names: list[str]) -> set[str]:
     """copytree's ignore: everything but .py files and sub-folders (caches too)."""
     return {
-        n for n in names
+        n
+        for n in names
         if n == "__pycache__" or (not n.endswith(".py") and not Path(folder, n).is_dir())
-    }  # fmt: skip
+    }
 
 
 def lay_out(dest: Path) -> None:

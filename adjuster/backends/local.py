@@ -130,9 +130,16 @@ class LocalBackend:
                 reason="unknown",
             )
         process.wait_ready(
-            eng, handle.host, handle.port, proc, handle.log_path, timeout_s, secret=handle.secret,
-            download_dir=handle.extra.get("download_dir") or None, progress=self.progress,
-        )  # fmt: skip
+            eng,
+            handle.host,
+            handle.port,
+            proc,
+            handle.log_path,
+            timeout_s,
+            secret=handle.secret,
+            download_dir=handle.extra.get("download_dir") or None,
+            progress=self.progress,
+        )
 
     def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
         """Terminate the server's process group; a pid now used by another program is left alone."""

@@ -44,7 +44,13 @@ def agent_name(node: str) -> str:
 def _err(e: Exception) -> dict:
     """An ApplyError/LaunchError as data that crosses the Ray boundary."""
     if isinstance(e, LaunchError):
-        return {"error": "launch", "reason": e.reason, "message": e.message, "log_tail": e.log_tail, "fix": e.fix}  # fmt: skip
+        return {
+            "error": "launch",
+            "reason": e.reason,
+            "message": e.message,
+            "log_tail": e.log_tail,
+            "fix": e.fix,
+        }
     return {"error": "apply", "message": str(e)}
 
 
@@ -73,10 +79,13 @@ class NodeAgent:
         import ray
 
         return {
-            "node": self.node, "host": self.address, "device": self.local.device,
+            "node": self.node,
+            "host": self.address,
+            "device": self.local.device,
             "relay_ports": self.relay.ports() if self.relay is not None else None,
-            "ray_node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-        }  # fmt: skip
+            "ray_node_id": ray.get_runtime_context().get_node_id(),
+            "pid": os.getpid(),
+        }
 
     def start(self, inst: dict, model_path: str, served_name: str, log_path: str) -> dict:
         spec = Instance.model_validate(inst)
@@ -230,11 +239,18 @@ class RayBackend:
     def _raise(out: dict) -> dict:
         if out.get("error") == "launch" and out["reason"] == "port_in_use":
             raise PortHeldError(
-                out["message"], reason="port_in_use", log_tail=out.get("log_tail", ""),
+                out["message"],
+                reason="port_in_use",
+                log_tail=out.get("log_tail", ""),
                 fix=out.get("fix"),
-            )  # fmt: skip
+            )
         if out.get("error") == "launch":
-            raise LaunchError(out["message"], reason=out["reason"], log_tail=out.get("log_tail", ""), fix=out.get("fix"))  # fmt: skip
+            raise LaunchError(
+                out["message"],
+                reason=out["reason"],
+                log_tail=out.get("log_tail", ""),
+                fix=out.get("fix"),
+            )
         if out.get("error"):
             raise ApplyError(out["message"])
         return out

@@ -96,9 +96,11 @@ class AccessLog:
             self._open()
         except OSError as e:  # before anything starts: exit 2 naming the file
             raise InputError(
-                f"cannot open the access log: {e.strerror}", file=str(self.path),
-                path="--access-log", fix="pass a file in a writable directory",
-            ) from None  # fmt: skip
+                f"cannot open the access log: {e.strerror}",
+                file=str(self.path),
+                path="--access-log",
+                fix="pass a file in a writable directory",
+            ) from None
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

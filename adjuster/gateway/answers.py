@@ -41,6 +41,8 @@ def presented_key(headers: Any) -> str:
 
 def unavailable(e: Unavailable) -> Response:
     return error(
-        503, str(e), "ServiceUnavailableError",
+        503,
+        str(e),
+        "ServiceUnavailableError",
         headers={"Retry-After": str(max(1, math.ceil(e.retry_after_s)))},
-    )  # fmt: skip
+    )

@@ -227,11 +227,12 @@ class Auth:
         if who is None:
             self.denied[("", 401)] += 1
             return error(
-                401, "a valid key is needed: send `Authorization: Bearer KEY` or `x-api-key: "
+                401,
+                "a valid key is needed: send `Authorization: Bearer KEY` or `x-api-key: "
                 "KEY` (ask the gateway's admin for a key: `planner keys add NAME`)",
                 "AuthenticationError",
                 headers={"WWW-Authenticate": "Bearer"},
-            )  # fmt: skip
+            )
         if not path.startswith(_FOR_KEYS) and not who.privileged:
             self.denied[(who.key.name if who.key else "", 403)] += 1
             need = "an admin key" if self.table is not None else "a request from the gateway's host"
@@ -298,9 +299,11 @@ class Auth:
     def _limited(self, name: str, limit: str, wait_s: float) -> Response:
         self.denied[(name, 429)] += 1
         return error(
-            429, f"key {name!r} is over its limit of {limit}; retry later", "RateLimitError",
+            429,
+            f"key {name!r} is over its limit of {limit}; retry later",
+            "RateLimitError",
             headers={"Retry-After": str(max(1, math.ceil(wait_s)))},
-        )  # fmt: skip
+        )
 
     def release(self, request: Request) -> None:
         """Give back the slot `admit` took (no-op when it took none)."""
@@ -314,15 +317,19 @@ class Auth:
         out = [
             "# HELP planner_gateway_key_requests_total Requests admitted, by key name.",
             "# TYPE planner_gateway_key_requests_total counter",
-            *(f'planner_gateway_key_requests_total{{key="{k}"}} {v}'
-              for k, v in sorted(self.admitted.items())),
+            *(
+                f'planner_gateway_key_requests_total{{key="{k}"}} {v}'
+                for k, v in sorted(self.admitted.items())
+            ),
             "# HELP planner_gateway_auth_denied_total Requests refused by the key check, by key "
             'name ("" when no valid key) and status (401, 403, 429).',
             "# TYPE planner_gateway_auth_denied_total counter",
-            *(f'planner_gateway_auth_denied_total{{key="{k}",status="{s}"}} {v}'
-              for (k, s), v in sorted(self.denied.items())),
+            *(
+                f'planner_gateway_auth_denied_total{{key="{k}",status="{s}"}} {v}'
+                for (k, s), v in sorted(self.denied.items())
+            ),
             "# HELP planner_gateway_keys_reloads_total Reloads of the keys file.",
             "# TYPE planner_gateway_keys_reloads_total counter",
             f"planner_gateway_keys_reloads_total {self.reloads}",
-        ]  # fmt: skip
+        ]
         return "\n".join(out) + "\n"

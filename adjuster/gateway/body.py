@@ -63,10 +63,11 @@ async def read_body(
                 chunk = await body.read(READ_CHUNK)
         except TimeoutError:
             raise BadBody(
-                408, "body_timeout",
+                408,
+                "body_timeout",
                 f"the body paused for more than {timeout_s:g} s or arrived slower than "
                 f"1 MiB per {timeout_s:g} s",
-            ) from None  # fmt: skip
+            ) from None
         except BadRequest as e:
             raise BadBody(e.status, "bad_chunks", str(e)) from None
         except OverBudget as e:
@@ -109,16 +110,19 @@ def parse(body: bytes) -> dict[str, Any]:
     if opts is not None:
         if not isinstance(opts, dict):
             raise BadBody(
-                400, "bad_stream_options",
-                f"`stream_options` must be an object, not {_kind(opts)}", "stream_options",
-            )  # fmt: skip
+                400,
+                "bad_stream_options",
+                f"`stream_options` must be an object, not {_kind(opts)}",
+                "stream_options",
+            )
         usage = opts.get("include_usage")
         if usage is not None and not isinstance(usage, bool):
             raise BadBody(
-                400, "bad_stream_options",
+                400,
+                "bad_stream_options",
                 f"`stream_options.include_usage` must be true or false, not {_kind(usage)}",
                 "stream_options",
-            )  # fmt: skip
+            )
     return payload
 
 

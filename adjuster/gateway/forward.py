@@ -45,7 +45,9 @@ class Forwarder:
     """Sends requests to instances over the upstream session and records their outcome."""
 
     def __init__(self, pool: Pool, up: Upstream, rec: Recorder):
-        self.pool, self.up, self.rec = pool, up, rec
+        self.pool = pool
+        self.up = up
+        self.rec = rec
         # Non-streamed requests in flight -> their deadline (`request_timeout_s`), which
         # `sweep` enforces: a timer per request (asyncio.timeout) costs the event loop more
         # CPU than the rest of the lean client's request.

@@ -67,10 +67,13 @@ LINGER_S = 5.0  # how long an unread body is read and dropped after the answer..
 LINGER_BYTES = 256 * 1024  # ...and how much of it at most
 RETRY_AFTER_S = 1  # of a 503 for lack of body budget
 _KINDS = {
-    413: "RequestEntityTooLargeError", 431: "RequestHeaderFieldsTooLargeError",
-    501: "NotImplementedError", 505: "HTTPVersionNotSupportedError",
-    503: "ServiceUnavailableError", 500: "InternalServerError",
-}  # fmt: skip
+    413: "RequestEntityTooLargeError",
+    431: "RequestHeaderFieldsTooLargeError",
+    501: "NotImplementedError",
+    505: "HTTPVersionNotSupportedError",
+    503: "ServiceUnavailableError",
+    500: "InternalServerError",
+}
 
 
 class Headers(dict):
@@ -85,9 +88,23 @@ class Request:
     slot it holds (`admitted`), whose body budget it uses (`owner`) and what it holds."""
 
     __slots__ = (
-        "admitted", "body", "caller", "conn", "handler", "headers", "held", "keep_alive",
-        "method", "owner", "path", "refusal", "released", "started", "target", "version",
-    )  # fmt: skip
+        "admitted",
+        "body",
+        "caller",
+        "conn",
+        "handler",
+        "headers",
+        "held",
+        "keep_alive",
+        "method",
+        "owner",
+        "path",
+        "refusal",
+        "released",
+        "started",
+        "target",
+        "version",
+    )
 
     def __init__(
         self,
@@ -98,7 +115,10 @@ class Request:
         headers: Headers,
         length: int | None,
     ):
-        self.conn, self.method, self.path, self.version = conn, method, path, version
+        self.conn = conn
+        self.method = method
+        self.path = path
+        self.version = version
         self.headers, self.body = headers, Body(conn, length)
         self.keep_alive = version == (1, 1) and "close" not in headers.get("connection", "").lower()
         self.caller: Any = None
@@ -157,7 +177,9 @@ class Server:
         gate: Gate | None = None,
         budget: Budget | None = None,
     ):
-        self.handler, self.guard, self.log = handler, guard, logger
+        self.handler = handler
+        self.guard = guard
+        self.log = logger
         self.gate = gate if gate is not None else OpenGate()
         self.budget = budget
         self.stopping = False  # no new request on a kept-alive connection
@@ -305,7 +327,9 @@ class Conn(asyncio.Protocol):
             return
         if not self._in_body and not self.busy and self.header_since is None:
             self.header_since = self.guard.clock()
-        view, at, n = memoryview(data), 0, len(data)
+        view = memoryview(data)
+        at = 0
+        n = len(data)
         while at < n:
             if self._in_body:
                 # a chunked body in slices: its framing is counted as it goes (llhttp reads
@@ -417,7 +441,10 @@ class Conn(asyncio.Protocol):
             req.refusal, req.keep_alive = refusal, req.keep_alive and req.body.done
             req.released = True  # the gate took nothing (or gave it back)
         if self._in_body:
-            self._parsing, self._wire, self._got, self._chunks = req, 0, 0, 0
+            self._parsing = req
+            self._wire = 0
+            self._got = 0
+            self._chunks = 0
         self._queue(req)
         if refusal is not None and self._in_body:
             self._stopped = True  # its body is never read
@@ -494,7 +521,9 @@ class Conn(asyncio.Protocol):
             self._start(req)
 
     def _start(self, req: Request | Response) -> None:
-        self.busy, self.header_since, self.idle_since = True, None, None
+        self.busy = True
+        self.header_since = None
+        self.idle_since = None
         if isinstance(req, Response):  # a request that could not be read
             self._write(req, "GET", f"Content-Length: {len(req.body)}\r\nConnection: close\r\n")
             self._linger_close()
@@ -526,8 +555,10 @@ class Conn(asyncio.Protocol):
                 self.abort()
                 return
             req.keep_alive = False
-            self.answer(req, error(500, "the gateway failed on this request (logged)",
-                                   "InternalServerError"))  # fmt: skip
+            self.answer(
+                req,
+                error(500, "the gateway failed on this request (logged)", "InternalServerError"),
+            )
         self._finish(req)
 
     def answer(self, req: Request, resp: Response) -> None:

@@ -34,7 +34,11 @@ class Health:
     """Probes, restarts and adoption for the gateway."""
 
     def __init__(self, pool: Pool, up: Upstream, waker: Waker, cfg: GatewayConfig, clock: Clock):
-        self.pool, self.up, self.waker, self.cfg, self.clock = pool, up, waker, cfg, clock
+        self.pool = pool
+        self.up = up
+        self.waker = waker
+        self.cfg = cfg
+        self.clock = clock
         self._adopting: asyncio.Lock | None = None
 
     async def loop(self) -> None:
@@ -84,7 +88,9 @@ class Health:
                 or inst.epoch != epochs.get(iid, inst.epoch)
             )
             if status == "awake" and handle is not None and not inst.routable() and not busy:
-                inst.status, inst.handle, inst.want_awake = "awake", handle, True
+                inst.status = "awake"
+                inst.handle = handle
+                inst.want_awake = True
                 pool.wake_waiters(inst.spec.model)
 
     async def probe(self, inst: Inst) -> bool | None:
@@ -117,34 +123,46 @@ class Health:
 
     async def check(self, inst: Inst) -> None:
         """Probe one instance that should be awake; restart it after its backoff if dead."""
-        pool, waker = self.pool, self.waker
         if (
             self.up.drained
             or not inst.want_awake
             or inst.draining
-            or inst.spec.model in waker.tasks
+            or inst.spec.model in self.waker.tasks
         ):
             return
         if inst.status == "awake" and inst.handle is not None:
-            epoch = inst.epoch
-            ok = await self.probe(inst)
-            if inst.epoch != epoch or inst.draining or not inst.want_awake:
-                return  # put to sleep or restarted meanwhile: the answer is about the old one
-            if ok is None:
-                inst.timeouts += 1
-                if inst.timeouts < 3:
-                    return
-            elif ok:
-                inst.timeouts = inst.failures = 0
+            if not await self._dead(inst):
                 return
             self.mark_dead(inst)
-        if inst.lazy and serving_rule.hour_of_day(pool.clock()) not in inst.awake_hours:
+        if inst.lazy and serving_rule.hour_of_day(self.pool.clock()) not in inst.awake_hours:
             # a host/disk instance starts for a request or its awake hours, not on its own:
             # its next request restarts it
             inst.want_awake = False
             return
         if self.clock.mono_s() < inst.next_restart_at:
             return
+        await self._restart(inst)
+
+    async def _dead(self, inst: Inst) -> bool:
+        """Whether a probe finds the awake instance dead: it fails, or times out a third
+        time in a row (an answer about an instance put to sleep or restarted meanwhile
+        counts for nothing)."""
+        epoch = inst.epoch
+        ok = await self.probe(inst)
+        if inst.epoch != epoch or inst.draining or not inst.want_awake:
+            return False  # the answer is about the old one
+        if ok is None:
+            inst.timeouts += 1
+            return inst.timeouts >= 3
+        if ok:
+            inst.timeouts = inst.failures = 0
+            return False
+        return True
+
+    async def _restart(self, inst: Inst) -> None:
+        """Start a dead instance again once its backoff is over, unless an apply, a wake or a
+        sleep has taken it on meanwhile."""
+        pool = self.pool
         await self.adopt()  # an apply may have stopped it on purpose: follow it first
         if pool.instances.get(inst.spec.id) is not inst or self.up.drained:
             return  # the point in force no longer has it (or `planner down` ran)

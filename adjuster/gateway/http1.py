@@ -75,7 +75,9 @@ class _Conn(asyncio.Protocol):
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
         self._parser = httptools.HttpResponseParser(self)
-        self._ctype, self._parts, self._head_bytes = b"", [], 0
+        self._ctype = b""
+        self._parts = []
+        self._head_bytes = 0
         self._headed = self._framed = False
         self.got = False
         self.transport.write(msg)

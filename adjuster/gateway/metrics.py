@@ -73,25 +73,42 @@ class Metrics:
 
 # name, help, label names, Metrics attribute (keys: a label value, or a tuple of them)
 _COUNTERS = (
-    ("planner_gateway_requests_total", "Requests by model and HTTP status.",
-     ("model", "status"), "requests"),
-    ("planner_gateway_substitutions_total",
-     "Requests a stand-in answered, by the model asked for and the stand-in.",
-     ("model", "served_by"), "substitutions"),
+    (
+        "planner_gateway_requests_total",
+        "Requests by model and HTTP status.",
+        ("model", "status"),
+        "requests",
+    ),
+    (
+        "planner_gateway_substitutions_total",
+        "Requests a stand-in answered, by the model asked for and the stand-in.",
+        ("model", "served_by"),
+        "substitutions",
+    ),
     ("planner_gateway_wakes_total", "Completed wakes by model.", ("model",), "wakes"),
     ("planner_gateway_wake_failures_total", "Failed wakes by model.", ("model",), "wake_failures"),
     ("planner_gateway_sleeps_total", "Instances put to sleep by model.", ("model",), "sleeps"),
-    ("planner_gateway_malformed_requests_total",
-     "Requests refused with 400 before routing, by reason.", ("reason",), "malformed"),
+    (
+        "planner_gateway_malformed_requests_total",
+        "Requests refused with 400 before routing, by reason.",
+        ("reason",),
+        "malformed",
+    ),
     # labelled `engine`: Prometheus gives every scraped series an `instance` label (the target)
-    ("planner_gateway_restarts_total", "Restarts of instances that died.", ("engine",),
-     "restarts"),
-    ("planner_gateway_wake_checks_total", "One-token checks sent after wakes, by model.",
-     ("model",), "wake_checks"),
-    ("planner_gateway_wake_check_failures_total",
-     "Wake checks whose answer was wrong (the instance was restarted), by model.", ("model",),
-     "wake_check_failures"),
-)  # fmt: skip
+    ("planner_gateway_restarts_total", "Restarts of instances that died.", ("engine",), "restarts"),
+    (
+        "planner_gateway_wake_checks_total",
+        "One-token checks sent after wakes, by model.",
+        ("model",),
+        "wake_checks",
+    ),
+    (
+        "planner_gateway_wake_check_failures_total",
+        "Wake checks whose answer was wrong (the instance was restarted), by model.",
+        ("model",),
+        "wake_check_failures",
+    ),
+)
 _HISTOGRAMS = (
     ("planner_gateway_request_latency_seconds", "Arrival to last byte.", "latency"),
     ("planner_gateway_ttft_seconds", "Arrival to first byte from the engine.", "ttft"),

@@ -97,8 +97,14 @@ class Proxy:
         rec: Recorder,
         cfg: GatewayConfig,
     ):
-        self.pool, self.up, self.waker, self.health, self.tiers = pool, up, waker, health, tiers
-        self.auth, self.rec, self.cfg = auth, rec, cfg
+        self.pool = pool
+        self.up = up
+        self.waker = waker
+        self.health = health
+        self.tiers = tiers
+        self.auth = auth
+        self.rec = rec
+        self.cfg = cfg
         self.forwarder = Forwarder(pool, up, rec)
 
     async def handle(self, request: Request) -> Response | StreamResponse:
@@ -117,7 +123,8 @@ class Proxy:
             return Response(status=499)  # never sent: the connection is closed
 
     async def _handle(self, request: Request, r: RequestRecord) -> Response | StreamResponse:
-        cfg, pool, fail = self.cfg, self.pool, self.rec.fail
+        cfg = self.cfg
+        fail = self.rec.fail
         try:
             body = await read_body(
                 request, cfg.max_body_bytes, cfg.body_timeout_s, self.rec.clock.mono_s
@@ -131,21 +138,9 @@ class Proxy:
             return error(e.status, e.message, kind, headers=retry, param=e.param)
         model = payload["model"]
         r.model = cut(model)
-        denied = self.auth.admit(request, model)  # 403 by the key (before any 404)
-        if denied is not None:
-            fail(r, denied.status, "key refused")
-            return denied
-        if model not in pool.by_model:
-            names = sorted(pool.by_model)
-            fail(r, 404, "unknown model")
-            return error(
-                404, f"model {r.model!r} is not served here; models: {names}", "NotFoundError",
-                models=names,
-            )  # fmt: skip
-        wrong = self.wrong_task(model, request.path)
-        if wrong is not None:
-            fail(r, 400, "wrong task")
-            return error(400, wrong, "BadRequestError", param="model")
+        refused = self._refusal(request, r, model)
+        if refused is not None:
+            return refused
         stream = r.stream = bool(payload.get("stream"))
         strip_usage = False
         if stream and request.path in ASK_STREAM_USAGE:
@@ -154,8 +149,45 @@ class Proxy:
                 payload["stream_options"] = {**opts, "include_usage": True}
                 body = json.dumps(payload).encode()
                 strip_usage = True
+        return await self._forward(request, r, payload, body, stream, strip_usage)
 
-        tries = cfg.retries + 1
+    def _refusal(self, request: Request, r: RequestRecord, model: str) -> Response | None:
+        """The answer to a request its key may not send, for a model not served here or one
+        that does not serve its path; None when it may go on."""
+        fail = self.rec.fail
+        denied = self.auth.admit(request, model)  # 403 by the key (before any 404)
+        if denied is not None:
+            fail(r, denied.status, "key refused")
+            return denied
+        if model not in self.pool.by_model:
+            names = sorted(self.pool.by_model)
+            fail(r, 404, "unknown model")
+            return error(
+                404,
+                f"model {r.model!r} is not served here; models: {names}",
+                "NotFoundError",
+                models=names,
+            )
+        wrong = self.wrong_task(model, request.path)
+        if wrong is not None:
+            fail(r, 400, "wrong task")
+            return error(400, wrong, "BadRequestError", param="model")
+        return None
+
+    async def _forward(
+        self,
+        request: Request,
+        r: RequestRecord,
+        payload: dict,
+        body: bytes,
+        stream: bool,
+        strip_usage: bool,
+    ) -> Response | StreamResponse:
+        """Forward the request to an instance of its model, and to another (or the same,
+        restarted) when one gives no answer, up to `retries` more times."""
+        model = payload["model"]
+        fail = self.rec.fail
+        tries = self.cfg.retries + 1
         for attempt in range(tries):
             try:
                 inst = await self.pick(model, r)
@@ -222,7 +254,10 @@ class Proxy:
 
     async def pick(self, model: str, r: RequestRecord) -> Inst:
         """An instance of `model` with a free slot (taken); waits for a wake or a slot."""
-        pool, cfg, waker, clock = self.pool, self.cfg, self.waker, self.rec.clock
+        pool = self.pool
+        cfg = self.cfg
+        waker = self.waker
+        clock = self.rec.clock
         self.tiers.hand_off(model)
         wakes = 0
         while True:

@@ -21,14 +21,25 @@ class RequestRecord:
     """One request's bookkeeping, from arrival to its log row."""
 
     __slots__ = (
-        "early", "model", "request", "route", "served_by", "session", "stream", "t0", "t_arr",
-        "user", "wait_s",
-    )  # fmt: skip
+        "early",
+        "model",
+        "request",
+        "route",
+        "served_by",
+        "session",
+        "stream",
+        "t0",
+        "t_arr",
+        "user",
+        "wait_s",
+    )
 
     def __init__(self, user: str, session: str, route: str, t_arr: float, t0: float) -> None:
         self.t_arr = t_arr  # epoch seconds (the log's timestamp)
         self.t0 = t0  # Clock.mono_s() at arrival (latencies)
-        self.user, self.session, self.route = user, session, route
+        self.user = user
+        self.session = session
+        self.route = route
         self.model = ""
         self.served_by = ""  # the stand-in that answered ("": the model itself)
         self.wait_s = 0.0  # time waiting for a wake, s
@@ -48,7 +59,10 @@ class Recorder:
         clock: Clock,
         access: AccessLog | None = None,
     ):
-        self.pool, self.metrics, self.log, self.clock = pool, metrics, log, clock
+        self.pool = pool
+        self.metrics = metrics
+        self.log = log
+        self.clock = clock
         self.access = access
         self.latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
 
@@ -98,14 +112,35 @@ class Recorder:
         n_in, n_out, cached = tokens(usage)
         self.log.add(
             LogRow(
-                r.t_arr, r.user, r.session, model, n_in, n_out, cached, ttft_s, latency_s,
-                r.wait_s, 200, inst.spec.id, r.served_by, int(bool(r.served_by)),
+                r.t_arr,
+                r.user,
+                r.session,
+                model,
+                n_in,
+                n_out,
+                cached,
+                ttft_s,
+                latency_s,
+                r.wait_s,
+                200,
+                inst.spec.id,
+                r.served_by,
+                int(bool(r.served_by)),
             )
-        )  # fmt: skip
+        )
         if self.access is not None:
             self.access.add(
                 AccessEntry(
-                    r.t_arr, r.user, model, r.route, 200, r.wait_s, latency_s, n_in, n_out,
-                    r.served_by, "",
+                    r.t_arr,
+                    r.user,
+                    model,
+                    r.route,
+                    200,
+                    r.wait_s,
+                    latency_s,
+                    n_in,
+                    n_out,
+                    r.served_by,
+                    "",
                 )
-            )  # fmt: skip
+            )

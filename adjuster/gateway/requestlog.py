@@ -130,9 +130,11 @@ class RequestLog:
         q.append(row)
         while len(self._rows) + len(self._failures) > self.max_pending:
             # the oldest goes first, whichever table it is for (both start with timestamp)
-            old = self._rows if not self._failures or (
-                self._rows and self._rows[0][0] <= self._failures[0][0]
-            ) else self._failures  # fmt: skip
+            old = (
+                self._rows
+                if not self._failures or (self._rows and self._rows[0][0] <= self._failures[0][0])
+                else self._failures
+            )
             old.popleft()
             self.dropped += 1
 
@@ -163,8 +165,10 @@ class RequestLog:
             if self.failing_since_s is not None:
                 log.warning(
                     "request log %s: writing again after %.0f s of failures (%d rows dropped)",
-                    self.path, now_s - self.failing_since_s, self.dropped,
-                )  # fmt: skip
+                    self.path,
+                    now_s - self.failing_since_s,
+                    self.dropped,
+                )
                 self.failing_since_s = None
                 self._warned_s = -math.inf
             if now_s - self._pruned_s >= self.prune_every_s:
@@ -194,8 +198,12 @@ class RequestLog:
             self._warned_s = now_s
             log.warning(
                 "request log %s: cannot write (%s); %d rows wait (at most %d kept, %d dropped)",
-                self.path, why_unwritable(e), self.pending(), self.max_pending, self.dropped,
-            )  # fmt: skip
+                self.path,
+                why_unwritable(e),
+                self.pending(),
+                self.max_pending,
+                self.dropped,
+            )
 
     def _prune(self) -> None:
         """Delete rows older than `max_age_s` before the newest row (the log's own time: a
@@ -285,8 +293,9 @@ def _open(path: Path) -> sqlite3.Connection:
             ) from None
         raise InputError(
             f"the request log is not a readable SQLite database ({e})",
-            file=str(path), fix=_DAMAGED_FIX,
-        ) from None  # fmt: skip
+            file=str(path),
+            fix=_DAMAGED_FIX,
+        ) from None
     except OSError as e:
         raise InputError(f"cannot open the request log: {e.strerror}", file=str(path)) from None
     return con
@@ -375,6 +384,11 @@ class RequestLogSource:
 
 
 __all__ = [
-    "FAILURE_COLUMNS", "LOG_COLUMNS", "REQUEST_LOG", "FailureRow", "LogRow", "RequestLog",
+    "FAILURE_COLUMNS",
+    "LOG_COLUMNS",
+    "REQUEST_LOG",
+    "FailureRow",
+    "LogRow",
+    "RequestLog",
     "RequestLogSource",
-]  # fmt: skip
+]

@@ -27,7 +27,10 @@ class Routes:
         metrics: Metrics,
         totals: Callable[[], dict[str, tuple[str, float]]],
     ):
-        self.pool, self.auth, self.metrics, self.totals = pool, auth, metrics, totals
+        self.pool = pool
+        self.auth = auth
+        self.metrics = metrics
+        self.totals = totals
 
     async def h_models(self, request: Request) -> Response:
         data = [
@@ -63,9 +66,11 @@ class Routes:
         if path in PROXIED or path in GETS:
             allow = "POST" if path in PROXIED else "GET"
             return error(
-                405, f"{request.method} is not allowed on {path}; use {allow}",
-                "MethodNotAllowedError", headers={"Allow": allow},
-            )  # fmt: skip
+                405,
+                f"{request.method} is not allowed on {path}; use {allow}",
+                "MethodNotAllowedError",
+                headers={"Allow": allow},
+            )
         paths = sorted((*PROXIED, *GETS))
         return error(404, f"no route {path}; routes: {paths}", "NotFoundError")
 

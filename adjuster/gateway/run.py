@@ -67,7 +67,9 @@ class GatewayThread:
     """The gateway on its own event loop in a thread (tests and benches)."""
 
     def __init__(self, gateway: Gateway, host: str = "127.0.0.1", port: int = 8000):
-        self.gateway, self.host, self.port = gateway, host, port
+        self.gateway = gateway
+        self.host = host
+        self.port = port
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None

@@ -73,19 +73,25 @@ class Gateway:
         self.pool = Pool(point, cfg.admit_factor, self.clock.now_s)
         self.metrics = Metrics()
         self.log = RequestLog(
-            Path(state_dir) / REQUEST_LOG, max_pending=cfg.log_max_pending,
-            max_age_s=cfg.log_max_age_s, max_bytes=cfg.log_max_bytes,
-            warn_every_s=cfg.warn_every_s, clock=self.clock.now_s,
-        )  # fmt: skip
+            Path(state_dir) / REQUEST_LOG,
+            max_pending=cfg.log_max_pending,
+            max_age_s=cfg.log_max_age_s,
+            max_bytes=cfg.log_max_bytes,
+            warn_every_s=cfg.warn_every_s,
+            clock=self.clock.now_s,
+        )
         self.access = (
             AccessLog(access_log, warn_every_s=cfg.warn_every_s, clock=self.clock.mono_s)
             if access_log is not None
             else None
         )
         self.guard = Guard(
-            cfg.max_connections, cfg.header_timeout_s, cfg.warn_every_s, self.clock.mono_s,
+            cfg.max_connections,
+            cfg.header_timeout_s,
+            cfg.warn_every_s,
+            self.clock.mono_s,
             keepalive_timeout_s=cfg.keepalive_timeout_s,
-        )  # fmt: skip
+        )
         self.up = Upstream(control, self.pool, cfg.control_threads)
         self.waker = Waker(self.pool, self.up, cfg, self.metrics, self.clock)
         self.health = Health(self.pool, self.up, self.waker, cfg, self.clock)
@@ -235,13 +241,18 @@ class Gateway:
                 "Request-log rows dropped: the buffer was full while writes failed.",
                 lg.dropped + self.metrics.log_lost,
             ),
-            "planner_gateway_log_rows_pending": ("Request-log rows waiting to be written.", lg.pending()),
+            "planner_gateway_log_rows_pending": (
+                "Request-log rows waiting to be written.",
+                lg.pending(),
+            ),
             "planner_gateway_connections_open": ("Client connections open.", g["open"]),
             "planner_gateway_connections_evicted_total": (
-                "Idle client connections closed at the connection cap.", g["evicted"],
+                "Idle client connections closed at the connection cap.",
+                g["evicted"],
             ),
             "planner_gateway_connections_refused_total": (
-                "Client connections refused at the cap (every one busy).", g["refused"],
+                "Client connections refused at the cap (every one busy).",
+                g["refused"],
             ),
             "planner_gateway_header_timeouts_total": (
                 "Client connections closed: headers not in within the timeout.",
@@ -255,4 +266,4 @@ class Gateway:
                 "Requests answered 503 for lack of body budget (in all or of their key).",
                 self.budget.refused,
             ),
-        }  # fmt: skip
+        }

@@ -28,7 +28,10 @@ class Tiers:
     """Applies the point's awake hours and idle sleeps."""
 
     def __init__(self, pool: Pool, up: Upstream, waker: Waker, interval_s: float):
-        self.pool, self.up, self.waker, self.interval_s = pool, up, waker, interval_s
+        self.pool = pool
+        self.up = up
+        self.waker = waker
+        self.interval_s = interval_s
         self.hour: int | None = None  # hour of day of the last look
 
     async def loop(self) -> None:

@@ -53,7 +53,11 @@ class Waker:
     def __init__(
         self, pool: Pool, up: Upstream, cfg: GatewayConfig, metrics: Metrics, clock: Clock
     ):
-        self.pool, self.up, self.cfg, self.metrics, self.clock = pool, up, cfg, metrics, clock
+        self.pool = pool
+        self.up = up
+        self.cfg = cfg
+        self.metrics = metrics
+        self.clock = clock
         self.tasks: dict[str, asyncio.Task] = {}  # model -> its wake in progress
         self.wake_s: dict[str, float] = {}  # last measured wake time per model
         self.started_s: dict[str, float] = {}  # when the model's running wake started
@@ -87,9 +91,12 @@ class Waker:
             victims = self.plan(model)[1]  # plus the wait for its swap (no drains)
             now = self.clock.mono_s()
             at = swap.swap_at_s(
-                victims, now_s=now, deadline_s=self.swap_deadline_s(model, now),
-                woke_s=_woke_s, min_awake_s=self.cfg.min_awake_s,
-            )  # fmt: skip
+                victims,
+                now_s=now,
+                deadline_s=self.swap_deadline_s(model, now),
+                woke_s=_woke_s,
+                min_awake_s=self.cfg.min_awake_s,
+            )
             return took + (at - now)
         return max(took - (self.clock.mono_s() - started), 0.0)
 
@@ -184,9 +191,13 @@ class Waker:
         while True:
             now = self.clock.mono_s()
             at = swap.swap_at_s(
-                self.displaces(target), now_s=now, deadline_s=deadline, woke_s=_woke_s,
-                busy=busy, min_awake_s=cfg.min_awake_s,
-            )  # fmt: skip
+                self.displaces(target),
+                now_s=now,
+                deadline_s=deadline,
+                woke_s=_woke_s,
+                busy=busy,
+                min_awake_s=cfg.min_awake_s,
+            )
             if at <= now:
                 return
             await asyncio.sleep(min(at - now, 0.05))  # busy: look again soon
@@ -215,7 +226,9 @@ class Waker:
         except DrainedError as e:  # `planner down` ran since the gateway last looked
             up.set_drained(e.message)
             raise
-        inst.status, inst.handle, inst.want_awake = "awake", handle, True
+        inst.status = "awake"
+        inst.handle = handle
+        inst.want_awake = True
         inst.timeouts = 0
         inst.idle_since_s = self.pool.clock()
         inst.woke_s = self.clock.mono_s()
@@ -237,9 +250,11 @@ class Waker:
         url = f"http://{handle.host}:{handle.port}{route}"
         try:
             async with session.post(
-                url, json=body, headers=handle.auth_headers(),
+                url,
+                json=body,
+                headers=handle.auth_headers(),
                 timeout=aiohttp.ClientTimeout(total=self.cfg.wake_check_timeout_s),
-            ) as r:  # fmt: skip
+            ) as r:
                 status, data = r.status, await r.read()
             text = engine.check_answer(task, data) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError) as e:
@@ -279,7 +294,9 @@ class Waker:
                 if c.outstanding:
                     log.warning("sleeping %s with %d requests in flight", c.spec.id, c.outstanding)
                 await up.call(up.control.sleep, c.spec.id)
-                c.status, c.handle, c.want_awake = "asleep", None, False
+                c.status = "asleep"
+                c.handle = None
+                c.want_awake = False
                 self.metrics.sleeps[c.spec.model] += 1
         finally:
             for c in victims:

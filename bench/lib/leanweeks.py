@@ -119,7 +119,9 @@ def nightly_gib_h(week: pd.DataFrame, plan_for, replay_held, from_s: float) -> t
     """(warm GiB-hours from `from_s` on, attainment there) of a nightly re-plan: each day d
     from 1 held at the selected point of a plan made on day d - 1."""
     days = int(np.floor(week["timestamp"].max() / DAY_S)) + 1
-    gib_h, met, n = 0.0, 0.0, 0
+    gib_h = 0.0
+    met = 0.0
+    n = 0
     for d in range(1, days):
         a, b = d * DAY_S, (d + 1) * DAY_S
         if b <= from_s:

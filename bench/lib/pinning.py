@@ -22,9 +22,10 @@ def pin_engine(port: int, *others: int) -> str:
         return "not pinned (one CPU)"
     try:
         api = [
-            c.pid for c in psutil.net_connections("tcp")
+            c.pid
+            for c in psutil.net_connections("tcp")
             if c.laddr and c.laddr.port == port and c.status == psutil.CONN_LISTEN and c.pid
-        ]  # fmt: skip
+        ]
         if not api:
             return "not pinned (no process found listening on the engine's port)"
         server = psutil.Process(api[0])

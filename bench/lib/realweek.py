@@ -29,20 +29,26 @@ TRACES = {
     "conv": ROOT / "tests" / "data" / "AzureLLMInferenceTrace_conv.csv",
 }
 ROLES = {  # model -> (trace, slice)
-    "coder-32b": ("code", 0), "reviewer-14b": ("code", 1), "reasoner-30b": ("code", 2),
-    "planner-7b": ("conv", 0), "summarizer-8b": ("conv", 1), "tools-20b": ("conv", 2),
-}  # fmt: skip
+    "coder-32b": ("code", 0),
+    "reviewer-14b": ("code", 1),
+    "reasoner-30b": ("code", 2),
+    "planner-7b": ("conv", 0),
+    "summarizer-8b": ("conv", 1),
+    "tools-20b": ("conv", 2),
+}
 HOURS = 7 * 24
 
 
 def _azure(path: Path) -> pd.DataFrame:
     d = pd.read_csv(path)
     t = pd.to_datetime(d["TIMESTAMP"])
-    return pd.DataFrame({
-        "t": (t - t.min()).dt.total_seconds().to_numpy(),
-        "input_tokens": d["ContextTokens"].to_numpy(),
-        "output_tokens": d["GeneratedTokens"].to_numpy(),
-    }).sort_values("t", kind="stable")  # fmt: skip
+    return pd.DataFrame(
+        {
+            "t": (t - t.min()).dt.total_seconds().to_numpy(),
+            "input_tokens": d["ContextTokens"].to_numpy(),
+            "output_tokens": d["GeneratedTokens"].to_numpy(),
+        }
+    ).sort_values("t", kind="stable")
 
 
 def real_week(
@@ -74,9 +80,17 @@ def real_week(
             out = np.maximum(mine["output_tokens"].to_numpy()[pick], 1)
             inp = np.clip(mine["input_tokens"].to_numpy()[pick], 1, max_context[model] - out)
             who = rng.integers(0, users, n)
-            parts.append(pd.DataFrame({
-                "timestamp": ts, "model": model, "input_tokens": inp, "output_tokens": out,
-                "user": [f"u{u:02d}" for u in who],
-                "session": [f"u{u:02d}-{model}-{h // 24}" for u in who], "cached_tokens": 0,
-            }))  # fmt: skip
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "timestamp": ts,
+                        "model": model,
+                        "input_tokens": inp,
+                        "output_tokens": out,
+                        "user": [f"u{u:02d}" for u in who],
+                        "session": [f"u{u:02d}-{model}-{h // 24}" for u in who],
+                        "cached_tokens": 0,
+                    }
+                )
+            )
     return normalize(pd.concat(parts, ignore_index=True))

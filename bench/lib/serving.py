@@ -167,9 +167,14 @@ def predict(configs: pd.DataFrame, theta: dict[str, float]) -> pd.DataFrame:
     out = []
     for m, g, q, tp, isl, osl, c in configs[CONFIG].itertuples(index=False):
         perf = instance_perf(
-            resolve_arch_name(m), q, resolve_gpu(g), int(tp), interconnect="nvlink",
-            kv_cache_dtype=kv_dtype(q), calib=calib_for(g, theta),
-        )  # fmt: skip
+            resolve_arch_name(m),
+            q,
+            resolve_gpu(g),
+            int(tp),
+            interconnect="nvlink",
+            kv_cache_dtype=kv_dtype(q),
+            calib=calib_for(g, theta),
+        )
         rounds, chained = 1.0 / theta[BURST], theta[CHAIN]
         r = closed_loop(perf, int(isl), int(osl), int(c), rounds=rounds, chained=chained)
         out.append((r.ttft_s * 1e3, r.tpot_s * 1e3))
@@ -267,8 +272,11 @@ def fit_model(
 
 ROOF_START = {"bw_eff": 0.8, "step_s": 1e-3, "flop_eff": 0.5, "request_s": 0.02}
 ROOF_BOUNDS = {
-    "bw_eff": (0.05, 1.0), "step_s": (1e-5, 0.05), "flop_eff": (0.01, 1.0), "request_s": (1e-3, 1.0),
-}  # fmt: skip
+    "bw_eff": (0.05, 1.0),
+    "step_s": (1e-5, 0.05),
+    "flop_eff": (0.01, 1.0),
+    "request_s": (1e-3, 1.0),
+}
 
 
 def fit_roofline(rows: pd.DataFrame) -> dict[str, float]:

@@ -229,7 +229,10 @@ def with_allreduce_scale(cal: Calib, scale: float) -> Calib:
 # The factors a closed-loop calibration fits (optimizer/perf/calib_loop.py), each on its
 # prior: compute (attention's and the GEMM efficiency of the classes the runs used),
 # bandwidth, step and request overheads, the TP all-reduces' time.
-COMPUTE, BANDWIDTH, STEP, REQUEST = "compute", "bandwidth", "step_overhead", "request_overhead"
+COMPUTE = "compute"
+BANDWIDTH = "bandwidth"
+STEP = "step_overhead"
+REQUEST = "request_overhead"
 ALLREDUCE_SCALE = "allreduce_scale"
 EFF_MAX = 2.0  # the profile schema's bound on an efficiency
 

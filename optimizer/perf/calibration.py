@@ -112,12 +112,10 @@ def fit_engine(
     y = np.array([p.y_s for p in points])
     cols = _overhead_columns(points, per_seq)  # the same for every (ce, be)
     best = (math.inf, ce0, be0, np.zeros(cols.shape[1]))
-    lo_c, hi_c, lo_b, hi_b = (
-        math.log(EFF_MIN),
-        math.log(EFF_MAX),
-        math.log(EFF_MIN),
-        math.log(EFF_MAX),
-    )
+    lo_c = math.log(EFF_MIN)
+    hi_c = math.log(EFF_MAX)
+    lo_b = math.log(EFF_MIN)
+    hi_b = math.log(EFF_MAX)
     for _ in range(4):
         for lc in np.linspace(lo_c, hi_c, 25):
             for lb in np.linspace(lo_b, hi_b, 25):

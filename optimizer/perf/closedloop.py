@@ -91,7 +91,9 @@ def closed_loop(
     last prompt token). A request that cannot fit the KV cache gives infinite times.
     """
     st = perf.step
-    inp, out, c = max(1, int(input_len)), max(1, int(output_len)), max(1, int(clients))
+    inp = max(1, int(input_len))
+    out = max(1, int(output_len))
+    c = max(1, int(clients))
     if perf.max_kv_tokens < inp + out:
         return INFEASIBLE  # one request alone does not fit
     # vLLM allocates KV as tokens are computed (and preempts the newest sequence when it runs

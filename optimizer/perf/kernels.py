@@ -49,9 +49,9 @@ def _bracket(grid: tuple[int, ...], x: float) -> tuple[int, int, float]:
 def _inside_s(t: GemmTable, m: float, n: float, k: float) -> tuple[float, bool] | None:
     """(s, exact) of a shape inside the grid, interpolated between its measured corners;
     None where a corner was not measured."""
-    (i0, i1, wi), (j0, j1, wj), (l0, l1, wl) = (
-        _bracket(t.m, m), _bracket(t.n, n), _bracket(t.k, k),
-    )  # fmt: skip
+    (i0, i1, wi) = _bracket(t.m, m)
+    (j0, j1, wj) = _bracket(t.n, n)
+    (l0, l1, wl) = _bracket(t.k, k)
     total = 0.0
     for i, a in ((i0, 1 - wi), (i1, wi)):
         for j, b in ((j0, 1 - wj), (j1, wj)):

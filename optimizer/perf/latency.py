@@ -133,7 +133,9 @@ def dense_gemm_shapes(arch: ModelArch, tp: int) -> list[tuple[int, int, int]] | 
     low-rank projections are not split the way the tables measure)."""
     if arch.is_mla:
         return None
-    h, hd, layers = arch.hidden_size, arch.head_dim, arch.num_layers
+    h = arch.hidden_size
+    hd = arch.head_dim
+    layers = arch.num_layers
     q, kv = arch.num_attention_heads * hd, arch.num_kv_heads * hd  # widths
     shapes = [((q + 2 * kv) // tp, h, layers), (h, q // tp, layers)]  # QKV, output projection
     dense_layers = arch.first_dense_layers if arch.is_moe else layers

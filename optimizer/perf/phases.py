@@ -13,7 +13,9 @@ def _prefill_chunks(
     each chunk riding in a step with `decode_batch` sequences that hold `decode_kv` KV tokens.
     Added time: what the chunks add to those decode steps (what the other sequences feel)."""
     done = max(0, min(cached_tokens, input_len))
-    wall, added, chunk = 0.0, 0.0, max(1, perf.chunk_tokens)
+    wall = 0.0
+    added = 0.0
+    chunk = max(1, perf.chunk_tokens)
     base = perf.step.time_s(decode_batch, decode_kv, decode_kv, decode_batch)  # s, no chunk
     while done < input_len:
         c = min(chunk, input_len - done)

@@ -50,7 +50,9 @@ def recall(key: tuple, s: Slot, idx: np.ndarray, out: Outcome) -> bool:
     out.cache_hit[idx] = cache_hit
     out.refused[idx] = refused
     out.instance[idx] = np.where(refused, -1, s.index)
-    s.engine.busy_s, s.engine.preemptions, s.engine.free_s = busy_s, preemptions, free_s
+    s.engine.busy_s = busy_s
+    s.engine.preemptions = preemptions
+    s.engine.free_s = free_s
     return True
 
 
@@ -153,20 +155,29 @@ def run_alone(
         eng.free_s = max(eng.free_s, float(last))
 
 
-def _run_busy(
+# The pure-Python twin of the numba kernel `fastengine.run_busy`, argument for argument.
+def _run_busy(  # noqa: PLR0913
     eng: Engine, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """`FastEngine.run_busy` on the pure-Python engine: the busy periods of one model's
     requests, (which requests were in one, which of those were refused)."""
     # Python scalars for the per-request loop (numpy scalar access is slow).
-    rid_l, arr_l, ta_l, pf_l = rid.tolist(), arr.tolist(), ta.tolist(), pf.tolist()
-    tot_l, inp_l, cached_l, out_l = tot.tolist(), inp.tolist(), cached.tolist(), out.tolist()
+    rid_l = rid.tolist()
+    arr_l = arr.tolist()
+    ta_l = ta.tolist()
+    pf_l = pf.tolist()
+    tot_l = tot.tolist()
+    inp_l = inp.tolist()
+    cached_l = cached.tolist()
+    out_l = out.tolist()
     n = len(rid_l)
     busy_l = [False] * n
     refused_l = [False] * n
     over_l = over.tolist()
     n_over = len(over_l)
-    advance, submit, enqueue = eng.advance_to, eng.submit, eng.enqueue
+    advance = eng.advance_to
+    submit = eng.submit
+    enqueue = eng.enqueue
     p = 0
     while p < n_over:
         j = over_l[p]

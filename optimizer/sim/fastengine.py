@@ -45,8 +45,9 @@ from planner.optimizer.sim.kernel import (
 from planner.optimizer.sim.steptime import JITTER_BLOCK, decode_coeffs
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):
+def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, total_s):  # noqa: PLR0913
     """`Engine.submit`; False (and nothing done) when the ring needs room first."""
     if iv[I_NRUN] + iv[I_WLEN] + 3 > q.shape[0] - iv[I_MAXS]:
         return False
@@ -63,7 +64,9 @@ def submit(f, iv, q, co, first_s, finish_s, rid, t_s, inp, cached, out, pf_s, to
             else:
                 start = f[F_FREE]
             iv[I_LONE] = rid
-            iv[I_LINP], iv[I_LCACHED], iv[I_LOUT] = inp, cached, out
+            iv[I_LINP] = inp
+            iv[I_LCACHED] = cached
+            iv[I_LOUT] = out
             f[F_LFORM] = t_s if idle_s > 0 else start
             f[F_LSTART] = start
             f[F_LDUR] = total_s
@@ -92,11 +95,29 @@ def outstanding(f, iv, q, co, first_s, finish_s, t_s):
     return 1 if iv[I_LONE] >= 0 and f[F_LUNTIL] > t_s else 0
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def run_busy(
-    f, iv, q, co, first_s, finish_s, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free,
-    bound, busy, refused,
-):  # fmt: skip
+def run_busy(  # noqa: PLR0913
+    f,
+    iv,
+    q,
+    co,
+    first_s,
+    finish_s,
+    rid,
+    arr,
+    ta,
+    inp,
+    cached,
+    out,
+    pf,
+    tot,
+    over,
+    prev_free,
+    bound,
+    busy,
+    refused,
+):
     """The busy periods of `alone.run_alone` (same loop); the caller sized the ring
     for every request of the model."""
     n = len(rid)
@@ -256,7 +277,8 @@ class FastEngine:
             advance(self.f, self.iv, self.q, self.co, self.first_s, self.finish_s, math.inf)
         return float(self.f[F_FREE])
 
-    def run_busy(
+    # the kernel's per-request arrays, argument for argument
+    def run_busy(  # noqa: PLR0913
         self, rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound
     ) -> tuple[np.ndarray, np.ndarray]:
         """The busy periods of one model's requests: (which requests were in one, which of
@@ -265,7 +287,24 @@ class FastEngine:
         busy = np.zeros(len(rid), dtype=np.bool_)
         refused = np.zeros(len(rid), dtype=np.bool_)
         run_busy(
-            self.f, self.iv, self.q, self.co, self.first_s, self.finish_s,
-            rid, arr, ta, inp, cached, out, pf, tot, over, prev_free, bound, busy, refused,
-        )  # fmt: skip
+            self.f,
+            self.iv,
+            self.q,
+            self.co,
+            self.first_s,
+            self.finish_s,
+            rid,
+            arr,
+            ta,
+            inp,
+            cached,
+            out,
+            pf,
+            tot,
+            over,
+            prev_free,
+            bound,
+            busy,
+            refused,
+        )
         return busy, refused

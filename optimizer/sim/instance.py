@@ -28,11 +28,9 @@ import numpy as np
 from planner.optimizer.perf.types import InstancePerf
 from planner.optimizer.sim.steptime import (
     FIRST_STEP_S,
-    _first_reaching,
     decode_coeffs,
+    decode_run,
     jitter_block,
-    steps_time_s,
-    steps_until,
     wake_after_s,
 )
 
@@ -191,10 +189,10 @@ class Engine:
             if not self.lone_formed < until_s < self.t == self.lone_start:
                 return True  # already there (the caller advanced the engine just before)
             until_s = self.t + FIRST_STEP_S  # run the woken first step (lone_formed)
-        t, kv_used, busy_s = self.t, self.kv_used, self.busy_s
+        t = self.t
+        kv_used = self.kv_used
+        busy_s = self.busy_s
         cap, max_seqs = self.cap, self.max_seqs
-        kvr, app = self.kv_read_s_per_token, self.attn_s_per_pair
-        coeff_cache = self.coeff_cache
         while (running or waiting) and t < until_s:
             n = len(running)
             if not n:  # nothing to decode: the queue's head starts a prefill step
@@ -204,89 +202,89 @@ class Engine:
                         break
             elif not (
                 waiting and n < max_seqs and kv_used + waiting[0][CTX] + waiting[0][PF] <= cap
-            ):  # nobody joins: try a decode run
-                if n == 1:
-                    s = running[0]
-                    k = 0 if s[PF] else s[DEC]
-                    kv0 = s[CTX]
-                else:
-                    k = math.inf
-                    kv0 = 0
-                    for s in running:
-                        if s[PF]:
-                            k = 0
-                            break
-                        if s[DEC] < k:
-                            k = s[DEC]
-                        kv0 += s[CTX]
-                    else:
-                        room = (cap - kv_used) // n  # steps before the KV cache is full
-                        if room < k:
-                            k = room
+            ):  # nobody joins: a decode run where every sequence decodes for 2+ steps
+                k, kv0 = self._decode_run_length(kv_used)
                 if k > 1:
-                    co = coeff_cache[n]
-                    if co is None:  # decode coefficients at zero context (kv0 terms below)
-                        co = coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
-                    fixed, m0, m1, c0, c1 = co
-                    m0 += kvr * kv0
-                    c0 += app * kv0
-                    if self.jit:  # one multiplier scales every step of the run
-                        u = self._jitter()
-                        fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
-                    if m0 >= c0 and m1 >= c1:
-                        # Memory-bound at every step (small-batch decode): step j takes
-                        # p + m1 j, so k steps take one quadratic; inverted here, not in
-                        # steps_until, as this is the common case.
-                        p = fixed + m0
-                        dt = k * p + m1 * k * (k - 1) * 0.5  # all k steps, s
-                        left = until_s - t
-                        if dt >= left:  # stop at the first step that starts at or after until_s
-                            kmax, k = k, _first_reaching(p, m1, left)
-                            if k >= kmax:
-                                k = kmax
-                            else:
-                                dt = k * p + m1 * k * (k - 1) * 0.5
-                                while dt < left and k < kmax:  # float slack
-                                    k += 1
-                                    dt = k * p + m1 * k * (k - 1) * 0.5
-                                while k > 1:  # step k-1 (0-based) may start at or after it
-                                    prev = dt - fixed - (m0 + m1 * (k - 1))
-                                    if prev < left:
-                                        break
-                                    k, dt = k - 1, prev
-                    elif until_s != math.inf:
-                        k, dt = steps_until(fixed, m0, m1, c0, c1, until_s - t, k)
-                    else:
-                        dt = steps_time_s(fixed, m0, m1, c0, c1, k)
+                    k, dt = decode_run(*self._decode_run_coeffs(n, kv0), k, until_s - t)
                     t += dt
                     busy_s += dt
-                    kv_used += n * k
-                    if n == 1:
-                        s[CTX] += k
-                        s[KV] += k
-                        s[DEC] -= k
-                        if not s[DEC]:  # done: retire it here (the common case)
-                            self.finish_s[s[RID]] = t
-                            kv_used -= s[KV]
-                            running.clear()
-                        continue
-                    done = False
-                    for s in running:
-                        s[CTX] += k
-                        s[KV] += k
-                        s[DEC] -= k
-                        if not s[DEC]:
-                            done = True
-                    if done:
-                        kv_used = self._retire(t, kv_used)
+                    kv_used = self._decode_run_done(t, k, kv_used)
                     continue
             t, busy_s, kv_used = self._one_step(t, busy_s, kv_used)
-        self.t, self.kv_used, self.busy_s = t, kv_used, busy_s
+        self.t = t
+        self.kv_used = kv_used
+        self.busy_s = busy_s
         if not running and not waiting:
             self.general = False
             self.free_s = t
             return False
         return True
+
+    def _decode_run_length(self, kv_used: int) -> tuple[int, int]:
+        """(k, kv0): the decode steps the batch can take at once (0 while a sequence still
+        prefills; else until the first sequence is done or, for a batch, the KV cache is
+        full) and the context tokens it starts with."""
+        running = self.running
+        n = len(running)
+        if n == 1:
+            s = running[0]
+            return (0 if s[PF] else s[DEC]), s[CTX]
+        k = math.inf
+        kv0 = 0
+        for s in running:
+            if s[PF]:
+                return 0, kv0
+            if s[DEC] < k:
+                k = s[DEC]
+            kv0 += s[CTX]
+        room = (self.cap - kv_used) // n  # steps before the KV cache is full
+        if room < k:
+            k = room
+        return k, kv0
+
+    def _decode_run_coeffs(self, n: int, kv0: int) -> tuple[float, float, float, float, float]:
+        """`decode_coeffs` of n sequences holding kv0 context tokens, scaled by one jitter
+        multiplier for the whole run."""
+        co = self.coeff_cache[n]
+        if co is None:  # decode coefficients at zero context (kv0 terms below)
+            co = self.coeff_cache[n] = decode_coeffs(self.step, n, 0.0)
+        fixed, m0, m1, c0, c1 = co
+        m0 += self.kv_read_s_per_token * kv0
+        c0 += self.attn_s_per_pair * kv0
+        if self.jit:  # one multiplier scales every step of the run
+            u = self._jitter()
+            fixed = fixed * u
+            m0 = m0 * u
+            m1 = m1 * u
+            c0 = c0 * u
+            c1 = c1 * u
+        return fixed, m0, m1, c0, c1
+
+    def _decode_run_done(self, t: float, k: int, kv_used: int) -> int:
+        """Every running sequence took `k` decode tokens by `t`; retires those done and
+        returns the KV tokens held."""
+        running = self.running
+        kv_used += len(running) * k
+        if len(running) == 1:
+            s = running[0]
+            s[CTX] += k
+            s[KV] += k
+            s[DEC] -= k
+            if not s[DEC]:  # done: retire it here (the common case)
+                self.finish_s[s[RID]] = t
+                kv_used -= s[KV]
+                running.clear()
+            return kv_used
+        done = False
+        for s in running:
+            s[CTX] += k
+            s[KV] += k
+            s[DEC] -= k
+            if not s[DEC]:
+                done = True
+        if done:
+            kv_used = self._retire(t, kv_used)
+        return kv_used
 
     def _jitter(self) -> float:
         """The next step-time multiplier of this engine (drawn in seeded blocks)."""
@@ -311,23 +309,44 @@ class Engine:
 
     def _one_step(self, t: float, busy_s: float, kv_used: int) -> tuple[float, float, int]:
         """One engine step from `t`: (t, busy_s, kv_used) after it."""
-        running, waiting = self.running, self.waiting
-        n_run, max_seqs, cap = len(running), self.max_seqs, self.cap
         # Preempt (recompute) the newest sequences until this step's decode tokens fit
-        # (n_run bounds the decode tokens: most steps are far from the KV limit).
-        if n_run > 1 and kv_used + n_run > cap:
-            n_dec = sum(1 for s in running if not s[PF])
-            while n_run > 1 and kv_used + n_dec > cap:
-                v = running.pop()
-                n_run -= 1
-                kv_used -= v[KV]
-                if not v[PF]:
-                    n_dec -= 1
-                v[PF] = v[CTX] + v[PF]  # recompute everything it had
-                v[CTX] = 0
-                v[KV] = 0
-                waiting.appendleft(v)
-                self.preemptions += 1
+        # (the batch size bounds the decode tokens: most steps are far from the KV limit).
+        if len(self.running) > 1 and kv_used + len(self.running) > self.cap:
+            kv_used = self._preempt(kv_used)
+        dec, chunks, kv_used, new, kv, pairs = self._form_batch(kv_used)
+        if not new:
+            return t, busy_s, kv_used
+        dt = self._step_time_s(new, kv, pairs, len(dec) + len(chunks))
+        t += dt
+        busy_s += dt
+        kv_used = self._step_done(t, dec, chunks, kv_used)
+        return t, busy_s, kv_used
+
+    def _preempt(self, kv_used: int) -> int:
+        """Send the newest sequences back to the queue's front, to recompute everything they
+        had, until the decode tokens of the next step fit; the KV tokens still held."""
+        running = self.running
+        n_dec = sum(1 for s in running if not s[PF])
+        while len(running) > 1 and kv_used + n_dec > self.cap:
+            v = running.pop()
+            kv_used -= v[KV]
+            if not v[PF]:
+                n_dec -= 1
+            v[PF] = v[CTX] + v[PF]  # recompute everything it had
+            v[CTX] = 0
+            v[KV] = 0
+            self.waiting.appendleft(v)
+            self.preemptions += 1
+        return kv_used
+
+    def _form_batch(
+        self, kv_used: int
+    ) -> tuple[list[list], list[tuple[list, int]], int, float, float, float]:
+        """This step's work within the token budget: running sequences first (one token for
+        a decoding one, the next prefill chunk for a prefilling one), then the queue's head
+        while the batch and the KV cache have room. (decoding sequences, prefill chunks,
+        KV tokens held, new tokens, context tokens read, attention pairs)."""
+        running, waiting = self.running, self.waiting
         budget = self.budget
         new = kv = pairs = 0.0
         dec: list[list] = []  # decoding sequences in this step (one token each)
@@ -346,36 +365,42 @@ class Engine:
             budget -= c
             new += c
             kv += s[CTX]
-        while budget > 0 and waiting and n_run < max_seqs:
+        while budget > 0 and waiting and len(running) < self.max_seqs:
             s = waiting[0]
             need = s[CTX] + s[PF]
-            if n_run and kv_used + need > cap:
+            if running and kv_used + need > self.cap:
                 break
             waiting.popleft()
             s[KV] = need
             kv_used += need
             running.append(s)
-            n_run += 1
             c = s[PF] if s[PF] < budget else budget
             chunks.append((s, c))
             budget -= c
             new += c
             kv += s[CTX]
             pairs += c * (s[CTX] + (c + 1) / 2)
-        if not new:
-            return t, busy_s, kv_used
+        return dec, chunks, kv_used, new, kv, pairs
+
+    def _step_time_s(self, new: float, kv: float, pairs: float, seqs: int) -> float:
+        """The time of one step, jitter included, s."""
         st = self.step
         if self.dense:  # StepModel.time_s without its MoE and TP terms (both zero here)
             mem = st.dense_weight_read_s + st.kv_read_s_per_token * kv
             comp = st.compute_s_per_token * new + st.attn_s_per_pair * pairs
-            dt = st.fixed_s(new) + st.seq_s * (len(dec) + len(chunks))
+            dt = st.fixed_s(new) + st.seq_s * seqs
             dt += mem if mem > comp else comp
         else:
-            dt = st.time_s(new, kv, pairs, len(dec) + len(chunks))
+            dt = st.time_s(new, kv, pairs, seqs)
         if self.jit:
             dt *= self._jitter()
-        t += dt
-        busy_s += dt
+        return dt
+
+    def _step_done(
+        self, t: float, dec: list[list], chunks: list[tuple[list, int]], kv_used: int
+    ) -> int:
+        """The step's tokens are computed at `t`: a prompt done emits its first token; the
+        sequences with nothing left retire. The KV tokens held after it."""
         finished = False
         for s in dec:
             s[CTX] += 1
@@ -397,4 +422,4 @@ class Engine:
                     finished = True
         if finished:
             kv_used = self._retire(t, kv_used)
-        return t, busy_s, kv_used
+        return kv_used

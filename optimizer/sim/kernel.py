@@ -18,7 +18,6 @@ Step-time jitter draws the reference engine's multipliers: the same seeded block
 from __future__ import annotations
 
 import contextlib
-import math
 import types
 
 import numpy as np
@@ -28,12 +27,14 @@ from planner.optimizer.sim.instance import CTX, DEC, EMITTED, KV, PF, RID
 from planner.optimizer.sim.steptime import (
     FIRST_STEP_S,
     JITTER_BLOCK,
+    decode_run,
     jitter_block,
     steps_time_s,
     steps_until,
     wake_after_s,
 )
 from planner.optimizer.sim.steptime import _first_reaching as _first_reaching_py
+from planner.optimizer.sim.steptime import _memory_bound_run as _memory_bound_run_py
 
 try:
     import numba
@@ -46,7 +47,10 @@ _objmode = numba.objmode if numba is not None else contextlib.nullcontext
 
 F_T, F_BUSY, F_FREE, F_LSTART, F_LUNTIL, F_LDUR = range(6)
 F_OVH, F_DENSE, F_EXPERT, F_NEXP, F_EPT, F_KVR, F_CPT, F_APP, F_COMMT, F_COMML = range(6, 16)
-F_EAGER, F_GMAX, F_SEQ = 16, 17, 18  # StepModel.eager_s, graph_max_tokens, seq_s
+# StepModel.eager_s, graph_max_tokens, seq_s
+F_EAGER = 16
+F_GMAX = 17
+F_SEQ = 18
 F_JCV = 19  # jitter's coefficient of variation (0: off)
 F_LFORM = 20  # when the lone request's first step took its batch (Engine.lone_formed)
 F_WAKE = 21  # InstancePerf.wake_knots from here: a request that finds the engine idle waits more
@@ -75,6 +79,12 @@ _first_reaching = _jit(_first_reaching_py)
 _steps_time_s = _jit(steps_time_s)
 _wake_after_s = _jit(wake_after_s)
 _steps_until = _jit(steps_until, steps_time_s=_steps_time_s, _first_reaching=_first_reaching)
+_decode_run = _jit(
+    decode_run,
+    _memory_bound_run=_jit(_memory_bound_run_py, _first_reaching=_first_reaching),
+    steps_until=_steps_until,
+    steps_time_s=_steps_time_s,
+)
 
 
 def _fill_block(f, blocks):
@@ -153,30 +163,38 @@ def _retire(iv, q, finish_s, t, kv_used):
 
 
 @_jit
-def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c):
-    """`Engine._one_step`."""
-    n_run, max_seqs, cap = iv[I_NRUN], iv[I_MAXS], iv[I_CAP]
+def _preempt(iv, q, kv_used):
+    """`Engine._preempt`."""
+    n_run = iv[I_NRUN]
+    n_dec = 0
+    for i in range(n_run):
+        if q[i, PF] == 0:
+            n_dec += 1
+    while n_run > 1 and kv_used + n_dec > iv[I_CAP]:
+        v = n_run - 1
+        n_run -= 1
+        kv_used -= q[v, KV]
+        if q[v, PF] == 0:
+            n_dec -= 1
+        iv[I_NRUN] = n_run
+        _push(iv, q, q[v, RID], 0, q[v, CTX] + q[v, PF], q[v, DEC], 0, q[v, EMITTED], True)
+        iv[I_PRE] += 1
+    return kv_used
+
+
+@_jit
+def _form_batch(iv, q, kv_used, dec, chunk_i, chunk_c):
+    """`Engine._form_batch`: the rows of this step's decoding sequences into `dec` and of
+    its prefill chunks into `chunk_i` (their sizes in `chunk_c`); (KV tokens held, new
+    tokens, context tokens read, attention pairs, decoding sequences, prefill chunks)."""
+    n_run = iv[I_NRUN]
     base = iv[I_MAXS]
     wcap = q.shape[0] - base
-    if n_run > 1 and kv_used + n_run > cap:
-        n_dec = 0
-        for i in range(n_run):
-            if q[i, PF] == 0:
-                n_dec += 1
-        while n_run > 1 and kv_used + n_dec > cap:
-            v = n_run - 1
-            n_run -= 1
-            kv_used -= q[v, KV]
-            if q[v, PF] == 0:
-                n_dec -= 1
-            iv[I_NRUN] = n_run
-            _push(iv, q, q[v, RID], 0, q[v, CTX] + q[v, PF], q[v, DEC], 0, q[v, EMITTED], True)
-            iv[I_PRE] += 1
     budget = iv[I_BUDGET]
     new = 0.0
     kv = 0.0
     pairs = 0.0
-    n_dec_step = 0
+    n_dec = 0
     n_chunks = 0
     for i in range(n_run):
         if budget <= 0:
@@ -189,16 +207,16 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
             pairs += c * (q[i, CTX] + (c + 1) / 2)
         else:
             c = 1
-            dec[n_dec_step] = i
-            n_dec_step += 1
+            dec[n_dec] = i
+            n_dec += 1
             pairs += q[i, CTX] + 1.0
         budget -= c
         new += c
         kv += q[i, CTX]
-    while budget > 0 and iv[I_WLEN] and n_run < max_seqs:
+    while budget > 0 and iv[I_WLEN] and n_run < iv[I_MAXS]:
         h = base + iv[I_WHEAD]
         need = q[h, CTX] + q[h, PF]
-        if n_run and kv_used + need > cap:
+        if n_run and kv_used + need > iv[I_CAP]:
             break
         q[n_run, :] = q[h, :]
         iv[I_WHEAD] = (iv[I_WHEAD] + 1) % wcap
@@ -216,24 +234,30 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
         kv += q[i, CTX]
         pairs += c * (q[i, CTX] + (c + 1) / 2)
     iv[I_NRUN] = n_run
-    if not new:
-        return t, busy_s, kv_used
-    dt = _step_time(f, iv, new, kv, pairs, n_dec_step + n_chunks)
-    if f[F_JCV] > 0:
-        dt *= _jitter(f, iv)
-    t += dt
-    busy_s += dt
+    return kv_used, new, kv, pairs, n_dec, n_chunks
+
+
+@_jit
+def _decode_step_done(q, dec, n_dec):
+    """The decode half of `Engine._step_done`: whether a sequence is done."""
     finished = False
-    for k in range(n_dec_step):
+    for k in range(n_dec):
         i = dec[k]
         q[i, CTX] += 1
         q[i, KV] += 1
         q[i, DEC] -= 1
         if not q[i, DEC]:
             finished = True
-    kv_used += n_dec_step
+    return finished
+
+
+@_jit
+def _prefill_step_done(q, first_s, t, chunk_i, chunk_c, n_chunks):
+    """The prefill half of `Engine._step_done`: whether a sequence is done."""
+    finished = False
     for k in range(n_chunks):
-        i, c = chunk_i[k], chunk_c[k]
+        i = chunk_i[k]
+        c = chunk_c[k]
         q[i, CTX] += c
         q[i, PF] -= c
         if not q[i, PF]:
@@ -244,9 +268,87 @@ def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chu
                 first_s[q[i, RID]] = t
             if not q[i, DEC]:
                 finished = True
+    return finished
+
+
+# numba: the engine's arrays are its arguments (no objects in compiled code)
+@_jit
+def _one_step(f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c):  # noqa: PLR0913
+    """`Engine._one_step`."""
+    if iv[I_NRUN] > 1 and kv_used + iv[I_NRUN] > iv[I_CAP]:
+        kv_used = _preempt(iv, q, kv_used)
+    kv_used, new, kv, pairs, n_dec, n_chunks = _form_batch(iv, q, kv_used, dec, chunk_i, chunk_c)
+    if not new:
+        return t, busy_s, kv_used
+    dt = _step_time(f, iv, new, kv, pairs, n_dec + n_chunks)
+    if f[F_JCV] > 0:
+        dt *= _jitter(f, iv)
+    t += dt
+    busy_s += dt
+    finished = _decode_step_done(q, dec, n_dec)
+    kv_used += n_dec
+    if _prefill_step_done(q, first_s, t, chunk_i, chunk_c, n_chunks):
+        finished = True
     if finished:
         kv_used = _retire(iv, q, finish_s, t, kv_used)
     return t, busy_s, kv_used
+
+
+@_jit
+def _decode_run_length(iv, q, kv_used):
+    """`Engine._decode_run_length`."""
+    n = iv[I_NRUN]
+    if n == 1:
+        return (0 if q[0, PF] else q[0, DEC]), q[0, CTX]
+    k = BIG
+    kv0 = 0
+    for i in range(n):
+        if q[i, PF]:
+            return 0, kv0
+        if q[i, DEC] < k:
+            k = q[i, DEC]
+        kv0 += q[i, CTX]
+    room = (iv[I_CAP] - kv_used) // n
+    if room < k:
+        k = room
+    return k, kv0
+
+
+@_jit(nogil=False)  # _jitter takes the GIL back for numpy
+def _decode_run_coeffs(f, iv, co, n, kv0):
+    """`Engine._decode_run_coeffs` (`co`: `decode_coeffs` at zero context by batch size)."""
+    fixed = co[n, 0]
+    m0 = co[n, 1]
+    m1 = co[n, 2]
+    c0 = co[n, 3]
+    c1 = co[n, 4]
+    m0 += f[F_KVR] * kv0
+    c0 += f[F_APP] * kv0
+    if f[F_JCV] > 0:  # one multiplier scales every step of the run
+        u = _jitter(f, iv)
+        fixed = fixed * u
+        m0 = m0 * u
+        m1 = m1 * u
+        c0 = c0 * u
+        c1 = c1 * u
+    return fixed, m0, m1, c0, c1
+
+
+@_jit
+def _decode_run_done(iv, q, finish_s, t, k, kv_used):
+    """`Engine._decode_run_done`."""
+    n = iv[I_NRUN]
+    kv_used += n * k
+    done = False
+    for i in range(n):
+        q[i, CTX] += k
+        q[i, KV] += k
+        q[i, DEC] -= k
+        if not q[i, DEC]:
+            done = True
+    if done:
+        kv_used = _retire(iv, q, finish_s, t, kv_used)
+    return kv_used
 
 
 @_jit
@@ -256,9 +358,10 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
         if not f[F_LFORM] < until_s < f[F_T] == f[F_LSTART]:
             return True
         until_s = f[F_T] + FIRST_STEP_S  # the first step after a wake-up (Engine.advance_to)
-    t, kv_used, busy_s = f[F_T], iv[I_KV], f[F_BUSY]
+    t = f[F_T]
+    kv_used = iv[I_KV]
+    busy_s = f[F_BUSY]
     cap, max_seqs = iv[I_CAP], iv[I_MAXS]
-    kvr, app = f[F_KVR], f[F_APP]
     base = iv[I_MAXS]
     dec = np.empty(max_seqs, np.int64)
     chunk_i = np.empty(max_seqs, np.int64)
@@ -275,67 +378,13 @@ def advance(f, iv, q, co, first_s, finish_s, until_s):
             h = base + iv[I_WHEAD]
             decode_run = not (iv[I_WLEN] and n < max_seqs and kv_used + q[h, CTX] + q[h, PF] <= cap)
         if decode_run:
-            if n == 1:
-                k = 0 if q[0, PF] else q[0, DEC]
-                kv0 = q[0, CTX]
-            else:
-                k = BIG
-                kv0 = 0
-                prefill = False
-                for i in range(n):
-                    if q[i, PF]:
-                        k = 0
-                        prefill = True
-                        break
-                    if q[i, DEC] < k:
-                        k = q[i, DEC]
-                    kv0 += q[i, CTX]
-                if not prefill:
-                    room = (cap - kv_used) // n
-                    if room < k:
-                        k = room
+            k, kv0 = _decode_run_length(iv, q, kv_used)
             if k > 1:
-                fixed, m0, m1, c0, c1 = co[n, 0], co[n, 1], co[n, 2], co[n, 3], co[n, 4]
-                m0 += kvr * kv0
-                c0 += app * kv0
-                if f[F_JCV] > 0:  # one multiplier scales every step of the run
-                    u = _jitter(f, iv)
-                    fixed, m0, m1, c0, c1 = fixed * u, m0 * u, m1 * u, c0 * u, c1 * u
-                if m0 >= c0 and m1 >= c1:
-                    p = fixed + m0
-                    dt = k * p + m1 * k * (k - 1) * 0.5
-                    left = until_s - t
-                    if dt >= left:
-                        kmax = k
-                        k = _first_reaching(p, m1, left)
-                        if k >= kmax:
-                            k = kmax
-                        else:
-                            dt = k * p + m1 * k * (k - 1) * 0.5
-                            while dt < left and k < kmax:
-                                k += 1
-                                dt = k * p + m1 * k * (k - 1) * 0.5
-                            while k > 1:
-                                prev = dt - fixed - (m0 + m1 * (k - 1))
-                                if prev < left:
-                                    break
-                                k, dt = k - 1, prev
-                elif until_s != math.inf:
-                    k, dt = _steps_until(fixed, m0, m1, c0, c1, until_s - t, k)
-                else:
-                    dt = _steps_time_s(fixed, m0, m1, c0, c1, k)
+                fixed, m0, m1, c0, c1 = _decode_run_coeffs(f, iv, co, n, kv0)
+                k, dt = _decode_run(fixed, m0, m1, c0, c1, k, until_s - t)
                 t += dt
                 busy_s += dt
-                kv_used += n * k
-                done = False
-                for i in range(n):
-                    q[i, CTX] += k
-                    q[i, KV] += k
-                    q[i, DEC] -= k
-                    if not q[i, DEC]:
-                        done = True
-                if done:
-                    kv_used = _retire(iv, q, finish_s, t, kv_used)
+                kv_used = _decode_run_done(iv, q, finish_s, t, k, kv_used)
                 continue
         t, busy_s, kv_used = _one_step(
             f, iv, q, first_s, finish_s, t, busy_s, kv_used, dec, chunk_i, chunk_c

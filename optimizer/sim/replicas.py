@@ -24,11 +24,28 @@ from planner.optimizer.sim.kernel import (
 from planner.optimizer.sim.lonememo import lone_pair
 
 
+# numba kernel: the engine's arrays are its arguments (no objects in compiled code)
 @_jit
-def _route_all(
-    F, IV, Q, CO, first_s, finish_s, delay, rid, ta, inp, cached, out, sess, lone, seen, bound,
-    inst, hit,
-):  # fmt: skip
+def _route_all(  # noqa: PLR0913
+    F,
+    IV,
+    Q,
+    CO,
+    first_s,
+    finish_s,
+    delay,
+    rid,
+    ta,
+    inp,
+    cached,
+    out,
+    sess,
+    lone,
+    seen,
+    bound,
+    inst,
+    hit,
+):
     """Each request (in arrival order) to the replica with the fewest outstanding requests
     (ties: plan order), or refused (`inst` -1) where they hold `bound` together; its prefix
     is a cache hit where its session was served there before. `lone[:, k]` rows: (miss
@@ -61,9 +78,20 @@ def _route_all(
                 seen[best, key] = True
         used = c if row else 0
         submit(
-            F[best], IV[best], Q[best], CO[best], first_s, finish_s,
-            rid[j], t + delay[best], inp[j], used, out[j], lone[row, best, j], lone[row + 1, best, j],
-        )  # fmt: skip
+            F[best],
+            IV[best],
+            Q[best],
+            CO[best],
+            first_s,
+            finish_s,
+            rid[j],
+            t + delay[best],
+            inp[j],
+            used,
+            out[j],
+            lone[row, best, j],
+            lone[row + 1, best, j],
+        )
 
 
 def route_replicas(
@@ -96,11 +124,29 @@ def route_replicas(
     hit = np.zeros(n, dtype=np.bool_)
     first_s, finish_s = engines[0].first_s, engines[0].finish_s
     _route_all(
-        F, IV, Q, CO, first_s, finish_s, np.asarray(delay_s, dtype=np.float64),
-        rid, arrival_s, inp, cached, out, session, lone, seen, bound, inst, hit,
-    )  # fmt: skip
+        F,
+        IV,
+        Q,
+        CO,
+        first_s,
+        finish_s,
+        np.asarray(delay_s, dtype=np.float64),
+        rid,
+        arrival_s,
+        inp,
+        cached,
+        out,
+        session,
+        lone,
+        seen,
+        bound,
+        inst,
+        hit,
+    )
     for i, e in enumerate(engines):
-        e.f, e.iv, e.q = F[i], IV[i], Q[i]
+        e.f = F[i]
+        e.iv = IV[i]
+        e.q = Q[i]
     return inst, hit
 
 
@@ -110,7 +156,9 @@ def run_replicas(
     """All requests `idx` of `model` on its never-sleeping replicas `slots` (module doc),
     written into the outcome `out`, those that find `bound` requests held refused; `memo`:
     see `lonememo.lone_times_of`."""
-    inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
+    inp = req.input_tokens[idx]
+    cached = req.cached_tokens[idx]
+    outk = req.output_tokens[idx]
     lone = np.empty((4, len(slots), len(idx)))
     for k, s in enumerate(slots):
         lone[:, k] = lone_pair(req, model, perfs[s.id], inp, cached, outk, memo)

@@ -103,7 +103,8 @@ def _woke_s(s: Slot) -> float:
 class Router:
     """Chooses the instance of each request and moves instances between tiers."""
 
-    def __init__(
+    # the simulation's slots and keyword-only policy options, one each
+    def __init__(  # noqa: PLR0913
         self,
         slots: list[Slot],
         by_model: dict[int, list[int]],
@@ -225,14 +226,10 @@ class Router:
             for c in cands:  # `_settle`'s first test inline: this runs for every request
                 if c.awake and t > c.last_used_s + idle_s and t > c.ready_s + idle_s:
                     self._settle(c, t)
-
-        def load(c: Slot) -> int:
-            return c.engine.outstanding(t)
-
         if len(cands) == 1:  # `serving_rule.route` of one instance, without its calls
             s = cands[0] if cands[0].awake else None
         else:
-            s = serving_rule.route(cands, _up, load)
+            s = serving_rule.route(cands, _up, lambda c: c.engine.outstanding(t))
         if s is not None and s.ready_s <= t:
             s.last_used_s = t
             return s.index, t, -1.0
@@ -242,9 +239,17 @@ class Router:
             if s is not None:
                 s.last_used_s = t
                 return s.index, (s.ready_s if s.ready_s > t else t), -1.0
+        return self._wake_or_stand_in(model, cands, s, t)
+
+    def _wake_or_stand_in(
+        self, model: int, cands: list[Slot], s: Slot | None, t: float
+    ) -> tuple[int, float, float]:
+        """A request that no ready instance takes: a stand-in model where its substitute
+        rule finds one ready, else it waits for `s` (still waking) or for the instance
+        woken for it."""
         sub = self.substitutes.get(model)
         if s is None:
-            s = serving_rule.choose_wake(cands, self._conflicts, load)
+            s = serving_rule.choose_wake(cands, self._conflicts, lambda c: c.engine.outstanding(t))
             if sub is None or sub[0].wake:
                 self._wake(s, t)
         if sub is not None:

@@ -86,7 +86,8 @@ def simulate(
     return res
 
 
-def _serve(
+# `simulate`'s inputs passed on as they are
+def _serve(  # noqa: PLR0913
     point: Point,
     perfs: dict[str, InstancePerf],
     trace: Any,
@@ -161,8 +162,13 @@ class _Paths:
         keep_routed: set[int] | frozenset[int],
     ) -> None:
         n = len(req)
-        self.req, self.memo, self.perfs, self.slots = req, memo, perfs, slots
-        self.router, self.out, self.keep_routed = router, out, keep_routed
+        self.req = req
+        self.memo = memo
+        self.perfs = perfs
+        self.slots = slots
+        self.router = router
+        self.out = out
+        self.keep_routed = keep_routed
         self.over = np.zeros(n, dtype=bool)  # refused: the prompt leaves no room in max_model_len
         self.routed: list[np.ndarray] = []  # requests that go through the router
         self.local = np.zeros(n, dtype=np.int64)  # position among its model's requests
@@ -171,7 +177,10 @@ class _Paths:
 
     def serve_model(self, m: int, cands: list[int], engine_cls: type) -> None:
         """Model `m`'s requests (served by the slots `cands`) onto their path."""
-        req, perfs, slots, out = self.req, self.perfs, self.slots, self.out
+        req = self.req
+        perfs = self.perfs
+        slots = self.slots
+        out = self.out
         idx = np.flatnonzero(req.model == m)
         if not len(idx) or not cands:
             return  # unserved requests stay failed
@@ -183,7 +192,9 @@ class _Paths:
             if not len(idx):
                 return
         self.local[idx] = np.arange(len(idx))
-        inp, cached, outk = req.input_tokens[idx], req.cached_tokens[idx], req.output_tokens[idx]
+        inp = req.input_tokens[idx]
+        cached = req.cached_tokens[idx]
+        outk = req.output_tokens[idx]
         s0 = slots[cands[0]]
         bound = never_sleeping_bound([perfs[slots[i].id] for i in cands])
         if len(cands) == 1 and m not in self.keep_routed and self._alone(s0):
@@ -218,7 +229,9 @@ class _Paths:
 
     def _serve_alone(self, m: int, s0: Slot, idx, inp, cached, outk, bound: int) -> None:
         """Serve a lone instance's requests (`alone`), remembered for a trace kept around."""
-        req, out, memo = self.req, self.out, self.memo
+        req = self.req
+        out = self.out
+        memo = self.memo
         perf = self.perfs[s0.id]
         key = (req.fingerprint, m, perf) if memo else ()  # a passing trace: not hashed
         if not (memo and alone.recall(key, s0, idx, out)):
@@ -281,7 +294,9 @@ def _run_routed(
     inst_of = out.instance
     hits = out.cache_hit
     route = router.route
-    full, refused, sent = admit.full, admit.refused, admit.sent
+    full = admit.full
+    refused = admit.refused
+    sent = admit.sent
     for q, rid in enumerate(rids):
         t = arrival[q]
         if full(model[q], t):

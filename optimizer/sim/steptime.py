@@ -47,9 +47,15 @@ def steps_time_s(fixed: float, m0: float, m1: float, c0: float, c1: float, k: in
         s = math.ceil((c0 - m0) / d1)  # first step on the other side of the crossing
         if 0 < s < k:
             if d1 > 0:  # compute-bound first, memory-bound after
-                a0, a1, b0, b1 = c0, c1, m0 + m1 * s, m1
+                a0 = c0
+                a1 = c1
+                b0 = m0 + m1 * s
+                b1 = m1
             else:
-                a0, a1, b0, b1 = m0, m1, c0 + c1 * s, c1
+                a0 = m0
+                a1 = m1
+                b0 = c0 + c1 * s
+                b1 = c1
             r = k - s
             return k * fixed + s * a0 + a1 * s * (s - 1) * 0.5 + r * b0 + b1 * r * (r - 1) * 0.5
         mem_first = (d1 > 0) == (s <= 0)  # one regime over all k steps
@@ -74,7 +80,7 @@ def steps_until(
 ) -> tuple[int, float]:
     """(k, time of k steps): the smallest k <= kmax whose k steps take >= dt (kmax if none),
     i.e. the steps that start within dt. Piecewise-quadratic inversion, checked exactly.
-    (`Engine.advance_to` handles the memory-bound case, one quadratic, itself.)"""
+    (`decode_run` inverts the memory-bound case, one quadratic, itself.)"""
     t_max = steps_time_s(fixed, m0, m1, c0, c1, kmax)
     if t_max < dt:
         return kmax, t_max
@@ -105,6 +111,45 @@ def steps_until(
             break
         k, t_k = j, t_prev
     return k, t_k
+
+
+def _memory_bound_run(
+    fixed: float, m0: float, m1: float, k: int, left_s: float
+) -> tuple[int, float]:
+    """`decode_run` when every step is memory-bound (small-batch decode): step j takes
+    p + m1 j, so k steps take one quadratic; inverted here, not in `steps_until`, as this is
+    the common case."""
+    p = fixed + m0
+    dt = k * p + m1 * k * (k - 1) * 0.5  # all k steps, s
+    if dt < left_s:
+        return k, dt
+    kmax = k
+    k = _first_reaching(p, m1, left_s)  # stop at the first step that starts at or after left_s
+    if k >= kmax:
+        return kmax, dt
+    dt = k * p + m1 * k * (k - 1) * 0.5
+    while dt < left_s and k < kmax:  # float slack
+        k += 1
+        dt = k * p + m1 * k * (k - 1) * 0.5
+    while k > 1:  # step k-1 (0-based) may start at or after it
+        prev = dt - fixed - (m0 + m1 * (k - 1))
+        if prev < left_s:
+            break
+        k, dt = k - 1, prev
+    return k, dt
+
+
+def decode_run(
+    fixed: float, m0: float, m1: float, c0: float, c1: float, k: int, left_s: float
+) -> tuple[int, float]:
+    """(k, time of k steps) of a decode run of at most `k` steps with the coefficients of
+    `decode_coeffs`: the steps that start within `left_s` (all k when it is infinite).
+    Shared by `instance.Engine` and its compiled twin (`kernel`)."""
+    if m0 >= c0 and m1 >= c1:
+        return _memory_bound_run(fixed, m0, m1, k, left_s)
+    if left_s != math.inf:
+        return steps_until(fixed, m0, m1, c0, c1, left_s, k)
+    return k, steps_time_s(fixed, m0, m1, c0, c1, k)
 
 
 def decode_time_s(step: StepModel, n: int, kv0: float, k: int) -> float:
@@ -213,7 +258,10 @@ def lone_times(
         left -= new
         keep = left > 0
         pf[more] = part
-        more, ctx, left, part = more[keep], ctx[keep], left[keep], part[keep]
+        more = more[keep]
+        ctx = ctx[keep]
+        left = left[keep]
+        part = part[keep]
     dec = decode_time_vec(step, input_tokens.astype(np.float64), output_tokens - 1)
     if perf.step_jitter_cv > 0:
         mult = jitter(perf.step_jitter_cv, 2 * len(pf), seed=JITTER_SEED).reshape(2, -1)

@@ -208,7 +208,9 @@ def _switches(
     """Consecutive calls of a stream: model-to-model counts, the share that switch model,
     and the gaps between them."""
     order = np.lexsort((ts, stream))
-    s_sorted, m_sorted, t_sorted = stream[order], codes[order], ts[order]
+    s_sorted = stream[order]
+    m_sorted = codes[order]
+    t_sorted = ts[order]
     same = s_sorted[1:] == s_sorted[:-1]
     prev_m, cur_m = m_sorted[:-1][same], m_sorted[1:][same]
     gaps = (t_sorted[1:] - t_sorted[:-1])[same]
@@ -228,7 +230,9 @@ def _prefix(
     """Prefix reuse per model: the cached share of input, and the time since the same
     stream's previous call to the same model of the calls that reuse a prefix."""
     order2 = np.lexsort((ts, codes, stream))
-    s2, m2, t2 = stream[order2], codes[order2], ts[order2]
+    s2 = stream[order2]
+    m2 = codes[order2]
+    t2 = ts[order2]
     same2 = (s2[1:] == s2[:-1]) & (m2[1:] == m2[:-1])
     reuse_t = np.full(len(ts), np.nan)
     reuse_t[order2[1:][same2]] = (t2[1:] - t2[:-1])[same2]
@@ -344,7 +348,9 @@ def _per_user_switch(
     """Switch-count matrix of each user (full characterization only)."""
     ucodes, users = pd.factorize(df["user"].astype(str), sort=True)
     order = np.lexsort((ts, stream))
-    s, m, u = stream[order], codes[order], ucodes[order]
+    s = stream[order]
+    m = codes[order]
+    u = ucodes[order]
     same = s[1:] == s[:-1]
     mats = np.zeros((len(users), k, k), dtype=np.int64)
     np.add.at(mats, (u[1:][same], m[:-1][same], m[1:][same]), 1)

@@ -149,17 +149,6 @@ def _role_chains(spec: SynthSpec, ses: _Sessions) -> tuple[np.ndarray, np.ndarra
     role_names = list(spec.roles)
     n_roles = len(role_names)
     ridx = {r: i for i, r in enumerate(role_names)}
-    n_sess = len(ses.user)
-    if spec.stationary:
-        phase = np.zeros(n_sess, dtype=int)
-        adopted = np.ones(n_sess, dtype=int)
-    else:
-        phase = np.where(ses.local_h < spec.lunch_hour, 1, 2)
-        adopted = (
-            (ses.day >= spec.adoption_day).astype(int)
-            if spec.adopted_role
-            else np.ones(n_sess, int)
-        )
     base = np.zeros((n_roles, n_roles + 1))
     for r, row in spec.transitions.items():
         for to, p in row.items():
@@ -171,13 +160,7 @@ def _role_chains(spec: SynthSpec, ses: _Sessions) -> tuple[np.ndarray, np.ndarra
     mats = np.empty((6, n_roles, n_roles + 1))
     starts = np.empty((6, n_roles))
     for ph in range(3):
-        col_mult = np.ones(n_roles + 1)
-        if ph == 1 and "coder" in ridx:
-            col_mult[ridx["coder"]] = spec.morning_coding_boost
-        if ph == 2:
-            for r in ("reviewer", "summarizer"):
-                if r in ridx:
-                    col_mult[ridx[r]] = spec.afternoon_review_boost
+        col_mult = _phase_boosts(spec, ridx, ph)
         for ad in range(2):
             m = base * col_mult
             sp = start_p * col_mult[:n_roles]
@@ -190,7 +173,36 @@ def _role_chains(spec: SynthSpec, ses: _Sessions) -> tuple[np.ndarray, np.ndarra
             m[m.sum(axis=1) == 0, n_roles] = 1.0
             mats[ph * 2 + ad] = m
             starts[ph * 2 + ad] = sp if sp.sum() > 0 else np.ones(n_roles)
-    return _cum_rows(mats), _cum_rows(starts), phase * 2 + adopted
+    return _cum_rows(mats), _cum_rows(starts), _session_variants(spec, ses)
+
+
+def _phase_boosts(spec: SynthSpec, ridx: dict[str, int], phase: int) -> np.ndarray:
+    """The multiplier of each role's column (and the end's) in a phase: coding in the
+    morning (1), reviews and summaries in the afternoon (2)."""
+    col_mult = np.ones(len(ridx) + 1)
+    if phase == 1 and "coder" in ridx:
+        col_mult[ridx["coder"]] = spec.morning_coding_boost
+    if phase == 2:
+        for r in ("reviewer", "summarizer"):
+            if r in ridx:
+                col_mult[ridx[r]] = spec.afternoon_review_boost
+    return col_mult
+
+
+def _session_variants(spec: SynthSpec, ses: _Sessions) -> np.ndarray:
+    """Each session's matrix variant: phase * 2 + adopted (`_role_chains`)."""
+    n_sess = len(ses.user)
+    if spec.stationary:
+        phase = np.zeros(n_sess, dtype=int)
+        adopted = np.ones(n_sess, dtype=int)
+    else:
+        phase = np.where(ses.local_h < spec.lunch_hour, 1, 2)
+        adopted = (
+            (ses.day >= spec.adoption_day).astype(int)
+            if spec.adopted_role
+            else np.ones(n_sess, int)
+        )
+    return phase * 2 + adopted
 
 
 def _calls(
@@ -207,7 +219,9 @@ def _calls(
     n_turns = len(t_sess)
     t_var = s_variant[t_sess]
     state = (rng.random(n_turns)[:, None] > cum_starts[t_var]).sum(axis=1)
-    call_turn, call_step, call_role = [np.arange(n_turns)], [np.zeros(n_turns, int)], [state]
+    call_turn = [np.arange(n_turns)]
+    call_step = [np.zeros(n_turns, int)]
+    call_role = [state]
     active = np.arange(n_turns)
     for step in range(1, spec.max_calls_per_turn):
         u = rng.random(len(active))

@@ -243,6 +243,18 @@ class SynthSpec(Strict):
             raise ValueError(f"start_role names unknown roles {bad}; roles are {sorted(roles)}")
         if sum(self.start_role.values()) <= 0 or min(self.start_role.values(), default=0) < 0:
             raise ValueError("start_role: probabilities must be >= 0 with a positive sum")
+        self._check_transitions(roles)
+        for name in ("adopted_role", "switch_role", "switch_to_role"):
+            v = getattr(self, name)
+            if v is not None and v not in roles:
+                raise ValueError(f"{name}: {v!r} is not a role; roles are {sorted(roles)}")
+        if self.work_end_hour <= self.work_start_hour:
+            raise ValueError("work_end_hour must be after work_start_hour")
+        return self
+
+    def _check_transitions(self, roles: set[str]) -> None:
+        """Each row of `transitions` is a role's, to known roles (or the end of a turn),
+        with probabilities >= 0 and a positive sum."""
         for r, row in self.transitions.items():
             if r not in roles:
                 raise ValueError(f"transitions: {r!r} is not a role; roles are {sorted(roles)}")
@@ -253,13 +265,6 @@ class SynthSpec(Strict):
                 raise ValueError(
                     f"transitions[{r}]: probabilities must be >= 0 with a positive sum"
                 )
-        for name in ("adopted_role", "switch_role", "switch_to_role"):
-            v = getattr(self, name)
-            if v is not None and v not in roles:
-                raise ValueError(f"{name}: {v!r} is not a role; roles are {sorted(roles)}")
-        if self.work_end_hour <= self.work_start_hour:
-            raise ValueError("work_end_hour must be after work_start_hour")
-        return self
 
 
 def default_spec() -> SynthSpec:
@@ -309,7 +314,9 @@ def bind_models(spec: SynthSpec, names: list[str]) -> tuple[SynthSpec, list[str]
     used = {r.model for r in spec.roles.values() if r.model in known}
     free = [n for n in names if n not in used]
     pool = free or list(names)
-    roles, notes, i = {}, [], 0
+    roles = {}
+    notes = []
+    i = 0
     for role, rs in spec.roles.items():
         if rs.model in known:
             roles[role] = rs

@@ -340,18 +340,28 @@ class Vllm:
         loopback (docs/security.md)."""
         e = inst.engine
         argv = [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", model_path,
-            "--served-model-name", served_name,
-            "--host", host,
-            "--port", str(inst.port),
-            "--tensor-parallel-size", str(inst.tp),
-            "--max-model-len", str(e.max_model_len),
-            "--max-num-seqs", str(e.max_num_seqs),
-            "--kv-cache-dtype", e.kv_cache_dtype,
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_path,
+            "--served-model-name",
+            served_name,
+            "--host",
+            host,
+            "--port",
+            str(inst.port),
+            "--tensor-parallel-size",
+            str(inst.tp),
+            "--max-model-len",
+            str(e.max_model_len),
+            "--max-num-seqs",
+            str(e.max_num_seqs),
+            "--kv-cache-dtype",
+            e.kv_cache_dtype,
             # the gateway logs usage.prompt_tokens_details.cached_tokens (the trace's cached_tokens)
             "--enable-prompt-tokens-details",
-        ]  # fmt: skip
+        ]
         q = (e.quantization or "").lower()
         if device == "cpu":
             argv += ["--dtype", "float32"]

@@ -230,8 +230,10 @@ def check_slo_models(slo: Slo, models: Models, file: str = "<slo>") -> None:
 
 def check_pins(models: Models, cluster: Cluster, file: str = "<models>") -> None:
     """Every `pin:` names a node of the cluster and a GPU type it has there."""
-    types = {n.name: {g.type if isinstance(g.type, str) else g.type.name for g in n.gpus}
-             for n in cluster.nodes}  # fmt: skip
+    types = {
+        n.name: {g.type if isinstance(g.type, str) else g.type.name for g in n.gpus}
+        for n in cluster.nodes
+    }
     for i, m in enumerate(models.models):
         pin = m.pin
         if pin is None:
@@ -241,15 +243,19 @@ def check_pins(models: Models, cluster: Cluster, file: str = "<models>") -> None
             raise InputError(
                 f"model {m.name!r} is pinned to node {pin.node!r}, which is not in the cluster"
                 f"{did_you_mean(pin.node, types)}",
-                file=file, path=f"models[{i}].pin.node", fix=f"use one of {sorted(types)}",
-            )  # fmt: skip
+                file=file,
+                path=f"models[{i}].pin.node",
+                fix=f"use one of {sorted(types)}",
+            )
         if pin.gpu_type is not None and not any(pin.gpu_type in t for t in where.values()):
             have = sorted(set().union(*where.values()))
             raise InputError(
                 f"model {m.name!r} is pinned to GPU type {pin.gpu_type!r}, which "
                 + (f"node {pin.node!r} does not have" if pin.node else "the cluster does not have"),
-                file=file, path=f"models[{i}].pin.gpu_type", fix=f"use one of {have}",
-            )  # fmt: skip
+                file=file,
+                path=f"models[{i}].pin.gpu_type",
+                fix=f"use one of {have}",
+            )
 
 
 def tp_divides(num_heads: int, num_kv_heads: int, tp: int) -> bool:

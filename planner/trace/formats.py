@@ -101,15 +101,28 @@ def read_mooncake(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
 # Column names of OpenAI-style request logs (and the usage object) -> the trace's; used when
 # the trace's own name is absent. `--map SOURCE=TRACE,...` adds to and overrides these.
 OPENAI_COLUMNS = {
-    "created": "timestamp", "created_at": "timestamp", "time": "timestamp",
-    "prompt_tokens": "input_tokens", "completion_tokens": "output_tokens",
-    "usage.prompt_tokens": "input_tokens", "usage.completion_tokens": "output_tokens",
+    "created": "timestamp",
+    "created_at": "timestamp",
+    "time": "timestamp",
+    "prompt_tokens": "input_tokens",
+    "completion_tokens": "output_tokens",
+    "usage.prompt_tokens": "input_tokens",
+    "usage.completion_tokens": "output_tokens",
     "usage.prompt_tokens_details.cached_tokens": "cached_tokens",
-    "prompt_tokens_details.cached_tokens": "cached_tokens", "user_id": "user",
-    "session_id": "session", "conversation_id": "session",
-}  # fmt: skip
-TRACE_NAMES = ("timestamp", "model", "input_tokens", "output_tokens", "cached_tokens", "user",
-               "session")  # fmt: skip
+    "prompt_tokens_details.cached_tokens": "cached_tokens",
+    "user_id": "user",
+    "session_id": "session",
+    "conversation_id": "session",
+}
+TRACE_NAMES = (
+    "timestamp",
+    "model",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "user",
+    "session",
+)
 
 
 def rename_columns(
@@ -126,19 +139,23 @@ def rename_columns(
             f"--map names {bad}, which are not trace columns{did_you_mean(bad[0], TRACE_NAMES)}",
             path="--map",
             fix=f"map onto {list(TRACE_NAMES)}",
-        )  # fmt: skip
+        )
     nested = [c for c in raw.columns if raw[c].map(lambda v: isinstance(v, dict)).any()]
     if nested:
-        recs = [{k: v if isinstance(v, dict) else {} for k, v in r.items()}
-                for r in raw[nested].to_dict("records")]  # fmt: skip
+        recs = [
+            {k: v if isinstance(v, dict) else {} for k, v in r.items()}
+            for r in raw[nested].to_dict("records")
+        ]
         flat = pd.json_normalize(recs, sep=".")
         raw = pd.concat([raw.drop(columns=nested).reset_index(drop=True), flat], axis=1)
     missing = sorted(set(column_map) - set(raw.columns))
     if missing:
         raise InputError(
-            f"--map names column(s) {missing} the file does not have", file=file, path="--map",
+            f"--map names column(s) {missing} the file does not have",
+            file=file,
+            path="--map",
             fix=f"its columns: {sorted(map(str, raw.columns))}",
-        )  # fmt: skip
+        )
     renames = dict(column_map)
     for src, dst in OPENAI_COLUMNS.items():
         taken = dst in raw.columns or dst in renames.values()
@@ -171,10 +188,11 @@ def read_own(
     ]
     if missing and len(raw):
         raise InputError(
-            f"missing column(s) {missing}", file=str(p),
+            f"missing column(s) {missing}",
+            file=str(p),
             fix="name them with --map SOURCE=COLUMN,... (e.g. --map time=timestamp); "
             "see `planner schema trace`",
-        )  # fmt: skip
+        )
     m = len(raw)
     ts_col = raw["timestamp"] if m else pd.Series([], dtype=float)
     num = pd.to_numeric(ts_col, errors="coerce")

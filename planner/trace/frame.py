@@ -203,20 +203,28 @@ def _check_ranges(out: dict[str, Any], at: tuple[str | None, int | None]) -> Non
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         v = out[name]
         refuse_first(
-            v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
-            f"'{name}' must be >= {low}; drop or fix the row", *at,
-        )  # fmt: skip
+            v < low,
+            name,
+            lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
+            f"'{name}' must be >= {low}; drop or fix the row",
+            *at,
+        )
     sub = out["substituted"]
     refuse_first(
-        (sub < 0) | (sub > 1), "substituted", lambda i: f"{int(sub[i])} is neither 0 nor 1",
-        "'substituted' is 1 when a stand-in answered, else 0", *at,
-    )  # fmt: skip
+        (sub < 0) | (sub > 1),
+        "substituted",
+        lambda i: f"{int(sub[i])} is neither 0 nor 1",
+        "'substituted' is 1 when a stand-in answered, else 0",
+        *at,
+    )
     inp, cached = out["input_tokens"], out["cached_tokens"]
     refuse_first(
-        cached > inp, "cached_tokens",
+        cached > inp,
+        "cached_tokens",
         lambda i: f"{int(cached[i])} exceeds input_tokens {int(inp[i])}",
-        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens", *at,
-    )  # fmt: skip
+        "the cached prefix is part of the prompt: 0 <= cached_tokens <= input_tokens",
+        *at,
+    )
 
 
 def _check_known_models(
@@ -255,49 +263,10 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
             fix="write it as Parquet, or plan on a shorter period",
         )
     if suffix == ".csv":
-        try:
-            raw = pd.read_csv(
-                p, dtype={c: "string" for c in _STRINGS}, keep_default_na=True, low_memory=False
-            )
-        except pd.errors.EmptyDataError:
-            raise InputError(
-                "the file is empty", file=name, fix=f"write a header line {','.join(REQUIRED)}"
-            ) from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as e:
-            raise InputError(f"not valid CSV: {str(e).strip()}", file=name) from None
-        return raw, 1
+        return _read_csv(p), 1
     if suffix == ".jsonl":
-        rows = []
-        with open(p, "rb") as f:
-            for lineno, raw_line in enumerate(f, start=1):
-                try:
-                    line = raw_line.decode("utf-8")
-                    if not line.strip():
-                        continue
-                    obj = json.loads(line)
-                except UnicodeDecodeError as e:
-                    raise InputError(
-                        f"line {lineno}: not UTF-8 (byte {e.start} of the line)",
-                        file=name,
-                        fix="save the file as UTF-8",
-                    ) from None
-                except json.JSONDecodeError as e:
-                    raise InputError(
-                        f"line {lineno}: not valid JSON ({e.msg})",
-                        file=name,
-                        fix="one JSON object a line",
-                    ) from None
-                except RecursionError:
-                    raise InputError(
-                        f"line {lineno}: JSON nested too deep",
-                        file=name,
-                        fix="one flat object a line",
-                    ) from None
-                if not isinstance(obj, dict):
-                    raise InputError(f"line {lineno}: not a JSON object", file=name)
-                rows.append(obj)
         # Blank lines would shift the row->line map; only an exact map gets a line number.
-        return pd.DataFrame(rows), None
+        return _read_jsonl(p), None
     if suffix == ".parquet":
         try:
             return pd.read_parquet(p), None
@@ -317,6 +286,61 @@ def _read_raw(p: Path) -> tuple[pd.DataFrame, int | None]:
         file=name,
         fix=f"use one of {', '.join(SUFFIXES)}",
     )
+
+
+def _read_csv(p: Path) -> pd.DataFrame:
+    """A CSV trace as a raw frame (the string columns as strings)."""
+    try:
+        return pd.read_csv(
+            p, dtype={c: "string" for c in _STRINGS}, keep_default_na=True, low_memory=False
+        )
+    except pd.errors.EmptyDataError:
+        raise InputError(
+            "the file is empty", file=str(p), fix=f"write a header line {','.join(REQUIRED)}"
+        ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise InputError(f"not valid CSV: {str(e).strip()}", file=str(p)) from None
+
+
+def _read_jsonl(p: Path) -> pd.DataFrame:
+    """A JSON-lines trace as a raw frame, one JSON object a line (blank lines skipped)."""
+    rows = []
+    with open(p, "rb") as f:
+        for lineno, raw_line in enumerate(f, start=1):
+            obj = _jsonl_object(raw_line, lineno, str(p))
+            if obj is not None:
+                rows.append(obj)
+    return pd.DataFrame(rows)
+
+
+def _jsonl_object(raw_line: bytes, lineno: int, name: str) -> dict | None:
+    """One line of a JSON-lines trace as an object; None for a blank line."""
+    try:
+        line = raw_line.decode("utf-8")
+        if not line.strip():
+            return None
+        obj = json.loads(line)
+    except UnicodeDecodeError as e:
+        raise InputError(
+            f"line {lineno}: not UTF-8 (byte {e.start} of the line)",
+            file=name,
+            fix="save the file as UTF-8",
+        ) from None
+    except json.JSONDecodeError as e:
+        raise InputError(
+            f"line {lineno}: not valid JSON ({e.msg})",
+            file=name,
+            fix="one JSON object a line",
+        ) from None
+    except RecursionError:
+        raise InputError(
+            f"line {lineno}: JSON nested too deep",
+            file=name,
+            fix="one flat object a line",
+        ) from None
+    if not isinstance(obj, dict):
+        raise InputError(f"line {lineno}: not a JSON object", file=name)
+    return obj
 
 
 def request_log_rows(

@@ -205,8 +205,9 @@ def import_trace(
     if column_map and fmt not in ("csv", "jsonl", "parquet"):
         raise InputError(
             f"--map applies to csv, jsonl and parquet files, not --format {fmt}",
-            path="--map", fix="drop --map (this format's columns are known)",
-        )  # fmt: skip
+            path="--map",
+            fix="drop --map (this format's columns are known)",
+        )
     if fmt not in FORMATS:
         raise InputError(f"unknown format {fmt!r}", fix=f"use one of {', '.join(FORMATS)}")
     p = Path(src)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +64,75 @@ def _servegen_files(p: Path) -> list[Path]:
     return [p]
 
 
+@dataclass(frozen=True)
+class _Window:
+    """One row of a ServeGen client file: an arrival process over one window."""
+
+    start_s: float
+    rate: float  # requests/s
+    cv: float  # of the inter-arrival gaps
+    dist: str
+    mean_in: float  # tokens
+    mean_out: float
+
+
+def _window(row: tuple, skipped: Counter) -> _Window | None:
+    """The row's window; None (the reason counted in `skipped`) for a row that is not one."""
+    try:
+        start = float(row[0])
+        rate = float(row[1])
+        cv = float(row[2] or 1.0)
+    except ValueError:
+        skipped["window_start_s/rate/cv not numbers"] += 1
+        return None
+    dist = str(row[3]).strip().lower()
+    if dist not in ("exponential", "poisson", "gamma", "weibull", "lognormal"):
+        skipped[f"unknown distribution {dist!r}" if dist else "distribution missing"] += 1
+        return None
+    if not (math.isfinite(start) and start >= 0 and math.isfinite(rate) and rate >= 0):
+        skipped["negative or non-finite window_start_s/rate"] += 1
+        return None
+    if not (math.isfinite(cv) and cv > 0):
+        skipped["cv must be > 0"] += 1
+        return None
+    try:
+        mean_in = float(row[4]) if str(row[4]).strip() else SERVEGEN_DEFAULT_IN_TOKENS
+        mean_out = float(row[5]) if str(row[5]).strip() else SERVEGEN_DEFAULT_OUT_TOKENS
+    except ValueError:
+        skipped["param1/param2 (mean input/output tokens) not numbers"] += 1
+        return None
+    if mean_in < 1 or mean_out < 1:
+        skipped["param1/param2 (mean input/output tokens) below 1"] += 1
+        return None
+    return _Window(start, rate, cv, dist, mean_in, mean_out)
+
+
+def _window_requests(w: _Window, rng: np.random.Generator, user: str) -> pd.DataFrame:
+    """The requests of one window: arrivals of its process, lognormal token counts."""
+    expect = w.rate * SERVEGEN_WINDOW_S
+    size = int(expect + 6 * math.sqrt(expect) * max(w.cv, 1.0) + 16)
+    t = np.cumsum(_gaps(w.dist, w.rate, w.cv, size, rng))
+    while t[-1] < SERVEGEN_WINDOW_S:  # rare: draw more until past the window
+        t = np.concatenate([t, t[-1] + np.cumsum(_gaps(w.dist, w.rate, w.cv, size, rng))])
+    t = t[t < SERVEGEN_WINDOW_S]
+    k = len(t)
+    s_in, s_out = SERVEGEN_SIGMA_IN, SERVEGEN_SIGMA_OUT
+    # Lognormal with the given mean: mu = ln(mean) - sigma^2 / 2.
+    inp = np.maximum(1, np.rint(rng.lognormal(math.log(w.mean_in) - s_in**2 / 2, s_in, k)))
+    out = np.maximum(1, np.rint(rng.lognormal(math.log(w.mean_out) - s_out**2 / 2, s_out, k)))
+    return pd.DataFrame(
+        {
+            "timestamp": w.start_s + t,
+            "model": "",
+            "input_tokens": inp.astype(np.int64),
+            "output_tokens": out.astype(np.int64),
+            "user": user,
+            "session": "",
+            "cached_tokens": 0,
+        }
+    )
+
+
 def read_servegen(p: Path, skipped: Counter, seed: int) -> tuple[pd.DataFrame, int]:
     rng = np.random.default_rng(seed)
     parts = []
@@ -80,55 +150,8 @@ def read_servegen(p: Path, skipped: Counter, seed: int) -> tuple[pd.DataFrame, i
             raw[raw.shape[1]] = ""
         for row in raw.itertuples(index=False):
             n += 1
-            try:
-                start, rate, cv = float(row[0]), float(row[1]), float(row[2] or 1.0)
-            except ValueError:
-                skipped["window_start_s/rate/cv not numbers"] += 1
-                continue
-            dist = str(row[3]).strip().lower()
-            if dist not in ("exponential", "poisson", "gamma", "weibull", "lognormal"):
-                skipped[f"unknown distribution {dist!r}" if dist else "distribution missing"] += 1
-                continue
-            if not (math.isfinite(start) and start >= 0 and math.isfinite(rate) and rate >= 0):
-                skipped["negative or non-finite window_start_s/rate"] += 1
-                continue
-            if not (math.isfinite(cv) and cv > 0):
-                skipped["cv must be > 0"] += 1
-                continue
-            try:
-                mean_in = float(row[4]) if str(row[4]).strip() else SERVEGEN_DEFAULT_IN_TOKENS
-                mean_out = float(row[5]) if str(row[5]).strip() else SERVEGEN_DEFAULT_OUT_TOKENS
-            except ValueError:
-                skipped["param1/param2 (mean input/output tokens) not numbers"] += 1
-                continue
-            if mean_in < 1 or mean_out < 1:
-                skipped["param1/param2 (mean input/output tokens) below 1"] += 1
-                continue
-            if rate == 0:
-                continue  # an idle window: valid, no arrivals
-            expect = rate * SERVEGEN_WINDOW_S
-            size = int(expect + 6 * math.sqrt(expect) * max(cv, 1.0) + 16)
-            t = np.cumsum(_gaps(dist, rate, cv, size, rng))
-            while t[-1] < SERVEGEN_WINDOW_S:  # rare: draw more until past the window
-                t = np.concatenate([t, t[-1] + np.cumsum(_gaps(dist, rate, cv, size, rng))])
-            t = t[t < SERVEGEN_WINDOW_S]
-            k = len(t)
-            s_in, s_out = SERVEGEN_SIGMA_IN, SERVEGEN_SIGMA_OUT
-            # Lognormal with the given mean: mu = ln(mean) - sigma^2 / 2.
-            inp = np.maximum(1, np.rint(rng.lognormal(math.log(mean_in) - s_in**2 / 2, s_in, k)))
-            out = np.maximum(1, np.rint(rng.lognormal(math.log(mean_out) - s_out**2 / 2, s_out, k)))
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "timestamp": start + t,
-                        "model": "",
-                        "input_tokens": inp.astype(np.int64),
-                        "output_tokens": out.astype(np.int64),
-                        "user": f.stem,
-                        "session": "",
-                        "cached_tokens": 0,
-                    }
-                )
-            )
+            w = _window(row, skipped)
+            if w is not None and w.rate > 0:  # rate 0: an idle window, valid, no arrivals
+                parts.append(_window_requests(w, rng, f.stem))
     df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: [] for c in COLUMNS})
     return df, n

@@ -95,13 +95,19 @@ def seconds_column(col: pd.Series, file: str | None, line_offset: int | None) ->
             out = from_datetimes(dt)
     at = (file, line_offset)
     refuse_first(
-        ~np.isfinite(out), "timestamp", lambda i: "missing or not a number",
-        "every request needs an arrival time", *at,
-    )  # fmt: skip
+        ~np.isfinite(out),
+        "timestamp",
+        lambda i: "missing or not a number",
+        "every request needs an arrival time",
+        *at,
+    )
     refuse_first(
-        out < 0, "timestamp", lambda i: f"{out[i]} is negative",
-        "timestamps are seconds from the start of the trace (>= 0)", *at,
-    )  # fmt: skip
+        out < 0,
+        "timestamp",
+        lambda i: f"{out[i]} is negative",
+        "timestamps are seconds from the start of the trace (>= 0)",
+        *at,
+    )
     lo, hi = int(out.argmin()), int(out.argmax())
     if out[hi] - out[lo] > MAX_SPAN_S:
         raise InputError(
@@ -133,13 +139,19 @@ def ints_column(
     with np.errstate(invalid="ignore"):
         bad = ~np.isfinite(arr) | (arr != np.round(arr))
     refuse_first(
-        bad, name,
+        bad,
+        name,
         lambda i: "missing" if pd.isna(col.iloc[i]) else f"{col.iloc[i]!r} is not a whole number",
-        FIX_TYPE[name], file, line_offset,
-    )  # fmt: skip
+        FIX_TYPE[name],
+        file,
+        line_offset,
+    )
     refuse_first(
-        arr > MAX_TOKENS, name,
+        arr > MAX_TOKENS,
+        name,
         lambda i: f"{arr[i]:g} is above the limit of {MAX_TOKENS:,} tokens per request",
-        "fix the row (a unit mix-up?), or drop it", file, line_offset,
-    )  # fmt: skip
+        "fix the row (a unit mix-up?), or drop it",
+        file,
+        line_offset,
+    )
     return arr.astype("int64")

@@ -99,18 +99,29 @@ def write_cpu_plan(
         "active_params_b": 0.0004,
         "max_position_embeddings": max_context,
     }
-    models = {"kind": "models", "version": 1, "models": [{
-        "name": "tiny-a", "architecture": arch, "max_context": max_context,
-        "variants": [{"name": "bf16", "quantization": "bf16", "path": str(model_dir)},
-                     {"name": "bad", "quantization": "bf16", "path": str(out_dir / "no-such-model")}],
-    }]}  # fmt: skip
+    models = {
+        "kind": "models",
+        "version": 1,
+        "models": [
+            {
+                "name": "tiny-a",
+                "architecture": arch,
+                "max_context": max_context,
+                "variants": [
+                    {"name": "bf16", "quantization": "bf16", "path": str(model_dir)},
+                    {"name": "bad", "quantization": "bf16", "path": str(out_dir / "no-such-model")},
+                ],
+            }
+        ],
+    }
     (out_dir / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     plan = {
-        "kind": "plan", "version": 1,
+        "kind": "plan",
+        "version": 1,
         "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
         "selected": point,
         "points": [{"name": point, "instances": instances}],
-    }  # fmt: skip
+    }
     p = out_dir / name
     p.write_text(yaml.safe_dump(plan, sort_keys=False))
     return p

@@ -20,10 +20,16 @@ def node_b_control(
     """The Ray backend at `address`, a state store, and a Controller of a plan whose one
     instance (`tiny-b0`, model `tiny`, tier `tier`) runs on node-b at `port`."""
     inst = {
-        "id": "tiny-b0", "model": "tiny", "variant": "main", "node": "node-b", "gpus": [0],
-        "tier": tier, "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": "tiny-b0",
+        "model": "tiny",
+        "variant": "main",
+        "node": "node-b",
+        "gpus": [0],
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True},
-    }  # fmt: skip
+    }
     plan = Plan.model_validate({"selected": "p", "points": [{"name": "p", "instances": [inst]}]})
     backend = RayBackend(address, device="cpu")
     state = StateStore(state_dir)

@@ -62,44 +62,80 @@ def reference_summary() -> dict:
     n = 2 * 86400 // 120
     k = np.arange(n)
     user = np.array([f"u{i % 4}" for i in k])
-    df = pd.DataFrame({
-        "timestamp": k * 120.0, "user": user,
-        "session": [f"{u}-{i // 20}" for u, i in zip(user, k, strict=True)],
-        "model": np.where(k % 10 == 9, "tiny-b", "tiny-a"),
-        "input_tokens": 64, "output_tokens": 8, "cached_tokens": 0,
-    })  # fmt: skip
+    df = pd.DataFrame(
+        {
+            "timestamp": k * 120.0,
+            "user": user,
+            "session": [f"{u}-{i // 20}" for u, i in zip(user, k, strict=True)],
+            "model": np.where(k % 10 == 9, "tiny-b", "tiny-a"),
+            "input_tokens": 64,
+            "output_tokens": 8,
+            "cached_tokens": 0,
+        }
+    )
     return summarize(df)
 
 
 def _instance(iid: str, model: str, tier: str, port: int, max_num_seqs: int = 4) -> dict:
     return {
-        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
-        "tier": tier, "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": iid,
+        "model": model,
+        "variant": "main",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 1024, "max_num_seqs": max_num_seqs, "enforce_eager": True},
-    }  # fmt: skip
+    }
 
 
 def write_inputs(d: Path, model_dir: Path, port_a: int, port_b: int) -> Path:
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
     (d / "slo.yaml").write_text(SLO)
-    models = {"kind": "models", "version": 1, "models": [
-        {"name": m, "architecture": tiny_arch(), "max_context": 2048,
-         "variants": [{"name": "main", "quantization": "bf16", "path": str(model_dir)}]}
-        for m in ("tiny-a", "tiny-b")
-    ]}  # fmt: skip
+    models = {
+        "kind": "models",
+        "version": 1,
+        "models": [
+            {
+                "name": m,
+                "architecture": tiny_arch(),
+                "max_context": 2048,
+                "variants": [{"name": "main", "quantization": "bf16", "path": str(model_dir)}],
+            }
+            for m in ("tiny-a", "tiny-b")
+        ],
+    }
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     points = [
-        {"name": "a-hot", "instances": [_instance("a0", "tiny-a", "gpu", port_a),
-                                        _instance("b0", "tiny-b", "host", port_b)]},
-        {"name": "b-hot", "instances": [_instance("a0", "tiny-a", "host", port_a),
-                                        _instance("b0", "tiny-b", "gpu", port_b, 6)]},
-    ]  # fmt: skip
+        {
+            "name": "a-hot",
+            "instances": [
+                _instance("a0", "tiny-a", "gpu", port_a),
+                _instance("b0", "tiny-b", "host", port_b),
+            ],
+        },
+        {
+            "name": "b-hot",
+            "instances": [
+                _instance("a0", "tiny-a", "host", port_a),
+                _instance("b0", "tiny-b", "gpu", port_b, 6),
+            ],
+        },
+    ]
     plan = {
-        "kind": "plan", "version": 1, "selected": "a-hot", "points": points,
-        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"},
-                   "slo": {"path": "slo.yaml"}},
+        "kind": "plan",
+        "version": 1,
+        "selected": "a-hot",
+        "points": points,
+        "inputs": {
+            "cluster": {"path": "cluster.yaml"},
+            "models": {"path": "models.yaml"},
+            "slo": {"path": "slo.yaml"},
+        },
         "workload_summary": reference_summary(),
-    }  # fmt: skip
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     return d / "plan.yaml"
 
@@ -173,14 +209,31 @@ def adjust_once(plan: Path, sdir: Path, policy: tuple[str, ...] = ("decision=obj
     import json
 
     args = [
-        sys.executable, "-m", "planner.cli.main", "adjust", "--plan", str(plan),
-        "--state-dir", str(sdir), "--once", "--window", "1m", "--confirm", "1",
-        "--min-dwell", "0", "--policy", "sleep_after_idle_s=0",
+        sys.executable,
+        "-m",
+        "planner.cli.main",
+        "adjust",
+        "--plan",
+        str(plan),
+        "--state-dir",
+        str(sdir),
+        "--once",
+        "--window",
+        "1m",
+        "--confirm",
+        "1",
+        "--min-dwell",
+        "0",
+        "--policy",
+        "sleep_after_idle_s=0",
         # time runs in minutes here: a hop is judged over an hour, as with hour windows,
         # not over its own ~1 min of restarts (hopcost.py)
-        "--policy", "hop_horizon_s=3600",
-        "--timeout", str(START_TIMEOUT_S), "--json",
-    ]  # fmt: skip
+        "--policy",
+        "hop_horizon_s=3600",
+        "--timeout",
+        str(START_TIMEOUT_S),
+        "--json",
+    ]
     for kv in policy:
         args += ["--policy", kv]
     r = subprocess.run(args, capture_output=True, text=True, timeout=3 * START_TIMEOUT_S)
@@ -238,8 +291,9 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         dec = out["decision"]
         assert (dec["kind"], dec["from"], dec["point"]) == ("hop", "a-hot", "b-hot"), dec
         assert out["apply"]["point"] == "b-hot" and "error" not in out["apply"]
-        assert any(a["instance"] == "b0" and a["action"] == "restart"
-                   for a in out["apply"]["actions"])  # fmt: skip
+        assert any(
+            a["instance"] == "b0" and a["action"] == "restart" for a in out["apply"]["actions"]
+        )
         _until(lambda: gw.point.name == "b-hot", "the gateway follows b-hot", 60)
 
         # a SIGKILL of the instance of tiny-a, under load
@@ -247,8 +301,10 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         assert a0 is not None and a0.pid is not None
         os.killpg(a0.pid, signal.SIGKILL)
         stream.hot = "tiny-a"  # phase a: its requests find a0 dead and wait for its restart
-        _until(lambda: (r := look.get("a0")) is not None and r.pid != a0.pid
-               and r.status == "awake", "a0 restarted")  # fmt: skip
+        _until(
+            lambda: (r := look.get("a0")) is not None and r.pid != a0.pid and r.status == "awake",
+            "a0 restarted",
+        )
         time.sleep(PHASE_S)
         out = adjust_once(plan_path, sdir)  # hop 2: back, b0 restarts again
         dec = out["decision"]
@@ -276,8 +332,13 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
     assert sum(r["switch_wait_s"] > 0 for r in rows) >= 1  # some waited for a start: delayed
     with StateStore(sdir) as st:  # the kill is a counted restart, the hops are not
         journal = st.journal_entries(1000)
-    assert any(j["action"] == "restart" and j["instance"] == "a0" and j["result"] == "ok"
-               and "died" in j["detail"] for j in journal)  # fmt: skip
+    assert any(
+        j["action"] == "restart"
+        and j["instance"] == "a0"
+        and j["result"] == "ok"
+        and "died" in j["detail"]
+        for j in journal
+    )
 
 
 def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(

@@ -185,8 +185,11 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
     a0 = rows(live.state)["a-0"]
     busy = live.h.free_port()
     # answers 200 to every GET, /v1/models included, as in the probe
-    foreign = subprocess.Popen([sys.executable, "-c", HTTP_200, str(busy)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    foreign = subprocess.Popen(
+        [sys.executable, "-c", HTTP_200, str(busy)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not control_http.answers_ok("127.0.0.1", busy, "/"):

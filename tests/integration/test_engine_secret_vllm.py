@@ -61,7 +61,9 @@ def test_engine_port_refuses_all_but_the_planner(tmp_path, tiny_model_dir, requi
     plan = cpu_plan.write(tmp_path / "in", tiny_model_dir, [cpu_plan.instance("a-0", port)])
     state_dir = tmp_path / "state"
     # the readiness check polls /v1/models, which the key guards: apply succeeds only if it sends it
-    code, _, err = cli(["apply", str(plan), "--state-dir", str(state_dir), "--json", "--timeout", "240"])  # fmt: skip
+    code, _, err = cli(
+        ["apply", str(plan), "--state-dir", str(state_dir), "--json", "--timeout", "240"]
+    )
     assert code == 0, err
     url = f"http://127.0.0.1:{port}"
     try:
@@ -73,7 +75,10 @@ def test_engine_port_refuses_all_but_the_planner(tmp_path, tiny_model_dir, requi
             (row,) = st.instances()
         assert len(row.secret) >= 32
         key = {"Authorization": f"Bearer {row.secret}"}
-        assert httpx.post(url + "/v1/completions", json=BODY, headers=key, timeout=60).status_code == 200  # fmt: skip
+        assert (
+            httpx.post(url + "/v1/completions", json=BODY, headers=key, timeout=60).status_code
+            == 200
+        )
         assert _listen_addresses(port) == {"0100007F"}  # 127.0.0.1 only
         cmdlines = _group_cmdlines(row.pid)
         assert cmdlines and not any(row.secret.encode() in c for c in cmdlines)
@@ -93,9 +98,12 @@ def _through_the_gateway(inputs: Path, state_dir: Path, gw_port: int) -> None:
     """The gateway's requests and its health loop reach the engine; nothing restarts it."""
     state = StateStore(state_dir)
     control = Controller(
-        load_plan(inputs / "plan.yaml"), None, LocalBackend("cpu"), state,
+        load_plan(inputs / "plan.yaml"),
+        None,
+        LocalBackend("cpu"),
+        state,
         model_path_resolver=model_path_resolver(load_models(inputs / "models.yaml"), inputs),
-    )  # fmt: skip
+    )
     cfg = GatewayConfig(health_interval_s=0.5, wake_timeout_s=240)
     gw = Gateway(control.point, control, state_dir=state_dir, config=cfg)
     th = GatewayThread(gw, port=gw_port).start()

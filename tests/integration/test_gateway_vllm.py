@@ -31,10 +31,17 @@ WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
 
 def _instance(iid: str, model: str, port: int) -> dict:
     return {
-        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": iid,
+        "model": model,
+        "variant": "main",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": "host",
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True},
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module")
@@ -42,18 +49,30 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     d = tmp_path_factory.mktemp("gateway")
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
     arch = tiny_arch()
-    models = {"kind": "models", "version": 1, "models": [
-        {"name": m, "architecture": arch, "max_context": 2048,
-         "variants": [{"name": "main", "quantization": "bf16", "path": str(tiny_model_dir)}]}
-        for m in ("tiny-a", "tiny-b")
-    ]}  # fmt: skip
+    models = {
+        "kind": "models",
+        "version": 1,
+        "models": [
+            {
+                "name": m,
+                "architecture": arch,
+                "max_context": 2048,
+                "variants": [{"name": "main", "quantization": "bf16", "path": str(tiny_model_dir)}],
+            }
+            for m in ("tiny-a", "tiny-b")
+        ],
+    }
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     insts = [
         _instance("a0", "tiny-a", cpu_plan.free_port()),
         _instance("b0", "tiny-b", cpu_plan.free_port()),
     ]
-    plan = {"kind": "plan", "version": 1, "selected": "dev",
-            "points": [{"name": "dev", "instances": insts}]}  # fmt: skip
+    plan = {
+        "kind": "plan",
+        "version": 1,
+        "selected": "dev",
+        "points": [{"name": "dev", "instances": insts}],
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
 
     cfg = GatewayConfig(queue_limit=1, wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=1.0)
@@ -61,9 +80,16 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
         client = httpx.Client(base_url=stack.th.url, timeout=WAKE_TIMEOUT_S + 60)
         try:
             yield type(
-                "GW", (), {"th": stack.th, "control": stack.control, "state": stack.state,
-                           "dir": d, "c": client},
-            )  # fmt: skip
+                "GW",
+                (),
+                {
+                    "th": stack.th,
+                    "control": stack.control,
+                    "state": stack.state,
+                    "dir": d,
+                    "c": client,
+                },
+            )
         finally:
             client.close()
 
@@ -125,8 +151,13 @@ def test_chat_and_streaming_pass_through(gw):
     rows = _wait_log(gw.dir, 4)
     assert [r["output_tokens"] for r in rows[-2:]] == [6, 6]  # usage read from the stream
     # A client that asks for usage gets the usage chunk.
-    body = {"model": "tiny-a", "prompt": "x", "max_tokens": 3, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "tiny-a",
+        "prompt": "x",
+        "max_tokens": 3,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     text = gw.c.post("/v1/completions", json=body).text
     assert '"completion_tokens":3' in text.replace(" ", "")
 
@@ -208,15 +239,19 @@ def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
 
     port = gw.control.status()["b0"][1].port
     gen0 = _engine_metric(port, "vllm:generation_tokens_total")
-    body = json.dumps({"model": "tiny-b", "prompt": "count", "max_tokens": 900,
-                       "ignore_eos": True}).encode()  # fmt: skip
+    body = json.dumps(
+        {"model": "tiny-b", "prompt": "count", "max_tokens": 900, "ignore_eos": True}
+    ).encode()
 
     def in_flight() -> int:
         return gw.c.get("/health").json()["instances"]["b0"]["outstanding"]
 
     with socket.create_connection(("127.0.0.1", gw.th.port)) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
-                  + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
         deadline = time.monotonic() + 180  # a bound against hanging, not a speed check
         while in_flight() < 1:  # the gateway sent it on to the engine: now the client leaves
             assert time.monotonic() < deadline
@@ -225,7 +260,9 @@ def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
     assert failures and failures[-1]["error"] == "client gone"
     assert in_flight() == 0
     # the engine's token counter settles short of the 900 tokens asked for: aborted
-    last, stable, deadline = -1.0, 0, time.monotonic() + 120
+    last = -1.0
+    stable = 0
+    deadline = time.monotonic() + 120
     while stable < 3:
         assert time.monotonic() < deadline
         time.sleep(1.0)

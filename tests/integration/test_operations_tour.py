@@ -47,11 +47,22 @@ TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
 
 def _instance(iid: str, model: str, port: int, extra_args: tuple[str, ...] = ()) -> dict:
     return {
-        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
-        "tier": "gpu", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
-        "engine": {"max_model_len": 512, "max_num_seqs": 4, "enforce_eager": True,
-                   "extra_args": list(extra_args)},
-    }  # fmt: skip
+        "id": iid,
+        "model": model,
+        "variant": "main",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": "gpu",
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "engine": {
+            "max_model_len": 512,
+            "max_num_seqs": 4,
+            "enforce_eager": True,
+            "extra_args": list(extra_args),
+        },
+    }
 
 
 @pytest.fixture(scope="module")
@@ -59,11 +70,23 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     d = tmp_path_factory.mktemp("ops")
     emb_dir = build_tiny_model(d / "tiny-embed", seed=2, embedding=True)
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
-    models = {"kind": "models", "version": 1, "models": [
-        {"name": name, "architecture": tiny_arch(), "max_context": 512, "task": task,
-         "variants": [{"name": "main", "quantization": "bf16", "path": str(path)}]}
-        for name, path, task in (("tiny-a", tiny_model_dir, "generate"), ("embed", emb_dir, "embed"))
-    ]}  # fmt: skip
+    models = {
+        "kind": "models",
+        "version": 1,
+        "models": [
+            {
+                "name": name,
+                "architecture": tiny_arch(),
+                "max_context": 512,
+                "task": task,
+                "variants": [{"name": "main", "quantization": "bf16", "path": str(path)}],
+            }
+            for name, path, task in (
+                ("tiny-a", tiny_model_dir, "generate"),
+                ("embed", emb_dir, "embed"),
+            )
+        ],
+    }
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     # what the optimizer puts in a plan for a model with `task: embed`
     embed_args = tuple(load_models(d / "models.yaml").models[1].engine_args)
@@ -73,10 +96,13 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
         _instance("a0", "tiny-a", cpu_plan.free_port(), TOOL_ARGS),
         _instance("e0", "embed", cpu_plan.free_port(), embed_args),
     ]
-    plan = {"kind": "plan", "version": 1, "selected": "dev",
-            "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-            "points": [{"name": "dev", "instances": insts},
-                       {"name": "alt", "instances": insts}]}  # fmt: skip
+    plan = {
+        "kind": "plan",
+        "version": 1,
+        "selected": "dev",
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+        "points": [{"name": "dev", "instances": insts}, {"name": "alt", "instances": insts}],
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     # a second plan: the chat model alone (the same instance spec: it keeps running), point
     # `dev` too, on its own models file (a plan places every model of its models file)

@@ -40,13 +40,21 @@ def ray_ns(tmp_path_factory):
     pytest.importorskip("ray")
     with loopback_namespace("planner-prof") as name:
         ns = ["ip", "netns", "exec", name]
-        common = ["--disable-usage-stats", "--object-store-memory=200000000", "--num-cpus=1",
-                  "--node-ip-address=127.0.0.1"]  # fmt: skip
+        common = [
+            "--disable-usage-stats",
+            "--object-store-memory=200000000",
+            "--num-cpus=1",
+            "--node-ip-address=127.0.0.1",
+        ]
         for args in (
-            ["--head", f"--port={HEAD_PORT}", "--include-dashboard=false",
-             "--resources=" + json.dumps({"node-a": 1})],
+            [
+                "--head",
+                f"--port={HEAD_PORT}",
+                "--include-dashboard=false",
+                "--resources=" + json.dumps({"node-a": 1}),
+            ],
             [f"--address=127.0.0.1:{HEAD_PORT}", "--resources=" + json.dumps({"node-b": 1})],
-        ):  # fmt: skip
+        ):
             r = _run([*ns, RAY, "start", *args, *common], env=ENV)
             assert r.returncode == 0, r.stderr[-2000:]
         cluster = tmp_path_factory.mktemp("ray") / "cluster.yaml"
@@ -59,8 +67,11 @@ def ray_ns(tmp_path_factory):
 
 
 def _planner(ns: list[str], args: list[str], timeout: float = 600) -> dict:
-    r = _run([*ns, sys.executable, "-m", "planner.cli.main", *args], timeout=timeout,
-             env={**ENV, "RAY_ADDRESS": f"127.0.0.1:{HEAD_PORT}"})  # fmt: skip
+    r = _run(
+        [*ns, sys.executable, "-m", "planner.cli.main", *args],
+        timeout=timeout,
+        env={**ENV, "RAY_ADDRESS": f"127.0.0.1:{HEAD_PORT}"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -68,8 +79,22 @@ def _planner(ns: list[str], args: list[str], timeout: float = 600) -> dict:
 def test_hardware_profile_on_every_node_through_ray(ray_ns, tmp_path):
     ns, cluster = ray_ns
     out = tmp_path / "profiles"
-    got = _planner(ns, ["profile", "hardware", "--ray", "--cluster", str(cluster), "--device", "cpu", "--quick",
-                        "-o", str(out), "--json"])  # fmt: skip
+    got = _planner(
+        ns,
+        [
+            "profile",
+            "hardware",
+            "--ray",
+            "--cluster",
+            str(cluster),
+            "--device",
+            "cpu",
+            "--quick",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     written = got["written"]
     assert sorted(Path(p).name for p in written) == ["node-a-cpu.yaml", "node-b-cpu.yaml"]
     for p in written:
@@ -82,13 +107,45 @@ def test_hardware_profile_on_every_node_through_ray(ray_ns, tmp_path):
 def test_engine_profile_on_node_b_through_ray(ray_ns, tmp_path, tiny_model_dir, require_vllm):
     ns, cluster = ray_ns
     models = tmp_path / "models.yaml"
-    models.write_text(yaml.safe_dump({"kind": "models", "models": [
-        {"name": "tiny", "max_context": 512, "architecture": tiny_arch(),
-         "variants": [{"name": "bf16", "quantization": "bf16", "path": str(tiny_model_dir)}]}]}))  # fmt: skip
+    models.write_text(
+        yaml.safe_dump(
+            {
+                "kind": "models",
+                "models": [
+                    {
+                        "name": "tiny",
+                        "max_context": 512,
+                        "architecture": tiny_arch(),
+                        "variants": [
+                            {"name": "bf16", "quantization": "bf16", "path": str(tiny_model_dir)}
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     out = tmp_path / "profiles"
-    got = _planner(ns, ["profile", "engine", "--ray", "--cluster", str(cluster), "--node", "node-b",
-                        "--models", str(models), "--device", "cpu", "--quick", "--enforce-eager",
-                        "-o", str(out), "--json"])  # fmt: skip
+    got = _planner(
+        ns,
+        [
+            "profile",
+            "engine",
+            "--ray",
+            "--cluster",
+            str(cluster),
+            "--node",
+            "node-b",
+            "--models",
+            str(models),
+            "--device",
+            "cpu",
+            "--quick",
+            "--enforce-eager",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
     assert [Path(p).name for p in got["written"]] == ["node-b-cpu.yaml"]
     run = load_profile(out / "node-b-cpu.yaml").engine[0]
     assert run.status == "ok", run.detail[-1000:]

@@ -92,10 +92,28 @@ def test_tiny_model_on_node_b_through_the_gateway(netns, tmp_path, tiny_model_di
         )
         return r
 
-    ns_run([ray, "start", "--head", f"--port={HEAD_PORT}", "--node-ip-address=127.0.0.1",
-            "--resources=" + json.dumps({"node-a": 1}), "--include-dashboard=false", *common])  # fmt: skip
-    ns_run([ray, "start", f"--address=127.0.0.1:{HEAD_PORT}", "--node-ip-address=127.0.0.1",
-            "--resources=" + json.dumps({"node-b": 1}), *common])  # fmt: skip
+    ns_run(
+        [
+            ray,
+            "start",
+            "--head",
+            f"--port={HEAD_PORT}",
+            "--node-ip-address=127.0.0.1",
+            "--resources=" + json.dumps({"node-a": 1}),
+            "--include-dashboard=false",
+            *common,
+        ]
+    )
+    ns_run(
+        [
+            ray,
+            "start",
+            f"--address=127.0.0.1:{HEAD_PORT}",
+            "--node-ip-address=127.0.0.1",
+            "--resources=" + json.dumps({"node-b": 1}),
+            *common,
+        ]
+    )
     helper = tmp_path / "ray_helper.py"
     helper.write_text(HELPER)
     shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it

@@ -169,32 +169,68 @@ def test_engine_ports_answer_only_the_planner_from_another_host(
 ):
     pytest.importorskip("ray")
     ns_a, ns_b = two_hosts
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-           "VLLM_SERVER_DEV_MODE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
     ray = [sys.executable, "-m", "ray.scripts.scripts"]  # this venv's Ray (and planner)
     common = ["--disable-usage-stats", "--object-store-memory=200000000", "--num-cpus=1"]
 
     def in_a(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess:
         r = subprocess.run(
             ["ip", "netns", "exec", ns_a, *args],
-            capture_output=True, text=True, timeout=timeout, env=env,
-        )  # fmt: skip
-        assert r.returncode == 0, f"{args[:3]} ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        assert r.returncode == 0, (
+            f"{args[:3]} ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        )
         return r
 
-    in_a([*ray, "start", "--head", f"--port={HEAD_PORT}", f"--node-ip-address={ADDR_A}",
-          "--resources=" + json.dumps({"node-a": 1}), "--include-dashboard=false", *common])  # fmt: skip
-    in_a([*ray, "start", f"--address={ADDR_A}:{HEAD_PORT}", f"--node-ip-address={ADDR_A}",
-          "--resources=" + json.dumps({"node-b": 1}), *common])  # fmt: skip
+    in_a(
+        [
+            *ray,
+            "start",
+            "--head",
+            f"--port={HEAD_PORT}",
+            f"--node-ip-address={ADDR_A}",
+            "--resources=" + json.dumps({"node-a": 1}),
+            "--include-dashboard=false",
+            *common,
+        ]
+    )
+    in_a(
+        [
+            *ray,
+            "start",
+            f"--address={ADDR_A}:{HEAD_PORT}",
+            f"--node-ip-address={ADDR_A}",
+            "--resources=" + json.dumps({"node-b": 1}),
+            *common,
+        ]
+    )
     (tmp_path / "helper.py").write_text(HELPER)
     shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it
     (tmp_path / "probe.py").write_text(PROBE)
     r = in_a(
-        [sys.executable, str(tmp_path / "helper.py"), str(tiny_model_dir), str(tmp_path / "state"),
-         f"{ADDR_A}:{HEAD_PORT}", str(tmp_path / "probe.py"), ns_b, str(ENGINE_PORT),
-         str(GW_PORT), ADDR_B],
+        [
+            sys.executable,
+            str(tmp_path / "helper.py"),
+            str(tiny_model_dir),
+            str(tmp_path / "state"),
+            f"{ADDR_A}:{HEAD_PORT}",
+            str(tmp_path / "probe.py"),
+            ns_b,
+            str(ENGINE_PORT),
+            str(GW_PORT),
+            ADDR_B,
+        ],
         timeout=700,
-    )  # fmt: skip
+    )
     out = json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("OUT "))[4:])
     probe = out["probe"]
     assert "error" not in probe, probe

@@ -31,29 +31,59 @@ def gw(tmp_path_factory, require_vllm, cpu_plan):
     d = tmp_path_factory.mktemp("runtime")
     weights = build_tiny_model(d / "weights", seed=0)  # its own copy: a test swaps it
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
-    models = {"kind": "models", "version": 1, "models": [
-        {"name": "tiny-a", "architecture": tiny_arch(), "max_context": 2048,
-         "variants": [{"name": "main", "quantization": "bf16", "path": str(weights)}]},
-    ]}  # fmt: skip
+    models = {
+        "kind": "models",
+        "version": 1,
+        "models": [
+            {
+                "name": "tiny-a",
+                "architecture": tiny_arch(),
+                "max_context": 2048,
+                "variants": [{"name": "main", "quantization": "bf16", "path": str(weights)}],
+            },
+        ],
+    }
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     port = cpu_plan.free_port()
     inst = {
-        "id": "a0", "model": "tiny-a", "variant": "main", "node": "local", "gpus": [0], "tp": 1,
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": "a0",
+        "model": "tiny-a",
+        "variant": "main",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": "host",
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True},
-    }  # fmt: skip
-    plan = {"kind": "plan", "version": 1, "selected": "dev",
-            "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-            "points": [{"name": "dev", "instances": [inst]}]}  # fmt: skip
+    }
+    plan = {
+        "kind": "plan",
+        "version": 1,
+        "selected": "dev",
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
+        "points": [{"name": "dev", "instances": [inst]}],
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     cfg = GatewayConfig(
         wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
     )
     with local_gateway(d, cfg, cpu_plan.free_port(), done_only=True) as stack:
         client = httpx.Client(base_url=stack.th.url, timeout=3 * WAKE_TIMEOUT_S)
-        ns = type("GW", (), {"th": stack.th, "gw": stack.gw, "control": stack.control,
-                             "state": stack.state, "dir": d, "c": client, "port": port,
-                             "weights": weights})  # fmt: skip
+        ns = type(
+            "GW",
+            (),
+            {
+                "th": stack.th,
+                "gw": stack.gw,
+                "control": stack.control,
+                "state": stack.state,
+                "dir": d,
+                "c": client,
+                "port": port,
+                "weights": weights,
+            },
+        )
         try:
             yield ns
         finally:

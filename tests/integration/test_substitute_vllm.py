@@ -34,10 +34,17 @@ SERVED_BY = "X-Planner-Served-By"
 
 def _instance(iid: str, model: str, tier: str, port: int) -> dict:
     return {
-        "id": iid, "model": model, "variant": "main", "node": "local", "gpus": [0], "tp": 1,
-        "tier": tier, "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": iid,
+        "model": model,
+        "variant": "main",
+        "node": "local",
+        "gpus": [0],
+        "tp": 1,
+        "tier": tier,
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 1024, "max_num_seqs": 4, "enforce_eager": True},
-    }  # fmt: skip
+    }
 
 
 def write_inputs(d: Path, model_dir: Path, port_a: int, port_b: int) -> Path:
@@ -45,9 +52,11 @@ def write_inputs(d: Path, model_dir: Path, port_a: int, port_b: int) -> Path:
     rule as `planner optimize` writes it."""
     (d / "cluster.yaml").write_text(CPU_CLUSTER)
     entry = lambda m: {  # noqa: E731
-        "name": m, "architecture": tiny_arch(), "max_context": 2048,
+        "name": m,
+        "architecture": tiny_arch(),
+        "max_context": 2048,
         "variants": [{"name": "main", "quantization": "bf16", "path": str(model_dir)}],
-    }  # fmt: skip
+    }
     a = {
         **entry("tiny-a"),
         "substitutes": [{"model": "tiny-b", "quality_penalty": 0.1}],
@@ -55,17 +64,26 @@ def write_inputs(d: Path, model_dir: Path, port_a: int, port_b: int) -> Path:
     }
     models = {"kind": "models", "version": 1, "models": [a, entry("tiny-b")]}
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
-    rule = {"when": "always_while_waking", "wake": True,
-            "to": [{"model": "tiny-b", "quality_penalty": 0.1}]}  # fmt: skip
+    rule = {
+        "when": "always_while_waking",
+        "wake": True,
+        "to": [{"model": "tiny-b", "quality_penalty": 0.1}],
+    }
     point = {
         "name": "dev",
-        "instances": [_instance("b0", "tiny-b", "gpu", port_b), _instance("a0", "tiny-a", "host", port_a)],
+        "instances": [
+            _instance("b0", "tiny-b", "gpu", port_b),
+            _instance("a0", "tiny-a", "host", port_a),
+        ],
         "substitutes": {"tiny-a": rule},
-    }  # fmt: skip
+    }
     plan = {
-        "kind": "plan", "version": 1, "selected": "dev", "points": [point],
+        "kind": "plan",
+        "version": 1,
+        "selected": "dev",
+        "points": [point],
         "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
-    }  # fmt: skip
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     return d / "plan.yaml"
 
@@ -92,10 +110,17 @@ def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, requir
     rc, _, text = cli(["validate", str(d / "models.yaml")])
     assert rc == 0, text
     sdir = d / "state"
-    rc, _, text = cli([
-        "apply", str(plan_path), "--state-dir", str(sdir),
-        "--timeout", str(int(START_TIMEOUT_S)), "--json",
-    ])  # fmt: skip
+    rc, _, text = cli(
+        [
+            "apply",
+            str(plan_path),
+            "--state-dir",
+            str(sdir),
+            "--timeout",
+            str(int(START_TIMEOUT_S)),
+            "--json",
+        ]
+    )
     assert rc == 0, text
     state, backend, control = local_control(d, plan_path, start_timeout_s=START_TIMEOUT_S)
     assert control.status()["b0"][0] == "awake" and control.status()["a0"][0] != "awake"

@@ -152,15 +152,32 @@ def test_example_lab16_and_optimize_from_another_folder(full, tmp_path):
     r = _run(full, ["example", "lab16", "-o", "lab16"], tmp_path)
     assert r.returncode == 0, r.stderr
     assert {p.name for p in (tmp_path / "lab16").iterdir()} >= {
-        "cluster.yaml", "models.yaml", "slo.yaml", "workload.yaml", "README.md"
-    }  # fmt: skip
+        "cluster.yaml",
+        "models.yaml",
+        "slo.yaml",
+        "workload.yaml",
+        "README.md",
+    }
     r = _run(
         full,
-        ["optimize", "-c", "lab16/cluster.yaml", "-m", "lab16/models.yaml", "-s",
-         "lab16/slo.yaml", "-w", "lab16/workload.yaml", "-o", "lab16.plan.yaml", "--evals", "6",
-         "--no-baselines"],
+        [
+            "optimize",
+            "-c",
+            "lab16/cluster.yaml",
+            "-m",
+            "lab16/models.yaml",
+            "-s",
+            "lab16/slo.yaml",
+            "-w",
+            "lab16/workload.yaml",
+            "-o",
+            "lab16.plan.yaml",
+            "--evals",
+            "6",
+            "--no-baselines",
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr
     text = (tmp_path / "lab16.plan.yaml").read_text()
     assert text.startswith("# plan written by planner ")
@@ -195,10 +212,24 @@ def test_base_install_serving_commands_name_their_extra(base, tmp_path):
     assert _run(base, ["example", "cpu", "-o", "cpu", "--no-models"], tmp_path).returncode == 0
     r = _run(
         base,
-        ["optimize", "-c", "cpu/cluster.yaml", "-m", "cpu/models.yaml", "-s", "cpu/slo.yaml",
-         "-w", "cpu/workload.yaml", "-o", "cpu/plan.yaml", "--evals", "4", "--no-baselines"],
+        [
+            "optimize",
+            "-c",
+            "cpu/cluster.yaml",
+            "-m",
+            "cpu/models.yaml",
+            "-s",
+            "cpu/slo.yaml",
+            "-w",
+            "cpu/workload.yaml",
+            "-o",
+            "cpu/plan.yaml",
+            "--evals",
+            "4",
+            "--no-baselines",
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert r.returncode == 0, r.stderr  # the base install plans
     state = tmp_path / "state"
     r = _run(base, ["apply", "cpu/plan.yaml", "--state-dir", str(state)], tmp_path)

@@ -7,10 +7,21 @@ import pytest
 from planner.cli.main import main
 
 # what `planner evaluate --json` and `planner adjust replay` report for one point
-METRIC_KEYS = frozenset({
-    "slo_attainment", "ttft_p95_s", "tpot_p95_s", "switch_p95_s", "switch_count",
-    "warm_gpu_gib", "gpus_used", "requests", "refused", "substituted_share", "quality_cost",
-})  # fmt: skip
+METRIC_KEYS = frozenset(
+    {
+        "slo_attainment",
+        "ttft_p95_s",
+        "tpot_p95_s",
+        "switch_p95_s",
+        "switch_count",
+        "warm_gpu_gib",
+        "gpus_used",
+        "requests",
+        "refused",
+        "substituted_share",
+        "quality_cost",
+    }
+)
 
 
 def run_cli(args: list, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:

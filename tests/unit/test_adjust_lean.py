@@ -222,7 +222,9 @@ def test_observe_prices_the_hops_waits_into_the_lean_rows():
 
     tr = h.adoption_trace(days=2, adoption_day=0)
     p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
-    perfs, slo, cfg = h.perfs(p), h.slo(), AdjustConfig()
+    perfs = h.perfs(p)
+    slo = h.slo()
+    cfg = AdjustConfig()
     now = DAY + 10 * 3600.0
     hist = tr[tr["timestamp"] < now]
     fc = fcount(hist, 0.0, p.workload_summary, now, cfg, [h.A, h.B])

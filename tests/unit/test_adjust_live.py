@@ -32,11 +32,22 @@ def write_log(state_dir, df, shift_s: float) -> int:
     """The trace's rows as the gateway logs them (timestamps + `shift_s`)."""
     log = RequestLog(state_dir / "requests.sqlite")
     for r in df.itertuples():
-        row = dict(timestamp=r.timestamp + shift_s, user=r.user, session=r.session, model=r.model,
-                   input_tokens=r.input_tokens, output_tokens=r.output_tokens,
-                   cached_tokens=r.cached_tokens, ttft_s=0.1, latency_s=1.0, switch_wait_s=0.0,
-                   status=200, instance=f"{r.model}-0", served_by=r.model,
-                   substituted=0)  # fmt: skip
+        row = dict(
+            timestamp=r.timestamp + shift_s,
+            user=r.user,
+            session=r.session,
+            model=r.model,
+            input_tokens=r.input_tokens,
+            output_tokens=r.output_tokens,
+            cached_tokens=r.cached_tokens,
+            ttft_s=0.1,
+            latency_s=1.0,
+            switch_wait_s=0.0,
+            status=200,
+            instance=f"{r.model}-0",
+            served_by=r.model,
+            substituted=0,
+        )
         log.add(tuple(row[c] for c in LOG_COLUMNS))
     log.close()
     return len(df)
@@ -57,20 +68,28 @@ def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
     src = RequestLogSource(state)
     assert len(window_at(src, EPOCH0 + DAY + 10 * 3600, 3600)) == len(h.window(tr, DAY + 9 * 3600))
     tcfg = TickConfig(
-        policy=cfg, slo=slo, perfs=perfs, plan_sha="live",
+        policy=cfg,
+        slo=slo,
+        perfs=perfs,
+        plan_sha="live",
         start=AdjustState(point=p.selected, since_s=EPOCH0, config=cfg),
         model_names=[h.A, h.B],
-    )  # fmt: skip
+    )
     be = FakeBackend(supports_sleep=True)
     live = []
     with StateStore(state) as store:
         for d in out["decisions"]:
             res = tick(EPOCH0 + d["at_s"], src, be, store, p, tcfg)
-            live.append({
-                "at_s": res.now_s - EPOCH0, "kind": res.action.kind, "from": res.action.from_point,
-                "point": res.action.point, "requests": len(res.window),
-                "forecast_window_requests": list(res.forecast_requests),
-            })  # fmt: skip
+            live.append(
+                {
+                    "at_s": res.now_s - EPOCH0,
+                    "kind": res.action.kind,
+                    "from": res.action.from_point,
+                    "point": res.action.point,
+                    "requests": len(res.window),
+                    "forecast_window_requests": list(res.forecast_requests),
+                }
+            )
     tracked = [d for d in out["decisions"] if any(d["forecast_window_requests"])]
     assert tracked, "the replay never looked ahead: the test proves nothing"
     assert any(d["kind"] == "hop" for d in out["decisions"])
@@ -103,8 +122,23 @@ def _run(argv, capsys) -> tuple[int, dict | str]:
 
 def test_dry_run_decides_and_journals_without_applying(setup, capsys):
     plan_file, state, n = setup
-    code, out = _run(["adjust", "--plan", plan_file, "--state-dir", str(state), "--once",
-                      "--dry-run", "--min-dwell", "0", "--confirm", "1", "--json"], capsys)  # fmt: skip
+    code, out = _run(
+        [
+            "adjust",
+            "--plan",
+            plan_file,
+            "--state-dir",
+            str(state),
+            "--once",
+            "--dry-run",
+            "--min-dwell",
+            "0",
+            "--confirm",
+            "1",
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0, out
     assert out["window"]["requests"] == n
     d = out["decision"]

@@ -211,9 +211,12 @@ def test_config_is_validated():
 
 def _m(switch_s: float, gib: float, attainment: float = 1.0, n: int = 100) -> PointEstimate:
     m = PointMetrics(
-        slo_attainment=attainment, switch_p95_s=switch_s, ttft_p95_s=1.0, warm_gpu_gib=gib,
+        slo_attainment=attainment,
+        switch_p95_s=switch_s,
+        ttft_p95_s=1.0,
+        warm_gpu_gib=gib,
         requests=n,
-    )  # fmt: skip
+    )
     return PointEstimate.of(m)
 
 
@@ -285,9 +288,14 @@ def test_tracking_leaves_a_point_only_when_both_witnesses_see_it_miss():
         from planner.trace.frame import empty_trace
 
         return Observation(
-            end_s=now, window=empty_trace(), metrics=last, hop_costs={},
-            target_attainment=0.95, forecast=forecast, forecast_window_requests=(400, 400, 400),
-        )  # fmt: skip
+            end_s=now,
+            window=empty_trace(),
+            metrics=last,
+            hop_costs={},
+            target_attainment=0.95,
+            forecast=forecast,
+            forecast_window_requests=(400, 400, 400),
+        )
 
     good = {"fast": _m(0.0, 148.0, n=1200), "bal": _m(1.2, 116.0, n=1200)}
     _, acts = decide(st, obs(good))  # a peak hour missed, the next hours are fine: stay
@@ -325,8 +333,9 @@ def test_a_point_that_meets_the_slo_is_left_only_for_one_that_meets_it_outright(
             "bal": _m(5.0, 100.0, attainment=0.96, n=len(win)),
             "fast": _m(0.0, 140.0, attainment=fast_attainment, n=len(win)),
         }
-        return Observation(end_s=0.0, window=win, metrics=metrics, hop_costs={},
-                           target_attainment=0.95)  # fmt: skip
+        return Observation(
+            end_s=0.0, window=win, metrics=metrics, hop_costs={}, target_attainment=0.95
+        )
 
     _, acts = decide(st, obs(0.94))  # within the slack: it "meets", not outright
     assert acts[0].kind == "hold" and acts[0].reasons["points"]["fast"]["meets_slo"]

@@ -35,8 +35,16 @@ def test_replay_keys_and_request_counts(flip):
     assert 24 <= out["windows"] <= 48  # clock hours from 00:00 of day 0 to the last request
     for hop in out["hops"]:
         assert set(hop) == {
-            "at_s", "from", "to", "reason", "restarts", "wakes", "sleeps", "stops", "tiers_only",
-        }  # fmt: skip
+            "at_s",
+            "from",
+            "to",
+            "reason",
+            "restarts",
+            "wakes",
+            "sleeps",
+            "stops",
+            "tiers_only",
+        }
 
 
 def test_replay_hops_when_a_model_is_adopted(flip):

@@ -13,16 +13,44 @@ from planner.cli.example import CPU_CLUSTER
 
 def _plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
     (tmp_path / "cluster.yaml").write_text(CPU_CLUSTER)
-    arch = {"name": "tiny", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-            "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "vocab_size": 512,
-            "total_params_b": 0.0004, "active_params_b": 0.0004}  # fmt: skip
-    models = {"kind": "models", "models": [{"name": "tiny-a", "architecture": arch,
-              "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny-a"}]}]}  # fmt: skip
+    arch = {
+        "name": "tiny",
+        "num_layers": 2,
+        "hidden_size": 128,
+        "num_attention_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": 32,
+        "intermediate_size": 256,
+        "vocab_size": 512,
+        "total_params_b": 0.0004,
+        "active_params_b": 0.0004,
+    }
+    models = {
+        "kind": "models",
+        "models": [
+            {
+                "name": "tiny-a",
+                "architecture": arch,
+                "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny-a"}],
+            }
+        ],
+    }
     (tmp_path / "models.yaml").write_text(yaml.safe_dump(models))
-    inst = {"id": "a-0", "model": "tiny-a", "variant": "bf16", "node": node, "gpus": [0],
-            "memory_gib": {"weights": 0.01, "kv": 1, "overhead": 0.1}, "port": 18555}  # fmt: skip
-    plan = {"kind": "plan", "selected": "p", "points": [{"name": "p", "instances": [inst]}],
-            "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": models_path}}}  # fmt: skip
+    inst = {
+        "id": "a-0",
+        "model": "tiny-a",
+        "variant": "bf16",
+        "node": node,
+        "gpus": [0],
+        "memory_gib": {"weights": 0.01, "kv": 1, "overhead": 0.1},
+        "port": 18555,
+    }
+    plan = {
+        "kind": "plan",
+        "selected": "p",
+        "points": [{"name": "p", "instances": [inst]}],
+        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": models_path}},
+    }
     p = tmp_path / "plan.yaml"
     p.write_text(yaml.safe_dump(plan))
     return str(p)
@@ -37,8 +65,12 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
     data = json.loads(out)
     assert data["point"] == "p"
     assert data["actions"][0] | {"detail": ""} == {
-        "action": "start", "instance": "a-0", "node": "local", "result": "planned", "detail": "",
-    }  # fmt: skip
+        "action": "start",
+        "instance": "a-0",
+        "node": "local",
+        "result": "planned",
+        "detail": "",
+    }
     assert data["instances"][0]["status"] == "stopped"
     code, out, _ = run_cli(["apply", plan, "--state-dir", str(state), "--dry-run"], capsys)
     assert code == 0 and "planned actions" in out and "a-0" in out
@@ -83,8 +115,18 @@ def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
 
     state = tmp_path / "state"
     with StateStore(state) as s:
-        s.upsert(InstanceRow(id="a-0", model="tiny-a", variant="bf16", node="local", port=18555,
-                             status="awake", pid=2**22 + 7, started_at=1.0))  # fmt: skip
+        s.upsert(
+            InstanceRow(
+                id="a-0",
+                model="tiny-a",
+                variant="bf16",
+                node="local",
+                port=18555,
+                status="awake",
+                pid=2**22 + 7,
+                started_at=1.0,
+            )
+        )
         s.set_meta(point="p", plan_path="/x/plan.yaml")
     code, out, err = run_cli(["status", "--state-dir", str(state)], capsys)
     # issue 42: an instance that failed makes `status` exit 1 (before: 0)
@@ -139,8 +181,9 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
     assert code == 0, err
     assert [a["instance"] for a in json.loads(out)["actions"]] == ["a-0"]
     # the comparison itself: types and counts, a cpu node anywhere
-    node = Node.model_validate({"name": "g", "cpu_memory_gib": 64,
-                                "gpus": [{"type": "H200-SXM", "count": 2}]})  # fmt: skip
+    node = Node.model_validate(
+        {"name": "g", "cpu_memory_gib": 64, "gpus": [{"type": "H200-SXM", "count": 2}]}
+    )
     assert host_mismatch(node, HostGpus(("H200-SXM",) * 2)) is None
     assert host_mismatch(node, HostGpus(("H200-SXM",) * 8)) is None
     assert "has 1 x H200-SXM" in host_mismatch(node, HostGpus(("H200-SXM",)))

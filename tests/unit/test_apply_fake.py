@@ -184,10 +184,18 @@ def test_lease_held_by_live_process_blocks_apply(tmp_path) -> None:
     import subprocess
     import sys
 
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from planner.adjuster.state import StateStore;"
-        f"StateStore({str(tmp_path)!r}).acquire_lease(ttl_s=60); print('held', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from planner.adjuster.state import StateStore;"
+                f"StateStore({str(tmp_path)!r}).acquire_lease(ttl_s=60); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockHeldError, match=f"pid {holder.pid}"):
@@ -252,7 +260,9 @@ def test_controller_restarts_a_dead_instance_and_counts_it(tmp_path) -> None:
 def test_apply_reports_each_step_as_it_begins_and_ends(tmp_path) -> None:
     """Issue 42 item 5: in a pipe `apply` was silent for minutes (a spinner on a TTY only)."""
     p = plan(("a", [inst("x-0", 8100), inst("y-0", 8101, gpus=(1,))]))
-    be, st, lines = FakeBackend(), StateStore(tmp_path), []
+    be = FakeBackend()
+    st = StateStore(tmp_path)
+    lines = []
     res = apply_point(
         p,
         "a",

@@ -28,9 +28,26 @@ def _main(argv, capsys) -> tuple[int, str]:
 def test_a_plan_made_in_one_folder_applies_from_another(tmp_path, capsys, monkeypatch):
     out = tmp_path / "plans" / "small.plan.yaml"
     monkeypatch.chdir(ROOT)  # optimize with paths relative to the repo, as a user types them
-    code, _ = _main(["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
-                     "-s", f"{SMALL}/slo.yaml", "-w", f"{SMALL}/workload.yaml", "--evals", "2",
-                     "--no-baselines", "--json", "-o", str(out)], capsys)  # fmt: skip
+    code, _ = _main(
+        [
+            "optimize",
+            "-c",
+            f"{SMALL}/cluster.yaml",
+            "-m",
+            f"{SMALL}/models.yaml",
+            "-s",
+            f"{SMALL}/slo.yaml",
+            "-w",
+            f"{SMALL}/workload.yaml",
+            "--evals",
+            "2",
+            "--no-baselines",
+            "--json",
+            "-o",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0
     for key, ref in load_plan(out).inputs.items():  # stored relative to the plan file
         assert not Path(ref.path).is_absolute()
@@ -55,8 +72,18 @@ def test_a_plan_made_in_one_folder_applies_from_another(tmp_path, capsys, monkey
 def test_a_start_left_by_a_killed_apply_is_not_a_crash(tmp_path):
     p = plan(("a", [inst("x-0", 8100)]))
     be, st = FakeBackend(), StateStore(tmp_path)
-    st.upsert(InstanceRow(id="x-0", model="m", variant="bf16", node="n", port=8100,
-                          status="starting", pid=os.getpid() + 10**6, gpus="[0]"))  # fmt: skip
+    st.upsert(
+        InstanceRow(
+            id="x-0",
+            model="m",
+            variant="bf16",
+            node="n",
+            port=8100,
+            status="starting",
+            pid=os.getpid() + 10**6,
+            gpus="[0]",
+        )
+    )
     res = run(p, "a", be, st)
     # its row first becomes what runs (nothing: `start interrupted`), then it is started
     assert res.ok and [(a.action, a.result) for a in res.actions] == [("start", "ok")]

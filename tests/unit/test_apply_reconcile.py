@@ -15,10 +15,20 @@ MEM = {"weights": 4.0, "kv": 4.0, "overhead": 1.0}
 
 
 def inst(iid: str, gpus=(0,), tier="gpu", port=None, node="n", **kw) -> Instance:
-    return Instance.model_validate({
-        "id": iid, "model": iid.split("-")[0], "variant": "bf16", "node": node, "gpus": list(gpus),
-        "tp": len(gpus), "tier": tier, "memory_gib": MEM, "port": port or 8100 + abs(hash(iid)) % 800, **kw,
-    })  # fmt: skip
+    return Instance.model_validate(
+        {
+            "id": iid,
+            "model": iid.split("-")[0],
+            "variant": "bf16",
+            "node": node,
+            "gpus": list(gpus),
+            "tp": len(gpus),
+            "tier": tier,
+            "memory_gib": MEM,
+            "port": port or 8100 + abs(hash(iid)) % 800,
+            **kw,
+        }
+    )
 
 
 def running(i: Instance, status="awake") -> Observed:
@@ -49,11 +59,9 @@ def test_nothing_to_do_when_converged() -> None:
 
 
 def test_start_missing_and_restart_dead_or_changed() -> None:
-    a, b, c = (
-        inst("a-0", port=8100),
-        inst("b-0", gpus=(1,), port=8101),
-        inst("c-0", gpus=(2,), port=8102),
-    )
+    a = inst("a-0", port=8100)
+    b = inst("b-0", gpus=(1,), port=8101)
+    c = inst("c-0", gpus=(2,), port=8102)
     changed = c.model_copy(update={"port": 8109})
     acts = diff(point(a, b, changed), {"b-0": running(b, "failed"), "c-0": running(c)})
     assert kinds(acts) == [("start", "a-0"), ("restart", "b-0"), ("restart", "c-0")]
@@ -82,8 +90,9 @@ def test_make_before_break_when_memory_allows() -> None:
     old, new = inst("old-0", gpus=(0,), port=8100), inst("new-0", gpus=(0,), port=8101)
     roomy = {("n", 0): 80.0}
     assert kinds(diff(point(new), {"old-0": running(old)}, gpu_capacity_gib=roomy)) == [
-        ("start", "new-0"), ("stop", "old-0"),
-    ]  # fmt: skip
+        ("start", "new-0"),
+        ("stop", "old-0"),
+    ]
     tight = {("n", 0): 12.0}
     assert kinds(diff(point(new), {"old-0": running(old)}, gpu_capacity_gib=tight))[0] == (
         "stop",

@@ -11,8 +11,17 @@ from planner.adjuster.state import InstanceRow, StateStore
 
 
 def _row(iid: str, status: str, pid: int, tier: str = "gpu") -> InstanceRow:
-    return InstanceRow(id=iid, model="m", variant="bf16", node="n", port=8100, status=status,
-                       pid=pid, tier=tier, gpus="[0]")  # fmt: skip
+    return InstanceRow(
+        id=iid,
+        model="m",
+        variant="bf16",
+        node="n",
+        port=8100,
+        status=status,
+        pid=pid,
+        tier=tier,
+        gpus="[0]",
+    )
 
 
 def _journal(st: StateStore) -> list[tuple[str, str, str]]:
@@ -34,9 +43,17 @@ def test_a_start_that_came_up_after_its_apply_was_killed_is_recorded_awake(tmp_p
 
 def test_settle_writes_the_real_state_of_every_row(tmp_path):
     be, st = FakeBackend(supports_sleep=False), StateStore(tmp_path)
-    p = plan(("a", [inst("up-0", 8100), inst("gone-0", 8101, gpus=(1,)),
-                    inst("lazy-0", 8102, gpus=(2,), tier="host"),
-                    inst("dead-0", 8103, gpus=(3,))]))  # fmt: skip
+    p = plan(
+        (
+            "a",
+            [
+                inst("up-0", 8100),
+                inst("gone-0", 8101, gpus=(1,)),
+                inst("lazy-0", 8102, gpus=(2,), tier="host"),
+                inst("dead-0", 8103, gpus=(3,)),
+            ],
+        )
+    )
     pids = {
         i.id: be.start(i, model_path="/m", served_name="m", log_path="").pid
         for i in p.point("a").instances
@@ -81,8 +98,16 @@ def test_down_drains_until_the_next_apply_and_adjust_keeps_it_down(tmp_path):
         with pytest.raises(DrainedError, match="drained by planner down"):
             call("x-0", 5)
     assert be.alive == {}  # nothing started
-    hop = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
-                      timeout_s=5, lease=False, undrain=False)  # fmt: skip
+    hop = apply_point(
+        p,
+        "a",
+        backend=be,
+        state=st,
+        model_path_resolver=lambda i: "/m",
+        timeout_s=5,
+        lease=False,
+        undrain=False,
+    )
     assert isinstance(hop.error, DrainedError) and hop.actions == [] and be.alive == {}
     assert acts(run(p, "a", be, st)) == [("start", "x-0", "ok")]
     assert st.meta()["drained"] == ""

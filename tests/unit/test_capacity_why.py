@@ -39,7 +39,11 @@ def test_evaluate_says_why_a_model_within_capacity_misses_ttft(tmp_path, capsys)
 
 
 def test_why_slow_counts_the_busiest_minute_and_the_prompts():
-    trace = {"timestamp": [0.0, 1.0, 2.0, 3.0, 1800.0, 3000.0], "model": ["a"] * 6,
-             "input_tokens": [1000] * 6, "cached_tokens": [200] * 6}  # fmt: skip
+    trace = {
+        "timestamp": [0.0, 1.0, 2.0, 3.0, 1800.0, 3000.0],
+        "model": ["a"] * 6,
+        "input_tokens": [1000] * 6,
+        "cached_tokens": [200] * 6,
+    }
     text = why_slow(trace, "a")
     assert "busiest minute had 4 requests, 40x" in text and "800 tokens to prefill" in text

@@ -103,8 +103,14 @@ def test_gpu_lookup_case_and_hint():
 
 def test_inline_gpu_spec_validates():
     # no pcie_gbps given: the schema default applies
-    g = GpuSpec(name="X", arch="ada", memory_gib=32, memory_bandwidth_gbps=900, bf16_tflops=100,
-                fp16_tflops=100)  # fmt: skip
+    g = GpuSpec(
+        name="X",
+        arch="ada",
+        memory_gib=32,
+        memory_bandwidth_gbps=900,
+        bf16_tflops=100,
+        fp16_tflops=100,
+    )
     assert g.pcie_gbps > 0
 
 

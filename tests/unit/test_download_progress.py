@@ -86,9 +86,16 @@ def test_a_growing_download_is_shown_and_not_counted_against_the_timeout(tmp_pat
     lines: list[str] = []
     try:
         waited = process.wait_ready(
-            get_engine("vllm"), "127.0.0.1", port, proc, log, timeout_s=timeout_s, poll_s=0.2,
-            download_dir=repo, progress=lines.append,
-        )  # fmt: skip
+            get_engine("vllm"),
+            "127.0.0.1",
+            port,
+            proc,
+            log,
+            timeout_s=timeout_s,
+            poll_s=0.2,
+            download_dir=repo,
+            progress=lines.append,
+        )
     finally:
         process.stop_server(proc, 5.0)
     assert waited > timeout_s  # longer than --timeout: the download's time did not count
@@ -101,9 +108,15 @@ def test_a_hang_after_the_download_still_times_out_and_says_what_came(tmp_path):
     try:
         with pytest.raises(LaunchError) as e:
             process.wait_ready(
-                get_engine("vllm"), "127.0.0.1", port, proc, log, timeout_s=timeout_s, poll_s=0.2,
+                get_engine("vllm"),
+                "127.0.0.1",
+                port,
+                proc,
+                log,
+                timeout_s=timeout_s,
+                poll_s=0.2,
                 download_dir=repo,
-            )  # fmt: skip
+            )
     finally:
         process.stop_server(proc, 5.0)
     assert e.value.reason == "timeout" and "s downloading (" in str(e.value)
@@ -112,10 +125,18 @@ def test_a_hang_after_the_download_still_times_out_and_says_what_came(tmp_path):
 def test_the_local_backend_watches_the_hub_folder_of_a_repo_id(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
     inst = Instance.model_validate(
-        {"id": "m-0", "model": "m", "variant": "bf16", "node": "local", "gpus": [], "tp": 1,
-         "tier": "gpu", "port": process.free_port(),
-         "memory_gib": {"weights": 0.01, "kv": 0.5, "overhead": 0.1}}
-    )  # fmt: skip
+        {
+            "id": "m-0",
+            "model": "m",
+            "variant": "bf16",
+            "node": "local",
+            "gpus": [],
+            "tp": 1,
+            "tier": "gpu",
+            "port": process.free_port(),
+            "memory_gib": {"weights": 0.01, "kv": 0.5, "overhead": 0.1},
+        }
+    )
     be = LocalBackend("cpu", python="/bin/true")  # the server's command exits at once
     h = be.start(inst, model_path="org/big-model", served_name="m", log_path=str(tmp_path / "l"))
     assert h.extra["download_dir"] == str(tmp_path / "cache" / "models--org--big-model")

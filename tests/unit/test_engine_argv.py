@@ -17,42 +17,81 @@ MEM = {"weights": 9.1, "kv": 12.0, "overhead": 1.5}
 CASES: dict[str, tuple[dict, str]] = {
     "cuda_gpu_tier_tp2_awq": (
         {
-            "id": "coder-32b-0", "model": "coder-32b", "variant": "awq", "node": "node-a",
-            "gpus": [0, 1], "tp": 2, "tier": "gpu", "memory_gib": MEM, "port": 8101,
-            "engine": {"gpu_memory_utilization": 0.47, "max_model_len": 32768, "max_num_seqs": 32,
-                       "kv_cache_dtype": "auto", "quantization": "awq"},
+            "id": "coder-32b-0",
+            "model": "coder-32b",
+            "variant": "awq",
+            "node": "node-a",
+            "gpus": [0, 1],
+            "tp": 2,
+            "tier": "gpu",
+            "memory_gib": MEM,
+            "port": 8101,
+            "engine": {
+                "gpu_memory_utilization": 0.47,
+                "max_model_len": 32768,
+                "max_num_seqs": 32,
+                "kv_cache_dtype": "auto",
+                "quantization": "awq",
+            },
         },
         "cuda",
     ),
     "cuda_host_tier_offload_fp8kv": (
         {
-            "id": "moe-0", "model": "moe", "variant": "fp8", "node": "node-b", "gpus": [3],
-            "tp": 1, "tier": "host", "memory_gib": MEM, "port": 8102,
-            "kv_cpu_offload_gib": 16, "expert_cpu_offload_gib": 10.5,
-            "engine": {"gpu_memory_utilization": 0.9, "max_model_len": 8192, "max_num_seqs": 16,
-                       "kv_cache_dtype": "fp8", "quantization": "fp8",
-                       "max_num_batched_tokens": 4096, "extra_args": ["--seed", "0"]},
+            "id": "moe-0",
+            "model": "moe",
+            "variant": "fp8",
+            "node": "node-b",
+            "gpus": [3],
+            "tp": 1,
+            "tier": "host",
+            "memory_gib": MEM,
+            "port": 8102,
+            "kv_cpu_offload_gib": 16,
+            "expert_cpu_offload_gib": 10.5,
+            "engine": {
+                "gpu_memory_utilization": 0.9,
+                "max_model_len": 8192,
+                "max_num_seqs": 16,
+                "kv_cache_dtype": "fp8",
+                "quantization": "fp8",
+                "max_num_batched_tokens": 4096,
+                "extra_args": ["--seed", "0"],
+            },
         },
         "cuda",
     ),
     "cuda_disk_tier_bf16": (
         {
-            "id": "sum-7b-0", "model": "sum-7b", "variant": "bf16", "node": "node-a",
-            "gpus": [2], "tp": 1, "tier": "disk", "memory_gib": MEM, "port": 8103,
+            "id": "sum-7b-0",
+            "model": "sum-7b",
+            "variant": "bf16",
+            "node": "node-a",
+            "gpus": [2],
+            "tp": 1,
+            "tier": "disk",
+            "memory_gib": MEM,
+            "port": 8103,
             "engine": {"quantization": "bf16", "enforce_eager": True},
         },
         "cuda",
     ),
     "cpu_tiny": (
         {
-            "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local",
-            "gpus": [0], "tp": 1, "tier": "host", "port": 8201,
+            "id": "tiny-a-0",
+            "model": "tiny-a",
+            "variant": "bf16",
+            "node": "local",
+            "gpus": [0],
+            "tp": 1,
+            "tier": "host",
+            "port": 8201,
             "memory_gib": {"weights": 0.01, "kv": 0.5, "overhead": 0.1},
             "engine": {"max_model_len": 1024, "max_num_seqs": 8, "enforce_eager": True},
         },
         "cpu",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -60,9 +99,12 @@ def test_argv_matches_golden(name: str) -> None:
     spec, device = CASES[name]
     inst = Instance.model_validate(spec)
     argv, env = VLLM.build_argv(
-        inst, model_path=f"/models/{inst.model}", served_name=inst.model,
-        python="python", device=device,  # type: ignore[arg-type]
-    )  # fmt: skip
+        inst,
+        model_path=f"/models/{inst.model}",
+        served_name=inst.model,
+        python="python",
+        device=device,  # type: ignore[arg-type]
+    )
     got = {"argv": argv, "env": env}
     path = GOLDEN / f"{name}.json"
     if os.environ.get("UPDATE_GOLDEN") == "1":

@@ -86,8 +86,13 @@ def test_startup_timings_missing_lines() -> None:
 @given(st.text(max_size=400))
 def test_classifier_and_parser_never_raise(text: str) -> None:
     assert VLLM.classify_failure(text) in {
-        "out_of_memory", "port_in_use", "bad_model_path", "max_model_len_too_large", "timeout", "unknown",
-    }  # fmt: skip
+        "out_of_memory",
+        "port_in_use",
+        "bad_model_path",
+        "max_model_len_too_large",
+        "timeout",
+        "unknown",
+    }
     VLLM.parse_startup_log(text)
 
 

@@ -19,9 +19,16 @@ def _run(argv, capsys) -> tuple[int, str]:
 
 def test_the_secret_goes_through_the_environment_never_argv():
     inst = Instance.model_validate(
-        {"id": "a", "model": "m", "variant": "v", "node": "n", "gpus": [0], "port": 8000,
-         "memory_gib": {"weights": 1, "kv": 1, "overhead": 1}}
-    )  # fmt: skip
+        {
+            "id": "a",
+            "model": "m",
+            "variant": "v",
+            "node": "n",
+            "gpus": [0],
+            "port": 8000,
+            "memory_gib": {"weights": 1, "kv": 1, "overhead": 1},
+        }
+    )
     for device in ("cuda", "cpu"):
         argv, env = ENGINE.build_argv(
             inst, model_path="/m", served_name="m", device=device, secret="s3"
@@ -35,8 +42,17 @@ def test_state_export_does_not_print_the_secrets(tmp_path, capsys):
     from planner.adjuster.state import InstanceRow, StateStore
 
     with StateStore(tmp_path / "s") as st:
-        st.upsert(InstanceRow(id="a", model="m", variant="v", node="n", port=8000,
-                              status="awake", secret="very-secret-key"))  # fmt: skip
+        st.upsert(
+            InstanceRow(
+                id="a",
+                model="m",
+                variant="v",
+                node="n",
+                port=8000,
+                status="awake",
+                secret="very-secret-key",
+            )
+        )
         assert "very-secret-key" not in repr(st.get("a"))
     code, out = _run(["state", "export", "--state-dir", tmp_path / "s"], capsys)
     assert code == 0 and '"id": "a"' in out and "very-secret-key" not in out, out

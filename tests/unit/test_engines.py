@@ -22,9 +22,18 @@ MEM = {"weights": 1.0, "kv": 1.0, "overhead": 0.5}
 
 def _inst(**engine) -> Instance:
     return Instance.model_validate(
-        {"id": "a-0", "model": "a", "variant": "bf16", "node": "n", "gpus": [0], "tier": "host",
-         "memory_gib": MEM, "port": 8100, "engine": engine}
-    )  # fmt: skip
+        {
+            "id": "a-0",
+            "model": "a",
+            "variant": "bf16",
+            "node": "n",
+            "gpus": [0],
+            "tier": "host",
+            "memory_gib": MEM,
+            "port": 8100,
+            "engine": engine,
+        }
+    )
 
 
 def test_registry_finds_vllm_by_kind_and_names_the_known_ones():

@@ -81,11 +81,19 @@ def test_other_flags_pass(tmp_path, capsys):
 def test_every_flag_the_argv_builder_sets_is_managed():
     """The one list covers what build_argv writes itself (a new flag there must join it)."""
     inst = Instance.model_validate(
-        {"id": "a", "model": "m", "variant": "v", "node": "n", "gpus": [0], "port": 8000,
-         "memory_gib": {"weights": 1, "kv": 1, "overhead": 1}, "expert_cpu_offload_gib": 1,
-         "kv_cpu_offload_gib": 1, "engine": {"max_num_batched_tokens": 64,
-                                             "enforce_eager": True, "quantization": "awq"}}
-    )  # fmt: skip
+        {
+            "id": "a",
+            "model": "m",
+            "variant": "v",
+            "node": "n",
+            "gpus": [0],
+            "port": 8000,
+            "memory_gib": {"weights": 1, "kv": 1, "overhead": 1},
+            "expert_cpu_offload_gib": 1,
+            "kv_cpu_offload_gib": 1,
+            "engine": {"max_num_batched_tokens": 64, "enforce_eager": True, "quantization": "awq"},
+        }
+    )
     for device in ("cuda", "cpu"):
         argv, _ = ENGINE.build_argv(inst, model_path="/m", served_name="m", device=device)
         set_flags = {a for a in argv[3:] if a.startswith("--")} - {"--dtype"}

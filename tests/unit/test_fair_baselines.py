@@ -115,12 +115,23 @@ def test_overload_no_point_dominated_and_capacity_table_names_models_and_hours(
     out = tmp_path / "p.yaml"
     code, stdout, _ = run_cli(
         [
-            "optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
-            "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"),
-            "--evals", "4", "--json", "-o", str(out),
+            "optimize",
+            "-c",
+            f"{SMALL}/cluster.yaml",
+            "-m",
+            f"{SMALL}/models.yaml",
+            "-s",
+            f"{SMALL}/slo.yaml",
+            "-w",
+            str(tmp_path / "w.yaml"),
+            "--evals",
+            "4",
+            "--json",
+            "-o",
+            str(out),
         ],
         capsys,
-    )  # fmt: skip
+    )
     assert code == 0
     got = json.loads(stdout)
     assert got["validate_days"] == 0  # one day: nothing held back
@@ -159,8 +170,14 @@ def test_held_back_days_split_and_default():
     assert fit["timestamp"].tolist() == [0.0, 200000.0 - 86400, 400000.0 - 2 * 86400]
     assert held["timestamp"].tolist() == [90000.0, 300000.0 - 86400]
     # a week whose last two days are its quiet weekend: one quiet and one busy day held back
-    week = pd.DataFrame({"timestamp": [d * 86400.0 + s for d, n in enumerate([9, 8, 7, 9, 8, 1, 2])
-                                       for s in range(n)], "model": "a"})  # fmt: skip
+    week = pd.DataFrame(
+        {
+            "timestamp": [
+                d * 86400.0 + s for d, n in enumerate([9, 8, 7, 9, 8, 1, 2]) for s in range(n)
+            ],
+            "model": "a",
+        }
+    )
     assert scoring.held_back_days(week, 2, "spread") == [0, 6]  # ranks 1 and 5 of 7
     assert scoring.held_back_days(week, 2, "last") == [5, 6]
     assert scoring.held_back_days(week, 2) == [4, 6]  # the default: `week`
@@ -262,6 +279,9 @@ def test_compiled_engine_gives_identical_numbers():
         for k in ("ttft_s", "tpot_s", "switch_wait_s", "instance", "met_slo", "cache_hit"):
             assert np.array_equal(getattr(a, k), getattr(b, k), equal_nan=True), k
         assert (a.warm_gpu_gib, a.preemptions, a.gpu_busy_fraction, a.wakes) == (
-            b.warm_gpu_gib, b.preemptions, b.gpu_busy_fraction, b.wakes,
-        )  # fmt: skip
+            b.warm_gpu_gib,
+            b.preemptions,
+            b.gpu_busy_fraction,
+            b.wakes,
+        )
     assert os.environ.get("NUMBA_DISABLE_JIT") != "1"

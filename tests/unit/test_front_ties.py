@@ -15,7 +15,9 @@ def _ev(index: int, warm_gib: float, attainment: float) -> Evaluation:
 
 def test_a_tie_chain_keeps_the_point_clearly_better_than_the_leanest():
     step = 0.8 * ATTAINMENT_TIE  # each point within a tie of the next, two steps are not
-    a, b, c = _ev(0, 100.0, 0.95), _ev(1, 105.0, 0.95 + step), _ev(2, 110.0, 0.95 + 2 * step)
+    a = _ev(0, 100.0, 0.95)
+    b = _ev(1, 105.0, 0.95 + step)
+    c = _ev(2, 110.0, 0.95 + 2 * step)
     top = _ev(3, 120.0, 0.97)
     front = {e.index for e in _front([a, b, c, top])}
     # b is a tie of a with more memory: out. c is a tie of b only, and b is out: c stays.
@@ -46,11 +48,26 @@ def test_no_written_point_is_dominated_by_another_or_a_baseline(tmp_path, capsys
     monkeypatch.chdir(root)
     (tmp_path / "w.yaml").write_text("users: 8\ndays: 3\n")
     with pytest.raises(SystemExit) as e:
-        main([
-            "optimize", "-c", f"{small}/cluster.yaml", "-m", f"{small}/models.yaml",
-            "-s", f"{small}/slo.yaml", "-w", str(tmp_path / "w.yaml"), "--evals", "6",
-            "--validate-days", "1", "--json", "-o", str(tmp_path / "p.yaml"),
-        ])  # fmt: skip
+        main(
+            [
+                "optimize",
+                "-c",
+                f"{small}/cluster.yaml",
+                "-m",
+                f"{small}/models.yaml",
+                "-s",
+                f"{small}/slo.yaml",
+                "-w",
+                str(tmp_path / "w.yaml"),
+                "--evals",
+                "6",
+                "--validate-days",
+                "1",
+                "--json",
+                "-o",
+                str(tmp_path / "p.yaml"),
+            ]
+        )
     assert e.value.code == 0
     got = json.loads(capsys.readouterr().out)
     points = got["points"]

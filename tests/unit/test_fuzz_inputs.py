@@ -208,14 +208,25 @@ def _plan_seed() -> dict:
 
 
 PROFILE = {
-    "kind": "profile", "node": "node-a", "gpu_type": "L40S",
-    "hardware": {"gemm_tflops": {"bf16": {"median": 300.0, "spread": 5.0, "n": 5}},
-                 "h2d_pinned_gbps": {"median": 24.0}},
-    "engine": [{"model": "planner-7b", "variant": "awq", "tp": 1, "cold_start_s": 40.0,
-                "prefill": [{"prompt_tokens": 512, "latency_s": {"median": 0.05}}],
-                "decode": [{"concurrency": 4, "tpot_s": {"median": 0.02}}]}],
+    "kind": "profile",
+    "node": "node-a",
+    "gpu_type": "L40S",
+    "hardware": {
+        "gemm_tflops": {"bf16": {"median": 300.0, "spread": 5.0, "n": 5}},
+        "h2d_pinned_gbps": {"median": 24.0},
+    },
+    "engine": [
+        {
+            "model": "planner-7b",
+            "variant": "awq",
+            "tp": 1,
+            "cold_start_s": 40.0,
+            "prefill": [{"prompt_tokens": 512, "latency_s": {"median": 0.05}}],
+            "decode": [{"concurrency": 4, "tpot_s": {"median": 0.02}}],
+        }
+    ],
     "calibration": {"compute_efficiency": 0.6, "h2d_gbps": 20.0, "points": 3},
-}  # fmt: skip
+}
 
 YAML_KINDS = {
     "cluster": (lambda: _seed(LAB16 / "cluster.yaml"), []),
@@ -250,19 +261,25 @@ def test_yaml_mutants(kind):
 
 CELL = {
     "timestamp": st.one_of(
-        st.floats(-10, 1e13), st.just(float("nan")), st.integers(-5, 10**6),
-        st.sampled_from(["2026-01-05T09:00:00Z", "yesterday", "", "1e999"]), st.booleans(),
+        st.floats(-10, 1e13),
+        st.just(float("nan")),
+        st.integers(-5, 10**6),
+        st.sampled_from(["2026-01-05T09:00:00Z", "yesterday", "", "1e999"]),
+        st.booleans(),
     ),
     "model": st.one_of(st.sampled_from(["planner-7b", "coder-32b", "", " ", "zz"]), st.integers()),
     "input_tokens": st.one_of(
-        st.integers(-3, 10**9), st.floats(allow_nan=True, allow_infinity=True), st.just(1e30),
-        st.sampled_from(["12", "x", ""]), st.booleans(),
+        st.integers(-3, 10**9),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.just(1e30),
+        st.sampled_from(["12", "x", ""]),
+        st.booleans(),
     ),
     "output_tokens": st.one_of(st.integers(-3, 5000), st.floats(0, 10), st.booleans()),
     "cached_tokens": st.one_of(st.integers(-3, 5000), st.none()),
     "user": st.one_of(st.text(max_size=4), st.integers(), st.none()),
     "session": st.one_of(st.text(max_size=4), st.floats(0, 3)),
-}  # fmt: skip
+}
 REQUIRED = ("timestamp", "model", "input_tokens", "output_tokens")
 
 
@@ -272,9 +289,13 @@ def trace_rows(draw) -> list[dict]:
     if draw(st.integers(0, 9)) == 0:
         cols.remove(draw(st.sampled_from(REQUIRED)))
     good = st.fixed_dictionaries(
-        {"timestamp": st.floats(0, 86400 * 3), "model": st.sampled_from(["planner-7b", "coder-32b"]),
-         "input_tokens": st.integers(1, 40000), "output_tokens": st.integers(1, 2000)}
-    )  # fmt: skip
+        {
+            "timestamp": st.floats(0, 86400 * 3),
+            "model": st.sampled_from(["planner-7b", "coder-32b"]),
+            "input_tokens": st.integers(1, 40000),
+            "output_tokens": st.integers(1, 2000),
+        }
+    )
     odd = draw(st.sampled_from([0, 0, 1, 4]))  # in 16: how often a cell is odd or missing
     rows = []
     for _ in range(draw(st.integers(0, 8))):
@@ -346,8 +367,17 @@ def _build_state(d: Path, rows: int) -> Path:
 
     with StateStore(d) as s:
         for k in range(rows):
-            s.upsert(InstanceRow(id=f"i-{k}", model="m", variant="v", node="n", port=18700 + k,
-                                 status="stopped", gpus="[0]"))  # fmt: skip
+            s.upsert(
+                InstanceRow(
+                    id=f"i-{k}",
+                    model="m",
+                    variant="v",
+                    node="n",
+                    port=18700 + k,
+                    status="stopped",
+                    gpus="[0]",
+                )
+            )
             s.journal("start", f"i-{k}", "n", "ok", "x" * 40)
         s.set_meta(point="p", plan_path="/nowhere/plan.yaml")
     con = sqlite3.connect(d / "state.sqlite")
@@ -369,9 +399,18 @@ def damage(draw):
     if op == "drop":
         return op, draw(st.sampled_from(["instances", "journal", "lease", "meta"]))
     if op == "column":
-        return op, (draw(st.sampled_from(COLUMNS)), draw(st.one_of(
-            st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False),
-            st.text(max_size=8), st.binary(max_size=4))))  # fmt: skip
+        return op, (
+            draw(st.sampled_from(COLUMNS)),
+            draw(
+                st.one_of(
+                    st.none(),
+                    st.integers(-(2**63), 2**63 - 1),
+                    st.floats(allow_nan=False),
+                    st.text(max_size=8),
+                    st.binary(max_size=4),
+                )
+            ),
+        )
     if op == "version":
         return op, draw(st.integers(-5, 5))
     if op == "junk":
@@ -447,6 +486,8 @@ def test_zz_report():
     """The counts per kind (printed with PLANNER_FUZZ_REPORT=1), and nothing in 'other'."""
     if os.environ.get("PLANNER_FUZZ_REPORT"):
         for kind, c in COUNTS.items():
-            print(f"fuzz {kind:14} accepted {c['accepted']:4}  refused, located "
-                  f"{c['refused, located']:4}  other {c['other']}")  # fmt: skip
+            print(
+                f"fuzz {kind:14} accepted {c['accepted']:4}  refused, located "
+                f"{c['refused, located']:4}  other {c['other']}"
+            )
     assert all(c["other"] == 0 for c in COUNTS.values())

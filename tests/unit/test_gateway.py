@@ -51,7 +51,8 @@ class FakeEngine:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _app(self):
+    # a fake engine: one nested handler per route it answers
+    def _app(self):  # noqa: C901, PLR0915
         from aiohttp import web
 
         usage = {
@@ -109,11 +110,15 @@ class FakeEngine:
         async def embeddings(request: web.Request) -> web.Response:
             body = await request.json()
             self.bodies.append(body)
-            return web.json_response({
-                "object": "list", "model": body["model"], "served_by": self.name,
-                "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.5]}],
-                "usage": {"prompt_tokens": 5, "total_tokens": 5},
-            })  # fmt: skip
+            return web.json_response(
+                {
+                    "object": "list",
+                    "model": body["model"],
+                    "served_by": self.name,
+                    "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.5]}],
+                    "usage": {"prompt_tokens": 5, "total_tokens": 5},
+                }
+            )
 
         async def responses(request: web.Request) -> web.StreamResponse:
             # as vLLM's Responses API: usage named input/output, in the response object;
@@ -121,12 +126,19 @@ class FakeEngine:
             body = await request.json()
             self.bodies.append(body)
             resp = {
-                "id": "resp_1", "object": "response", "model": body["model"],
-                "served_by": self.name, "status": "completed",
+                "id": "resp_1",
+                "object": "response",
+                "model": body["model"],
+                "served_by": self.name,
+                "status": "completed",
                 "output": [{"type": "message", "content": [{"type": "output_text", "text": "ab"}]}],
-                "usage": {"input_tokens": 6, "output_tokens": 4, "total_tokens": 10,
-                          "input_tokens_details": {"cached_tokens": 1}},
-            }  # fmt: skip
+                "usage": {
+                    "input_tokens": 6,
+                    "output_tokens": 4,
+                    "total_tokens": 10,
+                    "input_tokens_details": {"cached_tokens": 1},
+                },
+            }
             if not body.get("stream"):
                 return web.json_response(resp)
             out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -426,9 +438,12 @@ def test_an_instance_put_to_sleep_is_not_restarted_by_the_health_loop(setup):
     # The health loop probes a0 while the wake of b stops it: the refused probe must not
     # read as a death, or a0 is restarted after b wakes and puts b back to sleep.
     th, ctl = setup(
-        [inst("a0", "a", [0]), inst("b0", "b", [0])], {"a0"},
-        sleep_delay_s=0.5, health_interval_s=0.02, backoff_base_s=0.01,
-    )  # fmt: skip
+        [inst("a0", "a", [0]), inst("b0", "b", [0])],
+        {"a0"},
+        sleep_delay_s=0.5,
+        health_interval_s=0.02,
+        backoff_base_s=0.01,
+    )
     assert post(th, model="a", prompt="x").status_code == 200  # a0 is the gateway's now
     r = post(th, model="b", prompt="x")
     assert r.status_code == 200 and r.json()["served_by"] == "b0"

@@ -43,9 +43,13 @@ def gateway(tmp_path):
     auth = Auth.open(tmp_path, keys, model_names=["a", "b"])
     access = tmp_path / "logs" / "access.log"
     gw = Gateway(
-        point, ctl, state_dir=tmp_path / "state", config=GatewayConfig(log_flush_s=0.05),
-        auth=auth, access_log=access,
-    )  # fmt: skip
+        point,
+        ctl,
+        state_dir=tmp_path / "state",
+        config=GatewayConfig(log_flush_s=0.05),
+        auth=auth,
+        access_log=access,
+    )
     th = GatewayThread(gw, port=free_port()).start()
     try:
         yield th, key, access

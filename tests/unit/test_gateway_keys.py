@@ -115,8 +115,10 @@ def test_keys_401_403_429_with_openai_bodies_and_the_key_name_as_user(gateway, t
     assert sorted(g["user"] for g in got) == ["alice", "alice", "bob", "bob"]
     fails = wait_rows(tmp_path, 3, "failures")
     assert sorted((f["user"], f["status"]) for f in fails) == [
-        ("alice", 403), ("alice", 429), ("bob", 429)
-    ]  # fmt: skip
+        ("alice", 403),
+        ("alice", 429),
+        ("bob", 429),
+    ]
     assert httpx.get(th.url + "/metrics").status_code == 401  # with keys, loopback too
     assert httpx.get(th.url + "/health").json() == {"status": "ok", "auth": "keys"}
     text = httpx.get(th.url + "/metrics", headers=bearer(ops)).text
@@ -182,10 +184,23 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
     url = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "gw.log", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [sys.executable, str(PROC), "serve", "--state", str(tmp_path / "s"), "--port",
-         str(port), "--keys", str(kf), "--watch-s", "3600"],
-        stdout=log, stderr=subprocess.STDOUT, env=_proc_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(PROC),
+            "serve",
+            "--state",
+            str(tmp_path / "s"),
+            "--port",
+            str(port),
+            "--keys",
+            str(kf),
+            "--watch-s",
+            "3600",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_proc_env(),
+    )
 
     def call(key, **body):
         return httpx.post(url + "/v1/completions", json=body, headers=bearer(key), timeout=30)
@@ -225,10 +240,25 @@ def test_non_loopback_bind_without_keys_exits_2_with_the_fix(tmp_path):
     state = tmp_path / "state"
     for host in ("0.0.0.0", "10.77.0.1", "::"):
         r = subprocess.run(
-            [sys.executable, "-m", "planner.cli.main", "gateway", "--plan", str(plan),
-             "--state-dir", str(state), "--host", host, "--port", str(free_port())],
-            capture_output=True, text=True, timeout=60, env=_proc_env(),
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "planner.cli.main",
+                "gateway",
+                "--plan",
+                str(plan),
+                "--state-dir",
+                str(state),
+                "--host",
+                host,
+                "--port",
+                str(free_port()),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_proc_env(),
+        )
         assert r.returncode == 2, r.stderr
         assert "--keys" in r.stderr and "fix:" in r.stderr and "--insecure-no-auth" in r.stderr
     assert not state.exists()  # refused before any side effect
@@ -244,8 +274,10 @@ def netns():
         pytest.skip("cannot create a network namespace")
     procs: list[subprocess.Popen] = []
     try:
-        for cmd in (["ip", "link", "set", "lo", "up"], ["ip", "addr", "add", "10.77.0.1/32",
-                                                            "dev", "lo"]):  # fmt: skip
+        for cmd in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "addr", "add", "10.77.0.1/32", "dev", "lo"],
+        ):
             subprocess.run(["ip", "netns", "exec", name, *cmd], check=True)
         yield name, procs
     finally:
@@ -261,8 +293,11 @@ def netns():
 def _ns_client(ns: str, url: str, reqs: list, log: Path | None = None) -> list:
     r = subprocess.run(
         ["ip", "netns", "exec", ns, sys.executable, str(PROC), "client", url, json.dumps(reqs)],
-        capture_output=True, text=True, timeout=120, env=_proc_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_proc_env(),
+    )
     assert r.returncode == 0, r.stderr + (log.read_text() if log is not None else "")
     return json.loads(r.stdout)
 
@@ -271,17 +306,36 @@ def test_metrics_and_details_need_an_admin_key_from_other_hosts(netns, tmp_path)
     ns, procs = netns
     kf = tmp_path / "keys.yaml"
     alice, ops = add_key(kf, "alice"), add_key(kf, "ops", admin=True)
-    cmd = ["ip", "netns", "exec", ns, sys.executable, str(PROC), "serve", "--state",
-           str(tmp_path / "s"), "--host", "10.77.0.1", "--port", "8000", "--keys", str(kf)]  # fmt: skip
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        sys.executable,
+        str(PROC),
+        "serve",
+        "--state",
+        str(tmp_path / "s"),
+        "--host",
+        "10.77.0.1",
+        "--port",
+        "8000",
+        "--keys",
+        str(kf),
+    ]
     procs.append(subprocess.Popen(cmd, env=_proc_env()))
-    got = _ns_client(ns, "http://10.77.0.1:8000", [
-        ["GET", "/health", {}],
-        ["GET", "/metrics", {}],
-        ["GET", "/metrics", bearer(alice)],
-        ["GET", "/metrics", bearer(ops)],
-        ["GET", "/health", bearer(ops)],
-        ["GET", "/v1/models", bearer(alice)],
-    ])  # fmt: skip
+    got = _ns_client(
+        ns,
+        "http://10.77.0.1:8000",
+        [
+            ["GET", "/health", {}],
+            ["GET", "/metrics", {}],
+            ["GET", "/metrics", bearer(alice)],
+            ["GET", "/metrics", bearer(ops)],
+            ["GET", "/health", bearer(ops)],
+            ["GET", "/v1/models", bearer(alice)],
+        ],
+    )
     assert got[0][:2] == [200, {"status": "ok", "auth": "keys"}]  # liveness only
     assert got[1][0] == 401 and got[1][1]["error"]["type"] == "AuthenticationError"
     assert got[2][0] == 403 and got[2][1]["error"]["type"] == "PermissionDeniedError"
@@ -294,9 +348,25 @@ def test_insecure_no_auth_is_printed_and_reported_by_health(netns, tmp_path):
     ns, procs = netns
     plan = _plan(tmp_path)
     err = tmp_path / "gw.err"
-    cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "planner.cli.main", "gateway",
-           "--plan", str(plan), "--state-dir", str(tmp_path / "s"), "--host", "0.0.0.0",
-           "--port", "8000", "--insecure-no-auth"]  # fmt: skip
+    cmd = [
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        sys.executable,
+        "-m",
+        "planner.cli.main",
+        "gateway",
+        "--plan",
+        str(plan),
+        "--state-dir",
+        str(tmp_path / "s"),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--insecure-no-auth",
+    ]
     with open(err, "wb") as f:
         procs.append(subprocess.Popen(cmd, stdout=f, stderr=f, env=_proc_env()))
     reqs = [["GET", "/health", {}], ["GET", "/metrics", {}]]
@@ -329,8 +399,9 @@ def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
     assert run("keys", "list", "--json", "--file", str(kf)) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [(k["name"], k["models"], k["admin"]) for k in listed] == [
-        ("alice", ["a"], False), ("ops", None, True)
-    ]  # fmt: skip
+        ("alice", ["a"], False),
+        ("ops", None, True),
+    ]
     assert "hash" not in listed[0]
     assert run("validate", str(kf)) == 0 and "(keys)" in capsys.readouterr().out
     assert run("schema", "keys") == 0

@@ -284,14 +284,26 @@ def test_loop_errors_are_logged_once_per_interval(caplog):
         (b"[" * 100_000 + b"]" * 100_000, "too_deep", None),
         (b"{not json", "not_json", None),
         (b"[1, 2]", "not_object", None),
-        (json.dumps({"model": "a", "prompt": "x", "stream": "false"}).encode(), "bad_stream", "stream"),
-        (json.dumps({"model": "a", "stream": True, "stream_options": "x"}).encode(),
-         "bad_stream_options", "stream_options"),
-        (json.dumps({"model": "a", "stream": True, "stream_options": {"include_usage": "y"}}).encode(),
-         "bad_stream_options", "stream_options"),
+        (
+            json.dumps({"model": "a", "prompt": "x", "stream": "false"}).encode(),
+            "bad_stream",
+            "stream",
+        ),
+        (
+            json.dumps({"model": "a", "stream": True, "stream_options": "x"}).encode(),
+            "bad_stream_options",
+            "stream_options",
+        ),
+        (
+            json.dumps(
+                {"model": "a", "stream": True, "stream_options": {"include_usage": "y"}}
+            ).encode(),
+            "bad_stream_options",
+            "stream_options",
+        ),
         (json.dumps({"model": 7}).encode(), "no_model", "model"),
     ],
-)  # fmt: skip
+)
 def test_malformed_bodies_are_400_json_counted_and_logged(setup, tmp_path, body, reason, param):
     th, ctl = setup([inst("a0", "a", [0], "gpu")], {"a0"})
     r = httpx.post(th.url + "/v1/completions", content=body, timeout=30)

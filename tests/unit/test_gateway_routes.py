@@ -39,17 +39,19 @@ def test_responses_are_proxied_streamed_and_their_usage_logged(gateway_setup, tm
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     events = [e for e in r.text.split("\n\n") if e]
     assert [e.split("\n")[0] for e in events] == [
-        "event: response.created", "event: response.output_text.delta",
+        "event: response.created",
+        "event: response.output_text.delta",
         "event: response.completed",
-    ]  # fmt: skip
+    ]
     last = json.loads(events[-1].split("\n")[1][6:])
     assert last["response"]["usage"]["output_tokens"] == 4  # passed on, not stripped
     # the Responses API has no stream_options: the gateway adds none
     assert all("stream_options" not in b for b in ctl.engines["r0"].bodies)
     got = wait_rows(tmp_path, 2)
     assert [(g["input_tokens"], g["output_tokens"], g["cached_tokens"]) for g in got] == [
-        (6, 4, 1), (6, 4, 1),
-    ]  # fmt: skip
+        (6, 4, 1),
+        (6, 4, 1),
+    ]
     assert got[0]["session"] == "s9"
 
 

@@ -24,10 +24,13 @@ def _profile(gpu_type: str, **scale: float) -> Profile:
     g = resolve_gpu(gpu_type)
     s = {"bf16": 0.75, "fp8": 0.7, "copy": 0.85, "h2d": 0.8, **scale}
     hw = Hardware(
-        gemm_tflops={"bf16": Stat(median=s["bf16"] * g.bf16_tflops), "fp8": Stat(median=s["fp8"] * g.fp8_tflops)},
+        gemm_tflops={
+            "bf16": Stat(median=s["bf16"] * g.bf16_tflops),
+            "fp8": Stat(median=s["fp8"] * g.fp8_tflops),
+        },
         device_copy_gbps=Stat(median=s["copy"] * g.memory_bandwidth_gbps),
         h2d_pinned_gbps=Stat(median=s["h2d"] * g.pcie_gbps),
-    )  # fmt: skip
+    )
     return Profile(node="n", gpu_type=gpu_type, hardware=hw)
 
 
@@ -56,8 +59,12 @@ def test_typical_figures_pass_and_name_every_check(tmp_path):
     ((name, cs),) = found
     assert name == "H100-SXM"
     assert {c.name for c in cs} == {
-        "GEMM bf16", "GEMM fp8", "memory copy", "host->device pinned", "wake_host_s"
-    }  # fmt: skip
+        "GEMM bf16",
+        "GEMM fp8",
+        "memory copy",
+        "host->device pinned",
+        "wake_host_s",
+    }
     assert all(c.ok for c in cs), [(c.name, c.ratio) for c in cs]
 
 

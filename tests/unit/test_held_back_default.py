@@ -36,9 +36,22 @@ def test_the_plan_and_plan_show_name_the_held_back_days(tmp_path, capsys, monkey
     monkeypatch.chdir(ROOT)
     (tmp_path / "w.yaml").write_text("users: 6\ndays: 7\n")  # synth's week starts on Monday
     out = tmp_path / "p.yaml"
-    args = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
-            "-s", f"{SMALL}/slo.yaml", "-w", str(tmp_path / "w.yaml"),
-            "--evals", "3", "--json", "-o", str(out)]  # fmt: skip
+    args = [
+        "optimize",
+        "-c",
+        f"{SMALL}/cluster.yaml",
+        "-m",
+        f"{SMALL}/models.yaml",
+        "-s",
+        f"{SMALL}/slo.yaml",
+        "-w",
+        str(tmp_path / "w.yaml"),
+        "--evals",
+        "3",
+        "--json",
+        "-o",
+        str(out),
+    ]
     code, stdout, err = run_cli(args, capsys)
     assert code == 0, err
     got = json.loads(stdout)

@@ -24,8 +24,12 @@ def _help(args: list[str], columns: int | None) -> str:
         env["COLUMNS"] = str(columns)
     proc = subprocess.run(
         [sys.executable, "-m", "planner.cli.main", *args, "--help"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -33,9 +33,14 @@ def _sim(gib: float, waits=None, met=None, unserved: int = 0) -> SimpleNamespace
         switch_wait_s=np.zeros(N) if waits is None else np.asarray(waits, float),
         met_slo=np.ones(N, bool) if met is None else np.asarray(met, bool),
         ttft_s=np.where(instance < 0, np.nan, 1.0),
-        model=np.zeros(N, int), model_names=("m",), instance=instance,
-        substituted=None, queue_full=None, over_context=None, warm_gpu_gib=gib,
-    )  # fmt: skip
+        model=np.zeros(N, int),
+        model_names=("m",),
+        instance=instance,
+        substituted=None,
+        queue_full=None,
+        over_context=None,
+        warm_gpu_gib=gib,
+    )
 
 
 def _m(switch_s: float, gib: float, attainment: float = 0.99) -> PointEstimate:
@@ -52,10 +57,16 @@ def _m(switch_s: float, gib: float, attainment: float = 0.99) -> PointEstimate:
 def _window() -> pd.DataFrame:
     """N requests in the hour before NOW (what `decide` counts and summarizes)."""
     cols = {
-        "timestamp": NOW - 3600.0 + np.arange(N) * 3600.0 / N, "model": "m",
-        "input_tokens": 500, "output_tokens": 100, "user": "u", "session": "s",
-        "cached_tokens": 0, "served_by": "", "substituted": 0,
-    }  # fmt: skip
+        "timestamp": NOW - 3600.0 + np.arange(N) * 3600.0 / N,
+        "model": "m",
+        "input_tokens": 500,
+        "output_tokens": 100,
+        "user": "u",
+        "session": "s",
+        "cached_tokens": 0,
+        "served_by": "",
+        "substituted": 0,
+    }
     return pd.DataFrame(cols).astype(empty_trace().dtypes.to_dict())
 
 
@@ -63,13 +74,22 @@ def _obs(metrics: dict, sims: dict | None, delays: dict | None = None) -> Observ
     basis = None
     if sims is not None:
         basis = After(
-            traffic=empty_trace(), sims=sims, start_s=NOW - DAY, span_s=3 * 3600.0,
-            kind="forecast", switch_limit_s={"": 30.0}, delays=delays or {},
-        )  # fmt: skip
+            traffic=empty_trace(),
+            sims=sims,
+            start_s=NOW - DAY,
+            span_s=3 * 3600.0,
+            kind="forecast",
+            switch_limit_s={"": 30.0},
+            delays=delays or {},
+        )
     return Observation(
-        end_s=NOW, window=_window(), metrics=metrics, hop_costs={},
-        target_attainment=0.95, after=basis,
-    )  # fmt: skip
+        end_s=NOW,
+        window=_window(),
+        metrics=metrics,
+        hop_costs={},
+        target_attainment=0.95,
+        after=basis,
+    )
 
 
 def _late(k: int, wait_s: float) -> np.ndarray:

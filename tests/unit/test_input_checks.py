@@ -73,9 +73,18 @@ def test_non_utf8_yaml(tmp_path, capsys):
 
 # ---- item 12: architecture numbers without bounds -------------------------------------------
 
-ARCH = {"name": "x", "num_layers": 2, "hidden_size": 128, "num_attention_heads": 4,
-        "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "vocab_size": 512,
-        "total_params_b": 0.0004, "active_params_b": 0.0004}  # fmt: skip
+ARCH = {
+    "name": "x",
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+    "total_params_b": 0.0004,
+    "active_params_b": 0.0004,
+}
 
 
 @pytest.mark.parametrize(
@@ -88,8 +97,16 @@ ARCH = {"name": "x", "num_layers": 2, "hidden_size": 128, "num_attention_heads":
     ids=["inf params", "hidden 1e12", "8 kv for 4 heads"],
 )
 def test_architecture_bounds(tmp_path, capsys, change, field, needle):
-    doc = {"kind": "models", "models": [{"name": "m", "architecture": {**ARCH, **change},
-           "variants": [{"name": "bf16", "quantization": "bf16"}]}]}  # fmt: skip
+    doc = {
+        "kind": "models",
+        "models": [
+            {
+                "name": "m",
+                "architecture": {**ARCH, **change},
+                "variants": [{"name": "bf16", "quantization": "bf16"}],
+            }
+        ],
+    }
     f = tmp_path / "models.yaml"
     f.write_text(yaml.safe_dump(doc))
     _refused(["validate", f], capsys, f, f"models[0].architecture.{field}:", needle)
@@ -112,8 +129,10 @@ def test_size_limit_names_itself(tmp_path, capsys, monkeypatch):
 
 
 def test_a_duplicate_among_ten_thousand_nodes_is_found(tmp_path, capsys):
-    nodes = [{"name": f"n{i}", "cpu_memory_gib": 64, "gpus": [{"type": "L40S", "count": 4}]}
-             for i in range(10_810)]  # fmt: skip
+    nodes = [
+        {"name": f"n{i}", "cpu_memory_gib": 64, "gpus": [{"type": "L40S", "count": 4}]}
+        for i in range(10_810)
+    ]
     f = tmp_path / "cluster.yaml"
     f.write_text(yaml.safe_dump({"kind": "cluster", "nodes": [*nodes, nodes[5]]}))
     _refused(["validate", f], capsys, f, "duplicate node names: ['n5']")
@@ -123,8 +142,19 @@ def test_a_workload_spec_past_the_size_limit(tmp_path, capsys):
     f = tmp_path / "w.yaml"
     f.write_text("users: 10000\ndays: 366\n")
     _refused(["validate", f], capsys, f, "users:", "over the limit of 10,000,000")
-    argv = ["optimize", "-c", LAB16 / "cluster.yaml", "-m", LAB16 / "models.yaml",
-            "-s", LAB16 / "slo.yaml", "-w", f, "-o", tmp_path / "p.yaml"]  # fmt: skip
+    argv = [
+        "optimize",
+        "-c",
+        LAB16 / "cluster.yaml",
+        "-m",
+        LAB16 / "models.yaml",
+        "-s",
+        LAB16 / "slo.yaml",
+        "-w",
+        f,
+        "-o",
+        tmp_path / "p.yaml",
+    ]
     _refused(argv, capsys, f, "over the limit")
     assert not (tmp_path / "p.yaml").exists()
 
@@ -138,8 +168,19 @@ def test_slo_override_for_an_unknown_model(tmp_path, capsys):
     needles = ("models.coderr-32b:", "did you mean 'coder-32b'")
     _refused(["validate", s, "--models", LAB16 / "models.yaml"], capsys, s, *needles)
     _refused(["validate", LAB16 / "models.yaml", s], capsys, s, *needles)
-    argv = ["optimize", "-c", LAB16 / "cluster.yaml", "-m", LAB16 / "models.yaml", "-s", s,
-            "-w", LAB16 / "workload.yaml", "-o", tmp_path / "p.yaml"]  # fmt: skip
+    argv = [
+        "optimize",
+        "-c",
+        LAB16 / "cluster.yaml",
+        "-m",
+        LAB16 / "models.yaml",
+        "-s",
+        s,
+        "-w",
+        LAB16 / "workload.yaml",
+        "-o",
+        tmp_path / "p.yaml",
+    ]
     _refused(argv, capsys, s, *needles)
 
 
@@ -148,8 +189,19 @@ def test_workload_role_naming_an_unknown_model(tmp_path, capsys):
     w.write_text("users: 3\nroles:\n  coder: {model: coder-33b}\n")
     needles = ("roles.coder.model:", "did you mean 'coder-32b'")
     _refused(["validate", w, "--models", LAB16 / "models.yaml"], capsys, w, *needles)
-    argv = ["optimize", "-c", LAB16 / "cluster.yaml", "-m", LAB16 / "models.yaml",
-            "-s", LAB16 / "slo.yaml", "-w", w, "-o", tmp_path / "p.yaml"]  # fmt: skip
+    argv = [
+        "optimize",
+        "-c",
+        LAB16 / "cluster.yaml",
+        "-m",
+        LAB16 / "models.yaml",
+        "-s",
+        LAB16 / "slo.yaml",
+        "-w",
+        w,
+        "-o",
+        tmp_path / "p.yaml",
+    ]
     _refused(argv, capsys, w, *needles)
     # roles the file leaves at their defaults are still mapped onto the models file
     ok = tmp_path / "ok.yaml"

@@ -123,7 +123,9 @@ def test_core_contract_names_every_core_module():
 def test_import_contracts_hold():
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "lint_imports.py")],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout

@@ -42,11 +42,24 @@ def cli(args: list[str], cwd: Path, columns: int | None = None) -> subprocess.Co
 def small_plan(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("plan") / "small.plan.yaml"
     proc = cli(
-        ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
-         "-s", f"{SMALL}/slo.yaml", "-w", f"{SMALL}/workload.yaml", "--evals", "6",
-         "--no-baselines", "-o", str(out)],
+        [
+            "optimize",
+            "-c",
+            f"{SMALL}/cluster.yaml",
+            "-m",
+            f"{SMALL}/models.yaml",
+            "-s",
+            f"{SMALL}/slo.yaml",
+            "-w",
+            f"{SMALL}/workload.yaml",
+            "--evals",
+            "6",
+            "--no-baselines",
+            "-o",
+            str(out),
+        ],
         ROOT,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     return out
 
@@ -127,9 +140,10 @@ def test_plan_file_has_header_points_first_and_gpu_types(small_plan):
         for inst in p.instances:
             assert inst.gpu_type == types[(inst.node, inst.gpus[0])]
             others = {
-                o.id for o in p.instances
+                o.id
+                for o in p.instances
                 if o.id != inst.id and o.node == inst.node and set(o.gpus) & set(inst.gpus)
-            }  # fmt: skip
+            }
             assert set(inst.shares_gpu_with) == others
 
 
@@ -249,11 +263,21 @@ def _unplaceable(tmp_path: Path, variants: list[dict], capsys) -> str:
     (tmp_path / "slo.yaml").write_text("kind: slo\n")
     (tmp_path / "w.yaml").write_text("users: 2\ndays: 1\nroles: {planner: {model: big}}\n")
     code, _, err = run(
-        ["optimize", "-c", str(tmp_path / "cluster.yaml"), "-m", str(tmp_path / "models.yaml"),
-         "-s", str(tmp_path / "slo.yaml"), "-w", str(tmp_path / "w.yaml"),
-         "-o", str(tmp_path / "p.yaml")],
+        [
+            "optimize",
+            "-c",
+            str(tmp_path / "cluster.yaml"),
+            "-m",
+            str(tmp_path / "models.yaml"),
+            "-s",
+            str(tmp_path / "slo.yaml"),
+            "-w",
+            str(tmp_path / "w.yaml"),
+            "-o",
+            str(tmp_path / "p.yaml"),
+        ],
         capsys,
-    )  # fmt: skip
+    )
     assert code == 2 and "Traceback" not in err
     return err
 
@@ -280,15 +304,30 @@ def test_overload_is_said_and_its_fix_names_no_setting_without_a_flag(tmp_path, 
         "    max_context: 8192\n    variants: [{name: awq, quantization: awq}]\n"
     )
     (tmp_path / "slo.yaml").write_text("kind: slo\n")
-    roles = ", ".join(f"{r}: {{model: p}}" for r in ("planner", "coder", "reasoner", "reviewer",
-                                                     "summarizer", "embed"))  # fmt: skip
+    roles = ", ".join(
+        f"{r}: {{model: p}}"
+        for r in ("planner", "coder", "reasoner", "reviewer", "summarizer", "embed")
+    )
     (tmp_path / "w.yaml").write_text(f"users: 400\ndays: 1\nstationary: true\nroles: {{{roles}}}\n")
     code, out, _ = run(
-        ["optimize", "-c", str(tmp_path / "cluster.yaml"), "-m", str(tmp_path / "models.yaml"),
-         "-s", str(tmp_path / "slo.yaml"), "-w", str(tmp_path / "w.yaml"), "--evals", "4",
-         "--no-baselines", "-o", str(tmp_path / "p.yaml")],
+        [
+            "optimize",
+            "-c",
+            str(tmp_path / "cluster.yaml"),
+            "-m",
+            str(tmp_path / "models.yaml"),
+            "-s",
+            str(tmp_path / "slo.yaml"),
+            "-w",
+            str(tmp_path / "w.yaml"),
+            "--evals",
+            "4",
+            "--no-baselines",
+            "-o",
+            str(tmp_path / "p.yaml"),
+        ],
         capsys,
-    )  # fmt: skip
+    )
     assert code == 0 and "demand beyond what the cluster can serve" in out
     fix = capacity_fix(load_models(tmp_path / "models.yaml"))
     assert "headroom" not in fix and "variant" not in fix and "add GPUs" in fix

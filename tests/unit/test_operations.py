@@ -31,14 +31,17 @@ def _units(text: str) -> dict[str, configparser.ConfigParser]:
 
 def test_print_cron_prints_adjust_gateway_and_boot_units(tmp_path, capsys):
     state = tmp_path / "state"
-    code, out, _ = _run(["adjust", "--plan", str(PLAN), "--state-dir", str(state),
-                         "--print-cron"], capsys)  # fmt: skip
+    code, out, _ = _run(
+        ["adjust", "--plan", str(PLAN), "--state-dir", str(state), "--print-cron"], capsys
+    )
     assert code == 0
     units = _units(out)
     assert set(units) == {
-        "planner-adjust.service", "planner-adjust.timer", "planner-apply.service",
+        "planner-adjust.service",
+        "planner-adjust.timer",
+        "planner-apply.service",
         "planner-gateway.service",
-    }  # fmt: skip
+    }
     gw, boot, adj = (
         units[f"planner-{n}.service"]["Service"] for n in ("gateway", "apply", "adjust")
     )
@@ -56,8 +59,12 @@ def test_print_cron_prints_adjust_gateway_and_boot_units(tmp_path, capsys):
         argv = shlex.split(svc["ExecStart"])
         assert argv[argv.index("--state-dir") + 1] == str(state.resolve())
         assert str(PLAN) in argv
-    assert shlex.split(gw["ExecStart"])[-4:] == ["--state-dir", str(state.resolve()),
-                                                  "--port", "8000"]  # fmt: skip
+    assert shlex.split(gw["ExecStart"])[-4:] == [
+        "--state-dir",
+        str(state.resolve()),
+        "--port",
+        "8000",
+    ]
     assert "/etc/logrotate.d/planner" in out and "adjust.log" in out
     assert f"install -m 600 /dev/null {env}" in out
 
@@ -101,10 +108,14 @@ def test_dashboard_alerts_and_guide_name_only_metrics_the_gateway_renders(tmp_pa
         metrics=Metrics(),
         budget=Budget(1, 1),
     )
-    text = Metrics().render(lambda: {"planner_gateway_awake_instances": ("", {}),
-                                     "planner_gateway_outstanding_requests": ("", {}),
-                                     "planner_gateway_queued_requests": ("", {})},
-                            Gateway._totals(parts))  # fmt: skip
+    text = Metrics().render(
+        lambda: {
+            "planner_gateway_awake_instances": ("", {}),
+            "planner_gateway_outstanding_requests": ("", {}),
+            "planner_gateway_queued_requests": ("", {}),
+        },
+        Gateway._totals(parts),
+    )
     text += Auth(b"s").render_metrics()
     rendered = set(re.findall(r"# TYPE (planner_gateway_\w+)", text))
     docs = ROOT / "docs"

@@ -66,14 +66,30 @@ def test_optimize_in_a_pipe_prints_progress_and_fits_80_columns(tmp_path):
     import subprocess
     import sys
 
-    argv = ["optimize", "-c", f"{SMALL}/cluster.yaml", "-m", f"{SMALL}/models.yaml",
-            "-s", f"{SMALL}/slo.yaml", "-w", f"{SMALL}/workload.yaml", "--evals", "6",
-            "--no-baselines", "-o", str(tmp_path / "p.yaml")]  # fmt: skip
+    argv = [
+        "optimize",
+        "-c",
+        f"{SMALL}/cluster.yaml",
+        "-m",
+        f"{SMALL}/models.yaml",
+        "-s",
+        f"{SMALL}/slo.yaml",
+        "-w",
+        f"{SMALL}/workload.yaml",
+        "--evals",
+        "6",
+        "--no-baselines",
+        "-o",
+        str(tmp_path / "p.yaml"),
+    ]
     env = {**os.environ, "COLUMNS": "80"}
     proc = subprocess.run(
         [sys.executable, "-m", "planner.cli.main", *argv],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = re.findall(r"optimize: (\d+)/(\d+) evaluated", proc.stderr)
     assert len(lines) >= 2 and lines[0][0] == "1"
@@ -94,13 +110,24 @@ def test_status_fits_80_columns_without_cutting_cells(tmp_path):
     state = tmp_path / "state"
     with StateStore(state) as s:
         for k, m in enumerate(["summarizer-8b", "coder-32b-instruct", "planner-7b"]):
-            s.upsert(InstanceRow(id=f"{m}-0", model=m, variant="bf16", node="gpu-node-a",
-                                 port=8101 + k, status="stopped"))  # fmt: skip
+            s.upsert(
+                InstanceRow(
+                    id=f"{m}-0",
+                    model=m,
+                    variant="bf16",
+                    node="gpu-node-a",
+                    port=8101 + k,
+                    status="stopped",
+                )
+            )
         s.set_meta(point="balanced-lean", plan_path="/srv/planner/plans/lab16.plan.yaml")
     proc = subprocess.run(
         [sys.executable, "-m", "planner.cli.main", "status", "--state-dir", str(state)],
-        capture_output=True, text=True, env={**os.environ, "COLUMNS": "80"}, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "80"},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert max(len(ln) for ln in lines) <= 80 and "…" not in proc.stdout
@@ -112,8 +139,12 @@ def test_a_points_capacity_never_says_the_whole_cluster_is_short():
 
     # two models, each at 60% of its capacity in hour 0: fine for a point (each has its own
     # instances); for the whole cluster (each share counted against all of it) 120%
-    trace = {"timestamp": [10.0 * i for i in range(12)], "model": ["a", "b"] * 6,
-             "input_tokens": [100] * 12, "output_tokens": [10] * 12}  # fmt: skip
+    trace = {
+        "timestamp": [10.0 * i for i in range(12)],
+        "model": ["a", "b"] * 6,
+        "input_tokens": [100] * 12,
+        "output_tokens": [10] * 12,
+    }
     cap = {"a": 10 / 3600, "b": 10 / 3600}  # 10 requests/h each; 6 each came
     point = capacity_report(trace, cap, whole_cluster=False)
     assert not point.overloaded and not any("whole cluster" in ln for ln in point.lines())
@@ -121,20 +152,26 @@ def test_a_points_capacity_never_says_the_whole_cluster_is_short():
 
 
 def test_estimate_says_does_not_fit_without_a_unit_and_explains_the_burst(capsys):
-    code, out, _ = _run(["estimate", "--model", "Qwen2.5-Coder-32B-Instruct", "--gpu",
-                         "RTX-4090", "--tp", "1"], capsys)  # fmt: skip
+    code, out, _ = _run(
+        ["estimate", "--model", "Qwen2.5-Coder-32B-Instruct", "--gpu", "RTX-4090", "--tp", "1"],
+        capsys,
+    )
     assert code == 0 and "n/a (does not fit) s" not in out and "n/a (does not fit)" in out
-    code, out, _ = _run(["estimate", "--model", "Qwen2.5-7B-Instruct", "--gpu", "RTX-4090",
-                         "--concurrency", "8"], capsys)  # fmt: skip
+    code, out, _ = _run(
+        ["estimate", "--model", "Qwen2.5-7B-Instruct", "--gpu", "RTX-4090", "--concurrency", "8"],
+        capsys,
+    )
     assert "of requests in a burst" not in out
     assert "8 clients sending requests back to back" in out
 
 
 def test_an_unknown_models_suggestion_follows_its_architecture(tmp_path, capsys):
     models = tmp_path / "models.yaml"
-    models.write_text("kind: models\nmodels:\n  - name: r1\n"
-                      "    architecture: DeepSeek-R1-Distill-Qwen-14B\n"
-                      "    variants: [{name: bf16, quantization: bf16}]\n")  # fmt: skip
+    models.write_text(
+        "kind: models\nmodels:\n  - name: r1\n"
+        "    architecture: DeepSeek-R1-Distill-Qwen-14B\n"
+        "    variants: [{name: bf16, quantization: bf16}]\n"
+    )
     code, _, err = _run(["validate", str(models)], capsys)
     assert code == 2
     assert "did you mean Qwen2.5-14B-Instruct?" in err and "DeepSeek-V2-Lite" not in err
@@ -148,13 +185,24 @@ def test_workload_inspect_fits_80_columns_without_cutting_cells(tmp_path):
 
     def cli(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [sys.executable, "-m", "planner.cli.main", *args], capture_output=True, text=True,
-            env={**os.environ, "COLUMNS": "80"}, timeout=300,
-        )  # fmt: skip
+            [sys.executable, "-m", "planner.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "COLUMNS": "80"},
+            timeout=300,
+        )
 
     trace = tmp_path / "w.parquet"
-    proc = cli("workload", "synth", "--spec", f"{SMALL}/workload.yaml", "--models",
-               f"{SMALL}/models.yaml", "-o", str(trace))  # fmt: skip
+    proc = cli(
+        "workload",
+        "synth",
+        "--spec",
+        f"{SMALL}/workload.yaml",
+        "--models",
+        f"{SMALL}/models.yaml",
+        "-o",
+        str(trace),
+    )
     assert proc.returncode == 0, proc.stderr
     proc = cli("workload", "inspect", str(trace))
     assert proc.returncode == 0, proc.stderr
@@ -190,8 +238,9 @@ def test_workload_import_knows_openai_log_names_and_maps_columns(tmp_path, capsy
         '"completion_tokens": 40}}\n'
     )
     out = tmp_path / "a.parquet"
-    code, text, err = _run(["workload", "import", str(log), "--format", "jsonl", "-o", str(out)],
-                           capsys)  # fmt: skip
+    code, text, err = _run(
+        ["workload", "import", str(log), "--format", "jsonl", "-o", str(out)], capsys
+    )
     assert code == 0, err
     assert "usage.prompt_tokens -> input_tokens" in text
     df = read_trace(out)

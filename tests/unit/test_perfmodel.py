@@ -425,8 +425,9 @@ def test_a_benchmarks_first_round_queues_every_prompt_at_once():
     assert fifty == pytest.approx(steady + (first - steady) / 50)
 
 
-@pytest.mark.parametrize(("model", "gpu"), [("Llama-3.1-8B-Instruct", "H100-SXM"),
-                                            ("Qwen3-30B-A3B", "H100-SXM")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("model", "gpu"), [("Llama-3.1-8B-Instruct", "H100-SXM"), ("Qwen3-30B-A3B", "H100-SXM")]
+)
 def test_a_chained_round_is_the_simulators_second_round_of_a_burst(model, gpu):
     """After a first round sent at once, the clients keep its order: each group of prompts
     that shared a step arrives while the group before it is prefilled and waits that step

@@ -10,15 +10,26 @@ from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_groups
 from planner.optimizer.milp import MilpInput, solve
 from planner.schemas import check_pins, parse
 
-CLUSTER = parse({"kind": "cluster", "name": "two", "nodes": [
-    {"name": "n0", "cpu_memory_gib": 128, "gpus": [{"type": "L40S", "count": 2}]},
-    {"name": "n1", "cpu_memory_gib": 128, "gpus": [{"type": "RTX-4090", "count": 2}]},
-]}, "cluster")  # fmt: skip
+CLUSTER = parse(
+    {
+        "kind": "cluster",
+        "name": "two",
+        "nodes": [
+            {"name": "n0", "cpu_memory_gib": 128, "gpus": [{"type": "L40S", "count": 2}]},
+            {"name": "n1", "cpu_memory_gib": 128, "gpus": [{"type": "RTX-4090", "count": 2}]},
+        ],
+    },
+    "cluster",
+)
 
 
 def _models(pin: dict | None):
-    entry = {"name": "m", "architecture": "Qwen2.5-7B-Instruct", "max_context": 8192,
-             "variants": [{"name": "bf16", "quantization": "bf16"}]}  # fmt: skip
+    entry = {
+        "name": "m",
+        "architecture": "Qwen2.5-7B-Instruct",
+        "max_context": 8192,
+        "variants": [{"name": "bf16", "quantization": "bf16"}],
+    }
     if pin is not None:
         entry["pin"] = pin
     return parse({"kind": "models", "models": [entry]}, "models")
@@ -34,16 +45,24 @@ def _placed(pin: dict | None) -> set[tuple[str, str]]:
     )
     sets = tuple(s for tp in (1, 2) for s in gpu_sets(CLUSTER, tp))
     inp = MilpInput(
-        candidates=tuple(cands), sets=sets, demand=demand,
+        candidates=tuple(cands),
+        sets=sets,
+        demand=demand,
         models=("m",),
-        gpu_usable_gib={(n.name, d): g.spec.memory_gib * 0.94
-                        for n in CLUSTER.nodes for d, g in n.gpu_list()},
-        gpu_groups=gpu_groups(CLUSTER), node_ram_gib={"n0": 128, "n1": 128},
-        headroom=knobs.headroom, max_replicas=2, may_sleep=knobs.may_sleep,
-        w_switch=knobs.w_switch, w_memory=knobs.w_memory, w_quality=knobs.w_quality,
+        gpu_usable_gib={
+            (n.name, d): g.spec.memory_gib * 0.94 for n in CLUSTER.nodes for d, g in n.gpu_list()
+        },
+        gpu_groups=gpu_groups(CLUSTER),
+        node_ram_gib={"n0": 128, "n1": 128},
+        headroom=knobs.headroom,
+        max_replicas=2,
+        may_sleep=knobs.may_sleep,
+        w_switch=knobs.w_switch,
+        w_memory=knobs.w_memory,
+        w_quality=knobs.w_quality,
         w_gpus=knobs.w_gpus,
         pins={m.name: (m.pin.node, m.pin.gpu_type) for m in models.models if m.pin},
-    )  # fmt: skip
+    )
     res = solve(inp, time_limit_s=60)
     assert res.status == "optimal"
     return {(p.gset.node, p.gset.gpu_type) for p in res.placements}
@@ -61,10 +80,12 @@ def test_a_pinned_model_is_placed_only_where_its_pin_allows():
 
 @pytest.mark.parametrize(
     ("pin", "needle"),
-    [({"node": "n9"}, "node 'n9', which is not in the cluster"),
-     ({"node": "n0", "gpu_type": "RTX-4090"}, "node 'n0' does not have"),
-     ({"gpu_type": "A100-80G"}, "the cluster does not have")],
-)  # fmt: skip
+    [
+        ({"node": "n9"}, "node 'n9', which is not in the cluster"),
+        ({"node": "n0", "gpu_type": "RTX-4090"}, "node 'n0' does not have"),
+        ({"gpu_type": "A100-80G"}, "the cluster does not have"),
+    ],
+)
 def test_a_pin_the_cluster_cannot_honour_is_an_input_error(pin, needle):
     with pytest.raises(InputError) as e:
         check_pins(_models(pin), CLUSTER, file="models.yaml")

@@ -71,10 +71,28 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
         f"  runs: [{runs[0]!r}]\n"
     )
     out = tmp_path / "plan.yaml"
-    code, _, err = _run(["optimize", "-c", SMALL / "cluster.yaml", "-m", SMALL / "models.yaml",
-                         "-s", SMALL / "slo.yaml", "-w", SMALL / "workload.yaml", "--evals", "2",
-                         "--no-baselines", "--json", "--profiles", profiles, "-o", out],
-                        capsys)  # fmt: skip
+    code, _, err = _run(
+        [
+            "optimize",
+            "-c",
+            SMALL / "cluster.yaml",
+            "-m",
+            SMALL / "models.yaml",
+            "-s",
+            SMALL / "slo.yaml",
+            "-w",
+            SMALL / "workload.yaml",
+            "--evals",
+            "2",
+            "--no-baselines",
+            "--json",
+            "--profiles",
+            profiles,
+            "-o",
+            out,
+        ],
+        capsys,
+    )
     assert code == 0, err
     ref = load_plan(out).calibration["L40S"]
     assert (ref.node, ref.runs) == ("n0", runs)
@@ -82,8 +100,25 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
     assert "calibration:" in out.read_text()
     # without profiles the plan records none (and the file has no such key)
     plain = tmp_path / "plain.yaml"
-    code, _, err = _run(["optimize", "-c", SMALL / "cluster.yaml", "-m", SMALL / "models.yaml",
-                         "-s", SMALL / "slo.yaml", "-w", SMALL / "workload.yaml", "--evals", "2",
-                         "--no-baselines", "--json", "-o", plain], capsys)  # fmt: skip
+    code, _, err = _run(
+        [
+            "optimize",
+            "-c",
+            SMALL / "cluster.yaml",
+            "-m",
+            SMALL / "models.yaml",
+            "-s",
+            SMALL / "slo.yaml",
+            "-w",
+            SMALL / "workload.yaml",
+            "--evals",
+            "2",
+            "--no-baselines",
+            "--json",
+            "-o",
+            plain,
+        ],
+        capsys,
+    )
     assert code == 0, err
     assert load_plan(plain).calibration == {} and "\ncalibration:" not in plain.read_text()

@@ -12,14 +12,33 @@ from planner.optimizer.sim.simulator import simulate
 from planner.schemas.slo import Slo
 
 POINT_KEYS = [
-    "slo_attainment", "ttft_p95_s", "tpot_p95_s", "switch_p95_s", "switch_count",
-    "warm_gpu_gib", "gpus_used", "requests", "refused", "substituted_share", "quality_cost",
-    "variant_quality_cost", "per_model",
-]  # fmt: skip
+    "slo_attainment",
+    "ttft_p95_s",
+    "tpot_p95_s",
+    "switch_p95_s",
+    "switch_count",
+    "warm_gpu_gib",
+    "gpus_used",
+    "requests",
+    "refused",
+    "substituted_share",
+    "quality_cost",
+    "variant_quality_cost",
+    "per_model",
+]
 MODEL_KEYS = [
-    "requests", "failed", "refused", "slo_attainment", "ttft_p95_s", "tpot_p95_s",
-    "switch_p95_s", "switch_count", "substituted_share", "quality_cost", "variant_quality_cost",
-]  # fmt: skip
+    "requests",
+    "failed",
+    "refused",
+    "slo_attainment",
+    "ttft_p95_s",
+    "tpot_p95_s",
+    "switch_p95_s",
+    "switch_count",
+    "substituted_share",
+    "quality_cost",
+    "variant_quality_cost",
+]
 
 
 def _sim():
@@ -46,8 +65,11 @@ def test_json_reads_back_and_a_missing_figure_is_its_default():
     assert PointMetrics.from_json(m.to_json()) == m
     part = PointMetrics.from_json({"slo_attainment": 0.9, "switch_p95_s": 2.0, "other": 1})
     assert (part.slo_attainment, part.switch_p95_s, part.quality_cost, part.per_model) == (
-        0.9, 2.0, 0.0, {},
-    )  # fmt: skip
+        0.9,
+        2.0,
+        0.0,
+        {},
+    )
     assert metrics_json({"static": "cannot be built", "p": part}) == {
         "static": {"error": "cannot be built"},
         "p": part.to_json(),

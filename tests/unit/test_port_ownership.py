@@ -108,8 +108,15 @@ def test_apply_and_dry_run_refuse_a_port_held_by_another_program(tmp_path, forei
     lookup = lambda node, port: ports.port_holder(port)  # noqa: E731
     be, st = FakeBackend(), StateStore(tmp_path)
     for dry in (True, False):
-        res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
-                          dry_run=dry, port_holder=lookup)  # fmt: skip
+        res = apply_point(
+            p,
+            "a",
+            backend=be,
+            state=st,
+            model_path_resolver=lambda i: "/m",
+            dry_run=dry,
+            port_holder=lookup,
+        )
         assert isinstance(res.error, PortHeldError) and res.error.exit_code == 3
         blocked = [(a.action, a.instance, a.result) for a in res.actions if a.result != "planned"]
         assert blocked == [("check", "x-0", "blocked")]
@@ -123,8 +130,15 @@ def test_a_port_held_by_our_own_server_is_ours(tmp_path):
     res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m")
     pid = st.get("x-0").pid
     ours = ports.PortHolder(8100, pid + 1, "vllm", sid=pid)  # a child of our server
-    res = apply_point(p, "a", backend=be, state=st, model_path_resolver=lambda i: "/m",
-                      dry_run=True, port_holder=lambda n, port: ours)  # fmt: skip
+    res = apply_point(
+        p,
+        "a",
+        backend=be,
+        state=st,
+        model_path_resolver=lambda i: "/m",
+        dry_run=True,
+        port_holder=lambda n, port: ours,
+    )
     assert res.ok and res.actions == []
 
 
@@ -132,8 +146,7 @@ CLUSTER = {"nodes": [{"name": "n", "cpu_memory_gib": 8, "gpus": [{"type": "cpu",
 
 
 def test_ports_move_to_a_base_keeping_their_order():
-    p = plan(("a", [inst("x-0", 8100), inst("y-0", 8102, gpus=(1,))]),
-             ("b", [inst("x-0", 8101)]))  # fmt: skip
+    p = plan(("a", [inst("x-0", 8100), inst("y-0", 8102, gpus=(1,))]), ("b", [inst("x-0", 8101)]))
     plain = Cluster.model_validate(CLUSTER)
     assert place_ports(p, plain, None) is p  # nothing asked: the plan's ports
     moved = place_ports(p, plain, 9000)

@@ -20,10 +20,15 @@ MODEL = "Llama-3.1-8B-Instruct"
 
 def _vllm_result(path, **over):
     doc = {
-        "model_id": f"meta-llama/{MODEL}", "max_concurrency": 8, "completed": 100,
-        "total_input_tokens": 102400, "total_output_tokens": 25600,
-        "mean_ttft_ms": 120.0, "mean_tpot_ms": 14.0, "median_ttft_ms": 110.0,
-    }  # fmt: skip
+        "model_id": f"meta-llama/{MODEL}",
+        "max_concurrency": 8,
+        "completed": 100,
+        "total_input_tokens": 102400,
+        "total_output_tokens": 25600,
+        "mean_ttft_ms": 120.0,
+        "mean_tpot_ms": 14.0,
+        "median_ttft_ms": 110.0,
+    }
     doc.update(over)
     path.write_text(json.dumps(doc))
     return path
@@ -58,8 +63,17 @@ def test_import_rejects_an_open_loop_run(tmp_path, capsys):
 def _write_runs(path, gpu, truth, tps, extra=(), models=(MODEL,)):
     """Serving-runs CSV rows of each of `models` on `gpu` at each TP of `tps` as the perf
     model predicts them under `truth` (a Calib), then the rows `extra`."""
-    cols = ["model_path", "system", "precision", "isl", "osl", "batch_size", "tp_size",
-            "silicon_ttft_ms", "silicon_tpot_ms"]  # fmt: skip
+    cols = [
+        "model_path",
+        "system",
+        "precision",
+        "isl",
+        "osl",
+        "batch_size",
+        "tp_size",
+        "silicon_ttft_ms",
+        "silicon_tpot_ms",
+    ]
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(cols)
@@ -90,8 +104,10 @@ def _write_runs(path, gpu, truth, tps, extra=(), models=(MODEL,)):
 def _import_and_calibrate(f, out, capsys) -> dict:
     """`profile import` of `f` as H100-SXM into `out`, then `profile calibrate --json`'s
     calibration."""
-    code, _, err = run_cli(["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1",
-                         "--out", str(out)], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        ["profile", "import", str(f), "--gpu", "H100-SXM", "--node", "n1", "--out", str(out)],
+        capsys,
+    )
     assert code == 0, err
     code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
     assert code == 0, err

@@ -252,8 +252,12 @@ def test_fit_points_name_what_was_measured_in_their_order():
     prof.engine[0].decode[0].ttft_s = Stat(median=0.005)
     labels = [p.label for p in fit_points(prof, gpu, default_calib("cpu"))]
     assert labels == [
-        "prefill 16 tok", "prefill 64 tok", "decode x1 TPOT", "decode x1 TTFT", "decode x8 TPOT",
-    ]  # fmt: skip
+        "prefill 16 tok",
+        "prefill 64 tok",
+        "decode x1 TPOT",
+        "decode x1 TTFT",
+        "decode x8 TPOT",
+    ]
 
 
 def _idle_and_busy_profile(busy_ttft_ms):
@@ -277,9 +281,12 @@ def test_cpu_busy_points_faster_than_idle_ones_get_their_own_overhead():
     assert cal.prefill_overhead_s - cal.busy_prefill_overhead_s == pytest.approx(0.004, rel=0.1)
     assert cal.residual_rel < 0.02
     perf = instance_perf(
-        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        ModelArch(**tiny_arch()),
+        "bf16",
+        gpu,
+        1,
         calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
-    )  # fmt: skip
+    )
     assert perf.idle_wake_s == pytest.approx(0.004, rel=0.1)
     assert perf.busy_delay_s == pytest.approx(cal.busy_prefill_overhead_s)
 
@@ -297,20 +304,26 @@ def test_the_idle_wake_scales_with_the_idle_time_the_profile_measured():
 
     def points(ms):
         gaps = (0.005, 0.05, 0.3, 1.5)
-        return [IdlePoint(idle_s=g, prompt_tokens=128, latency_s=Stat(median=t / 1e3))
-                for g, t in zip(gaps, ms, strict=True)]  # fmt: skip
+        return [
+            IdlePoint(idle_s=g, prompt_tokens=128, latency_s=Stat(median=t / 1e3))
+            for g, t in zip(gaps, ms, strict=True)
+        ]
 
     run.idle = points((6.5, 8.0, 10.0, 11.2))
     cal = calibrate(prof, gpu, default_calib("cpu"))
     assert cal.idle_wake_curve == [(0.005, 0.0), (0.05, 0.429), (0.3, 1.0), (1.5, 1.343)]
     perf = instance_perf(
-        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        ModelArch(**tiny_arch()),
+        "bf16",
+        gpu,
+        1,
         calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
-    )  # fmt: skip
+    )
     knots = perf.wake_knots()
     assert knots[:4] == (0.005, 0.05, 0.3, 1.5)
-    assert knots[4:] == pytest.approx([0.0, 0.429 * perf.idle_wake_s, perf.idle_wake_s,
-                                       1.343 * perf.idle_wake_s])  # fmt: skip
+    assert knots[4:] == pytest.approx(
+        [0.0, 0.429 * perf.idle_wake_s, perf.idle_wake_s, 1.343 * perf.idle_wake_s]
+    )
 
     run.idle = points((10.0, 10.1, 10.2, 10.3))
     assert calibrate(prof, gpu, default_calib("cpu")).idle_wake_curve is None
@@ -327,8 +340,10 @@ def test_a_bimodal_wake_takes_the_trimmed_mean_of_its_samples():
     run = prof.engine[0]
     run.prefill_idle_s = 0.3
     samples = {0.005: [6.5] * 9, 0.05: [6.5] * 5 + [10.0] * 4, 0.3: [10.0] * 8 + [40.0]}
-    run.idle = [IdlePoint(idle_s=g, prompt_tokens=128, latency_s=summarize([t / 1e3 for t in v]))
-                for g, v in samples.items()]  # fmt: skip
+    run.idle = [
+        IdlePoint(idle_s=g, prompt_tokens=128, latency_s=summarize([t / 1e3 for t in v]))
+        for g, v in samples.items()
+    ]
     assert run.idle[1].latency_s.median == pytest.approx(0.0065)  # the fast mode
     curve = calibrate(prof, gpu, default_calib("cpu")).idle_wake_curve
     assert curve == [(0.005, 0.0), (0.05, 0.429), (0.3, 1.0)]  # 3 of 7 slow, no stall
@@ -343,9 +358,12 @@ def test_one_request_overhead_without_busy_points_and_off_the_cpu_build():
     assert cal.busy_prefill_overhead_s is None
     assert cal.prefill_overhead_s > 0 and cal.residual_rel < 0.02
     perf = instance_perf(
-        ModelArch(**tiny_arch()), "bf16", gpu, 1,
+        ModelArch(**tiny_arch()),
+        "bf16",
+        gpu,
+        1,
         calib=calib_from_profile(prof.model_copy(update={"calibration": cal})),
-    )  # fmt: skip
+    )
     assert perf.idle_wake_s == 0.0 and perf.busy_delay_s == perf.prefill_overhead_s
 
     only_busy, _ = _idle_and_busy_profile(6.0)

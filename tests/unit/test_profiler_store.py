@@ -99,7 +99,9 @@ def test_environment_versions():
 def test_merge_cli(tmp_path, capsys):
     from planner.cli.main import main
 
-    a, b, out = tmp_path / "a", tmp_path / "b", tmp_path / "out"
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    out = tmp_path / "out"
     store.save(
         _prof(node="n1", hardware=Hardware(ram_gbps=_stat(10.0))),
         store.profile_path(a, "n1", "cpu"),

@@ -66,13 +66,21 @@ def test_relay_passes_only_the_planners_routes_with_the_secret(upstream):
     key = {"Authorization": f"Bearer {SECRET}"}
     try:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": SECRET}):
-            for method, path in (("POST", "/v1/completions"), ("GET", "/health"),
-                                 ("POST", "/collective_rpc"), ("POST", "/sleep?level=1")):  # fmt: skip
+            for method, path in (
+                ("POST", "/v1/completions"),
+                ("GET", "/health"),
+                ("POST", "/collective_rpc"),
+                ("POST", "/sleep?level=1"),
+            ):
                 r = httpx.request(method, base + path, headers=headers)
                 assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
         assert seen == []  # nothing reached the engine
-        for method, path in (("POST", "/collective_rpc"), ("POST", "/reset_prefix_cache"),
-                             ("GET", "/metrics"), ("GET", "/v1/../collective_rpc")):  # fmt: skip
+        for method, path in (
+            ("POST", "/collective_rpc"),
+            ("POST", "/reset_prefix_cache"),
+            ("GET", "/metrics"),
+            ("GET", "/v1/../collective_rpc"),
+        ):
             assert httpx.request(method, base + path, headers=key).status_code == 404, path
         assert httpx.get(base + "/v1/completions", headers=key).status_code == 404  # GET: no
         assert seen == []
@@ -94,7 +102,9 @@ def test_relay_answers_502_when_the_engine_is_down():
     relay = Relay("127.0.0.2")
     relay.open(port, SECRET)
     try:
-        r = httpx.get(f"http://127.0.0.2:{port}/health", headers={"Authorization": f"Bearer {SECRET}"})  # fmt: skip
+        r = httpx.get(
+            f"http://127.0.0.2:{port}/health", headers={"Authorization": f"Bearer {SECRET}"}
+        )
         assert r.status_code == 502
     finally:
         relay.close(port)

@@ -198,38 +198,90 @@ nodes:
 
 # (label, file, text, where the error points (None: the file), what it says)
 BAD = [
-    ("unknown key", "cluster.yaml",
-     CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: 64\n    cpu_mem: 3"),
-     "nodes[0].cpu_mem", "unknown key"),
-    ("wrong type", "cluster.yaml", CLUSTER_OK.replace("count: 2", "count: two"),
-     "nodes[0].gpus[0].count", "integer"),
-    ("unknown gpu", "cluster.yaml", CLUSTER_OK.replace("L40S", "A100-90GB"),
-     "nodes[0].gpus[0].type", "did you mean"),
-    ("negative", "cluster.yaml", CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: -4"),
-     "nodes[0].cpu_memory_gib", "greater than"),
-    ("duplicate models", "models.yaml", """kind: models
+    (
+        "unknown key",
+        "cluster.yaml",
+        CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: 64\n    cpu_mem: 3"),
+        "nodes[0].cpu_mem",
+        "unknown key",
+    ),
+    (
+        "wrong type",
+        "cluster.yaml",
+        CLUSTER_OK.replace("count: 2", "count: two"),
+        "nodes[0].gpus[0].count",
+        "integer",
+    ),
+    (
+        "unknown gpu",
+        "cluster.yaml",
+        CLUSTER_OK.replace("L40S", "A100-90GB"),
+        "nodes[0].gpus[0].type",
+        "did you mean",
+    ),
+    (
+        "negative",
+        "cluster.yaml",
+        CLUSTER_OK.replace("cpu_memory_gib: 64", "cpu_memory_gib: -4"),
+        "nodes[0].cpu_memory_gib",
+        "greater than",
+    ),
+    (
+        "duplicate models",
+        "models.yaml",
+        """kind: models
 models:
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: bf16}]}
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: bf16}]}
-""", "models", "duplicate model names"),
-    ("unknown architecture", "models.yaml", """kind: models
+""",
+        "models",
+        "duplicate model names",
+    ),
+    (
+        "unknown architecture",
+        "models.yaml",
+        """kind: models
 models:
   - {name: m, architecture: Qwen3-33B, variants: [{name: a, quantization: bf16}]}
-""", "models[0].architecture", "did you mean"),
-    ("bad quantization", "models.yaml", """kind: models
+""",
+        "models[0].architecture",
+        "did you mean",
+    ),
+    (
+        "bad quantization",
+        "models.yaml",
+        """kind: models
 models:
   - {name: m, architecture: Qwen3-8B, variants: [{name: a, quantization: int3}]}
-""", "models[0].variants[0].quantization", "bf16"),
-    ("negative slo", "slo.yaml", "kind: slo\ndefault: {ttft_p95_s: -1}\n", "default.ttft_p95_s",
-     "greater than"),
-    ("truncated yaml", "cluster.yaml", "kind: cluster\nnodes:\n  - name: a\n    gpus: [{type: L40S,",
-     None, "not valid YAML"),
+""",
+        "models[0].variants[0].quantization",
+        "bf16",
+    ),
+    (
+        "negative slo",
+        "slo.yaml",
+        "kind: slo\ndefault: {ttft_p95_s: -1}\n",
+        "default.ttft_p95_s",
+        "greater than",
+    ),
+    (
+        "truncated yaml",
+        "cluster.yaml",
+        "kind: cluster\nnodes:\n  - name: a\n    gpus: [{type: L40S,",
+        None,
+        "not valid YAML",
+    ),
     ("empty file", "cluster.yaml", "", None, "empty"),
     ("unknown kind", "x.yaml", "kind: clustr\n", "kind", "did you mean 'cluster'"),
     # issue 15 item 9: reported as the unknown key, not as a missing field
-    ("misspelt key", "cluster.yaml", CLUSTER_OK.replace("cpu_memory_gib", "cpu_memroy_gib"),
-     "nodes[0].cpu_memroy_gib", "unknown key 'cpu_memroy_gib' (did you mean 'cpu_memory_gib'?)"),
-]  # fmt: skip
+    (
+        "misspelt key",
+        "cluster.yaml",
+        CLUSTER_OK.replace("cpu_memory_gib", "cpu_memroy_gib"),
+        "nodes[0].cpu_memroy_gib",
+        "unknown key 'cpu_memroy_gib' (did you mean 'cpu_memory_gib'?)",
+    ),
+]
 
 
 @pytest.mark.parametrize("label,fname,text,path,msg", BAD, ids=[b[0] for b in BAD])

@@ -24,7 +24,9 @@ from planner.optimizer.sim.router import Router, Slot
 from planner.schemas.models import Substitute
 from planner.schemas.plan import Instance, MemoryGib, Point, SubstituteRule
 
-AWAKE_GIB, ASLEEP_GIB, WAKE_S = 2.0, 0.5, 1.0
+AWAKE_GIB = 2.0
+ASLEEP_GIB = 0.5
+WAKE_S = 1.0
 HOUR_S = 3600.0
 
 
@@ -48,9 +50,11 @@ def _row(i, m, g, tier, awake, n, **kw):
 
 def _rule(when, max_wait_s=None, wake=True, *to):
     return SubstituteRule(
-        when=when, max_wait_s=max_wait_s, wake=wake,
+        when=when,
+        max_wait_s=max_wait_s,
+        wake=wake,
         to=[Substitute(model=m, variant=v, quality_penalty=p) for m, v, p in to],
-    )  # fmt: skip
+    )
 
 
 R = _row
@@ -59,103 +63,175 @@ R = _row
 SITUATIONS = {
     "least loaded of two awake": (
         [R("a0", "a", [0], "gpu", True, 3), R("a1", "a", [1], "gpu", True, 1)],
-        "a", None, {}, ("a1", None, [], None),
+        "a",
+        None,
+        {},
+        ("a1", None, [], None),
     ),
     "ties go to plan order": (
         [R("a0", "a", [0], "gpu", True, 2), R("a1", "a", [1], "gpu", True, 2)],
-        "a", None, {}, ("a0", None, [], None),
+        "a",
+        None,
+        {},
+        ("a0", None, [], None),
     ),
     "without capacity a wake puts the awake lazy co-tenant to sleep": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [0], "host", False, 0)],
-        "b", None, {}, ("b0", "b0", ["a0"], None),
+        "b",
+        None,
+        {},
+        ("b0", "b0", ["a0"], None),
     ),
     "co-tenants that fit together stay awake": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [0], "host", False, 0)],
-        "b", 5.0, {}, ("b0", "b0", [], None),
+        "b",
+        5.0,
+        {},
+        ("b0", "b0", [], None),
     ),
     "only what memory needs sleeps, outside its awake hours first": (
-        [R("a0", "a", [0], "host", True, 0, hours=[0], last_used_s=1.0),
-         R("c0", "c", [0], "host", True, 0, last_used_s=5.0),
-         R("b0", "b", [0], "host", False, 0)],
-        "b", 5.0, {}, ("b0", "b0", ["c0"], None),
+        [
+            R("a0", "a", [0], "host", True, 0, hours=[0], last_used_s=1.0),
+            R("c0", "c", [0], "host", True, 0, last_used_s=5.0),
+            R("b0", "b", [0], "host", False, 0),
+        ],
+        "b",
+        5.0,
+        {},
+        ("b0", "b0", ["c0"], None),
     ),
     "then the least recently used": (
-        [R("a0", "a", [0], "host", True, 0, last_used_s=1.0),
-         R("c0", "c", [0], "host", True, 0, last_used_s=5.0),
-         R("b0", "b", [0], "host", False, 0)],
-        "b", 5.0, {}, ("b0", "b0", ["a0"], None),
+        [
+            R("a0", "a", [0], "host", True, 0, last_used_s=1.0),
+            R("c0", "c", [0], "host", True, 0, last_used_s=5.0),
+            R("b0", "b", [0], "host", False, 0),
+        ],
+        "b",
+        5.0,
+        {},
+        ("b0", "b0", ["a0"], None),
     ),
     "wake the instance that displaces nobody": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [0], "host", False, 0),
-         R("b1", "b", [1], "disk", False, 0)],
-        "b", None, {}, ("b1", "b1", [], None),
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [0], "host", False, 0),
+            R("b1", "b", [1], "disk", False, 0),
+        ],
+        "b",
+        None,
+        {},
+        ("b1", "b1", [], None),
     ),
     "then the one whose displaced co-tenants are idle": (
-        [R("a0", "a", [0], "host", True, 2), R("c0", "c", [1], "host", True, 0),
-         R("b0", "b", [0], "host", False, 0), R("b1", "b", [1], "host", False, 0)],
-        "b", None, {}, ("b1", "b1", ["c0"], None),
+        [
+            R("a0", "a", [0], "host", True, 2),
+            R("c0", "c", [1], "host", True, 0),
+            R("b0", "b", [0], "host", False, 0),
+            R("b1", "b", [1], "host", False, 0),
+        ],
+        "b",
+        None,
+        {},
+        ("b1", "b1", ["c0"], None),
     ),
     "a gpu-tier co-tenant is never put to sleep": (
         [R("g0", "g", [0], "gpu", True, 5), R("b0", "b", [0], "host", False, 0)],
-        "b", None, {}, ("b0", "b0", [], None),
+        "b",
+        None,
+        {},
+        ("b0", "b0", [], None),
     ),
     "a wake on two GPUs displaces the lazy co-tenants of both": (
-        [R("a0", "a", [0], "host", True, 0), R("c0", "c", [1], "disk", True, 1),
-         R("b0", "b", [0, 1], "host", False, 0), R("d0", "d", [2], "host", True, 0)],
-        "b", None, {}, ("b0", "b0", ["a0", "c0"], None),
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("c0", "c", [1], "disk", True, 1),
+            R("b0", "b", [0, 1], "host", False, 0),
+            R("d0", "d", [2], "host", True, 0),
+        ],
+        "b",
+        None,
+        {},
+        ("b0", "b0", ["a0", "c0"], None),
     ),
     "a gpu-tier instance coming back displaces nobody": (
         [R("g0", "g", [0], "gpu", False, 0), R("a0", "a", [0], "host", True, 2)],
-        "g", None, {}, ("g0", "g0", [], None),
+        "g",
+        None,
+        {},
+        ("g0", "g0", [], None),
     ),
     "an asleep instance of the model is not routed to": (
         [R("a0", "a", [0], "host", False, 0), R("a1", "a", [1], "host", True, 4)],
-        "a", None, {}, ("a1", None, [], None),
+        "a",
+        None,
+        {},
+        ("a1", None, [], None),
     ),
     "always while waking: the least loaded stand-in answers, the model wakes": (
-        [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "gpu", True, 3),
-         R("t0", "t", [2], "gpu", True, 1)],
-        "a", None, {"a": _rule("always_while_waking", None, True, ("s", None, 0.1),
-                               ("t", None, 0.2))},
+        [
+            R("a0", "a", [0], "host", False, 0),
+            R("s0", "s", [1], "gpu", True, 3),
+            R("t0", "t", [2], "gpu", True, 1),
+        ],
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, True, ("s", None, 0.1), ("t", None, 0.2))},
         ("t0", "a0", [], 0.2),
     ),
     "a stand-in that does not wake the model": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "gpu", True, 0)],
-        "a", None, {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
         ("s0", None, [], 0.1),
     ),
     "a wake within the switch SLO is waited for": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "gpu", True, 0)],
-        "a", None, {"a": _rule("wake_exceeds_slo", 5.0, True, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("wake_exceeds_slo", 5.0, True, ("s", None, 0.1))},
         ("a0", "a0", [], None),
     ),
     "a wake beyond the switch SLO goes to the stand-in": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "gpu", True, 0)],
-        "a", None, {"a": _rule("wake_exceeds_slo", 0.5, True, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("wake_exceeds_slo", 0.5, True, ("s", None, 0.1))},
         ("s0", "a0", [], 0.1),
     ),
     "only the named variant stands in": (
-        [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "gpu", True, 0, variant="fp8"),
-         R("s1", "s", [2], "gpu", True, 2, variant="awq")],
-        "a", None, {"a": _rule("always_while_waking", None, True, ("s", "awq", 0.05))},
+        [
+            R("a0", "a", [0], "host", False, 0),
+            R("s0", "s", [1], "gpu", True, 0, variant="fp8"),
+            R("s1", "s", [2], "gpu", True, 2, variant="awq"),
+        ],
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, True, ("s", "awq", 0.05))},
         ("s1", "a0", [], 0.05),
     ),
     "a stand-in the wake puts to sleep does not answer": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [0], "host", True, 0)],
-        "a", None, {"a": _rule("always_while_waking", None, True, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, True, ("s", None, 0.1))},
         ("a0", "a0", ["s0"], None),
     ),
     "a co-tenant stand-in answers when the model does not wake": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [0], "host", True, 0)],
-        "a", None, {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
         ("s0", None, [], 0.1),
     ),
     "no stand-in awake: the request waits for the wake": (
         [R("a0", "a", [0], "host", False, 0), R("s0", "s", [1], "host", False, 0)],
-        "a", None, {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
+        "a",
+        None,
+        {"a": _rule("always_while_waking", None, False, ("s", None, 0.1))},
         ("a0", "a0", [], None),
     ),
-}  # fmt: skip
+}
 
 
 def _point(rows, capacity=None, rules=None, idle_sleep_s=None) -> Point:
@@ -163,17 +239,24 @@ def _point(rows, capacity=None, rules=None, idle_sleep_s=None) -> Point:
     return Point(
         name="p",
         instances=[
-            Instance(id=r["id"], model=r["model"], variant=r.get("variant", "v"), node="n",
-                     gpus=r["gpus"], tp=len(r["gpus"]), tier=r["tier"],
-                     awake_hours=r.get("hours", []),
-                     memory_gib=MemoryGib(weights=1, kv=1, overhead=0, asleep=ASLEEP_GIB),
-                     port=9000 + k)
+            Instance(
+                id=r["id"],
+                model=r["model"],
+                variant=r.get("variant", "v"),
+                node="n",
+                gpus=r["gpus"],
+                tp=len(r["gpus"]),
+                tier=r["tier"],
+                awake_hours=r.get("hours", []),
+                memory_gib=MemoryGib(weights=1, kv=1, overhead=0, asleep=ASLEEP_GIB),
+                port=9000 + k,
+            )
             for k, r in enumerate(rows)
         ],
         gpu_usable_gib={"n": {g: capacity for g in gpus}} if capacity is not None else {},
         substitutes=rules or {},
         idle_sleep_s=idle_sleep_s,
-    )  # fmt: skip
+    )
 
 
 def _gateway(rows, tmp_path, now_s=10.0, **kw) -> Gateway:
@@ -206,14 +289,26 @@ def _gateway_choice(rows, model, capacity, rules, tmp_path):
 def _router(rows, capacity=None, rules=None, idle_s=None, t0=0.0, handoff=None):
     models = sorted({r["model"] for r in rows})
     slots = [
-        Slot(index=k, id=r["id"], model=models.index(r["model"]), tier=r["tier"],
-             gpus=tuple(("n", x) for x in r["gpus"]), awake_gib=AWAKE_GIB,
-             context_gib=ASLEEP_GIB, wake_s=WAKE_S, sleep_s=0.0, engine_delay_s=0.0,
-             engine=_Engine(r["n"], r.get("idle_since_s", t0)), awake=r["awake"],
-             ready_s=r.get("idle_since_s", -math.inf), last_used_s=r.get("last_used_s", -math.inf),
-             hours=frozenset(r.get("hours", [])), variant=r.get("variant", "v"))
+        Slot(
+            index=k,
+            id=r["id"],
+            model=models.index(r["model"]),
+            tier=r["tier"],
+            gpus=tuple(("n", x) for x in r["gpus"]),
+            awake_gib=AWAKE_GIB,
+            context_gib=ASLEEP_GIB,
+            wake_s=WAKE_S,
+            sleep_s=0.0,
+            engine_delay_s=0.0,
+            engine=_Engine(r["n"], r.get("idle_since_s", t0)),
+            awake=r["awake"],
+            ready_s=r.get("idle_since_s", -math.inf),
+            last_used_s=r.get("last_used_s", -math.inf),
+            hours=frozenset(r.get("hours", [])),
+            variant=r.get("variant", "v"),
+        )
         for k, r in enumerate(rows)
-    ]  # fmt: skip
+    ]
     by_model: dict[int, list[int]] = {}
     for s in slots:
         by_model.setdefault(s.model, []).append(s.index)
@@ -227,8 +322,15 @@ def _router(rows, capacity=None, rules=None, idle_s=None, t0=0.0, handoff=None):
         ]
         subs[models.index(name)] = (rule, cands)
     cap = {("n", g): capacity for r in rows for g in r["gpus"]} if capacity is not None else None
-    router = Router(slots, by_model, Timeline(start_s=t0), gpu_memory_gib=cap,
-                    idle_timeout_s=idle_s, substitutes=subs, handoff=handoff)  # fmt: skip
+    router = Router(
+        slots,
+        by_model,
+        Timeline(start_s=t0),
+        gpu_memory_gib=cap,
+        idle_timeout_s=idle_s,
+        substitutes=subs,
+        handoff=handoff,
+    )
     for s in slots:  # the situation's awake instances hold their memory from the start
         if s.awake:
             router.timeline.awake_from(s.index, t0, counted=False)
@@ -256,48 +358,84 @@ H9 = 9 * HOUR_S  # 09:00 of the first day
 DAY = {
     "an instance wakes at the start of its awake hours": (
         [R("a0", "a", [0], "host", False, 0, hours=[9, 10])],
-        H9, None, None, (["a0"], []),
+        H9,
+        None,
+        None,
+        (["a0"], []),
     ),
     "not outside them": (
         [R("a0", "a", [0], "host", False, 0, hours=[10])],
-        H9, None, None, ([], []),
+        H9,
+        None,
+        None,
+        ([], []),
     ),
     "nor when it would displace a co-tenant within its own hours": (
-        [R("a0", "a", [0], "host", False, 0, hours=[9]),
-         R("b0", "b", [0], "host", True, 0, hours=[9])],
-        H9, None, None, ([], []),
+        [
+            R("a0", "a", [0], "host", False, 0, hours=[9]),
+            R("b0", "b", [0], "host", True, 0, hours=[9]),
+        ],
+        H9,
+        None,
+        None,
+        ([], []),
     ),
     "nor one serving requests": (
         [R("a0", "a", [0], "host", False, 0, hours=[9]), R("b0", "b", [0], "host", True, 2)],
-        H9, None, None, ([], []),
+        H9,
+        None,
+        None,
+        ([], []),
     ),
     "it displaces an idle one outside its hours": (
-        [R("a0", "a", [0], "host", False, 0, hours=[9]),
-         R("b0", "b", [0], "host", True, 0, idle_since_s=H9 - 60)],
-        H9, None, None, (["a0"], ["b0"]),
+        [
+            R("a0", "a", [0], "host", False, 0, hours=[9]),
+            R("b0", "b", [0], "host", True, 0, idle_since_s=H9 - 60),
+        ],
+        H9,
+        None,
+        None,
+        (["a0"], ["b0"]),
     ),
     "beside a co-tenant where both fit": (
-        [R("a0", "a", [0], "host", False, 0, hours=[9]),
-         R("b0", "b", [0], "host", True, 0, hours=[9], idle_since_s=H9 - 60)],
-        H9, 5.0, None, (["a0"], []),
+        [
+            R("a0", "a", [0], "host", False, 0, hours=[9]),
+            R("b0", "b", [0], "host", True, 0, hours=[9], idle_since_s=H9 - 60),
+        ],
+        H9,
+        5.0,
+        None,
+        (["a0"], []),
     ),
     "an idle instance sleeps after the idle time outside its hours": (
         [R("a0", "a", [0], "host", True, 0, hours=[8], idle_since_s=H9 + 100)],
-        H9 + 1000, None, 600.0, ([], ["a0"]),
+        H9 + 1000,
+        None,
+        600.0,
+        ([], ["a0"]),
     ),
     "not before it": (
         [R("a0", "a", [0], "host", True, 0, hours=[8], idle_since_s=H9 + 100)],
-        H9 + 500, None, 600.0, ([], []),
+        H9 + 500,
+        None,
+        600.0,
+        ([], []),
     ),
     "nor within its awake hours": (
         [R("a0", "a", [0], "host", True, 0, hours=[9], idle_since_s=H9 + 100)],
-        H9 + 1000, None, 600.0, ([], []),
+        H9 + 1000,
+        None,
+        600.0,
+        ([], []),
     ),
     "a gpu-tier instance never sleeps": (
         [R("g0", "g", [0], "gpu", True, 0, idle_since_s=H9 + 100)],
-        H9 + 1000, None, 600.0, ([], []),
+        H9 + 1000,
+        None,
+        600.0,
+        ([], []),
     ),
-}  # fmt: skip
+}
 
 
 def _gateway_day(rows, now_s, capacity, idle_s, tmp_path):
@@ -331,39 +469,78 @@ def test_gateway_and_simulator_keep_the_same_hours(name, tmp_path):
 HANDOFF = {
     "a request wakes the model that often follows it": (
         [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", None, ["b0"],
+        {"a": ["b"]},
+        "a",
+        None,
+        ["b0"],
     ),
     "beside a gpu-tier co-tenant too": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("g0", "g", [1], "gpu", True, 0)],
-        {"a": ["b"]}, "a", None, ["b0"],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("g0", "g", [1], "gpu", True, 0),
+        ],
+        {"a": ["b"]},
+        "a",
+        None,
+        ["b0"],
     ),
     "beside a host/disk co-tenant where the GPU holds both awake": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("c0", "c", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", 2 * AWAKE_GIB, ["b0"],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("c0", "c", [1], "host", False, 0),
+        ],
+        {"a": ["b"]},
+        "a",
+        2 * AWAKE_GIB,
+        ["b0"],
     ),
     "not where the GPU cannot hold both awake": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("c0", "c", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", 2 * AWAKE_GIB - 0.1, [],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("c0", "c", [1], "host", False, 0),
+        ],
+        {"a": ["b"]},
+        "a",
+        2 * AWAKE_GIB - 0.1,
+        [],
     ),
     "nor where the point gives that GPU no capacity": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("c0", "c", [1], "host", False, 0)],
-        {"a": ["b"]}, "a", None, [],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("c0", "c", [1], "host", False, 0),
+        ],
+        {"a": ["b"]},
+        "a",
+        None,
+        [],
     ),
     "nor when the model has an instance awake": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("b1", "b", [2], "host", True, 0)],
-        {"a": ["b"]}, "a", None, [],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("b1", "b", [2], "host", True, 0),
+        ],
+        {"a": ["b"]},
+        "a",
+        None,
+        [],
     ),
     "nor for a model the request's does not hand off to": (
-        [R("a0", "a", [0], "host", True, 0), R("b0", "b", [1], "host", False, 0),
-         R("c0", "c", [2], "host", True, 0)],
-        {"a": ["b"]}, "c", None, [],
+        [
+            R("a0", "a", [0], "host", True, 0),
+            R("b0", "b", [1], "host", False, 0),
+            R("c0", "c", [2], "host", True, 0),
+        ],
+        {"a": ["b"]},
+        "c",
+        None,
+        [],
     ),
-}  # fmt: skip
+}
 
 
 def _gateway_handoff(rows, handoff, model, capacity, tmp_path):

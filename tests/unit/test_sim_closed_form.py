@@ -16,10 +16,17 @@ from planner.schemas.slo import Slo, Targets
 
 # a step that costs nothing: each test sets only the terms it exercises
 _NO_STEP_COST = dict(
-    overhead_s=0.0, dense_weight_read_s=0.0, expert_read_s=0.0, num_experts=0, experts_per_tok=0,
-    kv_read_s_per_token=0.0, compute_s_per_token=0.0, attn_s_per_pair=0.0, comm_s_per_token=0.0,
+    overhead_s=0.0,
+    dense_weight_read_s=0.0,
+    expert_read_s=0.0,
+    num_experts=0,
+    experts_per_tok=0,
+    kv_read_s_per_token=0.0,
+    compute_s_per_token=0.0,
+    attn_s_per_pair=0.0,
+    comm_s_per_token=0.0,
     comm_latency_s=0.0,
-)  # fmt: skip
+)
 
 
 def step_model(**kw) -> StepModel:
@@ -84,10 +91,15 @@ def trace(t, model, inp, out, session=None, cached=None) -> dict:
 
 def test_decode_time_matches_step_by_step_sum():
     st = step_model(
-        overhead_s=0.003, dense_weight_read_s=0.01, kv_read_s_per_token=2e-7,
-        compute_s_per_token=1e-3, attn_s_per_pair=5e-8, comm_latency_s=1e-4, comm_s_per_token=1e-6,
+        overhead_s=0.003,
+        dense_weight_read_s=0.01,
+        kv_read_s_per_token=2e-7,
+        compute_s_per_token=1e-3,
+        attn_s_per_pair=5e-8,
+        comm_latency_s=1e-4,
+        comm_s_per_token=1e-6,
         seq_s=2e-4,
-    )  # fmt: skip
+    )
     for n, kv0, k in [(1, 100, 50), (8, 20000, 300), (32, 1000, 1000), (3, 0, 1)]:
         ref = sum(st.time_s(n, kv0 + n * j, kv0 + n * j + n, n) for j in range(k))
         assert decode_time_s(st, n, kv0, k) == pytest.approx(ref, rel=1e-9)
@@ -103,7 +115,9 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
         "crossing": dict(dense_weight_read_s=0.004, attn_s_per_pair=2e-6),  # attention overtakes
     }[regime]
     st = step_model(overhead_s=0.002, seq_s=1e-4, **kw)
-    n, inp, out = 4, 500, 800
+    n = 4
+    inp = 500
+    out = 800
     eng = Engine(perf(st), np.full(n, np.nan), np.full(n, np.nan))
     for rid in range(n):  # four prompts arrive together: one prefill step, then decoding
         eng.submit(rid, 0.0, inp, 0, out, 0.0, 1e9)  # (lone times that force a batch)
@@ -122,13 +136,20 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
 
 def test_lone_times_match_chunked_prefill_then_decode():
     st = step_model(
-        overhead_s=0.002, dense_weight_read_s=0.01, compute_s_per_token=1e-5, attn_s_per_pair=1e-9,
+        overhead_s=0.002,
+        dense_weight_read_s=0.01,
+        compute_s_per_token=1e-5,
+        attn_s_per_pair=1e-9,
         seq_s=1e-4,
-    )  # fmt: skip
+    )
     p = perf(st, chunk_tokens=512)
-    inp, cached, out = 1300, 200, 40
+    inp = 1300
+    cached = 200
+    out = 40
     pf, tot = lone_times(p, np.array([inp]), np.array([cached]), np.array([out]))
-    ctx, left, ref = cached, inp - cached, 0.0
+    ctx = cached
+    left = inp - cached
+    ref = 0.0
     while left:
         c = min(left, 512)
         ref += st.time_s(c, ctx, c * (ctx + (c + 1) / 2))
@@ -141,7 +162,9 @@ def test_lone_times_match_chunked_prefill_then_decode():
 @pytest.mark.parametrize("tier", ["gpu", "host"])
 def test_md1_mean_wait(tier):
     """max_num_seqs=1, every step d seconds, k output tokens: service k*d exactly -> M/D/1."""
-    d, k, rho = 0.01, 20, 0.7
+    d = 0.01
+    k = 20
+    rho = 0.7
     service = k * d  # one prefill step (first token) + k-1 decode steps
     lam = rho / service
     rng = np.random.default_rng(1)
@@ -188,7 +211,10 @@ def test_vector_and_router_paths_agree_under_batching():
 def test_kv_bound_knee():
     """Concurrency is capped by KV at C/(I+O) sequences, so the instance saturates at
     lambda* = (C/(I+O)) / (O*d) requests/s: below it waits stay short, above they explode."""
-    d, inp, out, cap = 0.01, 900, 100, 10_000
+    d = 0.01
+    inp = 900
+    out = 100
+    cap = 10_000
     n_conc = cap / (inp + out)  # sequences the KV cache holds
     lam_star = n_conc / (out * d)  # requests/s the instance can finish
     p = perf(step_model(dense_weight_read_s=d), max_num_seqs=256, max_kv_tokens=cap)
@@ -296,15 +322,22 @@ def test_an_idle_engine_wakes_a_busy_one_takes_the_request_in_turn(tier, compile
     assert p.idle_wake_s == pytest.approx(0.005)
     idle = 1e12 if tier == "host" else None  # host: the router path; gpu: the vector path
     r = simulate(
-        point([tier]), {"i0": p}, trace([0.0, 0.0535, 1.0], "m0", 100, 20), Slo(),
-        sleep_after_idle_s=idle, compiled=compiled,
-    )  # fmt: skip
+        point([tier]),
+        {"i0": p},
+        trace([0.0, 0.0535, 1.0], "m0", 100, 20),
+        Slo(),
+        sleep_after_idle_s=idle,
+        compiled=compiled,
+    )
     np.testing.assert_allclose(r.ttft_s, [0.019, 0.069 - 0.0535, 0.019], atol=1e-9)
     one = simulate(
-        point([tier]), {"i0": perf(st, prefill_overhead_s=0.009)},
-        trace([0.0, 0.0535, 1.0], "m0", 100, 20), Slo(), sleep_after_idle_s=idle,
+        point([tier]),
+        {"i0": perf(st, prefill_overhead_s=0.009)},
+        trace([0.0, 0.0535, 1.0], "m0", 100, 20),
+        Slo(),
+        sleep_after_idle_s=idle,
         compiled=compiled,
-    )  # fmt: skip
+    )
     np.testing.assert_allclose(one.ttft_s, [0.019, 0.079 - 0.0535, 0.019], atol=1e-9)
 
 
@@ -323,9 +356,13 @@ def test_an_engine_idle_longer_takes_longer_to_wake(tier, compiled):
     for c in (curve, ()):
         p = perf(st, prefill_overhead_s=0.009, busy_prefill_overhead_s=0.004, idle_wake_curve=c)
         ttft[c] = simulate(
-            point([tier]), {"i0": p}, trace([0.0, 0.705, 0.912, 3.0], "m0", 100, 20), Slo(),
-            sleep_after_idle_s=idle, compiled=compiled,
-        ).ttft_s  # fmt: skip
+            point([tier]),
+            {"i0": p},
+            trace([0.0, 0.705, 0.912, 3.0], "m0", 100, 20),
+            Slo(),
+            sleep_after_idle_s=idle,
+            compiled=compiled,
+        ).ttft_s
     np.testing.assert_allclose(ttft[curve], [0.014, 0.0165, 0.014, 0.019], atol=1e-9)
     np.testing.assert_allclose(ttft[()], [0.019, 0.019, 0.019, 0.019], atol=1e-9)
 

@@ -77,11 +77,9 @@ def test_table_and_plot(inputs, capsys):
 
 
 def test_baselines_are_valid_points_for_the_inputs():
-    cluster, models, slo = (
-        load_cluster(LAB / "cluster.yaml"),
-        load_models(LAB / "models.yaml"),
-        load_slo(LAB / "slo.yaml"),
-    )
+    cluster = load_cluster(LAB / "cluster.yaml")
+    models = load_models(LAB / "models.yaml")
+    slo = load_slo(LAB / "slo.yaml")
     from planner.optimizer.invariants import check_plan
 
     for b in (baselines.static(cluster, models), baselines.lru(cluster, models)):

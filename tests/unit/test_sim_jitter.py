@@ -63,9 +63,15 @@ def test_cv_from_the_profilers_spreads():
         return Stat(median=median, spread=cv * P90_P10_SIGMAS * median, n=5)
 
     run = EngineRun(
-        model="m", variant="v", tp=1, status="ok",
+        model="m",
+        variant="v",
+        tp=1,
+        status="ok",
         prefill=[PrefillPoint(prompt_tokens=k, latency_s=s(0.01 * k, 0.1)) for k in (16, 64)],
-        decode=[DecodePoint(concurrency=c, prompt_tokens=16, output_tokens=32, tpot_s=s(0.02, 0.3)) for c in (1, 2, 4)],
-    )  # fmt: skip
+        decode=[
+            DecodePoint(concurrency=c, prompt_tokens=16, output_tokens=32, tpot_s=s(0.02, 0.3))
+            for c in (1, 2, 4)
+        ],
+    )
     assert jitter_cv(Profile(node="n", gpu_type="cpu", engine=[run])) == 0.3  # the median point
     assert jitter_cv(Profile(node="n", gpu_type="cpu")) is None

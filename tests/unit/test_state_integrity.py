@@ -29,8 +29,16 @@ def _state(d, rows: int = 4, pad: str = ""):
     """A state dir that started `rows` instances: rows in `instances`, one journal line each."""
     with StateStore(d) as s:
         for k in range(rows):
-            s.upsert(InstanceRow(id=f"a-{k}", model="tiny-a" + pad, variant="bf16", node="local",
-                                 port=18600 + k, status="stopped"))  # fmt: skip
+            s.upsert(
+                InstanceRow(
+                    id=f"a-{k}",
+                    model="tiny-a" + pad,
+                    variant="bf16",
+                    node="local",
+                    port=18600 + k,
+                    status="stopped",
+                )
+            )
             s.journal("start", f"a-{k}", "local", "ok", "x" * len(pad))
     db = sqlite3.connect(d / DB_NAME)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file

@@ -72,9 +72,13 @@ def test_a_full_disk_says_full_not_repair(tmp_path: Path):
         for k in range(200):
             store.upsert(
                 InstanceRow(
-                    id=f"i{k}", model="m" * 2000, variant="bf16", node="n", port=8100 + k,
+                    id=f"i{k}",
+                    model="m" * 2000,
+                    variant="bf16",
+                    node="n",
+                    port=8100 + k,
                     status="asleep",
                 )
-            )  # fmt: skip
+            )
     assert "full" in str(e.value) and "repair" not in str(e.value)
     store.close()

@@ -26,9 +26,14 @@ from planner.schemas.plan import SubstituteRule
 
 DAY = 86400.0
 SAME = (
-    "slo_attainment", "switch_p95_s", "switch_count", "warm_gpu_gib", "requests",
-    "substituted_share", "quality_cost",
-)  # fmt: skip
+    "slo_attainment",
+    "switch_p95_s",
+    "switch_count",
+    "warm_gpu_gib",
+    "requests",
+    "substituted_share",
+    "quality_cost",
+)
 RULE = SubstituteRule(
     when="always_while_waking", to=[Substitute(model=h.A, variant="awq", quality_penalty=0.1)]
 )
@@ -94,9 +99,14 @@ def test_live_tick_scores_stand_ins_as_the_optimizer(tmp_path, day):
     now = EPOCH0 + start + 3600.0
     cfg = AdjustConfig()
     tcfg = TickConfig(
-        policy=cfg, slo=h.slo(), perfs=h.perfs(p), plan_sha="live", model_names=[h.A, h.B],
-        start=AdjustState(point=p.selected, since_s=EPOCH0, config=cfg), dry_run=True,
-    )  # fmt: skip
+        policy=cfg,
+        slo=h.slo(),
+        perfs=h.perfs(p),
+        plan_sha="live",
+        model_names=[h.A, h.B],
+        start=AdjustState(point=p.selected, since_s=EPOCH0, config=cfg),
+        dry_run=True,
+    )
     with StateStore(state) as store:
         res = tick(now, src, FakeBackend(supports_sleep=True), store, p, tcfg)
     live_win = window_at(src, now, 3600.0)

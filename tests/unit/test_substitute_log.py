@@ -32,9 +32,22 @@ def test_an_old_log_reads_and_gains_the_stand_in_columns(tmp_path):
     assert (old["served_by"].tolist(), old["substituted"].tolist()) == ([""], [0])
 
     log = RequestLog(path)  # the gateway opens it: the columns are added
-    row = dict(timestamp=1700000001.0, user="bob", session="s2", model="coder", input_tokens=50,
-               output_tokens=5, cached_tokens=0, ttft_s=0.1, latency_s=0.5, switch_wait_s=0.0,
-               status=200, instance="planner-0", served_by="planner", substituted=1)  # fmt: skip
+    row = dict(
+        timestamp=1700000001.0,
+        user="bob",
+        session="s2",
+        model="coder",
+        input_tokens=50,
+        output_tokens=5,
+        cached_tokens=0,
+        ttft_s=0.1,
+        latency_s=0.5,
+        switch_wait_s=0.0,
+        status=200,
+        instance="planner-0",
+        served_by="planner",
+        substituted=1,
+    )
     log.add(tuple(row[c] for c in LOG_COLUMNS))
     log.close()
     both = read_trace(path)

@@ -76,9 +76,12 @@ def test_the_hook_keeps_a_sitecustomize_it_shadows(tmp_path):
     (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITE = 1\n")
     probe = "import builtins; print(getattr(builtins, 'OTHER_SITE', 0))"
     got = subprocess.run(
-        [sys.executable, "-c", probe], env=_env(str(ENGINE_SITE_DIR), str(other)),
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [sys.executable, "-c", probe],
+        env=_env(str(ENGINE_SITE_DIR), str(other)),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert got.stdout.strip() == "1"
 
 
