@@ -11,7 +11,18 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.evaluation import SearchResult
+    from planner.optimizer.perf import Calib
+    from planner.schemas.cluster import Cluster
+    from planner.schemas.models import Models
+    from planner.schemas.plan import Plan
+    from planner.schemas.slo import Slo
 
 
 def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]:
@@ -102,25 +113,25 @@ def plan_from_result(
 class OptimizeInputs:
     """What a plan is optimized on: the loaded inputs and, for its provenance, their files."""
 
-    cluster: Any
-    models: Any
-    slo: Any
-    trace: Any  # the traffic (trace schema)
-    calib: dict[str, Any] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
+    cluster: Cluster
+    models: Models
+    slo: Slo
+    trace: pd.DataFrame  # the traffic (trace schema)
+    calib: dict[str, Calib] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
     # cluster, models, slo, workload, profiles -> the file each came from (None: none)
     paths: dict[str, Path | None] = field(default_factory=dict)
 
 
 def optimize_plan(
     inputs: OptimizeInputs,
-    cfg: Any,
+    cfg: OptimizeConfig,
     *,
     out: Path | None = None,
     search: dict[str, Any] | None = None,
     progress: Callable[..., None] | None = None,
     clock: Callable[[], float] | None = None,
     job_map: Any = None,
-) -> tuple[Any, Any]:
+) -> tuple[Plan, SearchResult]:
     """(Plan, SearchResult) of `optimizer.search.optimize` on `inputs` under `cfg` (a full
     OptimizeConfig, recorded in the plan). `out`: where the plan will be written (its input
     paths are stored relative to that folder); `search`: extra fields of `plan.search`."""
@@ -155,7 +166,7 @@ def optimize_plan(
     return plan, result
 
 
-def config_from_plan(plan: Any, **override: Any) -> Any:
+def config_from_plan(plan: Plan, **override: Any) -> OptimizeConfig:
     """The OptimizeConfig `plan` was made with (`search.config`; a plan written before it was
     recorded: the fields its search records), with `override` on top."""
     from planner.optimizer.config import OptimizeConfig

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from planner.optimizer import schedule, scoring
 from planner.optimizer.build import substitute_rules
-from planner.optimizer.candidates import Knobs
+from planner.optimizer.candidates import Candidate, Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.demand import ModelDemand, model_demand
 from planner.optimizer.perf import Calib
@@ -115,7 +115,7 @@ Job = tuple[Knobs, Point, dict[str, InstancePerf], str]  # knobs, point, perfs, 
 class Evaluator(Protocol):
     """What `select` asks of the search: candidates, scoring of new points, `lru@` twins."""
 
-    def candidates(self, knobs: Knobs) -> tuple: ...
+    def candidates(self, knobs: Knobs) -> tuple[Candidate, ...]: ...
 
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation: ...
 

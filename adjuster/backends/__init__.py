@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from planner.adjuster.backends.base import Backend
@@ -32,12 +32,13 @@ BackendKind = Enum(  # type: ignore[misc]
 _GPU_MARGIN = 0.95  # share of a GPU's memory an engine may plan on
 
 
-def backend_class(kind: str) -> Any:
+def backend_class(kind: str) -> type[Backend]:
     """The backend class registered as `kind` (ValueError naming the known kinds)."""
     kind = getattr(kind, "value", kind)
     if kind not in _REGISTRY:
         raise ValueError(f"unknown backend {kind!r}; known: {', '.join(_REGISTRY)}")
-    return importlib.import_module(_REGISTRY[kind][0]).BACKEND
+    cls: type[Backend] = importlib.import_module(_REGISTRY[kind][0]).BACKEND
+    return cls
 
 
 def backend_kinds() -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from planner import control_http
 from planner.adjuster.backends.base import BackendFeature, Handle
@@ -15,6 +15,7 @@ from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
 from planner.errors import ApplyError, ControlCallError, LaunchError
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 
@@ -58,7 +59,9 @@ class LocalBackend:
         self.progress: Callable[[str], None] | None = None
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> LocalBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> LocalBackend:
         """What `--backend local` builds: processes on this host (`device` None: detect it)."""
         return cls(device)  # type: ignore[arg-type]
 

@@ -29,6 +29,7 @@ from typing import Any
 from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.adjuster.backends.relay import LOOPBACK, Relay, is_loopback
 from planner.errors import ApplyError, LaunchError, PortHeldError
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 NAMESPACE = "planner"
@@ -167,7 +168,9 @@ class RayBackend:
         self._agents: dict[str, Any] = {}
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> RayBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> RayBackend:
         """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local);
         `device` None: each agent detects its own node's."""
         return cls(device=device)

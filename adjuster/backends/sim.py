@@ -10,10 +10,10 @@ with sleep mode, as the plans are made for).
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from planner.adjuster.backends.base import BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 
@@ -29,7 +29,9 @@ class SimBackend:
         self._pids = itertools.count(1)
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> SimBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> SimBackend:
         """Nothing starts; sleep mode unless the cluster is CPU-only (as the engines would)."""
         return cls(supports_sleep=device != "cpu")
 
