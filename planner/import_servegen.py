@@ -63,7 +63,7 @@ def _servegen_files(p: Path) -> list[Path]:
     return [p]
 
 
-def read_servegen(p: Path, skipped: Counter, seed: int) -> tuple[pd.DataFrame, int]:
+def read_servegen(p: Path, skipped: Counter[str], seed: int) -> tuple[pd.DataFrame, int]:
     rng = np.random.default_rng(seed)
     parts = []
     n = 0

@@ -45,11 +45,11 @@ _CHAT_TEMPLATE = (
 )
 
 
-def _params(**kw: int) -> dict:
+def _params(**kw: int) -> dict[str, int]:
     return {"format": 1, **kw}
 
 
-def is_built(out_dir: str | Path, params: dict | None = None) -> bool:
+def is_built(out_dir: str | Path, params: dict[str, int] | None = None) -> bool:
     """Whether `out_dir` holds a finished tiny model (with exactly `params`, when given)."""
     marker = Path(out_dir) / MARKER
     try:
@@ -119,7 +119,7 @@ def build_tiny_model(
     return out
 
 
-def _write_model(dest: Path, p: dict) -> None:
+def _write_model(dest: Path, p: dict[str, int]) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -129,7 +129,9 @@ def _write_model(dest: Path, p: dict) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bars on stderr
+    # The `type: ignore`s below: transformers' own annotations (untyped constructors, config
+    # keys taken through **kwargs, `.to` under a decorator typed for another argument).
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no progress bars
 
     specials = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -142,7 +144,7 @@ def _write_model(dest: Path, p: dict) -> None:
         show_progress=False,
     )
     bpe.train_from_iterator(_TEXT, trainer=trainer)
-    tok = PreTrainedTokenizerFast(
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=bpe,
         unk_token="<unk>",
         bos_token="<s>",
@@ -154,7 +156,7 @@ def _write_model(dest: Path, p: dict) -> None:
     tok.save_pretrained(dest)
 
     torch.manual_seed(p["seed"])
-    cfg = LlamaConfig(
+    cfg = LlamaConfig(  # type: ignore[call-arg]
         hidden_size=p["hidden_size"],
         intermediate_size=p["intermediate_size"],
         num_hidden_layers=p["layers"],
@@ -169,12 +171,13 @@ def _write_model(dest: Path, p: dict) -> None:
         torch_dtype="bfloat16",
     )
     if not p.get("embedding"):
-        LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)
+        causal_lm = LlamaForCausalLM(cfg)  # type: ignore[no-untyped-call]
+        causal_lm.to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)  # type: ignore[arg-type]
         return
     # vLLM loads a `LlamaModel` into its Llama with the causal LM's names (`model.` first)
     from safetensors.torch import save_file
 
-    model = LlamaModel(cfg).to(torch.bfloat16)
+    model = LlamaModel(cfg).to(torch.bfloat16)  # type: ignore[arg-type]
     model.config.save_pretrained(dest)
     weights = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})

@@ -202,10 +202,11 @@ def _check_ranges(out: dict[str, Any], at: tuple[str | None, int | None]) -> Non
     """Token counts in range, `substituted` 0 or 1, the cached prefix within the prompt."""
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         v = out[name]
-        refuse_first(
-            v < low, name, lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
-            f"'{name}' must be >= {low}; drop or fix the row", *at,
-        )  # fmt: skip
+
+        def below(i: int, v: np.ndarray = v, low: int = low) -> str:
+            return f"{int(v[i])} is below {low}"
+
+        refuse_first(v < low, name, below, f"'{name}' must be >= {low}; drop or fix the row", *at)
     sub = out["substituted"]
     refuse_first(
         (sub < 0) | (sub > 1), "substituted", lambda i: f"{int(sub[i])} is neither 0 nor 1",

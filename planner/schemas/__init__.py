@@ -185,27 +185,32 @@ def load(path: str | Path, kind: str | None = None) -> Any:
 
 def load_cluster(path: str | Path) -> Cluster:
     """cluster.yaml."""
-    return load(path, "cluster")
+    out: Cluster = load(path, "cluster")
+    return out
 
 
 def load_models(path: str | Path) -> Models:
     """models.yaml."""
-    return load(path, "models")
+    out: Models = load(path, "models")
+    return out
 
 
 def load_slo(path: str | Path) -> Slo:
     """slo.yaml."""
-    return load(path, "slo")
+    out: Slo = load(path, "slo")
+    return out
 
 
 def load_plan(path: str | Path) -> Plan:
     """plan.yaml."""
-    return load(path, "plan")
+    out: Plan = load(path, "plan")
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:
     """A profile YAML."""
-    return load(path, "profile")
+    out: Profile = load(path, "profile")
+    return out
 
 
 def json_schema(kind: str) -> dict[str, Any]:
@@ -236,7 +241,7 @@ def check_pins(models: Models, cluster: Cluster, file: str = "<models>") -> None
         pin = m.pin
         if pin is None:
             continue
-        where = types if pin.node is None else {pin.node: types.get(pin.node)}
+        where = types if pin.node is None else {pin.node: types.get(pin.node, set())}
         if pin.node is not None and types.get(pin.node) is None:
             raise InputError(
                 f"model {m.name!r} is pinned to node {pin.node!r}, which is not in the cluster"
