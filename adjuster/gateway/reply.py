@@ -47,7 +47,7 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 def error(
-    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
+    status: int, message: str, kind: str, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """An OpenAI-style JSON error body."""
     body = {"error": {"message": message, "type": kind, "code": status, **extra}}

@@ -123,7 +123,7 @@ class Engine(Protocol):
         *,
         model_path: str,
         served_name: str,
-        python: str,
+        python: str = ...,  # default: the interpreter running planner (sys.executable)
         device: Device = "cuda",
         host: str = "127.0.0.1",
         secret: str = "",

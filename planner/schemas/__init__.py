@@ -11,10 +11,12 @@ from planner.errors import InputError
 from planner.io import read_yaml
 from planner.schemas.cluster import Cluster
 from planner.schemas.common import did_you_mean
-from planner.schemas.keys import Keys, check_keys
+from planner.schemas.keys import Keys
+from planner.schemas.keys import check_keys as check_keys  # re-exported (cli/validate.py)
 from planner.schemas.models import Models, arch_problem
 from planner.schemas.plan import Plan
-from planner.schemas.problems import path_key, validation_to_input_error
+from planner.schemas.problems import path_key as path_key  # re-exported (cli/inputs.py)
+from planner.schemas.problems import validation_to_input_error as validation_to_input_error
 from planner.schemas.profile import Profile
 from planner.schemas.slo import Slo
 
