@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,12 +49,15 @@ from planner.adjuster.observe import (
 )
 from planner.adjuster.policy import decide
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, Decision, HopCost
-from planner.adjuster.reoptimize_policy import ReoptimizePolicy
+from planner.adjuster.reoptimize_policy import PointPerfs, ReoptimizePolicy
 from planner.adjuster.state import StateStore
 from planner.errors import ApplyError, PlannerError
 from planner.optimizer.sim.metrics import SimResult
 from planner.schemas.plan import Plan
 from planner.schemas.slo import Slo
+
+if TYPE_CHECKING:
+    from planner.adjuster.forecast import Forecast
 
 
 class LogSource(Protocol):
@@ -95,7 +98,7 @@ class TickConfig:
 
     policy: AdjustConfig
     slo: Slo
-    perfs: dict[str, dict[str, Any]]  # point name -> instance id -> InstancePerf
+    perfs: PointPerfs  # point name -> instance id -> InstancePerf
     plan_sha: str = ""
     plan_path: str = ""  # the plan file, resolved ("": not from a file; replay, tests)
     dry_run: bool = False
@@ -234,7 +237,7 @@ def _state(
 
 def _lean_basis(
     log: LogSource, now_s: float, plan: Plan, config: TickConfig
-) -> tuple[Any, Simulated, Slo]:
+) -> tuple[Forecast, Simulated, Slo]:
     """The lean decision's forecast of the next windows (adjuster/forecast.py), every point
     simulated on its traffic, and the SLO."""
     from planner.adjuster.forecast import forecast_counts, forecast_traffic

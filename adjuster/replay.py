@@ -132,7 +132,7 @@ class _Series:
 
 
 def _charge_hop(
-    sim: Any, point: Point, cost: HopCost, start_s: float, window: pd.DataFrame, slo: Slo
+    sim: SimResult, point: Point, cost: HopCost, start_s: float, window: pd.DataFrame, slo: Slo
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TTFT, switch wait and SLO mask of a window's requests after a hop at `start_s`."""
     delay = hop_delays(point, cost, window, start_s)
@@ -149,7 +149,7 @@ def replay(
     plan: Plan,
     trace: pd.DataFrame,
     slo: Slo,
-    perfs: dict[str, dict[str, Any]],
+    perfs: PointPerfs,
     config: AdjustConfig | None = None,
     *,
     start_point: str | None = None,
@@ -257,9 +257,9 @@ class _Run:
         self.plan, self.trace, self.slo, self.perfs = plan, trace, slo, perfs
         self.model_names, self.cfg = model_names, cfg
         self.ts = trace["timestamp"].to_numpy(float)
-        self.sims: dict[tuple[str, float, float], Any] = {}  # (point, start, end) -> its run
+        self.sims: dict[tuple[str, float, float], SimResult] = {}  # (point, start, end) -> run
 
-    def sim(self, seg: Segment) -> tuple[Any, pd.DataFrame]:
+    def sim(self, seg: Segment) -> tuple[SimResult, pd.DataFrame]:
         """(SimResult of the segment's point on its requests, those requests)."""
         from planner.optimizer.sim.simulator import simulate
 
@@ -278,7 +278,7 @@ class _Run:
             )
         return self.sims[key], part
 
-    def charged(self, seg: Segment) -> tuple[Any, Any, Any, Any, int]:
+    def charged(self, seg: Segment) -> tuple[SimResult, np.ndarray, np.ndarray, np.ndarray, int]:
         """(sim, TTFT, switch wait, SLO mask, extra wakes) of a segment, the hop's waits in."""
         sim, part = self.sim(seg)
         name, hop, a, _ = seg
@@ -327,7 +327,7 @@ class _Run:
         return rows
 
 
-def _curve_gib(sim: Any, a: float, b: float) -> float:
+def _curve_gib(sim: SimResult, a: float, b: float) -> float:
     """A run's mean warm GiB over [a, b) from its memory curve (a step function; before its
     first time the first level, after its last the last)."""
     times, gib = (np.asarray(x, float) for x in sim.memory_curve)

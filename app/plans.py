@@ -21,11 +21,11 @@ if TYPE_CHECKING:
     from planner.optimizer.perf import Calib
     from planner.schemas.cluster import Cluster
     from planner.schemas.models import Models
-    from planner.schemas.plan import Plan
+    from planner.schemas.plan import CalibrationRef, InputRef, Plan
     from planner.schemas.slo import Slo
 
 
-def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]:
+def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, InputRef]:
     """{name: {path, sha256}} for each input given (a folder hashes its YAML files).
 
     `base`: the folder of the plan file being written: paths are stored relative to it
@@ -36,7 +36,7 @@ def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]
     from planner.io import sha256_file
     from planner.schemas.plan import InputRef
 
-    out: dict[str, Any] = {}
+    out: dict[str, InputRef] = {}
     for name, p in paths.items():
         if p is None:
             continue
@@ -57,15 +57,15 @@ def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]
 
 
 def plan_from_result(
-    result: Any,
-    cfg: Any,
+    result: SearchResult,
+    cfg: OptimizeConfig,
     *,
-    inputs: dict[str, Any],
-    trace: Any,
+    inputs: dict[str, InputRef],
+    trace: pd.DataFrame,
     seed: int,
     search: dict[str, Any] | None = None,
-    calibration: dict[str, Any] | None = None,
-) -> Any:
+    calibration: dict[str, CalibrationRef] | None = None,
+) -> Plan:
     """The Plan of `result` (`optimizer.search.optimize`'s) under `cfg` (its OptimizeConfig):
     `inputs` the provenance, `trace` the traffic it was optimized on, `search` extra fields,
     `calibration` the runs each GPU type's factors came from (`inputs.calibration_refs`)."""
@@ -73,11 +73,10 @@ def plan_from_result(
     from planner.optimizer.workload.characterize import summarize
     from planner.schemas.plan import Plan
 
-    overloaded = result.capacity is not None and result.capacity.overloaded
+    # the capacity report, where the demand is beyond what the cluster can serve
+    over = result.capacity if result.capacity is not None and result.capacity.overloaded else None
     overload = (
-        ["demand beyond what the cluster can serve:", *result.capacity.lines()]
-        if overloaded
-        else []
+        ["demand beyond what the cluster can serve:", *over.lines()] if over is not None else []
     )
     return Plan(
         inputs=inputs,
@@ -104,7 +103,7 @@ def plan_from_result(
         selected=result.selected,
         points=result.points,
         notes=[*result.notes, *overload],
-        capacity=result.capacity.rows if overloaded else [],
+        capacity=over.rows if over is not None else [],
         hops=result.hops,
     )
 

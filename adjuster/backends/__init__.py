@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from planner.adjuster.backends.base import Backend
+    from planner.adjuster.backends.base import Backend, BackendClass
     from planner.schemas.cluster import Cluster
 
 # kind -> (module defining BACKEND, offered by `--backend`)
@@ -32,12 +32,12 @@ BackendKind = Enum(  # type: ignore[misc]
 _GPU_MARGIN = 0.95  # share of a GPU's memory an engine may plan on
 
 
-def backend_class(kind: str) -> type[Backend]:
+def backend_class(kind: str) -> BackendClass:
     """The backend class registered as `kind` (ValueError naming the known kinds)."""
     kind = getattr(kind, "value", kind)
     if kind not in _REGISTRY:
         raise ValueError(f"unknown backend {kind!r}; known: {', '.join(_REGISTRY)}")
-    cls: type[Backend] = importlib.import_module(_REGISTRY[kind][0]).BACKEND
+    cls: BackendClass = importlib.import_module(_REGISTRY[kind][0]).BACKEND
     return cls
 
 

@@ -71,12 +71,6 @@ class Backend(Protocol):
     """
 
     name: str
-    extra: str | None  # the pip extra the backend itself needs (None: none)
-
-    @classmethod
-    def from_cluster(cls, cluster: Cluster | None = None, *, device: str | None = None) -> Backend:
-        """The backend for `cluster` (what `--backend KIND` builds; `device` None: detect it)."""
-        ...
 
     @property
     def features(self) -> frozenset[BackendFeature]:
@@ -151,4 +145,15 @@ class InstanceControl(Protocol):
 
     def drained(self) -> str:
         """Why nothing may start or wake (`planner down` ran; the next apply lifts it), or ""."""
+        ...
+
+
+class BackendClass(Protocol):
+    """A registered backend (`BACKEND` of its module, adjuster/backends/__init__.py): the
+    class `--backend KIND` names."""
+
+    extra: str | None  # the pip extra the backend itself needs (None: none)
+
+    def from_cluster(self, cluster: Cluster | None = None, *, device: str | None = None) -> Backend:
+        """The backend for `cluster` (`device` None: the backend finds it out)."""
         ...

@@ -7,10 +7,10 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Literal
+from typing import ClassVar, Literal
 
 from planner import control_http
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
@@ -41,7 +41,9 @@ class LocalBackend:
     """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
 
     name = "local"
-    extra: str | None = None  # pip extra the backend itself needs (the engine's is checked apart)
+    extra: ClassVar[str | None] = (
+        None  # pip extra the backend itself needs (the engine's is checked apart)
+    )
 
     def __init__(
         self,
@@ -222,4 +224,4 @@ class LocalBackend:
         return {g: free[g] for g in gpus if g in free}
 
 
-BACKEND = LocalBackend
+BACKEND: BackendClass = LocalBackend

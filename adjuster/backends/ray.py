@@ -24,9 +24,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.adjuster.backends.relay import LOOPBACK, Relay, is_loopback
 from planner.errors import ApplyError, LaunchError, PortHeldError
 from planner.schemas.cluster import Cluster
@@ -153,7 +153,7 @@ class RayBackend:
     """Backend over a Ray cluster: each call goes to the agent of the instance's node."""
 
     name = "ray"
-    extra: str | None = "cluster"  # pip extra that brings Ray
+    extra: ClassVar[str | None] = "cluster"  # pip extra that brings Ray
 
     def __init__(
         self,
@@ -293,4 +293,4 @@ class RayBackend:
             self._agents.pop(node, None)
 
 
-BACKEND = RayBackend
+BACKEND: BackendClass = RayBackend

@@ -10,8 +10,9 @@ with sleep mode, as the plans are made for).
 from __future__ import annotations
 
 import itertools
+from typing import ClassVar
 
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError
 from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
@@ -21,7 +22,7 @@ class SimBackend:
     """Processes as entries of a dict: pid -> `up` | `asleep`."""
 
     name = "sim"
-    extra: str | None = None
+    extra: ClassVar[str | None] = None
 
     def __init__(self, supports_sleep: bool = True):
         self._sleep = supports_sleep
@@ -79,4 +80,4 @@ class SimBackend:
         return None
 
 
-BACKEND = SimBackend
+BACKEND: BackendClass = SimBackend
