@@ -129,9 +129,7 @@ def _write_model(dest: Path, p: dict[str, int]) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaModel, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
-    # The `type: ignore`s below: transformers' own annotations (untyped constructors, config
-    # keys taken through **kwargs, `.to` under a decorator typed for another argument).
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no progress bars
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bars on stderr
 
     specials = ["<unk>", "<s>", "</s>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
     bpe = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -144,7 +142,7 @@ def _write_model(dest: Path, p: dict[str, int]) -> None:
         show_progress=False,
     )
     bpe.train_from_iterator(_TEXT, trainer=trainer)
-    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+    tok = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         unk_token="<unk>",
         bos_token="<s>",
@@ -156,7 +154,7 @@ def _write_model(dest: Path, p: dict[str, int]) -> None:
     tok.save_pretrained(dest)
 
     torch.manual_seed(p["seed"])
-    cfg = LlamaConfig(  # type: ignore[call-arg]
+    cfg = LlamaConfig(
         hidden_size=p["hidden_size"],
         intermediate_size=p["intermediate_size"],
         num_hidden_layers=p["layers"],
@@ -171,13 +169,12 @@ def _write_model(dest: Path, p: dict[str, int]) -> None:
         torch_dtype="bfloat16",
     )
     if not p.get("embedding"):
-        causal_lm = LlamaForCausalLM(cfg)  # type: ignore[no-untyped-call]
-        causal_lm.to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)  # type: ignore[arg-type]
+        LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(dest, safe_serialization=True)
         return
     # vLLM loads a `LlamaModel` into its Llama with the causal LM's names (`model.` first)
     from safetensors.torch import save_file
 
-    model = LlamaModel(cfg).to(torch.bfloat16)  # type: ignore[arg-type]
+    model = LlamaModel(cfg).to(torch.bfloat16)
     model.config.save_pretrained(dest)
     weights = {f"model.{k}": v.contiguous() for k, v in model.state_dict().items()}
     save_file(weights, str(dest / "model.safetensors"), metadata={"format": "pt"})
