@@ -52,12 +52,12 @@ from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, Deci
 from planner.adjuster.reoptimize_policy import PointPerfs, ReoptimizePolicy
 from planner.adjuster.state import StateStore
 from planner.errors import ApplyError, PlannerError
-from planner.optimizer.sim.metrics import SimResult
 from planner.schemas.plan import Plan
 from planner.schemas.slo import Slo
 
 if TYPE_CHECKING:
     from planner.adjuster.forecast import Forecast
+    from planner.optimizer.sim.metrics import SimResult
 
 
 class LogSource(Protocol):
@@ -184,7 +184,7 @@ def tick(
         setting = ObserveSetting(
             config.perfs, config.slo.attainment, backend.supports_sleep, config.suggest_command
         )
-        ahead = Simulated(fc, fc_sims) if fc_sims is not None else None  # fc_sims: fc's
+        ahead = Simulated(fc, fc_sims) if fc_sims is not None else None  # None when fc is
         lean = _lean_basis(log, now_s, plan, config) if cfg.decision == "lean" else None
         obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped, after, lean)
         new_st, actions = decide(st, obs)

@@ -398,6 +398,7 @@ class _Grower:
         self.perfs = perfs
 
     def points(self, recent: pd.DataFrame) -> tuple[list[Point], PointPerfs]:
+        """The replay's re-optimizer's (a ReoptimizePolicy has both calls)."""
         return self.reoptimizer.points(recent)
 
     def reoptimize(
