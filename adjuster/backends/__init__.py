@@ -1,9 +1,10 @@
 """The backends that run engine servers, one module each, looked up by kind.
 
 Adding a backend is one module that defines a class of the `Backend` protocol (base.py) with
-a `from_cluster(cluster, *, device)` constructor, `BACKEND = TheClass` at its end, and its
-line in `_REGISTRY` below; `--backend` offers it from then on (`BackendKind`) when it runs
-engines. Modules are imported on first use, so `planner --help` loads none of them.
+a `from_cluster(cluster, *, device)` constructor, `BACKEND: BackendClass = TheClass` at its end
+(the type checker checks the class against base.BackendClass), and its line in `_REGISTRY`
+below; `--backend` offers it from then on (`BackendKind`) when it runs engines. Modules are
+imported on first use, so `planner --help` loads none of them.
 """
 
 from __future__ import annotations

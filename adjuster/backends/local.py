@@ -41,9 +41,8 @@ class LocalBackend:
     """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
 
     name = "local"
-    extra: ClassVar[str | None] = (
-        None  # pip extra the backend itself needs (the engine's is checked apart)
-    )
+    # pip extra the backend itself needs (the engine's is checked apart)
+    extra: ClassVar[str | None] = None
 
     def __init__(
         self,
