@@ -43,10 +43,15 @@ def lay_out() -> dict[str, str]:
         laid = "/".join(pkg.split("."))
         if "." not in pkg:
             # the root package's folder holds the others: a real folder of links to its entries
-            (TREE / laid).mkdir(parents=True, exist_ok=True)
-            for entry in (ROOT / folder).iterdir():
-                if entry.name != "__pycache__":
-                    _link(TREE / laid / entry.name, entry)
+            root = TREE / laid
+            root.mkdir(parents=True, exist_ok=True)
+            entries = {e.name: e for e in (ROOT / folder).iterdir() if e.name != "__pycache__"}
+            subpackages = {p.split(".")[1] for p in dirs if p.count(".") == 1}
+            for stale in root.iterdir():  # a module deleted or moved since the last run
+                if stale.name not in entries and stale.name not in subpackages:
+                    stale.unlink()
+            for name, entry in entries.items():
+                _link(root / name, entry)
         else:
             _link(TREE / laid, ROOT / folder)
         prefixes[laid + "/"] = folder + "/"
