@@ -17,9 +17,9 @@ length_s)`. One tick:
    Observation (`observe.observe`) and the decision (`policy.decide`);
 4. its effects, unless `config.dry_run`: a hop is `apply_point` on `backend` (the real one
    live, `SimBackend` in replay) under the state lease (another apply holds it: LockHeldError,
-   exit 3), and a failed apply leaves the policy where it was; `reoptimize` calls
-   `config.reoptimize` on the last `reoptimize_lookback_s` of traffic (live: writes a new
-   plan file; replay: its points join the plan); `suggest`/`reoptimize` call
+   exit 3), and a failed apply leaves the policy where it was; `reoptimize` asks
+   `config.reoptimize` (a ReoptimizePolicy) on the last `reoptimize_lookback_s` of traffic
+   (live: writes a new plan file; replay: its points join the plan); `suggest`/`reoptimize` call
    `config.on_suggest` with the window (live: written next to the state for the printed
    command); the decision is journaled (the decision log, and one line in the apply journal).
    A dry run decides and journals the decision as a dry run (not a state to continue from),
@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -49,13 +49,15 @@ from planner.adjuster.observe import (
 )
 from planner.adjuster.policy import decide
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, Decision, HopCost
+from planner.adjuster.reoptimize_policy import PointPerfs, ReoptimizePolicy
 from planner.adjuster.state import StateStore
 from planner.errors import ApplyError, PlannerError
 from planner.schemas.plan import Plan
 from planner.schemas.slo import Slo
 
-# (recent traffic, now, plan) -> (the plan to go on with, None: unchanged; what to report)
-Reoptimize = Callable[[pd.DataFrame, float, Plan], tuple[Plan | None, dict[str, Any]]]
+if TYPE_CHECKING:
+    from planner.adjuster.forecast import Forecast
+    from planner.optimizer.sim.metrics import SimResult
 
 
 class LogSource(Protocol):
@@ -96,7 +98,7 @@ class TickConfig:
 
     policy: AdjustConfig
     slo: Slo
-    perfs: dict[str, dict[str, Any]]  # point name -> instance id -> InstancePerf
+    perfs: PointPerfs  # point name -> instance id -> InstancePerf
     plan_sha: str = ""
     plan_path: str = ""  # the plan file, resolved ("": not from a file; replay, tests)
     dry_run: bool = False
@@ -107,7 +109,7 @@ class TickConfig:
     gpu_capacity_gib: dict[tuple[str, int], float] | None = None
     suggest_command: str = ""
     on_suggest: Callable[[pd.DataFrame], None] | None = None
-    reoptimize: Reoptimize | None = None
+    reoptimize: ReoptimizePolicy | None = None
 
 
 @dataclass
@@ -119,7 +121,7 @@ class TickResult:
     state_before: AdjustState
     state: AdjustState  # after the decision (and its effects)
     action: Decision
-    sims: dict[str, Any]  # point name -> SimResult on the window
+    sims: dict[str, SimResult]  # point name -> SimResult on the window
     forecast_requests: tuple[int, ...]  # requests in each forecast window
     plan: Plan  # the plan after the tick (grown by a replay re-optimization)
     hop: HopCost | None = None  # the hop made: its steps, timed (None: no hop)
@@ -182,7 +184,7 @@ def tick(
         setting = ObserveSetting(
             config.perfs, config.slo.attainment, backend.supports_sleep, config.suggest_command
         )
-        ahead = Simulated(fc, fc_sims) if fc is not None else None
+        ahead = Simulated(fc, fc_sims) if fc_sims is not None else None  # None when fc is
         lean = _lean_basis(log, now_s, plan, config) if cfg.decision == "lean" else None
         obs = observe(plan, st, now_s, Simulated(win, sims), setting, ahead, dropped, after, lean)
         new_st, actions = decide(st, obs)
@@ -235,7 +237,7 @@ def _state(
 
 def _lean_basis(
     log: LogSource, now_s: float, plan: Plan, config: TickConfig
-) -> tuple[Any, Simulated, Slo]:
+) -> tuple[Forecast, Simulated, Slo]:
     """The lean decision's forecast of the next windows (adjuster/forecast.py), every point
     simulated on its traffic, and the SLO."""
     from planner.adjuster.forecast import forecast_counts, forecast_traffic
@@ -250,7 +252,7 @@ def _lean_basis(
     return fc, Simulated(traffic, _simulate(plan, traffic, config)), config.slo
 
 
-def _simulate(plan: Plan, df: pd.DataFrame, config: TickConfig) -> dict[str, Any]:
+def _simulate(plan: Plan, df: pd.DataFrame, config: TickConfig) -> dict[str, SimResult]:
     from planner.optimizer.sim.simulator import simulate
 
     return {
@@ -293,7 +295,7 @@ def _effects(
     elif act.kind == "reoptimize" and config.reoptimize is not None:
         recent = window_at(log, res.now_s, config.policy.reoptimize_lookback_s)
         try:
-            grown, res.report = config.reoptimize(recent, res.now_s, res.plan)
+            grown, res.report = config.reoptimize.reoptimize(recent, res.now_s, res.plan)
         except PlannerError as e:  # journaled; the exit code says it failed
             res.error = e
             return

@@ -57,14 +57,13 @@ from planner.adjuster.backends.sim import SimBackend
 from planner.adjuster.live import TickConfig, TickResult, TraceSource, tick
 from planner.adjuster.observe import hop_delays
 from planner.adjuster.policy_types import DAY_S, AdjustConfig, AdjustState, HopCost
+from planner.adjuster.reoptimize_policy import PointPerfs, ReoptimizePolicy
 from planner.adjuster.state import StateStore
-from planner.optimizer.sim.metrics import met_slo, percentiles
+from planner.optimizer.sim.metrics import SimResult, met_slo, percentiles
 from planner.schemas.plan import Plan, Point
 from planner.schemas.slo import Slo
 
 Progress = Callable[[int, int], None]
-# window trace -> new points and their perfs (point name -> instance id -> InstancePerf)
-Reoptimizer = Callable[[pd.DataFrame], tuple[list[Point], dict[str, dict[str, Any]]]]
 
 
 @dataclass
@@ -83,7 +82,14 @@ class _Series:
     gpus: int = 0
     refused: Counter[str] = field(default_factory=Counter)  # unserved requests by reason
 
-    def add(self, sim: Any, ttft=None, wait=None, met=None, extra_wakes: int = 0) -> None:
+    def add(
+        self,
+        sim: SimResult,
+        ttft: np.ndarray | None = None,
+        wait: np.ndarray | None = None,
+        met: np.ndarray | None = None,
+        extra_wakes: int = 0,
+    ) -> None:
         """One continuous run (a segment, or the whole span held)."""
         self.ttft.append(sim.ttft_s if ttft is None else ttft)
         self.tpot.append(sim.tpot_s)
@@ -103,7 +109,10 @@ class _Series:
 
     def metrics(self) -> dict[str, Any]:
         """The keys of `planner evaluate --json` (per point), over the whole trace."""
-        cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
+
+        def cat(xs: list[np.ndarray], dt: type) -> np.ndarray:
+            return np.concatenate(xs) if xs else np.zeros(0, dt)
+
         ttft = cat(self.ttft, float)
         tpot = cat(self.tpot, float)
         wait = cat(self.wait, float)
@@ -125,7 +134,7 @@ class _Series:
 
 
 def _charge_hop(
-    sim: Any, point: Point, cost: HopCost, start_s: float, window: pd.DataFrame, slo: Slo
+    sim: SimResult, point: Point, cost: HopCost, start_s: float, window: pd.DataFrame, slo: Slo
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TTFT, switch wait and SLO mask of a window's requests after a hop at `start_s`."""
     delay = hop_delays(point, cost, window, start_s)
@@ -142,23 +151,24 @@ def replay(
     plan: Plan,
     trace: pd.DataFrame,
     slo: Slo,
-    perfs: dict[str, dict[str, Any]],
+    perfs: PointPerfs,
     config: AdjustConfig | None = None,
     *,
     start_point: str | None = None,
     sleep_supported: bool = True,
     progress: Progress | None = None,
-    reoptimizer: Reoptimizer | None = None,
+    reoptimizer: ReoptimizePolicy | None = None,
     warmup_s: float = 0.0,
 ) -> dict[str, Any]:
     """Walk `trace` through `live.tick`; `{"adjusted", "static", "hops", "reoptimizations",
     "actions", "decisions" (one per window), ...}`.
 
     `perfs`: point name -> (instance id -> InstancePerf), e.g. from `perfs_for_point`.
-    `reoptimizer` (with `config.reoptimize == "auto"`): called on the recent traffic when the
-    policy asks to re-optimize. `warmup_s`: the windows of the first `warmup_s` of the trace
-    are decided on (history for the forecast, drift alarms, hops) but left out of every
-    series, like the log a live adjuster already has. Deterministic: same inputs, same output.
+    `reoptimizer` (with `config.reoptimize == "auto"`): asked for points on the recent traffic
+    when the policy asks to re-optimize; they join the plan. `warmup_s`: the windows of the
+    first `warmup_s` of the trace are decided on (history for the forecast, drift alarms,
+    hops) but left out of every series, like the log a live adjuster already has.
+    Deterministic: same inputs, same output.
     """
     cfg = config or AdjustConfig()
     perfs = dict(perfs)
@@ -177,18 +187,19 @@ def replay(
     in_force: list[tuple[str, HopCost | None]] = []  # per window: the point, the hop made into it
     pending: HopCost | None = None  # the hop made at the end of the previous window
     source, backend = TraceSource(trace), SimBackend(sleep_supported)
+    start_state = AdjustState(point=start, since_s=first, config=cfg)
     tcfg = TickConfig(
         policy=cfg,
         slo=slo,
         perfs=perfs,
         plan_sha="replay",
         model_names=model_names,
-        start=AdjustState(point=start, since_s=first, config=cfg),
-        reoptimize=_grower(reoptimizer, perfs) if reoptimizer is not None else None,
+        start=start_state,
+        reoptimize=_Grower(reoptimizer, perfs) if reoptimizer is not None else None,
     )
     with tempfile.TemporaryDirectory(prefix="planner-replay-") as tmp, StateStore(tmp) as store:
         apply_point(plan, start, backend=backend, state=store, model_path_resolver=lambda i: "")
-        state = tcfg.start
+        state = start_state
         for k in range(n_win):
             end_s = first + (k + 1) * w
             res = tick(end_s, source, backend, store, plan, tcfg)
@@ -240,16 +251,24 @@ class _Run:
     (awake, asleep, caches, queues) from one hour to the next, as the live gateway does; a
     hop starts a new run where it lands, with its waits charged (`_charge_hop`)."""
 
-    def __init__(self, plan: Plan, trace: pd.DataFrame, slo: Slo, perfs, model_names, cfg):
+    def __init__(
+        self,
+        plan: Plan,
+        trace: pd.DataFrame,
+        slo: Slo,
+        perfs: PointPerfs,
+        model_names: list[str],
+        cfg: AdjustConfig,
+    ):
         self.plan = plan
         self.trace = trace
         self.slo = slo
         self.perfs = perfs
         self.model_names, self.cfg = model_names, cfg
         self.ts = trace["timestamp"].to_numpy(float)
-        self.sims: dict[tuple[str, float, float], Any] = {}  # (point, start, end) -> its run
+        self.sims: dict[tuple[str, float, float], SimResult] = {}  # (point, start, end) -> run
 
-    def sim(self, seg: Segment) -> tuple[Any, pd.DataFrame]:
+    def sim(self, seg: Segment) -> tuple[SimResult, pd.DataFrame]:
         """(SimResult of the segment's point on its requests, those requests)."""
         from planner.optimizer.sim.simulator import simulate
 
@@ -268,7 +287,7 @@ class _Run:
             )
         return self.sims[key], part
 
-    def charged(self, seg: Segment) -> tuple[Any, Any, Any, Any, int]:
+    def charged(self, seg: Segment) -> tuple[SimResult, np.ndarray, np.ndarray, np.ndarray, int]:
         """(sim, TTFT, switch wait, SLO mask, extra wakes) of a segment, the hop's waits in."""
         sim, part = self.sim(seg)
         name, hop, a, _ = seg
@@ -284,7 +303,9 @@ class _Run:
             out.add(sim, ttft=t, wait=q, met=m, extra_wakes=extra)
         return out
 
-    def per_window(self, first, w, k0, in_force) -> list[dict[str, Any]]:
+    def per_window(
+        self, first: float, w: float, k0: int, in_force: list[tuple[str, HopCost | None]]
+    ) -> list[dict[str, Any]]:
         """Per scored window of the adjusted run: the point in force, its warm GiB, the
         requests per model, the switch waits (count, P95) and the attainment."""
         rows = []
@@ -317,7 +338,7 @@ class _Run:
         return rows
 
 
-def _curve_gib(sim: Any, a: float, b: float) -> float:
+def _curve_gib(sim: SimResult, a: float, b: float) -> float:
     """A run's mean warm GiB over [a, b) from its memory curve (a step function; before its
     first time the first level, after its last the last)."""
     times, gib = (np.asarray(x, float) for x in sim.memory_curve)
@@ -400,21 +421,30 @@ class _Log:
         }
 
 
-def _grower(reoptimizer: Reoptimizer, perfs: dict[str, dict[str, Any]]):
-    """`TickConfig.reoptimize` of a replay: the new points join the plan (`<name>@<hour>h`)."""
+class _Grower:
+    """`TickConfig.reoptimize` of a replay: the new points join the plan (`<name>@<hour>h`)
+    and their perfs join `perfs` (the tick's)."""
 
-    def grow(recent: pd.DataFrame, now_s: float, plan: Plan) -> tuple[Plan, dict[str, Any]]:
-        points, new_perfs = reoptimizer(recent)
+    def __init__(self, reoptimizer: ReoptimizePolicy, perfs: PointPerfs) -> None:
+        self.reoptimizer = reoptimizer
+        self.perfs = perfs
+
+    def points(self, recent: pd.DataFrame) -> tuple[list[Point], PointPerfs]:
+        """The replay's re-optimizer's (a ReoptimizePolicy has both calls)."""
+        return self.reoptimizer.points(recent)
+
+    def reoptimize(
+        self, recent: pd.DataFrame, now_s: float, plan: Plan
+    ) -> tuple[Plan, dict[str, Any]]:
+        points, new_perfs = self.reoptimizer.points(recent)
         tag = f"@{int(now_s // 3600)}h"
         added = []
         for p in points:
             name = p.name + tag
-            perfs[name] = new_perfs[p.name]
+            self.perfs[name] = new_perfs[p.name]
             added.append(p.model_copy(update={"name": name}))
         grown = plan.model_copy(update={"points": [*plan.points, *added]})
         return grown, {"added_points": [p.name for p in added]}
-
-    return grow
 
 
 __all__ = ["replay"]

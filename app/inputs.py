@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from planner.errors import InputError
 
+if TYPE_CHECKING:
+    from planner.optimizer.perf import Calib, InstancePerf
+    from planner.schemas.cluster import Cluster
+    from planner.schemas.models import Models
+    from planner.schemas.plan import CalibrationRef, Plan, Point
+    from planner.schemas.slo import Slo
 
-def recorded_path(plan_path: Path, plan: Any, key: str) -> Path | None:
+
+def recorded_path(plan_path: Path, plan: Plan, key: str) -> Path | None:
     """The file or folder `plan.inputs[key]` names; None when the plan records none."""
     ref = plan.inputs.get(key)
     if ref is None or not ref.path:
@@ -31,7 +38,7 @@ def recorded_path(plan_path: Path, plan: Any, key: str) -> Path | None:
     )
 
 
-def calibration(profiles: Path | None) -> tuple[dict[str, Any], list[str]]:
+def calibration(profiles: Path | None) -> tuple[dict[str, Calib], list[str]]:
     """(GPU type -> Calib fitted in the profiles under `profiles`, warnings about them)."""
     if profiles is None:
         return {}, []
@@ -48,7 +55,7 @@ def calibration(profiles: Path | None) -> tuple[dict[str, Any], list[str]]:
     return {p.gpu_type: calib_from_profile(p) for p in found}, list(warnings_here(found))
 
 
-def calibration_refs(profiles: Path | None) -> dict[str, Any]:
+def calibration_refs(profiles: Path | None) -> dict[str, CalibrationRef]:
     """GPU type -> CalibrationRef: the runs each GPU type's factors in `calibration` were
     fitted from (the same profile per GPU type: the last one found)."""
     if profiles is None or not profiles.exists():
@@ -73,29 +80,30 @@ def calibration_refs(profiles: Path | None) -> dict[str, Any]:
 class PlanInputs:
     """A plan and the inputs it was optimized on, checked against each other."""
 
-    plan: Any
+    plan: Plan
     plan_path: Path
-    cluster: Any
+    cluster: Cluster
     cluster_path: Path
-    models: Any
+    models: Models
     models_path: Path
-    slo: Any = None  # None where the command needs none and the plan records none
+    slo: Slo | None = None  # None where the command needs none and the plan records none
     slo_path: Path | None = None
     profiles_path: Path | None = None
-    calib: dict[str, Any] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
+    calib: dict[str, Calib] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
     warnings: list[str] = field(default_factory=list)
 
-    def perfs(self, point: Any) -> dict[str, Any]:
+    def perfs(self, point: Point) -> dict[str, InstancePerf]:
         """Instance id -> InstancePerf of one point, with the plan's calibration."""
         from planner.optimizer.sim.perfs import perfs_for_point
 
         return perfs_for_point(point, self.cluster, self.models, self.calib)
 
-    def all_perfs(self) -> dict[str, dict[str, Any]]:
+    def all_perfs(self) -> dict[str, dict[str, InstancePerf]]:
         """Point name -> instance id -> InstancePerf, for every point of the plan."""
         return {p.name: self.perfs(p) for p in self.plan.points}
 
     def seed(self) -> int:
+        """The plan's search seed (0 when it records none)."""
         return int(self.plan.search.get("seed", 0))
 
 
@@ -124,14 +132,12 @@ def resolve(
     paths: dict[str, Path | None] = {}
     for key, given in (("models", models), ("cluster", cluster), ("slo", slo)):
         paths[key] = given or recorded_path(plan_path, plan, key)
-    for key in ("models", "cluster", *(("slo",) if need_slo else ())):
-        if paths[key] is None:
-            raise InputError(
-                f"the plan records no {key} file", file=str(plan_path), path=f"inputs.{key}",
-                fix=f"pass --{key} {key.upper()}.yaml",
-            )  # fmt: skip
-    ms = load_models(paths["models"])
-    cl = load_cluster(paths["cluster"])
+    models_path = _needed(plan_path, paths, "models")
+    cluster_path = _needed(plan_path, paths, "cluster")
+    if need_slo:
+        _needed(plan_path, paths, "slo")
+    ms = load_models(models_path)
+    cl = load_cluster(cluster_path)
     check_plan(plan, cl, ms, file=str(plan_path))
     sl = None
     if paths["slo"] is not None:
@@ -142,9 +148,31 @@ def resolve(
     prof = profiles or recorded_path(plan_path, plan, "profiles")
     calib, warnings = calibration(prof)
     return PlanInputs(
-        plan, plan_path, cl, paths["cluster"], ms, paths["models"], sl, paths["slo"], prof,
-        calib, warnings,
-    )  # fmt: skip
+        plan=plan,
+        plan_path=plan_path,
+        cluster=cl,
+        cluster_path=cluster_path,
+        models=ms,
+        models_path=models_path,
+        slo=sl,
+        slo_path=paths["slo"],
+        profiles_path=prof,
+        calib=calib,
+        warnings=warnings,
+    )
+
+
+def _needed(plan_path: Path, paths: dict[str, Path | None], key: str) -> Path:
+    """The file of input `key`: given or recorded, else an error saying to pass it."""
+    path = paths[key]
+    if path is None:
+        raise InputError(
+            f"the plan records no {key} file",
+            file=str(plan_path),
+            path=f"inputs.{key}",
+            fix=f"pass --{key} {key.upper()}.yaml",
+        )
+    return path
 
 
 __all__ = ["PlanInputs", "calibration", "calibration_refs", "recorded_path", "resolve"]

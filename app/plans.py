@@ -11,10 +11,21 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from planner.optimizer.config import OptimizeConfig
+    from planner.optimizer.evaluation import SearchResult
+    from planner.optimizer.perf import Calib
+    from planner.schemas.cluster import Cluster
+    from planner.schemas.models import Models
+    from planner.schemas.plan import CalibrationRef, InputRef, Plan
+    from planner.schemas.slo import Slo
 
 
-def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]:
+def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, InputRef]:
     """{name: {path, sha256}} for each input given (a folder hashes its YAML files).
 
     `base`: the folder of the plan file being written: paths are stored relative to it
@@ -25,7 +36,7 @@ def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]
     from planner.io import sha256_file
     from planner.schemas.plan import InputRef
 
-    out: dict[str, Any] = {}
+    out: dict[str, InputRef] = {}
     for name, p in paths.items():
         if p is None:
             continue
@@ -46,15 +57,15 @@ def provenance(base: Path | None = None, **paths: Path | None) -> dict[str, Any]
 
 
 def plan_from_result(
-    result: Any,
-    cfg: Any,
+    result: SearchResult,
+    cfg: OptimizeConfig,
     *,
-    inputs: dict[str, Any],
-    trace: Any,
+    inputs: dict[str, InputRef],
+    trace: pd.DataFrame,
     seed: int,
     search: dict[str, Any] | None = None,
-    calibration: dict[str, Any] | None = None,
-) -> Any:
+    calibration: dict[str, CalibrationRef] | None = None,
+) -> Plan:
     """The Plan of `result` (`optimizer.search.optimize`'s) under `cfg` (its OptimizeConfig):
     `inputs` the provenance, `trace` the traffic it was optimized on, `search` extra fields,
     `calibration` the runs each GPU type's factors came from (`inputs.calibration_refs`)."""
@@ -62,11 +73,10 @@ def plan_from_result(
     from planner.optimizer.workload.characterize import summarize
     from planner.schemas.plan import Plan
 
-    overloaded = result.capacity is not None and result.capacity.overloaded
+    # the capacity report, where the demand is beyond what the cluster can serve
+    over = result.capacity if result.capacity is not None and result.capacity.overloaded else None
     overload = (
-        ["demand beyond what the cluster can serve:", *result.capacity.lines()]
-        if overloaded
-        else []
+        ["demand beyond what the cluster can serve:", *over.lines()] if over is not None else []
     )
     return Plan(
         inputs=inputs,
@@ -93,7 +103,7 @@ def plan_from_result(
         selected=result.selected,
         points=result.points,
         notes=[*result.notes, *overload],
-        capacity=result.capacity.rows if overloaded else [],
+        capacity=over.rows if over is not None else [],
         hops=result.hops,
     )
 
@@ -102,25 +112,25 @@ def plan_from_result(
 class OptimizeInputs:
     """What a plan is optimized on: the loaded inputs and, for its provenance, their files."""
 
-    cluster: Any
-    models: Any
-    slo: Any
-    trace: Any  # the traffic (trace schema)
-    calib: dict[str, Any] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
+    cluster: Cluster
+    models: Models
+    slo: Slo
+    trace: pd.DataFrame  # the traffic (trace schema)
+    calib: dict[str, Calib] = field(default_factory=dict)  # GPU type -> Calib (empty: spec sheet)
     # cluster, models, slo, workload, profiles -> the file each came from (None: none)
     paths: dict[str, Path | None] = field(default_factory=dict)
 
 
 def optimize_plan(
     inputs: OptimizeInputs,
-    cfg: Any,
+    cfg: OptimizeConfig,
     *,
     out: Path | None = None,
     search: dict[str, Any] | None = None,
     progress: Callable[..., None] | None = None,
     clock: Callable[[], float] | None = None,
     job_map: Any = None,
-) -> tuple[Any, Any]:
+) -> tuple[Plan, SearchResult]:
     """(Plan, SearchResult) of `optimizer.search.optimize` on `inputs` under `cfg` (a full
     OptimizeConfig, recorded in the plan). `out`: where the plan will be written (its input
     paths are stored relative to that folder); `search`: extra fields of `plan.search`."""
@@ -154,7 +164,7 @@ def optimize_plan(
     return plan, result
 
 
-def config_from_plan(plan: Any, **override: Any) -> Any:
+def config_from_plan(plan: Plan, **override: Any) -> OptimizeConfig:
     """The OptimizeConfig `plan` was made with (`search.config`; a plan written before it was
     recorded: the fields its search records), with `override` on top."""
     from planner.optimizer.config import OptimizeConfig

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.app.inputs import PlanInputs
 from planner.errors import InputError
 
+if TYPE_CHECKING:
+    from planner.adjuster.state import StateStore
+
 DAY_S = 86400.0
 
 
-def in_force(inp: PlanInputs, store: Any) -> str:
+def in_force(inp: PlanInputs, store: StateStore) -> str:
     """The point in force for this plan in the state dir: the adjuster's last decision, else
     the point applied from this plan, else the plan's selected one."""
     from planner.adjuster.decisions import DecisionLog
@@ -37,7 +40,9 @@ def in_force(inp: PlanInputs, store: Any) -> str:
     return inp.plan.selected
 
 
-def replan(inp: PlanInputs, store: Any, now_s: float, days: float, workload_file: Path) -> dict:
+def replan(
+    inp: PlanInputs, store: StateStore, now_s: float, days: float, workload_file: Path
+) -> dict[str, Any]:
     """Re-plan on the last `days` of the request log and write the plan (module docstring);
     what was done, for the report."""
     from planner.adjuster.gateway.requestlog import RequestLogSource

@@ -63,6 +63,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
@@ -212,9 +213,11 @@ def main() -> None:
     perfs2 = {p.name: perfs_for_point(p, cl, ms) for p in plan2.points}
     rcfg = OptimizeConfig(evals=acfg.reoptimize_evals, seed=args.seed)
 
-    def reoptimizer(window):
+    def new_points(window):
         points = optimize_plan(OptimizeInputs(cl, ms, sl, window), rcfg)[0].points
         return points, {p.name: perfs_for_point(p, cl, ms) for p in points}
+
+    reoptimizer = SimpleNamespace(points=new_points)  # the replay's ReoptimizePolicy
 
     acfg2 = acfg.model_copy(update={"reoptimize": "auto"})
     out2 = replay(plan2, week, sl, perfs2, acfg2, reoptimizer=reoptimizer)

@@ -88,7 +88,7 @@ def tick_config(inp: Any, policy: Any, *, state_dir: Path, dry_run: bool, timeou
         dry_run=dry_run, apply_timeout_s=timeout_s,
         model_path_resolver=model_path_resolver(inp.models, inp.models_path.parent),
         gpu_capacity_gib=gpu_capacity(inp.cluster), suggest_command=shlex.join(args),
-        on_suggest=lambda win: write_trace(win, window_file), reoptimize=reopt.live,
+        on_suggest=lambda win: write_trace(win, window_file), reoptimize=reopt,
     )  # fmt: skip
 
 

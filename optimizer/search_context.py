@@ -5,11 +5,11 @@ needs the whole `Searcher`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from planner.optimizer import schedule, scoring
 from planner.optimizer.build import substitute_rules
-from planner.optimizer.candidates import Knobs
+from planner.optimizer.candidates import Candidate, Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.demand import ModelDemand, model_demand
 from planner.optimizer.perf import Calib
@@ -19,10 +19,13 @@ from planner.optimizer.sim.request import Requests
 from planner.optimizer.space import sleep_order
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
-from planner.schemas.plan import Point
+from planner.schemas.plan import Point, SubstituteRule
 from planner.schemas.slo import Slo
 
 if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
     from planner.optimizer.evaluation import Evaluation
 
 
@@ -33,21 +36,21 @@ class SearchContext:
     cluster: Cluster
     models: Models
     slo: Slo
-    trace: Any  # the whole trace (DataFrame)
+    trace: pd.DataFrame  # the whole trace
     cfg: OptimizeConfig
     calib: dict[str, Calib] | None
     validate_days: int  # days held back (0: none)
-    fit: Any  # the trace less its held-back days (DataFrame)
-    held: Any  # the held-back days (None: none held back)
+    fit: pd.DataFrame  # the trace less its held-back days
+    held: pd.DataFrame | None  # the held-back days (None: none held back)
     held_days: list[tuple[int, int]]  # (day from 0, requests)
     fit_req: Requests
     held_req: Requests | None
     held_day_req: list[Requests]  # each held-back day apart, in day order
     demand: dict[str, ModelDemand]
     sleep_order: list[str]
-    rates: Any  # schedule.hourly_rates of the fitted days: the schedule variants' forecast
-    handoff: Any  # schedule.handoffs of the fitted days
-    substitutes: dict[str, Any]
+    rates: dict[str, np.ndarray]  # schedule.hourly_rates of the fitted days: the forecast
+    handoff: dict[str, list[str]]  # schedule.handoffs of the fitted days
+    substitutes: dict[str, SubstituteRule]
 
     @property
     def chosen_req(self) -> Requests:
@@ -59,7 +62,7 @@ def search_context(
     cluster: Cluster,
     models: Models,
     slo: Slo,
-    trace: Any,
+    trace: pd.DataFrame,
     cfg: OptimizeConfig,
     calib: dict[str, Calib] | None,
     hold_back: bool,
@@ -115,7 +118,7 @@ Job = tuple[Knobs, Point, dict[str, InstancePerf], str]  # knobs, point, perfs, 
 class Evaluator(Protocol):
     """What `select` asks of the search: candidates, scoring of new points, `lru@` twins."""
 
-    def candidates(self, knobs: Knobs) -> tuple: ...
+    def candidates(self, knobs: Knobs) -> tuple[Candidate, ...]: ...
 
     def evaluate(self, index: int, knobs: Knobs) -> Evaluation: ...
 

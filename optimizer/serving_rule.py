@@ -125,7 +125,7 @@ class EvictionPolicy:
     # holds as many awake as its memory (no one-lazy-instance invariant).
     reactive: bool
 
-    def victim_key(self, c: Tenant, t_s: float) -> tuple:
+    def victim_key(self, c: Tenant, t_s: float) -> tuple[float, ...]:
         """Sort key of a co-tenant among those a wake may put to sleep (smaller: first)."""
         return (c.last_used_s,)
 
@@ -137,7 +137,7 @@ class PlanEviction(EvictionPolicy):
     name: str = "plan"
     reactive: bool = False
 
-    def victim_key(self, c: Tenant, t_s: float) -> tuple:
+    def victim_key(self, c: Tenant, t_s: float) -> tuple[float, ...]:
         return (in_hours(c, t_s), c.last_used_s)
 
 

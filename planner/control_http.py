@@ -89,7 +89,7 @@ def request(
     *,
     purpose: Purpose,
     secret: str = "",
-    body: dict | None = None,
+    body: dict[str, Any] | None = None,
     timeout_s: float | None = None,
 ) -> Reply:
     """Send one control call and read the whole answer, whatever its status.
@@ -137,7 +137,7 @@ def post(
     *,
     purpose: Purpose,
     secret: str = "",
-    body: dict | None = None,
+    body: dict[str, Any] | None = None,
     timeout_s: float | None = None,
 ) -> Reply:
     """POST an empty body, or `body` as JSON (see `request`)."""

@@ -132,7 +132,8 @@ def _schema_hint(kind: str | None) -> str:
 
 def dump_yaml(data: Any) -> str:
     """YAML text with keys in the order given (plans read top-down)."""
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    text: str = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    return text
 
 
 def atomic_write_text(path: str | Path, text: str, mode: int | None = None) -> None:

@@ -80,7 +80,7 @@ def read_keys(path: str | Path, model_names: list[str] | None = None) -> Keys:
     """A keys file, validated (InputError naming file, field and fix)."""
     from planner.schemas import load
 
-    keys = load(path, "keys")
+    keys: Keys = load(path, "keys")
     if model_names is not None:
         check_keys(keys, str(path), model_names)
     return keys

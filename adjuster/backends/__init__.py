@@ -1,19 +1,20 @@
 """The backends that run engine servers, one module each, looked up by kind.
 
 Adding a backend is one module that defines a class of the `Backend` protocol (base.py) with
-a `from_cluster(cluster, *, device)` constructor, `BACKEND = TheClass` at its end, and its
-line in `_REGISTRY` below; `--backend` offers it from then on (`BackendKind`) when it runs
-engines. Modules are imported on first use, so `planner --help` loads none of them.
+a `from_cluster(cluster, *, device)` constructor, `BACKEND: BackendClass = TheClass` at its end
+(the type checker checks the class against base.BackendClass), and its line in `_REGISTRY`
+below; `--backend` offers it from then on (`BackendKind`) when it runs engines. Modules are
+imported on first use, so `planner --help` loads none of them.
 """
 
 from __future__ import annotations
 
 import importlib
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from planner.adjuster.backends.base import Backend
+    from planner.adjuster.backends.base import Backend, BackendClass
     from planner.schemas.cluster import Cluster
 
 # kind -> (module defining BACKEND, offered by `--backend`)
@@ -32,12 +33,13 @@ BackendKind = Enum(  # type: ignore[misc]
 _GPU_MARGIN = 0.95  # share of a GPU's memory an engine may plan on
 
 
-def backend_class(kind: str) -> Any:
+def backend_class(kind: str) -> BackendClass:
     """The backend class registered as `kind` (ValueError naming the known kinds)."""
     kind = getattr(kind, "value", kind)
     if kind not in _REGISTRY:
         raise ValueError(f"unknown backend {kind!r}; known: {', '.join(_REGISTRY)}")
-    return importlib.import_module(_REGISTRY[kind][0]).BACKEND
+    cls: BackendClass = importlib.import_module(_REGISTRY[kind][0]).BACKEND
+    return cls
 
 
 def backend_kinds() -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Literal, Protocol
 
 from planner.engines.kinds import DEFAULT_KIND
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance, Point
 
 Status = Literal["awake", "asleep", "stopped", "starting", "failed"]
@@ -39,7 +40,7 @@ class Handle:
     pid: int | None = None  # the local backend's (and the ray agents')
     actor: str | None = None  # Ray actor name, for the ray backend
     log_path: str = ""
-    extra: dict = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)
     engine: str = DEFAULT_KIND  # the instance's engine.kind (planner/engines/)
     # the instance's API key (planner.control_http.auth_headers); kept in the 0600 state
     # DB, never logged
@@ -144,4 +145,15 @@ class InstanceControl(Protocol):
 
     def drained(self) -> str:
         """Why nothing may start or wake (`planner down` ran; the next apply lifts it), or ""."""
+        ...
+
+
+class BackendClass(Protocol):
+    """A registered backend (`BACKEND` of its module, adjuster/backends/__init__.py): the
+    class `--backend KIND` names."""
+
+    extra: str | None  # the pip extra the backend itself needs (None: none)
+
+    def from_cluster(self, cluster: Cluster | None = None, *, device: str | None = None) -> Backend:
+        """The backend for `cluster` (`device` None: the backend finds it out)."""
         ...

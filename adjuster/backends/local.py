@@ -6,15 +6,16 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
 from planner import control_http
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.engines import ports, process
 from planner.engines.base import get_engine
 from planner.engines.download import hub_repo_dir
 from planner.errors import ApplyError, ControlCallError, LaunchError
 from planner.gpu_discovery import discover_gpus
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 
@@ -33,7 +34,8 @@ class LocalBackend:
     """Processes on this host. On the CPU build there is no sleep mode: sleep is a stop."""
 
     name = "local"
-    extra: str | None = None  # pip extra the backend itself needs (the engine's is checked apart)
+    # pip extra the backend itself needs (the engine's is checked apart)
+    extra: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -51,7 +53,9 @@ class LocalBackend:
         self.progress: Callable[[str], None] | None = None
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> LocalBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> LocalBackend:
         """What `--backend local` builds: processes on this host (`device` None: detect it)."""
         return cls(device)  # type: ignore[arg-type]
 
@@ -208,4 +212,4 @@ class LocalBackend:
         return {g: free[g] for g in gpus if g in free}
 
 
-BACKEND = LocalBackend
+BACKEND: BackendClass = LocalBackend

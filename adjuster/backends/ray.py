@@ -24,11 +24,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any
+from typing import Any, ClassVar
 
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.adjuster.backends.relay import LOOPBACK, Relay, is_loopback
 from planner.errors import ApplyError, LaunchError, PortHeldError
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 NAMESPACE = "planner"
@@ -161,7 +162,7 @@ class RayBackend:
     """Backend over a Ray cluster: each call goes to the agent of the instance's node."""
 
     name = "ray"
-    extra: str | None = "cluster"  # pip extra that brings Ray
+    extra: ClassVar[str | None] = "cluster"  # pip extra that brings Ray
 
     def __init__(
         self,
@@ -176,7 +177,9 @@ class RayBackend:
         self._agents: dict[str, Any] = {}
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> RayBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> RayBackend:
         """What `planner apply --backend ray` builds: the cluster at RAY_ADDRESS (or local);
         `device` None: each agent detects its own node's."""
         return cls(device=device)
@@ -306,4 +309,4 @@ class RayBackend:
             self._agents.pop(node, None)
 
 
-BACKEND = RayBackend
+BACKEND: BackendClass = RayBackend

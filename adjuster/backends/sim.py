@@ -10,10 +10,11 @@ with sleep mode, as the plans are made for).
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import ClassVar
 
-from planner.adjuster.backends.base import BackendFeature, Handle
+from planner.adjuster.backends.base import BackendClass, BackendFeature, Handle
 from planner.errors import ApplyError, LaunchError
+from planner.schemas.cluster import Cluster
 from planner.schemas.plan import Instance
 
 
@@ -21,7 +22,7 @@ class SimBackend:
     """Processes as entries of a dict: pid -> `up` | `asleep`."""
 
     name = "sim"
-    extra: str | None = None
+    extra: ClassVar[str | None] = None
 
     def __init__(self, supports_sleep: bool = True):
         self._sleep = supports_sleep
@@ -29,7 +30,9 @@ class SimBackend:
         self._pids = itertools.count(1)
 
     @classmethod
-    def from_cluster(cls, cluster: Any = None, *, device: str | None = None) -> SimBackend:
+    def from_cluster(
+        cls, cluster: Cluster | None = None, *, device: str | None = None
+    ) -> SimBackend:
         """Nothing starts; sleep mode unless the cluster is CPU-only (as the engines would)."""
         return cls(supports_sleep=device != "cpu")
 
@@ -77,4 +80,4 @@ class SimBackend:
         return None
 
 
-BACKEND = SimBackend
+BACKEND: BackendClass = SimBackend

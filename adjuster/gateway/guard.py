@@ -126,7 +126,7 @@ class Guard:
         more = f" ({quiet} more since the last report)" if quiet else ""
         log.warning(msg + more, *args)
 
-    def loop_errors(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def loop_errors(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         """The event loop's exception handler: each kind of error once per interval."""
         exc = context.get("exception")
         kind = context.get("message", "") + (f": {type(exc).__name__}" if exc else "")

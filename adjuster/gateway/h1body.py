@@ -74,7 +74,7 @@ class Body:
     def __init__(self, conn: Wire, length: int | None):
         self._conn, self.length = conn, length  # length None: chunked
         self._buf = bytearray()
-        self._waiter: asyncio.Future | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self.done = length == 0  # all of it is in
         self.error: Exception | None = None  # malformed chunks, over budget, the client left
         self.expect = False  # `100 Continue` is owed before the first wait

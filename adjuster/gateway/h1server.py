@@ -44,7 +44,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast, overload
 
 import httptools
 
@@ -76,10 +76,14 @@ _KINDS = {
 }
 
 
-class Headers(dict):
+class Headers(dict[str, str]):
     """Request headers by lower-case name (the first of repeated ones); `get` takes any case."""
 
-    def get(self, name: str, default=None):  # type: ignore[override]
+    @overload  # type: ignore[override]
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
+    def get(self, name: str, default: str | None = None) -> str | None:
         return dict.get(self, name.lower(), default)
 
 
@@ -108,7 +112,7 @@ class Request:
 
     def __init__(
         self,
-        conn: Any,
+        conn: Conn,
         method: str,
         path: str,
         version: tuple[int, int],
@@ -270,7 +274,7 @@ class Conn(asyncio.Protocol):
         self.busy = False  # a request's handler runs (its head is in) until its answer ends
         self.header_since: float | None = None  # first byte of a head not yet whole
         self.idle_since: float | None = None  # no request since (keep-alive timeout)
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.current: Request | None = None  # the request being handled
         self._parser = httptools.HttpRequestParser(self)
         self._parsing: Request | None = None  # the request whose body is being parsed
@@ -282,7 +286,7 @@ class Conn(asyncio.Protocol):
         self._head_bytes = 0  # received since the last whole head
         self._tail = b""  # the last bytes of a head not yet whole (its blank line may span)
         self._wire = self._got = self._chunks = 0  # the chunked body now parsed
-        self._drain: asyncio.Future | None = None
+        self._drain: asyncio.Future[None] | None = None
         self._write_paused = self._read_paused = False
         self._linger: asyncio.TimerHandle | None = None
         self._dropped = 0  # bytes dropped after parsing stopped
@@ -292,7 +296,7 @@ class Conn(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if not self.guard.admit(self):
             self.closing = True
-            transport.abort()
+            cast(asyncio.Transport, transport).abort()
             return
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
@@ -380,7 +384,7 @@ class Conn(asyncio.Protocol):
         at = data.find(b"\r\n\r\n", start)
         return at + 4 if at >= 0 else -1
 
-    def _feed(self, data: bytes) -> bool:
+    def _feed(self, data: bytes | memoryview) -> bool:
         """Parse `data`; False when parsing stopped (a refusal, a malformed request)."""
         try:
             self._parser.feed_data(data)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import http
 import json
-from typing import Any
+from typing import Any, Protocol
 
 REASONS = {s.value: s.phrase for s in http.HTTPStatus} | {499: "Client Closed Request"}
 JSON = "application/json; charset=utf-8"
@@ -47,11 +47,43 @@ def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = 
 
 
 def error(
-    status: int, message: str, kind: str, *, headers: dict | None = None, **extra: Any
+    status: int, message: str, kind: str, *, headers: dict[str, str] | None = None, **extra: Any
 ) -> Response:
     """An OpenAI-style JSON error body."""
     body = {"error": {"message": message, "type": kind, "code": status, **extra}}
     return json_response(body, status, headers)
+
+
+class _Server(Protocol):
+    @property
+    def stopping(self) -> bool:
+        """No new request on a kept-alive connection."""
+        ...
+
+
+class _Conn(Protocol):
+    """The connection a streamed answer is written to (h1server.Conn)."""
+
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def server(self) -> _Server: ...
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+
+
+class StreamRequest(Protocol):
+    """What a streamed answer uses of its request (h1server.Request, which imports this
+    module: named here by its members, not imported)."""
+
+    @property
+    def conn(self) -> _Conn: ...
+    @property
+    def version(self) -> tuple[int, int]: ...
+
+    keep_alive: bool
+    started: bool  # the answer's head was sent
 
 
 class StreamResponse:
@@ -64,9 +96,9 @@ class StreamResponse:
     def __init__(self, status: int = 200, headers: dict[str, str] | None = None):
         self.status, self.headers = status, headers if headers is not None else {}
         self.prepared = self.eof = self._chunked = False
-        self._request: Any = None  # h1server.Request (which imports this module)
+        self._request: StreamRequest | None = None
 
-    async def prepare(self, request: Any) -> None:
+    async def prepare(self, request: StreamRequest) -> None:
         conn = request.conn
         if conn.closing:
             raise ConnectionResetError("the client closed the connection")

@@ -240,7 +240,7 @@ class Engine:
         room = (self.cap - kv_used) // n  # steps before the KV cache is full
         if room < k:
             k = room
-        return k, kv0
+        return int(k), kv0  # finite: `running` holds a sequence
 
     def _decode_run_coeffs(self, n: int, kv0: int) -> tuple[float, float, float, float, float]:
         """`decode_coeffs` of n sequences holding kv0 context tokens, scaled by one jitter

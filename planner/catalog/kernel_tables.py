@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -27,14 +28,18 @@ class GemmTable:
     log_us: np.ndarray
 
     @staticmethod
-    def from_lists(m: list, n: list, k: list, us: list) -> GemmTable:
+    def from_lists(
+        m: list[int], n: list[int], k: list[int], us: list[list[list[float | None]]]
+    ) -> GemmTable:
         arr = np.array(us, dtype=float)  # None (not measured) becomes NaN
         return GemmTable(tuple(m), tuple(n), tuple(k), np.log(arr))
 
 
 @lru_cache(maxsize=1)
-def _doc() -> dict:
-    return json.loads(resources.files("planner.catalog").joinpath("kernels.json").read_text())
+def _doc() -> dict[str, Any]:
+    text = resources.files("planner.catalog").joinpath("kernels.json").read_text()
+    doc: dict[str, Any] = json.loads(text)
+    return doc
 
 
 @lru_cache(maxsize=64)

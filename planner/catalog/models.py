@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,13 +200,13 @@ _FAMILIES = (
 )
 
 
-def _req(cfg: dict, key: str, family: str):
+def _req(cfg: dict[str, Any], key: str, family: str) -> Any:
     if cfg.get(key) is None:
         raise ValueError(f"config.json ({family}) lacks required key {key!r}")
     return cfg[key]
 
 
-def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
+def from_hf_config(cfg: dict[str, Any], name: str = "custom") -> ModelArch:
     """Architecture numbers from a Hugging Face config.json dict (families of the catalog).
 
     Parameter totals are not in config.json: they come from the architecture arithmetic.
@@ -221,11 +222,14 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
         raise ValueError(
             f"config.json model_type {family!r} is not supported; use one of {list(_FAMILIES)}"
         )
-    r = lambda k: _req(cfg, k, family)  # noqa: E731
+
+    def r(key: str) -> Any:
+        return _req(cfg, key, family)
+
     heads = int(r("num_attention_heads"))
     hidden = int(r("hidden_size"))
     layers = int(r("num_hidden_layers"))
-    kw: dict = dict(
+    kw: dict[str, Any] = dict(
         name=name,
         family=family,
         num_layers=layers,
@@ -246,7 +250,7 @@ def from_hf_config(cfg: dict, name: str = "custom") -> ModelArch:
     return _with_param_counts(ModelArch(**kw, total_params_b=1.0, active_params_b=1.0))
 
 
-def _language_config(cfg: dict, family: str) -> dict:
+def _language_config(cfg: dict[str, Any], family: str) -> dict[str, Any]:
     """The language model's keys of a config.json (a multimodal wrapper's `text_config`),
     with the transformers defaults gemma-3 leaves out."""
     if family == "gemma3" and "text_config" in cfg:
@@ -269,7 +273,7 @@ def _language_config(cfg: dict, family: str) -> dict:
     return cfg
 
 
-def _sliding(cfg: dict, family: str, layers: int) -> dict:
+def _sliding(cfg: dict[str, Any], family: str, layers: int) -> dict[str, Any]:
     """The sliding-window size and how many layers use it."""
     window = cfg.get("sliding_window") or 0
     if family in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window"):
@@ -285,7 +289,7 @@ def _sliding(cfg: dict, family: str, layers: int) -> dict:
     return dict(sliding_window=int(window) if n_sliding else 0, num_sliding_layers=n_sliding)
 
 
-def _moe(cfg: dict, family: str, r: Any) -> dict:
+def _moe(cfg: dict[str, Any], family: str, r: Callable[[str], Any]) -> dict[str, Any]:
     """The experts (and MLA attention) of the MoE families, as ModelArch fields; `r` reads
     a required key."""
     if family == "qwen3_moe":

@@ -186,7 +186,7 @@ class ModelCatalog(BaseModel):
         return self
 
 
-def _loc(loc: tuple) -> str:
+def _loc(loc: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 

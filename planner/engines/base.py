@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from planner.engines.kinds import ENGINE_MODULES, load_engine
 
@@ -67,7 +67,9 @@ class Engine(Protocol):
     health_route: str  # GET answering 200 while the server is healthy
     wake_route: str  # POST waking a sleeping server
     is_sleeping_route: str  # GET answering {"is_sleeping": bool}
-    reload_request: tuple[str, dict] | None  # POST (route, body) reloading weights after level 2
+    reload_request: (
+        tuple[str, dict[str, Any]] | None
+    )  # POST (route, body) reloading weights after level 2
     completion_route: str  # POST taking a prompt of token ids (the profiler times it)
     # the API routes the gateway forwards and the relay passes on -> the task serving each
     api_routes: dict[str, str]
@@ -81,7 +83,7 @@ class Engine(Protocol):
         """The task an instance runs (`generate`, `embed`), from its engine arguments."""
         ...
 
-    def wake_steps(self, level: int) -> list[tuple[str, dict | None]]:
+    def wake_steps(self, level: int) -> list[tuple[str, dict[str, Any] | None]]:
         """The POSTs (route, JSON body or None) that wake a server slept at `level`, in
         order, all before any traffic (after a level 2: wake, then reload the weights). The
         profiler times the same steps."""
@@ -95,13 +97,13 @@ class Engine(Protocol):
 
     def completion_body(
         self, served: str, ids: list[int], out_tokens: int, *, stream: bool
-    ) -> dict:
+    ) -> dict[str, Any]:
         """The JSON body, at `completion_route`, of a greedy completion of exactly `out_tokens`
         tokens for a prompt of token ids (the profiler times it); streamed, every chunk
         carries the running count of completion tokens (`usage.completion_tokens`)."""
         ...
 
-    def check_request(self, task: str, model: str) -> tuple[str, dict]:
+    def check_request(self, task: str, model: str) -> tuple[str, dict[str, Any]]:
         """(route, JSON body) of the one greedy request that checks a started or woken server
         of `task` before traffic goes to it."""
         ...
@@ -121,7 +123,7 @@ class Engine(Protocol):
         *,
         model_path: str,
         served_name: str,
-        python: str,
+        python: str = ...,  # default: the interpreter running planner (sys.executable)
         device: Device = "cuda",
         host: str = "127.0.0.1",
         secret: str = "",
@@ -193,4 +195,5 @@ def get_engine(kind: str) -> Engine:
     """The engine of `kind` (ValueError naming the known kinds if there is none)."""
     if kind not in ENGINE_MODULES:
         raise ValueError(f"unknown engine kind {kind!r}; known: {', '.join(ENGINE_MODULES)}")
-    return load_engine(kind)
+    engine: Engine = load_engine(kind)
+    return engine

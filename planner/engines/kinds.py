@@ -6,6 +6,8 @@ Engine protocol, whose signatures name the plan's Instance (no import cycle).
 
 from __future__ import annotations
 
+from typing import Any
+
 DEFAULT_KIND = "vllm"
 
 # kind -> module holding `ENGINE` (imported on first use: engines stay out of `--help`)
@@ -14,7 +16,8 @@ ENGINE_MODULES: dict[str, str] = {
 }
 
 
-def load_engine(kind: str):  # -> planner.engines.base.Engine (not named: no import cycle)
+# -> planner.engines.base.Engine, not named: base imports this module (no import cycle)
+def load_engine(kind: str) -> Any:
     """The `ENGINE` of a known kind's module (get_engine checks the kind first)."""
     import importlib
 

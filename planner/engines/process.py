@@ -56,7 +56,9 @@ def new_secret() -> str:
 _MARK = "PLANNER_ENGINE_LOG"
 
 
-def start_server(argv: list[str], env: dict[str, str], log_path: str | Path) -> subprocess.Popen:
+def start_server(
+    argv: list[str], env: dict[str, str], log_path: str | Path
+) -> subprocess.Popen[bytes]:
     """Spawn the server in its own process group (so stop reaches the engine children)."""
     full_env = {**os.environ, **env, _MARK: str(Path(log_path).resolve())}
     if "CUDA_VISIBLE_DEVICES" not in env:
@@ -152,7 +154,7 @@ def wait_ready(
     engine: Engine,
     host: str,
     port: int,
-    proc: subprocess.Popen | int | None,
+    proc: subprocess.Popen[bytes] | int | None,
     log_path: str | Path,
     timeout_s: float,
     *,
@@ -216,7 +218,7 @@ def wait_ready(
         time.sleep(poll_s)
 
 
-def _running(proc: subprocess.Popen | int | None) -> bool:
+def _running(proc: subprocess.Popen[bytes] | int | None) -> bool:
     if proc is None:
         return True
     if isinstance(proc, int):
@@ -228,7 +230,7 @@ def _last_lines(text: str, n: int) -> str:
     return "\n".join(text.splitlines()[-n:])
 
 
-def stop_server(proc_or_pid: subprocess.Popen | int, timeout_s: float = 30.0) -> None:
+def stop_server(proc_or_pid: subprocess.Popen[bytes] | int, timeout_s: float = 30.0) -> None:
     """SIGTERM the server's process group, then SIGKILL what is left after `timeout_s`."""
     pid = proc_or_pid if isinstance(proc_or_pid, int) else proc_or_pid.pid
     proc = None if isinstance(proc_or_pid, int) else proc_or_pid

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from planner.engines.base import Device, EngineFeature, EnginePackage, EntryPoint, FailureReason
 
@@ -244,10 +244,10 @@ class Vllm:
                 return "embed"
         return "generate"
 
-    def wake_steps(self, level: int) -> list[tuple[str, dict | None]]:
+    def wake_steps(self, level: int) -> list[tuple[str, dict[str, Any] | None]]:
         """`POST /wake_up`; after a level-2 sleep (weights dropped) then `reload_weights`,
         before any traffic: the same sequence the profiler times as `wake_l2_s`."""
-        steps: list[tuple[str, dict | None]] = [(self.wake_route, None)]
+        steps: list[tuple[str, dict[str, Any] | None]] = [(self.wake_route, None)]
         if level >= 2:
             steps.append(self.reload_request)
         return steps
@@ -268,10 +268,10 @@ class Vllm:
 
     def completion_body(
         self, served: str, ids: list[int], out_tokens: int, *, stream: bool
-    ) -> dict:
+    ) -> dict[str, Any]:
         """vLLM's greedy completion of exactly `out_tokens` tokens (`ignore_eos`, and
         `min_tokens` when streamed); streamed with running usage in every chunk."""
-        body: dict = {
+        body: dict[str, Any] = {
             "model": served,
             "prompt": ids,
             "max_tokens": out_tokens,
@@ -284,7 +284,7 @@ class Vllm:
             body.update(min_tokens=out_tokens, stream=True, stream_options=options)
         return body
 
-    def check_request(self, task: str, model: str) -> tuple[str, dict]:
+    def check_request(self, task: str, model: str) -> tuple[str, dict[str, Any]]:
         """The one greedy request that checks a started or woken server before traffic: one
         token of a completion, or the embedding of one input (an embedding engine has no
         /v1/completions)."""

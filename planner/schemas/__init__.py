@@ -11,10 +11,12 @@ from planner.errors import InputError
 from planner.io import read_yaml
 from planner.schemas.cluster import Cluster
 from planner.schemas.common import did_you_mean
-from planner.schemas.keys import Keys, check_keys
+from planner.schemas.keys import Keys
+from planner.schemas.keys import check_keys as check_keys  # re-exported (cli/validate.py)
 from planner.schemas.models import Models, arch_problem
 from planner.schemas.plan import Plan
-from planner.schemas.problems import path_key, validation_to_input_error
+from planner.schemas.problems import path_key as path_key  # re-exported (cli/inputs.py)
+from planner.schemas.problems import validation_to_input_error as validation_to_input_error
 from planner.schemas.profile import Profile
 from planner.schemas.slo import Slo
 
@@ -185,27 +187,32 @@ def load(path: str | Path, kind: str | None = None) -> Any:
 
 def load_cluster(path: str | Path) -> Cluster:
     """cluster.yaml."""
-    return load(path, "cluster")
+    out: Cluster = load(path, "cluster")
+    return out
 
 
 def load_models(path: str | Path) -> Models:
     """models.yaml."""
-    return load(path, "models")
+    out: Models = load(path, "models")
+    return out
 
 
 def load_slo(path: str | Path) -> Slo:
     """slo.yaml."""
-    return load(path, "slo")
+    out: Slo = load(path, "slo")
+    return out
 
 
 def load_plan(path: str | Path) -> Plan:
     """plan.yaml."""
-    return load(path, "plan")
+    out: Plan = load(path, "plan")
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:
     """A profile YAML."""
-    return load(path, "profile")
+    out: Profile = load(path, "profile")
+    return out
 
 
 def json_schema(kind: str) -> dict[str, Any]:
@@ -238,7 +245,7 @@ def check_pins(models: Models, cluster: Cluster, file: str = "<models>") -> None
         pin = m.pin
         if pin is None:
             continue
-        where = types if pin.node is None else {pin.node: types.get(pin.node)}
+        where = types if pin.node is None else {pin.node: types.get(pin.node, set())}
         if pin.node is not None and types.get(pin.node) is None:
             raise InputError(
                 f"model {m.name!r} is pinned to node {pin.node!r}, which is not in the cluster"

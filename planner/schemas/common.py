@@ -5,9 +5,14 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from collections.abc import Iterable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, StringConstraints
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
+
+_Key = TypeVar("_Key", bound="SupportsRichComparison")  # names, ids, (node, port) pairs
 
 # Names that end up in file names (server logs), process arguments and Ray actor names:
 # no path separators, no leading dot or dash, no spaces.
@@ -26,7 +31,7 @@ class Strict(BaseModel):
     )
 
 
-def duplicates(names: Iterable[str]) -> list[str]:
+def duplicates(names: Iterable[_Key]) -> list[_Key]:
     """Names that occur more than once, sorted (one pass: large files stay fast)."""
     return sorted(n for n, c in Counter(names).items() if c > 1)
 

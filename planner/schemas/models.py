@@ -108,7 +108,8 @@ class ModelEntry(Strict):
         `engine.extra_args`): the default engine's (`Engine.task_args`)."""
         from planner.engines.kinds import DEFAULT_KIND, load_engine
 
-        return load_engine(DEFAULT_KIND).task_args(self.task)
+        args: list[str] = load_engine(DEFAULT_KIND).task_args(self.task)
+        return args
 
     @property
     def arch(self) -> ModelArch:

@@ -106,7 +106,7 @@ class EngineArgs(Strict):
     def _omit_default_kind(self, handler: Any) -> dict[str, Any]:
         # plans written before engines had a kind stay byte-identical, and so do the spec
         # hashes of running instances (adjuster.reconcile.spec_sha)
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if data.get("kind") == DEFAULT_KIND:
             data.pop("kind")
         return data

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from planner.errors import InputError
 from planner.schemas.common import did_you_mean
@@ -68,13 +69,13 @@ def _extra_hint(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return did_you_mean(key, getattr(cls, "model_fields", {}) or {})
 
 
-def _misspelt(errs: list[dict[str, Any]]) -> dict[int, str]:
+def _misspelt(errs: list[ErrorDetails]) -> dict[int, str]:
     """Unknown keys that stand for a missing field beside them (a typo, or another name for
     it: `ram_gib` for `cpu_memory_gib`): error index -> the field meant. A key pairs with a
     missing field of a similar name, or with the only one missing where it is the only
     unknown key."""
-    missing: dict[tuple, list[str]] = {}
-    unknown: dict[tuple, list[int]] = {}
+    missing: dict[tuple[str | int, ...], list[str]] = {}
+    unknown: dict[tuple[str | int, ...], list[int]] = {}
     for i, e in enumerate(errs):
         if e["type"] == "missing":
             missing.setdefault(tuple(e["loc"][:-1]), []).append(str(e["loc"][-1]))
@@ -93,7 +94,7 @@ def _misspelt(errs: list[dict[str, Any]]) -> dict[int, str]:
 
 
 def _problem(
-    err: dict[str, Any], model: type[BaseModel], kind: str, meant: str | None
+    err: ErrorDetails, model: type[BaseModel], kind: str, meant: str | None
 ) -> dict[str, str]:
     """One pydantic error as {path, message, fix} (`meant`: the field a misspelt key stands for)."""
     msg = err["msg"].removeprefix("Value error, ")

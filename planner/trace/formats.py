@@ -19,7 +19,7 @@ from planner.trace.rows import clean_rows, need_columns, read_csv, to_num, to_st
 MOONCAKE_BLOCK_TOKENS = 512  # tokens per prompt block of `hash_ids`
 
 
-def read_azure(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+def read_azure(p: Path, skipped: Counter[str]) -> tuple[pd.DataFrame, int]:
     raw = read_csv(p)
     need_columns(raw, ["TIMESTAMP", "ContextTokens", "GeneratedTokens"], p)
     n = len(raw)
@@ -36,7 +36,7 @@ def read_azure(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
     return df, n
 
 
-def read_burstgpt(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+def read_burstgpt(p: Path, skipped: Counter[str]) -> tuple[pd.DataFrame, int]:
     raw = read_csv(p)
     need_columns(raw, ["Timestamp", "Model", "Request tokens", "Response tokens"], p)
     n = len(raw)
@@ -55,7 +55,7 @@ def read_burstgpt(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
     return df, n
 
 
-def read_mooncake(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+def read_mooncake(p: Path, skipped: Counter[str]) -> tuple[pd.DataFrame, int]:
     rows: list[tuple[float, float, float, float]] = []
     seen: set[Any] = set()
     n = 0
@@ -171,7 +171,7 @@ def rename_columns(
 def read_own(
     p: Path,
     fmt: str,
-    skipped: Counter,
+    skipped: Counter[str],
     column_map: dict[str, str] | None = None,
     rules: list[str] | None = None,
 ) -> tuple[pd.DataFrame, int]:
@@ -217,7 +217,7 @@ def read_own(
     return df, n
 
 
-def json_lines(p: Path, skipped: Counter) -> Iterator[dict | None]:
+def json_lines(p: Path, skipped: Counter[str]) -> Iterator[dict[str, Any] | None]:
     """The JSON object of each non-blank line; None (counted in `skipped`) for one that is not."""
     with open(p, encoding="utf-8") as f:
         for line in f:
@@ -236,7 +236,7 @@ def json_lines(p: Path, skipped: Counter) -> Iterator[dict | None]:
             yield obj
 
 
-def jsonl_rows(p: Path, skipped: Counter) -> tuple[pd.DataFrame, int]:
+def jsonl_rows(p: Path, skipped: Counter[str]) -> tuple[pd.DataFrame, int]:
     rows, n = [], 0
     for obj in json_lines(p, skipped):
         n += 1

@@ -202,13 +202,11 @@ def _check_ranges(out: dict[str, Any], at: tuple[str | None, int | None]) -> Non
     """Token counts in range, `substituted` 0 or 1, the cached prefix within the prompt."""
     for name, low in (("input_tokens", 1), ("output_tokens", 1), ("cached_tokens", 0)):
         v = out[name]
-        refuse_first(
-            v < low,
-            name,
-            lambda i, v=v, low=low: f"{int(v[i])} is below {low}",
-            f"'{name}' must be >= {low}; drop or fix the row",
-            *at,
-        )
+
+        def below(i: int, v: np.ndarray = v, low: int = low) -> str:
+            return f"{int(v[i])} is below {low}"
+
+        refuse_first(v < low, name, below, f"'{name}' must be >= {low}; drop or fix the row", *at)
     sub = out["substituted"]
     refuse_first(
         (sub < 0) | (sub > 1),
@@ -313,7 +311,7 @@ def _read_jsonl(p: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _jsonl_object(raw_line: bytes, lineno: int, name: str) -> dict | None:
+def _jsonl_object(raw_line: bytes, lineno: int, name: str) -> dict[str, Any] | None:
     """One line of a JSON-lines trace as an object; None for a blank line."""
     try:
         line = raw_line.decode("utf-8")

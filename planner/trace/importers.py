@@ -215,7 +215,7 @@ def import_trace(
         raise InputError("file not found", file=str(p), fix="check the path")
     if p.is_dir() and fmt != "servegen":
         raise InputError("is a directory", file=str(p), fix="give a file")
-    skipped: Counter = Counter()
+    skipped: Counter[str] = Counter()
     summary = ImportSummary(format=fmt, source=str(p))
     if fmt == "azure":
         df, n = read_azure(p, skipped)

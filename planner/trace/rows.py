@@ -13,7 +13,7 @@ import pandas as pd
 from planner.errors import InputError
 
 
-def skip_rows(mask: np.ndarray, reason: str, bad: np.ndarray, skipped: Counter) -> None:
+def skip_rows(mask: np.ndarray, reason: str, bad: np.ndarray, skipped: Counter[str]) -> None:
     """Mark rows failing `mask` (not already bad) with `reason`."""
     new = mask & ~bad
     if new.any():
@@ -24,16 +24,20 @@ def skip_rows(mask: np.ndarray, reason: str, bad: np.ndarray, skipped: Counter) 
 def to_num(col: pd.Series | None, n: int) -> np.ndarray:
     if col is None:
         return np.full(n, np.nan)
-    return pd.to_numeric(col, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    out: np.ndarray = pd.to_numeric(col, errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    return out
 
 
 def to_str(col: pd.Series | None, n: int) -> np.ndarray:
     if col is None:
         return np.full(n, "", dtype=object)
-    return col.astype("string").fillna("").str.strip().to_numpy(dtype=object)
+    out: np.ndarray = col.astype("string").fillna("").str.strip().to_numpy(dtype=object)
+    return out
 
 
-def clean_rows(raw: dict[str, Any], n: int, skipped: Counter, *, iso: bool = False) -> pd.DataFrame:
+def clean_rows(
+    raw: dict[str, Any], n: int, skipped: Counter[str], *, iso: bool = False
+) -> pd.DataFrame:
     """Coerce mapped columns and drop bad rows (first failing reason counts)."""
     bad = np.zeros(n, bool)
     if iso:

@@ -7,6 +7,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -76,7 +77,7 @@ class _Window:
     mean_out: float
 
 
-def _window(row: tuple, skipped: Counter) -> _Window | None:
+def _window(row: tuple[Any, ...], skipped: Counter[str]) -> _Window | None:
     """The row's window; None (the reason counted in `skipped`) for a row that is not one."""
     try:
         start = float(row[0])
@@ -133,7 +134,7 @@ def _window_requests(w: _Window, rng: np.random.Generator, user: str) -> pd.Data
     )
 
 
-def read_servegen(p: Path, skipped: Counter, seed: int) -> tuple[pd.DataFrame, int]:
+def read_servegen(p: Path, skipped: Counter[str], seed: int) -> tuple[pd.DataFrame, int]:
     rng = np.random.default_rng(seed)
     parts = []
     n = 0

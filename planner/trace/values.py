@@ -73,6 +73,7 @@ FIX_TYPE = {
 def seconds_column(col: pd.Series, file: str | None, line_offset: int | None) -> np.ndarray:
     """Timestamps as float seconds: numbers pass, ISO-8601 strings are converted."""
     check_values(col, "timestamp", file, line_offset)
+    out: np.ndarray
     if pd.api.types.is_numeric_dtype(col):
         out = col.to_numpy(dtype="float64", na_value=np.nan)
     elif pd.api.types.is_datetime64_any_dtype(col):
@@ -124,7 +125,10 @@ def from_datetimes(dt: pd.Series) -> np.ndarray:
     """Seconds since 00:00 UTC of the first timestamp's day (keeps the hour of day)."""
     dt = pd.to_datetime(dt, utc=True)
     origin = dt.min().floor("D")
-    return ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(dtype="float64", na_value=np.nan)
+    out: np.ndarray = ((dt - origin) / pd.Timedelta(seconds=1)).to_numpy(
+        dtype="float64", na_value=np.nan
+    )
+    return out
 
 
 def ints_column(
@@ -133,7 +137,7 @@ def ints_column(
     """A token-count column as int64 (missing cells: `default`), with the first bad row located."""
     check_values(col, name, file, line_offset)
     num = pd.to_numeric(col, errors="coerce") if not pd.api.types.is_numeric_dtype(col) else col
-    arr = num.to_numpy(dtype="float64", na_value=np.nan)
+    arr: np.ndarray = num.to_numpy(dtype="float64", na_value=np.nan)
     if default is not None:
         arr = np.where(col.isna().to_numpy(), float(default), arr)  # the schema's default
     with np.errstate(invalid="ignore"):

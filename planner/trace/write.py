@@ -18,9 +18,10 @@ def trace_bytes(df: pd.DataFrame, suffix: str) -> bytes:
         df = normalize(df)  # any other frame is validated and made canonical first
     suffix = suffix.lower()
     if suffix == ".csv":
-        return df.to_csv(index=False, lineterminator="\n").encode("utf-8")
+        csv: str = df.to_csv(index=False, lineterminator="\n")
+        return csv.encode("utf-8")
     if suffix == ".jsonl":
-        text = df.to_json(orient="records", lines=True, double_precision=15, force_ascii=False)
+        text: str = df.to_json(orient="records", lines=True, double_precision=15, force_ascii=False)
         return (text if text.endswith("\n") else text + "\n").encode("utf-8")
     if suffix == ".parquet":
         import pyarrow as pa

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import adjust_helpers as h
 import pytest
@@ -137,11 +138,12 @@ def test_replay_reoptimize_adds_points(flip):
     only = p.model_copy(update={"points": [p.point("shared")]})
     calls = []
 
-    def reoptimizer(window):
+    def points(window):
         calls.append(len(window))
         return [p.point("split")], {"split": perfs["split"]}
 
     cfg = AdjustConfig(reoptimize="auto", min_dwell_s=3600.0)
+    reoptimizer = SimpleNamespace(points=points)  # a replay asks its ReoptimizePolicy for points
     out = replay(only, tr, h.slo(), {"shared": perfs["shared"]}, cfg, reoptimizer=reoptimizer)
     assert calls and all(n > 0 for n in calls)
     first = next(a for a in out["actions"] if a["kind"] == "reoptimize")
@@ -160,8 +162,10 @@ def test_replay_reoptimizes_on_the_first_miss_beyond_the_plan(flip):
     tr, p, perfs = flip
     only = p.model_copy(update={"points": [p.point("shared")]})
 
-    def reoptimizer(window):
+    def points(window):
         return [p.point("split")], {"split": perfs["split"]}
+
+    reoptimizer = SimpleNamespace(points=points)
 
     def run(factor: float) -> dict:
         cfg = AdjustConfig(reoptimize="auto", min_dwell_s=3600.0, beyond_peak_factor=factor)

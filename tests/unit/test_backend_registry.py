@@ -32,7 +32,8 @@ def test_each_kind_is_one_registry_line_and_one_module():
         lines = [ln for ln in src.splitlines() if re.match(rf'\s+"{kind}": \(', ln)]
         assert len(lines) == 1, kind
         module = ROOT / "adjuster" / "backends" / f"{kind}.py"
-        assert re.search(r"^BACKEND = \w+$", module.read_text(), re.M), module
+        # annotated: the type checker checks the class against the BackendClass protocol
+        assert re.search(r"^BACKEND: BackendClass = \w+$", module.read_text(), re.M), module
     assert [backend_class(k) for k in backend_kinds()] == [LocalBackend, RayBackend, SimBackend]
 
 
