@@ -18,14 +18,15 @@ It checks itself: leave one configuration out (model, quantization, TP, lengths)
 runs, and leave one model out where they hold several. A factor whose freedom makes those
 held-out errors worse (the mean of TTFT's and TPOT's median, each reported) is refused
 (kept at its prior, with the reason), and the whole fit is refused when it does worse than
-the prior on the held-out runs. Where the runs hold several models (the GPU's factors, for
-the models a team did not measure), worse means worse on any one left-out model's TTFT or
-TPOT median: pooled, the models a factor helps hid the one it hurts (B200, three models'
-runs: the all-reduce factor fitted on three MoE models' TP runs moved Llama-3.1-70B's TTFT
-10.6% -> 16.6%, bench/perfmodel_calibrated.py's unmeasured model). (Refusing a factor that worsens either median alone kept
+the prior on the held-out runs. (Refusing a factor that worsens either median alone kept
 fewer factors and did worse held out: bench/perfmodel_calibrated.py, same model above 8
-clients TTFT 12.1%, TPOT 8.2% against 11.2%, 7.0%.) Each factor is reported with
-its uncertainty; a factor at a bound and a fit stopped on its step limit are noted.
+clients TTFT 12.1%, TPOT 8.2% against 11.2%, 7.0%.) Where the runs hold several models
+(the GPU's factors, for the models a team did not measure), worse means worse on any one
+left-out model's TTFT or TPOT median: pooled, the models a factor helps hid the one it
+hurts (B200, three models' runs: the all-reduce factor fitted on three MoE models' TP runs
+moved Llama-3.1-70B's TTFT 10.6% -> 16.6%, bench/perfmodel_calibrated.py's unmeasured
+model). Each factor is reported with its uncertainty; a factor at a bound and a fit stopped
+on its step limit are noted.
 
 Pure: numbers in, numbers out.
 """
