@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 MAX_FOLDS = 6  # configurations are merged round-robin into at most this many folds
+CROSS_MODEL = "leave one model out"  # the split of runs of several models
 
 
 def held_out_error(rel: np.ndarray) -> np.ndarray:
@@ -30,18 +31,19 @@ def folds_by(keys: list, limit: int = MAX_FOLDS) -> list[np.ndarray]:
 
 @dataclass
 class Check:
-    """A cross-validation split: its folds, and the held-out error of each factor set."""
+    """A cross-validation split: its folds, and each point's held-out (TTFT, TPOT) |relative
+    error| under each factor set."""
 
     split: str
     folds: list[np.ndarray]
-    scores: dict[frozenset, np.ndarray] = field(default_factory=dict)
+    rels: dict[frozenset, np.ndarray] = field(default_factory=dict)
 
 
-def cross_validate(problem: Any, names: list[str], check: Check) -> np.ndarray:
-    """Held-out (TTFT, TPOT) error of fitting `names` on all but each fold and predicting it
-    (memoized)."""
+def held_out_rel(problem: Any, names: list[str], check: Check) -> np.ndarray:
+    """Each point's held-out (TTFT, TPOT) |relative error| of fitting `names` on all but its
+    fold and predicting it, shape (n, 2) (memoized)."""
     key = frozenset(names)
-    if key not in check.scores:
+    if key not in check.rels:
         n = len(problem.loop)
         pred = np.empty((n, 2))
         for held in check.folds:
@@ -50,8 +52,19 @@ def cross_validate(problem: Any, names: list[str], check: Check) -> np.ndarray:
             pred[held] = problem.predict(x, held)
         with np.errstate(divide="ignore", invalid="ignore"):
             rel = np.nan_to_num(np.abs(pred / problem.y - 1), nan=9.0, posinf=9.0)
-        check.scores[key] = held_out_error(rel)
-    return check.scores[key]
+        check.rels[key] = rel
+    return check.rels[key]
+
+
+def cross_validate(problem: Any, names: list[str], check: Check) -> np.ndarray:
+    """Held-out (TTFT, TPOT) error of fitting `names` on all but each fold and predicting it."""
+    return held_out_error(held_out_rel(problem, names, check))
+
+
+def fold_errors(problem: Any, names: list[str], check: Check) -> np.ndarray:
+    """The held-out (TTFT, TPOT) error of each fold apart, shape (folds, 2)."""
+    rel = held_out_rel(problem, names, check)
+    return np.array([held_out_error(rel[held]) for held in check.folds])
 
 
 def checks_for(points: list) -> list[Check]:
@@ -65,5 +78,5 @@ def checks_for(points: list) -> list[Check]:
         out.append(Check("leave one run out", folds_by(list(range(len(points))))))
     models = [p.arch.name for p in points]
     if len(set(models)) >= 2:
-        out.append(Check("leave one model out", folds_by(models)))
+        out.append(Check(CROSS_MODEL, folds_by(models)))
     return out

@@ -234,6 +234,36 @@ def test_two_models_runs_calibrate_the_gpu_checked_leave_one_model_out(tmp_path,
     assert got.step.dense_weight_read_s == pytest.approx(want.step.dense_weight_read_s, 0.1)
 
 
+def test_a_gpu_factor_that_worsens_one_left_out_model_is_refused(tmp_path, capsys):
+    """Two models' runs with bandwidth 0.6, a third's at the shipped 0.947: leaving either
+    of the first two out, a fitted bandwidth helps, and pooled over the three folds it
+    looks better; leaving the third out it is worse. The GPU's bandwidth is refused, the
+    reason names the model it hurts, and a fourth model's prediction keeps the prior (each
+    model's own factors still fit its runs)."""
+    gpu = resolve_gpu("H100-SXM")
+    base = default_calib("hopper")
+    slow = dataclasses.replace(base, bandwidth_efficiency=0.6)
+    _write_runs(tmp_path / "slow.csv", gpu, slow, (1,), models=(MODEL, "Qwen2.5-7B-Instruct"))
+    _write_runs(tmp_path / "fast.csv", gpu, base, (1,), models=("Mistral-7B-Instruct-v0.3",))
+    out = tmp_path / "p"
+    for f in ("slow.csv", "fast.csv"):
+        argv = ["profile", "import", str(tmp_path / f), "--gpu", "H100-SXM", "--node", "n1"]
+        code, _, err = run_cli([*argv, "--out", str(out)], capsys)
+        assert code == 0, err
+    code, text, err = run_cli(["profile", "calibrate", str(out), "--json"], capsys)
+    assert code == 0, err
+    (res,) = json.loads(text)
+    cal = res["calibration"]
+    assert "bandwidth_efficiency" not in cal
+    (bw,) = [f for f in cal["factors"] if f["name"] == "bandwidth" and not f.get("model")]
+    assert bw["status"] == "refused" and "Mistral-7B-Instruct-v0.3 left out" in bw["note"]
+    mine = {m["model"]: m["factors"] for m in cal["models"]}
+    assert base.bandwidth_efficiency * mine[MODEL]["bandwidth"] == pytest.approx(0.6, rel=0.1)
+    fourth = resolve_arch_name("Qwen3-8B")
+    got = instance_perf(fourth, "bf16", gpu, 1, calib=_calib_of(out))
+    assert got.step == instance_perf(fourth, "bf16", gpu, 1, calib=base).step
+
+
 @pytest.mark.parametrize(
     "hub_id, arch, quant",
     [
