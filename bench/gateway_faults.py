@@ -89,16 +89,12 @@ PRIORITY = -5  # nice of the prober and the first gateway (module docstring, "Pr
 PRIORITY_ENV = "PLANNER_FAULT_BENCH_NICE"  # the prober's nice, from the bench (0: default)
 
 
-def set_priority(nice: int) -> bool:
-    """Run this process (its threads made after this) at `nice`; False where the host does
-    not permit it (not root): then it runs at the default."""
-    if nice == 0:
-        return False
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-    except OSError:
-        return False
-    return True
+def set_priority(nice: int) -> None:
+    """Run this process (its threads made after this) at `nice`, where the host permits it
+    (root; else it stays at the default: main() says which)."""
+    if nice != 0:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 def free_port() -> int:
