@@ -33,9 +33,18 @@ Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
 (`--no-keys`: the gateway without a keys file, to compare on the same machine and hour;
 `--aa`: the concurrent pairs' "gateway" rounds go direct too, to see the estimator's noise.)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
-machine that the engine saturates, that CPU is what the throughput ratio loses.
+machine that the engine saturates, that CPU is what the throughput ratio loses. The target's
+figure is the mean of the C=1 and C=8 phases' (both in RESULT, `gateway_cpu_ms_c1`/`_c8`,
+with each phase's direct req/s): at C=1 the gateway sleeps between requests and each request
+pays for waking it (caches the engine and client filled meanwhile), so that phase's CPU per
+request grows as the engine slows. Measured (issue 43, loaded shared machine): the same code
+against bench/gateway_cpu.py's stub with a 25 ms answer delay took 0.67 ms per request at
+C=1 against 0.25 ms with none; this bench's C=1 phase took 0.47 ms at 74 direct req/s and
+1.0 ms at 13 req/s, the code before issue 43 and after alike. Compare runs at the same
+engine speed (and load).
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
-ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=.. auth_cpu_ms_per_req=.. keys=on
+ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=..
+gateway_cpu_ms_c1=.. gateway_cpu_ms_c8=.. direct_rps_c1=.. direct_rps_c8=.. auth_cpu_ms_per_req=.. keys=on
 aa=0 pinned=1 target_met=..`.
 """
 
@@ -52,7 +61,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
@@ -294,18 +303,11 @@ def _args() -> argparse.Namespace:
     return ap.parse_args()
 
 
-def main() -> None:
-    args = _args()
-    d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
-    port, gw_port = free_port(), free_port()
-    plan = write_inputs(d, port)
-    predicted = predicted_wake_s(d)
-    keys, key = write_keys(d)
-    HEADERS["Authorization"] = f"Bearer {key}"  # sent without keys too: same bytes
-    keys_args = [] if args.no_keys else ["--keys", str(keys)]
-    state = d / "state"
-    gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
-    proc = subprocess.Popen(
+def start_gateway(
+    plan: Path, state: Path, gw_port: int, keys_args: list[str], log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """`planner gateway` on `gw_port` for `plan`, its output to `log`."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -319,10 +321,36 @@ def main() -> None:
             str(gw_port),
             *keys_args,
         ],
-        stdout=gw_log,
+        stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+
+
+def added_ms(lat: dict[str, list[float]]) -> tuple[float, float]:
+    """(P50, P99) the gateway adds to the direct latency, ms; each side's figures printed."""
+    for k, v in lat.items():
+        print(
+            f"sequential {k:8} n={len(v)} p50={pct(v, 0.5) * 1e3:.2f} ms "
+            f"p99={pct(v, 0.99) * 1e3:.2f} ms"
+        )
+    add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
+    add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
+    return add50, add99
+
+
+def main() -> None:
+    args = _args()
+    d = Path(tempfile.mkdtemp(prefix="gw-bench-"))
+    port, gw_port = free_port(), free_port()
+    plan = write_inputs(d, port)
+    predicted = predicted_wake_s(d)
+    keys, key = write_keys(d)
+    HEADERS["Authorization"] = f"Bearer {key}"  # sent without keys too: same bytes
+    keys_args = [] if args.no_keys else ["--keys", str(keys)]
+    state = d / "state"
+    gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
+    proc = start_gateway(plan, state, gw_port, keys_args, gw_log)
     gw = f"http://127.0.0.1:{gw_port}"
     direct = f"http://127.0.0.1:{port}"
     try:
@@ -345,16 +373,11 @@ def main() -> None:
         }
         urls = {"direct": direct, "gateway": gw}
         lat = sequential(urls, args.requests, body)
-        for k, v in lat.items():
-            print(
-                f"sequential {k:8} n={len(v)} p50={pct(v, 0.5) * 1e3:.2f} ms "
-                f"p99={pct(v, 0.99) * 1e3:.2f} ms"
-            )
-        add50 = (pct(lat["gateway"], 0.5) - pct(lat["direct"], 0.5)) * 1e3
-        add99 = (pct(lat["gateway"], 0.99) - pct(lat["direct"], 0.99)) * 1e3
+        add50, add99 = added_ms(lat)
         ratios = {}
         intervals = {}
         cpu = []
+        direct_rps = {}
         for conc in args.concurrency:
             rps, cpu_ms, rounds = concurrent(
                 {**urls, "gateway": direct} if args.aa else urls,
@@ -367,6 +390,7 @@ def main() -> None:
             ratios[conc] = rps["gateway"] / rps["direct"]
             intervals[conc] = ratio_interval(rounds)
             cpu.append(cpu_ms)
+            direct_rps[conc] = rps["direct"]
             print(
                 f"concurrent c={conc}: direct {rps['direct']:.1f} req/s, gateway "
                 f"{rps['gateway']:.1f} req/s (pooled over {args.pairs} rounds each): "
@@ -428,7 +452,12 @@ def main() -> None:
             f" ratio_c{c}_p5={lo:.3f} ratio_c{c}_p95={hi:.3f}" for c, (lo, hi) in intervals.items()
         )
         + f" cold_wake_s={cold_s:.2f} predicted_wake_s={predicted:.2f} "
-        f"gateway_cpu_ms_per_req={cpu_ms:.3f} auth_cpu_ms_per_req={auth_ms:.4f} "
+        f"gateway_cpu_ms_per_req={cpu_ms:.3f} "
+        + "".join(
+            f"gateway_cpu_ms_c{c}={ms:.3f} " for c, ms in zip(args.concurrency, cpu, strict=True)
+        )
+        + "".join(f"direct_rps_c{c}={r:.1f} " for c, r in direct_rps.items())
+        + f"auth_cpu_ms_per_req={auth_ms:.4f} "
         f"keys={'off' if args.no_keys else 'on'} aa={int(args.aa)} pinned={int(pinned)} "
         f"target_met={int(met)}"
     )

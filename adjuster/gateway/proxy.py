@@ -43,6 +43,7 @@ import asyncio
 import json
 import logging
 import math
+from typing import TYPE_CHECKING
 
 from planner.adjuster.gateway.answers import Unavailable, error, unavailable
 from planner.adjuster.gateway.auth import Auth
@@ -60,6 +61,9 @@ from planner.adjuster.gateway.upstream import Upstream
 from planner.adjuster.gateway.waker import Waker
 from planner.engines.base import api_routes, get_engine, stream_usage_routes
 from planner.optimizer import serving_rule
+
+if TYPE_CHECKING:
+    from planner.schemas.plan import Instance
 
 log = logging.getLogger("planner.gateway")
 
@@ -106,6 +110,9 @@ class Proxy:
         self.rec = rec
         self.cfg = cfg
         self.forwarder = Forwarder(pool, up, rec)
+        # (model, path) -> (the spec it was judged on, wrong_task's verdict): judged once per
+        # spec, not per request (the engine lookup and its flag scan cost CPU on the hot path)
+        self._task_verdicts: dict[tuple[str, str], tuple[Instance, str | None]] = {}
 
     async def handle(self, request: Request) -> Response | StreamResponse:
         user, session = self.auth.identity(request)
@@ -228,13 +235,21 @@ class Proxy:
         """Why `model` cannot answer on `path` (an embedding model asked to chat, a chat model
         asked for embeddings), naming its task; None when it can."""
         spec = self.pool.by_model[model][0].spec
+        known = self._task_verdicts.get((model, path))
+        if known is not None and known[0] is spec:  # a new point gives new specs
+            return known[1]
         engine = get_engine(spec.engine.kind)
         task, wants = engine.task(spec), engine.api_routes.get(path)
         if wants == task:
-            return None
-        if wants is None:
-            return f"model {model!r} runs on {engine.display_name}, which does not serve {path}"
-        return f"model {model!r} is a {task} model (task: {task}); {path} serves {wants} models"
+            verdict = None
+        elif wants is None:
+            verdict = f"model {model!r} runs on {engine.display_name}, which does not serve {path}"
+        else:
+            verdict = (
+                f"model {model!r} is a {task} model (task: {task}); {path} serves {wants} models"
+            )
+        self._task_verdicts[(model, path)] = (spec, verdict)
+        return verdict
 
     def choose(self, model: str) -> Inst | None:
         """The instance a request for `model` goes to now (`serving_rule.route`); None: none is up."""

@@ -106,3 +106,21 @@ def test_a_call_of_another_task_gets_a_400_naming_the_models_task(gateway_setup,
     r = post(th, "/v1/embeddings", model="coder", input="x")
     assert r.status_code == 400 and "task: generate" in r.json()["error"]["message"]
     assert ctl.engines["e0"].bodies == [] and ctl.engines["c0"].bodies == []  # none forwarded
+
+
+def test_a_models_task_follows_the_point_in_force(gateway_setup):
+    """The wrong-task verdict is judged once per spec, not per request (proxy.py): a point
+    in force that makes the embedding model a generate model is followed at once."""
+    from planner.schemas.plan import Point
+
+    emb = embed_inst("e0", "emb", [0])
+    th, ctl = gateway_setup([emb], {"e0"}, health_interval_s=60)
+    chat = {"messages": [{"role": "user", "content": "x"}]}
+    assert post(th, "/v1/chat/completions", model="emb", **chat).status_code == 400
+    assert post(th, "/v1/chat/completions", model="emb", **chat).status_code == 400
+    plain = emb.engine.model_copy(update={"extra_args": []})  # no pooling runner: generate
+    ctl.point = Point(name="p2", instances=[emb.model_copy(update={"engine": plain})])
+    th.call(th.gateway.health.adopt())
+    r = post(th, "/v1/chat/completions", model="emb", **chat)
+    assert r.status_code == 200, r.text
+    assert post(th, "/v1/embeddings", model="emb", input="x").status_code == 400
