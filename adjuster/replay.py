@@ -332,6 +332,7 @@ class _Log:
         self.decisions.append({
             "at_s": end_s, "kind": act.kind, "from": act.from_point, "point": act.point,
             "requests": len(win), "forecast_window_requests": list(res.forecast_requests),
+            "reason": act.reason,
         })  # fmt: skip
         if act.kind == "hop":
             assert res.hop is not None

@@ -197,3 +197,28 @@ def test_each_held_back_day_is_judged_by_the_twin_target():
     assert scoring.beats_twin_each_day([day(0.3, 0.45)])  # both under 0.5 s
     assert not scoring.beats_twin_each_day([day(0.8, 1.42)])
     assert not scoring.beats_twin_each_day([day(0.3, 0.45, att=0.97)])  # attainment too
+
+
+def test_quiet_rungs_are_judged_on_whole_sessions_and_share_the_placement(small_ctx):
+    """Issue 41 (the falling week saved 0%: no rung leaner than the selected one met the
+    targets at the fitted traffic): the quiet rungs' candidates are variants of the ladder's
+    placement, one of them with no awake hours at all, judged on the chosen days thinned to
+    a share of their sessions, whole and the same on every run."""
+    from planner.optimizer.ladder import quiet_points, thinned
+
+    days = small_ctx.fit
+    keys = set(zip(days["user"], days["session"], strict=True))
+    part = thinned(days, 0.25)
+    kept = set(zip(part["user"], part["session"], strict=True))
+    assert kept < keys and abs(len(kept) - 0.25 * len(keys)) <= 1
+    whole = days[[k in kept for k in zip(days["user"], days["session"], strict=True)]]
+    assert len(part) == len(whole)  # every request of a kept session stays
+    assert part.equals(thinned(days, 0.25))
+    base = load_plan(GOLDEN).point("balanced")
+    perfs = _perfs(base, small_ctx)
+    cands = quiet_points(small_ctx, base, perfs, 0.25)
+    assert len({tiers_key(c) for c in cands}) == len(cands)
+    assert any(all(not i.awake_hours for i in c.instances) for c in cands)
+    for c in cands:
+        assert placement_key(c) == placement_key(base)
+        assert hop(base, c, perfs).restarts == 0
