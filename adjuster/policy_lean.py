@@ -242,9 +242,14 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     saved = cur_row.warm_gib - rows[best].warm_gib
     saved_gib_h = saved * cfg.forecast_windows * cfg.window_s / 3600.0
     if saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h:
+        # still the leanest that meets the targets: a window that saves less with it (an hour
+        # the point in force sleeps too) keeps, not resets, the candidate's count
+        keep = v.state.candidate == best
         return v.hold(
             f"{best} saves {saved:.1f} GiB ({saved_gib_h:.0f} GiB-h over the forecast), not "
-            f"the {cfg.min_saving_share:.0%} and {cfg.min_saving_gib_h:.0f} GiB-h a hop needs"
+            f"the {cfg.min_saving_share:.0%} and {cfg.min_saving_gib_h:.0f} GiB-h a hop needs",
+            candidate=best if keep else None,
+            candidate_wins=v.state.candidate_wins if keep else 0,
         )
     if v.now - v.since < cfg.min_dwell_s:
         return v.hold(f"{cur} in force {v.now - v.since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")

@@ -214,9 +214,24 @@ def test_a_quiet_rung_is_taken_when_traffic_falls_and_left_when_it_rises():
     # within the hysteresis (the headroom x QUIET_LEAVE): it stays
     st, acts = _decide(st, rows, 15 * 3600.0, share=0.9, quiet=quiet)
     assert acts[0].kind == "hold"
-    st, acts = _decide(st, rows, 16 * 3600.0, share=1.1, quiet=quiet)  # traffic came back
+    st, acts = _decide(st, rows, 16 * 3600.0, share=1.5, quiet=quiet)  # traffic came back
     assert acts[0].kind == "hop" and st.point == "full"
-    assert "traffic forecast at 110% of the fit" in acts[0].reason
+    assert "traffic forecast at 150% of the fit" in acts[0].reason
+
+
+def test_an_hour_that_saves_less_keeps_the_candidates_count():
+    """Issue 41 (the falling week's hop came a day late): the leanest point that meets the
+    targets stays the candidate through an hour in which it saves less than a hop needs (the
+    point in force sleeps then too), so the next hour that saves confirms it. Before, that
+    hour reset the count."""
+    st = AdjustState(point="full", since_s=0.0)
+    lean, almost = {"full": _row(0.99, 100.0), "half": _row(0.99, 60.0)}, _row(0.99, 99.0)
+    st, acts = _decide(st, lean, 10 * 3600.0)
+    assert acts[0].kind == "hold" and st.candidate == "half"
+    st, acts = _decide(st, {**lean, "half": almost}, 11 * 3600.0)
+    assert acts[0].kind == "hold" and st.candidate == "half" and st.candidate_wins == 1
+    st, acts = _decide(st, lean, 12 * 3600.0)
+    assert acts[0].kind == "hop" and st.point == "half"
 
 
 def test_a_saving_never_restarts_and_a_rescue_stays_on_the_placement_where_it_can():
