@@ -144,10 +144,14 @@ def test_plan_show_prints_the_ladder(capsys, monkeypatch):
     assert code == 0
     assert "the ladder from balanced" in out
     assert "2 restart(s)" in out and "GiB loaded" in out
+    assert "quiet-50 (at 50% traffic)" in out
     code, out, _ = run_cli(["plan", "show", str(GOLDEN), "--json"], capsys)
     rows = {r["point"]: r for r in json.loads(out)["ladder"]}
     assert rows["balanced"]["rung"] and rows["balanced"]["hop"] is None
     assert not rows["max-quality"]["rung"] and rows["max-quality"]["hop"]["restarts"] == 2
+    # the quiet rung (issue 41): marked with its share, a hop to it restarts nothing
+    assert rows["quiet-50"]["for_traffic_share"] == 0.5 and rows["quiet-50"]["rung"]
+    assert rows["balanced"]["for_traffic_share"] is None
 
 
 def test_the_written_points_are_rungs_or_pay_for_their_restarts():
