@@ -153,7 +153,9 @@ def _decide(
         metrics={p: PointEstimate.of(m) for p in rows},
         hop_costs={},
         target_attainment=0.95,
-        lean=LeanView(fc, rows, quiet or {}, restarts or {}),
+        lean=LeanView(fc, rows, quiet or {}, restarts or {})
+        if quiet or restarts
+        else LeanView(fc, rows),
     )
     return decide(st, obs)
 
