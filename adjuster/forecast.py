@@ -54,6 +54,16 @@ class Forecast:
     counts: dict[str, np.ndarray]  # model -> expected requests in each forecast window
     level: dict[str, float]  # model -> observed / profile over the recent windows
     log_days: int  # days of request log the profile read
+    # the plan's fitted requests in the same windows, all models (None: not known)
+    fitted: np.ndarray | None = None
+
+    def share(self, min_fitted: float = 1.0) -> float | None:
+        """The forecast's requests over the plan's fitted ones in its windows (a quiet rung's
+        `for_traffic_share` is read against it); None when the fit expects fewer than
+        `min_fitted` there (a ratio of a handful of requests is noise)."""
+        if self.fitted is None or float(self.fitted.sum()) < max(min_fitted, 1e-9):
+            return None
+        return float(self.total().sum()) / float(self.fitted.sum())
 
     def total(self) -> np.ndarray:
         """Expected requests in each forecast window, all models."""
@@ -61,8 +71,10 @@ class Forecast:
         return np.sum([c for c in self.counts.values()], axis=0) if self.counts else np.zeros(n)
 
     def to_json(self) -> dict[str, Any]:
+        share = self.share()
         return {
             "window_requests": [round(float(x), 1) for x in self.total()],
+            "share_of_fit": round(share, 3) if share is not None else None,
             "level": {m: round(v, 3) for m, v in sorted(self.level.items())},
             "log_days": self.log_days,
         }
@@ -148,7 +160,10 @@ def forecast_counts(
         if exp_ < 1.0 and obs_ > 0:  # a model the profile does not know (just adopted):
             recent = seen[:k][~np.isnan(seen[:k])]  # its last logged windows' rate goes on
             counts[m] = np.full(k, float(recent.mean()) if len(recent) else 0.0)
-    return Forecast(now_s, w, counts, level, days)
+    fitted = np.zeros(k)
+    for m in models:
+        fitted += _plan_rate(summary, m, ahead, w)
+    return Forecast(now_s, w, counts, level, days, fitted)
 
 
 def forecast_traffic(history: pd.DataFrame, fc: Forecast) -> pd.DataFrame:

@@ -13,6 +13,15 @@ constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in al
 a hop to a leaner point whose own waits push a request past its model's switch target is
 not made (restarts are for hours nobody is there, wakes for any hour), a rescue may.
 
+Quiet rungs (points with `for_traffic_share` s, optimizer/ladder.py step 5) are candidates
+only while the forecast is at most `quiet_headroom` x s of the plan's fitted traffic in its
+windows (`Forecast.share`, judged where the fit expects `min_requests` a window); the one
+in force is left, by sleeps and wakes, for the leanest point that meets the targets once the
+forecast is over `QUIET_LEAVE` times that (traffic came back; the gap is hysteresis).
+Points of the placement in force come first: a hop to save memory never restarts anything
+(rule 1 picks among the points the hop to which starts nothing), and a rescue crosses to
+another placement only where no other point of this one meets the targets.
+
 Rule, in order:
 1. the current point meets the targets on the forecast: hop to the leanest point that meets
    them there and on the window (when it has `min_requests`), only when it saves at least
@@ -35,7 +44,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +52,7 @@ import numpy as np
 from planner.adjuster.policy_types import DAY_S, AdjustConfig
 
 SWITCH_MIN_WAITS = 5  # fewer waits of a model in the forecast: its switch P95 is not judged
+QUIET_LEAVE = 2.0  # a quiet rung in force is left above this x the share it is hopped to at
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ class LeanView:
 
     forecast: Any  # forecast.Forecast
     rows: dict[str, LeanRow]
+    quiet: dict[str, float] = field(default_factory=dict)  # quiet rung -> for_traffic_share
+    restarts: dict[str, int] = field(default_factory=dict)  # point -> (re)starts of the hop there
 
 
 def lean_row(
@@ -157,12 +169,14 @@ def lean_view(
     name -> SimResult on them), with the waits of the hop there (`costs`: from the current
     point, `observe.hop_cost`; `hop_delays`: observe.hop_delays, passed in by observe, which
     imports this module) counted in."""
-    rows = {}
+    rows, restarts = {}, {}
     for p in plan.points:
         cost = costs.get(p.name)
         delay = hop_delays(p, cost, traffic, fc.start_s) if cost is not None else None
         rows[p.name] = lean_row(sims[p.name], delay, slo, target, cfg, floor_gib(p))
-    return LeanView(fc, rows)
+        restarts[p.name] = cost.starts if cost is not None else 0
+    quiet = {p.name: p.for_traffic_share for p in plan.points if p.for_traffic_share}
+    return LeanView(fc, rows, quiet, restarts)
 
 
 def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
@@ -178,9 +192,11 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     window_ok = (
         {p: v.rows[p].meets_slo for p in rows} if len(v.obs.window) >= cfg.min_requests else None
     )
-    meeting = [
-        p for p in sorted(rows) if rows[p].meets and (window_ok is None or window_ok[p] or p == cur)
-    ]
+    share = lean.forecast.share(cfg.min_requests * max(cfg.forecast_windows, 1))
+    meeting = _meeting(v, lean, window_ok, share)
+    q = lean.quiet.get(cur)
+    if q is not None and share is not None and share > q * cfg.quiet_headroom * QUIET_LEAVE:
+        return _leave_quiet(v, lean, [p for p in meeting if p != cur], share)
     if not meeting:
         if window_ok is None or not window_ok.get(cur, False):
             return none_meets(v)
@@ -195,27 +211,73 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
             for p in meeting
             if p == cur or (rows[p].attainment >= floor and not rows[p].hop_breach)
         ]
+    # the placement in force first: a saving never restarts anything, and a rescue crosses
+    # to another placement only where none of this one's points meets the targets
+    same = [p for p in meeting if lean.restarts.get(p, 0) == 0]
+    if cur_ok or any(p != cur for p in same):
+        meeting = same
     best = min(meeting, key=lambda p: (rows[p].warm_gib, rows[p].delayed, p))
     if best == cur:
         return v.hold(f"{cur} is the leanest point that meets the targets on the forecast")
-    used = len(v.recent)
     if not cur_ok:  # rule 2: a rescue
-        if used >= cfg.max_hops_per_day:
-            return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
-        on = "on the forecast" if not cur_row.meets else "on the window"
-        if rows[best].attainment <= cur_row.attainment:  # the hop's own waits eat the gain
-            return v.hold(
-                f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
-                f"{rows[best].attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
-            )
-        why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
-        return v.hop(best, why)
-    saved = cur_row.warm_gib - rows[best].warm_gib
+        return _rescue(v, cur_row, best, rows[best])
+    return _saving(v, cur_row, best, rows[best])
+
+
+def _meeting(
+    v: Any, lean: LeanView, window_ok: dict[str, bool] | None, share: float | None
+) -> list[str]:
+    """The points that meet the targets on the forecast (and on the window, where it holds
+    enough requests), the one in force always a candidate."""
+    cur = v.cur
+    rows = lean.rows
+    # quiet rungs are for fallen traffic: none is hopped to unless the forecast is within
+    # its share (times the headroom) of the fit, and the one in force is left when the
+    # forecast is over QUIET_LEAVE times that (hysteresis: a forecast of a few hours is noisy)
+    shut = {p for p, s in lean.quiet.items() if share is None or share > s * v.cfg.quiet_headroom}
+    return [
+        p
+        for p in sorted(rows)
+        if rows[p].meets
+        and (window_ok is None or window_ok[p] or p == cur)
+        and (p == cur or p not in shut)
+    ]
+
+
+def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
+    """Rule 2: the point in force misses the targets; a hop to `best`, which meets them,
+    unless the hops of the day are spent or the hop's own waits eat the gain."""
+    cur, cfg = v.cur, v.cfg
+    used = len(v.recent)
+    if used >= cfg.max_hops_per_day:
+        return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
+    on = "on the forecast" if not cur_row.meets else "on the window"
+    if best_row.attainment <= cur_row.attainment:  # the hop's own waits eat the gain
+        return v.hold(
+            f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
+            f"{best_row.attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
+        )
+    why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
+    return v.hop(best, why)
+
+
+def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
+    """Rule 3: `best` meets the targets with less memory than the point in force; a hop once
+    the saving is big enough, the dwell is over, a hop is left for a rescue and it has won
+    `confirm_windows` windows in a row."""
+    cur, cfg = v.cur, v.cfg
+    used = len(v.recent)
+    saved = cur_row.warm_gib - best_row.warm_gib
     saved_gib_h = saved * cfg.forecast_windows * cfg.window_s / 3600.0
     if saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h:
+        # still the leanest that meets the targets: a window that saves less with it (an hour
+        # the point in force sleeps too) keeps, not resets, the candidate's count
+        keep = v.state.candidate == best
         return v.hold(
             f"{best} saves {saved:.1f} GiB ({saved_gib_h:.0f} GiB-h over the forecast), not "
-            f"the {cfg.min_saving_share:.0%} and {cfg.min_saving_gib_h:.0f} GiB-h a hop needs"
+            f"the {cfg.min_saving_share:.0%} and {cfg.min_saving_gib_h:.0f} GiB-h a hop needs",
+            candidate=best if keep else None,
+            candidate_wins=v.state.candidate_wins if keep else 0,
         )
     if v.now - v.since < cfg.min_dwell_s:
         return v.hold(f"{cur} in force {v.now - v.since:.0f} s < dwell {cfg.min_dwell_s:.0f} s")
@@ -230,6 +292,23 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
             candidate_wins=wins,
         )
     return v.hop(best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
+
+
+def _leave_quiet(v: Any, lean: LeanView, meeting: list[str], share: float) -> Any:
+    """The quiet rung in force is left: the forecast is above its share (times the headroom);
+    to the leanest point that meets the targets, of its placement where one does."""
+    cur, cfg = v.cur, v.cfg
+    why = (
+        f"traffic forecast at {share:.0%} of the fit, over {cur}'s "
+        f"{lean.quiet[cur]:.0%} x {cfg.quiet_headroom:g} x {QUIET_LEAVE:g}"
+    )
+    same = [p for p in meeting if lean.restarts.get(p, 0) == 0] or meeting
+    if not same:
+        return v.hold(f"{why}, but no other point meets the targets on the forecast")
+    if len(v.recent) >= cfg.max_hops_per_day:
+        return v.hold(f"{why}, but {len(v.recent)} hops in 24 h")
+    best = min(same, key=lambda p: (lean.rows[p].warm_gib, lean.rows[p].delayed, p))
+    return v.hop(best, f"{why}; {best} meets the targets")
 
 
 def _miss(r: LeanRow) -> str:

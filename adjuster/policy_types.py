@@ -56,6 +56,14 @@ class AdjustConfig(BaseModel):
         description="lean: least warm GiB-hours a hop to a leaner point saves over the forecast "
         "windows (the price of a hop, in memory)",
     )
+    quiet_headroom: float = Field(
+        default=2.5,
+        ge=1,
+        le=100,
+        description="lean: a quiet rung (a point with for_traffic_share s) is a candidate while "
+        "the forecast is at most this x s of the plan's fitted traffic in its hours, and is left "
+        "when the forecast is above it",
+    )
     min_dwell_s: float = Field(
         default=7200.0,
         ge=0,

@@ -308,9 +308,19 @@ class _Run:
     ) -> list[dict[str, Any]]:
         """Per scored window of the adjusted run: the point in force, its warm GiB, the
         requests per model, the switch waits (count, P95) and the attainment."""
+        from planner.adjuster.policy_lean import floor_gib
+
         rows = []
         for seg in _segments(in_force, k0, first, w):
             sim, _, q, m, _ = self.charged(seg)
+            point = self.plan.point(seg[0])
+            # a run starts at its first request: after a hop, the hours before it hold what
+            # the hop left awake until the idle sleep, then the point with nothing to do
+            idle = (
+                (seg[2] + point.idle_sleep_s, floor_gib(point))
+                if seg[1] is not None and point.idle_sleep_s
+                else None
+            )
             arr = np.asarray(sim.arrival_s, float)
             wait = np.asarray(q)
             met = np.asarray(m)
@@ -327,7 +337,7 @@ class _Run:
                         "start_s": a,
                         "point": seg[0],
                         "hop": seg[1] is not None and a == seg[2],
-                        "warm_gpu_gib": round(_curve_gib(sim, a, b), 3),
+                        "warm_gpu_gib": round(_curve_gib(sim, a, b, idle), 3),
                         "requests": dict(sorted(Counter(str(x) for x in names[mask]).items())),
                         "switch_waits": len(waits),
                         "switch_p95_s": round(p95, 3),
@@ -338,14 +348,21 @@ class _Run:
         return rows
 
 
-def _curve_gib(sim: SimResult, a: float, b: float) -> float:
+def _curve_gib(
+    sim: SimResult, a: float, b: float, idle: tuple[float, float] | None = None
+) -> float:
     """A run's mean warm GiB over [a, b) from its memory curve (a step function; before its
-    first time the first level, after its last the last)."""
+    first time the first level, after its last the last). `idle`: (from when, GiB): before
+    the first time, from then on that level instead (a run after a hop whose first request
+    comes after the idle sleep: the instances the hop left awake slept by then)."""
     times, gib = (np.asarray(x, float) for x in sim.memory_curve)
     if not len(times):
         return float(sim.warm_gpu_gib)
+    before = gib[0]
+    if idle is not None and idle[0] < times[0]:
+        times, gib = np.concatenate([[idle[0]], times]), np.concatenate([[idle[1]], gib])
     edges = np.clip(np.concatenate([[a], times, [b]]), a, b)
-    levels = np.concatenate([[gib[0]], gib])
+    levels = np.concatenate([[before], gib])
     return float((np.diff(edges) * levels).sum() / max(b - a, 1e-9))
 
 
@@ -369,6 +386,7 @@ class _Log:
                 "point": act.point,
                 "requests": len(win),
                 "forecast_window_requests": list(res.forecast_requests),
+                "reason": act.reason,
             }
         )
         if act.kind == "hop":

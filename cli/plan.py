@@ -75,6 +75,7 @@ def ladder_rows(plan: Any, point: Any) -> list[dict[str, Any]]:
                 "switch_p95_s": q.predicted.switch_p95_s,
                 "slo_attainment": q.predicted.slo_attainment,
                 "rung": q.name == point.name or (h is not None and h.restarts == 0),
+                "for_traffic_share": q.for_traffic_share,
                 "hop": None if h is None else h.model_dump(),
             }
         )
@@ -110,6 +111,8 @@ def _print_ladder(plan: Any, point: Any) -> None:
                 f"{fmt_num(h['moved_gib'])} GiB loaded"
             )
         name = r["point"] + (" *" if r["selected"] else "")
+        if r["for_traffic_share"]:  # its figures are at that share of the traffic
+            name += f" (at {r['for_traffic_share']:.0%} traffic)"
         out.append(
             (
                 [
@@ -129,7 +132,8 @@ def _print_ladder(plan: Any, point: Any) -> None:
             out,
             caption="points leanest first; rung: shares this point's placement, so a hop to it "
             "only sleeps or wakes instances (the adjuster walks these); a hop with restarts "
-            "moves models between GPUs; * the selected point",
+            "moves models between GPUs; * the selected point; (at N% traffic): a quiet rung, "
+            "its figures on the chosen days thinned to that share, for hours of fallen traffic",
         )
     )
 

@@ -25,9 +25,24 @@ are therefore built as a ladder:
    GiB-hours per second of restart. The price is the one exchange rate the plan keeps
    between memory and anything else; within the SLO's targets (switch included, as TTFT and
    TPOT) the rungs are ranked by warm memory alone.
+5. The quiet rungs (`quiet_points`): traffic falls (a holiday week, half the team away), and
+   a point fitted to the usual traffic keeps its models awake for hours nobody comes. For
+   each share of `QUIET_SHARES`, variants of the ladder's placement (the rungs' variants,
+   and schedules fitted to the traffic times the share, with the sooner idle sleep too)
+   are judged on the days points are chosen on thinned to that share of their sessions
+   (`thinned`: seeded, whole sessions); the leanest that meets the SLO's targets there,
+   attains at most `QUIET_ATTAINMENT_LOSS` less than the ladder's top rung there, beats its
+   `lru@` twin there, and keeps at least `QUIET_MIN_SAVING` less warm than every rung does
+   there is written as a rung for that share (`Point.for_traffic_share`). The
+   adjuster hops to it by sleeps and wakes when its forecast falls and leaves it when the
+   forecast rises; it is never the selected point.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
 
 from planner.optimizer import scoring
 from planner.optimizer.hops import hop, tier_variants, with_tier
@@ -45,6 +60,10 @@ DAY_H = 24.0  # a point off the ladder is judged held for a day
 # awake, for the quiet days the adjuster hops down on
 LEAN_RATES = (32.0, 128.0)
 MAX_RUNGS = 5  # rungs written at most (thinned evenly along warm GiB, the base kept)
+QUIET_SHARES = (0.5, 0.25)  # traffic shares the quiet rungs are judged at (step 5)
+QUIET_SEED = 41  # the thinning's seed: the same sessions stay on every run
+QUIET_MIN_SAVING = 0.10  # a quiet rung keeps at least this share less warm than every rung
+QUIET_ATTAINMENT_LOSS = 0.003  # ... and attains at most this much less than the top rung
 
 
 def tiers_key(point: Point) -> tuple:
@@ -104,13 +123,16 @@ def schedule_variant(
     rate: float,
     asleep: frozenset[str],
     idle_s: float,
+    share: float = 1.0,
 ) -> Point:
     """`point` with awake hours for `rate` requests/h and one of `schedule_variants`
-    (`asleep`, `idle_s`): the one call the front's step 2 and the ladder's rungs share."""
+    (`asleep`, `idle_s`): the one call the front's step 2 and the ladder's rungs share;
+    `share`: the fitted rates times it (a quiet rung's forecast)."""
+    rates = ctx.rates if share == 1.0 else {m: r * share for m, r in ctx.rates.items()}
     return scheduled(
         point,
         perfs,
-        ctx.rates,
+        rates,
         ctx.cluster,
         min_requests_per_h=rate,
         switch_factor=scoring.TWIN_SWITCH_FACTOR,
@@ -143,9 +165,14 @@ def rung_points(ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf])
             out.append(sched)
             if k == j == 0:  # the steps from the first schedule up to every instance awake
                 out += promotions(sched, heat, cluster, **margins)
+    return _distinct(out, base)
+
+
+def _distinct(points: list[Point], base: Point) -> list[Point]:
+    """`points` less duplicates and `base` (by `tiers_key`), in their order."""
     seen = {tiers_key(base)}
     kept = []
-    for p in out:
+    for p in points:
         k = tiers_key(p)
         if k not in seen:
             seen.add(k)
@@ -200,3 +227,37 @@ def thin(items: list, warm, keep=None, most: int = MAX_RUNGS) -> list:
         pos = items.index(keep)
         out.remove(min(inner, key=lambda e: (abs(items.index(e) - pos), items.index(e))))
     return out
+
+
+def thinned(trace: Any, share: float, seed: int = QUIET_SEED) -> Any:
+    """`trace` with `share` of its sessions (user and session; rows where it has none),
+    drawn with `seed`: traffic that fell, its sessions' hand-offs and prefixes kept whole."""
+    keys = [c for c in ("user", "session") if c in trace.columns]
+    if keys:
+        ids = trace[keys].astype(str).agg("/".join, axis=1).to_numpy()
+    else:
+        ids = np.arange(len(trace)).astype(str)
+    uniq = np.unique(ids)
+    rng = np.random.default_rng(seed)
+    keep = rng.choice(uniq, size=max(1, round(len(uniq) * share)), replace=False)
+    return trace[np.isin(ids, keep)].reset_index(drop=True)
+
+
+def quiet_points(
+    ctx: SearchContext, base: Point, perfs: dict[str, InstancePerf], share: float
+) -> list[Point]:
+    """The candidates for a quiet rung at `share` of the traffic (module docstring, step 5):
+    `rung_points`, and the schedule variants fitted to the rates times `share` at each rate
+    and at `covered_idle_sleep_s` too, and one where no instance keeps awake hours."""
+    cfg = ctx.cfg
+    idles = sorted({cfg.idle_sleep_s, cfg.covered_idle_sleep_s}, reverse=True)
+    rates = [*cfg.awake_min_requests_per_h, *LEAN_RATES]
+    every = frozenset(i.model for i in base.instances)
+    out = rung_points(ctx, base, perfs)
+    out += [
+        schedule_variant(ctx, base, perfs, rate, frozenset(), idle_s, share)
+        for rate in rates
+        for idle_s in idles
+    ]
+    out += [schedule_variant(ctx, base, perfs, rates[0], every, idle_s) for idle_s in idles]
+    return _distinct(out, base)

@@ -31,6 +31,8 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost, with_variant_quality
 from planner.optimizer.scoring import Scorer
 from planner.optimizer.search_context import Job, loosest_knobs, search_context
+from planner.optimizer.sim.request import Requests
+from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.space import better, knobs_from_vector, knobs_vector, search_space
 from planner.schemas.cluster import Cluster
 from planner.schemas.models import Models
@@ -255,6 +257,38 @@ class Searcher:
         for ev, (m, pairs) in zip(todo, self.job_map(job, len(todo)), strict=True):
             self._twins[ev.index] = with_variant_quality(m, ev.point, self.models)
             self._twin_days[ev.index] = pairs
+
+    def score_on(
+        self, req: Requests, jobs: list[tuple[Point, dict[str, InstancePerf]]]
+    ) -> list[PointMetrics]:
+        """The metrics of each (point, perfs) on `req`, as one batch (the quiet rungs: another
+        traffic than the days points are chosen on)."""
+
+        def job(k: int) -> PointMetrics:
+            p, perfs = jobs[k]
+            r = simulate(p, perfs, req, self.slo, model_names=self.models.names)
+            return with_variant_quality(r.point_metrics(), p, self.models)
+
+        return self.job_map(job, len(jobs))
+
+    def twin_on(
+        self, req: Requests, point: Point, perfs: dict[str, InstancePerf], warm_gib: float
+    ) -> PointMetrics:
+        """The `lru@` twin of `point` on `req` at `warm_gib` (its own warm GiB there)."""
+        if all(i.tier == "gpu" for i in point.instances):
+            return self.score_on(req, [(point, perfs)])[0]  # the same run (`run_twins`)
+        tw = scoring.twin_result(
+            point,
+            perfs,
+            warm_gib,
+            self.cluster,
+            self.slo,
+            req,
+            self.models.names,
+            gpu_margin=self.cfg.gpu_memory_margin,
+            host_margin=self.cfg.host_memory_margin,
+        )
+        return with_variant_quality(tw.point_metrics(), point, self.models)
 
     def scalar(self, ev: Evaluation, lam: float) -> float:
         """What the GP minimizes: normalized switch P95 + lam x warm share + SLO shortfall

@@ -20,6 +20,9 @@
    sleep are scored; the front of one placement's variants, chosen as step 3 chooses,
    becomes the rungs (hops between them restart nothing); the front's points on other
    placements stay only where they pay for their restarts. The selected point is a rung.
+   The quiet rungs (`_quiet`; ladder.py step 5): variants of the ladder's placement judged
+   on the chosen days thinned to a share of their sessions, written as `quiet-<share %>`
+   with `for_traffic_share`, for the adjuster's hours of fallen traffic.
 4. Baselines on the fitted days (`select_baselines`): a point one dominates (attainment,
    switch P95, warm GiB) is dropped, and each baseline no point dominates is added as a
    `from-<baseline>` point, where no written point dominates it on the chosen days either.
@@ -31,6 +34,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from planner.errors import InfeasibleError
@@ -41,11 +45,16 @@ from planner.optimizer.evaluation import Evaluation, SearchResult, predicted
 from planner.optimizer.hops import hop_table, placement_key, tier_variants
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.ladder import (
+    QUIET_ATTAINMENT_LOSS,
+    QUIET_MIN_SAVING,
+    QUIET_SHARES,
     pays,
+    quiet_points,
     rung_points,
     schedule_variant,
     schedule_variants,
     thin,
+    thinned,
     tiers_key,
 )
 from planner.optimizer.pareto import dominates, name_points
@@ -318,6 +327,58 @@ def _ladder(
     return rungs, thin(off, _warm, most=max(MAX_POINTS - len(rungs), 0))
 
 
+def _quiet(
+    ctx: SearchContext, ev: Evaluator, evals: list[Evaluation], rungs: list[Evaluation]
+) -> list[tuple[str, Evaluation, PointMetrics]]:
+    """The quiet rungs (ladder.py step 5): (name, evaluation on the thinned days, its `lru@`
+    twin's metrics there), at most one per share of `QUIET_SHARES`, each leaner than the
+    last. They join `evals` (their `chosen` figures are the thinned days')."""
+    if not rungs:
+        return []
+    top = min(rungs, key=_base_rank)
+    days = ctx.held if ctx.held is not None else ctx.fit
+    target = ctx.slo.attainment
+    limit = ctx.slo.default.switch_p95_s or math.inf
+    out: list[tuple[str, Evaluation, PointMetrics]] = []
+    for share in QUIET_SHARES:
+        req = scoring.requests(thinned(days, share), ctx.models)
+        # the rungs and the quiet rungs written already, then the candidates not written
+        refs = [(e.point, e.perfs) for e in rungs] + [(e.point, e.perfs) for _, e, _ in out]
+        written = {tiers_key(p) for p, _ in refs}
+        cands = [
+            p for p in quiet_points(ctx, top.point, top.perfs, share) if tiers_key(p) not in written
+        ]
+        n = len(refs)
+        ms = ev.score_on(req, refs + [(p, top.perfs) for p in cands])
+        # a quiet rung keeps clearly less than every one of them on the thinned days
+        most = (1.0 - QUIET_MIN_SAVING) * min(m.warm_gpu_gib for m in ms[:n])
+        # and holds the SLO about as well as the ladder's top rung does there
+        least = max(target, ms[rungs.index(top)].slo_attainment - QUIET_ATTAINMENT_LOSS)
+        ok = sorted(
+            (
+                (m.warm_gpu_gib, m.switch_p95_s, k)
+                for k, m in enumerate(ms[n:])
+                if m.slo_attainment >= least - 1e-9
+                and m.switch_p95_s <= limit
+                and m.warm_gpu_gib <= most
+            )
+        )
+        for _, _, k in ok:  # the leanest that beats its twin there (as `_twin_front` asks)
+            p, m = cands[k], ms[n + k]
+            twin = ev.twin_on(req, p, top.perfs, m.warm_gpu_gib) if ctx.cfg.baselines else m
+            if not ctx.cfg.baselines or (
+                scoring.beats_twin_target(m, twin) and twin.warm_gpu_gib <= m.warm_gpu_gib + 1e-6
+            ):
+                p = p.model_copy(update={"for_traffic_share": share})
+                p.predicted = predicted(m)
+                e = Evaluation(len(evals), top.knobs, None, p, top.perfs, m, origin="quiet")
+                evals.append(e)
+                out.append((f"quiet-{round(share * 100)}", e, twin))
+                break
+    ev.evaluated(len(evals))
+    return out
+
+
 def _base_rank(e: Evaluation) -> tuple[float, float, float, int]:
     """The ladder's base comes first: it holds the SLO best over every day (to 0.001), then
     switches least, then keeps least warm."""
@@ -367,6 +428,7 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
     # 3. the twins; 3b. the ladder; 4. baselines on the fitted days
     front = _twin_front(ctx, ev, pool, notes)
     rungs, off = _ladder(ctx, ev, evals, feasible, front)
+    quiet = _quiet(ctx, ev, evals, rungs)
     front, extra, shown = baseline_points(ctx, ev, rungs + off, evals)
     if not front and not extra:  # every point dominated and no baseline buildable: keep best
         front = [max(pool, key=lambda e: (e.chosen.slo_attainment, -e.index))]
@@ -382,7 +444,8 @@ def select_points(ctx: SearchContext, ev: Evaluator, evals: list[Evaluation]) ->
     if len(on_ladder) == 1:  # say why the runtime has nowhere to hop by sleeps and wakes
         no_wait = on_ladder[0][1].chosen.switch_p95_s == 0
         notes.append(ONE_RUNG_NOTES[(no_wait, meets)])
-    return _result(ctx, ev, evals, named, notes, shown, _selected(on_ladder or choices))
+    selected = _selected(on_ladder or choices)
+    return _result(ctx, ev, evals, named, notes, shown, selected, quiet)
 
 
 def _result(
@@ -393,8 +456,16 @@ def _result(
     notes: list[str],
     shown: dict[str, PointMetrics | str],
     selected: str,
+    quiet: list[tuple[str, Evaluation, PointMetrics]],
 ) -> SearchResult:
-    """Step 5: the named points (`selected` among them), the capacity table, twins and hops."""
+    """Step 5: the named points (`selected` among them) and the quiet rungs (`_quiet`), the
+    capacity table, twins and hops."""
+    twins: dict[str, PointMetrics] = {}
+    if ctx.cfg.baselines:
+        ev.run_twins([e for _, e in named])
+        twins = {n: ev.twin_metrics(e) for n, e in named}
+        twins |= {n: t for n, _, t in quiet}  # on their thinned days
+    named = named + [(n, e) for n, e, _ in quiet]
     points, perfs = [], {}
     for name, e in named:
         p = e.point.model_copy(deep=True)
@@ -408,10 +479,6 @@ def _result(
         ctx.trace,
         cluster_capacity_rps(ctx.cluster, ev.candidates(roomiest_knobs(ctx.cfg)), ctx.models.names),
     )
-    twins: dict[str, PointMetrics] = {}
-    if ctx.cfg.baselines:
-        ev.run_twins([e for _, e in named])
-        twins = {n: ev.twin_metrics(e) for n, e in named}
     return SearchResult(
         evaluations=evals,
         points=points,

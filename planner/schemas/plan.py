@@ -218,6 +218,14 @@ class Point(Strict):
         description="model -> models often asked next in the same session: a request for it "
         "wakes their sleeping host/disk instance where that puts no co-tenant to sleep",
     )
+    for_traffic_share: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="a quiet rung: meets the targets at this share of the fitted traffic (its "
+        "`predicted` figures are on the chosen days thinned to it), not at all of it; the "
+        "adjuster hops to it when its forecast falls. None: a point for the fitted traffic",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Point:

@@ -116,9 +116,19 @@ def _row(att: float, gib: float, meets: bool = True) -> LeanRow:
     return LeanRow(att, 100, gib, {}, (), 0, meets)
 
 
-def _decide(st: AdjustState, rows: dict[str, LeanRow], t: float, n_window: int = 0):
+def _decide(
+    st: AdjustState,
+    rows: dict[str, LeanRow],
+    t: float,
+    n_window: int = 0,
+    *,
+    share: float | None = None,
+    quiet: dict[str, float] | None = None,
+    restarts: dict[str, int] | None = None,
+):
     """`decide` on a window of `n_window` requests (every point meets the SLO there) and a
-    forecast whose points are `rows`."""
+    forecast whose points are `rows` (`share`: the forecast's share of the plan's fitted
+    traffic; `quiet`: quiet rung -> its for_traffic_share; `restarts`: point -> the hop's)."""
     from planner.adjuster.forecast import Forecast
     from planner.adjuster.policy_types import Observation, PointEstimate
     from planner.optimizer.point_metrics import PointMetrics
@@ -134,6 +144,8 @@ def _decide(st: AdjustState, rows: dict[str, LeanRow], t: float, n_window: int =
         requests=n_window,
     )
     fc = Forecast(t, 3600.0, {"m": np.zeros(3)}, {"m": 1.0}, 1)
+    if share is not None:  # 100 fitted requests an hour, the forecast `share` of them
+        fc = Forecast(t, 3600.0, {"m": np.full(3, 100.0 * share)}, {"m": 1.0}, 1, np.full(3, 100.0))
     win = pd.DataFrame({"timestamp": np.full(n_window, t - 1.0), "model": "m"})
     obs = Observation(
         end_s=t,
@@ -141,7 +153,9 @@ def _decide(st: AdjustState, rows: dict[str, LeanRow], t: float, n_window: int =
         metrics={p: PointEstimate.of(m) for p in rows},
         hop_costs={},
         target_attainment=0.95,
-        lean=LeanView(fc, rows),
+        lean=LeanView(fc, rows, quiet or {}, restarts or {})
+        if quiet or restarts
+        else LeanView(fc, rows),
     )
     return decide(st, obs)
 
@@ -182,6 +196,63 @@ def test_a_day_keeps_its_last_hop_for_a_rescue():
     rows = {"full": _row(0.9, 100.0, meets=False), "big": _row(0.99, 120.0)}
     _, acts = _decide(st, rows, t)
     assert acts[0].kind == "hop" and acts[0].point == "big"
+
+
+def test_a_quiet_rung_is_taken_when_traffic_falls_and_left_when_it_rises():
+    """Issue 41 (the falling week saved 0%): a quiet rung (`for_traffic_share`) is a candidate
+    only while the forecast is within its share of the fitted traffic (x the headroom), and
+    the one in force is left by a hop of its placement once the forecast is back above it."""
+    rows = {"full": _row(0.99, 100.0), "quiet": _row(0.99, 50.0)}
+    quiet = {"quiet": 0.25}
+    st = AdjustState(point="full", since_s=0.0)
+    for t in (10, 11):  # the usual traffic: the quiet rung is not a candidate
+        st, acts = _decide(st, rows, t * 3600.0, share=1.0, quiet=quiet)
+        assert acts[0].kind == "hold" and st.candidate is None, acts[0].reason
+    for t in (12, 13):  # a quarter of it: hop there (confirmed in two windows)
+        st, acts = _decide(st, rows, t * 3600.0, share=0.25, quiet=quiet)
+    assert acts[0].kind == "hop" and st.point == "quiet"
+    _, acts = _decide(st, rows, 14 * 3600.0, quiet=quiet)  # nothing expected: it stays
+    assert acts[0].kind == "hold"
+    # within the hysteresis (the headroom x QUIET_LEAVE): it stays
+    st, acts = _decide(st, rows, 15 * 3600.0, share=0.9, quiet=quiet)
+    assert acts[0].kind == "hold"
+    st, acts = _decide(st, rows, 16 * 3600.0, share=1.5, quiet=quiet)  # traffic came back
+    assert acts[0].kind == "hop" and st.point == "full"
+    assert "traffic forecast at 150% of the fit" in acts[0].reason
+
+
+def test_an_hour_that_saves_less_keeps_the_candidates_count():
+    """Issue 41 (the falling week's hop came a day late): the leanest point that meets the
+    targets stays the candidate through an hour in which it saves less than a hop needs (the
+    point in force sleeps then too), so the next hour that saves confirms it. Before, that
+    hour reset the count."""
+    st = AdjustState(point="full", since_s=0.0)
+    lean, almost = {"full": _row(0.99, 100.0), "half": _row(0.99, 60.0)}, _row(0.99, 99.0)
+    st, acts = _decide(st, lean, 10 * 3600.0)
+    assert acts[0].kind == "hold" and st.candidate == "half"
+    st, acts = _decide(st, {**lean, "half": almost}, 11 * 3600.0)
+    assert acts[0].kind == "hold" and st.candidate == "half" and st.candidate_wins == 1
+    st, acts = _decide(st, lean, 12 * 3600.0)
+    assert acts[0].kind == "hop" and st.point == "half"
+
+
+def test_a_saving_never_restarts_and_a_rescue_stays_on_the_placement_where_it_can():
+    """Issue 41 (the mix week's hops were restarts between placements): a leaner point on
+    another placement is no hop to save memory, and a rescue goes to a point of the placement
+    in force where one meets the targets, even where another placement's is leaner."""
+    st = AdjustState(point="full", since_s=0.0)
+    rows = {"full": _row(0.99, 100.0), "other": _row(0.99, 40.0)}
+    for t in (10, 11, 12):
+        st, acts = _decide(st, rows, t * 3600.0, restarts={"other": 3})
+        assert acts[0].kind == "hold", acts[0].reason
+    rows = {
+        "lean": _row(0.9, 50.0, meets=False),
+        "full": _row(0.99, 100.0),
+        "other": _row(0.99, 80.0),
+    }
+    st = AdjustState(point="lean", since_s=0.0)
+    _, acts = _decide(st, rows, 13 * 3600.0, restarts={"other": 3})
+    assert acts[0].kind == "hop" and acts[0].point == "full"
 
 
 def _ladder() -> Plan:

@@ -144,10 +144,14 @@ def test_plan_show_prints_the_ladder(capsys, monkeypatch):
     assert code == 0
     assert "the ladder from balanced" in out
     assert "2 restart(s)" in out and "GiB loaded" in out
+    assert "quiet-50 (at 50% traffic)" in out
     code, out, _ = run_cli(["plan", "show", str(GOLDEN), "--json"], capsys)
     rows = {r["point"]: r for r in json.loads(out)["ladder"]}
     assert rows["balanced"]["rung"] and rows["balanced"]["hop"] is None
     assert not rows["max-quality"]["rung"] and rows["max-quality"]["hop"]["restarts"] == 2
+    # the quiet rung (issue 41): marked with its share, a hop to it restarts nothing
+    assert rows["quiet-50"]["for_traffic_share"] == 0.5 and rows["quiet-50"]["rung"]
+    assert rows["balanced"]["for_traffic_share"] is None
 
 
 def test_the_written_points_are_rungs_or_pay_for_their_restarts():
@@ -197,3 +201,28 @@ def test_each_held_back_day_is_judged_by_the_twin_target():
     assert scoring.beats_twin_each_day([day(0.3, 0.45)])  # both under 0.5 s
     assert not scoring.beats_twin_each_day([day(0.8, 1.42)])
     assert not scoring.beats_twin_each_day([day(0.3, 0.45, att=0.97)])  # attainment too
+
+
+def test_quiet_rungs_are_judged_on_whole_sessions_and_share_the_placement(small_ctx):
+    """Issue 41 (the falling week saved 0%: no rung leaner than the selected one met the
+    targets at the fitted traffic): the quiet rungs' candidates are variants of the ladder's
+    placement, one of them with no awake hours at all, judged on the chosen days thinned to
+    a share of their sessions, whole and the same on every run."""
+    from planner.optimizer.ladder import quiet_points, thinned
+
+    days = small_ctx.fit
+    keys = set(zip(days["user"], days["session"], strict=True))
+    part = thinned(days, 0.25)
+    kept = set(zip(part["user"], part["session"], strict=True))
+    assert kept < keys and abs(len(kept) - 0.25 * len(keys)) <= 1
+    whole = days[[k in kept for k in zip(days["user"], days["session"], strict=True)]]
+    assert len(part) == len(whole)  # every request of a kept session stays
+    assert part.equals(thinned(days, 0.25))
+    base = load_plan(GOLDEN).point("balanced")
+    perfs = _perfs(base, small_ctx)
+    cands = quiet_points(small_ctx, base, perfs, 0.25)
+    assert len({tiers_key(c) for c in cands}) == len(cands)
+    assert any(all(not i.awake_hours for i in c.instances) for c in cands)
+    for c in cands:
+        assert placement_key(c) == placement_key(base)
+        assert hop(base, c, perfs).restarts == 0
