@@ -144,8 +144,8 @@ def _replay(
 ) -> None:
     from planner.adjuster.replay import replay
     from planner.app.reoptimize import Reoptimizer
+    from planner.app.replay_plot import check_plot_name, draw_replay
     from planner.cli import inputs as cin
-    from planner.cli.adjust_plot import check_plot_name, draw_replay
 
     check_plot_name(plot)
     names = [p.name for p in inp.plan.points]
