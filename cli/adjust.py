@@ -132,7 +132,7 @@ def adjust_cmd(
     if replan:
         _replan(inp, plan_path, state_dir, replan_days, json_out)
         return
-    from planner.cli.apply_checks import placed
+    from planner.app.apply_checks import placed
 
     # a hop starts servers where `planner apply` put this state dir's (its --port-base)
     inp.plan, _ = placed(inp.plan, inp.cluster, None, state_dir, str(plan_path))

@@ -99,7 +99,7 @@ def follow_point_in_force(inp: Any, meta: dict[str, str], state_dir: Path) -> tu
     never hops the old plan's points over that apply. `inp` and "" when the plan in force is
     `inp`'s (or none is recorded). InputError, naming both files, when the plan in force is
     no longer where it was applied from."""
-    from planner.cli.apply_checks import placed
+    from planner.app.apply_checks import placed
 
     theirs, ours = meta.get("plan_path", ""), str(Path(inp.plan_path).resolve())
     if not meta.get("plan_sha") or not theirs or theirs == ours:

@@ -38,8 +38,8 @@ def open_gateway(
     from planner.adjuster.gateway import Gateway, GatewayConfig
     from planner.adjuster.gateway.auth import Auth
     from planner.adjuster.state import StateStore
-    from planner.cli.apply import load_plan_inputs
-    from planner.cli.apply_checks import placed
+    from planner.app.apply import load_plan_inputs
+    from planner.app.apply_checks import placed
     from planner.cli.common import open_backend, state_backend
     from planner.errors import InputError
     from planner.io import sha256_file
