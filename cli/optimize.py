@@ -213,7 +213,7 @@ def _print_summary(result: Any, plan: Any, out: Path, sl: Any) -> None:
         )
     )
     if result.capacity is not None and result.capacity.overloaded:
-        from planner.cli.evaluate import capacity_table
+        from planner.cli.evaluate_show import capacity_table
 
         console.print(capacity_table(result.capacity, "demand beyond what the cluster can serve"))
     for n in result.notes:
