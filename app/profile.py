@@ -1,0 +1,283 @@
+"""The profile service: `profile_engine` starts real vLLM servers one run at a time (here,
+or on every node through Ray) and stores what they measured in the node's profile, saved
+after every run (an interrupted profile resumes from there)."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import InputError
+
+if TYPE_CHECKING:
+    from planner.profiler.devices import NodeInfo
+    from planner.profiler.engine_runs import BenchConfig, RunSpec
+    from planner.schemas.models import Models
+    from planner.schemas.profile import EngineRun, Environment
+
+RunKey = tuple[str, str, int]  # (model, variant, TP)
+Skipped = tuple[RunKey, str]  # a run this host cannot hold, and why
+Step = Callable[[int, "str | None"], None]  # (steps done since the last, what now; None: same)
+
+
+@dataclass(frozen=True)
+class EngineProfileRequest:
+    """What `planner profile engine` was asked (the flags, parsed)."""
+
+    models_file: Path
+    model: str | None = None
+    variant: str | None = None
+    tp: list[int] | None = None  # TP degrees; None: the smallest that fits
+    cluster_file: Path | None = None
+    out: Path = Path("profiles")
+    node: str | None = None
+    device: str | None = None  # cuda | cpu; None: cuda when NVML sees a GPU
+    quick: bool = False
+    max_model_len: int | None = None
+    kv_gib: float = 1.0
+    enforce_eager: bool = False
+    port: int | None = None
+    retry_failed: bool = False
+    start_timeout_s: float = 900.0
+    ray: bool = False  # every node of `cluster_file` through Ray
+
+
+def _no_steps(_total: int) -> AbstractContextManager[Step]:
+    return nullcontext(lambda _n, _what: None)
+
+
+@dataclass(frozen=True)
+class ProfileHooks:
+    """How a profile reports as it goes: `planned(skipped, done before)` before any run,
+    `running(total steps)` wraps the runs and gives what hears each step, `busy(title)` wraps
+    a node's runs through Ray, `warn` a line."""
+
+    planned: Callable[[list[Skipped], list[RunKey]], None] = lambda _s, _d: None
+    running: Callable[[int], AbstractContextManager[Step]] = _no_steps
+    busy: Callable[[str], AbstractContextManager[object]] = lambda _: nullcontext()
+    warn: Callable[[str], None] = lambda _: None
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """The profile file written, its new runs and the runs skipped (with why)."""
+
+    path: Path
+    runs: list[EngineRun] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "profile": str(self.path),
+            "runs": [r.model_dump(mode="json", exclude_none=True) for r in self.runs],
+            "skipped": [
+                {"model": k[0], "variant": k[1], "tp": k[2], "why": w} for k, w in self.skipped
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class RayEngineProfile:
+    """The profile files written through Ray and each node's runs (as the node sent them)."""
+
+    written: list[str]
+    runs: list[dict[str, Any]]
+
+
+def profile_engine(
+    req: EngineProfileRequest, hooks: ProfileHooks | None = None
+) -> EngineProfile | RayEngineProfile:
+    """Start real vLLM servers: cold start, prefill latency, TPOT vs concurrency, KV
+    capacity, sleep/wake; the pip extras they need are checked first."""
+    from planner.app.backends import engine_modules, require_extra, serve_extra
+    from planner.profiler import engine_runs as er
+    from planner.profiler import store
+    from planner.profiler.devices import discover_node
+    from planner.schemas import load_models
+
+    hooks = hooks or ProfileHooks()
+    models = load_models(req.models_file)
+    limits: dict[str, Any] = dict(
+        max_model_len=req.max_model_len,
+        kv_gib=req.kv_gib,
+        enforce_eager=req.enforce_eager,
+        start_timeout_s=req.start_timeout_s,
+    )
+    if req.ray:
+        require_extra("cluster", "`planner profile engine --ray`")
+        return _engine_ray(req, limits, hooks)
+    out = req.out
+    info = discover_node(disk_path=out.parent if out.parent.exists() else Path("."))
+    dev = req.device or ("cuda" if info.gpus else "cpu")
+    # the runs use the default engine kind (planner/engines/kinds.py)
+    require_extra(serve_extra(dev), "`planner profile engine`", (*engine_modules(), "httpx"))
+    node_name, gpu_type, devices, mem = _this_node(info, dev, req.node, req.cluster_file)
+    runs, skipped = _plan_runs(
+        models, req.models_file, devices, mem, req.model, req.variant, req.tp
+    )
+    cfg = er.BenchConfig.for_device(dev, quick=req.quick, **limits)
+    prof = store.load_or_new(out, node_name, gpu_type)
+    todo = [r for r in runs if not er.is_done(prof, r.key, retry_failed=req.retry_failed)]
+    hooks.planned(skipped, [r.key for r in runs if r not in todo])
+    device_name = info.gpus[0].name if info.gpus and dev == "cuda" else "cpu"
+
+    def env() -> Environment:  # recorded when the first run is stored
+        return store.environment(device_name, driver=info.driver, cuda=info.cuda)
+
+    path = store.profile_path(out, node_name, gpu_type)
+    results = _run_all(todo, cfg, out, req.port, (node_name, gpu_type), env, hooks.running)
+    return EngineProfile(path, results, skipped)
+
+
+def _plan_runs(
+    models: Models,
+    models_file: Path,
+    devices: int,
+    mem: float,
+    model: str | None,
+    variant: str | None,
+    tp: list[int] | None,
+) -> tuple[list[RunSpec], list[Skipped]]:
+    """The runs this host can hold (and the skipped ones, with why); bad names exit 2."""
+    from planner.profiler import engine_runs as er
+
+    try:
+        runs, skipped = er.plan_runs(
+            models, devices=devices, memory_gib=mem, model=model, variant=variant, tps=tp
+        )
+    except KeyError:
+        raise InputError(
+            f"model {model!r} is not in the models file",
+            file=str(models_file),
+            path="--model",
+            fix=f"use one of {models.names}",
+        ) from None
+    if variant is not None and not runs and not skipped:
+        raise InputError(f"no variant {variant!r}", file=str(models_file), path="--variant")
+    return runs, skipped
+
+
+def _this_node(
+    info: NodeInfo, dev: str, node: str | None, cluster_file: Path | None
+) -> tuple[str, str, int, float]:
+    """(node name, GPU type, devices of that type, GiB each) of the host being profiled."""
+    from planner.schemas import load_cluster
+
+    node_name = node or platform.node()
+    if dev == "cuda":
+        if not info.gpus:
+            raise InputError("no NVIDIA GPU visible", path="--device", fix="use --device cpu")
+        from planner.profiler.hardware_targets import type_for
+
+        # as `profile hardware` names it
+        gpu_type = type_for(info.gpus[0].name, info.gpus[0].memory_gib)
+        same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
+        devices, mem = len(same), min(g.memory_gib for g in same)
+    else:
+        gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
+    if cluster_file is None:
+        return node_name, gpu_type, devices, mem
+    cl = load_cluster(cluster_file)
+    names = [x.name for x in cl.nodes]
+    try:
+        # --node, else the node named like this host, else the first node
+        n = cl.node(node_name) if node or node_name in names else cl.nodes[0]
+    except KeyError:
+        raise InputError(
+            f"node {node_name!r} is not in the cluster",
+            file=str(cluster_file),
+            path="nodes",
+            fix=f"use --node with one of {names}",
+        ) from None
+    if n.gpus:
+        gpu_type = n.gpus[0].spec.name
+        devices = n.gpus[0].count if dev == "cuda" else 1
+    return n.name, gpu_type, devices, mem
+
+
+def _run_all(
+    todo: list[RunSpec],
+    cfg: BenchConfig,
+    out: Path,
+    port: int | None,
+    where: tuple[str, str],
+    env: Callable[[], Environment],
+    running: Callable[[int], AbstractContextManager[Step]],
+) -> list[EngineRun]:
+    """Profile each run in turn; the profile file is saved after every run (resumable)."""
+    from planner.profiler import engine_bench as eb
+    from planner.profiler import engine_runs as er
+    from planner.profiler import store
+
+    node_name, gpu_type = where
+    path = store.profile_path(out, node_name, gpu_type)
+    results = []
+    with running(max(1, len(todo) * er.steps_of(cfg))) as step:
+        for spec in todo:
+            label = f"{spec.model.name}/{spec.variant.name} tp={spec.tp}"
+            step(0, f"{label}: starting")
+
+            def tick(what: str, label: str = label) -> None:
+                step(1, f"{label}: {what}")
+
+            res = eb.profile_run(spec, cfg, log_dir=out / "logs", port=port, tick=tick)
+            if res.run.status == "failed":
+                step(max(0, er.steps_of(cfg) - 1), None)  # skip its remaining ticks
+            prof = store.load_or_new(out, node_name, gpu_type)  # keep other writers' runs
+            store.upsert_run(prof, res.run)
+            if not prof.environment.created_at:
+                prof.environment = env()
+            store.save(prof, path)  # after every run: an interrupted profile resumes from here
+            results.append(res.run)
+    return results
+
+
+def _engine_ray(
+    req: EngineProfileRequest, cfg_kwargs: dict[str, Any], hooks: ProfileHooks
+) -> RayEngineProfile:
+    """`profile engine --ray`: each node of the cluster profiles its own engines; files land here."""
+    from planner.io import read_yaml
+    from planner.profiler import store
+    from planner.profiler.remote import cluster_nodes, engine_on_node
+    from planner.schemas import load_cluster
+    from planner.schemas.profile import EngineRun, Environment
+
+    names = cluster_nodes(req.cluster_file, req.node)
+    assert req.cluster_file is not None  # cluster_nodes refuses none (InputError)
+    cl = load_cluster(req.cluster_file)
+    data = read_yaml(req.models_file)
+    out = req.out
+    written: list[str] = []
+    all_runs: list[dict[str, Any]] = []
+    for name in names:
+        n = cl.node(name)
+        gpu_type = n.gpus[0].spec.name if n.gpus else "cpu"
+        prof = store.load_or_new(out, name, gpu_type)
+        done = [r for r in prof.engine if r.status == "ok" or not req.retry_failed]
+        skip = [list(store.run_key(r)) for r in done]
+        with hooks.busy(f"profiling engines on {name} through Ray ..."):
+            got = engine_on_node(
+                name,
+                models_data=data,
+                models_file=str(req.models_file.resolve()),
+                cfg_kwargs=cfg_kwargs,
+                quick=req.quick,
+                model=req.model,
+                variant=req.variant,
+                tps=req.tp,
+                skip=skip,
+                device=req.device,
+            )
+        if got["gpu_type"] != gpu_type:
+            hooks.warn(f"{name} reports {got['gpu_type']}, cluster.yaml says {gpu_type}")
+        prof = store.load_or_new(out, name, gpu_type)
+        for r in got["runs"]:
+            store.upsert_run(prof, EngineRun.model_validate(r))
+            all_runs.append({"node": name, **r})
+        prof.environment = Environment.model_validate(got["environment"])
+        written.append(str(store.save(prof, store.profile_path(out, name, gpu_type))))
+    return RayEngineProfile(written, all_runs)
