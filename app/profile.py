@@ -1,6 +1,8 @@
 """The profile service: `profile_engine` starts real vLLM servers one run at a time (here,
 or on every node through Ray) and stores what they measured in the node's profile, saved
-after every run (an interrupted profile resumes from there)."""
+after every run (an interrupted profile resumes from there); `profile_hardware` runs the
+torch microbenchmarks; `merge` combines nodes' profiles; `calibrate` fits the perf model's
+factors into each profile; `check` compares measured GPUs with the catalog."""
 
 from __future__ import annotations
 
@@ -14,14 +16,19 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import InputError
 
 if TYPE_CHECKING:
+    from planner.optimizer.hwcheck import Check
     from planner.profiler.devices import NodeInfo
     from planner.profiler.engine_runs import BenchConfig, RunSpec
+    from planner.profiler.hardware_targets import Callbacks, Target
     from planner.schemas.models import Models
-    from planner.schemas.profile import EngineRun, Environment
+    from planner.schemas.profile import Calibration, EngineRun, Environment, Profile
 
 RunKey = tuple[str, str, int]  # (model, variant, TP)
 Skipped = tuple[RunKey, str]  # a run this host cannot hold, and why
-Step = Callable[[int, "str | None"], None]  # (steps done since the last, what now; None: same)
+Step = Callable[[int, "str | None"], None]
+OnTarget = Callable[
+    ["Target"], "Callbacks"
+]  # a GPU type's steps, as the profiler reports them  # (steps done since the last, what now; None: same)
 
 
 @dataclass(frozen=True)
@@ -281,3 +288,129 @@ def _engine_ray(
         prof.environment = Environment.model_validate(got["environment"])
         written.append(str(store.save(prof, store.profile_path(out, name, gpu_type))))
     return RayEngineProfile(written, all_runs)
+
+
+@dataclass(frozen=True)
+class HardwareRequest:
+    """What `planner profile hardware` was asked (the flags, parsed)."""
+
+    device: str | None = None  # cuda | cpu; None: cuda when NVML sees a GPU
+    out: Path = Path("profiles")
+    node: str | None = None
+    quick: bool = False
+    disk_dir: Path | None = None  # where the disk-read test file goes; None: `out`
+    ray: bool = False  # every node of `cluster_file` through Ray
+    cluster_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class HardwareHooks:
+    """How a hardware profile reports as it goes: `busy(title)` wraps the runs through Ray,
+    `measuring()` wraps those here and gives what hears each GPU type's steps."""
+
+    busy: Callable[[str], AbstractContextManager[object]] = lambda _: nullcontext()
+    measuring: Callable[[], AbstractContextManager[OnTarget | None]] = nullcontext
+
+
+def profile_hardware(
+    req: HardwareRequest, hooks: HardwareHooks | None = None
+) -> list[tuple[Profile, Path]]:
+    """Torch microbenchmarks (GEMM TFLOP/s, memory copy, host<->device, disk and RAM GB/s),
+    stored in each profile (its engine runs kept): the profiles and where each went."""
+    from planner.app.backends import require_extra
+    from planner.profiler import store
+    from planner.profiler.hardware_targets import profile_hardware as measure
+
+    hooks = hooks or HardwareHooks()
+    dev = req.device or _default_device()
+    if dev not in ("cuda", "cpu"):
+        raise InputError(f"unknown device {dev!r}", path="--device", fix="use cuda or cpu")
+    if req.ray:
+        require_extra("cluster", "`planner profile hardware --ray`")
+        from planner.profiler.remote import cluster_nodes, hardware_on_nodes
+
+        nodes = cluster_nodes(req.cluster_file, req.node)
+        with hooks.busy(f"profiling hardware on {len(nodes)} node(s) through Ray ..."):
+            measured = hardware_on_nodes(nodes, dev, quick=req.quick)
+    else:
+        require_extra("profile", "`planner profile hardware`")
+        with hooks.measuring() as on_target:
+            measured = measure(
+                dev,
+                req.node or platform.node(),
+                quick=req.quick,
+                disk_dir=req.disk_dir or req.out,
+                on_target=on_target,
+            )
+    out = []
+    for m in measured:
+        prof = store.load_or_new(req.out, m.node, m.gpu_type)  # keeps the file's engine runs
+        prof.hardware, prof.environment = m.hardware, m.environment
+        out.append((prof, store.save(prof, store.profile_path(req.out, m.node, m.gpu_type))))
+    return out
+
+
+def _default_device() -> str:
+    from planner.profiler.devices import discover_gpus
+
+    gpus, _, _ = discover_gpus()
+    return "cuda" if gpus else "cpu"
+
+
+def merge(sources: list[Path], out: Path) -> list[Path]:
+    """Nodes' profiles combined into `out` (one file per node and GPU type): the files."""
+    from planner.profiler import store
+
+    merged = store.merge(store.load_profiles(list(sources)))
+    return [store.save(p, store.profile_path(out, p.node, p.gpu_type)) for p in merged]
+
+
+def calibrate(
+    profiles: list[Path], warn: Callable[[str], None] = lambda _: None
+) -> list[tuple[Path, Calibration]]:
+    """Fit the perf model's efficiency and overhead factors from each profile's runs and
+    write them into it: each profile and its calibration. A profile with no usable point
+    is an InputError naming it; `warn` hears each profile's warnings."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf.calib import default_calib
+    from planner.optimizer.perf.calibration import calibrate as fit
+    from planner.profiler import store
+    from planner.schemas import load_profile
+
+    out = []
+    for path in store.profile_files(list(profiles)):
+        prof = load_profile(path)
+        try:
+            gpu = resolve_gpu(prof.gpu_type)
+        except ValueError as e:
+            raise InputError(
+                str(e),
+                file=str(path),
+                path="gpu_type",
+                fix="profile a catalog GPU type, or add the type to the catalog",
+            ) from None
+        for w in store.warnings_here([prof]):
+            warn(w)
+        cal = fit(prof, gpu, default_calib(gpu.arch))
+        if not cal.points and (prof.engine or cal.source == "defaults"):
+            raise InputError(
+                "no usable point to calibrate from"
+                + "".join(f"\n  {e}" for e in cal.excluded or ["(no engine runs)"]),
+                file=str(path),
+                fix="import runs of a catalog model that fits this GPU (`planner profile "
+                "import FILE --gpu TYPE --model NAME`), or run `planner profile engine`",
+            )
+        prof.calibration = cal
+        store.save(prof, path)
+        out.append((path, cal))
+    return out
+
+
+def check(profile_dir: Path) -> tuple[list[tuple[str, list[Check]]], list[str]]:
+    """The measured GPUs of `profile_dir` against the catalog and the perf model: (checks
+    per profiled catalog GPU type, problems)."""
+    from planner.optimizer.hwcheck import check_profiles
+    from planner.profiler import store
+
+    profiles = store.load_profiles(sorted(Path(profile_dir).glob("*.yaml")))
+    return check_profiles(profiles, str(profile_dir))
