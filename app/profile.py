@@ -414,3 +414,82 @@ def check(profile_dir: Path) -> tuple[list[tuple[str, list[Check]]], list[str]]:
 
     profiles = store.load_profiles(sorted(Path(profile_dir).glob("*.yaml")))
     return check_profiles(profiles, str(profile_dir))
+
+
+def import_runs(
+    files: list[Path],
+    gpu: str,
+    *,
+    node: str | None = None,
+    out: Path = Path("profiles"),
+    model: str | None = None,
+    tp: int = 1,
+    quantization: str | None = None,
+    concurrency: int | None = None,
+) -> tuple[Path, list[EngineRun]]:
+    """Add measured serving runs (`vllm bench serve --save-result` JSON, or CSVs in the shared
+    serving runs' layout) to the profile of one GPU type (`node`: default this host; a file
+    imported again replaces its runs): the profile and the runs. A run the perf model cannot
+    predict is kept, with why it calibrates nothing."""
+    import socket
+
+    from planner.catalog.gpus import resolve_gpu
+    from planner.profiler import store
+    from planner.profiler.serving_import import runs_from_serving_csv, runs_from_vllm_json
+
+    try:
+        gpu_type = resolve_gpu(gpu).name
+    except ValueError as e:
+        raise InputError(str(e), path="--gpu", fix="see `planner catalog gpus`") from None
+    runs: list[EngineRun] = []
+    for f in files:
+        if not f.is_file():
+            raise InputError("no such file", file=str(f), fix="check the path")
+        if f.suffix.lower() == ".csv":
+            got = runs_from_serving_csv(f, gpu_type, model)
+            if not got:
+                raise InputError(
+                    f"no row of {gpu_type} (column system)",
+                    file=str(f),
+                    fix="pass the --gpu the rows ran on",
+                )
+            runs += got
+        else:
+            runs.append(runs_from_vllm_json(f, model, tp, quantization, concurrency))
+    # a run the perf model cannot predict is kept, and says why it calibrates nothing
+    for r in runs:
+        why = fit_reason(r, gpu_type)
+        if why and not any(n.startswith("not calibrated:") for n in r.notes):
+            r.notes.append(f"not calibrated: {why}")
+    prof = store.load_or_new(out, node or socket.gethostname(), gpu_type)
+
+    def key(r: EngineRun) -> tuple[str, int, str | None, str]:
+        return (r.model, r.tp, r.quantization, r.notes[0] if r.notes else "")
+
+    new = {key(r) for r in runs}
+    prof.engine = [r for r in prof.engine if key(r) not in new] + runs  # a file again: replaced
+    path = store.save(prof, store.profile_path(out, prof.node, gpu_type))
+    return path, runs
+
+
+def fit_reason(run: EngineRun, gpu_type: str) -> str:
+    """Why the perf model cannot predict `run` on `gpu_type` ("" when it can): no
+    architecture, an unknown quantization, or weights and one request's KV that do not fit
+    its TP GPUs (the planner would not place it there)."""
+    from planner.catalog.gpus import resolve_gpu
+    from planner.optimizer.perf import instance_perf
+
+    if run.arch is None:
+        return "model not in the catalog"
+    try:
+        gpu = resolve_gpu(gpu_type)
+        perf = instance_perf(run.arch, run.quantization or "bf16", gpu, run.tp)
+    except ValueError as e:
+        return str(e)
+    longest = max((d.prompt_tokens + d.output_tokens for d in run.decode), default=0)
+    if perf.max_kv_tokens < max(1, longest):
+        return (
+            f"does not fit {run.tp} x {gpu_type} as the planner models it "
+            f"({perf.weights_gib_per_gpu:.0f} GiB of weights per GPU)"
+        )
+    return ""
