@@ -1,7 +1,6 @@
 """Loading what several commands take: input files, workloads and workload specs, checked
-(an InputError names the file, the field and the fix). The CLI, the benches and the
-adjuster's setup load through here; the CLI adds the progress and the warnings' printing
-(`planner.cli.inputs`)."""
+(an InputError names the file, the field and the fix). The services, the benches and the
+adjuster's setup load through here."""
 
 from __future__ import annotations
 
