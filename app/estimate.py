@@ -18,6 +18,7 @@ from planner.errors import InputError
 if TYPE_CHECKING:
     from planner.catalog.gpus import GpuSpec
     from planner.catalog.models import ModelArch
+    from planner.engines.base import EntryPoint
     from planner.optimizer.perf.calib import Calib
     from planner.schemas.plan import CalibrationRef
 
@@ -58,7 +59,7 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.9
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
-    entry_point: str = "serve"
+    entry_point: EntryPoint = "serve"  # checked by `estimate` (the flag is any text)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class Estimate:
     calibration: dict[str, dict[str, object]]
 
     def to_json(self) -> dict[str, object]:
-        return dataclasses.asdict(self)
+        # shallow: `asdict` would deep-copy every row's calibration (a batch has thousands)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 def estimate(
@@ -162,7 +164,11 @@ def estimate_one(
         kv_cache_dtype=kvd,
         interconnect=link,
         calib=calibs.get(gpu.name),
-        **dataclasses.asdict(engine),
+        max_model_len=engine.max_model_len,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        max_num_seqs=engine.max_num_seqs,
+        max_num_batched_tokens=engine.max_num_batched_tokens,
+        entry_point=engine.entry_point,
     )
     # clients at fixed lengths, as a serving benchmark runs them: partly in step
     loop = benchmark_loop(perf, nums["input_len"], nums["output_len"], nums["concurrency"])
