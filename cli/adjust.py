@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -28,9 +28,6 @@ from planner.cli.common import (
     print_error,
 )
 from planner.errors import InputError
-
-if TYPE_CHECKING:
-    pass
 
 
 def register(app: typer.Typer) -> None:
