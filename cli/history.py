@@ -13,7 +13,6 @@ from planner.app.history import keep_plan_copy as keep_plan_copy  # kept where t
 from planner.app.history import keep_previous as keep_previous
 from planner.app.history import previous_applied as previous_applied
 from planner.cli.common import JsonOpt, StateDirOpt, console, print_json
-from planner.errors import InputError
 
 
 def history_cmd(
@@ -22,11 +21,10 @@ def history_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """What happened, oldest first: applies, hops, wakes, sleeps, restarts, with time and reason."""
-    from planner.adjuster.state import StateStore, existing_state_dir
+    from planner.app.state import journal
 
-    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
-        rows = state.journal_entries(limit)
-        meta = state.meta()
+    done = journal(state_dir, limit)
+    rows, meta = done.rows, done.meta
     if json_out:
         print_json({"point": meta.get("point", ""), "plan": meta.get("plan_path", ""),
                     "plan_sha256": meta.get("plan_sha", ""),
@@ -62,25 +60,9 @@ def logs_cmd(
     ] = False,
 ) -> None:
     """The end of an instance's engine log (vLLM's output), from the state dir's record."""
-    from planner.adjuster.state import StateStore, existing_state_dir
+    from planner.app.state import log_path
 
-    with StateStore(existing_state_dir(state_dir), readonly=True) as state:
-        rows = {r.id: r for r in state.instances()}
-    row = rows.get(instance)
-    if row is None:
-        raise InputError(
-            f"no instance {instance!r} in this state dir", path="INSTANCE",
-            fix=f"use one of {sorted(rows)} (`planner status`)",
-        )  # fmt: skip
-    path = Path(row.log_path)
-    if not row.log_path or not path.is_file():
-        raise InputError(
-            f"the log of {instance} is not on this host ({row.log_path or 'no path recorded'}, "
-            f"node {row.node})",
-            path="INSTANCE",
-            fix=f"run `planner logs {instance}` on node {row.node} with its --state-dir",
-        )
-    _tail(path, lines, follow)
+    _tail(log_path(state_dir, instance), lines, follow)
 
 
 def _tail(path: Path, lines: int, follow: bool) -> None:
