@@ -102,6 +102,13 @@ class PlanInputs:
         """Point name -> instance id -> InstancePerf, for every point of the plan."""
         return {p.name: self.perfs(p) for p in self.plan.points}
 
+    def needed_slo(self) -> Slo:
+        """The SLO, for commands that resolve their inputs with `need_slo` (InputError where
+        it is missing all the same)."""
+        if self.slo is None:
+            raise InputError("this command needs the SLO file", path="--slo", fix="pass --slo FILE")
+        return self.slo
+
     def seed(self) -> int:
         """The plan's search seed (0 when it records none)."""
         return int(self.plan.search.get("seed", 0))

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.app.inputs import PlanInputs
-from planner.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -48,10 +47,6 @@ class Reoptimizer:
         from planner.app.plans import OptimizeInputs, optimize_plan
 
         inp = self.inp
-        if inp.slo is None:  # the adjuster resolves its inputs with the SLO (need_slo)
-            raise InputError(
-                "re-optimizing needs the SLO file", path="--slo", fix="pass --slo FILE"
-            )
         paths = dict(
             cluster=inp.cluster_path,
             models=inp.models_path,
@@ -59,7 +54,7 @@ class Reoptimizer:
             workload=workload_file,
             profiles=inp.profiles_path,
         )
-        src = OptimizeInputs(inp.cluster, inp.models, inp.slo, trace, inp.calib, paths)
+        src = OptimizeInputs(inp.cluster, inp.models, inp.needed_slo(), trace, inp.calib, paths)
         search = {"reoptimized_from": str(inp.plan_path)}
         return optimize_plan(src, self.config(), out=out, search=search)
 

@@ -80,9 +80,9 @@ from result import targets
 
 from planner.adjuster.policy import AdjustConfig, objective_s
 from planner.adjuster.replay import replay
+from planner.app import files as inp
 from planner.app.plans import OptimizeInputs, optimize_plan
-from planner.cli import inputs as inp
-from planner.cli.adjust_plot import draw_replay
+from planner.app.replay_plot import draw_replay
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.synth import synth

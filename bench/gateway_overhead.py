@@ -77,7 +77,7 @@ def pct(xs: list[float], q: float) -> float:
 
 def write_inputs(d: Path, port: int) -> Path:
     """CPU example cluster/models, the tiny model, and a plan with one host-tier instance."""
-    from planner.cli.example import write_one_instance_plan
+    from planner.app.example import write_one_instance_plan
     from planner.tinymodel import build_tiny_model
 
     plan = write_one_instance_plan(d, port, point="bench", engine={"enforce_eager": True})

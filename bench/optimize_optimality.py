@@ -17,12 +17,13 @@ import itertools
 import sys
 import time
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.optimizer.build import build_point
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.evaluation import Evaluation
 from planner.optimizer.milp import Placement, placement_options
+from planner.optimizer.scoring import scorer
 from planner.optimizer.search import Searcher, SearchInputs
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models, default_spec
@@ -107,7 +108,7 @@ def main() -> int:
         models.names,
     )
     trace = synth(spec, seed=3)
-    score = inputs.scorer(trace, slo)
+    score = scorer(trace, slo)
     cfg = OptimizeConfig(evals=24, max_replicas=1, max_tp=2)
     searcher = Searcher(SearchInputs(cluster, models, slo, trace, cfg, score))
 

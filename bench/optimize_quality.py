@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 from lab16 import EXAMPLES, example
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.forkmap import default_workers, fork_map
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig

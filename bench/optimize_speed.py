@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 from lab16 import lab16
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.forkmap import fork_map
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.search import SearchInputs, optimize

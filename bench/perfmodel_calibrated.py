@@ -55,11 +55,7 @@ from planner.optimizer.perf.calib_loop import LoopPoint, loop_predict
 
 LOW_CONCURRENCY = 8
 WORSE_SHARE_TARGET = 0.30
-PLANNER = [
-    sys.executable,
-    "-c",
-    "import sys; from planner.cli.main import main; main(sys.argv[1:])",
-]
+PLANNER = [sys.executable, "-m", "planner.cli.main"]  # the CLI as a user runs it
 
 
 def planner(*args: str) -> str:

@@ -36,7 +36,7 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from planner.cli.inputs import silence_solver_banner  # noqa: E402
+from planner.app.files import silence_solver_banner  # noqa: E402
 from planner.optimizer import baselines  # noqa: E402
 from planner.optimizer.sim import simulator  # noqa: E402
 from planner.optimizer.sim.request import to_requests  # noqa: E402
@@ -133,7 +133,7 @@ def _best(a: tuple | None, b: tuple) -> tuple:
 def whole_process(models, repeat: int) -> dict[str, str]:
     """`planner evaluate` start to exit on the big week, per point or baseline (the fastest
     of `repeat` runs of each)."""
-    from planner.cli.inputs import synth_spec
+    from planner.app.files import synth_spec
 
     spec, _ = bind_models(
         synth_spec(LAB / "workload.yaml").model_copy(update={"users": BIG_USERS}), models.names

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 from lab16 import example, example_dir
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.optimizer import scoring
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.search import SearchInputs, optimize

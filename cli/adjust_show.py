@@ -1,8 +1,19 @@
-"""How `planner adjust` shows a live tick (cli/adjust.py parses, this prints)."""
+"""How `planner adjust` shows a live tick, a replay and a re-plan (cli/adjust.py parses,
+`planner.app.adjust` runs them, this prints)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from planner.cli.common import console, print_error, print_json
+
+if TYPE_CHECKING:
+    from planner.adjuster.policy_types import AdjustConfig
+    from planner.app.adjust import WindowProgress
+    from planner.schemas.slo import Slo
 
 
 def show_tick(res, dry_run: bool, json_out: bool, state_dir: str) -> None:
@@ -47,3 +58,74 @@ def show_tick(res, dry_run: bool, json_out: bool, state_dir: str) -> None:
         )
     if out.get("error"):
         print_error(str(out["error"]))
+
+
+def show_replay(
+    out: dict[str, Any],
+    trace_path: Path,
+    cfg: AdjustConfig,
+    slo: Slo,
+    json_out: bool,
+    plot: Path | None,
+) -> None:
+    """A replay: JSON, or its metrics beside the static points', its hops and actions; with
+    `plot`, the picture of its series."""
+    from planner.app.replay_plot import draw_replay
+    from planner.cli.tables import REPLAY_SCORING, metrics_table
+
+    if plot is not None:
+        draw_replay(plot, out, f"replay of {trace_path.name}")
+    if json_out:
+        print_json({**out, "scoring": REPLAY_SCORING})
+        return
+    if plot is not None:
+        console.print(f"wrote {plot}", highlight=False, markup=False)
+    console.print(
+        metrics_table(
+            f"replay of {trace_path.name}: {out['windows']} windows of {cfg.window_s:.0f} s",
+            {"adjusted": out["adjusted"]},
+            {f"static {k}": v for k, v in out["static"].items()},
+            attainment=slo.attainment,
+            note=REPLAY_SCORING,
+        )
+    )
+    for h in out["hops"]:
+        how = "sleeps/wakes" if h["tiers_only"] else f"{h['restarts']} restart(s)"
+        console.print(
+            f"hop at {h['at_s'] / 3600:8.1f} h: {h['from']} -> {h['to']} [{how}] ({h['reason']})",
+            highlight=False,
+            markup=False,
+        )
+    for a in out["actions"]:
+        console.print(
+            f"{a['kind']:10} at {a['at_s'] / 3600:8.1f} h: {a['reason']}", highlight=False
+        )
+    console.print(
+        f"{len(out['hops'])} hop(s) ({out['tiers_only_hops']} sleep/wake only), at most "
+        f"{out['max_hops_per_day']} a day; {len(out['reoptimizations'])} re-optimization(s); "
+        f"final point {out['final_point']}"
+    )
+
+
+def show_replan(done: dict[str, Any], json_out: bool) -> None:
+    """What the nightly re-plan wrote."""
+    if json_out:
+        print_json(done)
+        return
+    console.print(
+        f"wrote {done['plan']} ({len(done['points'])} points on {done['requests']} requests; "
+        f"selected {done['selected']}, the point in force {done['in_force']}); the old plan: "
+        f"{done['previous']}",
+        highlight=False,
+        markup=False,
+    )
+
+
+@contextmanager
+def replay_bar() -> Iterator[WindowProgress]:
+    """A progress bar over a replay's windows."""
+    from rich.progress import Progress
+
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("replay (windows)", total=None)
+        yield lambda k, n: bar.update(task, completed=k, total=n)

@@ -1,7 +1,9 @@
-"""`planner explain PLAN`: why each model got its variant, GPUs and tier."""
+"""`planner explain PLAN`: why each model got its variant, GPUs and tier
+(`planner.app.explain`)."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +16,7 @@ from planner.cli.common import (
     PlanModelsOpt,
     PointOpt,
     console,
+    err_console,
     print_json,
 )
 
@@ -35,35 +38,16 @@ def explain_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """For each model of a point as the file places it: what binds, what its tier costs, what else would fit."""
-    from dataclasses import asdict
+    from planner.app.explain import explain
+    from planner.optimizer.daymemory import hours_text, idle_sleep_rule
 
-    from planner.app.inputs import resolve
-    from planner.cli import inputs as inp
-    from planner.optimizer.demand import model_demand
-    from planner.optimizer.explain import demand_from_summary, explain
-
-    r = resolve(plan_path, cluster=cluster, models=models, point=point)
-    plan, cl, ms, sl = r.plan, r.cluster, r.models, r.slo
-    pt = plan.point(point)
-    if workload is not None:
-        demand = model_demand(inp.workload(workload, ms, int(plan.search.get("seed", 0))))
-    else:
-        demand = demand_from_summary(plan.workload_summary)
-    knobs = plan.search.get("knobs", {}).get(pt.name) or {}
-    exps = explain(pt, cl, ms, sl, demand, headroom=float(knobs.get("headroom", 1.0)))
-    from planner.optimizer.daymemory import day_memory, hours_text, idle_sleep_rule
-
-    days = [
-        {"node": d.node, "gpu": d.gpu, "peak_gib": d.peak_gib, "peak_hours": d.peak_hours,
-         "on_demand_gib": d.on_demand_gib}
-        for d in day_memory(pt)
-    ]  # fmt: skip
+    spinner = err_console.status(f"reading the workload {workload.name} ...") if workload else None
+    with spinner or contextlib.nullcontext():
+        done = explain(plan_path, point, workload=workload, cluster=cluster, models=models)
     if json_out:
-        print_json(
-            {"point": pt.name, "models": [asdict(e) for e in exps], "gpus": days,
-             "idle_sleep": idle_sleep_rule(pt)}
-        )  # fmt: skip
+        print_json(done.to_json())
         return
+    exps, pt = done.models, done.point
     for e in exps:
         console.print(f"[bold]{e.model}[/]", highlight=False)
         for p in e.placements:
@@ -76,11 +60,12 @@ def explain_cmd(
             f"  alternatives: {e.alternative}", style="dim", highlight=False, markup=False
         )
     console.print("[bold]memory over the day[/] (per GPU, planned awake, UTC)", highlight=False)
-    for d in days:
-        extra = f"; up to {d['on_demand_gib']:.1f} GiB more" if d["on_demand_gib"] else ""
+    for d in done.gpus:
+        extra = f"; up to {d.on_demand_gib:.1f} GiB more" if d.on_demand_gib else ""
         console.print(
-            f"  {d['node']}:{d['gpu']}: peak {d['peak_gib']:.1f} GiB at "
-            f"{hours_text(d['peak_hours'])}{extra} when a request wakes a sleeper off-hours",
-            highlight=False, markup=False,
-        )  # fmt: skip
+            f"  {d.node}:{d.gpu}: peak {d.peak_gib:.1f} GiB at "
+            f"{hours_text(d.peak_hours)}{extra} when a request wakes a sleeper off-hours",
+            highlight=False,
+            markup=False,
+        )
     console.print(f"  {idle_sleep_rule(pt)}", highlight=False, markup=False)

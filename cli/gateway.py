@@ -1,4 +1,5 @@
-"""`planner gateway`: the OpenAI-compatible proxy in front of an applied plan point."""
+"""`planner gateway`: the OpenAI-compatible proxy in front of an applied plan point
+(`planner.app.gateway`)."""
 
 from __future__ import annotations
 
@@ -16,56 +17,6 @@ from planner.cli.common import (
     require_extra,
 )
 from planner.optimizer.admission import QUEUE_LIMIT  # the one queue model (light import)
-
-
-def open_gateway(
-    plan_path: Path,
-    *,
-    point: str | None = None,
-    state_dir: Path | None = None,
-    backend: str | None = None,
-    cluster: Path | None = None,
-    models: Path | None = None,
-    queue_limit: int = QUEUE_LIMIT,
-    keys: Path | None = None,
-    insecure: bool = False,
-    access_log: Path | None = None,
-):
-    """The Gateway of a plan point over the real Controller (validates inputs: exit 2 on bad
-    ones, the keys file included, before the state dir is touched)."""
-    from planner.adjuster.apply import model_path_resolver
-    from planner.adjuster.control import Controller
-    from planner.adjuster.gateway import Gateway, GatewayConfig
-    from planner.adjuster.gateway.auth import Auth
-    from planner.adjuster.state import StateStore
-    from planner.cli.apply import load_plan_inputs
-    from planner.cli.apply_checks import placed
-    from planner.cli.common import open_backend, state_backend
-    from planner.errors import InputError
-    from planner.io import sha256_file
-    from planner.keys import install_secret, read_keys
-
-    plan, cl, mods, models_file = load_plan_inputs(plan_path, cluster, models, point)
-    if point is not None and point not in [p.name for p in plan.points]:
-        raise InputError(
-            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
-            fix=f"use one of {[p.name for p in plan.points]}",
-        )  # fmt: skip
-    if keys is not None:
-        read_keys(keys, mods.names)
-    plan, _ = placed(plan, cl, None, state_dir, str(plan_path))
-    state = StateStore(state_dir)
-    auth = Auth(install_secret(state.dir), keys, insecure=insecure, model_names=mods.names)
-    control = Controller(
-        plan, point, open_backend(state_backend(backend, state_dir), cl), state,
-        model_path_resolver=model_path_resolver(mods, models_file.parent),
-        plan_sha=sha256_file(plan_path),
-    )  # fmt: skip
-    return Gateway(
-        control.point, control, state_dir=state.dir,
-        config=GatewayConfig(queue_limit=queue_limit), auth=auth, access_log=access_log,
-    )  # fmt: skip
-
 
 KeysOpt = Annotated[
     Path | None,
@@ -129,15 +80,23 @@ def register(app: typer.Typer) -> None:
         require_extra("http", "`planner gateway`", ("aiohttp",))
         from planner.adjuster.gateway import run_forever
         from planner.adjuster.gateway.auth import check_bind
+        from planner.app.gateway import open_gateway
 
         warning = check_bind(host, keys is not None, insecure_no_auth)  # exit 2: no side effect
         if warning:
             err_console.print(f"[bold red]{warning}[/]", highlight=False)
         gw = open_gateway(
-            plan, point=point, state_dir=state_dir, backend=backend, cluster=cluster,
-            models=models, queue_limit=queue_limit, keys=keys, insecure=insecure_no_auth,
+            plan,
+            point=point,
+            state_dir=state_dir,
+            backend=backend,
+            cluster=cluster,
+            models=models,
+            queue_limit=queue_limit,
+            keys=keys,
+            insecure=insecure_no_auth,
             access_log=access_log,
-        )  # fmt: skip
+        )
         if keys is not None and keys.stat().st_mode & 0o077:  # validated: it exists
             keys.chmod(0o600)
             err_console.print(f"note: {keys} was readable by others; now 0600", highlight=False)

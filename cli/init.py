@@ -1,142 +1,16 @@
-"""`planner init`: cluster.yaml, models.yaml and slo.yaml to start from.
-
-With `--detect` the cluster describes this node as NVML sees it (GPUs mapped to catalog
-types, their link, RAM); without a GPU it is the `cpu` node serving a tiny model, the
-development path of docs/environment.md. Every file written validates with `planner validate`.
-"""
+"""`planner init`: cluster.yaml, models.yaml and slo.yaml to start from (`planner.app.init`,
+which says what each holds)."""
 
 from __future__ import annotations
 
-import platform
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
+from planner.app.init import cluster_doc as cluster_doc  # the tests take them from here
+from planner.app.init import write_inputs as write_inputs
 from planner.cli.common import JsonOpt, console, print_json
-from planner.errors import InputError
-from planner.tinymodel import tiny_arch
-
-_HEADER = {
-    "cluster": "# Nodes and their GPUs. Edit names/addresses; `planner catalog gpus` lists GPU types.\n",
-    "models": "# Models agents call. `planner catalog models` lists architectures; set each variant's path.\n",
-    "slo": "# Latency targets (P95) and the share of requests that must meet them.\n",
-}
-
-
-def cluster_doc(node_info: Any | None) -> dict[str, Any]:
-    """cluster.yaml data: the detected node, or the `cpu` node when there is no GPU."""
-    from planner.profiler.devices import interconnect_of
-
-    if node_info is None or not node_info.gpus:
-        ram = round(node_info.ram_gib, 1) if node_info is not None else 16.0
-        groups: list[dict[str, Any]] = [{"type": "cpu", "count": 1}]
-    else:
-        unknown = [g for g in node_info.gpus if g.gpu_type is None]
-        if unknown:
-            raise InputError(
-                f"GPU {unknown[0].name!r} is not in the catalog",
-                path="--detect",
-                fix="write its spec inline in cluster.yaml (`planner schema cluster`), or run without --detect",
-            )
-        ram = round(node_info.ram_gib, 1)
-        groups = []
-        for t in node_info.gpu_types:
-            mine = [g for g in node_info.gpus if g.gpu_type == t]
-            groups.append(
-                {
-                    "type": t,
-                    "count": len(mine),
-                    "ids": [g.index for g in mine],
-                    "interconnect": interconnect_of(mine),
-                }
-            )
-    node = {
-        "name": _node_name(node_info),
-        "address": "localhost",
-        "cpu_memory_gib": ram,
-        "gpus": groups,
-    }
-    return {"kind": "cluster", "version": 1, "name": "local", "nodes": [node]}
-
-
-def _node_name(node_info: Any | None) -> str:
-    host = node_info.hostname if node_info is not None else platform.node()
-    return "".join(c if c.isalnum() or c in "-_" else "-" for c in host) or "node-0"
-
-
-def models_doc(gpu: bool) -> dict[str, Any]:
-    """models.yaml data: a 7B-class model on GPUs, the tiny model on the CPU."""
-    if gpu:
-        return {
-            "kind": "models",
-            "version": 1,
-            "models": [
-                {
-                    "name": "assistant-7b",
-                    "architecture": "Qwen2.5-7B-Instruct",
-                    "variants": [
-                        {
-                            "name": "bf16",
-                            "quantization": "bf16",
-                            "path": "Qwen/Qwen2.5-7B-Instruct",
-                        },
-                        {
-                            "name": "awq",
-                            "quantization": "awq",
-                            "path": "Qwen/Qwen2.5-7B-Instruct-AWQ",
-                            "quality_penalty": 0.02,
-                        },
-                    ],
-                    "max_context": 32768,
-                    "priority": 1,
-                }
-            ],
-        }
-    return {
-        "kind": "models",
-        "version": 1,
-        "models": [
-            {
-                "name": "tiny",
-                "architecture": tiny_arch(),
-                "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny"}],
-                "max_context": 2048,
-                "priority": 1,
-            }
-        ],
-    }
-
-
-def slo_doc(gpu: bool) -> dict[str, Any]:
-    """slo.yaml data: interactive targets (looser on the CPU)."""
-    d = (
-        {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1, "switch_p95_s": 10.0}
-        if gpu
-        else {"ttft_p95_s": 5.0, "tpot_p95_s": 0.5, "switch_p95_s": 60.0}
-    )
-    return {"kind": "slo", "version": 1, "default": d, "models": {}, "attainment": 0.99}
-
-
-def write_inputs(out: Path, node_info: Any | None, *, force: bool) -> list[Path]:
-    """Validate then write the three files into `out`; existing files need `force`."""
-    from planner.io import atomic_write_text, dump_yaml
-    from planner.schemas import parse
-
-    gpu = node_info is not None and bool(node_info.gpus)
-    docs = {"cluster": cluster_doc(node_info), "models": models_doc(gpu), "slo": slo_doc(gpu)}
-    paths = {k: out / f"{k}.yaml" for k in docs}
-    if not force:
-        present = [str(p) for p in paths.values() if p.exists()]
-        if present:
-            raise InputError(
-                f"{present[0]} exists", path="-o", fix="pass --force to overwrite, or another -o"
-            )
-    for kind, data in docs.items():
-        parse(data, kind, str(paths[kind]))  # never write a file `validate` would reject
-    for kind, data in docs.items():
-        atomic_write_text(paths[kind], _HEADER[kind] + dump_yaml(data))
-    return list(paths.values())
 
 
 def init_cmd(
@@ -150,17 +24,14 @@ def init_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Write cluster.yaml, models.yaml and slo.yaml to start from."""
-    node_info = None
-    if detect:
-        from planner.profiler.devices import discover_node
+    from planner.app.init import init
 
-        out.mkdir(parents=True, exist_ok=True)
-        node_info = discover_node(disk_path=out)
-    paths = write_inputs(out, node_info, force=force)
+    done = init(out, detect=detect, force=force)
+    node_info = done.node
     if json_out:
         print_json(
             {
-                "written": [str(p) for p in paths],
+                "written": [str(p) for p in done.paths],
                 "gpus": [g.__dict__ for g in node_info.gpus] if node_info else [],
             }
         )
@@ -177,7 +48,7 @@ def init_cmd(
         console.print(
             f"RAM {node_info.ram_gib:.1f} GiB, disk free {node_info.disk_free_gib:.1f} GiB"
         )
-    for p in paths:
+    for p in done.paths:
         console.print(f"wrote {p}")
 
 

@@ -1,4 +1,5 @@
-"""`planner state check|export|repair`: the apply state database when something damaged it."""
+"""`planner state check|export|repair`: the apply state database when something damaged it
+(`planner.app.state`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,9 @@ app = typer.Typer(help="Check, save or rebuild the apply state database (state.s
 def check_cmd(state_dir: StateDirOpt = None, json_out: JsonOpt = False) -> None:
     """Say whether the state database is whole; exit 2 naming each problem when it is not."""
     from planner.adjuster.state import REPAIR_FIX
-    from planner.adjuster.state_repair import check, state_path
+    from planner.app.state import check
 
-    problems = check(state_dir)
-    path = state_path(state_dir)
+    path, problems = check(state_dir)
     if json_out:
         print_json({"file": str(path), "ok": not problems, "problems": problems})
     elif not problems:
@@ -41,13 +41,10 @@ def export_cmd(
     """Every readable row of every table as JSON (what a repair would keep)."""
     import json
 
-    from planner.adjuster.state_repair import export
+    from planner.app.state import export
     from planner.io import atomic_write_text
 
     data = export(state_dir)
-    for row in data["tables"].get("instances", []):
-        if row.get("secret"):
-            row["secret"] = "(redacted: instance API keys stay in the state DB)"
     if out is None:
         print_json(data)
         return
@@ -65,7 +62,7 @@ def repair_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild the state database from its readable rows; the damaged file is kept beside it."""
-    from planner.adjuster.state_repair import repair
+    from planner.app.state import repair
 
     rep = repair(state_dir, force=force)
     if json_out:

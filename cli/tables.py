@@ -8,6 +8,7 @@ COLUMNS asks for a width.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,6 +16,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.optimizer.admission import REFUSED_QUEUE_FULL
+
+# a table's rows: (cells, rich style or None)
+Rows = Sequence[tuple[list[str], str | None]]
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ class Col:
 def fit_table(
     title: str | None,
     cols: list[Col],
-    rows: list[tuple[list[str], str | None]],
+    rows: Rows,
     *,
     caption: str = "",
     console: Console | None = None,
@@ -66,7 +70,7 @@ def fit_table(
 TEXT_MIN = 24  # a text column narrower than this reads badly: leave out a number instead
 
 
-def _needed(cols: list[Col], keep: list[int], rows: list[tuple[list[str], str | None]]) -> int:
+def _needed(cols: list[Col], keep: list[int], rows: Rows) -> int:
     """The narrowest the table renders without cutting a cell: numbers (and their headers)
     never wrap, text columns wrap down to TEXT_MIN (or their longest cell), plus the borders.
     rich's own minimum can be narrower than what it then draws (it crops the rest)."""
@@ -81,7 +85,7 @@ def _needed(cols: list[Col], keep: list[int], rows: list[tuple[list[str], str | 
     return total
 
 
-def _build(title: str | None, cols: list[Col], rows: list[tuple[list[str], str | None]]) -> Table:
+def _build(title: str | None, cols: list[Col], rows: Rows) -> Table:
     t = Table(title=title)
     for k, c in enumerate(cols):
         if c.justify == "right":  # numbers never wrap

@@ -1,11 +1,15 @@
-"""How `planner workload inspect` shows a trace's characterization: tables and one figure."""
+"""How `planner workload inspect` shows a trace's characterization (tables and one figure),
+and `workload drift` its verdict."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.cli.common import console
+
+if TYPE_CHECKING:
+    from planner.optimizer.workload.drift import DriftReport
 
 
 def print_summary(s: dict[str, Any], path: Path) -> None:
@@ -184,3 +188,22 @@ def _plot_concurrency(ax_cc: Any, cc: dict[str, Any]) -> None:
         loc="lower right",
     )
     ax_cc.grid(alpha=0.3)
+
+
+def print_drift(rep: DriftReport) -> None:
+    """`workload drift`: the verdict and each dimension's score."""
+    colour = {"drift": "bold red", "stable": "green", "too_few_requests": "yellow"}[rep.verdict]
+    console.print(f"verdict: [{colour}]{rep.verdict}[/] ({rep.requests} requests in the window)")
+    from rich.table import Table
+
+    t = Table("dimension", "value", "score", "fired", "detail")
+    for sc in rep.scores:
+        fired = "yes" if sc.fired else "no" if sc.held else ""
+        detail = f"{sc.detail}; not fired: {sc.held}" if sc.held else sc.detail
+        t.add_row(sc.name, f"{sc.value:g}", f"{sc.score:.2f}", fired, detail)
+    t.caption = (
+        "score: the statistic over its critical value; a dimension fires at 1 or more when the "
+        "change is also large enough to matter and enough requests and sessions show it "
+        "('not fired' says which of these a score of 1 or more missed)"
+    )
+    console.print(t)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.optimizer.workload.synth import synth
 from planner.optimizer.workload.synth_spec import bind_models
 from planner.schemas import load_cluster, load_models, load_slo

@@ -208,3 +208,17 @@ def test_json_echoes_the_scenario_and_its_clients_burst_share(capsys):
     # the JSON rounds times to the microsecond
     assert r["ttft_s"] == pytest.approx(loop.ttft_s, abs=1e-6) and loop.ttft_s > steady.ttft_s
     assert r["tpot_s"] == pytest.approx(steady.tpot_s, abs=1e-6)
+
+
+def test_the_command_and_its_service_give_the_same_estimates(tmp_path, capsys):
+    """Issue 45 item 1: the benches call the service under the command (planner.app), so the
+    two must agree to the byte: the command parses, calls the service and renders."""
+    from planner.app.estimate import EngineSettings, estimate
+
+    batch = tmp_path / "b.csv"
+    batch.write_text("model,gpu,tp,input_len\nQwen3-8B,L40S,,2000\nQwen3-32B,H100-SXM,2,100\n")
+    code, out, _ = run_cli(["estimate", "--batch", str(batch), "--json"], capsys)
+    assert code == 0
+    by_service = [r.to_json() for r in estimate(batch, EngineSettings())]
+    assert json.loads(out) == json.loads(json.dumps(by_service))
+    assert [r["tp"] for r in by_service] == [1, 2]  # an empty cell takes the flag's default

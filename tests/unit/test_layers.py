@@ -129,3 +129,34 @@ def test_import_contracts_hold():
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "0 broken" in r.stdout
+
+
+def _cli_imports(path: Path) -> list[str]:
+    """The `planner.cli` modules a file imports (anywhere in it), by line."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        out += [
+            f"{path.name}:{node.lineno} {n}"
+            for n in names
+            if n.split(".")[:2] == ["planner", "cli"]
+        ]
+    return out
+
+
+def test_benches_call_the_app_layer_not_the_cli():
+    """The benches call the same services as the CLI (planner.app), never the CLI's modules:
+    a bench that runs the CLI does so as a user does, in a subprocess."""
+    found = [hit for p in sorted((ROOT / "bench").rglob("*.py")) for hit in _cli_imports(p)]
+    assert found == []
+
+
+def test_the_bench_check_sees_a_cli_import(tmp_path):
+    p = tmp_path / "b.py"
+    p.write_text("import os\nfrom planner.cli import inputs\nimport planner.cli.main as m\n")
+    assert _cli_imports(p) == ["b.py:2 planner.cli", "b.py:3 planner.cli.main"]
