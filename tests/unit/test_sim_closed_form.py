@@ -6,80 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from optimizer_builders import perf, point, step_model, trace
 
-from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.optimizer.sim.instance import DEC, Engine
 from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.sim.steptime import decode_time_s, lone_times
-from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
-
-# a step that costs nothing: each test sets only the terms it exercises
-_NO_STEP_COST = dict(
-    overhead_s=0.0, dense_weight_read_s=0.0, expert_read_s=0.0, num_experts=0, experts_per_tok=0,
-    kv_read_s_per_token=0.0, compute_s_per_token=0.0, attn_s_per_pair=0.0, comm_s_per_token=0.0,
-    comm_latency_s=0.0,
-)  # fmt: skip
-
-
-def step_model(**kw) -> StepModel:
-    return StepModel(**(_NO_STEP_COST | kw))
-
-
-def perf(step: StepModel, **kw) -> InstancePerf:
-    base = dict(
-        weights_gib_per_gpu=10.0,
-        kv_gib_per_gpu=5.0,
-        overhead_gib_per_gpu=1.0,
-        context_gib_per_gpu=0.5,
-        kv_bytes_per_token=1e5,
-        max_kv_tokens=1_000_000,
-        max_num_seqs=64,
-        chunk_tokens=2048,
-        step=step,
-        cold_start_s=30.0,
-        wake_host_s=2.0,
-        wake_disk_s=9.0,
-        sleep_s=0.5,
-        weights_host_gib=10.0,
-    )
-    return InstancePerf(**(base | kw))
-
-
-def point(
-    tiers: list[str], models: list[str] | None = None, gpus: list[list[int]] | None = None
-) -> Point:
-    models = models or [f"m{k}" for k in range(len(tiers))]
-    gpus = gpus or [[0]] * len(tiers)
-    return Point(
-        name="p",
-        instances=[
-            Instance(
-                id=f"i{k}",
-                model=models[k],
-                variant="bf16",
-                node="n",
-                gpus=gpus[k],
-                tp=len(gpus[k]),
-                tier=t,
-                memory_gib=MemoryGib(weights=10, kv=5, overhead=1),
-                port=8000 + k,
-            )
-            for k, t in enumerate(tiers)
-        ],
-    )
-
-
-def trace(t, model, inp, out, session=None, cached=None) -> dict:
-    n = len(t)
-    return {
-        "timestamp": np.asarray(t, float),
-        "model": np.asarray(model if not isinstance(model, str) else [model] * n, dtype=object),
-        "input_tokens": np.asarray(inp if np.ndim(inp) else [inp] * n),
-        "output_tokens": np.asarray(out if np.ndim(out) else [out] * n),
-        "session": None if session is None else np.asarray(session, dtype=object),
-        "cached_tokens": None if cached is None else np.asarray(cached),
-    }
 
 
 def test_decode_time_matches_step_by_step_sum():
