@@ -1,8 +1,8 @@
 """Fixtures the unit tests share: gateways over fake engines (gateway_fakes.py).
 
-Helpers that are plain functions and classes live in named modules beside this one
-(gateway_fakes, apply_fakes, engine_fakes, optimizer_builders, plan_files, adjust_helpers,
-cli_helpers); no test module imports another (test_test_layout.py checks it).
+Helpers that are plain functions and classes live in modules beside this one, named for what
+they hold (gateway_fakes, apply_fakes, engine_fakes, optimizer_builders, plan_files,
+adjust_helpers, cli_helpers, waits); no test module imports another (test_test_layout.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from planner.schemas.plan import Point
 
 @pytest.fixture
 def setup(tmp_path):
-    """Start a gateway over fake engines: yields a factory (instances, awake ids, config)."""
+    """Start a gateway over fake engines: yields a factory (instances, awake ids, config) that
+    returns the gateway thread and its FakeControl."""
     made = []
 
     def make(instances, awake, *, wake_delay_s=0.0, sleep_delay_s=0.0, **cfg):
@@ -40,7 +41,8 @@ def setup(tmp_path):
 
 @pytest.fixture
 def gateway(tmp_path):
-    """Factory: a gateway over awake fake engines of models a and b, with `auth_kw` for Auth."""
+    """Factory: a gateway with keys over awake fake engines of models a and b, with `auth_kw`
+    for Auth; returns the gateway thread."""
     made = []
 
     def make(config: GatewayConfig | None = None, **auth_kw):

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from gateway_fakes import wait_rows
 from gateway_proc import wait_health
+from waits import budget_s
 
 from planner.adjuster.gateway import GatewayConfig
 from planner.engines.process import free_port, stop_server
@@ -43,7 +44,7 @@ def post(th, key=None, headers=None, **body):
 def in_flight(url: str, model: str, admin: str, timeout_s: float = 20.0) -> None:
     """Until the gateway holds a request of `model` (its /metrics, read with an admin key)."""
     want = f'planner_gateway_outstanding_requests{{model="{model}"}} 1'
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + budget_s(timeout_s)
     while want not in httpx.get(url + "/metrics", headers=bearer(admin), timeout=10).text:
         assert time.monotonic() < deadline, "the slow request never reached the engine"
         time.sleep(0.05)

@@ -28,3 +28,13 @@ def wait_until(cond: Callable[[], object], what: str, idle_s: float = 20.0) -> N
     while not cond():
         assert time.monotonic() < deadline, f"timed out waiting for: {what}"
         time.sleep(0.02)
+
+
+async def until_async(cond: Callable[[], object], what: str, idle_s: float = 10.0) -> None:
+    """As wait_until, inside an event loop: the loop runs its other tasks while this polls."""
+    import asyncio
+
+    deadline = time.monotonic() + budget_s(idle_s)
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
+        await asyncio.sleep(0.01)
