@@ -58,8 +58,9 @@ def policy_config(
         if not eq or key not in fields:
             raise InputError(
                 f"--policy {item!r}: expected KEY=VALUE with KEY one of the policy settings",
-                path="--policy", fix="use one of: " + ", ".join(sorted(fields)),
-            )  # fmt: skip
+                path="--policy",
+                fix="use one of: " + ", ".join(sorted(fields)),
+            )
         kw[key] = value
     try:
         return AdjustConfig(**kw)
@@ -93,19 +94,38 @@ def tick_config(
     window_file = state_dir / "adjust-window.csv"
     reopt = Reoptimizer(inp, policy.reoptimize_evals, window_file=window_file)
     args = [
-        "planner", "optimize", "--cluster", str(inp.cluster_path), "--models",
-        str(inp.models_path), "--slo", str(inp.slo_path), "--workload", str(window_file),
-        "-o", str(reopt.new_plan), "--seed", str(inp.seed()), "--evals", str(policy.reoptimize_evals),
+        "planner",
+        "optimize",
+        "--cluster",
+        str(inp.cluster_path),
+        "--models",
+        str(inp.models_path),
+        "--slo",
+        str(inp.slo_path),
+        "--workload",
+        str(window_file),
+        "-o",
+        str(reopt.new_plan),
+        "--seed",
+        str(inp.seed()),
+        "--evals",
+        str(policy.reoptimize_evals),
         *(("--profiles", str(inp.profiles_path)) if inp.profiles_path else ()),
-    ]  # fmt: skip
+    ]
     return TickConfig(
-        policy=policy, slo=inp.needed_slo(), perfs=inp.all_perfs(), plan_sha=sha256_file(inp.plan_path),
+        policy=policy,
+        slo=inp.needed_slo(),
+        perfs=inp.all_perfs(),
+        plan_sha=sha256_file(inp.plan_path),
         plan_path=str(Path(inp.plan_path).resolve()),
-        dry_run=dry_run, apply_timeout_s=timeout_s,
+        dry_run=dry_run,
+        apply_timeout_s=timeout_s,
         model_path_resolver=model_path_resolver(inp.models, inp.models_path.parent),
-        gpu_capacity_gib=gpu_capacity(inp.cluster), suggest_command=shlex.join(args),
-        on_suggest=lambda win: write_trace(win, window_file), reoptimize=reopt,
-    )  # fmt: skip
+        gpu_capacity_gib=gpu_capacity(inp.cluster),
+        suggest_command=shlex.join(args),
+        on_suggest=lambda win: write_trace(win, window_file),
+        reoptimize=reopt,
+    )
 
 
 def follow_point_in_force(inp: Any, meta: dict[str, str], state_dir: Path) -> tuple[Any, str]:

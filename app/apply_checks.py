@@ -43,10 +43,12 @@ def check_host(plan: Any, point: str | None, node: str | None, cluster: Any, fil
     why = host_mismatch(cluster.node(nodes[0]), host_gpus())
     if why:
         raise InputError(
-            why, file=file, path="--node",
+            why,
+            file=file,
+            path="--node",
             fix=f"run `planner apply` on node {nodes[0]!r}, or pass --node {nodes[0]} if this "
             "host is that node; --backend ray reaches the other nodes",
-        )  # fmt: skip
+        )
 
 
 def port_lookup(be: Any) -> Any:

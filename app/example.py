@@ -124,15 +124,23 @@ def write_one_instance_plan(
     models["models"] = [m for m in models["models"] if m["name"] == "tiny-a"]
     (d / "models.yaml").write_text(yaml.safe_dump(models, sort_keys=False))
     inst = {
-        "id": "tiny-a-0", "model": "tiny-a", "variant": "bf16", "node": "local", "gpus": [0],
-        "tier": "host", "port": port, "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
+        "id": "tiny-a-0",
+        "model": "tiny-a",
+        "variant": "bf16",
+        "node": "local",
+        "gpus": [0],
+        "tier": "host",
+        "port": port,
+        "memory_gib": {"weights": 0.01, "kv": 1.0, "overhead": 0.1},
         "engine": {"max_model_len": 1024, "max_num_seqs": 8, **(engine or {})},
-    }  # fmt: skip
+    }
     plan = {
-        "kind": "plan", "version": 1, "selected": point,
+        "kind": "plan",
+        "version": 1,
+        "selected": point,
         "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": "models.yaml"}},
         "points": [{"name": point, "instances": [inst]}],
-    }  # fmt: skip
+    }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     return d / "plan.yaml"
 

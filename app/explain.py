@@ -60,7 +60,10 @@ def explain(
     from planner.optimizer.explain import explain as tell
 
     r = resolve(plan_path, cluster=cluster, models=models, point=point)
-    plan, cl, ms, sl = r.plan, r.cluster, r.models, r.slo
+    plan = r.plan
+    cl = r.cluster
+    ms = r.models
+    sl = r.slo
     pt = plan.point(point)
     if workload is not None:
         demand = model_demand(read_workload(workload, ms, int(plan.search.get("seed", 0))))

@@ -133,9 +133,11 @@ def resolve(
     names = [p.name for p in plan.points]
     if point is not None and point not in names:
         raise InputError(
-            f"no point {point!r} in the plan", file=str(plan_path), path="--point",
+            f"no point {point!r} in the plan",
+            file=str(plan_path),
+            path="--point",
             fix=f"use one of {names}",
-        )  # fmt: skip
+        )
     paths: dict[str, Path | None] = {}
     for key, given in (("models", models), ("cluster", cluster), ("slo", slo)):
         paths[key] = given or recorded_path(plan_path, plan, key)

@@ -185,7 +185,9 @@ def _this_node(
         same = [g for g in info.gpus if g.gpu_type == info.gpus[0].gpu_type]
         devices, mem = len(same), min(g.memory_gib for g in same)
     else:
-        gpu_type, devices, mem = "cpu", 1, info.ram_gib / 2  # the KV cache and weights share RAM
+        gpu_type = "cpu"
+        devices = 1
+        mem = info.ram_gib / 2  # the KV cache and weights share RAM
     if cluster_file is None:
         return node_name, gpu_type, devices, mem
     cl = load_cluster(cluster_file)

@@ -36,14 +36,20 @@ def show_tick(res, dry_run: bool, json_out: bool, state_dir: str) -> None:
         t.add_column(c)
     for name, m in d["reasons"].get("points", {}).items():
         hc = m.get("hop_cost") or {}
-        hop = "-" if not hc.get("duration_s") else (
-            f"{hc['starts']} start(s), {hc['wakes']} wake(s), {hc['duration_s']:.0f} s"
-        )  # fmt: skip
+        hop = (
+            "-"
+            if not hc.get("duration_s")
+            else (f"{hc['starts']} start(s), {hc['wakes']} wake(s), {hc['duration_s']:.0f} s")
+        )
         t.add_row(
-            name, f"{m['slo_attainment']:.1%}", f"{m['switch_p95_s']:.2f}",
-            f"{m['warm_gpu_gib']:.1f}", f"{m['objective_s']:.2f}", "yes" if m["meets_slo"] else "no",
+            name,
+            f"{m['slo_attainment']:.1%}",
+            f"{m['switch_p95_s']:.2f}",
+            f"{m['warm_gpu_gib']:.1f}",
+            f"{m['objective_s']:.2f}",
+            "yes" if m["meets_slo"] else "no",
             hop,
-        )  # fmt: skip
+        )
     console.print(t)
     for key in ("drift_plan", "drift_chosen"):
         rep = d["reasons"].get(key)

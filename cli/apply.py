@@ -25,11 +25,13 @@ from planner.cli.common import (
 PortBaseOpt = Annotated[
     int | None,
     typer.Option(
-        "--port-base", min=1024, max=65535,
+        "--port-base",
+        min=1024,
+        max=65535,
         help="First engine port (each node's ports keep their order); kept for the next "
         "apply, the gateway and adjust. Default: the cluster's `ports:`, else the plan's.",
     ),
-]  # fmt: skip
+]
 
 
 def apply_cmd(

@@ -48,17 +48,36 @@ def status_table(st: Status) -> None:
     # At 80 columns the least needed columns go first (pid, uptime, port, ...), never a cut
     # cell; the plan's path stands under the table, where it may wrap.
     cols = [
-        Col("instance", "left"), Col("model", "left", drop=3), Col("node", "left"),
-        Col("tier", "left"), Col("status", "left"), Col("health", "left", drop=1),
-        Col("port", drop=2), Col("pid", drop=6), Col("uptime", drop=5), Col("restarts", drop=4),
-    ]  # fmt: skip
+        Col("instance", "left"),
+        Col("model", "left", drop=3),
+        Col("node", "left"),
+        Col("tier", "left"),
+        Col("status", "left"),
+        Col("health", "left", drop=1),
+        Col("port", drop=2),
+        Col("pid", drop=6),
+        Col("uptime", drop=5),
+        Col("restarts", drop=4),
+    ]
     cells = []
     for x in st.instances:
         up = f"{x.uptime_s:.0f} s" if x.uptime_s is not None else "-"
-        cells.append(([
-            x.id, x.model, x.node, x.tier, x.status,
-            "ok" if x.healthy else "-", str(x.port), str(x.pid or "-"), up,
-            str(x.restarts),
-        ], None))  # fmt: skip
+        cells.append(
+            (
+                [
+                    x.id,
+                    x.model,
+                    x.node,
+                    x.tier,
+                    x.status,
+                    "ok" if x.healthy else "-",
+                    str(x.port),
+                    str(x.pid or "-"),
+                    up,
+                    str(x.restarts),
+                ],
+                None,
+            )
+        )
     plan = st.plan or "no plan applied"
     console.print(fit_table(f"point {st.point or '-'}", cols, cells, caption=f"plan: {plan}"))

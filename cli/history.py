@@ -26,11 +26,18 @@ def history_cmd(
     done = journal(state_dir, limit)
     rows, meta = done.rows, done.meta
     if json_out:
-        print_json({"point": meta.get("point", ""), "plan": meta.get("plan_path", ""),
-                    "plan_sha256": meta.get("plan_sha", ""),
-                    "previous": {"point": meta.get("previous_point", ""),
-                                 "plan": meta.get("previous_plan_path", "")},
-                    "journal": rows})  # fmt: skip
+        print_json(
+            {
+                "point": meta.get("point", ""),
+                "plan": meta.get("plan_path", ""),
+                "plan_sha256": meta.get("plan_sha", ""),
+                "previous": {
+                    "point": meta.get("previous_point", ""),
+                    "plan": meta.get("previous_plan_path", ""),
+                },
+                "journal": rows,
+            }
+        )
         return
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["ts"]))

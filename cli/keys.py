@@ -53,9 +53,14 @@ def add_cmd(
 
     names = [m for v in models or () for m in v.split(",") if m]
     key = add_key(
-        file, name, models=names, admin=admin, trusted_proxy=trusted_proxy,
-        max_concurrency=max_concurrency, requests_per_minute=rpm,
-    )  # fmt: skip
+        file,
+        name,
+        models=names,
+        admin=admin,
+        trusted_proxy=trusted_proxy,
+        max_concurrency=max_concurrency,
+        requests_per_minute=rpm,
+    )
     err_console.print(
         f"key for {name!r} added to {file} (only its hash is stored; this is the one time it "
         "is shown). A running gateway takes it within a second (or on SIGHUP).",
@@ -79,10 +84,13 @@ def list_cmd(file: FileOpt = _DEFAULT, json_out: JsonOpt = False) -> None:
     t = Table("name", "models", "rpm", "max concurrency", "admin", "trusted proxy")
     for r in rows:
         t.add_row(
-            r["name"], ", ".join(r["models"]) if r["models"] else "all",
-            str(r["requests_per_minute"] or "-"), str(r["max_concurrency"] or "-"),
-            "yes" if r["admin"] else "", "yes" if r["trusted_proxy"] else "",
-        )  # fmt: skip
+            r["name"],
+            ", ".join(r["models"]) if r["models"] else "all",
+            str(r["requests_per_minute"] or "-"),
+            str(r["max_concurrency"] or "-"),
+            "yes" if r["admin"] else "",
+            "yes" if r["trusted_proxy"] else "",
+        )
     console.print(t)
 
 

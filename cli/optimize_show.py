@@ -131,5 +131,7 @@ class _ProgressLines:
         tail = f", {desc}" if desc else ""
         err_console.print(
             f"optimize: {done}/{total} evaluated, {now - self.t0:.0f} s{tail}",
-            highlight=False, markup=False, soft_wrap=True,
-        )  # fmt: skip
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )

@@ -18,7 +18,10 @@ def print_point(view: PlanView) -> None:
     from planner.cli.tables import Col, fit_table, fmt_attainment, fmt_num
     from planner.optimizer.daymemory import hours_text, idle_sleep_rule
 
-    plan, point, gpus, hour = view.plan, view.point, view.gpus, view.hour
+    plan = view.plan
+    point = view.point
+    gpus = view.gpus
+    hour = view.hour
     pr = point.predicted
     cols = [
         Col("node", "left"),

@@ -134,8 +134,9 @@ def check_cmd(
             console.print(
                 f"  {mark} {c.name:20} measured {c.measured:10.3f} {c.unit:8} expected "
                 f"{c.expected:10.3f}  ratio {c.ratio:5.2f} in [{c.lo}, {c.hi}]  ({c.note})",
-                markup=False, highlight=False,
-            )  # fmt: skip
+                markup=False,
+                highlight=False,
+            )
             ok &= c.ok
     for p in problems:
         console.print(f"problem: {p}", markup=False, highlight=False)

@@ -26,23 +26,35 @@ def print_summary(s: dict[str, Any], path: Path) -> None:
     from planner.cli.tables import Col, fit_table
 
     cols = [
-        Col("model", "left"), Col("share"), Col("peak req/h"), Col("peak hour", drop=2),
-        Col("input mean/p95"), Col("output mean/p95"), Col("prefix reuse", drop=1),
+        Col("model", "left"),
+        Col("share"),
+        Col("peak req/h"),
+        Col("peak hour", drop=2),
+        Col("input mean/p95"),
+        Col("output mean/p95"),
+        Col("prefix reuse", drop=1),
         Col("idle>60s arrivals/h", drop=3),
-    ]  # fmt: skip
+    ]
     grid = s["idle_arrivals_per_hour"]["idle_s"]
     j60 = grid.index(60) if 60 in grid else 0
     rows = []
     for m in s["models"]:
         ln, pk = s["lengths"][m], s["peak"][m]
-        rows.append(([
-            m, f"{s['mix'][m]:.1%}", f"{pk['requests_per_s'] * 3600:.0f}",
-            f"{pk['hour_of_day']:02d}:00",
-            f"{ln['input_mean']:.0f}/{ln['input_p50_p95'][1]:.0f}",
-            f"{ln['output_mean']:.0f}/{ln['output_p50_p95'][1]:.0f}",
-            f"{s['prefix'][m]['reuse_ratio']:.0%}",
-            f"{s['idle_arrivals_per_hour'][m][j60]:.1f}",
-        ], None))  # fmt: skip
+        rows.append(
+            (
+                [
+                    m,
+                    f"{s['mix'][m]:.1%}",
+                    f"{pk['requests_per_s'] * 3600:.0f}",
+                    f"{pk['hour_of_day']:02d}:00",
+                    f"{ln['input_mean']:.0f}/{ln['input_p50_p95'][1]:.0f}",
+                    f"{ln['output_mean']:.0f}/{ln['output_p50_p95'][1]:.0f}",
+                    f"{s['prefix'][m]['reuse_ratio']:.0%}",
+                    f"{s['idle_arrivals_per_hour'][m][j60]:.1f}",
+                ],
+                None,
+            )
+        )
     t = fit_table("per model", cols, rows)
     console.print(t)
     g = s["gap_s_p10_p50_p90_p99"]

@@ -1,4 +1,5 @@
-"""Shared builders of the adjust tests: a hand-built 2-point plan and synthetic traces.
+"""Shared builders of the adjust tests: a hand-built 2-point plan, synthetic traces, and the
+gateway's request log written from a trace.
 
 Two models of the lab16 catalog (planner-7b, coder-32b) on one node with two L40S:
 point `a-hot` keeps planner-7b awake and coder-32b on the host tier, `b-hot` the reverse.
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from planner.adjuster.gateway import LOG_COLUMNS, RequestLog
 from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.sim.perfs import perfs_for_point
 from planner.optimizer.workload.characterize import summarize
@@ -202,3 +204,37 @@ def mix_scorer(point, win: pd.DataFrame) -> PointMetrics:
 def failing_scorer(point, win: pd.DataFrame) -> PointMetrics:
     """Every point misses the SLO."""
     return dataclasses.replace(mix_scorer(point, win), slo_attainment=0.5)
+
+
+EPOCH0 = 1_699_920_000.0  # a UTC midnight: the hour of day survives the shift
+
+
+def write_log(state_dir, df, shift_s: float) -> int:
+    """The trace's rows as the gateway logs them (timestamps + `shift_s`)."""
+    log = RequestLog(state_dir / "requests.sqlite")
+    for r in df.itertuples():
+        row = dict(
+            timestamp=r.timestamp + shift_s,
+            user=r.user,
+            session=r.session,
+            model=r.model,
+            input_tokens=r.input_tokens,
+            output_tokens=r.output_tokens,
+            cached_tokens=r.cached_tokens,
+            ttft_s=0.1,
+            latency_s=1.0,
+            switch_wait_s=0.0,
+            status=200,
+            instance=f"{r.model}-0",
+            served_by=r.model,
+            substituted=0,
+        )
+        log.add(tuple(row[c] for c in LOG_COLUMNS))
+    log.close()
+    return len(df)
+
+
+def adoption_plan(days: int = 2, adoption_day: int = 1) -> tuple[pd.DataFrame, Plan]:
+    """The adoption trace, and the shared/split plan made on its day 0 (only planner-7b)."""
+    tr = adoption_trace(days=days, adoption_day=adoption_day)
+    return tr, shared_split_plan(reference(tr[tr["timestamp"] < 86400.0]))

@@ -30,3 +30,9 @@ def run_cli(args: list, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
         main([str(a) for a in args])
     out, err = capsys.readouterr()
     return int(ei.value.code or 0), out, err
+
+
+def run_cli_one_line(args: list, capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
+    """As run_cli, with stderr's lines (wrapped by the terminal width) joined into one."""
+    code, out, err = run_cli(args, capsys)
+    return code, out, " ".join(err.split())

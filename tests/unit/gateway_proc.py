@@ -1,4 +1,4 @@
-"""A gateway in its own process over fake engines (test_gateway.py's), for tests that need a
+"""A gateway in its own process over fake engines (gateway_fakes.py), for tests that need a
 real process: signals (SIGHUP), or a network namespace with a non-loopback address.
 
     python gateway_proc.py serve --state DIR --host H --port P [--keys F] [--insecure]
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 
 def serve(args: argparse.Namespace) -> None:
-    from test_gateway import FakeControl, inst
+    from gateway_fakes import FakeControl, inst
 
     from planner.adjuster.gateway import Gateway, GatewayConfig, run_forever
     from planner.adjuster.gateway.auth import Auth

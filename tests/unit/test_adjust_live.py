@@ -14,10 +14,11 @@ import time
 
 import adjust_helpers as h
 import pytest
-from test_apply_fake import FakeBackend
+from adjust_helpers import EPOCH0, write_log
+from apply_fakes import FakeBackend
 
 from planner.adjuster.decisions import DecisionLog
-from planner.adjuster.gateway import LOG_COLUMNS, RequestLog, RequestLogSource
+from planner.adjuster.gateway import RequestLogSource
 from planner.adjuster.live import TickConfig, tick, window_at
 from planner.adjuster.policy import AdjustConfig, AdjustState
 from planner.adjuster.replay import replay
@@ -25,32 +26,6 @@ from planner.adjuster.state import StateStore
 from planner.cli.main import main
 
 DAY = 86400.0
-EPOCH0 = 1_699_920_000.0  # a UTC midnight: the hour of day survives the shift
-
-
-def write_log(state_dir, df, shift_s: float) -> int:
-    """The trace's rows as the gateway logs them (timestamps + `shift_s`)."""
-    log = RequestLog(state_dir / "requests.sqlite")
-    for r in df.itertuples():
-        row = dict(
-            timestamp=r.timestamp + shift_s,
-            user=r.user,
-            session=r.session,
-            model=r.model,
-            input_tokens=r.input_tokens,
-            output_tokens=r.output_tokens,
-            cached_tokens=r.cached_tokens,
-            ttft_s=0.1,
-            latency_s=1.0,
-            switch_wait_s=0.0,
-            status=200,
-            instance=f"{r.model}-0",
-            served_by=r.model,
-            substituted=0,
-        )
-        log.add(tuple(row[c] for c in LOG_COLUMNS))
-    log.close()
-    return len(df)
 
 
 def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
@@ -58,8 +33,7 @@ def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
     second), in the gateway's SQLite log with epoch timestamps: every hourly tick sees the
     same window, the same forecast counts and takes the same decision as the replay of the
     same requests (trace seconds)."""
-    tr = h.adoption_trace(days=3, adoption_day=1)
-    p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
+    tr, p = h.adoption_plan(days=3)
     perfs, slo = h.perfs(p), h.slo()
     cfg = AdjustConfig(min_dwell_s=3600.0)
     out = replay(p, tr, slo, perfs, cfg)
@@ -99,8 +73,7 @@ def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
 @pytest.fixture
 def setup(tmp_path):
     """A shared/split plan made on a planner-only day, and a log of a day-1 hour with coder-32b."""
-    tr = h.adoption_trace(days=2, adoption_day=1)
-    p = h.shared_split_plan(h.reference(tr[tr["timestamp"] < DAY]))
+    tr, p = h.adoption_plan()
     plan_file = h.write_inputs(tmp_path, p)
     state = tmp_path / "state"
     state.mkdir()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_adjust_live import write_log
+from adjust_helpers import write_log
+from cli_helpers import run_cli
 
 from planner.adjuster.state import StateStore
 from planner.cli import inputs as cin
@@ -22,7 +23,6 @@ from planner.schemas import load_models, load_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
-EPOCH0 = 1_699_920_000.0  # a UTC midnight
 
 
 def test_replan_keeps_the_point_in_force_and_the_config(tmp_path, capsys):
@@ -56,17 +56,8 @@ def test_replan_keeps_the_point_in_force_and_the_config(tmp_path, capsys):
 
 
 def test_print_cron_has_the_nightly_replan(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "adjust",
-                "--plan",
-                str(tmp_path / "p.yaml"),
-                "--state-dir",
-                str(tmp_path),
-                "--print-cron",
-            ]
-        )
-    assert e.value.code == 0
-    lines = capsys.readouterr().out.splitlines()
+    argv = ["adjust", "--plan", tmp_path / "p.yaml", "--state-dir", tmp_path, "--print-cron"]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
+    lines = out.splitlines()
     assert any(x.startswith("30 2 * * * ") and "--replan" in x for x in lines)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import adjust_helpers as h
 import pytest
-from cli_helpers import METRIC_KEYS
+from cli_helpers import METRIC_KEYS, run_cli
 
 from planner.adjuster.policy import AdjustConfig
 from planner.adjuster.replay import replay
@@ -17,9 +17,7 @@ from planner.cli.main import main
 @pytest.fixture(scope="module")
 def flip():
     """Day 0 only planner-7b; from day 1 coder-32b too: `shared` thrashes, `split` does not."""
-    tr = h.adoption_trace(days=2, adoption_day=1)
-    ref = h.reference(tr[tr["timestamp"] < 86400.0])
-    p = h.shared_split_plan(ref)
+    tr, p = h.adoption_plan()
     return tr, p, h.perfs(p)
 
 
@@ -115,19 +113,9 @@ def test_cli_replay_json(tmp_path, capsys, flip):
 
 
 def test_print_cron(tmp_path, capsys):
-    with pytest.raises(SystemExit) as e:
-        main(
-            [
-                "adjust",
-                "--plan",
-                str(tmp_path / "p.yaml"),
-                "--state-dir",
-                str(tmp_path),
-                "--print-cron",
-            ]
-        )
-    assert e.value.code == 0
-    out = capsys.readouterr().out
+    argv = ["adjust", "--plan", tmp_path / "p.yaml", "--state-dir", tmp_path, "--print-cron"]
+    code, out, _ = run_cli(argv, capsys)
+    assert code == 0
     assert "--once" in out and "[Timer]" in out and "[Service]" in out
     assert out.splitlines()[1].startswith("5 * * * * ")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer import admission
 from planner.optimizer.sim.simulator import simulate

@@ -5,59 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 from cli_helpers import run_cli
+from plan_files import tiny_cpu_plan
 
 from planner.cli.example import CPU_CLUSTER
 
 
-def _plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
-    (tmp_path / "cluster.yaml").write_text(CPU_CLUSTER)
-    arch = {
-        "name": "tiny",
-        "num_layers": 2,
-        "hidden_size": 128,
-        "num_attention_heads": 4,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "intermediate_size": 256,
-        "vocab_size": 512,
-        "total_params_b": 0.0004,
-        "active_params_b": 0.0004,
-    }
-    models = {
-        "kind": "models",
-        "models": [
-            {
-                "name": "tiny-a",
-                "architecture": arch,
-                "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny-a"}],
-            }
-        ],
-    }
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump(models))
-    inst = {
-        "id": "a-0",
-        "model": "tiny-a",
-        "variant": "bf16",
-        "node": node,
-        "gpus": [0],
-        "memory_gib": {"weights": 0.01, "kv": 1, "overhead": 0.1},
-        "port": 18555,
-    }
-    plan = {
-        "kind": "plan",
-        "selected": "p",
-        "points": [{"name": "p", "instances": [inst]}],
-        "inputs": {"cluster": {"path": "cluster.yaml"}, "models": {"path": models_path}},
-    }
-    p = tmp_path / "plan.yaml"
-    p.write_text(yaml.safe_dump(plan))
-    return str(p)
-
-
 def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
-    plan, state = _plan(tmp_path), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     code, out, _ = run_cli(
         ["apply", plan, "--state-dir", str(state), "--dry-run", "--json"], capsys
     )
@@ -92,7 +47,7 @@ def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
     ],
 )
 def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needle) -> None:
-    plan, state = _plan(tmp_path, **kw), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path, **kw), tmp_path / "state"
     code, _, err = run_cli(["apply", plan, "--state-dir", str(state), *args], capsys)
     assert code == 2 and needle in err
     assert not state.exists()
@@ -101,7 +56,7 @@ def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needl
 def test_open_controller_for_the_gateway(tmp_path) -> None:
     from planner.cli.apply import open_controller
 
-    c = open_controller(_plan(tmp_path), None, state_dir=tmp_path / "state")
+    c = open_controller(tiny_cpu_plan(tmp_path), None, state_dir=tmp_path / "state")
     try:
         assert c.point.name == "p" and not c.supports_sleep  # the cpu cluster: no sleep mode
         assert c.status() == {"a-0": ("stopped", None)}
@@ -144,7 +99,7 @@ def test_status_table_and_down_forget_dead_rows(tmp_path, capsys) -> None:
 def test_status_lists_planned_instances_without_a_process(tmp_path, capsys) -> None:
     from planner.adjuster.state import StateStore
 
-    plan, state = _plan(tmp_path), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     with StateStore(state) as s:
         s.set_meta(point="p", plan_path=plan)
     code, out, _ = run_cli(["status", "--state-dir", str(state), "--json"], capsys)
@@ -162,7 +117,7 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
 
     if host_gpus().types:
         pytest.skip("this host has GPUs: the refusal is checked on a CPU-only host")
-    plan, state = _plan(tmp_path), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     (tmp_path / "cluster.yaml").write_text(
         CPU_CLUSTER.replace("{type: cpu, count: 1}", "{type: A100-80GB-SXM, count: 4}")
     )

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_apply_fake import FakeBackend, inst, plan, run
+from apply_fakes import FakeBackend, inst, plan, run
 
 from planner.adjuster.state import InstanceRow, StateStore
 from planner.cli.main import main

@@ -4,7 +4,7 @@ test_apply_fake; the vLLM-CPU case is test_apply_vllm's killed apply)."""
 
 from __future__ import annotations
 
-from test_apply_fake import FakeBackend, acts, inst, plan, run
+from apply_fakes import FakeBackend, acts, inst, plan, run
 
 from planner.adjuster.apply import settle
 from planner.adjuster.state import InstanceRow, StateStore

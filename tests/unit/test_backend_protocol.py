@@ -9,9 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
-from test_apply_fake import FakeBackend
-from test_gateway import FakeControl
-from test_gateway_faults import EngineBackend
+from apply_fakes import FakeBackend
+from gateway_fakes import EngineBackend, FakeControl
 
 from planner.adjuster.backends.base import Backend, InstanceControl
 from planner.adjuster.backends.local import LocalBackend

@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_plan_check import _plan, _run
+from cli_helpers import run_cli_one_line
+from plan_files import golden_small_plan
 
 
 def _show(tmp_path, capsys, *extra):
-    code, out, err = _run(["plan", "show", _plan(tmp_path), "--json", *extra], capsys)
+    code, out, err = run_cli_one_line(
+        ["plan", "show", golden_small_plan(tmp_path), "--json", *extra], capsys
+    )
     assert code == 0, err
     return json.loads(out)
 
@@ -35,11 +38,11 @@ def test_plan_show_gives_the_peak_its_hours_and_any_hour(tmp_path, capsys):
 
 
 def test_explain_gives_the_memory_over_the_day(tmp_path, capsys):
-    code, out, err = _run(["explain", _plan(tmp_path), "--json"], capsys)
+    code, out, err = run_cli_one_line(["explain", golden_small_plan(tmp_path), "--json"], capsys)
     assert code == 0, err
     got = json.loads(out)
     peaks = {(g["node"], g["gpu"]): g["peak_gib"] for g in got["gpus"]}
     assert peaks[("n0", 0)] == pytest.approx(39.9, abs=0.05)
     assert "a request wakes them at any hour" in got["idle_sleep"]
-    code, out, err = _run(["explain", _plan(tmp_path)], capsys)
+    code, out, err = run_cli_one_line(["explain", golden_small_plan(tmp_path)], capsys)
     assert "peak 39.9 GiB at 07-20" in out

@@ -7,11 +7,9 @@ vLLM-CPU case is test_operations_tour's second plan under traffic."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from test_gateway import inst, post
-from test_gateway_faults import EngineBackend
+from gateway_fakes import EngineBackend, inst, post
+from waits import wait_until
 
 from planner.adjuster.apply import apply_point, down
 from planner.adjuster.control import Controller
@@ -40,13 +38,6 @@ def _apply(plan: Plan, sha: str, be, st: StateStore):
     )
     assert res.ok, res.error
     return res
-
-
-def _wait(cond, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for: {what}"
-        time.sleep(0.02)
 
 
 def test_the_controller_follows_an_apply_of_another_plan(tmp_path):
@@ -87,7 +78,7 @@ def test_a_running_gateway_follows_a_second_plan_and_never_restarts_what_it_remo
         _apply(plan_b, "sha-b", be, st)  # under the running gateway
         # the health loop finds b0 dead at once (its adoption round is far off): it follows
         # the point in force before any restart
-        _wait(lambda: "b0" not in gw.instances, "the gateway to follow the second plan")
+        wait_until(lambda: "b0" not in gw.instances, "the gateway to follow the second plan")
         assert post(th, model="a", prompt="x").status_code == 200
         r = post(th, model="b", prompt="x")
         assert r.status_code == 404, r.text  # no such model in the point in force

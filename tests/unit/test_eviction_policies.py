@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer import baselines, serving_rule
 from planner.optimizer.sim.simulator import simulate

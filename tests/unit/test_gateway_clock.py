@@ -7,7 +7,7 @@ import ast
 import itertools
 from pathlib import Path
 
-from test_gateway import inst, post, setup, wait_rows  # noqa: F401 (setup: the fixture)
+from gateway_fakes import inst, post, wait_rows
 
 from planner.adjuster.gateway import Clock, Gateway, GatewayConfig, GatewayThread
 from planner.engines.process import free_port
@@ -30,7 +30,7 @@ def test_no_part_reads_time_but_through_the_clock():
 
 
 def test_the_request_log_is_stamped_by_the_injected_clock(tmp_path):
-    from test_gateway import FakeControl
+    from gateway_fakes import FakeControl
 
     ticks = itertools.count()
     clock = Clock(now_s=lambda: 1_000_000.0, mono_s=lambda: float(next(ticks)))

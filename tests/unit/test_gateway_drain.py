@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import time
 
-from test_gateway import inst, post
-from test_gateway import setup as setup  # the gateway fixture, re-exported
+from gateway_fakes import inst, post
 
 DRAIN = "drained by planner down at 2026-12-02 10:00:00 UTC"
 

@@ -13,25 +13,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_gateway import FakeEngine, free_port, inst, post, wait_rows
-from test_gateway import setup as setup  # the gateway fixture, re-exported
+from gateway_fakes import EngineBackend, FakeEngine, inst, post, wait_in_flight, wait_rows
+from waits import wait_until
 
-from planner.adjuster.backends.base import Handle
 from planner.adjuster.control import Controller
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
+from planner.engines.process import free_port
 from planner.schemas.plan import Plan
 
 
-def _wait(cond, what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
-
-
-def _leave_after_headers(url: str, body: dict, read_bytes: int = 0) -> None:
+def _leave_after_headers(url: str, body: dict, engine: FakeEngine, read_bytes: int = 0) -> None:
     """Send a request, optionally read some of the answer, and close the connection."""
     host, port = url.removeprefix("http://").split(":")
     data = json.dumps(body).encode()
@@ -44,7 +36,7 @@ def _leave_after_headers(url: str, body: dict, read_bytes: int = 0) -> None:
         got = b""
         while len(got) < read_bytes:
             got += s.recv(4096)
-        time.sleep(0.3)  # the request is in flight at the engine
+        wait_in_flight(engine)  # the request is in flight at the engine
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -56,8 +48,8 @@ def test_a_client_that_leaves_aborts_the_engine_request_and_logs_499(setup, tmp_
         body.update(repeat=2000, token_delay_s=0.01)
     else:  # a long generation: the client leaves before the answer
         body.update(delay_s=60)
-    _leave_after_headers(th.url, body, read_bytes=200 if stream else 0)
-    _wait(lambda: eng.aborted == 1, "the engine's handler cancelled")
+    _leave_after_headers(th.url, body, eng, read_bytes=200 if stream else 0)
+    wait_until(lambda: eng.aborted == 1, "the engine's handler cancelled")
     assert eng.running == 0  # nothing generates for nobody
     (row,) = wait_rows(tmp_path, 1, "failures")
     assert (row["status"], row["error"]) == (499, "client gone")
@@ -74,7 +66,7 @@ def test_a_request_past_its_timeout_is_502_and_the_engine_aborts_it(setup, tmp_p
     r = post(th, model="a", prompt="x", delay_s=30)  # an engine that never answers in time
     assert r.status_code == 502 and "no answer within 0.5 s" in r.json()["error"]["message"]
     assert time.monotonic() - t < 10  # the deadline, not the engine, ended it
-    _wait(lambda: eng.aborted == 1, "the engine's handler cancelled")
+    wait_until(lambda: eng.aborted == 1, "the engine's handler cancelled")
     (row,) = wait_rows(tmp_path, 1, "failures")
     assert row["status"] == 502 and "no answer within 0.5 s" in row["error"]
     assert post(th, model="a", prompt="x").status_code == 200  # the next request is fine
@@ -112,54 +104,6 @@ def test_unknown_paths_and_methods_get_json_errors(setup):
     assert r.status_code == 405 and r.headers["Allow"] == "GET" and r.json()["error"]["code"] == 405
 
 
-class EngineBackend:
-    """A Backend whose 'processes' are fake engines on the instance's port (kill: `kill`)."""
-
-    name = "engines"
-    supports_sleep = False
-    features: frozenset = frozenset()
-
-    def has_process(self, handle: Handle) -> bool:
-        return handle.pid is not None
-
-    def __init__(self) -> None:
-        self.engines: dict[int, FakeEngine] = {}
-        self._pid = 5000
-
-    def start(self, inst, *, model_path: str, served_name: str, log_path: str) -> Handle:
-        self._pid += 1
-        self.engines[self._pid] = FakeEngine(inst.id, inst.port).start()
-        return Handle(inst.id, inst.node, "127.0.0.1", inst.port, pid=self._pid)
-
-    def wait_ready(self, handle: Handle, timeout_s: float) -> None:
-        pass
-
-    def stop(self, handle: Handle, timeout_s: float = 30.0) -> None:
-        eng = self.engines.pop(handle.pid or -1, None)
-        if eng is not None:
-            eng.stop()
-
-    def is_alive(self, handle: Handle) -> bool:
-        return handle.pid in self.engines
-
-    def sleep(self, handle: Handle, level: int) -> None:
-        self.stop(handle)
-
-    def wake(self, handle: Handle, level: int) -> None:
-        raise AssertionError("no sleep mode")
-
-    def gpu_free_gib(self, node: str, gpus: list[int]) -> dict[int, float] | None:
-        return None
-
-    def kill(self, pid: int) -> None:
-        """The server dies; the state still names its pid."""
-        self.stop(Handle("x", "n", "127.0.0.1", 0, pid=pid))
-
-    def close(self) -> None:
-        for e in self.engines.values():
-            e.stop()
-
-
 def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, capsys):
     from planner.cli.main import main
 
@@ -174,8 +118,8 @@ def test_health_loop_restarts_are_counted_in_status_and_the_journal(tmp_path, ca
     try:
         for n in (1, 2):
             be.kill(state.get("a0").pid)
-            _wait(lambda n=n: state.get("a0").restarts == n, f"restart {n}")
-            _wait(lambda: post(th, model="a", prompt="x").status_code == 200, "serving again")
+            wait_until(lambda n=n: state.get("a0").restarts == n, f"restart {n}")
+            wait_until(lambda: post(th, model="a", prompt="x").status_code == 200, "serving again")
         assert (
             'planner_gateway_restarts_total{engine="a0"} 2' in httpx.get(th.url + "/metrics").text
         )

@@ -12,6 +12,7 @@ import logging
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from waits import until_async
 
 from planner.adjuster.gateway.guard import Guard
 from planner.adjuster.gateway.h1server import Request, Server
@@ -181,12 +182,14 @@ def test_a_client_that_leaves_cancels_its_handler():
     async def test(port: int, server: Server) -> None:
         _, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        await asyncio.sleep(0.2)
+        await until_async(
+            lambda: [c.task is not None for c in server.guard.open] == [True], "the handler"
+        )
         (conn,) = server.guard.open
         task = conn.task
         assert task is not None and not task.done()
         writer.transport.abort()
-        await asyncio.sleep(0.2)
+        await until_async(lambda: task.done() and not server.guard.open, "the cancel")
         assert task.done() and not server.guard.open
 
     asyncio.run(_serve(test))

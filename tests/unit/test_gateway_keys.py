@@ -1,7 +1,7 @@
 """Gateway keys (issue 28): 401/403/429, identity by key, limits, reloads, the bind rule,
 admin-only /metrics, and the `keys` input kind and CLI.
 
-The gateway runs over test_gateway.py's fake engines (no vLLM); checks that need a real
+The gateway runs over gateway_fakes.py's fake engines (no vLLM); checks that need a real
 process (SIGHUP) or a peer that is not loopback (a network namespace with its own address)
 run tests/unit/gateway_proc.py.
 """
@@ -20,14 +20,13 @@ from pathlib import Path
 
 import httpx
 import pytest
+from gateway_fakes import wait_rows
 from gateway_proc import wait_health
-from test_gateway import FakeControl, free_port, inst, wait_rows
+from waits import budget_s
 
-from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.adjuster.gateway.auth import Auth
-from planner.engines.process import stop_server
+from planner.adjuster.gateway import GatewayConfig
+from planner.engines.process import free_port, stop_server
 from planner.keys import INSTALL_SECRET, add_key, hash_key, key_id, read_keys, remove_key
-from planner.schemas.plan import Point
 
 HERE = Path(__file__).resolve().parent
 PROC = HERE / "gateway_proc.py"
@@ -35,27 +34,6 @@ PROC = HERE / "gateway_proc.py"
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-def gateway(tmp_path):
-    """Factory: a gateway over awake fake engines of models a and b, with `auth_kw` for Auth."""
-    made = []
-
-    def make(config: GatewayConfig | None = None, **auth_kw):
-        point = Point(name="p", instances=[inst("a0", "a", [0]), inst("b0", "b", [1])])
-        ctl = FakeControl(point, {"a0", "b0"})
-        auth = Auth.open(tmp_path, model_names=["a", "b"], **auth_kw)
-        cfg = config or GatewayConfig(log_flush_s=0.05)
-        gw = Gateway(point, ctl, state_dir=tmp_path, config=cfg, auth=auth)
-        th = GatewayThread(gw, port=free_port()).start()
-        made.append((th, ctl))
-        return th
-
-    yield make
-    for th, ctl in made:
-        th.stop()
-        ctl.close()
 
 
 def post(th, key=None, headers=None, **body):
@@ -66,7 +44,7 @@ def post(th, key=None, headers=None, **body):
 def in_flight(url: str, model: str, admin: str, timeout_s: float = 20.0) -> None:
     """Until the gateway holds a request of `model` (its /metrics, read with an admin key)."""
     want = f'planner_gateway_outstanding_requests{{model="{model}"}} 1'
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + budget_s(timeout_s)
     while want not in httpx.get(url + "/metrics", headers=bearer(admin), timeout=10).text:
         assert time.monotonic() < deadline, "the slow request never reached the engine"
         time.sleep(0.05)

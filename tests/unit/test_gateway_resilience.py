@@ -21,8 +21,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from test_gateway import inst, post, rows, wait_rows
-from test_gateway import setup as setup  # the gateway fixture, re-exported
+from gateway_fakes import inst, post, rows, wait_rows
 
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.gateway.requestlog import RequestLog
@@ -130,7 +129,7 @@ def _metric(text: str, name: str) -> float:
 _SIGTERM_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
-from test_gateway import FakeControl, inst
+from gateway_fakes import FakeControl, inst
 from planner.adjuster.gateway import Gateway, GatewayConfig, run_forever
 from planner.schemas.plan import Point
 point = Point(name="p", instances=[inst("a0", "a", [0], "gpu")])
@@ -144,7 +143,7 @@ ctl.close()
 
 
 def test_sigterm_with_a_full_disk_exits_0_without_a_traceback(tmp_path):
-    from test_gateway import free_port
+    from planner.engines.process import free_port
 
     port = free_port()
     script = _SIGTERM_SCRIPT.format(
@@ -345,7 +344,7 @@ def test_a_busy_port_is_exit_2_with_the_fix(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         point = Point(name="p", instances=[inst("a0", "a", [0], "gpu")])
-        from test_gateway import FakeControl
+        from gateway_fakes import FakeControl
 
         ctl = FakeControl(point, set())
         gw = Gateway(point, ctl, state_dir=tmp_path, config=GatewayConfig())

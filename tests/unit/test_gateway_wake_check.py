@@ -7,8 +7,7 @@ tests/integration/test_runtime_vllm.py.)"""
 from __future__ import annotations
 
 import httpx
-from test_gateway import FakeControl, inst, post
-from test_gateway import setup as setup  # the gateway fixture, re-exported
+from gateway_fakes import FakeControl, inst, post
 
 from planner.adjuster.backends.base import Handle
 
@@ -33,7 +32,7 @@ def _metric(th, name: str) -> str:
 
 def test_a_wake_that_answers_wrongly_is_restarted_and_counted(setup, monkeypatch):
     """Before: the gateway routed to a woken instance without asking it anything."""
-    monkeypatch.setattr("test_gateway.FakeControl", Garbling)
+    monkeypatch.setattr("gateway_fakes.FakeControl", Garbling)
     th, ctl = setup([inst("h0", "h", [1], "host")], set(), health_interval_s=60)
     r = post(th, model="h", prompt="x")
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == "abc"

@@ -10,23 +10,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import run_cli_one_line
 
 from planner import io
-from planner.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 LAB16 = ROOT / "plans" / "examples" / "lab16"
 
 
-def _run(argv, capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return int(e.value.code or 0), out.out, " ".join(out.err.split())
-
-
 def _refused(argv, capsys, file, *needles) -> None:
-    code, _, err = _run(argv, capsys)
+    code, _, err = run_cli_one_line(argv, capsys)
     assert code == 2, err
     assert f"{file}:" in err and "fix:" in err and "Traceback" not in err, err
     for n in needles:
@@ -206,5 +199,5 @@ def test_workload_role_naming_an_unknown_model(tmp_path, capsys):
     # roles the file leaves at their defaults are still mapped onto the models file
     ok = tmp_path / "ok.yaml"
     ok.write_text("users: 3\nroles:\n  coder: {model: coder-32b}\n")
-    code, _, err = _run(["validate", ok, "--models", LAB16 / "models.yaml"], capsys)
+    code, _, err = run_cli_one_line(["validate", ok, "--models", LAB16 / "models.yaml"], capsys)
     assert code == 0, err

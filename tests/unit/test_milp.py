@@ -8,9 +8,9 @@ import pulp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from optimizer_builders import model_demand
 
 from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_groups, gpu_sets
-from planner.optimizer.demand import ModelDemand
 from planner.optimizer.milp import (
     MilpInput,
     build_problem,
@@ -62,22 +62,6 @@ def _models(specs):
         },
         "models",
     )
-
-
-def _demand(names, rates):
-    return {
-        n: ModelDemand(
-            requests=100,
-            peak_rps=r,
-            mean_input_tokens=2000,
-            mean_output_tokens=200,
-            mean_cached_tokens=500,
-            switch_ins=10 + 7 * i,
-            switch_ins_per_hour=2.0 + 3 * i,
-            share=1 / len(names),
-        )
-        for i, (n, r) in enumerate(zip(names, rates, strict=True))
-    }
 
 
 def _brute_force(inp: MilpInput) -> float:
@@ -172,7 +156,7 @@ def _input(gpu, count, ram, specs, knobs, rates=(0.05, 0.02, 0.01), max_replicas
     cluster = _cluster(gpu, count, ram)
     models = _models(specs)
     slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
-    demand = _demand(models.names, list(rates[: len(models.names)]))
+    demand = model_demand(models.names, list(rates[: len(models.names)]))
     cands = enumerate_candidates(
         cluster, models, slo, demand, knobs, max_tp=4, max_model_len_cap=None, gpu_margin=0.06
     )

@@ -15,9 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from test_gateway import inst, post
-from test_gateway import setup as setup  # the gateway fixture, re-exported
-from test_sim_closed_form import perf, point, step_model, trace
+from gateway_fakes import inst, post, wait_in_flight
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer import swap
 from planner.optimizer.sim.simulator import simulate
@@ -110,7 +109,7 @@ def test_a_busy_model_is_never_put_to_sleep(setup):
     th, ctl = setup([a0, b0], {"a0"}, drain_timeout_s=0.2, swap_max_wait_s=0.0)
     with ThreadPoolExecutor(2) as ex:
         long = ex.submit(post, th, model="a", prompt="x", delay_s=1.5)
-        time.sleep(0.3)
+        wait_in_flight(ctl.engines["a0"])
         other = post(th, model="b", prompt="x")
         assert long.result().status_code == 200  # finished, not cut off by the swap
     assert other.status_code == 200

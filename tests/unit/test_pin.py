@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_milp import _demand
+from optimizer_builders import model_demand
 
 from planner.errors import InputError
 from planner.optimizer.candidates import Knobs, enumerate_candidates, gpu_groups, gpu_sets
@@ -39,7 +39,7 @@ def _placed(pin: dict | None) -> set[tuple[str, str]]:
     models = _models(pin)
     knobs = Knobs()
     slo = parse({"kind": "slo", "default": {"tpot_p95_s": 0.2}}, "slo")
-    demand = _demand(["m"], [0.5])
+    demand = model_demand(["m"], [0.5])
     cands = enumerate_candidates(
         CLUSTER, models, slo, demand, knobs, max_tp=2, max_model_len_cap=None, gpu_margin=0.06
     )

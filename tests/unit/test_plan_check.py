@@ -7,37 +7,12 @@ before any side effect (no state dir is created).
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
 import pytest
-import yaml
-
-from planner.cli.main import main
-
-ROOT = Path(__file__).resolve().parents[2]
-SMALL = ROOT / "tests" / "data" / "small"
-GOLDEN = yaml.safe_load((ROOT / "tests" / "golden" / "plan_small.yaml").read_text())
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return int(e.value.code or 0), out.out, " ".join(out.err.split())
-
-
-def _plan(tmp_path: Path, edit=None, name: str = "plan.yaml") -> Path:
-    """The golden small plan with absolute input paths, after `edit(points)`."""
-    doc = copy.deepcopy(GOLDEN)
-    for k in ("cluster", "models", "slo", "workload"):
-        doc["inputs"][k]["path"] = str(SMALL / f"{k}.yaml")
-    if edit is not None:
-        edit(doc["points"])
-    p = tmp_path / name
-    p.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return p
+from cli_helpers import run_cli_one_line
+from plan_files import GOLDEN, SMALL, golden_small_plan
 
 
 def _trace(tmp_path: Path) -> Path:
@@ -152,7 +127,7 @@ CASES = [
 
 
 def test_the_golden_plan_passes(tmp_path, capsys):
-    code, out, _ = _run(["validate", _plan(tmp_path)], capsys)
+    code, out, _ = run_cli_one_line(["validate", golden_small_plan(tmp_path)], capsys)
     assert code == 0 and "cross" not in out  # checked against its recorded inputs
 
 
@@ -160,7 +135,7 @@ def test_the_golden_plan_passes(tmp_path, capsys):
 def test_every_plan_reading_command_refuses_before_any_side_effect(
     tmp_path, capsys, edit, path, needle
 ):
-    plan, state = _plan(tmp_path, edit), tmp_path / "state"
+    plan, state = golden_small_plan(tmp_path, edit), tmp_path / "state"
     commands = [
         ["validate", plan],
         ["validate", plan, "--cluster", SMALL / "cluster.yaml", "--models", SMALL / "models.yaml"],
@@ -172,7 +147,7 @@ def test_every_plan_reading_command_refuses_before_any_side_effect(
         ["adjust", "--plan", plan, "--state-dir", state, "--once", "--dry-run"],
     ]
     for argv in commands:
-        code, _, err = _run(argv, capsys)
+        code, _, err = run_cli_one_line(argv, capsys)
         assert code == 2, (argv[0], err)
         assert f"{plan}: {path}" in err, (argv[0], err)
         assert needle in err and "fix:" in err and "Traceback" not in err, (argv[0], err)
@@ -187,7 +162,9 @@ def test_explain_explains_the_file_not_a_re_solve(tmp_path, capsys):
         s.update(node="n1", gpus=[1], port=8200)
         s["engine"]["gpu_memory_utilization"] = 0.6
 
-    code, out, err = _run(["explain", _plan(tmp_path, move), "--json"], capsys)
+    code, out, err = run_cli_one_line(
+        ["explain", golden_small_plan(tmp_path, move), "--json"], capsys
+    )
     assert code == 0, err
     by_model = {m["model"]: m for m in json.loads(out)["models"]}
     (placed,) = by_model["summarizer-8b"]["placements"]
@@ -206,16 +183,16 @@ def _multi_node(points):
 
 def test_apply_local_refuses_a_multi_node_plan_unless_node_is_given(tmp_path, capsys):
     """Item 5: the local backend would start node-c's and node-d's instances on this host."""
-    plan, state = _plan(tmp_path, _multi_node), tmp_path / "state"
-    code, _, err = _run(["apply", plan, "--state-dir", state, "--dry-run"], capsys)
+    plan, state = golden_small_plan(tmp_path, _multi_node), tmp_path / "state"
+    code, _, err = run_cli_one_line(["apply", plan, "--state-dir", state, "--dry-run"], capsys)
     assert code == 2 and "--node:" in err and "2 nodes (n0, n1)" in err and "--backend ray" in err
-    code, out, err = _run(
+    code, out, err = run_cli_one_line(
         ["apply", plan, "--state-dir", state, "--dry-run", "--node", "n1", "--json"], capsys
     )
     assert code == 0, err
     assert [a["instance"] for a in json.loads(out)["actions"]] == ["planner-7b-0"]
     assert "note: node n1: 1 of the 3 instances" in err and "others run on n0" in err
-    code, _, err = _run(["apply", plan, "--dry-run", "--node", "n9"], capsys)
+    code, _, err = run_cli_one_line(["apply", plan, "--dry-run", "--node", "n9"], capsys)
     assert code == 2 and "no node 'n9' in the cluster" in err
     assert not state.exists()
 
@@ -227,7 +204,7 @@ def test_unsafe_model_name_in_the_models_file(tmp_path, capsys):
     )
     f = tmp_path / "models.yaml"
     f.write_text(text)
-    code, _, err = _run(["validate", f], capsys)
+    code, _, err = run_cli_one_line(["validate", f], capsys)
     assert code == 2 and "models[0].name" in err and "not a safe name" in err
 
 
@@ -239,7 +216,9 @@ def test_a_request_over_the_context_is_refused_by_reason(tmp_path, capsys):
         "0,planner-7b,1000,100\n1,planner-7b,10000000,100\n2,coder-32b,16384,5\n"
         "3,summarizer-8b,16383,1\n"
     )
-    code, out, err = _run(["evaluate", _plan(tmp_path), "--workload", t, "--json"], capsys)
+    code, out, err = run_cli_one_line(
+        ["evaluate", golden_small_plan(tmp_path), "--workload", t, "--json"], capsys
+    )
     assert code == 0, err
     m = json.loads(out)["points"][GOLDEN["selected"]]
     assert m["refused"] == {"over_context": 2, "refused_queue_full": 0, "no_instance": 0}

@@ -8,13 +8,14 @@ from __future__ import annotations
 import dataclasses
 
 import yaml
-from test_plan_check import SMALL, _plan, _run
+from cli_helpers import run_cli_one_line
+from plan_files import SMALL, golden_small_plan
 
 from planner.optimizer.perf import default_calib
 
 
 def _with_profiles(tmp_path, folder: str) -> object:
-    plan = _plan(tmp_path)
+    plan = golden_small_plan(tmp_path)
     doc = yaml.safe_load(plan.read_text())
     doc["inputs"]["profiles"] = {"path": folder, "sha256": "0" * 64}
     plan.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -30,7 +31,7 @@ def test_a_recorded_calibration_that_is_missing_stops_every_command(tmp_path, ca
         ["adjust", "--plan", plan, "--state-dir", state, "--once", "--dry-run"],
         ["adjust", "--plan", plan, "--replay", trace],
     ):
-        code, _, err = _run(argv, capsys)
+        code, _, err = run_cli_one_line(argv, capsys)
         assert code == 2, (argv[0], err)
         assert "inputs.profiles.path" in err and "--profiles" in err, (argv[0], err)
     assert not state.exists()
@@ -49,7 +50,7 @@ def test_adjust_scores_with_the_plans_calibration(tmp_path, monkeypatch):
     inp = adjust_inputs.load(plan, None, None, None)
     cfg = adjust_inputs.policy_config("1h", "suggest", None, None, None, [])
     tick = adjust_inputs.tick_config(inp, cfg, state_dir=tmp_path, dry_run=True, timeout_s=1)
-    plain = adjust_inputs.load(_plan(tmp_path, name="plain.yaml"), None, None, None)
+    plain = adjust_inputs.load(golden_small_plan(tmp_path, name="plain.yaml"), None, None, None)
     name = inp.plan.points[0].name
     on_l40s = next(i.id for i in inp.plan.points[0].instances if i.node == "n0")
     got, spec = tick.perfs[name][on_l40s], plain.all_perfs()[name][on_l40s]
@@ -71,7 +72,7 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
         f"  runs: [{runs[0]!r}]\n"
     )
     out = tmp_path / "plan.yaml"
-    code, _, err = _run(
+    code, _, err = run_cli_one_line(
         [
             "optimize",
             "-c",
@@ -100,7 +101,7 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
     assert "calibration:" in out.read_text()
     # without profiles the plan records none (and the file has no such key)
     plain = tmp_path / "plain.yaml"
-    code, _, err = _run(
+    code, _, err = run_cli_one_line(
         [
             "optimize",
             "-c",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer.point_metrics import ModelMetrics, PointMetrics, metrics_json
 from planner.optimizer.sim.simulator import simulate

@@ -12,9 +12,9 @@ import textwrap
 import time
 
 import pytest
+from apply_fakes import FakeBackend, inst, plan
 from cli_helpers import run_cli
-from test_apply_cli import _plan
-from test_apply_fake import FakeBackend, inst, plan
+from plan_files import tiny_cpu_plan
 
 from planner import control_http
 from planner.adjuster.apply import apply_point
@@ -166,7 +166,7 @@ def test_ports_move_to_a_base_keeping_their_order():
 def test_cli_dry_run_names_the_holder_and_port_base_moves_away(tmp_path, capsys):
     """Two plans on one host: the second one's dry run says whose the port is (exit 3);
     with --port-base it plans on ports of its own, and the base is kept for later runs."""
-    plan_path, state = _plan(tmp_path), tmp_path / "state"
+    plan_path, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     with socket.socket() as s:  # someone else's server on the plan's port (18555)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", 18555))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_sim_closed_form import perf, point, step_model
+from optimizer_builders import perf, point, step_model
 
 from planner.optimizer.schedule import awake_hours, fast_wake_s
 

@@ -5,14 +5,13 @@ run through apply, the controller and the state without any other change."""
 from __future__ import annotations
 
 import pytest
-from test_engine_wake import FakeVllm, SleepModeBackend
+from engine_fakes import FakeVllm, SleepModeBackend, one_instance_plan
 
 from planner.adjuster import backends
 from planner.adjuster.apply import apply_point, down, settle
 from planner.adjuster.control import Controller
 from planner.adjuster.state import StateStore
 from planner.engines import kinds
-from planner.schemas.plan import Plan
 
 
 @pytest.fixture
@@ -26,35 +25,27 @@ def stub_backend(monkeypatch):
     return backends.make_backend("stub")
 
 
-def _plan(port: int, tier: str = "disk", kind: str = "stub", extra=()) -> Plan:
-    inst = {
-        "id": "s0",
-        "model": "m",
-        "variant": "bf16",
-        "node": "n",
-        "gpus": [0],
-        "tp": 1,
-        "tier": tier,
-        "port": port,
-        "memory_gib": {"weights": 1, "kv": 1, "overhead": 0.5},
-        "engine": {"kind": kind, "extra_args": list(extra)},
-    }
-    return Plan(selected="p", points=[{"name": "p", "instances": [inst]}])
-
-
 def test_a_second_engine_kind_is_one_module_and_one_registry_line(stub_engine, tmp_path):
     from planner.engines.base import get_engine
 
     with pytest.raises(ValueError, match="--listen-port"):  # its own managed flags
-        _plan(8100, extra=["--listen-port", "9"])
-    spec = _plan(8100, extra=get_engine("stub").task_args("embed")).point().instances[0]
+        one_instance_plan(8100, kind="stub", extra=["--listen-port", "9"])
+    spec = (
+        one_instance_plan(8100, kind="stub", extra=get_engine("stub").task_args("embed"))
+        .point()
+        .instances[0]
+    )
     argv, env = get_engine("stub").build_argv(spec, model_path="/w", served_name="m")
     assert argv[2:4] == ["stub_server", "--weights"] and env == {"STUB_KEY": ""}
     assert get_engine("stub").task(spec) == "embed"
     with FakeVllm() as srv, StateStore(tmp_path) as st:
         port = srv.server_address[1]
         ctl = Controller(
-            _plan(port), None, SleepModeBackend(srv), st, model_path_resolver=lambda i: "/m"
+            one_instance_plan(port, kind="stub"),
+            None,
+            SleepModeBackend(srv),
+            st,
+            model_path_resolver=lambda i: "/m",
         )
         ctl.wake("s0", 5)
         assert st.get("s0").engine == "stub"  # the kind is in the state: not rebuilt as vLLM
@@ -79,7 +70,7 @@ def test_a_backend_without_processes_is_one_module_and_one_registry_line(stub_ba
     """Its handles hold only an opaque reference. Before: callers tested `pid`/`actor`, so
     settle marked its servers failed and a wake started a second server instead of waking."""
     be = stub_backend
-    plan = _plan(8100, tier="host", kind="vllm")
+    plan = one_instance_plan(8100, tier="host", kind="vllm")
     with StateStore(tmp_path) as st:
         res = apply_point(
             plan, None, backend=be, state=st, timeout_s=5, model_path_resolver=lambda i: "/m"

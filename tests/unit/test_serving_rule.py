@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_gateway import FakeControl
+from gateway_fakes import FakeControl
 
 from planner.adjuster.backends.base import Handle
 from planner.adjuster.gateway import Gateway

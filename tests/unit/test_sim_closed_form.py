@@ -6,87 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from optimizer_builders import perf, point, step_model, trace
 
-from planner.optimizer.perf.types import InstancePerf, StepModel
 from planner.optimizer.sim.instance import DEC, Engine
 from planner.optimizer.sim.simulator import simulate
 from planner.optimizer.sim.steptime import decode_time_s, lone_times
-from planner.schemas.plan import Instance, MemoryGib, Point
 from planner.schemas.slo import Slo, Targets
-
-# a step that costs nothing: each test sets only the terms it exercises
-_NO_STEP_COST = dict(
-    overhead_s=0.0,
-    dense_weight_read_s=0.0,
-    expert_read_s=0.0,
-    num_experts=0,
-    experts_per_tok=0,
-    kv_read_s_per_token=0.0,
-    compute_s_per_token=0.0,
-    attn_s_per_pair=0.0,
-    comm_s_per_token=0.0,
-    comm_latency_s=0.0,
-)
-
-
-def step_model(**kw) -> StepModel:
-    return StepModel(**(_NO_STEP_COST | kw))
-
-
-def perf(step: StepModel, **kw) -> InstancePerf:
-    base = dict(
-        weights_gib_per_gpu=10.0,
-        kv_gib_per_gpu=5.0,
-        overhead_gib_per_gpu=1.0,
-        context_gib_per_gpu=0.5,
-        kv_bytes_per_token=1e5,
-        max_kv_tokens=1_000_000,
-        max_num_seqs=64,
-        chunk_tokens=2048,
-        step=step,
-        cold_start_s=30.0,
-        wake_host_s=2.0,
-        wake_disk_s=9.0,
-        sleep_s=0.5,
-        weights_host_gib=10.0,
-    )
-    return InstancePerf(**(base | kw))
-
-
-def point(
-    tiers: list[str], models: list[str] | None = None, gpus: list[list[int]] | None = None
-) -> Point:
-    models = models or [f"m{k}" for k in range(len(tiers))]
-    gpus = gpus or [[0]] * len(tiers)
-    return Point(
-        name="p",
-        instances=[
-            Instance(
-                id=f"i{k}",
-                model=models[k],
-                variant="bf16",
-                node="n",
-                gpus=gpus[k],
-                tp=len(gpus[k]),
-                tier=t,
-                memory_gib=MemoryGib(weights=10, kv=5, overhead=1),
-                port=8000 + k,
-            )
-            for k, t in enumerate(tiers)
-        ],
-    )
-
-
-def trace(t, model, inp, out, session=None, cached=None) -> dict:
-    n = len(t)
-    return {
-        "timestamp": np.asarray(t, float),
-        "model": np.asarray(model if not isinstance(model, str) else [model] * n, dtype=object),
-        "input_tokens": np.asarray(inp if np.ndim(inp) else [inp] * n),
-        "output_tokens": np.asarray(out if np.ndim(out) else [out] * n),
-        "session": None if session is None else np.asarray(session, dtype=object),
-        "cached_tokens": None if cached is None else np.asarray(cached),
-    }
 
 
 def test_decode_time_matches_step_by_step_sum():
@@ -115,9 +40,7 @@ def test_a_decode_run_stops_at_the_first_step_starting_at_the_next_arrival(regim
         "crossing": dict(dense_weight_read_s=0.004, attn_s_per_pair=2e-6),  # attention overtakes
     }[regime]
     st = step_model(overhead_s=0.002, seq_s=1e-4, **kw)
-    n = 4
-    inp = 500
-    out = 800
+    n, inp, out = 4, 500, 800
     eng = Engine(perf(st), np.full(n, np.nan), np.full(n, np.nan))
     for rid in range(n):  # four prompts arrive together: one prefill step, then decoding
         eng.submit(rid, 0.0, inp, 0, out, 0.0, 1e9)  # (lone times that force a batch)
@@ -143,13 +66,9 @@ def test_lone_times_match_chunked_prefill_then_decode():
         seq_s=1e-4,
     )
     p = perf(st, chunk_tokens=512)
-    inp = 1300
-    cached = 200
-    out = 40
+    inp, cached, out = 1300, 200, 40
     pf, tot = lone_times(p, np.array([inp]), np.array([cached]), np.array([out]))
-    ctx = cached
-    left = inp - cached
-    ref = 0.0
+    ctx, left, ref = cached, inp - cached, 0.0
     while left:
         c = min(left, 512)
         ref += st.time_s(c, ctx, c * (ctx + (c + 1) / 2))
@@ -162,9 +81,7 @@ def test_lone_times_match_chunked_prefill_then_decode():
 @pytest.mark.parametrize("tier", ["gpu", "host"])
 def test_md1_mean_wait(tier):
     """max_num_seqs=1, every step d seconds, k output tokens: service k*d exactly -> M/D/1."""
-    d = 0.01
-    k = 20
-    rho = 0.7
+    d, k, rho = 0.01, 20, 0.7
     service = k * d  # one prefill step (first token) + k-1 decode steps
     lam = rho / service
     rng = np.random.default_rng(1)
@@ -211,10 +128,7 @@ def test_vector_and_router_paths_agree_under_batching():
 def test_kv_bound_knee():
     """Concurrency is capped by KV at C/(I+O) sequences, so the instance saturates at
     lambda* = (C/(I+O)) / (O*d) requests/s: below it waits stay short, above they explode."""
-    d = 0.01
-    inp = 900
-    out = 100
-    cap = 10_000
+    d, inp, out, cap = 0.01, 900, 100, 10_000
     n_conc = cap / (inp + out)  # sequences the KV cache holds
     lam_star = n_conc / (out * d)  # requests/s the instance can finish
     p = perf(step_model(dense_weight_read_s=d), max_num_seqs=256, max_kv_tokens=cap)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from test_sim_closed_form import perf, point, step_model, trace
-from test_sim_properties import SLO
+from optimizer_builders import SLO, perf, point, step_model, trace
 
 from planner.optimizer.perf.calibration import P90_P10_SIGMAS, jitter_cv
 from planner.optimizer.sim.simulator import simulate

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import perf, point, step_model, trace
 
 from planner.optimizer import baselines
 from planner.optimizer.sim.perfs import perfs_for_point

@@ -5,16 +5,14 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sim_closed_form import perf, point, step_model, trace
+from optimizer_builders import SLO, perf, point, step_model, trace
 
 from planner.optimizer.sim.simulator import simulate
-from planner.schemas.slo import Slo, Targets
 
 STEP = step_model(
     overhead_s=0.002, dense_weight_read_s=0.01, kv_read_s_per_token=1e-7, compute_s_per_token=3e-5
 )
 PERF = perf(STEP, max_num_seqs=4, max_kv_tokens=6000, chunk_tokens=512)
-SLO = Slo(default=Targets(ttft_p95_s=2.0, tpot_p95_s=0.05, switch_p95_s=5.0))
 
 
 def random_trace(seed: int, n: int, models: list[str]) -> dict:

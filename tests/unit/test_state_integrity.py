@@ -12,17 +12,10 @@ import os
 import sqlite3
 
 import pytest
-from test_apply_cli import _plan
+from cli_helpers import run_cli_one_line
+from plan_files import tiny_cpu_plan
 
 from planner.adjuster.state import DB_NAME, SCHEMA_VERSION, InstanceRow, StateStore
-from planner.cli.main import main
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as e:
-        main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return int(e.value.code or 0), out.out, " ".join(out.err.split())
 
 
 def _state(d, rows: int = 4, pad: str = ""):
@@ -110,7 +103,7 @@ DAMAGE = [
 
 @pytest.mark.parametrize("damage,needle", [d[1:] for d in DAMAGE], ids=[d[0] for d in DAMAGE])
 def test_damaged_state_is_refused_and_kept(tmp_path, capsys, damage, needle):
-    plan, state = _plan(tmp_path), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     db = _state(state, pad="p" * 400 if damage is _bad_page else "")
     damage(db)
     before = db.read_bytes() if db.is_file() else None
@@ -122,7 +115,7 @@ def test_damaged_state_is_refused_and_kept(tmp_path, capsys, damage, needle):
         ["adjust", "--plan", plan, "--slo", _slo(tmp_path), "--state-dir", state, "--once"],
         ["state", "check", "--state-dir", state],
     ):
-        code, _, err = _run(argv, capsys)
+        code, _, err = run_cli_one_line(argv, capsys)
         assert code == 2, (argv[0], err)
         assert f"{db}:" in err and needle in err, (argv[0], err)
         assert "planner state" in err and "Traceback" not in err, (argv[0], err)
@@ -134,21 +127,21 @@ def test_repair_keeps_what_is_readable_and_the_damaged_file(tmp_path, capsys):
     state = tmp_path / "state"
     db = _state(state, rows=300, pad="p" * 200)
     _bad_page(db)
-    code, out, _ = _run(["state", "export", "--state-dir", state], capsys)
+    code, out, _ = run_cli_one_line(["state", "export", "--state-dir", state], capsys)
     assert code == 0
     exported = json.loads(out)
     assert len(exported["tables"]["journal"]) + len(exported["tables"]["instances"]) > 100
-    code, out, err = _run(["state", "repair", "--state-dir", state, "--json"], capsys)
+    code, out, err = run_cli_one_line(["state", "repair", "--state-dir", state, "--json"], capsys)
     assert code == 0, err
     rep = json.loads(out)
     assert (state / rep["backup"].split("/")[-1]).is_file()
     assert rep["kept"]["instances"] + rep["kept"]["journal"] > 100
-    code, _, _ = _run(["state", "check", "--state-dir", state], capsys)
+    code, _, _ = run_cli_one_line(["state", "check", "--state-dir", state], capsys)
     assert code == 0
     with StateStore(state) as s:
         assert len(s.instances()) == rep["kept"]["instances"]
         assert s.journal_entries(1)[0]["action"] == "repair"
-    code, _, err = _run(["state", "repair", "--state-dir", state], capsys)
+    code, _, err = run_cli_one_line(["state", "repair", "--state-dir", state], capsys)
     assert code == 2 and "healthy: nothing to repair" in err
 
 
@@ -157,17 +150,17 @@ def test_repair_of_an_emptied_file_names_the_servers_it_no_longer_manages(tmp_pa
     _empty(_state(state))
     (state / "logs").mkdir()
     (state / "logs" / "a-2.log").write_text("vLLM server log\n")
-    code, out, err = _run(["state", "repair", "--state-dir", state], capsys)
+    code, out, err = run_cli_one_line(["state", "repair", "--state-dir", state], capsys)
     assert code == 0, err
     assert "no instance record for a-2" in " ".join(out.split())
 
 
 def test_dry_run_and_status_write_nothing(tmp_path, capsys):
     """Item 3: `apply --dry-run` (and `status`) on a new state dir create no file."""
-    plan, state = _plan(tmp_path), tmp_path / "state"
-    code, _, _ = _run(["apply", plan, "--state-dir", state, "--dry-run"], capsys)
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
+    code, _, _ = run_cli_one_line(["apply", plan, "--state-dir", state, "--dry-run"], capsys)
     assert code == 0
-    code, _, _ = _run(["status", "--state-dir", state], capsys)
+    code, _, _ = run_cli_one_line(["status", "--state-dir", state], capsys)
     assert code == 2  # no state dir: said, not read as "nothing applied" (issue 32)
     assert not state.exists()
 
@@ -187,11 +180,11 @@ def test_old_state_files_are_upgraded_and_versioned(tmp_path):
 
 def test_garbage_request_log_is_refused_by_adjust(tmp_path, capsys):
     """Item 2: a garbage requests.sqlite made `adjust --once` crash."""
-    plan, state = _plan(tmp_path), tmp_path / "state"
+    plan, state = tiny_cpu_plan(tmp_path), tmp_path / "state"
     state.mkdir()
     (state / "requests.sqlite").write_bytes(os.urandom(4096))
     argv = ["adjust", "--plan", plan, "--slo", _slo(tmp_path), "--state-dir", state, "--once"]
-    code, _, err = _run(argv, capsys)
+    code, _, err = run_cli_one_line(argv, capsys)
     assert code == 2 and "requests.sqlite" in err and "Traceback" not in err, err
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import adjust_helpers as h
 import pytest
-from test_adjust_live import EPOCH0, write_log
-from test_apply_fake import FakeBackend
+from adjust_helpers import EPOCH0, write_log
+from apply_fakes import FakeBackend
 
 from planner.adjuster.gateway import RequestLogSource
 from planner.adjuster.live import TickConfig, tick, window_at
