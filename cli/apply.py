@@ -7,8 +7,6 @@ from typing import Annotated
 
 import typer
 
-from planner.app.apply import open_controller as open_controller  # the tests use it from here
-from planner.app.apply import remember as _remember  # noqa: F401  # the tests use it from here
 from planner.cli.apply_show import show_apply, status_table
 from planner.cli.common import (
     BackendOpt,

@@ -8,9 +8,6 @@ from typing import Annotated
 
 import typer
 
-from planner.app.example import CPU_CLUSTER as CPU_CLUSTER  # the tests take them from here
-from planner.app.example import CPU_FILES as CPU_FILES
-from planner.app.example import write_one_instance_plan as write_one_instance_plan
 from planner.cli.common import JsonOpt, console, err_console, print_json, require_extra
 
 

@@ -9,9 +9,6 @@ from typing import Annotated
 
 import typer
 
-from planner.app.history import keep_plan_copy as keep_plan_copy  # kept where tests look
-from planner.app.history import keep_previous as keep_previous
-from planner.app.history import previous_applied as previous_applied
 from planner.cli.common import JsonOpt, StateDirOpt, console, print_json
 
 

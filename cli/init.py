@@ -8,8 +8,6 @@ from typing import Annotated
 
 import typer
 
-from planner.app.init import cluster_doc as cluster_doc  # the tests take them from here
-from planner.app.init import write_inputs as write_inputs
 from planner.cli.common import JsonOpt, console, print_json
 
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.engines.process import free_port
 
 _VLLM_OK: tuple[bool, str] | None = None

@@ -39,7 +39,7 @@ from local_control import local_control
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.io import sha256_file
 from planner.optimizer.workload.characterize import summarize
 from planner.tinymodel import tiny_arch

@@ -20,7 +20,7 @@ import yaml
 from gateway_stack import local_gateway
 
 from planner.adjuster.gateway import GatewayConfig
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.tinymodel import tiny_arch
 from planner.trace.frame import read_trace
 

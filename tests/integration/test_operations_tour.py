@@ -32,7 +32,7 @@ from local_control import local_control
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.gateway.auth import Auth
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.keys import add_key
 from planner.schemas import load_models
 from planner.tinymodel import build_tiny_model, tiny_arch

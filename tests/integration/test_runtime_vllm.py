@@ -17,7 +17,7 @@ from cli_run import cli
 from gateway_stack import local_gateway
 
 from planner.adjuster.gateway import GatewayConfig
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.engines import ports, process
 from planner.tinymodel import build_tiny_model, tiny_arch
 

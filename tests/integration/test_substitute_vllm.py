@@ -23,7 +23,7 @@ from local_control import local_control
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"

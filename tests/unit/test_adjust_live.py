@@ -128,7 +128,7 @@ def test_dry_run_decides_and_journals_without_applying(setup, capsys):
 def test_tick_applies_the_hop_then_holds_in_the_dwell(setup):
     """`tick` with the fake backend: the hop is applied, journaled, and the next tick
     continues from the journaled state (no CLI monkeypatching needed)."""
-    from planner.cli import adjust_inputs
+    from planner.app import adjust_inputs
 
     plan_file, state, _ = setup
     inp = adjust_inputs.load(plan_file, None, None, None)
@@ -220,7 +220,7 @@ def _apply_other_plan(plan_file: str, tmp_path) -> str:
     from pathlib import Path
 
     from planner.adjuster.apply import apply_point
-    from planner.cli import adjust_inputs
+    from planner.app import adjust_inputs
     from planner.io import sha256_file
 
     plan = adjust_inputs.load(plan_file, None, None, None).plan
@@ -251,7 +251,7 @@ def test_a_tick_of_another_plan_than_the_one_in_force_hops_nothing(setup, tmp_pa
     its points over that apply. It refuses, naming both plans and the fix."""
     from pathlib import Path
 
-    from planner.cli import adjust_inputs
+    from planner.app import adjust_inputs
     from planner.errors import ApplyError
 
     plan_file, state, _ = setup

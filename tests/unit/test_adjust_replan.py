@@ -16,7 +16,7 @@ from adjust_helpers import write_log
 from cli_helpers import run_cli
 
 from planner.adjuster.state import StateStore
-from planner.cli import inputs as cin
+from planner.app import files as cin
 from planner.cli.main import main
 from planner.io import sha256_file
 from planner.schemas import load_models, load_plan

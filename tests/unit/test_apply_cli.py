@@ -8,7 +8,7 @@ import pytest
 from cli_helpers import run_cli
 from plan_files import tiny_cpu_plan
 
-from planner.cli.example import CPU_CLUSTER
+from planner.app.example import CPU_CLUSTER
 
 
 def test_dry_run_plans_without_side_effects(tmp_path, capsys) -> None:
@@ -54,7 +54,7 @@ def test_bad_inputs_exit_2_before_side_effects(tmp_path, capsys, kw, args, needl
 
 
 def test_open_controller_for_the_gateway(tmp_path) -> None:
-    from planner.cli.apply import open_controller
+    from planner.app.apply import open_controller
 
     c = open_controller(tiny_cpu_plan(tmp_path), None, state_dir=tmp_path / "state")
     try:
@@ -112,7 +112,7 @@ def test_a_plan_for_gpu_nodes_is_refused_on_a_host_without_them(tmp_path, capsys
     plan's instances on this CPU-only host. Now apply names both and exits 2, unless
     `--node` says which node this host is."""
     from planner.adjuster.hostcheck import HostGpus, host_mismatch
-    from planner.cli.apply_checks import host_gpus
+    from planner.app.apply_checks import host_gpus
     from planner.schemas.cluster import Node
 
     if host_gpus().types:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli.example import CPU_FILES
+from planner.app.example import CPU_FILES
 from planner.cli.main import main
 from planner.schemas import load_cluster, load_models, load_slo
 from planner.tinymodel import MARKER, build_tiny_model, is_built

@@ -97,8 +97,8 @@ def test_previous_after_down_and_across_plans_from_the_kept_copy(tmp_path):
     recorded which file (and which version of it) an apply used."""
     import yaml
 
-    from planner.cli.apply import _remember
-    from planner.cli.history import previous_applied
+    from planner.app.apply import remember as _remember
+    from planner.app.history import previous_applied
     from planner.io import sha256_file
 
     a0, b0 = inst("a0", "a", [0], "gpu"), inst("b0", "b", [1], "gpu")

@@ -199,7 +199,7 @@ def test_instance_started_elsewhere_is_adopted(setup):
 
 
 def test_cli_rejects_bad_inputs_with_exit_2(tmp_path, capsys):
-    from planner.cli.example import CPU_FILES
+    from planner.app.example import CPU_FILES
     from planner.cli.main import main
 
     bad = tmp_path / "bad.yaml"

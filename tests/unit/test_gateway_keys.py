@@ -208,7 +208,7 @@ def test_sighup_reloads_keys_with_a_request_in_flight(tmp_path):
 def _plan(d: Path) -> Path:
     """The CPU example's inputs and a plan of one host-tier instance of tiny-a (never woken
     here: the gateway starts without its weights)."""
-    from planner.cli.example import write_one_instance_plan
+    from planner.app.example import write_one_instance_plan
 
     return write_one_instance_plan(d, free_port())
 
@@ -386,7 +386,7 @@ def test_keys_kind_schema_validate_and_cli(tmp_path, capsys):
     assert (
         "requests_per_minute" in json.loads(capsys.readouterr().out)["$defs"]["Key"]["properties"]
     )
-    from planner.cli.example import CPU_FILES
+    from planner.app.example import CPU_FILES
 
     (tmp_path / "models.yaml").write_text(CPU_FILES["models.yaml"])
     assert run("validate", str(kf), "--models", str(tmp_path / "models.yaml")) == 2

@@ -26,7 +26,7 @@ SMALL = ROOT / "tests" / "data" / "small"
 @pytest.fixture(scope="module")
 def small_ctx():
     """The search context of the small example (its week synthesized, seed 1)."""
-    from planner.cli import inputs
+    from planner.app import files as inputs
     from planner.optimizer.config import OptimizeConfig
     from planner.optimizer.search_context import search_context
     from planner.schemas import load_cluster, load_models, load_slo

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli.inputs import synth_spec
+from planner.app.files import synth_spec
 from planner.errors import InfeasibleError
 from planner.optimizer import baselines
 from planner.optimizer.baseline_parts import gpu_sets

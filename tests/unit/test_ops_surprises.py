@@ -212,7 +212,7 @@ def test_workload_inspect_fits_80_columns_without_cutting_cells(tmp_path):
 
 @pytest.mark.parametrize("role", ["embed", "reasoner"])
 def test_a_default_role_can_be_removed_from_a_workload_spec(role, tmp_path):
-    from planner.cli.inputs import synth_spec
+    from planner.app.files import synth_spec
     from planner.optimizer.workload.synth import synth
 
     spec_file = tmp_path / "spec.yaml"

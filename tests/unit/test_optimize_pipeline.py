@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from planner.app import files as cin
 from planner.app.inputs import resolve
 from planner.app.plans import config_from_plan
 from planner.app.reoptimize import Reoptimizer
-from planner.cli import inputs as cin
 from planner.cli.main import main
 from planner.schemas import load_plan
 

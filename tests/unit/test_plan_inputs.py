@@ -39,8 +39,8 @@ def test_a_recorded_calibration_that_is_missing_stops_every_command(tmp_path, ca
 
 def test_adjust_scores_with_the_plans_calibration(tmp_path, monkeypatch):
     """The perfs the adjuster scores points with are the calibrated ones."""
+    from planner.app import adjust_inputs
     from planner.app import inputs as app_inputs
-    from planner.cli import adjust_inputs
 
     slow = dataclasses.replace(
         default_calib("ada"), prefill_overhead_s=0.5, bandwidth_efficiency=0.1

@@ -17,7 +17,7 @@ def _node(gpus):
 
 
 def test_init_files_cpu_node_validate(tmp_path):
-    from planner.cli.init import write_inputs
+    from planner.app.init import write_inputs
     from planner.schemas import load
 
     paths = write_inputs(tmp_path, _node([]), force=False)
@@ -35,7 +35,7 @@ def test_init_files_cpu_node_validate(tmp_path):
 
 
 def test_init_cluster_from_detected_gpus():
-    from planner.cli.init import cluster_doc
+    from planner.app.init import cluster_doc
     from planner.schemas import parse
 
     gpus = [
@@ -49,7 +49,7 @@ def test_init_cluster_from_detected_gpus():
 
 
 def test_init_unknown_gpu_asks_for_inline_spec():
-    from planner.cli.init import cluster_doc
+    from planner.app.init import cluster_doc
     from planner.errors import InputError
 
     with pytest.raises(InputError, match="not in the catalog"):
@@ -66,7 +66,7 @@ def test_init_cli_writes_cpu_node(tmp_path, capsys):
 
 
 def test_init_files_gpu_node_validate(tmp_path):
-    from planner.cli.init import write_inputs
+    from planner.app.init import write_inputs
     from planner.schemas import load
 
     gpus = [GpuInfo(index=0, name="NVIDIA GeForce RTX 4090", gpu_type="RTX-4090", memory_gib=23.99)]

@@ -19,7 +19,7 @@ LAB16 = ROOT / "plans" / "examples" / "lab16"
 
 @pytest.fixture(scope="module")
 def lab16():
-    from planner.cli import inputs
+    from planner.app import files as inputs
     from planner.optimizer.workload.synth import synth
     from planner.optimizer.workload.synth_spec import bind_models
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli import inputs
+from planner.app import files as inputs
 from planner.optimizer.build import substitute_rules
 from planner.optimizer.candidates import Knobs
 from planner.optimizer.config import OptimizeConfig
