@@ -21,7 +21,7 @@ from planner.adjuster.gateway import (
     identity,
     overlaps,
 )
-from planner.trace import read_trace
+from planner.trace.frame import read_trace
 
 
 def test_completion_is_proxied_and_logged_as_a_trace(setup, tmp_path):
