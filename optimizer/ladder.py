@@ -45,6 +45,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from planner.optimizer import scoring
 from planner.optimizer.invariants import memory_violations
@@ -239,13 +240,18 @@ def thinned(trace: Any, share: float, seed: int = QUIET_SEED) -> Any:
     drawn with `seed`: traffic that fell, its sessions' hand-offs and prefixes kept whole."""
     keys = [c for c in ("user", "session") if c in trace.columns]
     if keys:
-        ids = trace[keys].astype(str).agg("/".join, axis=1).to_numpy()
+        # column-wise concatenation: a row-wise join took seconds
+        ids = trace[keys[0]].astype(str)
+        for k in keys[1:]:
+            ids = ids + "/" + trace[k].astype(str)
+        ids = ids.to_numpy()
     else:
         ids = np.arange(len(trace)).astype(str)
     uniq = np.unique(ids)
     rng = np.random.default_rng(seed)
     keep = rng.choice(uniq, size=max(1, round(len(uniq) * share)), replace=False)
-    return trace[np.isin(ids, keep)].reset_index(drop=True)
+    # a hashed lookup: np.isin on strings sorts them, most of the step's time before
+    return trace[pd.Series(ids).isin(keep).to_numpy()].reset_index(drop=True)
 
 
 def quiet_points(
