@@ -349,6 +349,8 @@ def _quiet(
     lean_gib_h = min(awake_gib_h(e.point) for e in rungs)
     for share in QUIET_SHARES:
         req = scoring.requests(thinned(days, share), ctx.models)
+        # the top rung first (its attainment there is the bar), the leanest, the quiet rung
+        # of the larger share: what a quiet rung must keep clearly less than
         refs = list({id(e): e for e in [top, lean, *(q for _, q, _ in out)]}.values())
         written = {tiers_key(e.point) for e in [*rungs, *refs]}
         # only variants fitted to the fallen traffic whose schedule keeps less awake than
