@@ -46,8 +46,10 @@ from planner.optimizer.hops import hop_table, placement_key, tier_variants
 from planner.optimizer.idle import IDLE_POINT, idle_gpu_point
 from planner.optimizer.ladder import (
     QUIET_ATTAINMENT_LOSS,
+    QUIET_BATCH,
     QUIET_MIN_SAVING,
     QUIET_SHARES,
+    awake_gib_h,
     pays,
     quiet_points,
     rung_points,
@@ -62,6 +64,8 @@ from planner.optimizer.point_metrics import PointMetrics
 from planner.optimizer.quality import stand_in_quality_cost
 from planner.optimizer.search_context import Evaluator, Job, SearchContext, roomiest_knobs
 from planner.optimizer.select_baselines import ATTAINMENT_TIE, baseline_points
+from planner.optimizer.sim.request import Requests
+from planner.schemas.plan import Point
 
 POOL_SLACK = 0.02  # with no point meeting the target: keep those this close to the best
 MAX_POINTS = 6  # points of the front written at most: the rungs, then the ones off the ladder
@@ -340,35 +344,40 @@ def _quiet(
     target = ctx.slo.attainment
     limit = ctx.slo.default.switch_p95_s or math.inf
     out: list[tuple[str, Evaluation, PointMetrics]] = []
+    # the leanest rung at full traffic stands for every rung's warm GiB on the thinned days
+    lean = min(rungs, key=lambda e: (_warm(e), e.index))
+    lean_gib_h = min(awake_gib_h(e.point) for e in rungs)
     for share in QUIET_SHARES:
         req = scoring.requests(thinned(days, share), ctx.models)
-        # the rungs and the quiet rungs written already, then the candidates not written
-        refs = [(e.point, e.perfs) for e in rungs] + [(e.point, e.perfs) for _, e, _ in out]
-        written = {tiers_key(p) for p, _ in refs}
+        # the top rung first (its attainment there is the bar), the leanest, the quiet rung
+        # of the larger share: what a quiet rung must keep clearly less than
+        refs = list({id(e): e for e in [top, lean, *(q for _, q, _ in out)]}.values())
+        written = {tiers_key(e.point) for e in [*rungs, *refs]}
+        # only variants fitted to the fallen traffic whose schedule keeps less awake than
+        # every rung's, leanest first: the first batch with one that holds ends the search
         cands = [
-            p for p in quiet_points(ctx, top.point, top.perfs, share) if tiers_key(p) not in written
+            p
+            for p in quiet_points(ctx, top.point, top.perfs, share)
+            if tiers_key(p) not in written and awake_gib_h(p) < lean_gib_h
         ]
-        n = len(refs)
-        ms = ev.score_on(req, refs + [(p, top.perfs) for p in cands])
+        ref_ms = ev.score_on(req, [(e.point, e.perfs) for e in refs])
         # a quiet rung keeps clearly less than every one of them on the thinned days
-        most = (1.0 - QUIET_MIN_SAVING) * min(m.warm_gpu_gib for m in ms[:n])
+        most = (1.0 - QUIET_MIN_SAVING) * min(m.warm_gpu_gib for m in ref_ms)
         # and holds the SLO about as well as the ladder's top rung does there
-        least = max(target, ms[rungs.index(top)].slo_attainment - QUIET_ATTAINMENT_LOSS)
-        ok = sorted(
-            (
+        least = max(target, ref_ms[0].slo_attainment - QUIET_ATTAINMENT_LOSS)
+        for start in range(0, len(cands), QUIET_BATCH):
+            batch = cands[start : start + QUIET_BATCH]
+            ms = ev.score_on(req, [(p, top.perfs) for p in batch])
+            ok = sorted(
                 (m.warm_gpu_gib, m.switch_p95_s, k)
-                for k, m in enumerate(ms[n:])
+                for k, m in enumerate(ms)
                 if m.slo_attainment >= least - 1e-9
                 and m.switch_p95_s <= limit
                 and m.warm_gpu_gib <= most
             )
-        )
-        for _, _, k in ok:  # the leanest that beats its twin there (as `_twin_front` asks)
-            p, m = cands[k], ms[n + k]
-            twin = ev.twin_on(req, p, top.perfs, m.warm_gpu_gib) if ctx.cfg.baselines else m
-            if not ctx.cfg.baselines or (
-                scoring.beats_twin_target(m, twin) and twin.warm_gpu_gib <= m.warm_gpu_gib + 1e-6
-            ):
+            kept = _quiet_kept(ctx, ev, req, top, [(batch[k], ms[k]) for _, _, k in ok])
+            if kept is not None:
+                p, m, twin = kept
                 p = p.model_copy(update={"for_traffic_share": share})
                 p.predicted = predicted(m)
                 e = Evaluation(len(evals), top.knobs, None, p, top.perfs, m, origin="quiet")
@@ -377,6 +386,24 @@ def _quiet(
                 break
     ev.evaluated(len(evals))
     return out
+
+
+def _quiet_kept(
+    ctx: SearchContext,
+    ev: Evaluator,
+    req: Requests,
+    top: Evaluation,
+    ok: list[tuple[Point, PointMetrics]],
+) -> tuple[Point, PointMetrics, PointMetrics] | None:
+    """The leanest of `ok` that beats its `lru@` twin on `req` (as `_twin_front` asks), with
+    its twin's metrics; a twin is simulated only for the candidates tried."""
+    for p, m in ok:
+        if not ctx.cfg.baselines:
+            return p, m, m
+        twin = ev.twin_on(req, p, top.perfs, m.warm_gpu_gib)
+        if scoring.beats_twin_target(m, twin) and twin.warm_gpu_gib <= m.warm_gpu_gib + 1e-6:
+            return p, m, twin
+    return None
 
 
 def _base_rank(e: Evaluation) -> tuple[float, float, float, int]:

@@ -208,7 +208,7 @@ def test_quiet_rungs_are_judged_on_whole_sessions_and_share_the_placement(small_
     targets at the fitted traffic): the quiet rungs' candidates are variants of the ladder's
     placement, one of them with no awake hours at all, judged on the chosen days thinned to
     a share of their sessions, whole and the same on every run."""
-    from planner.optimizer.ladder import quiet_points, thinned
+    from planner.optimizer.ladder import awake_gib_h, quiet_points, thinned
 
     days = small_ctx.fit
     keys = set(zip(days["user"], days["session"], strict=True))
@@ -222,6 +222,13 @@ def test_quiet_rungs_are_judged_on_whole_sessions_and_share_the_placement(small_
     perfs = _perfs(base, small_ctx)
     cands = quiet_points(small_ctx, base, perfs, 0.25)
     assert len({tiers_key(c) for c in cands}) == len(cands)
+    # only schedules fitted to the fallen traffic, leanest first (what bounds the step's
+    # cost: the search stops at the first batch that holds); the full-traffic rung
+    # variants are the ladder's business
+    full = {tiers_key(p) for p in rung_points(small_ctx, base, perfs)}
+    assert not full & {tiers_key(c) for c in cands}
+    gib_h = [awake_gib_h(c) for c in cands]
+    assert gib_h == sorted(gib_h) and gib_h[0] < awake_gib_h(base)
     assert any(all(not i.awake_hours for i in c.instances) for c in cands)
     for c in cands:
         assert placement_key(c) == placement_key(base)
