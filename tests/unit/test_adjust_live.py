@@ -62,6 +62,7 @@ def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
                     "point": res.action.point,
                     "requests": len(res.window),
                     "forecast_window_requests": list(res.forecast_requests),
+                    "reason": res.action.reason,
                 }
             )
     tracked = [d for d in out["decisions"] if any(d["forecast_window_requests"])]

@@ -105,13 +105,13 @@ def test_a_call_of_another_task_gets_a_400_naming_the_models_task(setup, tmp_pat
     assert ctl.engines["e0"].bodies == [] and ctl.engines["c0"].bodies == []  # none forwarded
 
 
-def test_a_models_task_follows_the_point_in_force(gateway_setup):
+def test_a_models_task_follows_the_point_in_force(setup):
     """The wrong-task verdict is judged once per spec, not per request (proxy.py): a point
     in force that makes the embedding model a generate model is followed at once."""
     from planner.schemas.plan import Point
 
     emb = embed_inst("e0", "emb", [0])
-    th, ctl = gateway_setup([emb], {"e0"}, health_interval_s=60)
+    th, ctl = setup([emb], {"e0"}, health_interval_s=60)
     chat = {"messages": [{"role": "user", "content": "x"}]}
     assert post(th, "/v1/chat/completions", model="emb", **chat).status_code == 400
     assert post(th, "/v1/chat/completions", model="emb", **chat).status_code == 400
