@@ -84,6 +84,24 @@ def setup(tmp_path):
     return plan_file, state, n
 
 
+def _dry_run_once(plan_file, state) -> list:
+    """`planner adjust --once --dry-run --json` that hops as soon as a point wins a window."""
+    return [
+        "adjust",
+        "--plan",
+        plan_file,
+        "--state-dir",
+        str(state),
+        "--once",
+        "--dry-run",
+        "--min-dwell",
+        "0",
+        "--confirm",
+        "1",
+        "--json",
+    ]
+
+
 def _run(argv, capsys) -> tuple[int, dict | str]:
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -96,23 +114,7 @@ def _run(argv, capsys) -> tuple[int, dict | str]:
 
 def test_dry_run_decides_and_journals_without_applying(setup, capsys):
     plan_file, state, n = setup
-    code, out = _run(
-        [
-            "adjust",
-            "--plan",
-            plan_file,
-            "--state-dir",
-            str(state),
-            "--once",
-            "--dry-run",
-            "--min-dwell",
-            "0",
-            "--confirm",
-            "1",
-            "--json",
-        ],
-        capsys,
-    )
+    code, out = _run(_dry_run_once(plan_file, state), capsys)
     assert code == 0, out
     assert out["window"]["requests"] == n
     d = out["decision"]
@@ -279,20 +281,7 @@ def test_adjust_follows_the_point_in_force_of_another_plan(setup, tmp_path, caps
 
     plan_file, state, _ = setup
     other = _apply_other_plan(plan_file, tmp_path)
-    argv = [
-        "adjust",
-        "--plan",
-        plan_file,
-        "--state-dir",
-        str(state),
-        "--once",
-        "--dry-run",
-        "--min-dwell",
-        "0",
-        "--confirm",
-        "1",
-        "--json",
-    ]
+    argv = _dry_run_once(plan_file, state)
     with pytest.raises(SystemExit) as e:
         main(argv)
     out, err = capsys.readouterr()

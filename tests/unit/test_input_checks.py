@@ -26,6 +26,23 @@ def _refused(argv, capsys, file, *needles) -> None:
         assert n in err, err
 
 
+def _optimize_lab16(tmp_path, slo=LAB16 / "slo.yaml", workload=LAB16 / "workload.yaml") -> list:
+    """`planner optimize` on lab16 with `slo` and `workload` in place of its own."""
+    return [
+        "optimize",
+        "-c",
+        LAB16 / "cluster.yaml",
+        "-m",
+        LAB16 / "models.yaml",
+        "-s",
+        slo,
+        "-w",
+        workload,
+        "-o",
+        tmp_path / "p.yaml",
+    ]
+
+
 CLUSTER = (
     "kind: cluster\nnodes:\n  - {name: a, cpu_memory_gib: 64, gpus: [{type: L40S, count: 2}]}\n"
 )
@@ -135,19 +152,7 @@ def test_a_workload_spec_past_the_size_limit(tmp_path, capsys):
     f = tmp_path / "w.yaml"
     f.write_text("users: 10000\ndays: 366\n")
     _refused(["validate", f], capsys, f, "users:", "over the limit of 10,000,000")
-    argv = [
-        "optimize",
-        "-c",
-        LAB16 / "cluster.yaml",
-        "-m",
-        LAB16 / "models.yaml",
-        "-s",
-        LAB16 / "slo.yaml",
-        "-w",
-        f,
-        "-o",
-        tmp_path / "p.yaml",
-    ]
+    argv = _optimize_lab16(tmp_path, workload=f)
     _refused(argv, capsys, f, "over the limit")
     assert not (tmp_path / "p.yaml").exists()
 
@@ -161,19 +166,7 @@ def test_slo_override_for_an_unknown_model(tmp_path, capsys):
     needles = ("models.coderr-32b:", "did you mean 'coder-32b'")
     _refused(["validate", s, "--models", LAB16 / "models.yaml"], capsys, s, *needles)
     _refused(["validate", LAB16 / "models.yaml", s], capsys, s, *needles)
-    argv = [
-        "optimize",
-        "-c",
-        LAB16 / "cluster.yaml",
-        "-m",
-        LAB16 / "models.yaml",
-        "-s",
-        s,
-        "-w",
-        LAB16 / "workload.yaml",
-        "-o",
-        tmp_path / "p.yaml",
-    ]
+    argv = _optimize_lab16(tmp_path, slo=s)
     _refused(argv, capsys, s, *needles)
 
 
@@ -182,19 +175,7 @@ def test_workload_role_naming_an_unknown_model(tmp_path, capsys):
     w.write_text("users: 3\nroles:\n  coder: {model: coder-33b}\n")
     needles = ("roles.coder.model:", "did you mean 'coder-32b'")
     _refused(["validate", w, "--models", LAB16 / "models.yaml"], capsys, w, *needles)
-    argv = [
-        "optimize",
-        "-c",
-        LAB16 / "cluster.yaml",
-        "-m",
-        LAB16 / "models.yaml",
-        "-s",
-        LAB16 / "slo.yaml",
-        "-w",
-        w,
-        "-o",
-        tmp_path / "p.yaml",
-    ]
+    argv = _optimize_lab16(tmp_path, workload=w)
     _refused(argv, capsys, w, *needles)
     # roles the file leaves at their defaults are still mapped onto the models file
     ok = tmp_path / "ok.yaml"

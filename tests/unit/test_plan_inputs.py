@@ -72,28 +72,22 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
         f"  runs: [{runs[0]!r}]\n"
     )
     out = tmp_path / "plan.yaml"
-    code, _, err = run_cli_one_line(
-        [
-            "optimize",
-            "-c",
-            SMALL / "cluster.yaml",
-            "-m",
-            SMALL / "models.yaml",
-            "-s",
-            SMALL / "slo.yaml",
-            "-w",
-            SMALL / "workload.yaml",
-            "--evals",
-            "2",
-            "--no-baselines",
-            "--json",
-            "--profiles",
-            profiles,
-            "-o",
-            out,
-        ],
-        capsys,
-    )
+    optimize = [
+        "optimize",
+        "-c",
+        SMALL / "cluster.yaml",
+        "-m",
+        SMALL / "models.yaml",
+        "-s",
+        SMALL / "slo.yaml",
+        "-w",
+        SMALL / "workload.yaml",
+        "--evals",
+        "2",
+        "--no-baselines",
+        "--json",
+    ]
+    code, _, err = run_cli_one_line([*optimize, "--profiles", profiles, "-o", out], capsys)
     assert code == 0, err
     ref = load_plan(out).calibration["L40S"]
     assert (ref.node, ref.runs) == ("n0", runs)
@@ -101,25 +95,6 @@ def test_the_plan_records_the_runs_its_calibration_used(tmp_path, capsys):
     assert "calibration:" in out.read_text()
     # without profiles the plan records none (and the file has no such key)
     plain = tmp_path / "plain.yaml"
-    code, _, err = run_cli_one_line(
-        [
-            "optimize",
-            "-c",
-            SMALL / "cluster.yaml",
-            "-m",
-            SMALL / "models.yaml",
-            "-s",
-            SMALL / "slo.yaml",
-            "-w",
-            SMALL / "workload.yaml",
-            "--evals",
-            "2",
-            "--no-baselines",
-            "--json",
-            "-o",
-            plain,
-        ],
-        capsys,
-    )
+    code, _, err = run_cli_one_line([*optimize, "-o", plain], capsys)
     assert code == 0, err
     assert load_plan(plain).calibration == {} and "\ncalibration:" not in plain.read_text()
