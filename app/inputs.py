@@ -114,6 +114,19 @@ class PlanInputs:
         return int(self.plan.search.get("seed", 0))
 
 
+def check_point(plan: Plan, point: str | None, plan_path: Path) -> None:
+    """InputError naming the plan's points when `--point` names none of them (None: the
+    selected point, always there)."""
+    names = [p.name for p in plan.points]
+    if point is not None and point not in names:
+        raise InputError(
+            f"no point {point!r} in the plan",
+            file=str(plan_path),
+            path="--point",
+            fix=f"use one of {names}",
+        )
+
+
 def resolve(
     plan_path: Path,
     *,
@@ -130,14 +143,7 @@ def resolve(
 
     plan_path = Path(plan_path)
     plan = load_plan(plan_path)
-    names = [p.name for p in plan.points]
-    if point is not None and point not in names:
-        raise InputError(
-            f"no point {point!r} in the plan",
-            file=str(plan_path),
-            path="--point",
-            fix=f"use one of {names}",
-        )
+    check_point(plan, point, plan_path)
     paths: dict[str, Path | None] = {}
     for key, given in (("models", models), ("cluster", cluster), ("slo", slo)):
         paths[key] = given or recorded_path(plan_path, plan, key)

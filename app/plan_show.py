@@ -108,15 +108,10 @@ class PlanView:
 def show(plan_path: Path, point: str | None = None, hour: int | None = None) -> PlanView:
     """Point `point` (default: the selected one) of the plan at `plan_path`; with `hour`,
     what is planned at that UTC hour too."""
+    from planner.app.inputs import check_point
+
     plan = _load(plan_path)
-    names = [p.name for p in plan.points]
-    if point is not None and point not in names:
-        raise InputError(
-            f"no point {point!r} in the plan",
-            file=str(plan_path),
-            path="--point",
-            fix=f"use one of {names}",
-        )
+    check_point(plan, point, plan_path)
     p = plan.point(point)
     gpus = gpu_rows(p, _capacities(plan, plan_path), hour)
     return PlanView(
