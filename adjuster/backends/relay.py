@@ -92,7 +92,9 @@ class Relay:
         self._secrets: dict[int, str] = {}
         self._listeners: dict[int, tuple[asyncio.Server, Server, asyncio.Task]] = {}
         self._session: Any = None
-        self.loop = asyncio.new_event_loop()
+        from planner.adjuster.gateway.h1server import loop_factory
+
+        self.loop = (loop_factory() or asyncio.new_event_loop)()  # the gateway's loop
         threading.Thread(target=self.loop.run_forever, name="planner-relay", daemon=True).start()
 
     def _call(self, coro: Any, timeout_s: float = 30.0) -> Any:

@@ -226,6 +226,17 @@ class Server:
             c.abort()
 
 
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop the server runs on: uvloop's (libuv) when installed, else None
+    (asyncio's default). Measured (issue 43, a stub engine answering in 18 ms, one client):
+    about 0.1 ms less gateway CPU per request than asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def over_budget() -> Response:
     return error(
         503,

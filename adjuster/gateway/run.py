@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.adjuster.gateway.auth import check_bind
 from planner.adjuster.gateway.guard import connection_cap, raise_open_file_limit
+from planner.adjuster.gateway.h1server import loop_factory
 from planner.adjuster.gateway.server import Gateway
 from planner.errors import InputError
 
@@ -87,7 +88,7 @@ class GatewayThread:
             await serve(self.gateway, self.host, self.port, self._stop, self._ready.set)
 
         try:
-            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            with asyncio.Runner(loop_factory=loop_factory()) as runner:
                 runner.run(main())
         except BaseException as e:
             self._error = e
@@ -112,15 +113,6 @@ class GatewayThread:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout_s)
 
 
-def _loop_factory() -> Any:
-    """uvloop's loop when installed (lower per-request overhead), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    return uvloop.new_event_loop
-
-
 def run_forever(gateway: Gateway, host: str, port: int, ready: Any = None) -> None:
     """Serve until SIGTERM/SIGINT; then drain in-flight requests and close (the CLI;
     `ready()` once it listens). SIGHUP re-reads the keys file."""
@@ -134,5 +126,5 @@ def run_forever(gateway: Gateway, host: str, port: int, ready: Any = None) -> No
         loop.add_signal_handler(signal.SIGHUP, gateway.auth.reload)
         await serve(gateway, host, port, stop, ready)
 
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         runner.run(main())

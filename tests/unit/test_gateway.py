@@ -6,7 +6,9 @@ The fakes (gateway_fakes.py) and the `setup` fixture that starts a gateway over 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +23,26 @@ from planner.adjuster.gateway import (
     identity,
     overlaps,
 )
+from planner.adjuster.gateway.h1server import loop_factory
 from planner.trace.frame import read_trace
+
+
+async def _loop_module() -> str:
+    return type(asyncio.get_running_loop()).__module__
+
+
+def test_gateway_runs_on_uvloop_and_on_asyncios_loop_without_it(setup, monkeypatch):
+    """uvloop's loop when it can be imported (less CPU per request, issue 43), else
+    asyncio's: the gateway serves on either."""
+    pytest.importorskip("uvloop")
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
+    assert th.call(_loop_module()).startswith("uvloop")
+    assert post(th, model="a", prompt="hi").status_code == 200
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed
+    assert loop_factory() is None
+    th, _ = setup([inst("a0", "a", [0])], {"a0"})
+    assert th.call(_loop_module()).startswith("asyncio")
+    assert post(th, model="a", prompt="hi").status_code == 200
 
 
 def test_completion_is_proxied_and_logged_as_a_trace(setup, tmp_path):

@@ -111,6 +111,12 @@ def test_relay_answers_502_when_the_engine_is_down():
         relay.close(port)
 
 
+def test_relay_runs_on_the_gateways_event_loop():
+    """uvloop's, as the gateway's (h1server.loop_factory), when installed."""
+    pytest.importorskip("uvloop")
+    assert type(Relay("127.0.0.2").loop).__module__.startswith("uvloop")
+
+
 def test_loopback_nodes_need_no_relay():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("10.77.0.1") and not is_loopback("node-a.lan")
