@@ -13,11 +13,17 @@ constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in al
 a hop to a leaner point whose own waits push a request past its model's switch target is
 not made (restarts are for hours nobody is there, wakes for any hour), a rescue may.
 
-Quiet rungs (points with `for_traffic_share` s, optimizer/ladder.py step 5) are candidates
-only while the forecast is at most `quiet_headroom` x s of the plan's fitted traffic in its
-windows (`Forecast.share`, judged where the fit expects `min_requests` a window); the one
+Quiet rungs (points with `for_traffic_share` s, optimizer/ladder.py step 5) are judged by
+the plan's figures for them at s (`predicted`) and at all the fitted traffic
+(`predicted_full`): one that meets the SLO's targets at all of it is a rung like any other;
+else it is a candidate only while the forecast is at most its reach of the plan's fitted
+traffic in its windows (`quiet_reach`: where the line between the two figures crosses a
+target; `Forecast.share`, judged where the fit expects `min_requests` a window), and the one
 in force is left, by sleeps and wakes, for the leanest point that meets the targets once the
-forecast is over `QUIET_LEAVE` times that (traffic came back; the gap is hysteresis).
+forecast is over `QUIET_LEAVE` times that (traffic came back; the gap is hysteresis). A
+quiet rung the plan predicts keeps no more warm than the point in force at all the traffic
+(`plan_saves`) saves over the day what a forecast of a few hours where both keep everything
+awake, or asleep, does not show: it wins a tie on the forecast and needs no saving there.
 Points of the placement in force come first: a hop to save memory never restarts anything
 (rule 1 picks among the points the hop to which starts nothing), and a rescue crosses to
 another placement only where no other point of this one meets the targets.
@@ -27,7 +33,8 @@ Rule, in order:
    them there and on the window (when it has `min_requests`), only when it saves at least
    `min_saving_share` of the current point's warm GiB and `min_saving_gib_h` GiB-hours over
    the forecast windows (the price of a hop, in GiB-hours: a hop that saves less is not worth
-   its work and the risk of a wrong forecast), the same point wins `confirm_windows`
+   its work and the risk of a wrong forecast; a quiet rung of `plan_saves` saves over the
+   day as the plan predicts), the same point wins `confirm_windows`
    consecutive windows, the current point has been in force `min_dwell_s`, and the last
    24 h leave room for one more hop after it (`max_hops_per_day`, one kept for a rescue);
 2. the current point misses them on the forecast, or misses the SLO on the window: hop to
@@ -333,7 +340,8 @@ def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
 
 def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
     """Rule 3: `best` meets the targets with less memory than the point in force; a hop once
-    the saving is big enough, the dwell is over, a hop is left for a rescue and it has won
+    the saving is big enough (on the forecast, or over the day as the plan predicts:
+    `plan_saves`), the dwell is over, a hop is left for a rescue and it has won
     `confirm_windows` windows in a row."""
     cur, cfg = v.cur, v.cfg
     used = len(v.recent)
@@ -372,8 +380,8 @@ def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
 
 
 def _leave_quiet(v: Any, lean: LeanView, meeting: list[str], share: float) -> Any:
-    """The quiet rung in force is left: the forecast is above its share (times the headroom);
-    to the leanest point that meets the targets, of its placement where one does."""
+    """The quiet rung in force is left: the forecast is over QUIET_LEAVE x its reach; to the
+    leanest point that meets the targets, of its placement where one does."""
     cur, cfg = v.cur, v.cfg
     why = (
         f"traffic forecast at {share:.0%} of the fit, over {QUIET_LEAVE:g} x the "
