@@ -307,18 +307,18 @@ def observe(
         window_rate_rps=rates,
         beyond_plan=beyond_plan(rates, plan.workload_summary, state, cfg),
         after=after.priced(plan, costs, hop_delays) if after is not None else None,
-        lean=_lean(plan, lean, setting.target_attainment, cfg, costs),
+        lean=_lean(plan, lean, setting.target_attainment, cfg, costs, cur.name),
     )
 
 
-def _lean(plan: Plan, lean: Any, target: float, cfg: AdjustConfig, costs: Any) -> Any:
+def _lean(plan: Plan, lean: Any, target: float, cfg: AdjustConfig, costs: Any, cur: str) -> Any:
     """The lean decision's view (policy_lean.LeanView), None without a forecast."""
     if lean is None:
         return None
     from planner.adjuster.policy_lean import lean_view
 
     fc, sim, slo = lean
-    return lean_view(plan, fc, sim.requests, sim.sims, slo, target, cfg, costs, hop_delays)
+    return lean_view(plan, fc, sim.requests, sim.sims, slo, target, cfg, costs, hop_delays, cur)
 
 
 def _drifts(plan: Plan, state: AdjustState, window: pd.DataFrame) -> tuple[Any, Any]:

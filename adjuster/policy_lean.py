@@ -13,11 +13,17 @@ constraint, as TTFT and TPOT are, not a price. A hop's restart waits count in al
 a hop to a leaner point whose own waits push a request past its model's switch target is
 not made (restarts are for hours nobody is there, wakes for any hour), a rescue may.
 
-Quiet rungs (points with `for_traffic_share` s, optimizer/ladder.py step 5) are candidates
-only while the forecast is at most `quiet_headroom` x s of the plan's fitted traffic in its
-windows (`Forecast.share`, judged where the fit expects `min_requests` a window); the one
+Quiet rungs (points with `for_traffic_share` s, optimizer/ladder.py step 5) are judged by
+the plan's figures for them at s (`predicted`) and at all the fitted traffic
+(`predicted_full`): one that meets the SLO's targets at all of it is a rung like any other;
+else it is a candidate only while the forecast is at most its reach of the plan's fitted
+traffic in its windows (`quiet_reach`: where the line between the two figures crosses a
+target; `Forecast.share`, judged where the fit expects `min_requests` a window), and the one
 in force is left, by sleeps and wakes, for the leanest point that meets the targets once the
-forecast is over `QUIET_LEAVE` times that (traffic came back; the gap is hysteresis).
+forecast is over `QUIET_LEAVE` times that (traffic came back; the gap is hysteresis). A
+quiet rung the plan predicts keeps no more warm than the point in force at all the traffic
+(`plan_saves`) saves over the day what a forecast of a few hours where both keep everything
+awake, or asleep, does not show: it wins a tie on the forecast and needs no saving there.
 Points of the placement in force come first: a hop to save memory never restarts anything
 (rule 1 picks among the points the hop to which starts nothing), and a rescue crosses to
 another placement only where no other point of this one meets the targets.
@@ -27,7 +33,8 @@ Rule, in order:
    them there and on the window (when it has `min_requests`), only when it saves at least
    `min_saving_share` of the current point's warm GiB and `min_saving_gib_h` GiB-hours over
    the forecast windows (the price of a hop, in GiB-hours: a hop that saves less is not worth
-   its work and the risk of a wrong forecast), the same point wins `confirm_windows`
+   its work and the risk of a wrong forecast; a quiet rung of `plan_saves` saves over the
+   day as the plan predicts), the same point wins `confirm_windows`
    consecutive windows, the current point has been in force `min_dwell_s`, and the last
    24 h leave room for one more hop after it (`max_hops_per_day`, one kept for a rescue);
 2. the current point misses them on the forecast, or misses the SLO on the window: hop to
@@ -87,8 +94,13 @@ class LeanView:
 
     forecast: Any  # forecast.Forecast
     rows: dict[str, LeanRow]
-    quiet: dict[str, float] = field(default_factory=dict)  # quiet rung -> for_traffic_share
+    # quiet rung -> the highest forecast share it is predicted to meet the targets at
+    # (`quiet_reach`; inf: at any, the forecast alone judges it)
+    quiet: dict[str, float] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)  # point -> (re)starts of the hop there
+    # quiet rungs the plan predicts keep no more warm than the point in force, and hold the
+    # SLO as well (to `max_attainment_loss`), at all the fitted traffic (`plan_saves`)
+    plan_savers: frozenset[str] = frozenset()
 
 
 def lean_row(
@@ -164,19 +176,74 @@ def lean_view(
     cfg: AdjustConfig,
     costs: Any,
     hop_delays: Callable[..., Any],
+    cur: str | None = None,
 ) -> LeanView:
     """Every point of `plan` on the forecast `fc` (`traffic`: its requests; `sims`: point
     name -> SimResult on them), with the waits of the hop there (`costs`: from the current
     point, `observe.hop_cost`; `hop_delays`: observe.hop_delays, passed in by observe, which
-    imports this module) counted in."""
+    imports this module) counted in; `cur`: the point in force)."""
     rows, restarts = {}, {}
     for p in plan.points:
         cost = costs.get(p.name)
         delay = hop_delays(p, cost, traffic, fc.start_s) if cost is not None else None
         rows[p.name] = lean_row(sims[p.name], delay, slo, target, cfg, floor_gib(p))
         restarts[p.name] = cost.starts if cost is not None else 0
-    quiet = {p.name: p.for_traffic_share for p in plan.points if p.for_traffic_share}
-    return LeanView(fc, rows, quiet, restarts)
+    quiet = {p.name: quiet_reach(p, slo, cfg) for p in plan.points if p.for_traffic_share}
+    savers = frozenset(plan_saves(plan, cur, costs, cfg))
+    return LeanView(fc, rows, quiet, restarts, savers)
+
+
+def plan_saves(plan: Any, cur_name: str | None, costs: Any, cfg: AdjustConfig) -> list[str]:
+    """The quiet rungs a hop to which restarts nothing and that the plan predicts, on its
+    chosen days at all their traffic (`predicted_full`), keep no more warm GiB than the point
+    in force (its `predicted`, the same days) at no more than `max_attainment_loss` less
+    attainment. At their share of the traffic they keep less than every rung by construction
+    (optimizer/ladder.py step 5): the saving is the day's, which a forecast of a few hours
+    where both keep everything awake or asleep does not show."""
+    cur = next((p for p in plan.points if p.name == cur_name), None)
+    if cur is None or cur.for_traffic_share:
+        return []
+    out = []
+    for p in plan.points:
+        full = p.predicted_full
+        cost = costs.get(p.name)
+        if full is None or cost is None or cost.starts:
+            continue
+        if (
+            full.warm_gpu_gib <= cur.predicted.warm_gpu_gib
+            and full.slo_attainment >= cur.predicted.slo_attainment - cfg.max_attainment_loss
+        ):
+            out.append(p.name)
+    return out
+
+
+def quiet_reach(point: Any, slo: Any, cfg: AdjustConfig) -> float:
+    """The highest share of the plan's fitted traffic at which the quiet rung `point` is
+    predicted to meet the SLO's targets (attainment and the default switch target): inf
+    where it meets them at all the traffic (`predicted_full`: a rung like any other, judged
+    on the forecast alone); else read on the line between its figures at its share
+    (`predicted`, which meet them) and at all the traffic. A plan without `predicted_full`
+    (written before) gives its share x `quiet_headroom`."""
+    s = float(point.for_traffic_share)
+    full = point.predicted_full
+    if full is None:
+        return s * cfg.quiet_headroom
+    at_s = point.predicted
+    limit = slo.default.switch_p95_s or math.inf
+    # the share at which each figure reaches its target, on the line from s to 1
+    reach = 1.0
+    for low, high, bar, up in (
+        (at_s.slo_attainment, full.slo_attainment, slo.attainment, False),
+        (at_s.switch_p95_s, full.switch_p95_s, limit, True),
+    ):
+        over = high > bar if up else high < bar
+        if not over:
+            continue
+        ok_at_s = low <= bar if up else low >= bar
+        if not ok_at_s:
+            return s
+        reach = min(reach, s + (1.0 - s) * (bar - low) / (high - low))
+    return math.inf if reach >= 1.0 else reach
 
 
 def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
@@ -195,7 +262,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     share = lean.forecast.share(cfg.min_requests * max(cfg.forecast_windows, 1))
     meeting = _meeting(v, lean, window_ok, share)
     q = lean.quiet.get(cur)
-    if q is not None and share is not None and share > q * cfg.quiet_headroom * QUIET_LEAVE:
+    if q is not None and share is not None and share > q * QUIET_LEAVE:
         return _leave_quiet(v, lean, [p for p in meeting if p != cur], share)
     if not meeting:
         if window_ok is None or not window_ok.get(cur, False):
@@ -216,7 +283,12 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     same = [p for p in meeting if lean.restarts.get(p, 0) == 0]
     if cur_ok or any(p != cur for p in same):
         meeting = same
-    best = min(meeting, key=lambda p: (rows[p].warm_gib, rows[p].delayed, p))
+    # ties on the forecast (hours where both keep everything awake, or asleep) go to a
+    # point the plan predicts saves over the day
+    best = min(
+        meeting,
+        key=lambda p: (round(rows[p].warm_gib, 1), rows[p].delayed, p not in lean.plan_savers, p),
+    )
     if best == cur:
         return v.hold(f"{cur} is the leanest point that meets the targets on the forecast")
     if not cur_ok:  # rule 2: a rescue
@@ -231,10 +303,15 @@ def _meeting(
     enough requests), the one in force always a candidate."""
     cur = v.cur
     rows = lean.rows
-    # quiet rungs are for fallen traffic: none is hopped to unless the forecast is within
-    # its share (times the headroom) of the fit, and the one in force is left when the
-    # forecast is over QUIET_LEAVE times that (hysteresis: a forecast of a few hours is noisy)
-    shut = {p for p, s in lean.quiet.items() if share is None or share > s * v.cfg.quiet_headroom}
+    # a quiet rung is hopped to only while the forecast is within its reach (the share of
+    # the fit it is predicted to meet the targets at), one that meets them at all the traffic
+    # like any rung; the one in force is left when the forecast is over QUIET_LEAVE times
+    # its reach (hysteresis: a forecast of a few hours is noisy)
+    shut = {
+        p
+        for p, reach in lean.quiet.items()
+        if math.isfinite(reach) and (share is None or share > reach)
+    }
     return [
         p
         for p in sorted(rows)
@@ -263,13 +340,15 @@ def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
 
 def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
     """Rule 3: `best` meets the targets with less memory than the point in force; a hop once
-    the saving is big enough, the dwell is over, a hop is left for a rescue and it has won
+    the saving is big enough (on the forecast, or over the day as the plan predicts:
+    `plan_saves`), the dwell is over, a hop is left for a rescue and it has won
     `confirm_windows` windows in a row."""
     cur, cfg = v.cur, v.cfg
     used = len(v.recent)
     saved = cur_row.warm_gib - best_row.warm_gib
     saved_gib_h = saved * cfg.forecast_windows * cfg.window_s / 3600.0
-    if saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h:
+    small = saved < cfg.min_saving_share * cur_row.warm_gib or saved_gib_h < cfg.min_saving_gib_h
+    if small and best not in v.obs.lean.plan_savers:
         # still the leanest that meets the targets: a window that saves less with it (an hour
         # the point in force sleeps too) keeps, not resets, the candidate's count
         keep = v.state.candidate == best
@@ -291,16 +370,22 @@ def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
             candidate=best,
             candidate_wins=wins,
         )
+    if small:
+        return v.hop(
+            best,
+            f"{best} meets the targets on the forecast, and the plan predicts it keeps no more "
+            "warm at all the traffic and less at its share",
+        )
     return v.hop(best, f"{best} meets the targets on the forecast with {saved:.1f} GiB less")
 
 
 def _leave_quiet(v: Any, lean: LeanView, meeting: list[str], share: float) -> Any:
-    """The quiet rung in force is left: the forecast is above its share (times the headroom);
-    to the leanest point that meets the targets, of its placement where one does."""
+    """The quiet rung in force is left: the forecast is over QUIET_LEAVE x its reach; to the
+    leanest point that meets the targets, of its placement where one does."""
     cur, cfg = v.cur, v.cfg
     why = (
-        f"traffic forecast at {share:.0%} of the fit, over {cur}'s "
-        f"{lean.quiet[cur]:.0%} x {cfg.quiet_headroom:g} x {QUIET_LEAVE:g}"
+        f"traffic forecast at {share:.0%} of the fit, over {QUIET_LEAVE:g} x the "
+        f"{lean.quiet[cur]:.0%} {cur} is predicted to meet the targets at"
     )
     same = [p for p in meeting if lean.restarts.get(p, 0) == 0] or meeting
     if not same:

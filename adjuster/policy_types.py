@@ -60,9 +60,9 @@ class AdjustConfig(BaseModel):
         default=2.5,
         ge=1,
         le=100,
-        description="lean: a quiet rung (a point with for_traffic_share s) is a candidate while "
-        "the forecast is at most this x s of the plan's fitted traffic in its hours, and is left "
-        "when the forecast is above it",
+        description="lean: for a plan without a quiet rung's predicted_full (written before), "
+        "the rung (a point with for_traffic_share s) is a candidate while the forecast is at "
+        "most this x s of the plan's fitted traffic in its hours",
     )
     min_dwell_s: float = Field(
         default=7200.0,

@@ -347,6 +347,7 @@ def _quiet(
     # the leanest rung at full traffic stands for every rung's warm GiB on the thinned days
     lean = min(rungs, key=lambda e: (_warm(e), e.index))
     lean_gib_h = min(awake_gib_h(e.point) for e in rungs)
+    full = scoring.requests(days, ctx.models)  # a quiet rung is also judged at all the traffic
     for share in QUIET_SHARES:
         req = scoring.requests(thinned(days, share), ctx.models)
         # the top rung first (its attainment there is the bar), the leanest, the quiet rung
@@ -380,6 +381,8 @@ def _quiet(
                 p, m, twin = kept
                 p = p.model_copy(update={"for_traffic_share": share})
                 p.predicted = predicted(m)
+                # what the adjuster reads how far the traffic may rise on it from
+                p.predicted_full = predicted(ev.score_on(full, [(p, top.perfs)])[0])
                 e = Evaluation(len(evals), top.knobs, None, p, top.perfs, m, origin="quiet")
                 evals.append(e)
                 out.append((f"quiet-{round(share * 100)}", e, twin))

@@ -226,6 +226,12 @@ class Point(Strict):
         "`predicted` figures are on the chosen days thinned to it), not at all of it; the "
         "adjuster hops to it when its forecast falls. None: a point for the fitted traffic",
     )
+    predicted_full: Predicted | None = Field(
+        default=None,
+        description="a quiet rung's figures on the same chosen days at all of their traffic "
+        "(the adjuster reads between them and `predicted` how far the traffic may rise before "
+        "it misses the targets). None: not a quiet rung, or a plan written before",
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> Point:

@@ -3,6 +3,8 @@ meets every target, hysteresis, hops a day; and the forecast it reads."""
 
 from __future__ import annotations
 
+import math
+
 import adjust_helpers as h
 import numpy as np
 import pandas as pd
@@ -11,10 +13,10 @@ import pytest
 from planner.adjuster.forecast import forecast_counts, forecast_traffic
 from planner.adjuster.observe import ObserveSetting, Simulated, observe
 from planner.adjuster.policy import AdjustConfig, AdjustState, decide
-from planner.adjuster.policy_lean import LeanRow, LeanView
+from planner.adjuster.policy_lean import LeanRow, LeanView, quiet_reach
 from planner.adjuster.replay import replay
 from planner.optimizer.workload.synth import synth
-from planner.schemas.plan import Plan
+from planner.schemas.plan import Plan, Point, Predicted
 
 DAY = 86400.0
 
@@ -125,10 +127,12 @@ def _decide(
     share: float | None = None,
     quiet: dict[str, float] | None = None,
     restarts: dict[str, int] | None = None,
+    savers: frozenset[str] = frozenset(),
 ):
     """`decide` on a window of `n_window` requests (every point meets the SLO there) and a
     forecast whose points are `rows` (`share`: the forecast's share of the plan's fitted
-    traffic; `quiet`: quiet rung -> its for_traffic_share; `restarts`: point -> the hop's)."""
+    traffic; `quiet`: quiet rung -> the share it is predicted to meet the targets up to;
+    `restarts`: point -> the hop's; `savers`: the plan's day-long savers, `plan_saves`)."""
     from planner.adjuster.forecast import Forecast
     from planner.adjuster.policy_types import Observation, PointEstimate
     from planner.optimizer.point_metrics import PointMetrics
@@ -153,8 +157,8 @@ def _decide(
         metrics={p: PointEstimate.of(m) for p in rows},
         hop_costs={},
         target_attainment=0.95,
-        lean=LeanView(fc, rows, quiet or {}, restarts or {})
-        if quiet or restarts
+        lean=LeanView(fc, rows, quiet or {}, restarts or {}, savers)
+        if quiet or restarts or savers
         else LeanView(fc, rows),
     )
     return decide(st, obs)
@@ -199,11 +203,12 @@ def test_a_day_keeps_its_last_hop_for_a_rescue():
 
 
 def test_a_quiet_rung_is_taken_when_traffic_falls_and_left_when_it_rises():
-    """Issue 41 (the falling week saved 0%): a quiet rung (`for_traffic_share`) is a candidate
-    only while the forecast is within its share of the fitted traffic (x the headroom), and
-    the one in force is left by a hop of its placement once the forecast is back above it."""
+    """Issue 41 (the falling week saved 0%): a quiet rung that misses the targets at all the
+    traffic is a candidate only while the forecast is within the share it is predicted to
+    meet them at (here 0.5 of the fitted traffic), and the one in force is left by a hop of
+    its placement once the forecast is over QUIET_LEAVE times that."""
     rows = {"full": _row(0.99, 100.0), "quiet": _row(0.99, 50.0)}
-    quiet = {"quiet": 0.25}
+    quiet = {"quiet": 0.5}
     st = AdjustState(point="full", since_s=0.0)
     for t in (10, 11):  # the usual traffic: the quiet rung is not a candidate
         st, acts = _decide(st, rows, t * 3600.0, share=1.0, quiet=quiet)
@@ -213,12 +218,74 @@ def test_a_quiet_rung_is_taken_when_traffic_falls_and_left_when_it_rises():
     assert acts[0].kind == "hop" and st.point == "quiet"
     _, acts = _decide(st, rows, 14 * 3600.0, quiet=quiet)  # nothing expected: it stays
     assert acts[0].kind == "hold"
-    # within the hysteresis (the headroom x QUIET_LEAVE): it stays
+    # within the hysteresis (QUIET_LEAVE x its reach): it stays
     st, acts = _decide(st, rows, 15 * 3600.0, share=0.9, quiet=quiet)
     assert acts[0].kind == "hold"
     st, acts = _decide(st, rows, 16 * 3600.0, share=1.5, quiet=quiet)  # traffic came back
     assert acts[0].kind == "hop" and st.point == "full"
     assert "traffic forecast at 150% of the fit" in acts[0].reason
+
+
+def test_a_quiet_rung_the_plan_predicts_saves_over_the_day_wins_a_tie_of_the_forecast():
+    """Issue 41 (the falling week was dominated by its quiet rung held all week): where the
+    forecast's hours show no saving (both points keep everything awake, or asleep), a quiet
+    rung the plan predicts keeps no more warm at all the traffic (`plan_saves`) is hopped to,
+    after the dwell and the confirmation; a point that only ties is not."""
+    rows = {"full": _row(0.99, 100.0), "quiet": _row(0.99, 100.0)}
+    reach = {"quiet": math.inf}
+    st = AdjustState(point="full", since_s=0.0)
+    for t in (10, 11):
+        st, acts = _decide(st, rows, t * 3600.0, share=1.0, quiet=reach)
+        assert acts[0].kind == "hold", acts[0].reason
+    st = AdjustState(point="full", since_s=0.0)
+    st, acts = _decide(st, rows, 10 * 3600.0, share=1.0, quiet=reach, savers=frozenset({"quiet"}))
+    assert acts[0].kind == "hold" and st.candidate == "quiet"
+    st, acts = _decide(st, rows, 11 * 3600.0, share=1.0, quiet=reach, savers=frozenset({"quiet"}))
+    assert acts[0].kind == "hop" and st.point == "quiet"
+    assert "the plan predicts it keeps no more warm" in acts[0].reason
+
+
+def _quiet(share: float, att_s: float, full: dict | None) -> Point:
+    """A quiet rung at `share`, attaining `att_s` there, with `predicted_full` `full`."""
+    return Point(
+        name="quiet",
+        for_traffic_share=share,
+        predicted=Predicted(slo_attainment=att_s, switch_p95_s=1.0, warm_gpu_gib=50.0),
+        predicted_full=None if full is None else Predicted(**full),
+    )
+
+
+def test_a_quiet_rungs_reach_is_read_from_the_plans_figures_at_its_share_and_at_all_the_traffic():
+    """Issue 41: how far the traffic may rise on a quiet rung comes from the plan, not a
+    fixed multiplier: any share where it meets the targets at all the traffic; else where
+    the line between its two figures crosses a target; an older plan: share x headroom."""
+    slo = h.slo()  # attainment 0.9, default switch target 30 s
+    cfg = AdjustConfig()
+    meets = {"slo_attainment": 0.99, "switch_p95_s": 2.0, "warm_gpu_gib": 90.0}
+    assert quiet_reach(_quiet(0.25, 0.99, meets), slo, cfg) == math.inf
+    # 0.99 at a quarter, 0.81 at all of it: 0.9 is crossed halfway, at 0.625
+    misses = {**meets, "slo_attainment": 0.81}
+    assert quiet_reach(_quiet(0.25, 0.99, misses), slo, cfg) == pytest.approx(0.625)
+    assert quiet_reach(_quiet(0.25, 0.99, None), slo, cfg) == pytest.approx(0.25 * 2.5)
+
+
+def test_replay_takes_a_quiet_rung_that_meets_the_targets_at_all_the_traffic():
+    """Issue 41 (the falling and drifting weeks were dominated by their quiet rung held all
+    week): a quiet rung the plan predicts meets the targets at all the fitted traffic is a
+    rung like any other, hopped to on a steady week; an older plan without that figure
+    keeps it for fallen traffic."""
+    tr = synth(h.spec(2, stationary=True), seed=3)
+    full = {"slo_attainment": 0.99, "switch_p95_s": 0.5, "warm_gpu_gib": 90.0}
+    d = _ladder().model_dump(mode="json")
+    d["points"][0]["predicted"] = {"slo_attainment": 0.99, "warm_gpu_gib": 100.0}
+    d["points"][1] |= {"for_traffic_share": 0.5, "predicted_full": full}
+    p = Plan.model_validate(d)
+    out = replay(p, tr, h.slo(), h.perfs(p), AdjustConfig())
+    assert [x["to"] for x in out["hops"]] == ["sleepy"]
+    assert out["hops"][0]["tiers_only"]
+    d["points"][1]["predicted_full"] = None
+    old = Plan.model_validate(d)
+    assert not replay(old, tr, h.slo(), h.perfs(old), AdjustConfig())["hops"]
 
 
 def test_an_hour_that_saves_less_keeps_the_candidates_count():
