@@ -242,10 +242,12 @@ BOUNDS = {
 # attention, its KV read at 0.59 of peak (0.62 x 0.947) where the tables' large kernels read
 # at 0.93-0.95 once their per-(sequence, KV head) units are charged apart: 1.16-1.32x the
 # per-op sum at 128 sequences of 2048 tokens on H100/H200, trending with the context (now
-# 0.89-0.99, the attention term's median |error| 15.5% -> 9.3%). With it: 0.116 0.069
-# 0.123 / 0.117 0.059 0.114 (was 0.116 0.071 0.120 / 0.120 0.062 0.115). The fp8-KV cap
-# (11.8 elements per SM cycle, Hopper's tables) applied to Blackwell too: 0.134 0.083 0.138
-# / 0.121 0.067 0.136 (pass=0): Hopper only. And prefill chunks of 513-2048 tokens: 1.3-1.7x
+# 0.89-0.99, the attention term's median |error| 15.5% -> 9.3%). With it, MLA's decode (no
+# table) kept as it was: 0.116 0.069 0.122 / 0.122 0.061 0.114 (was 0.116 0.071 0.120 /
+# 0.120 0.062 0.115; applied to MLA too, 0.123 / 0.117 0.059, and Kimi-K2.5 on H200 TPOT
+# 6.2% -> 7.2%, perfmodel_calibrated's same model after calibrating TTFT 11.2% -> 12.5%).
+# The fp8-KV cap (11.8 elements per SM cycle, Hopper's tables) applied to Blackwell too:
+# 0.134 0.083 0.138 / 0.121 0.067 0.136 (pass=0): Hopper only. And prefill chunks of 513-2048 tokens: 1.3-1.7x
 # the per-op sum, the eager step's 16 ms (32 layers x eager_layer_s) on a 20 ms chunk.
 # Taking a step without CUDA graphs as the longer of its kernels and their launches (the
 # launches overlap the kernels; per op: prefill 0.77-1.06 at every chunk size, Llama-3.1-8B

@@ -30,6 +30,9 @@ class Calib:
     # (The 0.47-0.80 of peak read off the same tables before counted each unit's fixed SM
     # cycles, a cost per sequence and KV head, as KV bytes: a cost per context token.)
     kv_read_efficiency: float = 1.0  # decode attention's KV read rate / weight-streaming rate
+    # MLA's decode kernels (absorbed form, one latent per layer) are in no table: their rate
+    # stays the one read before the units were charged (generation defaults below), no units.
+    mla_kv_read_efficiency: float = 0.75  # MLA decode's latent read rate / weight-streaming rate
     # Routed experts' read rate / the dense weights' (bandwidth_efficiency). The serving runs
     # trend with TP in opposite ways for dense and MoE models (Llama-3.1-70B's decode is slower
     # per byte than one rate gives, the MoE models' faster): fitted with the serving constants
@@ -161,12 +164,14 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
         compute_efficiency=0.72,
         bandwidth_efficiency=0.78,
         attn_efficiency=0.44,
+        mla_kv_read_efficiency=1.0,
     ),
     "hopper": dict(
         compute_efficiency=0.75,
         bandwidth_efficiency=0.947,  # the serving fit's (H200 rows; blackwell below)
         attn_efficiency=0.48,
         fp8_kv_elems_per_sm_cycle=11.8,
+        mla_kv_read_efficiency=0.62,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),

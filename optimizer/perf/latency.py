@@ -102,11 +102,16 @@ def attn_units_s(gpu: GpuSpec, calib: Calib, units: float) -> float:
     return units * calib.attn_unit_cycles / (gpu.sm_count * sm_hz(gpu, calib))
 
 
-def kv_read_s_per_token(gpu: GpuSpec, calib: Calib, kv_bytes: float, kv_dtype: str) -> float:
+def kv_read_s_per_token(
+    gpu: GpuSpec, calib: Calib, kv_bytes: float, kv_dtype: str, mla: bool = False
+) -> float:
     """Decode attention's time per context token holding `kv_bytes` of KV, s: read at the
-    weights' rate times `kv_read_efficiency`; an 8-bit cache is also dequantized on the SMs,
-    at most `Calib.fp8_kv_elems_per_sm_cycle` elements a cycle each (one byte each)."""
+    weights' rate times `kv_read_efficiency` (MLA: `mla_kv_read_efficiency`); an 8-bit cache
+    is also dequantized on the SMs, at most `Calib.fp8_kv_elems_per_sm_cycle` elements a
+    cycle each (one byte each; GQA: the kernels the tables measured)."""
     bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s
+    if mla:
+        return kv_bytes / (bw * calib.mla_kv_read_efficiency)
     read = kv_bytes / (bw * calib.kv_read_efficiency)
     cap = calib.fp8_kv_elems_per_sm_cycle
     if kv_dtype_bytes(kv_dtype) != 1.0 or not gpu.sm_count or not cap:
@@ -117,9 +122,10 @@ def kv_read_s_per_token(gpu: GpuSpec, calib: Calib, kv_bytes: float, kv_dtype: s
 def decode_units_per_seq(arch: ModelArch, tp: int) -> float:
     """(sequence, KV head) work units one decoding sequence gives the decode attention
     kernels of a step on one GPU, all layers: its KV heads per GPU a layer (GQA packs a KV
-    head's query heads into one unit); MLA's one latent per layer, a unit."""
-    heads = 1.0 if arch.is_mla else max(1.0, arch.num_kv_heads / tp)
-    return arch.num_layers * heads
+    head's query heads into one unit); none charged for MLA (its kernels in no table)."""
+    if arch.is_mla:
+        return 0.0
+    return arch.num_layers * max(1.0, arch.num_kv_heads / tp)
 
 
 def attention_parts(
@@ -380,7 +386,7 @@ def build_step_model(
         expert_read_s=parts["one_expert"] / expert_bw if arch.is_moe else 0.0,
         num_experts=arch.num_experts,
         experts_per_tok=arch.num_experts_per_tok,
-        kv_read_s_per_token=kv_read_s_per_token(gpu, calib, kv_tok, kv_cache_dtype),
+        kv_read_s_per_token=kv_read_s_per_token(gpu, calib, kv_tok, kv_cache_dtype, arch.is_mla),
         compute_s_per_token=compute_s,
         attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,

@@ -70,3 +70,16 @@ def test_large_decode_attention_matches_the_tables(key, gpu, kv):
     pred = floor + (st.seq_s * batch[big] + st.kv_read_s_per_token * batch[big] * ctx[big]) / layers
     ratio = pred / (df.latency.to_numpy()[big] / 1e3)
     assert abs(np.median(ratio) - 1.0) <= 0.15, np.median(ratio)
+
+
+def test_mla_decode_keeps_its_rate_and_charges_no_units():
+    """MLA's decode kernels are in no table: no work units, its latent read at the rate the
+    step model used before (0.62 of the weights' on Hopper)."""
+    kimi, gpu = resolve_arch_name("Kimi-K2.5"), resolve_gpu("H200-SXM")
+    st = instance_perf(kimi, "int4", gpu, 8, interconnect="nvlink").step
+    cal = default_calib("hopper")
+    bw = gpu.memory_bandwidth_gbps * 1e9 * cal.bandwidth_efficiency * 0.62
+    assert st.seq_s == 0.0
+    assert st.kv_read_s_per_token == pytest.approx(
+        kv_bytes_per_token(kimi, "auto", 4096, tp=8) / bw
+    )
