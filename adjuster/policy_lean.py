@@ -34,8 +34,16 @@ Rule, in order:
    the leanest point that meets them and keeps more requests in the SLO than holding, its
    hop's waits counted (no dwell, no confirmation: the forecast is the witness, and a hop
    made an hour before the morning costs no waits), within `max_hops_per_day`;
-3. no point meets them on the forecast, nor the current point on the window: what the
-   objective decision does when no point meets the SLO (`reoptimize`, `suggest` or hold).
+3. no point meets them on the forecast and on the window (the one in force included: the
+   window that saw it miss the SLO outweighs a forecast drawn from other hours), nor the
+   current point on the window: what the objective decision does when no point meets the
+   SLO (`reoptimize`, `suggest` or hold; at once on traffic beyond the plan), from a quiet
+   rung as from any point.
+A point seen missing the SLO on traffic beyond the plan (`failed_beyond_plan`, policy.py
+rule 2) lacks capacity that traffic needs, and busy days come back: it meets the targets
+nowhere from then on, and when it is in force any point that meets them is a rescue, its
+forecast attainment against holding not asked (bench/adjust_replay.py's real-shape week:
+the day-0 points, one coder instance each, held 0.942 while the forecast said they met).
 Stationary traffic never hops twice for nothing: the forecast of the hours a point was
 chosen for is the same the next day, and leaving a point needs the targets met.
 """
@@ -193,16 +201,19 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
         {p: v.rows[p].meets_slo for p in rows} if len(v.obs.window) >= cfg.min_requests else None
     )
     share = lean.forecast.share(cfg.min_requests * max(cfg.forecast_windows, 1))
-    meeting = _meeting(v, lean, window_ok, share)
+    # a point seen missing the SLO on traffic beyond the plan lacks the capacity that traffic
+    # needs (policy.py rule 2): a forecast drawn from calmer hours is no witness for it
+    meeting = [p for p in _meeting(v, lean, window_ok, share) if p not in v.failed]
     q = lean.quiet.get(cur)
-    if q is not None and share is not None and share > q * cfg.quiet_headroom * QUIET_LEAVE:
+    leave = q is not None and share is not None and share > q * cfg.quiet_headroom * QUIET_LEAVE
+    if leave and meeting:  # where nothing meets the targets, rule 3 as for any point
         return _leave_quiet(v, lean, [p for p in meeting if p != cur], share)
     if not meeting:
         if window_ok is None or not window_ok.get(cur, False):
             return none_meets(v)
         return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
     cur_row = rows[cur]
-    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur])
+    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur]) and cur not in v.failed
     if cur_ok:  # a trade of memory: not of the attainment the current point keeps, and
         # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
         floor = cur_row.attainment - cfg.max_attainment_loss
@@ -228,7 +239,8 @@ def _meeting(
     v: Any, lean: LeanView, window_ok: dict[str, bool] | None, share: float | None
 ) -> list[str]:
     """The points that meet the targets on the forecast (and on the window, where it holds
-    enough requests), the one in force always a candidate."""
+    enough requests), the one in force a candidate unless the window saw it miss the SLO (a
+    forecast drawn from other hours is no witness against the hour itself: rule 2 or 3)."""
     cur = v.cur
     rows = lean.rows
     # quiet rungs are for fallen traffic: none is hopped to unless the forecast is within
@@ -238,9 +250,7 @@ def _meeting(
     return [
         p
         for p in sorted(rows)
-        if rows[p].meets
-        and (window_ok is None or window_ok[p] or p == cur)
-        and (p == cur or p not in shut)
+        if rows[p].meets and (window_ok is None or window_ok[p]) and (p == cur or p not in shut)
     ]
 
 
@@ -252,13 +262,19 @@ def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
     if used >= cfg.max_hops_per_day:
         return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
     on = "on the forecast" if not cur_row.meets else "on the window"
-    if best_row.attainment <= cur_row.attainment:  # the hop's own waits eat the gain
+    # the hop's own waits eat the gain (a point failed beyond the plan holds nothing)
+    if cur not in v.failed and best_row.attainment <= cur_row.attainment:
         return v.hold(
             f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
             f"{best_row.attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
         )
-    why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
-    return v.hop(best, why)
+    if cur in v.failed:
+        miss = "missed the SLO on traffic beyond the plan"
+    elif cur_row.meets:  # the window's figure, not the forecast's
+        miss = f"misses the SLO on the window (attainment {v.rows[cur].slo_attainment:.1%})"
+    else:
+        miss = f"misses the targets on the forecast ({_miss(cur_row)})"
+    return v.hop(best, f"{cur} {miss}; {best} meets them")
 
 
 def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
