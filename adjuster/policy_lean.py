@@ -40,8 +40,8 @@ Rule, in order:
    SLO (`reoptimize`, `suggest` or hold; at once on traffic beyond the plan), from a quiet
    rung as from any point.
 A point seen missing the SLO on traffic beyond the plan (`failed_beyond_plan`, policy.py
-rule 2) lacks capacity that traffic needs, and busy days come back: it meets the targets
-nowhere from then on, and when it is in force any point that meets them is a rescue, its
+rule 2) lacks capacity that traffic needs, and busy days come back: while a point not seen
+so meets the targets, it is no target, and when it is in force that point is a rescue, its
 forecast attainment against holding not asked (bench/adjust_replay.py's real-shape week:
 the day-0 points, one coder instance each, held 0.942 while the forecast said they met).
 Stationary traffic never hops twice for nothing: the forecast of the hours a point was
@@ -201,9 +201,13 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
         {p: v.rows[p].meets_slo for p in rows} if len(v.obs.window) >= cfg.min_requests else None
     )
     share = lean.forecast.share(cfg.min_requests * max(cfg.forecast_windows, 1))
+    meeting = _meeting(v, lean, window_ok, share)
     # a point seen missing the SLO on traffic beyond the plan lacks the capacity that traffic
-    # needs (policy.py rule 2): a forecast drawn from calmer hours is no witness for it
-    meeting = [p for p in _meeting(v, lean, window_ok, share) if p not in v.failed]
+    # needs (policy.py rule 2): one not seen so is preferred, and the point in force, if it
+    # was, is left for it (a forecast drawn from calmer hours is no witness for it)
+    fresh = [p for p in meeting if p not in v.failed]
+    escape = cur in v.failed and bool(fresh)
+    meeting = fresh or meeting
     q = lean.quiet.get(cur)
     leave = q is not None and share is not None and share > q * cfg.quiet_headroom * QUIET_LEAVE
     if leave and meeting:  # where nothing meets the targets, rule 3 as for any point
@@ -213,7 +217,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
             return none_meets(v)
         return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
     cur_row = rows[cur]
-    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur]) and cur not in v.failed
+    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur]) and not escape
     if cur_ok:  # a trade of memory: not of the attainment the current point keeps, and
         # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
         floor = cur_row.attainment - cfg.max_attainment_loss
@@ -262,13 +266,15 @@ def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
     if used >= cfg.max_hops_per_day:
         return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
     on = "on the forecast" if not cur_row.meets else "on the window"
-    # the hop's own waits eat the gain (a point failed beyond the plan holds nothing)
-    if cur not in v.failed and best_row.attainment <= cur_row.attainment:
+    # the hop's own waits eat the gain (leaving a point failed beyond the plan for one that
+    # was not: the forecast's attainment of the point in force is no witness)
+    escape = cur in v.failed and best not in v.failed
+    if not escape and best_row.attainment <= cur_row.attainment:
         return v.hold(
             f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
             f"{best_row.attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
         )
-    if cur in v.failed:
+    if escape:
         miss = "missed the SLO on traffic beyond the plan"
     elif cur_row.meets:  # the window's figure, not the forecast's
         miss = f"misses the SLO on the window (attainment {v.rows[cur].slo_attainment:.1%})"

@@ -116,3 +116,13 @@ def test_a_quiet_rung_that_nothing_can_replace_reoptimizes_too():
     )
     _, acts = decide(st, obs)
     assert acts[0].kind == "reoptimize", acts[0].reason
+
+
+def test_points_that_failed_beyond_the_plan_stay_targets_while_no_other_meets():
+    """Where every point was seen failing beyond the plan (no re-optimization yet, or
+    `--reoptimize suggest`), a window they all pass is judged as before: no re-optimization
+    or suggestion every dwell, and the saving to `lean` is counted as usual."""
+    st = AdjustState(point="full", since_s=0.0, config=AUTO, failed_beyond_plan=["full", "lean"])
+    ok = {"full": 0.99, "lean": 0.99}
+    new, acts = decide(st, _obs(ok, ok))
+    assert acts[0].kind == "hold" and new.candidate == "lean", acts[0].reason
