@@ -41,8 +41,16 @@ Rule, in order:
    the leanest point that meets them and keeps more requests in the SLO than holding, its
    hop's waits counted (no dwell, no confirmation: the forecast is the witness, and a hop
    made an hour before the morning costs no waits), within `max_hops_per_day`;
-3. no point meets them on the forecast, nor the current point on the window: what the
-   objective decision does when no point meets the SLO (`reoptimize`, `suggest` or hold).
+3. no point meets them on the forecast and on the window (the one in force included: the
+   window that saw it miss the SLO outweighs a forecast drawn from other hours), nor the
+   current point on the window: what the objective decision does when no point meets the
+   SLO (`reoptimize`, `suggest` or hold; at once on traffic beyond the plan), from a quiet
+   rung as from any point.
+A point seen missing the SLO on traffic beyond the plan (`failed_beyond_plan`, policy.py
+rule 2) lacks capacity that traffic needs, and busy days come back: while a point not seen
+so meets the targets, it is no target, and when it is in force that point is a rescue, its
+forecast attainment against holding not asked (bench/adjust_replay.py's real-shape week:
+the day-0 points, one coder instance each, held 0.942 while the forecast said they met).
 Stationary traffic never hops twice for nothing: the forecast of the hours a point was
 chosen for is the same the next day, and leaving a point needs the targets met.
 """
@@ -261,15 +269,22 @@ def decide_lean(v: Any, none_meets: Callable[[Any], Any]) -> Any:
     )
     share = lean.forecast.share(cfg.min_requests * max(cfg.forecast_windows, 1))
     meeting = _meeting(v, lean, window_ok, share)
+    # a point seen missing the SLO on traffic beyond the plan lacks the capacity that traffic
+    # needs (policy.py rule 2): one not seen so is preferred, and the point in force, if it
+    # was, is left for it (a forecast drawn from calmer hours is no witness for it)
+    fresh = [p for p in meeting if p not in v.failed]
+    escape = cur in v.failed and bool(fresh)
+    meeting = fresh or meeting
     q = lean.quiet.get(cur)
-    if q is not None and share is not None and share > q * QUIET_LEAVE:
+    leave = q is not None and share is not None and share > q * QUIET_LEAVE
+    if leave and meeting:  # where nothing meets the targets, rule 3 as for any point
         return _leave_quiet(v, lean, [p for p in meeting if p != cur], share)
     if not meeting:
         if window_ok is None or not window_ok.get(cur, False):
             return none_meets(v)
         return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
     cur_row = rows[cur]
-    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur])
+    cur_ok = cur_row.meets and (window_ok is None or window_ok[cur]) and not escape
     if cur_ok:  # a trade of memory: not of the attainment the current point keeps, and
         # not by a hop whose own waits pass a switch target (restarts are for quiet hours)
         floor = cur_row.attainment - cfg.max_attainment_loss
@@ -300,7 +315,8 @@ def _meeting(
     v: Any, lean: LeanView, window_ok: dict[str, bool] | None, share: float | None
 ) -> list[str]:
     """The points that meet the targets on the forecast (and on the window, where it holds
-    enough requests), the one in force always a candidate."""
+    enough requests), the one in force a candidate unless the window saw it miss the SLO (a
+    forecast drawn from other hours is no witness against the hour itself: rule 2 or 3)."""
     cur = v.cur
     rows = lean.rows
     # a quiet rung is hopped to only while the forecast is within its reach (the share of
@@ -315,9 +331,7 @@ def _meeting(
     return [
         p
         for p in sorted(rows)
-        if rows[p].meets
-        and (window_ok is None or window_ok[p] or p == cur)
-        and (p == cur or p not in shut)
+        if rows[p].meets and (window_ok is None or window_ok[p]) and (p == cur or p not in shut)
     ]
 
 
@@ -329,13 +343,21 @@ def _rescue(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:
     if used >= cfg.max_hops_per_day:
         return v.hold(f"{cur} misses the targets on the forecast, but {used} hops in 24 h")
     on = "on the forecast" if not cur_row.meets else "on the window"
-    if best_row.attainment <= cur_row.attainment:  # the hop's own waits eat the gain
+    # the hop's own waits eat the gain (leaving a point failed beyond the plan for one that
+    # was not: the forecast's attainment of the point in force is no witness)
+    escape = cur in v.failed and best not in v.failed
+    if not escape and best_row.attainment <= cur_row.attainment:
         return v.hold(
             f"{cur} misses the targets {on}, but {best} with the hop's waits keeps "
             f"{best_row.attainment:.1%} in the SLO against {cur_row.attainment:.1%}"
         )
-    why = f"{cur} misses the targets {on} ({_miss(cur_row)}); {best} meets them"
-    return v.hop(best, why)
+    if escape:
+        miss = "missed the SLO on traffic beyond the plan"
+    elif cur_row.meets:  # the window's figure, not the forecast's
+        miss = f"misses the SLO on the window (attainment {v.rows[cur].slo_attainment:.1%})"
+    else:
+        miss = f"misses the targets on the forecast ({_miss(cur_row)})"
+    return v.hop(best, f"{cur} {miss}; {best} meets them")
 
 
 def _saving(v: Any, cur_row: LeanRow, best: str, best_row: LeanRow) -> Any:

@@ -28,7 +28,10 @@
    Targets (exit 1 when missed): the adjusted switch P95 is at most that of every point held
    all week whose warm GiB is at most the adjusted run's; attainment at least the SLO's
    target; at most 3 hops a day. The share of hops that are sleeps and wakes only is
-   reported.
+   reported, and what planning alone reaches (RESULT `real_oracle_attainment`: a plan made
+   on the whole week, held; `real_nightly_attainment`: a nightly re-plan on the previous
+   day): the oracle shows the target is feasible on this cluster. `--only real` runs just
+   this scenario.
 
 6. Scenario 4, "an overload week planned on day 0" (issue 30 item 6): three times the team
    on the same drifting spec, bursts beyond the cluster, planned on day 0, `--reoptimize
@@ -79,9 +82,10 @@ from realweek import real_week
 from result import targets
 
 from planner.adjuster.policy import AdjustConfig, objective_s
+from planner.adjuster.policy_types import DAY_S
 from planner.adjuster.replay import replay
 from planner.app import files as inp
-from planner.app.plans import OptimizeInputs, optimize_plan
+from planner.app.plans import OptimizeInputs, config_from_plan, optimize_plan
 from planner.app.replay_plot import draw_replay
 from planner.optimizer.config import OptimizeConfig
 from planner.optimizer.sim.perfs import perfs_for_point
@@ -108,9 +112,9 @@ def main() -> None:
     ap.add_argument(
         "--only",
         nargs="+",
-        choices=["main", "falling", "mix"],
+        choices=["main", "real", "falling", "mix"],
         default=["main", "falling", "mix"],
-        help="scenarios to run: main (1-4), falling, mix (bench/lib/leanweeks.py)",
+        help="scenarios to run: main (1-4), real (3 alone), falling, mix (bench/lib/leanweeks.py)",
     )
     ap.add_argument("--plot", type=Path, help="draw the falling week's replay (.png)")
     args = ap.parse_args()
@@ -140,6 +144,8 @@ def main() -> None:
             draw_replay(args.plot, lean["falling"]["out"], "falling-traffic week, planned on day 0")
     if "mix" in args.only:
         lean["mix"] = mix_scenario(lab_cl, ms, sl, spec, lambda t: plan_for(t, lab_cl))
+    if "real" in args.only and "main" not in args.only:
+        lean["real"] = real_week_scenario(cl, ms, sl, week, plan_for, args.seed)
     if "main" not in args.only:
         ok = all(x["ok"] for x in lean.values())
         print(f"RESULT {' '.join(x['result'] for x in lean.values())} target_met={int(ok)}")
@@ -241,7 +247,7 @@ def main() -> None:
     for h in out2["hops"]:
         d, hh = divmod(h["at_s"] / 3600.0, 24)
         print(f"  day {int(d)} {hh:05.2f} h  {h['from']} -> {h['to']}: {h['reason']}")
-    real = real_week_scenario(cl, ms, sl, week, plan_for, acfg2, reoptimizer, args.seed)
+    real = real_week_scenario(cl, ms, sl, week, plan_for, args.seed)
     over = overload_scenario(cl, ms, sl, spec, plan_for, acfg2, reoptimizer, args.seed)
     print(f"total {time.perf_counter() - t0:.0f} s")
     print(
@@ -395,18 +401,68 @@ def print_replay(out: dict, acfg) -> None:
         print(f"  day {int(d)} {hh:05.2f} h  reoptimize: {x['reason']} {x.get('added_points', '')}")
 
 
-def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed: int) -> dict:
+def plan_reoptimizer(plan: Plan, cl, ms, sl, evals: int) -> SimpleNamespace:
+    """The replay's ReoptimizePolicy for `plan`, as `adjust --reoptimize auto` builds it
+    (app/reoptimize.py): the one optimize pipeline under the config the plan records
+    (`config_from_plan`), with the policy's evaluation budget."""
+    rcfg = config_from_plan(plan, evals=evals)
+
+    def new_points(window):
+        points = optimize_plan(OptimizeInputs(cl, ms, sl, window), rcfg)[0].points
+        return points, {p.name: perfs_for_point(p, cl, ms) for p in points}
+
+    return SimpleNamespace(points=new_points)
+
+
+def real_bounds(cl, ms, sl, week, plan_for, day0_plan: Plan) -> dict[str, float]:
+    """What planning alone reaches on the real-shape week, each plan's selected point held:
+    an oracle planned on the whole week (it sees the future) and a nightly re-plan (day d
+    held at the point a plan made on day d - 1 selects; day 0 at the day-0 plan's)."""
+    held = AdjustConfig(max_hops_per_day=0)
+
+    def replay_held(pl, trace):
+        pf = {p.name: perfs_for_point(p, cl, ms) for p in pl.points}
+        return replay(pl, trace, sl, pf, held)
+
+    oracle = plan_for(week)
+    o = replay_held(oracle, week)["static"][oracle.selected]
+    print(
+        f"  oracle (planned on all 7 days): {oracle.selected} of {[p.name for p in oracle.points]}"
+        f" held all week: attainment {o['slo_attainment']:.4f}, switch P95 "
+        f"{o['switch_p95_s']:.2f} s, {o['warm_gpu_gib']:.1f} GiB"
+    )
+    day0 = week[week["timestamp"] < DAY_S]
+    _, att_later = nightly_gib_h(week, plan_for, replay_held, 0.0)
+    att0 = replay_held(day0_plan, day0)["adjusted"]["slo_attainment"]
+    nightly = (att0 * len(day0) + att_later * (len(week) - len(day0))) / len(week)
+    print(
+        f"  nightly re-plan on the previous day: attainment {nightly:.4f} (days 1-6 {att_later:.4f})"
+    )
+    return {"oracle": o["slo_attainment"], "nightly": nightly}
+
+
+def real_week_scenario(cl, ms, sl, synth_week, plan_for, seed: int) -> dict:
     """Scenario 3: a week whose hourly rates have a real trace's shape (bench/lib/realweek.py),
     planned on its first day, adjusted with `--reoptimize auto` (the team that plans once and
     lets adjust re-plan when the traffic outgrows the plan; re-optimizations see only the
-    last 24 h, never a later hour), scored on all seven days. Targets: the adjusted switch
-    P95 is at most that of every point held all week whose warm GiB is at most the adjusted
-    run's, attainment at least the SLO's target, at most 3 hops a day."""
+    last 24 h, never a later hour, through the plan's own optimize config), scored on all
+    seven days. Targets: the adjusted switch P95 is at most that of every point held all week
+    whose warm GiB is at most the adjusted run's, attainment at least the SLO's target, at
+    most 3 hops a day.
+
+    The attainment target is feasible: an oracle plan made on the whole week (same cluster,
+    same pipeline) held all week reaches 0.969 (seed 0). Planning alone does not: a nightly
+    re-plan on the previous day reaches 0.944 (busy and quiet days alternate, so yesterday
+    is the wrong day), the day-0 plan's points held all week 0.942. Both bounds are printed
+    and in RESULT (`real_oracle_attainment`, `real_nightly_attainment`); only the adjusted
+    run is judged."""
     hours = 7 * 24
     rates = (synth_week.groupby("model").size() / hours).to_dict()  # the lab16 team's volume
     week = real_week(rates, {m.name: m.max_context for m in ms.models}, seed=seed)
-    plan = plan_for(week[week["timestamp"] < 86400.0])
+    plan = plan_for(week[week["timestamp"] < DAY_S])
     perfs = {p.name: perfs_for_point(p, cl, ms) for p in plan.points}
+    acfg = AdjustConfig(reoptimize="auto")
+    reoptimizer = plan_reoptimizer(plan, cl, ms, sl, acfg.reoptimize_evals)
     out = replay(plan, week, sl, perfs, acfg, reoptimizer=reoptimizer)
     a = out["adjusted"]
     print(
@@ -415,6 +471,7 @@ def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed
         "scored on days 0-6"
     )
     print_replay(out, acfg)
+    bound = real_bounds(cl, ms, sl, week, plan_for, plan)
     cheaper = {k: v for k, v in out["static"].items() if v["warm_gpu_gib"] <= a["warm_gpu_gib"]}
     worse_than = [k for k, v in cheaper.items() if a["switch_p95_s"] > v["switch_p95_s"] + 1e-9]
     n_hops = len(out["hops"])
@@ -431,6 +488,8 @@ def real_week_scenario(cl, ms, sl, synth_week, plan_for, acfg, reoptimizer, seed
     result = (
         f"real_adjusted_switch_p95_s={a['switch_p95_s']:.3f} real_adjusted_warm_gib="
         f"{a['warm_gpu_gib']:.2f} real_adjusted_attainment={a['slo_attainment']:.4f} "
+        f"real_oracle_attainment={bound['oracle']:.4f} "
+        f"real_nightly_attainment={bound['nightly']:.4f} "
         f"real_cheaper_points={len(cheaper)} real_beaten_by={len(worse_than)} "
         f"real_hops={n_hops} real_max_hops_per_day={out['max_hops_per_day']} "
         f"real_reopt_runs={len(out['reoptimizations'])} "
