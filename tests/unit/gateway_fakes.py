@@ -19,6 +19,7 @@ from waits import budget_s, wait_until
 
 from planner.adjuster.backends.base import Handle
 from planner.engines.process import free_port
+from planner.errors import DrainedError
 from planner.schemas.plan import Instance, MemoryGib, Point
 
 DIED: set[str] = set()  # `die_once` keys whose engine died already (one death per key)
@@ -270,7 +271,11 @@ class FakeControl:
         return self._replace("restart", instance_id)
 
     def _replace(self, call: str, instance_id: str) -> Handle:
-        """Record the call, take the wake's time, and start a fresh engine in the old one's place."""
+        """Record the call, take the wake's time, and start a fresh engine in the old one's place;
+        refused after `planner down` as the real control refuses (control._refuse_if_drained):
+        a request racing the drain must not start what `down` stops."""
+        if self.drain:
+            raise DrainedError(self.drain, fix="`planner apply` lifts it")
         with self._lock:
             self.calls.append((call, instance_id))
         time.sleep(self.wake_delay_s)
