@@ -23,16 +23,7 @@ class Calib:
     fp4_compute_efficiency: float = 0.42  # achieved / peak dense fp4 FLOP/s (NVFP4, MXFP4)
     bandwidth_efficiency: float = 0.8  # achieved / peak memory bandwidth when streaming weights
     attn_efficiency: float = 0.5  # achieved / peak bf16 FLOP/s of attention kernels
-    # Decode attention's KV read rate / the weights' (bandwidth_efficiency). With its work
-    # units charged apart (attn_unit_cycles, below), the large decode-attention kernels of
-    # aiconfigurator's vLLM 0.14 tables (bf16 KV, >= 512 MB read) stream KV at 0.93-0.95 of
-    # peak (H100/H200), 0.80 (A100), 0.83 (L40S): the weights' own rate on every generation.
-    # (The 0.47-0.80 of peak read off the same tables before counted each unit's fixed SM
-    # cycles, a cost per sequence and KV head, as KV bytes: a cost per context token.)
-    kv_read_efficiency: float = 1.0  # decode attention's KV read rate / weight-streaming rate
-    # MLA's decode kernels (absorbed form, one latent per layer) are in no table: their rate
-    # stays the one read before the units were charged (generation defaults below), no units.
-    mla_kv_read_efficiency: float = 0.75  # MLA decode's latent read rate / weight-streaming rate
+    kv_read_efficiency: float = 0.75  # decode attention's KV read rate / weight-streaming rate
     # Routed experts' read rate / the dense weights' (bandwidth_efficiency). The serving runs
     # trend with TP in opposite ways for dense and MoE models (Llama-3.1-70B's decode is slower
     # per byte than one rate gives, the MoE models' faster): fitted with the serving constants
@@ -117,15 +108,9 @@ class Calib:
     # queries, softmax, combine the splits, write), units spread over the SMs. Fitted to
     # aiconfigurator's vLLM 0.14 decode-attention tables of all four GPUs (A100, H100, H200,
     # L40S, bf16 KV) with kv_read_efficiency (bench/perfmodel_vs_aiconfigurator.py scores it
-    # leave one GPU out); the step model charges it per decoding sequence (StepModel.seq_s:
-    # latency.decode_units_per_seq units each).
+    # leave one GPU out); the operator formula (`attention_parts`) only: the step model does
+    # not charge it yet.
     attn_unit_cycles: float = 6700.0  # SM cycles per (sequence, KV head) of decode attention
-    # An fp8 KV cache is dequantized in the decode kernel: the same tables' fp8-KV rows (>= 512
-    # MB read, work units charged apart) reach 11.8 elements per SM cycle on H200 (0.64 of
-    # its peak bandwidth: the SMs bind) and 10.9 on H100 (0.85: near its bandwidth too);
-    # L40S reads at 0.87 of its bandwidth (2.1 a cycle: its bandwidth binds).
-    # 0: no cap (no table measured the generation's fp8-KV kernels; Hopper's below)
-    fp8_kv_elems_per_sm_cycle: float = 0.0  # fp8 KV elements dequantized per SM cycle, at most
     # TP all-reduce, from vidur's NCCL all_reduce.csv (A100/H100, NVLink pairs; 4 GPUs cross
     # PCIe): bus bandwidth 195/300 GB/s on NVLink, 23.7/32 (gen4) and 48.8/64 (gen5) on PCIe;
     # small-message time 28-66 us across PCIe. On NVLink vLLM runs its custom all-reduce in
@@ -152,26 +137,26 @@ class Calib:
 # (0.82, 0.86). Bandwidth 0.8 is also aiconfigurator's mem_bw_empirical_scaling_factor.
 # Attention, from aiconfigurator's vLLM 0.14 attention tables (bf16, long contexts): prefill
 # reaches 0.52 (A100), 0.48-0.49 (H100/H200), 0.44 (L40S) of the bf16 peak; decode reads KV at
-# the weights' rate, its work units charged apart (kv_read_efficiency, attn_unit_cycles).
+# 0.59 (A100), 0.57/0.47 (H100/H200), 0.80 (L40S) of peak bandwidth.
 # H2D 21 GB/s: vLLM's published sleep-mode wake rate on A100 (PCIe 4); PCIe 5 doubles the link.
 _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     "ampere": dict(
         compute_efficiency=0.72,
         bandwidth_efficiency=0.78,
         attn_efficiency=0.52,
+        kv_read_efficiency=0.75,
     ),
     "ada": dict(
         compute_efficiency=0.72,
         bandwidth_efficiency=0.78,
         attn_efficiency=0.44,
-        mla_kv_read_efficiency=1.0,
+        kv_read_efficiency=1.0,
     ),
     "hopper": dict(
         compute_efficiency=0.75,
         bandwidth_efficiency=0.947,  # the serving fit's (H200 rows; blackwell below)
         attn_efficiency=0.48,
-        fp8_kv_elems_per_sm_cycle=11.8,
-        mla_kv_read_efficiency=0.62,
+        kv_read_efficiency=0.62,
         h2d_gbps=40.0,
         d2h_gbps=40.0,
     ),
@@ -195,11 +180,7 @@ _ARCH_DEFAULTS: dict[str, dict[str, float]] = {
     # above); the serving fit (all rows: B200/B300/H200, dense and MoE) gives 0.947. (It
     # gave 1.0 while the bench read the fp8/fp4 rows' KV as 16-bit: twice the bytes they
     # read.)
-    # No decode-attention table either: its KV read rate stays the one the serving fit saw
-    # (0.75 of the weights', work units not charged apart: attn_unit_cycles 0).
     "blackwell": dict(
-        kv_read_efficiency=0.75,
-        attn_unit_cycles=0.0,
         compute_efficiency=0.75,
         fp8_compute_efficiency=0.496,
         fp4_compute_efficiency=0.496,

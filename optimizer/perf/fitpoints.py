@@ -49,7 +49,6 @@ def unit_step_model(run: EngineRun, gpu: GpuSpec, base: Calib) -> StepModel:
         bandwidth_efficiency=1.0,
         attn_efficiency=base.attn_efficiency / base.compute_efficiency,
         step_overhead_s=0.0,
-        seq_overhead_s=0.0,  # fitted (so); the step model's seq_s is then its attention units
     )
     assert run.arch is not None
     return build_step_model(run.arch, run.quantization or "bf16", gpu, run.tp, unit)
@@ -59,7 +58,7 @@ def step_terms(
     sm: StepModel, new_tokens: float, kv_tokens: float, pairs: float, seqs: float = 1.0
 ) -> StepTerms:
     """Split one step of the unit model (`seqs` sequences) into its memory, linear, attention
-    and comm parts; its floor holds the kernels' and the decode attention units' (`seq_s`)."""
+    and comm parts."""
     mem = (
         sm.dense_weight_read_s
         + sm.expert_read_s * sm.experts_touched(new_tokens)
@@ -67,7 +66,7 @@ def step_terms(
     )
     comm = sm.comm_latency_s + sm.comm_s_per_token * new_tokens if sm.comm_latency_s else 0.0
     lin, attn = sm.compute_s_per_token * new_tokens, sm.attn_s_per_pair * pairs
-    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens) + sm.seq_s * seqs, seqs)
+    return StepTerms(mem, lin, attn, comm, sm.fixed_s(new_tokens), seqs)
 
 
 def prefill_steps(sm: StepModel, n: int, chunk: int) -> tuple[StepTerms, ...]:

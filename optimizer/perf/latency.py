@@ -17,7 +17,6 @@ from planner.optimizer.perf.memory import (
     W4A16_QUANTS,
     bytes_per_param,
     kv_bytes_per_token,
-    kv_dtype_bytes,
     weight_parts_bytes,
 )
 from planner.optimizer.perf.types import StepModel
@@ -100,32 +99,6 @@ def attn_units_s(gpu: GpuSpec, calib: Calib, units: float) -> float:
     if not gpu.sm_count:
         return 0.0
     return units * calib.attn_unit_cycles / (gpu.sm_count * sm_hz(gpu, calib))
-
-
-def kv_read_s_per_token(
-    gpu: GpuSpec, calib: Calib, kv_bytes: float, kv_dtype: str, mla: bool = False
-) -> float:
-    """Decode attention's time per context token holding `kv_bytes` of KV, s: read at the
-    weights' rate times `kv_read_efficiency` (MLA: `mla_kv_read_efficiency`); an 8-bit cache
-    is also dequantized on the SMs, at most `Calib.fp8_kv_elems_per_sm_cycle` elements a
-    cycle each (one byte each; GQA: the kernels the tables measured)."""
-    bw = gpu.memory_bandwidth_gbps * GB * calib.bandwidth_efficiency  # bytes/s
-    if mla:
-        return kv_bytes / (bw * calib.mla_kv_read_efficiency)
-    read = kv_bytes / (bw * calib.kv_read_efficiency)
-    cap = calib.fp8_kv_elems_per_sm_cycle
-    if kv_dtype_bytes(kv_dtype) != 1.0 or not gpu.sm_count or not cap:
-        return read
-    return max(read, kv_bytes / (gpu.sm_count * sm_hz(gpu, calib) * cap))
-
-
-def decode_units_per_seq(arch: ModelArch, tp: int) -> float:
-    """(sequence, KV head) work units one decoding sequence gives the decode attention
-    kernels of a step on one GPU, all layers: its KV heads per GPU a layer (GQA packs a KV
-    head's query heads into one unit); none charged for MLA (its kernels in no table)."""
-    if arch.is_mla:
-        return 0.0
-    return arch.num_layers * max(1.0, arch.num_kv_heads / tp)
 
 
 def attention_parts(
@@ -386,7 +359,7 @@ def build_step_model(
         expert_read_s=parts["one_expert"] / expert_bw if arch.is_moe else 0.0,
         num_experts=arch.num_experts,
         experts_per_tok=arch.num_experts_per_tok,
-        kv_read_s_per_token=kv_read_s_per_token(gpu, calib, kv_tok, kv_cache_dtype, arch.is_mla),
+        kv_read_s_per_token=kv_tok / (bw * calib.kv_read_efficiency),
         compute_s_per_token=compute_s,
         attn_s_per_pair=attn_flops_per_pair(arch, tp, ref_context_tokens) / attn_flops,
         comm_s_per_token=comm_tok,
@@ -394,7 +367,5 @@ def build_step_model(
         graph_max_tokens=graph_max_tokens if gpu.arch != "cpu" else 1 << 62,
         eager_s=arch.num_layers * calib.eager_layer_s,
         kernel_source=source,
-        # each sequence's decode attention work beyond its KV reads (`attn_units_s`), with
-        # the CPU build's per-sequence overhead: both per sequence per step, s
-        seq_s=calib.seq_overhead_s + attn_units_s(gpu, calib, decode_units_per_seq(arch, tp)),
+        seq_s=calib.seq_overhead_s,
     )

@@ -32,8 +32,7 @@ class StepModel:
     # which kernel layer gave the linear layers' compute rate (optimizer/perf/kernels.py)
     kernel_source: str = "roofline"  # measured | interpolated | roofline
     # per sequence in the step, whatever its tokens: scheduling, sampling, output handling
-    # (the CPU build: the step model's other terms are per token or per context token), and
-    # on a GPU its decode attention's work units beyond their KV reads (latency.attn_units_s)
+    # (the CPU build: the step model's other terms are per token or per context token)
     seq_s: float = 0.0  # s per sequence per step
 
     def experts_touched(self, new_tokens: float) -> float:
