@@ -27,27 +27,30 @@ def golden_small_plan(tmp_path: Path, edit=None, name: str = "plan.yaml") -> Pat
     return p
 
 
+# the architecture of the tiny CPU model (what plans/examples/cpu/models.yaml describes)
+TINY_ARCH = {
+    "name": "tiny",
+    "num_layers": 2,
+    "hidden_size": 128,
+    "num_attention_heads": 4,
+    "num_kv_heads": 2,
+    "head_dim": 32,
+    "intermediate_size": 256,
+    "vocab_size": 512,
+    "total_params_b": 0.0004,
+    "active_params_b": 0.0004,
+}
+
+
 def tiny_cpu_plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
     """A one-instance plan of a tiny model on `node`, its cluster and models files beside it."""
     (tmp_path / "cluster.yaml").write_text(CPU_CLUSTER)
-    arch = {
-        "name": "tiny",
-        "num_layers": 2,
-        "hidden_size": 128,
-        "num_attention_heads": 4,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "intermediate_size": 256,
-        "vocab_size": 512,
-        "total_params_b": 0.0004,
-        "active_params_b": 0.0004,
-    }
     models = {
         "kind": "models",
         "models": [
             {
                 "name": "tiny-a",
-                "architecture": arch,
+                "architecture": TINY_ARCH,
                 "variants": [{"name": "bf16", "quantization": "bf16", "path": "models/tiny-a"}],
             }
         ],

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_helpers import run_cli_one_line
+from plan_files import TINY_ARCH
 
 from planner import io
 
@@ -83,19 +84,6 @@ def test_non_utf8_yaml(tmp_path, capsys):
 
 # ---- item 12: architecture numbers without bounds -------------------------------------------
 
-ARCH = {
-    "name": "x",
-    "num_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "total_params_b": 0.0004,
-    "active_params_b": 0.0004,
-}
-
 
 @pytest.mark.parametrize(
     "change,field,needle",
@@ -112,7 +100,7 @@ def test_architecture_bounds(tmp_path, capsys, change, field, needle):
         "models": [
             {
                 "name": "m",
-                "architecture": {**ARCH, **change},
+                "architecture": {**TINY_ARCH, **change},
                 "variants": [{"name": "bf16", "quantization": "bf16"}],
             }
         ],
