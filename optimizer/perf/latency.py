@@ -182,8 +182,14 @@ def dense_compute_s_per_token(
         low = quantization not in ("bf16", "fp16")
         return roofline[0] * borrowed_factor(gpu.arch, low, ref_tokens, shapes or []), "roofline"
     # vLLM 0.14's fp8 GEMMs (per tensor, block-scaled) measure up to 1.7x the bf16 time of a
-    # shape at m = 8192 (aiconfigurator's H100 and L40S tables): a kernel choice of that
-    # build, not the hardware (2x the bf16 rate); an fp8 GEMM is taken as no slower than bf16.
+    # shape at m = 8192 (aiconfigurator's H100 and L40S tables; H200 4096x4096: 560 TFLOP/s
+    # against bf16's 815): a kernel choice of that build, not the hardware (2x the bf16 rate).
+    # A per-tensor fp8 GEMM takes the bf16 table's time at the fp8 rate (`from_bf16_s`). A
+    # block-scaled one (MoE checkpoints' dense layers) is only taken as no slower than bf16:
+    # at the fp8 rate too, the only Hopper fp8 serving rows (MiniMax-M2.5 on H200,
+    # bench/perfmodel_vs_serving.py) gain TTFT (10.4% -> 9.3% leaving the model out) but lose
+    # TPOT (12.0% -> 12.4%, the worst group), and its kernels (scales per 128 of k) measure
+    # 0.2-0.5 of the fp8 peak at m = 8192.
     bf16 = gemm_table(gpu.name, "bf16") if kind in ("fp8", "fp8_block") else None
     peak, _ = gemm_peak_and_efficiency(gpu, calib, quantization)
     bpp = bytes_per_param(quantization)  # weight bytes per parameter
@@ -191,6 +197,17 @@ def dense_compute_s_per_token(
 
     def roof_s(m: float, n: float, k: float) -> float:
         return max(2.0 * m * n * k / peak, (n * k * bpp + m * (n + k) * 2.0) / bw)
+
+    def from_bf16_s(bf16_s: float, m: float, n: float, k: float) -> float:
+        """A per-tensor fp8 GEMM from the bf16 table's time of its shape: the table gives the
+        shape's utilization, the hardware the rate (fp8 tensor cores: 2x bf16's FLOP/s, s per
+        FLOP x bf16 peak / fp8 peak), no faster than streaming its 1-byte weights."""
+        if kind != "fp8" or not gpu.fp8_tflops:
+            return bf16_s  # block-scaled fp8: no faster than bf16 (see the comment above)
+        rate = gpu.bf16_tflops / gpu.fp8_tflops  # fp8 s per bf16 s at the same utilization
+        return max(
+            bf16_s * rate, (n * k * bpp + m * (n + k) * 2.0) / (bw * calib.bandwidth_efficiency)
+        )
 
     floor = calib.kernel_latency_s * clock_scale(gpu, calib)  # s, charged per kernel already
     # a profile's fitted efficiency (this team's GPUs) scales the tables' times by its ratio to
@@ -203,8 +220,10 @@ def dense_compute_s_per_token(
         if got is None:
             return roofline
         alt = gemm_s(bf16, ref_tokens, n, k, roof_s)
-        if alt is not None and alt[0] < got[0]:
-            got = alt
+        if alt is not None:
+            alt = from_bf16_s(alt[0], ref_tokens, n, k), alt[1]
+            if alt[0] < got[0]:
+                got = alt
         total += count * slow * max(got[0] - floor, 2.0 * ref_tokens * n * k / peak)
         sources.append(got[1])
     return total / ref_tokens, worst_source(sources)

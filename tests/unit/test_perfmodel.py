@@ -23,7 +23,7 @@ from planner.optimizer.perf import (
     steady_state,
     weights_bytes,
 )
-from planner.optimizer.perf.latency import clock_scale
+from planner.optimizer.perf.latency import clock_scale, linear_flops_per_token
 from planner.schemas.profile import Calibration, Profile
 from planner.units import GIB
 
@@ -171,6 +171,26 @@ def test_fp8_halves_weight_reads_and_uses_fp8_gemms_only_with_fp8_hardware():
         instance_perf(a, "fp8", ada).step.compute_s_per_token
         != instance_perf(a, "bf16", ada).step.compute_s_per_token
     )
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "H200-SXM", "L40S"])
+@pytest.mark.parametrize("model", ["Llama-3.1-8B-Instruct", "Qwen3-8B"])
+def test_fp8_gemm_bound_prefill_runs_at_the_fp8_rate(gpu, model):
+    """A per-tensor fp8 GEMM multiplies at twice bf16's rate on fp8 tensor cores: its time is
+    the bf16 table's for the shape at the fp8 peak, not vLLM 0.14's slower fp8 kernels' (the
+    fp8 tables, as fast as bf16 at best); never faster than the fp8 peak itself."""
+    a, g = A(model), resolve_gpu(gpu)
+    f8, b16 = instance_perf(a, "fp8", g).step, instance_perf(a, "bf16", g).step
+    assert f8.compute_s_per_token * 1.5 <= b16.compute_s_per_token
+    flops_per_token, _ = linear_flops_per_token(a, 1)  # FLOP of the decoder's GEMMs
+    assert f8.compute_s_per_token >= flops_per_token / (g.fp8_tflops * 1e12)
+
+
+@pytest.mark.parametrize("gpu", ["A100-80GB-SXM", "RTX-3090"])
+def test_fp8_without_fp8_tensor_cores_multiplies_at_the_bf16_rate(gpu):
+    a, g = A("Llama-3.1-8B-Instruct"), resolve_gpu(gpu)
+    f8, b16 = instance_perf(a, "fp8", g).step, instance_perf(a, "bf16", g).step
+    assert f8.compute_s_per_token == b16.compute_s_per_token
 
 
 def test_moe_decode_reads_fewer_bytes_than_dense_of_same_size():
