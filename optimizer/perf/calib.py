@@ -100,6 +100,13 @@ class Calib:
     # smallest measured kernels in aiconfigurator's vLLM tables: attention ~10 us; fp8 GEMMs
     # ~10 us (they quantize the activations first) against ~2.5 us for bf16
     attn_kernel_latency_s: float = 10e-6  # fixed cost of one attention kernel, s
+    # Kept per GEMM inside a CUDA graph too: vLLM's default compilation (-O2, Inductor, custom
+    # ops "none") compiles a per-tensor quant into the RMSNorm or SiLU-and-mul before three
+    # of a layer's four GEMMs, but a dynamic scale still needs its own reduction over the
+    # whole activation first (QuantFP8.forward_native: x.abs().max()). Charged as one kernel
+    # a layer instead (only the output projection's input unfused), the Llama-3.1-70B fp8
+    # rows on B200 (TP 4, bench/perfmodel_vs_serving.py) go from 6.4% to 12.0% TPOT left out
+    # and the median over all rows from 7.1% to 8.5% (pass=0).
     fp8_gemm_extra_s: float = 7e-6  # activation quantization before an fp8 GEMM, s
     # aiconfigurator's fp8_block GEMM tables (H100/H200): smallest 18-20.5 us against 2.5 us
     fp8_block_gemm_extra_s: float = 16e-6  # per-group (128) quantization before a block-fp8 GEMM, s
