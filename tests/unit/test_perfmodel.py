@@ -23,7 +23,11 @@ from planner.optimizer.perf import (
     steady_state,
     weights_bytes,
 )
-from planner.optimizer.perf.latency import clock_scale, linear_flops_per_token
+from planner.optimizer.perf.latency import (
+    clock_scale,
+    dense_compute_s_per_token,
+    linear_flops_per_token,
+)
 from planner.schemas.profile import Calibration, Profile
 from planner.units import GIB
 
@@ -184,6 +188,16 @@ def test_fp8_gemm_bound_prefill_runs_at_the_fp8_rate(gpu, model):
     assert f8.compute_s_per_token * 1.5 <= b16.compute_s_per_token
     flops_per_token, _ = linear_flops_per_token(a, 1)  # FLOP of the decoder's GEMMs
     assert f8.compute_s_per_token >= flops_per_token / (g.fp8_tflops * 1e12)
+
+
+def test_block_scaled_fp8_dense_layers_no_faster_than_bf16():
+    """MoE checkpoints' block-scaled fp8 keeps the rule min(fp8_block table, bf16 table): at
+    the fp8 rate the Hopper serving rows' worst TPOT group got worse (latency.py)."""
+    a, g = A("Qwen3-30B-A3B"), resolve_gpu("H200-SXM")
+    cal = default_calib(g.arch)
+    f8, _ = dense_compute_s_per_token(a, "fp8", g, 1, cal, 8192)
+    b16, _ = dense_compute_s_per_token(a, "bf16", g, 1, cal, 8192)
+    assert f8 == pytest.approx(b16, rel=1e-9)
 
 
 @pytest.mark.parametrize("gpu", ["A100-80GB-SXM", "RTX-3090"])
