@@ -45,12 +45,15 @@ request grows as the engine slows. Measured (issue 43, loaded shared machine): t
 against bench/gateway_cpu.py's stub with a 25 ms answer delay took 0.67 ms per request at
 C=1 against 0.25 ms with none; this bench's C=1 phase took 0.47 ms at 74 direct req/s and
 1.0 ms at 13 req/s, the code before issue 43 and after alike. Compare runs at the same
-engine speed (and load). What a wake costs on the machine, whatever the code: `wake_cost_ms`
-(in this process, after the phases) is the CPU a Python step pays when it follows an 18 ms
-sleep beyond the same step back to back; the C=1 phase wakes the gateway twice per request
-(the client's head, the engine's answer: `strace -c` counted 2.3 epoll waits, 2.1 reads and
-2.1 writes per request), so about twice this of its CPU is the machine's, not the code's
-(issue 43: 0.15-0.2 ms on the 2-core VM at load 3-5). A figure beside the target, not in it.
+engine speed (and load). `wake_cost_ms` (in this process, after the phases) is the CPU a
+small Python step (a JSON round trip) pays when it follows an 18 ms sleep beyond the same
+step back to back: what running with cold caches costs on the machine. The C=1 phase wakes
+the gateway twice per request (the client's head, the engine's answer: `strace -c` counted
+2.3 epoll waits, 2.1 reads and 2.1 writes per request), and everything a request runs after
+a wake pays that way, so the phase's CPU grows with the code and data a request touches.
+`--floor` measures the least a Python proxy touches (measured 2026-12-07, load 4, minutes
+apart: floor 0.168 ms per request, 0.220 at C=1 and 0.117 at C=8, against the gateway's
+0.410, 0.530 and 0.290). Both figures are beside the target, not in it.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
 ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=..
 gateway_cpu_ms_c1=.. gateway_cpu_ms_c8=.. direct_rps_c1=.. direct_rps_c8=.. auth_cpu_ms_per_req=..
