@@ -30,8 +30,12 @@ CPU per request.
 
 Usage: python bench/gateway_overhead.py [--requests 200] [--concurrency 1 8]
        [--concurrent-requests 40] [--pairs 150] [--keep] [--no-keys] [--no-pin] [--aa]
+       [--floor]
 (`--no-keys`: the gateway without a keys file, to compare on the same machine and hour;
-`--aa`: the concurrent pairs' "gateway" rounds go direct too, to see the estimator's noise.)
+`--aa`: the concurrent pairs' "gateway" rounds go direct too, to see the estimator's noise;
+`--floor`: bench/lib/floor_proxy.py takes the gateway's place after the cold wake, the same
+phases and figures: the CPU any Python proxy pays here for waking twice per request and
+parsing both ways, with none of the gateway's work (keys, routing, waking, logs, metrics).)
 The gateway's own CPU time per proxied request (from /proc) is printed too: on a 2-core
 machine that the engine saturates, that CPU is what the throughput ratio loses. The target's
 figure is the mean of the C=1 and C=8 phases' (both in RESULT, `gateway_cpu_ms_c1`/`_c8`,
@@ -41,16 +45,19 @@ request grows as the engine slows. Measured (issue 43, loaded shared machine): t
 against bench/gateway_cpu.py's stub with a 25 ms answer delay took 0.67 ms per request at
 C=1 against 0.25 ms with none; this bench's C=1 phase took 0.47 ms at 74 direct req/s and
 1.0 ms at 13 req/s, the code before issue 43 and after alike. Compare runs at the same
-engine speed (and load). What a wake costs on the machine, whatever the code: `wake_cost_ms`
-(in this process, after the phases) is the CPU a Python step pays when it follows an 18 ms
-sleep beyond the same step back to back; the C=1 phase wakes the gateway twice per request
-(the client's head, the engine's answer: `strace -c` counted 2.3 epoll waits, 2.1 reads and
-2.1 writes per request), so about twice this of its CPU is the machine's, not the code's
-(issue 43: 0.15-0.2 ms on the 2-core VM at load 3-5). A figure beside the target, not in it.
+engine speed (and load). `wake_cost_ms` (in this process, after the phases) is the CPU a
+small Python step (a JSON round trip) pays when it follows an 18 ms sleep beyond the same
+step back to back: what running with cold caches costs on the machine. The C=1 phase wakes
+the gateway twice per request (the client's head, the engine's answer: `strace -c` counted
+2.3 epoll waits, 2.1 reads and 2.1 writes per request), and everything a request runs after
+a wake pays that way, so the phase's CPU grows with the code and data a request touches.
+`--floor` measures the least a Python proxy touches (measured 2026-12-07, load 4, minutes
+apart: floor 0.168 ms per request, 0.220 at C=1 and 0.117 at C=8, against the gateway's
+0.410, 0.530 and 0.290). Both figures are beside the target, not in it.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
 ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=..
 gateway_cpu_ms_c1=.. gateway_cpu_ms_c8=.. direct_rps_c1=.. direct_rps_c8=.. auth_cpu_ms_per_req=..
-wake_cost_ms=.. load1=.. keys=on aa=0 pinned=1 target_met=..`.
+wake_cost_ms=.. load1=.. keys=on aa=0 pinned=1 proxy=gateway target_met=..`.
 """
 
 from __future__ import annotations
@@ -336,6 +343,12 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--no-keys", action="store_true", help="run the gateway without keys")
     ap.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
     ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="measure bench/lib/floor_proxy.py in place of the gateway (the CPU floor of a "
+        "Python proxy on this machine and engine); the gateway still makes the cold wake",
+    )
+    ap.add_argument(
         "--aa",
         action="store_true",
         help="A/A control: both rounds of every concurrent pair go direct (the estimator's noise)",
@@ -367,6 +380,66 @@ def start_gateway(
     )
 
 
+def print_phase(
+    conc: int,
+    rps: dict[str, float],
+    interval: tuple[float, float],
+    cpu_ms: float,
+    rounds: list[tuple[float, float]],
+) -> None:
+    """A concurrency phase's figures: pooled req/s, ratio, interval, CPU; and by engine mode."""
+    print(
+        f"concurrent c={conc}: direct {rps['direct']:.1f} req/s, gateway "
+        f"{rps['gateway']:.1f} req/s (pooled over {len(rounds)} rounds each): "
+        f"ratio {rps['gateway'] / rps['direct']:.3f} (90% interval {interval[0]:.3f}-"
+        f"{interval[1]:.3f}); gateway CPU {cpu_ms:.3f} ms per request"
+    )
+    modes = by_mode(rounds)
+    print(
+        f"concurrent c={conc} by engine mode (pairs whose rounds ran in one mode; "
+        "not the target's estimator): "
+        + ", ".join(f"{m} {n} pairs ratio {r:.3f}" for m, (n, r) in modes.items())
+    )
+
+
+def stop_all(proc: subprocess.Popen[bytes], measured: subprocess.Popen[bytes], state: Path) -> None:
+    """Stop the floor proxy (when it was measured), the gateway (SIGTERM, then SIGKILL after
+    30 s) and the engines the gateway started."""
+    if measured is not proc:
+        stop_server(measured)
+    stop_server(proc)
+    subprocess.run(
+        [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def start_floor(
+    engine_port: int, engine_headers: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], str]:
+    """bench/lib/floor_proxy.py in front of the engine (its API key in the env, not on argv),
+    and its URL once it accepts connections."""
+    import socket
+
+    port = free_port()
+    lines = "".join(f"{k}: {v}\n" for k, v in engine_headers.items())
+    script = Path(__file__).parent / "lib" / "floor_proxy.py"
+    proxy = subprocess.Popen(
+        [sys.executable, str(script), str(port), str(engine_port)],
+        env={**os.environ, "FLOOR_UPSTREAM_HEADERS": lines},
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proxy, f"http://127.0.0.1:{port}"
+        except OSError:
+            if proxy.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the floor proxy did not start") from None
+            time.sleep(0.1)
+
+
 def added_ms(lat: dict[str, list[float]]) -> tuple[float, float]:
     """(P50, P99) the gateway adds to the direct latency, ms; each side's figures printed."""
     for k, v in lat.items():
@@ -391,17 +464,20 @@ def main() -> None:
     state = d / "state"
     gw_log = open(d / "gateway.log", "wb")  # noqa: SIM115 (closed in finally)
     proc = start_gateway(plan, state, gw_port, keys_args, gw_log)
+    measured = proc  # the proxy whose CPU is measured: the gateway, or the floor (--floor)
     gw = f"http://127.0.0.1:{gw_port}"
     direct = f"http://127.0.0.1:{port}"
     try:
         wait_http(gw + "/health", 120, proc)
         cold_s = cold_wake(gw)
         AUTH[direct] = engine_auth(state)
+        if args.floor:
+            measured, gw = start_floor(port, AUTH[direct])
         print(
             f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
             f"predicted wake_disk_s: {predicted:.2f} s"
         )
-        placed = "not pinned (--no-pin)" if args.no_pin else pin_engine(port, proc.pid)
+        placed = "not pinned (--no-pin)" if args.no_pin else pin_engine(port, measured.pid)
         pinned = not placed.startswith("not pinned")
         print("CPUs:", placed)
         body = {
@@ -424,25 +500,14 @@ def main() -> None:
                 args.concurrent_requests,
                 conc,
                 body,
-                proc.pid,
+                measured.pid,
                 args.pairs,
             )
             ratios[conc] = rps["gateway"] / rps["direct"]
             intervals[conc] = ratio_interval(rounds)
             cpu.append(cpu_ms)
             direct_rps[conc] = rps["direct"]
-            print(
-                f"concurrent c={conc}: direct {rps['direct']:.1f} req/s, gateway "
-                f"{rps['gateway']:.1f} req/s (pooled over {args.pairs} rounds each): "
-                f"ratio {ratios[conc]:.3f} (90% interval {intervals[conc][0]:.3f}-"
-                f"{intervals[conc][1]:.3f}); gateway CPU {cpu_ms:.3f} ms per request"
-            )
-            modes = by_mode(rounds)
-            print(
-                f"concurrent c={conc} by engine mode (pairs whose rounds ran in one mode; "
-                "not the target's estimator): "
-                + ", ".join(f"{m} {n} pairs ratio {r:.3f}" for m, (n, r) in modes.items())
-            )
+            print_phase(conc, rps, intervals[conc], cpu_ms, rounds)
         cpu_ms = sum(cpu) / len(cpu)
         print(f"gateway CPU per proxied request: {cpu_ms:.3f} ms")
         auth_ms, wake_ms = in_process(keys)
@@ -461,13 +526,8 @@ def main() -> None:
         print((d / "gateway.log").read_text()[-3000:], file=sys.stderr)
         raise
     finally:
-        stop_server(proc)  # SIGTERM, then SIGKILL after 30 s
+        stop_all(proc, measured, state)
         gw_log.close()
-        subprocess.run(
-            [sys.executable, "-m", "planner.cli.main", "down", "--state-dir", str(state)],
-            capture_output=True,
-            timeout=120,
-        )
         if args.keep:
             print(f"work dir: {d}")
         else:
@@ -499,7 +559,7 @@ def main() -> None:
         + f"auth_cpu_ms_per_req={auth_ms:.4f} wake_cost_ms={wake_ms:.3f} "
         f"load1={os.getloadavg()[0]:.2f} "
         f"keys={'off' if args.no_keys else 'on'} aa={int(args.aa)} pinned={int(pinned)} "
-        f"target_met={int(met)}"
+        f"proxy={'floor' if args.floor else 'gateway'} target_met={int(met)}"
     )
     if not met:
         sys.exit(1)
