@@ -433,6 +433,7 @@ def start_floor(
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            print("measuring the floor proxy in the gateway's place: 'gateway' below means it")
             return proxy, f"http://127.0.0.1:{port}"
         except OSError:
             if proxy.poll() is not None or time.monotonic() > deadline:
