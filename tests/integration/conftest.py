@@ -13,6 +13,7 @@ import yaml
 
 from planner.app.example import CPU_CLUSTER
 from planner.engines.process import free_port
+from planner.tinymodel import tiny_arch
 
 _VLLM_OK: tuple[bool, str] | None = None
 
@@ -86,19 +87,7 @@ def write_cpu_plan(
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "cluster.yaml").write_text(CPU_CLUSTER)
-    arch = {
-        "name": "tiny-llama",
-        "num_layers": 2,
-        "hidden_size": 128,
-        "num_attention_heads": 4,
-        "num_kv_heads": 2,
-        "head_dim": 32,
-        "intermediate_size": 256,
-        "vocab_size": 512,
-        "total_params_b": 0.0004,
-        "active_params_b": 0.0004,
-        "max_position_embeddings": max_context,
-    }
+    arch = {**tiny_arch(), "max_position_embeddings": max_context}
     models = {
         "kind": "models",
         "version": 1,

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from planner.app.example import CPU_CLUSTER
+from planner.tinymodel import tiny_arch
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ROOT / "tests" / "data" / "small"
@@ -28,18 +29,7 @@ def golden_small_plan(tmp_path: Path, edit=None, name: str = "plan.yaml") -> Pat
 
 
 # the architecture of the tiny CPU model (what plans/examples/cpu/models.yaml describes)
-TINY_ARCH = {
-    "name": "tiny",
-    "num_layers": 2,
-    "hidden_size": 128,
-    "num_attention_heads": 4,
-    "num_kv_heads": 2,
-    "head_dim": 32,
-    "intermediate_size": 256,
-    "vocab_size": 512,
-    "total_params_b": 0.0004,
-    "active_params_b": 0.0004,
-}
+TINY_ARCH = tiny_arch()
 
 
 def tiny_cpu_plan(tmp_path, node: str = "local", models_path: str = "models.yaml") -> str:
