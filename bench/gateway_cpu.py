@@ -15,9 +15,12 @@ gateway sleeps between a request and its answer and each request pays for waking
 (its head, the engine's answer). Measured (issue 43, 2-core VM, load 3-5, one client): 0.27
 ms per request with no delay, 0.63-0.74 ms with 18 ms (user time: 0.21 -> 0.68 ms; the
 syscalls per request are the same), as gateway_overhead.py's C=1 phase against the real
-engine; a 20-line Python loop that sleeps 18 ms between two small JSON round trips pays
-about 0.18 ms of CPU more per wake than back to back, so this is the machine's cost of
-waking a sleeping Python process (caches and TLB refilled), not the gateway's code.
+engine. What runs after a wake runs with cold caches (a small JSON round trip after an 18 ms
+sleep costs about 0.18 ms more than back to back), so the delay multiplies the cost of the
+gateway's own code: measured the same way (2026-12-07, 20 ms, one client), a bare TCP relay
+took 0.17-0.19 ms per request against the gateway's 0.86, and
+`bench/gateway_overhead.py --floor` puts a minimal proxy beside the gateway on the real
+engine.
 
 `--profile FILE` runs the gateway under cProfile and writes its stats to FILE (then the CPU
 figure includes the profiler's cost: compare only runs without it).
