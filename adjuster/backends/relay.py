@@ -67,7 +67,7 @@ class _Gate:
         self.relay, self.port = relay, port
 
     def admit(self, request: Request) -> Response | None:
-        if not self.relay._authorized(self.port, request.headers.get("Authorization", "")):
+        if not self.relay._authorized(self.port, request.headers.get("authorization", "")):
             return _error(401, "this engine answers only the planner (missing or wrong key)")
         if (request.method, request.path) not in ROUTES:
             return _error(404, f"{request.method} {request.path} is not relayed to engines")
@@ -183,7 +183,9 @@ class Relay:
             body = await read_body(request, cfg.max_body_bytes, cfg.body_timeout_s, SYSTEM.mono_s)
         except BadBody as e:
             return _error(e.status, e.message)
-        headers = {h: v for h in _PASSED_HEADERS if (v := request.headers.get(h)) is not None}
+        headers = {
+            h: v for h in _PASSED_HEADERS if (v := request.headers.get(h.lower())) is not None
+        }
         url = f"http://{LOOPBACK}:{port}{request.path}"
         query = request.target.partition("?")[2].partition("#")[0]
         if query:

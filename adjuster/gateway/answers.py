@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
 
 from planner.adjuster.gateway.reply import Response, error
 from planner.keys import key_id
@@ -19,21 +19,22 @@ class Unavailable(Exception):
         self.retry_after_s = retry_after_s
 
 
-def identity(headers: Any, secret: bytes) -> tuple[str, str]:
+def identity(headers: Mapping[str, str], secret: bytes) -> tuple[str, str]:
     """(user, session) without a keys file: X-User / X-Session, or the bearer key's id (an
-    HMAC with the install's `secret`, planner.keys.key_id) as the user."""
-    user = headers.get("X-User", "")
+    HMAC with the install's `secret`, planner.keys.key_id) as the user (`headers`: by
+    lower-case name, as h1server.Headers)."""
+    user = headers.get("x-user", "")
     if not user:
         key = presented_key(headers)
         if key:
             user = key_id(secret, key)
-    return user, headers.get("X-Session", "")
+    return user, headers.get("x-session", "")
 
 
-def presented_key(headers: Any) -> str:
+def presented_key(headers: Mapping[str, str]) -> str:
     """The key a request presents: `Authorization: Bearer KEY` (OpenAI's clients) or
-    `x-api-key: KEY` (Anthropic's); "" when none."""
-    auth = headers.get("Authorization", "")
+    `x-api-key: KEY` (Anthropic's); "" when none (`headers`: by lower-case name)."""
+    auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
         return auth[7:].strip()
     return headers.get("x-api-key", "").strip()

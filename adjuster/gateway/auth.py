@@ -31,7 +31,7 @@ import ipaddress
 import logging
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -197,8 +197,9 @@ class Auth:
 
     # ----- per request
 
-    def caller(self, headers: Any, remote: str | None) -> Caller | None:
-        """The caller of a request; None: keys are on and it presents no valid key."""
+    def caller(self, headers: Mapping[str, str], remote: str | None) -> Caller | None:
+        """The caller of a request (`headers` by lower-case name); None: keys are on and it
+        presents no valid key."""
         if self.table is None:
             loopback = remote is not None and is_loopback(remote)
             return Caller(None, identity(headers, self.secret)[0], loopback)
@@ -208,7 +209,7 @@ class Auth:
             return None
         user = key.name
         if key.trusted_proxy:
-            raw = headers.get("X-User", "")[:_MAX_SUB_CHARS]
+            raw = headers.get("x-user", "")[:_MAX_SUB_CHARS]
             sub = "".join(c for c in raw if c.isprintable())
             if sub:
                 user = f"{key.name}/{sub}"
@@ -247,7 +248,7 @@ class Auth:
     def identity(self, request: Request) -> tuple[str, str]:
         """(user, session) of a request `check` let through."""
         who = request.caller
-        return (who.user if who is not None else ""), request.headers.get("X-Session", "")
+        return (who.user if who is not None else ""), request.headers.get("x-session", "")
 
     def allows(self, request: Request, model: str) -> bool:
         """Whether the request's key may call `model` (always, without keys)."""

@@ -23,6 +23,7 @@ from planner.adjuster.gateway.reply import Response, error
 
 READ_CHUNK = 64 * 1024  # body bytes read at once
 MAX_NAME = 200  # characters of a client-sent name kept
+_DECODER = json.JSONDecoder()
 
 
 def cut(name: str) -> str:
@@ -91,7 +92,7 @@ def _too_large(cap_bytes: int) -> str:
 def parse(body: bytes) -> dict[str, Any]:
     """The request as a dict; BadBody (400) for anything a model server would refuse."""
     try:
-        payload = json.loads(body)
+        payload = _loads(body)
     except ValueError:
         raise BadBody(400, "not_json", "the body is not valid JSON") from None
     except RecursionError:  # the C parser's own bound on nesting, as deep as Python's stack
@@ -124,6 +125,15 @@ def parse(body: bytes) -> dict[str, Any]:
                 "stream_options",
             )
     return payload
+
+
+def _loads(body: bytes) -> Any:
+    """`json.loads(body)`. A body that starts with `{` and a byte that is not NUL is UTF-8
+    by json.loads' own detection: it is decoded as json.loads would, without the detection
+    and its calls (the gateway's CPU per request is throughput lost)."""
+    if body[:1] == b"{" and body[1:2] != b"\x00":
+        return _DECODER.decode(body.decode("utf-8", "surrogatepass"))
+    return json.loads(body)
 
 
 def _kind(v: Any) -> str:

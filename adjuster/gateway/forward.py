@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from typing import TYPE_CHECKING
 
 import aiohttp
 import yarl
@@ -24,6 +25,9 @@ from planner.adjuster.gateway.reply import Response, StreamResponse
 from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
 from planner.adjuster.gateway.stream import SERVED_BY, event_stream, send
 from planner.adjuster.gateway.upstream import Upstream
+
+if TYPE_CHECKING:
+    from planner.adjuster.gateway.exchange import Exchange
 
 
 class NoAnswer(Exception):
@@ -53,6 +57,8 @@ class Forwarder:
         # CPU than the rest of the lean client's request.
         self._due: dict[asyncio.Task, float] = {}
         self._late: dict[asyncio.Task, int] = {}  # cancelled by `sweep`: cancelling() before
+        # Requests in flight in callbacks (exchange.py) -> their deadline
+        self.exchanges: dict[Exchange, float] = {}
 
     async def sweep(self, every_s: float) -> None:
         """Cancel the non-streamed requests past their deadline (each then answers 502, as
@@ -64,6 +70,9 @@ class Forwarder:
                 if due <= now and task not in self._late:
                     self._late[task] = task.cancelling()
                     task.cancel()
+            for x, due in list(self.exchanges.items()):
+                if due <= now:
+                    x.expire(self.up.request_timeout_s)
 
     async def forward(
         self,
@@ -88,7 +97,7 @@ class Forwarder:
         try:
             if not stream:  # the hot path: a lean client (http1.py)
                 h = inst.handle
-                head = render_head(h.host, h.port, request.path, tuple(inst.auth_headers.items()))
+                head = render_head(h.host, h.port, request.path, inst.auth_items)
                 task = asyncio.current_task()
                 assert task is not None
                 self._due[task] = now_s + self.up.request_timeout_s
@@ -105,7 +114,7 @@ class Forwarder:
                     del self._due[task]
                     self._late.pop(task, None)
                 ttft_s = rec.since_s(r)
-                resp, usage = _whole(inst, status, ctype, data, rename)
+                resp, usage = whole(inst, status, ctype, data, rename)
             else:
                 async with session.post(
                     _url(inst.url + request.path), data=body, headers=inst.post_headers
@@ -115,7 +124,7 @@ class Forwarder:
                     if status != 200 or not ctype.startswith("text/event-stream"):
                         data = await up.read()
                         ttft_s = rec.since_s(r)
-                        resp, usage = _whole(inst, status, ctype, data, rename)
+                        resp, usage = whole(inst, status, ctype, data, rename)
                     else:
                         resp = r.early or event_stream(inst.spec.model)
                         ttft_s, usage = await self._stream(
@@ -163,7 +172,7 @@ class Forwarder:
         return ttft_s, sse.usage
 
 
-def _whole(
+def whole(
     inst: Inst, status: int, ctype: str, data: bytes, rename: tuple[str, str] | None
 ) -> tuple[Response, dict | None]:
     """A whole answer to pass on, and its usage; NoAnswer for a server error (a dying engine

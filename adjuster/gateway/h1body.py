@@ -69,7 +69,7 @@ class Budget:
 class Body:
     """A request's body as it arrives; `read` takes it in pieces (b"" at its end)."""
 
-    __slots__ = ("_buf", "_conn", "_waiter", "done", "error", "expect", "length")
+    __slots__ = ("_buf", "_conn", "_waiter", "_whole", "done", "error", "expect", "length")
 
     def __init__(self, conn: Wire, length: int | None):
         self._conn, self.length = conn, length  # length None: chunked
@@ -78,6 +78,7 @@ class Body:
         self.done = length == 0  # all of it is in
         self.error: Exception | None = None  # malformed chunks, over budget, the client left
         self.expect = False  # `100 Continue` is owed before the first wait
+        self._whole: bytes | None = None  # what `ready` returned
 
     def feed(self, data: bytes) -> None:
         """Bytes of the body, as the parser gives them."""
@@ -85,12 +86,14 @@ class Body:
         self.expect = False  # the client sends without waiting: no `100 Continue`
         if len(self._buf) >= PAUSE_BYTES:
             self._conn.pause_reading()
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
 
     def end(self) -> None:
         """All of the body is in."""
         self.done = True
-        self._wake()
+        if self._waiter is not None:
+            self._wake()
 
     def fail(self, e: Exception) -> None:
         if self.error is None and not self.done:
@@ -102,12 +105,14 @@ class Body:
             self._waiter.set_result(None)
 
     def ready(self) -> bytes | None:
-        """The whole body, when all of it came (with the head, usually) and none was read."""
+        """The whole body, when all of it came (with the head, usually) and none was read;
+        the same bytes on every call."""
         if not self.done:
             return None
-        out = bytes(self._buf)
-        self._buf = bytearray()
-        return out
+        if self._whole is None:
+            self._whole = bytes(self._buf)
+            self._buf = bytearray()
+        return self._whole
 
     async def read(self, n: int) -> bytes:
         """Up to `n` bytes as they come; b"" at the end. A malformed or over-long body raises

@@ -44,7 +44,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import httptools
 
@@ -77,25 +77,23 @@ _KINDS = {
 
 
 class Headers(dict[str, str]):
-    """Request headers by lower-case name (the first of repeated ones); `get` takes any case."""
-
-    @overload  # type: ignore[override]
-    def get(self, name: str) -> str | None: ...
-    @overload
-    def get(self, name: str, default: str) -> str: ...
-    def get(self, name: str, default: str | None = None) -> str | None:
-        return dict.get(self, name.lower(), default)
+    """Request headers by lower-case name (the first of repeated ones): ask for them in lower
+    case (a method that lowered the name would cost a call per read on the hot path)."""
 
 
 class Request:
     """One request: its head, its body, who sent it (`caller`, set by the gate), the key
-    slot it holds (`admitted`), whose body budget it uses (`owner`) and what it holds."""
+    slot it holds (`admitted`), whose body budget it uses (`owner`) and what it holds;
+    whether the server's `fast` may take it (`fast`) and its callbacks' state if it did
+    (`exchange`)."""
 
     __slots__ = (
         "admitted",
         "body",
         "caller",
         "conn",
+        "exchange",
+        "fast",
         "handler",
         "headers",
         "held",
@@ -124,10 +122,15 @@ class Request:
         self.path = path
         self.version = version
         self.headers, self.body = headers, Body(conn, length)
-        self.keep_alive = version == (1, 1) and "close" not in headers.get("connection", "").lower()
+        connection = headers.get("connection")
+        self.keep_alive = version == (1, 1) and (
+            connection is None or "close" not in connection.lower()
+        )
         self.caller: Any = None
         self.admitted: str | None = None
         self.handler: Any = None  # the route's handler, when the gate chose one
+        self.fast = False  # the gate lets `Server.fast` try it once its body is whole
+        self.exchange: Any = None  # an Exchange (exchange.py) while `fast` runs it
         self.owner = ""  # the key name whose body budget this request uses
         self.held = 0  # body bytes taken from the budget
         self.refusal: Response | None = None  # the gate's answer instead of the handler's
@@ -145,7 +148,8 @@ class Request:
         return self.body.length
 
 
-Handler = Callable[[Request], Awaitable[Response | StreamResponse]]
+Answer = Response | StreamResponse
+Handler = Callable[[Request], Awaitable[Answer]]
 
 
 class Gate(Protocol):
@@ -180,12 +184,17 @@ class Server:
         logger: logging.Logger,
         gate: Gate | None = None,
         budget: Budget | None = None,
+        fast: Callable[[Request], bool] | None = None,
     ):
         self.handler = handler
         self.guard = guard
         self.log = logger
         self.gate = gate if gate is not None else OpenGate()
         self.budget = budget
+        # Takes a request the gate marked `fast` whose body is whole, and answers it from
+        # callbacks (`Conn.respond`, or `Conn.run` to go on as a task); False: the handler
+        # runs it as a task.
+        self.fast = fast
         self.stopping = False  # no new request on a kept-alive connection
 
     def __call__(self) -> Conn:
@@ -212,9 +221,12 @@ class Server:
             req.held = 0
         self.gate.release(req)
 
-    async def shutdown(self, timeout_s: float = 60.0) -> None:
-        """Close idle connections; wait for the requests in flight, then close the rest."""
+    async def shutdown(self, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
+        """Close idle connections; wait for the requests in flight, then close the rest
+        (`poll_s`: how often requests answered from callbacks, with no task, are looked at)."""
         self.stopping = True
+        clock = self.guard.clock
+        deadline = clock() + timeout_s
         conns = list(self.guard.open)
         for c in conns:
             if not c.busy:
@@ -222,6 +234,8 @@ class Server:
         tasks = [c.task for c in conns if c.task is not None and not c.task.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout_s)
+        while clock() < deadline and any(c.busy and c.task is None for c in self.guard.open):
+            await asyncio.sleep(poll_s)
         for c in list(self.guard.open):
             c.abort()
 
@@ -250,10 +264,9 @@ class _Stop(Exception):
     """Raised in a parser callback: parse no further on this connection."""
 
 
-def target_path(url: bytes) -> str:
+def target_path(target: str) -> str:
     """The path of a request target (origin or absolute form), without query or fragment;
     BadRequest for other forms. llhttp has checked its characters."""
-    target = url.decode("latin-1")
     if target[:1] != "/":
         low = target[:8].lower()
         if low.startswith("http://") or low.startswith("https://"):
@@ -301,6 +314,8 @@ class Conn(asyncio.Protocol):
         self._write_paused = self._read_paused = False
         self._linger: asyncio.TimerHandle | None = None
         self._dropped = 0  # bytes dropped after parsing stopped
+        self._receiving = False  # in data_received
+        self._deferred: Request | None = None  # started at the end of this data_received
 
     # ----- transport events
 
@@ -324,6 +339,9 @@ class Conn(asyncio.Protocol):
         if self.task is not None and not self.task.done():
             self.task.cancel()  # the client left: its handler stops (and its upstream request)
         elif self.current is not None:
+            exchange = self.current.exchange
+            if exchange is not None:  # its upstream request stops, its slot is given back
+                exchange.client_gone()
             self.server.release(self.current)
         gone = ConnectionResetError("the client closed the connection")
         if self._parsing is not None:
@@ -335,6 +353,17 @@ class Conn(asyncio.Protocol):
             self._linger.cancel()
 
     def data_received(self, data: bytes) -> None:
+        self._receiving = True
+        try:
+            self._received(data)
+        finally:
+            self._receiving = False
+        req = self._deferred
+        if req is not None:
+            self._deferred = None
+            self._go(req)
+
+    def _received(self, data: bytes) -> None:
         if self._linger is not None or self._stopped:  # after a refusal or an answer that
             self._dropped += len(data)  # left the body unread: dropped, up to LINGER_BYTES
             if self._dropped > LINGER_BYTES:
@@ -426,17 +455,14 @@ class Conn(asyncio.Protocol):
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._in_body:
-            return  # a trailer: bounded with the framing, not kept
-        self._fields.append((name, value))  # (their count is checked when the head is whole)
-        if len(name) + len(value) > MAX_LINE:
-            self._refuse(BadRequest(431, f"a header field exceeds {MAX_LINE} bytes"))
-            raise _Stop
+        # (their count and length are checked when the head is whole; a trailer's are
+        # bounded with the framing, and it is not read)
+        self._fields.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self._head_bytes = 0
+        head_bytes, self._head_bytes = self._head_bytes, 0
         try:
-            req = self._request()
+            req = self._request(head_bytes)
         except BadRequest as e:
             self._refuse(e)
             raise _Stop from None
@@ -491,9 +517,9 @@ class Conn(asyncio.Protocol):
             self._parsing, self._in_body = None, False
             req.body.end()
 
-    def _request(self) -> Request:
-        """The request whose head the parser just read; BadRequest for what llhttp lets
-        through and the gateway does not serve."""
+    def _request(self, head_bytes: int) -> Request:
+        """The request whose head (of `head_bytes`) the parser just read; BadRequest for what
+        llhttp lets through and the gateway does not serve."""
         p = self._parser
         version = p.get_http_version()
         if version not in ("1.1", "1.0"):
@@ -501,6 +527,8 @@ class Conn(asyncio.Protocol):
         if p.should_upgrade():
             raise BadRequest(400, "CONNECT and Upgrade are not served")
         fields = self._fields
+        if head_bytes > MAX_LINE and any(len(n) + len(v) > MAX_LINE for n, v in fields):
+            raise BadRequest(431, f"a header field exceeds {MAX_LINE} bytes")
         if len(fields) > MAX_HEADERS:
             raise BadRequest(431, f"more than {MAX_HEADERS} headers")
         # one dict in C, the first of repeated names kept (reversed: the last write wins)
@@ -519,10 +547,11 @@ class Conn(asyncio.Protocol):
             length = None
         else:
             length = int(dict.get(headers, "content-length", 0))  # llhttp checked its digits
+        target = self._url.decode("latin-1")
         req = Request(
-            self, p.get_method().decode(), target_path(self._url), major_minor, headers, length
+            self, p.get_method().decode(), target_path(target), major_minor, headers, length
         )
-        req.target = self._url.decode("latin-1")
+        req.target = target
         return req
 
     # ----- requests
@@ -548,11 +577,31 @@ class Conn(asyncio.Protocol):
             self.answer(req, req.refusal)
             self._finish(req)
             return
-        self.task = asyncio.get_running_loop().create_task(self._run(req))
+        if req.fast and self._receiving and not req.body.done:
+            self._deferred = req  # its body may be in the bytes still to parse
+            return
+        self._go(req)
 
-    async def _run(self, req: Request) -> None:
+    def _go(self, req: Request) -> None:
+        """Run a request: by the server's `fast` when it takes it, else as a task."""
+        if req.fast and req.body.done and not self.closing:
+            fast = self.server.fast
+            if fast is not None and fast(req):
+                return
+        self.run(req)
+
+    def run(self, req: Request, work: Callable[[], Awaitable[Answer]] | None = None) -> None:
+        """Run the request's handler (or `work`) as a task that answers it."""
+        self.task = asyncio.get_running_loop().create_task(self._run(req, work))
+
+    def respond(self, req: Request, resp: Response) -> None:
+        """Answer the current request from a callback (what `_run` does for a task)."""
+        self.answer(req, resp)
+        self._finish(req)
+
+    async def _run(self, req: Request, work: Callable[[], Awaitable[Answer]] | None) -> None:
         try:
-            resp = await self.server.handler(req)
+            resp = await (work() if work is not None else self.server.handler(req))
             if isinstance(resp, StreamResponse):
                 if not resp.prepared:
                     await resp.prepare(req)

@@ -12,6 +12,10 @@ forward.py treats both as "no answer". A kept-alive connection that the engine c
 it was idle (uvicorn closes them after 5 s) is noticed before reuse; one that closes just
 as the request is sent is tried once more on a new connection, before any byte of an answer.
 A cancelled request (the client left) aborts its connection: the engine aborts the request.
+
+The answer goes to a `Sink`'s callbacks, as its parser reads it: `post` awaits a future that
+a sink sets, and the gateway's common case (exchange.py) is itself the sink, so that it runs
+in callbacks with no task.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections import defaultdict
+from typing import Protocol
 
 import httptools
 
@@ -30,6 +35,35 @@ class UpstreamError(ConnectionError):
     """The engine closed the connection or answered something that is not HTTP/1.1."""
 
 
+class Sink(Protocol):
+    """Where one answer goes: exactly one of the two is called, once."""
+
+    def answered(self, status: int, ctype: str, body: bytes, keep: bool) -> None:
+        """The whole answer (`keep`: the connection may take another request)."""
+        ...
+
+    def failed(self, error: UpstreamError) -> None:
+        """No whole answer: the connection closed or the answer was broken."""
+        ...
+
+
+class _Waiter:
+    """A sink that sets a future: the answer's (status, Content-Type, body, reusable)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future) -> None:
+        self.future = future
+
+    def answered(self, status: int, ctype: str, body: bytes, keep: bool) -> None:
+        if not self.future.done():
+            self.future.set_result((status, ctype, body, keep))
+
+    def failed(self, error: UpstreamError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
 @functools.lru_cache(maxsize=1024)
 def render_head(host: str, port: int, path: str, auth: tuple[tuple[str, str], ...]) -> bytes:
     """The request line and headers of a POST, up to its Content-Length value."""
@@ -38,54 +72,63 @@ def render_head(host: str, port: int, path: str, auth: tuple[tuple[str, str], ..
     return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
 
-class _Conn(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One kept-alive connection to an engine and the answer it is reading (one request at a
     time), parsed by httptools (llhttp) as its bytes arrive: no stream reader between. An
     answer without a body (204, 304) ends with its head; one without a length, with the
-    connection."""
+    connection. The answer goes to the request's sink once the parser is done with the bytes
+    that held its end (a sink may send the next request on this connection)."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self.got = False  # a byte of this request's answer came
-        self._waiter: asyncio.Future | None = None
+        self._sink: Sink | None = None  # of the request in flight; None once told
         self._parser: httptools.HttpResponseParser | None = None
         self._ctype = b""
         self._parts: list[bytes] = []
         self._head_bytes = 0
         self._headed = False
         self._framed = False  # a Content-Length or Transfer-Encoding says where it ends
+        self._whole = False  # the parser read the answer's end...
+        self._keep = False  # ...and the connection may take another request
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
-        w, parser = self._waiter, self._parser
-        if w is None or w.done():
+        sink, parser = self._sink, self._parser
+        if sink is None:
             return
+        self._sink = None
         if parser is not None and self._headed and not self._framed:
             body = b"".join(self._parts)  # an answer that ends with the connection
-            w.set_result((parser.get_status_code(), self._content_type(), body, False))
+            sink.answered(parser.get_status_code(), self._content_type(), body, False)
         else:
-            w.set_exception(UpstreamError(f"the engine closed the connection ({exc or 'EOF'})"))
+            sink.failed(UpstreamError(f"the engine closed the connection ({exc or 'EOF'})"))
 
-    def request(self, msg: bytes) -> asyncio.Future:
-        """Send a request; the future of its (status, Content-Type, body, reusable)."""
+    def send(self, msg: bytes, sink: Sink) -> None:
+        """Send a request whose answer goes to `sink`."""
         assert self.transport is not None
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._sink = sink
         self._parser = httptools.HttpResponseParser(self)
         self._ctype = b""
         self._parts = []
         self._head_bytes = 0
-        self._headed = self._framed = False
+        self._headed = self._framed = self._whole = False
         self.got = False
         self.transport.write(msg)
-        return self._waiter
+
+    def request(self, msg: bytes) -> asyncio.Future:
+        """Send a request; the future of its (status, Content-Type, body, reusable)."""
+        future = asyncio.get_running_loop().create_future()
+        self.send(msg, _Waiter(future))
+        return future
 
     def data_received(self, data: bytes) -> None:
-        w, parser = self._waiter, self._parser
-        if w is None or w.done() or parser is None:  # bytes nobody asked for: not reusable
+        sink, parser = self._sink, self._parser
+        if sink is None or parser is None:  # bytes nobody asked for: not reusable
             self.abort()
             return
         self.got = True
@@ -94,18 +137,27 @@ class _Conn(asyncio.Protocol):
         try:
             parser.feed_data(data)
         except httptools.HttpParserError as e:
-            if not w.done():
-                w.set_exception(UpstreamError(f"broken answer: {e or type(e).__name__}"))
-            self.abort()
+            self._fail(f"broken answer: {e or type(e).__name__}")
             return
-        if not self._headed and self._head_bytes > MAX_HEAD and not w.done():
-            w.set_exception(UpstreamError("broken answer: the head is too long"))
-            self.abort()
+        if self._whole:
+            self._sink = None
+            parts = self._parts
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
+            keep = self._keep and not self.lost
+            sink.answered(parser.get_status_code(), self._content_type(), body, keep)
+        elif not self._headed and self._head_bytes > MAX_HEAD:
+            self._fail("broken answer: the head is too long")
+
+    def _fail(self, why: str) -> None:
+        sink, self._sink = self._sink, None
+        self.abort()
+        if sink is not None:
+            sink.failed(UpstreamError(why))
 
     # httptools callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        low = name.lower()
+        low = name if name.islower() else name.lower()  # (uvicorn sends lower-case names)
         if low == b"content-type":
             self._ctype = value
         elif low in (b"content-length", b"transfer-encoding"):
@@ -118,18 +170,14 @@ class _Conn(asyncio.Protocol):
         self._parts.append(data)
 
     def on_message_complete(self) -> None:
-        w, parser = self._waiter, self._parser
-        if w is None or w.done() or parser is None:
-            return
-        parts = self._parts
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        keep = parser.should_keep_alive() and not self.lost
-        w.set_result((parser.get_status_code(), self._content_type(), body, keep))
+        self._whole = True
+        self._keep = self._parser is not None and self._parser.should_keep_alive()
 
     def _content_type(self) -> str:
         return self._ctype.decode("latin-1") if self._ctype else "application/json"
 
     def abort(self) -> None:
+        """Close at once; the request in flight (if any) is told by `connection_lost`."""
         self.lost = True
         if self.transport is not None:
             self.transport.abort()
@@ -139,16 +187,18 @@ class Http1:
     """Kept-alive connections by (host, port) and the one request they make."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple[str, int], list[_Conn]] = defaultdict(list)
+        self._idle: dict[tuple[str, int], list[Connection]] = defaultdict(list)
 
     async def post(self, host: str, port: int, head: bytes, body: bytes) -> tuple[int, str, bytes]:
         """(status, Content-Type, body) of the answer to a POST (`head`: render_head's)."""
         msg = head + str(len(body)).encode() + b"\r\n\r\n" + body
         for attempt in (0, 1):
-            conn, reused = self._take((host, port)), True
+            conn, reused = self.take((host, port)), True
             if conn is None:
                 try:
-                    _, conn = await asyncio.get_running_loop().create_connection(_Conn, host, port)
+                    _, conn = await asyncio.get_running_loop().create_connection(
+                        Connection, host, port
+                    )
                 except OSError as e:  # refused, unreachable: no answer
                     raise UpstreamError(f"cannot connect: {e}") from e
                 reused = False
@@ -163,13 +213,14 @@ class Http1:
                 conn.abort()
                 raise
             if keep:
-                self._put((host, port), conn)
+                self.put((host, port), conn)
             else:
                 conn.abort()
             return status, ctype, data
         raise AssertionError("unreachable")
 
-    def _take(self, key: tuple[str, int]) -> _Conn | None:
+    def take(self, key: tuple[str, int]) -> Connection | None:
+        """A kept-alive connection to (host, port) that is still open, or None."""
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
@@ -178,7 +229,8 @@ class Http1:
             conn.abort()
         return None
 
-    def _put(self, key: tuple[str, int], conn: _Conn) -> None:
+    def put(self, key: tuple[str, int], conn: Connection) -> None:
+        """Keep `conn` for the next request (closed beyond `_MAX_IDLE` kept)."""
         idle = self._idle[key]
         if len(idle) < _MAX_IDLE:
             idle.append(conn)

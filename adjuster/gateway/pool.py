@@ -44,8 +44,10 @@ class Inst:
     idle_since_s: float = -math.inf  # clock time its last request ended or its wake did
     woke_s: float = -math.inf  # Clock.mono_s() its last wake completed (-inf: awake at start)
     url: str = ""  # http://host:port of the handle ("" without one)
+    addr: tuple[str, int] = ("", 0)  # (host, port) of the handle
     # what every upstream request carries: the instance's API key (never a client's)
     auth_headers: dict[str, str] = field(default_factory=dict)
+    auth_items: tuple[tuple[str, str], ...] = ()  # the same, as http1.render_head takes them
     post_headers: dict[str, str] = field(default_factory=dict)  # a proxied POST's
     idle: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -70,7 +72,9 @@ class Inst:
         # the URL and headers are made here once, not on every request
         self._handle = value
         self.url = f"http://{value.host}:{value.port}" if value is not None else ""
+        self.addr = (value.host, value.port) if value is not None else ("", 0)
         self.auth_headers = value.auth_headers() if value is not None else {}
+        self.auth_items = tuple(self.auth_headers.items())
         self.post_headers = {"Content-Type": "application/json", **self.auth_headers}
 
     @property

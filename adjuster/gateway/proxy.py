@@ -43,12 +43,14 @@ import asyncio
 import json
 import logging
 import math
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from planner.adjuster.gateway.answers import Unavailable, error, unavailable
 from planner.adjuster.gateway.auth import Auth
 from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
 from planner.adjuster.gateway.config import GatewayConfig
+from planner.adjuster.gateway.exchange import Exchange
 from planner.adjuster.gateway.forward import Forwarder, NoAnswer
 from planner.adjuster.gateway.h1server import RETRY_AFTER_S, Request
 from planner.adjuster.gateway.health import Health
@@ -117,8 +119,60 @@ class Proxy:
     async def handle(self, request: Request) -> Response | StreamResponse:
         user, session = self.auth.identity(request)
         r = self.rec.start(cut(user), cut(session), request)
+        return await self._guarded(request, r, self._handle(request, r))
+
+    def fast(self, request: Request) -> bool:
+        """Start `request` in callbacks (exchange.py) when it is the common case: not
+        streamed, its body whole and valid, its key allowed its model, and an instance of
+        the model awake with a free slot, no queue and a kept-alive connection. False, with
+        nothing done, for anything else: `handle` runs it as a task."""
+        body = request.body.ready()
+        if body is None or len(body) > self.cfg.max_body_bytes:
+            return False
         try:
-            out = await self._handle(request, r)
+            payload = parse(body)
+        except BadBody:
+            return False
+        model = payload["model"]
+        if payload.get("stream") or self.up.drained or model not in self.pool.by_model:
+            return False
+        if not self.auth.allows(request, model) or self.wrong_task(model, request.path):
+            return False
+        inst = self.choose(model)
+        if inst is None or inst.outstanding >= inst.limit or self.pool.queued_for_admission(model):
+            return False
+        conn = self.up.http.take(inst.addr)
+        if conn is None:
+            return False
+        # from here on as `handle` and `pick` do it
+        user, session = self.auth.identity(request)
+        r = self.rec.start(cut(user), cut(session), request)
+        r.model = cut(model)
+        self.tiers.hand_off(model)
+        self.pool.take(inst)
+        Exchange(self, request, r, inst, payload, body, conn).send()
+        return True
+
+    def resume(self, x: Exchange, failure: NoAnswer | None) -> None:
+        """Go on with an exchange on the general path, as a task, once its slot was given
+        back: its instance gave no answer (`failure`, the first try), or its kept-alive
+        connection was closed before a byte came (None: a new pick and connection, not a
+        try, as `Http1.post` retries such a connection)."""
+        request, r = x.request, x.r
+        failed = (x.inst, failure) if failure is not None else None
+
+        def work() -> Awaitable[Response | StreamResponse]:
+            forward = self._forward(request, r, x.payload, x.body, False, False, failed)
+            return self._guarded(request, r, forward)
+
+        request.conn.run(request, work)
+
+    async def _guarded(
+        self, request: Request, r: RequestRecord, work: Awaitable[Response | StreamResponse]
+    ) -> Response | StreamResponse:
+        """`work`'s answer to `request`; a client that left is recorded (499)."""
+        try:
+            out = await work
             if r.early is not None and out is not r.early:  # a stream already begun
                 return await end_stream(r.early, request, out)
             return out
@@ -189,46 +243,53 @@ class Proxy:
         body: bytes,
         stream: bool,
         strip_usage: bool,
+        failed: tuple[Inst, NoAnswer] | None = None,
     ) -> Response | StreamResponse:
         """Forward the request to an instance of its model, and to another (or the same,
-        restarted) when one gives no answer, up to `retries` more times."""
+        restarted) when one gives no answer, up to `retries` more times (`failed`: the
+        instance an exchange sent it to, which gave no answer, as the first try)."""
         model = payload["model"]
         fail = self.rec.fail
         tries = self.cfg.retries + 1
         for attempt in range(tries):
-            try:
-                inst = await self.pick(model, r)
-            except Unavailable as e:
-                fail(r, 503, str(e))
-                return unavailable(e)
-            send, rename = body, None
-            if inst.spec.model != model:  # a stand-in answers under the name asked for
-                send = json.dumps({**payload, "model": inst.spec.model}).encode()
-                rename = (inst.spec.model, model)
-            try:
-                return await self.forwarder.forward(
-                    request, inst, send, stream, strip_usage, r, rename
-                )
-            except NoAnswer as e:
-                # Nothing reached the client: if the engine is gone, route around it (the
-                # next pick restarts it) and follow the point in force (a hop may have
-                # replaced it), then try again.
-                log.warning("instance %s gave no answer: %s", inst.spec.id, e)
-                dead = inst.handle is None or not await self.health.probe(inst)
-                if dead and inst.status == "awake":
-                    self.health.mark_dead(inst)
-                    await self.health.adopt()
-                if not dead and e.answer is not None:  # a live engine's own error: pass it on
-                    fail(r, e.answer.status, "engine error")
-                    return e.answer
-                if attempt + 1 < tries:
-                    continue
-                msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
-                if dead:
-                    fail(r, 503, msg)
-                    return unavailable(Unavailable(msg, self.waker.retry_after_s(model)))
-                fail(r, 502, msg)
-                return error(502, msg, "BadGatewayError")
+            if failed is not None:
+                inst, e = failed
+                failed = None
+            else:
+                try:
+                    inst = await self.pick(model, r)
+                except Unavailable as u:
+                    fail(r, 503, str(u))
+                    return unavailable(u)
+                send, rename = body, None
+                if inst.spec.model != model:  # a stand-in answers under the name asked for
+                    send = json.dumps({**payload, "model": inst.spec.model}).encode()
+                    rename = (inst.spec.model, model)
+                try:
+                    return await self.forwarder.forward(
+                        request, inst, send, stream, strip_usage, r, rename
+                    )
+                except NoAnswer as no:
+                    e = no
+            # Nothing reached the client: if the engine is gone, route around it (the
+            # next pick restarts it) and follow the point in force (a hop may have
+            # replaced it), then try again.
+            log.warning("instance %s gave no answer: %s", inst.spec.id, e)
+            dead = inst.handle is None or not await self.health.probe(inst)
+            if dead and inst.status == "awake":
+                self.health.mark_dead(inst)
+                await self.health.adopt()
+            if not dead and e.answer is not None:  # a live engine's own error: pass it on
+                fail(r, e.answer.status, "engine error")
+                return e.answer
+            if attempt + 1 < tries:
+                continue
+            msg = f"instance {inst.spec.id} gave no answer ({e}) after {tries} tries"
+            if dead:
+                fail(r, 503, msg)
+                return unavailable(Unavailable(msg, self.waker.retry_after_s(model)))
+            fail(r, 502, msg)
+            return error(502, msg, "BadGatewayError")
         raise AssertionError("unreachable")
 
     def wrong_task(self, model: str, path: str) -> str | None:

@@ -97,7 +97,7 @@ class Recorder:
         if status != 200:
             self.fail(r, status, "engine error")
             return
-        latency_s = self.since_s(r)
+        latency_s = self.clock.mono_s() - r.t0
         model, m = r.model, self.metrics
         m.requests[(model, 200)] += 1
         if r.served_by:

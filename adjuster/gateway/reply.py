@@ -5,6 +5,7 @@ aiohttp's (header multidicts, cookies, compression hooks) cost more CPU than the
 
 from __future__ import annotations
 
+import functools
 import http
 import json
 from typing import Any, Protocol
@@ -16,10 +17,17 @@ JSON = "application/json; charset=utf-8"
 def render_head(status: int, headers: dict[str, str], framing: str) -> bytes:
     """The status line and headers of an answer; `framing`: its Content-Length or
     Transfer-Encoding line(s) and any Connection line, each ending in CRLF."""
+    return _status_and_headers(status, tuple(headers.items())) + (framing + "\r\n").encode(
+        "latin-1", "replace"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _status_and_headers(status: int, headers: tuple[tuple[str, str], ...]) -> bytes:
+    """Rendered once per status and headers: a proxied answer's are the same every time
+    (its Content-Type, the model that served it)."""
     lines = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n"]
-    lines += [f"{k}: {v}\r\n" for k, v in headers.items()]
-    lines.append(framing)
-    lines.append("\r\n")
+    lines += [f"{k}: {v}\r\n" for k, v in headers]
     return "".join(lines).encode("latin-1", "replace")
 
 

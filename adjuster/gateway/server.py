@@ -177,6 +177,7 @@ class Gateway:
             http_logger(self.cfg.warn_every_s, self.clock.mono_s),
             gate=self,
             budget=self.budget,
+            fast=self.proxy.fast,
         )
 
     def admit(self, request: Request) -> Response | None:
@@ -194,6 +195,8 @@ class Gateway:
             refusal = too_large(self.cfg.max_body_bytes)
             self.metrics.malformed["too_large"] += 1
         if refusal is None:
+            # the common case may run in callbacks; Anthropic's routes shape their errors
+            request.fast = proxied and request.path not in ANTHROPIC_PATHS
             return None
         if refusal.status == 401 and self.access is not None:  # refused before any handler
             entry = AccessEntry(

@@ -176,8 +176,9 @@ def test_refused_connection_restarts_on_the_request_path(setup):
 
 
 def test_identity_and_overlap():
-    assert identity({"X-User": "u", "X-Session": "s"}, b"k" * 32) == ("u", "s")
-    user, session = identity({"Authorization": "Bearer sk-secret"}, b"k" * 32)
+    # (headers by lower-case name, as the server's Headers hold them)
+    assert identity({"x-user": "u", "x-session": "s"}, b"k" * 32) == ("u", "s")
+    user, session = identity({"authorization": "Bearer sk-secret"}, b"k" * 32)
     assert user.startswith("key-") and "secret" not in user and session == ""
     assert identity({}, b"k" * 32) == ("", "")
     a, b = inst("a", "m", [0, 1]), inst("b", "m", [1])

@@ -33,7 +33,7 @@ PROC = HERE / "gateway_proc.py"
 
 
 def bearer(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
+    return {"authorization": f"Bearer {key}"}  # (h1server.Headers: lower-case names)
 
 
 def post(th, key=None, headers=None, **body):
