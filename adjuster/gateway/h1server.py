@@ -63,6 +63,7 @@ MAX_CHUNKS = 16384  # chunks of one body (a 16 MiB body in 1 KiB chunks); 413 be
 FRAMING_BYTES = 4096  # a chunked body's bytes that are not data (size lines, extensions,
 FRAMING_PER_CHUNK = 32  # trailers): at most this plus this per chunk; 400 beyond
 FRAMING_SLICE = 1024  # a chunked body is parsed in slices of this, its framing counted
+FAST_WAIT_S = 1.0  # a body that comes after its head is waited for this long with no task
 LINGER_S = 5.0  # how long an unread body is read and dropped after the answer...
 LINGER_BYTES = 256 * 1024  # ...and how much of it at most
 RETRY_AFTER_S = 1  # of a 503 for lack of body budget
@@ -315,7 +316,9 @@ class Conn(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None
         self._dropped = 0  # bytes dropped after parsing stopped
         self._receiving = False  # in data_received
-        self._deferred: Request | None = None  # started at the end of this data_received
+        # a request the server's `fast` may take, waiting (with no task) for its body
+        self._waiting: Request | None = None
+        self._wait_timer: asyncio.TimerHandle | None = None
 
     # ----- transport events
 
@@ -351,6 +354,9 @@ class Conn(asyncio.Protocol):
             self._drain.set_exception(gone)
         if self._linger is not None:
             self._linger.cancel()
+        self._waiting = None
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
 
     def data_received(self, data: bytes) -> None:
         self._receiving = True
@@ -358,10 +364,8 @@ class Conn(asyncio.Protocol):
             self._received(data)
         finally:
             self._receiving = False
-        req = self._deferred
-        if req is not None:
-            self._deferred = None
-            self._go(req)
+        if self._waiting is not None:
+            self._settle()
 
     def _received(self, data: bytes) -> None:
         if self._linger is not None or self._stopped:  # after a refusal or an answer that
@@ -577,10 +581,35 @@ class Conn(asyncio.Protocol):
             self.answer(req, req.refusal)
             self._finish(req)
             return
-        if req.fast and self._receiving and not req.body.done:
-            self._deferred = req  # its body may be in the bytes still to parse
+        if req.fast and not req.body.done:
+            self._waiting = req  # its body may be in the bytes still to parse, or come soon
+            self._settle()
             return
         self._go(req)
+
+    def _settle(self) -> None:
+        """Run the request waiting for its body once the body is whole, or cannot come
+        without a reader (failed, paused, owed a `100 Continue`); else within FAST_WAIT_S
+        (then as a task, which reads it within the body timeout)."""
+        req = self._waiting
+        if req is None or self._receiving:  # (data_received settles once it has parsed)
+            return
+        body = req.body
+        if not (body.done or body.error is not None or body.expect or self._read_paused):
+            if self._wait_timer is None:
+                self._wait_timer = asyncio.get_running_loop().call_later(
+                    FAST_WAIT_S, self._stop_waiting
+                )
+            return
+        self._stop_waiting()
+
+    def _stop_waiting(self) -> None:
+        req, self._waiting = self._waiting, None
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
+        if req is not None:
+            self._go(req)
 
     def _go(self, req: Request) -> None:
         """Run a request: by the server's `fast` when it takes it, else as a task."""

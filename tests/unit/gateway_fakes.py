@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import sqlite3
 import threading
 import time
@@ -397,3 +398,19 @@ class EngineBackend:
 def wait_in_flight(engine: FakeEngine, n: int = 1) -> None:
     """Until `engine` holds `n` requests in its handler (a request sent is not yet there)."""
     wait_until(lambda: engine.running >= n, f"{n} request(s) in flight at {engine.name}")
+
+
+def leave_after_headers(url: str, body: dict, engine: FakeEngine, read_bytes: int = 0) -> None:
+    """Send a request, optionally read some of the answer, and close the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        got = b""
+        while len(got) < read_bytes:
+            got += s.recv(4096)
+        wait_in_flight(engine)  # the request is in flight at the engine

