@@ -33,7 +33,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from planner.adjuster.gateway.answers import error, identity, presented_key
 from planner.adjuster.gateway.clock import SYSTEM
@@ -49,6 +49,12 @@ _OPEN = ("/health",)  # answers everyone
 _FOR_KEYS = "/v1/"  # the API any valid key may call; everything else is privileged
 _MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
 _WINDOW_S = 60.0
+
+
+class Memo(Protocol):
+    """Where `Auth.caller` keeps the last key a connection presented (h1server.Conn)."""
+
+    auth_memo: tuple[KeyTable, str, Key | None] | None
 
 
 class Caller(NamedTuple):
@@ -197,14 +203,27 @@ class Auth:
 
     # ----- per request
 
-    def caller(self, headers: Mapping[str, str], remote: str | None) -> Caller | None:
+    def caller(
+        self, headers: Mapping[str, str], remote: str | None, conn: Memo | None = None
+    ) -> Caller | None:
         """The caller of a request (`headers` by lower-case name); None: keys are on and it
-        presents no valid key."""
-        if self.table is None:
+        presents no valid key. `conn`, the request's connection, keeps the last key it
+        presented and that key's entry: a kept-alive connection sends the same key every
+        time, and the lookup hashes it. The key is compared as a string only with what the
+        same connection sent before, and the entry only while the keys in force are the
+        same (a reload makes a new table)."""
+        table = self.table
+        if table is None:
             loopback = remote is not None and is_loopback(remote)
             return Caller(None, identity(headers, self.secret)[0], loopback)
         presented = presented_key(headers)
-        key = self.table.lookup(presented) if presented else None
+        memo = conn.auth_memo if conn is not None else None
+        if memo is not None and memo[0] is table and memo[1] == presented:
+            key = memo[2]
+        else:
+            key = table.lookup(presented) if presented else None
+            if conn is not None:
+                conn.auth_memo = (table, presented, key)
         if key is None:
             return None
         user = key.name
@@ -221,7 +240,7 @@ class Auth:
         one) 429 past the key's limits, else None with a slot of the key taken (`release`
         gives it back). The caller is kept on the request (`request.caller`)."""
         path = request.path
-        who = self.caller(request.headers, request.remote)
+        who = self.caller(request.headers, request.remote, request.conn)
         if path in _OPEN:  # answers everyone; a privileged caller only adds details
             request.caller = who or Caller(None, "", False)
             return None

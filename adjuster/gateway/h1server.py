@@ -316,6 +316,7 @@ class Conn(asyncio.Protocol):
         self._linger: asyncio.TimerHandle | None = None
         self._dropped = 0  # bytes dropped after parsing stopped
         self._receiving = False  # in data_received
+        self.auth_memo: Any = None  # the gate's memo of this connection's key (auth.py)
         # a request the server's `fast` may take, waiting (with no task) for its body
         self._waiting: Request | None = None
         self._wait_timer: asyncio.TimerHandle | None = None

@@ -92,9 +92,12 @@ class Connection(asyncio.Protocol):
         self._framed = False  # a Content-Length or Transfer-Encoding says where it ends
         self._whole = False  # the parser read the answer's end...
         self._keep = False  # ...and the connection may take another request
+        self._status = 0  # of the answer read whole
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # one parser for every answer on the connection (llhttp reads one after another)
+        self._parser = httptools.HttpResponseParser(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -112,7 +115,6 @@ class Connection(asyncio.Protocol):
         """Send a request whose answer goes to `sink`."""
         assert self.transport is not None
         self._sink = sink
-        self._parser = httptools.HttpResponseParser(self)
         self._ctype = b""
         self._parts = []
         self._head_bytes = 0
@@ -144,7 +146,7 @@ class Connection(asyncio.Protocol):
             parts = self._parts
             body = parts[0] if len(parts) == 1 else b"".join(parts)
             keep = self._keep and not self.lost
-            sink.answered(parser.get_status_code(), self._content_type(), body, keep)
+            sink.answered(self._status, self._content_type(), body, keep)
         elif not self._headed and self._head_bytes > MAX_HEAD:
             self._fail("broken answer: the head is too long")
 
@@ -171,7 +173,9 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self._whole = True
-        self._keep = self._parser is not None and self._parser.should_keep_alive()
+        if self._parser is not None:  # (read here: the parser is ready for the next answer)
+            self._keep = self._parser.should_keep_alive()
+            self._status = self._parser.get_status_code()
 
     def _content_type(self) -> str:
         return self._ctype.decode("latin-1") if self._ctype else "application/json"

@@ -477,3 +477,28 @@ def test_limits_and_the_body_budget_answer_on_the_head_before_any_body_byte(gate
     assert got.startswith(b"HTTP/1.1 401 ")  # no key: answered, its chunks never parsed
     text = httpx.get(th.url + "/metrics", headers=bearer(ops)).text
     assert "planner_gateway_body_budget_refused_total 1" in text
+
+
+def test_a_connections_remembered_key_is_dropped_by_a_reload_and_never_shared(tmp_path):
+    """The key a kept-alive connection presented is remembered on that connection (no hash
+    per request); a reload that revokes it ends it at the next request, another connection
+    does not see it, and a different key on the same connection is looked up."""
+    from types import SimpleNamespace
+
+    from planner.adjuster.gateway.auth import Auth
+
+    kf = tmp_path / "keys.yaml"
+    alice, bob = add_key(kf, "alice"), add_key(kf, "bob")
+    auth = Auth(b"s" * 32, kf, model_names=["a"])
+    conn, other = SimpleNamespace(auth_memo=None), SimpleNamespace(auth_memo=None)
+    assert auth.caller(bearer(alice), "10.0.0.1", conn).key.name == "alice"
+    assert conn.auth_memo[1] == alice  # (kept by the connection that sent it)
+    assert auth.caller(bearer(alice), "10.0.0.1", conn).key.name == "alice"
+    assert auth.caller(bearer(bob), "10.0.0.1", conn).key.name == "bob"
+    assert auth.caller(bearer("sk-nope"), "10.0.0.1", conn) is None
+    assert other.auth_memo is None
+    assert auth.caller(bearer(alice), "10.0.0.1", conn).key.name == "alice"
+    remove_key(kf, "alice")
+    assert auth.reload()
+    assert auth.caller(bearer(alice), "10.0.0.1", conn) is None
+    assert auth.caller(bearer(bob), "10.0.0.1", conn).key.name == "bob"
