@@ -150,13 +150,14 @@ def auth_cpu_ms(keys: Path, n: int = 20000) -> float:
     from planner.adjuster.gateway.h1server import Headers, Request
 
     auth = Auth(b"s" * 32, keys, model_names=["tiny-a"])
-    conn: Any = SimpleNamespace(peer="192.0.2.1")  # a client on the LAN
+    conn: Any = SimpleNamespace(peer="192.0.2.1", auth_memo=None)  # a client on the LAN
     headers = Headers((k.lower(), v) for k, v in HEADERS.items())
     req = Request(conn, "POST", "/v1/completions", (1, 1), headers, 0)
 
     async def run(k: int) -> float:
         t = time.process_time()
         for _ in range(k):
+            conn.auth_memo = None  # each as the first of its connection: the key is hashed
             if auth.gate(req, True) is not None or auth.admit(req, "tiny-a") is not None:
                 raise RuntimeError("the bench key was refused")
             auth.identity(req)
