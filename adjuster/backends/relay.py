@@ -72,7 +72,7 @@ class _Gate:
         if (request.method, request.path) not in ROUTES:
             return _error(404, f"{request.method} {request.path} is not relayed to engines")
         cap = self.relay.cfg.max_body_bytes
-        if (request.content_length or 0) > cap:
+        if (request.body.length or 0) > cap:
             return _error(413, f"the body exceeds {cap // 2**20} MiB")
         return None
 

@@ -240,7 +240,7 @@ class Auth:
         one) 429 past the key's limits, else None with a slot of the key taken (`release`
         gives it back). The caller is kept on the request (`request.caller`)."""
         path = request.path
-        who = self.caller(request.headers, request.remote, request.conn)
+        who = self.caller(request.headers, request.conn.peer, request.conn)
         if path in _OPEN:  # answers everyone; a privileged caller only adds details
             request.caller = who or Caller(None, "", False)
             return None

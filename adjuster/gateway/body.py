@@ -46,7 +46,7 @@ async def read_body(
 ) -> bytes:
     """The whole body, read in chunks; BadBody when too large, too slow or malformed
     (chunks) (`clock`: monotonic seconds)."""
-    length = request.content_length
+    length = request.body.length
     if length is not None and length > cap_bytes:
         raise BadBody(413, "too_large", _too_large(cap_bytes))
     body = request.body

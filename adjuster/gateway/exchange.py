@@ -36,7 +36,7 @@ class Exchange:
     its engine fails (`Proxy.resume`), its deadline passes (`expire`: 502) or its client
     leaves (`client_gone`: 499); exactly one of them ends it."""
 
-    __slots__ = ("body", "conn", "done", "inst", "payload", "proxy", "r", "request")
+    __slots__ = ("addr", "body", "conn", "done", "inst", "payload", "proxy", "r", "request")
 
     def __init__(
         self,
@@ -55,6 +55,7 @@ class Exchange:
         self.payload = payload
         self.body = body
         self.conn = conn
+        self.addr = inst.addr  # where `conn` goes (the instance may get another handle)
         self.done = False
 
     def send(self) -> None:
@@ -64,7 +65,7 @@ class Exchange:
         now_s = inst.last_used_s = self.proxy.rec.clock.mono_s()
         forwarder.exchanges[self] = now_s + forwarder.up.request_timeout_s
         request.exchange = self
-        head = render_head(*inst.addr, request.path, inst.auth_items)
+        head = render_head(*self.addr, request.path, inst.auth_items)
         body = self.body
         self.conn.send(head + str(len(body)).encode() + b"\r\n\r\n" + body, self)
 
@@ -85,8 +86,8 @@ class Exchange:
         if not self._end():
             return
         inst, conn = self.inst, self.conn
-        if keep and inst.handle is not None:
-            self.proxy.up.http.put(inst.addr, conn)
+        if keep:
+            self.proxy.up.http.put(self.addr, conn)
         else:
             conn.abort()
         rec, r = self.proxy.rec, self.r

@@ -139,15 +139,6 @@ class Request:
         self.started = False  # a streamed answer's head was sent
         self.target = path  # the request target as sent (with its query)
 
-    @property
-    def remote(self) -> str | None:
-        """The client's address."""
-        return self.conn.peer
-
-    @property
-    def content_length(self) -> int | None:
-        return self.body.length
-
 
 Answer = Response | StreamResponse
 Handler = Callable[[Request], Awaitable[Answer]]
@@ -584,7 +575,8 @@ class Conn(asyncio.Protocol):
             return
         if req.fast and not req.body.done:
             self._waiting = req  # its body may be in the bytes still to parse, or come soon
-            self._settle()
+            if not self._receiving:  # (else data_received settles once it has parsed)
+                self._settle()
             return
         self._go(req)
 
@@ -593,7 +585,7 @@ class Conn(asyncio.Protocol):
         without a reader (failed, paused, owed a `100 Continue`); else within FAST_WAIT_S
         (then as a task, which reads it within the body timeout)."""
         req = self._waiting
-        if req is None or self._receiving:  # (data_received settles once it has parsed)
+        if req is None:
             return
         body = req.body
         if not (body.done or body.error is not None or body.expect or self._read_paused):
@@ -602,13 +594,16 @@ class Conn(asyncio.Protocol):
                     FAST_WAIT_S, self._stop_waiting
                 )
             return
-        self._stop_waiting()
-
-    def _stop_waiting(self) -> None:
-        req, self._waiting = self._waiting, None
+        self._waiting = None
         if self._wait_timer is not None:
             self._wait_timer.cancel()
             self._wait_timer = None
+        self._go(req)
+
+    def _stop_waiting(self) -> None:
+        """FAST_WAIT_S passed: the request runs as a task, which reads its body."""
+        self._wait_timer = None
+        req, self._waiting = self._waiting, None
         if req is not None:
             self._go(req)
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from planner.adjuster.gateway.answers import Unavailable, error, unavailable
 from planner.adjuster.gateway.auth import Auth
-from planner.adjuster.gateway.body import BadBody, cut, parse, read_body
+from planner.adjuster.gateway.body import MAX_NAME, BadBody, cut, parse, read_body
 from planner.adjuster.gateway.config import GatewayConfig
 from planner.adjuster.gateway.exchange import Exchange
 from planner.adjuster.gateway.forward import Forwarder, NoAnswer
@@ -144,11 +144,13 @@ class Proxy:
         conn = self.up.http.take(inst.addr)
         if conn is None:
             return False
-        # from here on as `handle` and `pick` do it
+        # from here on as `handle` and `pick` do it (`cut` only what is too long)
         user, session = self.auth.identity(request)
-        r = self.rec.start(cut(user), cut(session), request)
-        r.model = cut(model)
-        self.tiers.hand_off(model)
+        if len(user) > MAX_NAME or len(session) > MAX_NAME or len(model) > MAX_NAME:
+            user, session, model = cut(user), cut(session), cut(model)
+        r = self.rec.start(user, session, request)
+        r.model = model
+        self.tiers.hand_off(payload["model"])
         self.pool.take(inst)
         Exchange(self, request, r, inst, payload, body, conn).send()
         return True

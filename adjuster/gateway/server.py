@@ -190,7 +190,7 @@ class Gateway:
         )
         proxied = handler == self.proxy.handle
         refusal = self.auth.gate(request, proxied)
-        if refusal is None and proxied and (request.content_length or 0) > self.cfg.max_body_bytes:
+        if refusal is None and proxied and (request.body.length or 0) > self.cfg.max_body_bytes:
             self.auth.release(request)
             refusal = too_large(self.cfg.max_body_bytes)
             self.metrics.malformed["too_large"] += 1
