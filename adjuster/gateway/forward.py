@@ -22,7 +22,7 @@ from planner.adjuster.gateway.http1 import render_head
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.record import Recorder, RequestRecord
 from planner.adjuster.gateway.reply import Response, StreamResponse
-from planner.adjuster.gateway.sse import SseUsage, rename_model, usage_in
+from planner.adjuster.gateway.sse import SseUsage, rename_model
 from planner.adjuster.gateway.stream import SERVED_BY, event_stream, send
 from planner.adjuster.gateway.upstream import Upstream
 
@@ -89,7 +89,7 @@ class Forwarder:
         session = self.up.session
         assert session is not None and inst.handle is not None
         rec = self.rec
-        usage: dict | None = None
+        usage: dict | bytes | None = None
         ttft_s: float | None = None
         status = 502
         resp: Response | StreamResponse | None = None
@@ -174,12 +174,13 @@ class Forwarder:
 
 def whole(
     inst: Inst, status: int, ctype: str, data: bytes, rename: tuple[str, str] | None
-) -> tuple[Response, dict | None]:
-    """A whole answer to pass on, and its usage; NoAnswer for a server error (a dying engine
-    answers 500, "EngineCore ...": the caller probes it)."""
+) -> tuple[Response, bytes | None]:
+    """A whole answer to pass on, and what its usage is read from (the answer's text, by the
+    recorder: record.py); NoAnswer for a server error (a dying engine answers 500,
+    "EngineCore ...": the caller probes it)."""
     usage = None
     if status == 200:
-        usage = usage_in(data)
+        usage = data
         if rename:
             data = rename_model(data, *rename)
     resp = Response(

@@ -350,7 +350,7 @@ class Proxy:
                     raise Unavailable(
                         f"model {model!r}: every instance holds its {inst.limit} requests and "
                         f"{pool.waiting[model]} more wait (queue limit {cfg.queue_limit})",
-                        max(1.0, self.rec.latency_s.get(model, 1.0)),
+                        max(1.0, self.rec.latency_s(model) or 1.0),
                     )
                 pool.waiting[model] += 1
                 try:

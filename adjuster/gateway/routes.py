@@ -26,11 +26,13 @@ class Routes:
         auth: Auth,
         metrics: Metrics,
         totals: Callable[[], dict[str, tuple[str, float]]],
+        settle: Callable[[], None],
     ):
         self.pool = pool
         self.auth = auth
         self.metrics = metrics
         self.totals = totals
+        self.settle = settle  # counts the requests that ended since (record.py)
 
     async def h_models(self, request: Request) -> Response:
         data = [
@@ -57,6 +59,7 @@ class Routes:
         )
 
     async def h_metrics(self, request: Request) -> Response:
+        self.settle()
         text = self.metrics.render(self.gauges, self.totals()) + self.auth.render_metrics()
         return Response(text.encode(), content_type="text/plain; charset=utf-8")
 

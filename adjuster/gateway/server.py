@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.adjuster.backends.base import InstanceControl
-from planner.adjuster.gateway.accesslog import AccessEntry, AccessLog
+from planner.adjuster.gateway.accesslog import AccessLog
 from planner.adjuster.gateway.anthropic import PATHS as ANTHROPIC_PATHS
 from planner.adjuster.gateway.anthropic import as_anthropic_error
 from planner.adjuster.gateway.auth import Auth
@@ -100,7 +100,7 @@ class Gateway:
         self.proxy = Proxy(
             self.pool, self.up, self.waker, self.health, self.tiers, self.auth, self.recorder, cfg
         )
-        self.routes = Routes(self.pool, self.auth, self.metrics, self._totals)
+        self.routes = Routes(self.pool, self.auth, self.metrics, self._totals, self.recorder.settle)
         r = self.routes
         gets = dict(zip(GETS, (r.h_models, r.h_health, r.h_metrics), strict=True))
         self._table: dict[tuple[str, str], Callable] = {
@@ -148,6 +148,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         await self.up.close_session()
+        self.recorder.settle()
         lost = await self.up.call(self.log.close)
         self.metrics.log_lost += lost
         if self.access is not None:
@@ -161,6 +162,7 @@ class Gateway:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.log_flush_s)
+            self.recorder.settle()
             for lg in (self.log, self.access):
                 if lg is not None and lg.pending():
                     try:
@@ -198,21 +200,8 @@ class Gateway:
             # the common case may run in callbacks; Anthropic's routes shape their errors
             request.fast = proxied and request.path not in ANTHROPIC_PATHS
             return None
-        if refusal.status == 401 and self.access is not None:  # refused before any handler
-            entry = AccessEntry(
-                timestamp=self.clock.now_s(),
-                user="",
-                model="",
-                route=request.path,
-                status=401,
-                wake_wait_s=0.0,
-                latency_s=0.0,
-                input_tokens=0,
-                output_tokens=0,
-                served_by="",
-                error="no valid key",
-            )
-            self.access.add(entry)
+        if refusal.status == 401:  # refused before any handler
+            self.recorder.unkeyed(request.path)
         if proxied and refusal.status in (413, 429):
             user, session = self.auth.identity(request)
             why = "key refused" if refusal.status == 429 else "body too large"
