@@ -54,7 +54,7 @@ _WINDOW_S = 60.0
 class Memo(Protocol):
     """Where `Auth.caller` keeps the last key a connection presented (h1server.Conn)."""
 
-    auth_memo: tuple[KeyTable, str, Key | None] | None
+    auth_memo: tuple[KeyTable, str, Caller | None] | None
 
 
 class Caller(NamedTuple):
@@ -208,9 +208,9 @@ class Auth:
     ) -> Caller | None:
         """The caller of a request (`headers` by lower-case name); None: keys are on and it
         presents no valid key. `conn`, the request's connection, keeps the last key it
-        presented and that key's entry: a kept-alive connection sends the same key every
-        time, and the lookup hashes it. The key is compared as a string only with what the
-        same connection sent before, and the entry only while the keys in force are the
+        presented and its caller: a kept-alive connection sends the same key every time,
+        and the lookup hashes it. The key is compared as a string only with what the same
+        connection sent before, and the caller kept only while the keys in force are the
         same (a reload makes a new table)."""
         table = self.table
         if table is None:
@@ -219,20 +219,19 @@ class Auth:
         presented = presented_key(headers)
         memo = conn.auth_memo if conn is not None else None
         if memo is not None and memo[0] is table and memo[1] == presented:
-            key = memo[2]
+            who = memo[2]
         else:
             key = table.lookup(presented) if presented else None
+            # with keys, only an admin key is privileged
+            who = Caller(key, key.name, False) if key is not None else None
             if conn is not None:
-                conn.auth_memo = (table, presented, key)
-        if key is None:
-            return None
-        user = key.name
-        if key.trusted_proxy:
+                conn.auth_memo = (table, presented, who)
+        if who is not None and who.key is not None and who.key.trusted_proxy:
             raw = headers.get("x-user", "")[:_MAX_SUB_CHARS]
             sub = "".join(c for c in raw if c.isprintable())
             if sub:
-                user = f"{key.name}/{sub}"
-        return Caller(key, user, False)  # with keys, only an admin key is privileged
+                who = Caller(who.key, f"{who.key.name}/{sub}", False)
+        return who
 
     def gate(self, request: Request, limited: bool) -> Response | None:
         """Run on the request's head, before any byte of its body is read (h1server.Gate):

@@ -119,7 +119,10 @@ class Recorder:
             return
         if isinstance(usage, bytes) and len(usage) > USAGE_LATER_BYTES:
             usage = usage_in(usage)  # (a long answer is not kept until `settle`)
-        self._note((_ANSWERED, r, inst.spec.id, ttft_s, self.clock.mono_s() - r.t0, usage))
+        noted = self._noted  # (what `_note` does, without its call: the common case)
+        noted.append((_ANSWERED, r, inst.spec.id, ttft_s, self.clock.mono_s() - r.t0, usage))
+        if len(noted) >= SETTLE_EVERY:
+            self.settle()
 
     def _note(self, outcome: tuple) -> None:
         noted = self._noted
