@@ -77,9 +77,9 @@ _KINDS = {
 }
 
 
-class Headers(dict[str, str]):
-    """Request headers by lower-case name (the first of repeated ones): ask for them in lower
-    case (a method that lowered the name would cost a call per read on the hot path)."""
+# Request headers by lower-case name (the first of repeated ones): ask for them in lower
+# case (a dict subclass whose `get` lowered the name cost a call per read on the hot path).
+Headers = dict[str, str]
 
 
 class Request:
@@ -270,12 +270,7 @@ def target_path(target: str) -> str:
             return target
         else:
             raise BadRequest(400, "the request target is not a path")
-    cut = len(target)
-    for c in "?#":
-        i = target.find(c)
-        if 0 <= i < cut:
-            cut = i
-    return target[:cut]
+    return target.partition("?")[0].partition("#")[0]  # up to the first of them
 
 
 class Conn(asyncio.Protocol):
@@ -528,9 +523,7 @@ class Conn(asyncio.Protocol):
         if len(fields) > MAX_HEADERS:
             raise BadRequest(431, f"more than {MAX_HEADERS} headers")
         # one dict in C, the first of repeated names kept (reversed: the last write wins)
-        headers = Headers(
-            {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in reversed(fields)}
-        )
+        headers = {n.decode("latin-1").lower(): v.decode("latin-1") for n, v in reversed(fields)}
         if len(headers) < len(fields) and [n.lower() for n, _ in fields].count(b"host") > 1:
             raise BadRequest(400, "more than one Host header")
         major_minor = (1, 1) if version == "1.1" else (1, 0)

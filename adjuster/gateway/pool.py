@@ -49,7 +49,9 @@ class Inst:
     auth_headers: dict[str, str] = field(default_factory=dict)
     auth_items: tuple[tuple[str, str], ...] = ()  # the same, as http1.render_head takes them
     post_headers: dict[str, str] = field(default_factory=dict)  # a proxied POST's
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    # woken when no request is left on it (`Pool.until_idle`); an Event set and cleared on
+    # every request costs calls on the hot path, a list looked at only when it ends does not
+    idle_waiters: list[asyncio.Future] = field(default_factory=list)
 
     @property
     def status(self) -> Status:
@@ -142,7 +144,6 @@ class Pool:
             inst = old.get(spec.id)
             if inst is None:
                 inst = Inst(spec=spec, _status="stopped", _handle=None)
-                inst.idle.set()
             else:
                 inst.spec = spec
                 inst.want_awake = spec.tier == "gpu" or inst.status == "awake"
@@ -159,7 +160,6 @@ class Pool:
     def take(self, inst: Inst) -> None:
         """Count one more request on `inst`."""
         inst.outstanding += 1
-        inst.idle.clear()
 
     def release(self, inst: Inst) -> None:
         """One request on `inst` is done: its slot goes to the oldest waiter of its model."""
@@ -172,7 +172,19 @@ class Pool:
         inst.outstanding -= 1
         if inst.outstanding == 0:
             inst.idle_since_s = self.clock()
-            inst.idle.set()
+            if inst.idle_waiters:
+                for fut in inst.idle_waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                inst.idle_waiters.clear()
+
+    async def until_idle(self, inst: Inst) -> None:
+        """Until no request is left on `inst`."""
+        if inst.outstanding == 0:
+            return
+        fut = asyncio.get_running_loop().create_future()
+        inst.idle_waiters.append(fut)
+        await fut
 
     def queued_for_admission(self, model: str) -> bool:
         """Whether requests of `model` already wait for a slot (newcomers queue behind)."""

@@ -284,7 +284,7 @@ class Waker:
         for c in victims:
             c.draining = True
         try:
-            waits = [asyncio.create_task(c.idle.wait()) for c in victims]
+            waits = [asyncio.create_task(self.pool.until_idle(c)) for c in victims]
             # A busy instance is never put to sleep: its requests end by request_timeout_s.
             limit_s = max(cfg.drain_timeout_s, cfg.request_timeout_s)
             _, pending = await asyncio.wait(waits, timeout=limit_s)
