@@ -439,9 +439,6 @@ class Conn(asyncio.Protocol):
 
     # ----- parser callbacks (httptools)
 
-    def on_message_begin(self) -> None:
-        self._url, self._fields = b"", []
-
     def on_url(self, url: bytes) -> None:
         self._url += url
 
@@ -501,6 +498,7 @@ class Conn(asyncio.Protocol):
             raise _Stop
 
     def on_message_complete(self) -> None:
+        self._url, self._fields = b"", []  # the next head starts empty (and so did the first)
         req = self._parsing
         if req is not None:
             if req.body.length is None and self._over_framing(FRAMING_SLICE):
@@ -680,7 +678,7 @@ class Conn(asyncio.Protocol):
             self._start(self._pending.popleft())
         elif self._head_bytes:  # part of the next head came while this one was handled
             self.header_since = self.guard.clock()
-        if not self._pending:
+        if self._read_paused and not self._pending:
             self.resume_reading()
 
     def _drop_pending(self) -> None:

@@ -316,7 +316,10 @@ class Proxy:
 
     def choose(self, model: str) -> Inst | None:
         """The instance a request for `model` goes to now (`serving_rule.route`); None: none is up."""
-        return serving_rule.route(self.pool.by_model[model], Inst.routable, load)
+        insts = self.pool.by_model[model]
+        if len(insts) == 1:  # most models: route's choice, without its calls
+            return insts[0] if insts[0].routable() else None
+        return serving_rule.route(insts, Inst.routable, load)
 
     def stand_in(self, model: str) -> tuple[Inst, float] | None:
         """The awake stand-in that answers for `model` now, and its quality penalty
