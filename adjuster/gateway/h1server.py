@@ -5,7 +5,8 @@ Lean on purpose. On a machine the engines saturate, the gateway's CPU per proxie
 throughput lost, and aiohttp's server (a request object with multidicts and a payload
 stream, a response object, its writer, middleware hooks) cost about half of it. A request
 here is its head from the parser's callbacks, its body fed to a `Body` as the parser
-decodes it, and one task running the handler; the answer is one write.
+decodes it, and either the server's `fast` (the proxy's common case, answered from callbacks:
+exchange.py) or one task running the handler; the answer is one write.
 
 Nothing before the gate. When a head is whole the server's `Gate` runs at once, in the
 parser's callback (the key check, the key's limits, the route: auth.py), then the body's
