@@ -33,11 +33,11 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from planner.adjuster.gateway.answers import error, identity, presented_key
 from planner.adjuster.gateway.clock import SYSTEM
-from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.h1server import Conn, Request
 from planner.adjuster.gateway.reply import Response
 from planner.errors import InputError
 from planner.keys import KeyTable, install_secret, read_keys
@@ -49,12 +49,6 @@ _OPEN = ("/health",)  # answers everyone
 _FOR_KEYS = "/v1/"  # the API any valid key may call; everything else is privileged
 _MAX_SUB_CHARS = 64  # longest X-User kept under a trusted_proxy key
 _WINDOW_S = 60.0
-
-
-class Memo(Protocol):
-    """Where `Auth.caller` keeps the last key a connection presented (h1server.Conn)."""
-
-    auth_memo: tuple[KeyTable, str, Caller | None] | None
 
 
 class Caller(NamedTuple):
@@ -204,7 +198,7 @@ class Auth:
     # ----- per request
 
     def caller(
-        self, headers: Mapping[str, str], remote: str | None, conn: Memo | None = None
+        self, headers: Mapping[str, str], remote: str | None, conn: Conn | None = None
     ) -> Caller | None:
         """The caller of a request (`headers` by lower-case name); None: keys are on and it
         presents no valid key. `conn`, the request's connection, keeps the last key it

@@ -17,18 +17,28 @@ futures it awaits were a fifth of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from planner.adjuster.gateway.answers import error
-from planner.adjuster.gateway.forward import NoAnswer, whole
-from planner.adjuster.gateway.http1 import UpstreamError, render_head
+from planner.adjuster.gateway.forward import Forwarder, NoAnswer, whole
+from planner.adjuster.gateway.h1server import Request
+from planner.adjuster.gateway.http1 import Connection, UpstreamError, render_head
+from planner.adjuster.gateway.pool import Inst, Pool
+from planner.adjuster.gateway.record import Recorder, RequestRecord
+from planner.adjuster.gateway.upstream import Upstream
 
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.h1server import Request
-    from planner.adjuster.gateway.http1 import Connection
-    from planner.adjuster.gateway.pool import Inst
-    from planner.adjuster.gateway.proxy import Proxy
-    from planner.adjuster.gateway.record import RequestRecord
+
+class Proxy(Protocol):
+    """What an exchange uses of the proxy that started it (proxy.py)."""
+
+    forwarder: Forwarder
+    rec: Recorder
+    pool: Pool
+    up: Upstream
+
+    def resume(self, x: Exchange, failure: NoAnswer | None) -> None:
+        """Go on as a task on the general path (the exchange has ended)."""
+        ...
 
 
 class Exchange:
@@ -44,7 +54,7 @@ class Exchange:
         request: Request,
         r: RequestRecord,
         inst: Inst,
-        payload: dict,
+        payload: dict[str, Any],
         body: bytes,
         conn: Connection,
     ):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import aiohttp
 import yarl
@@ -26,8 +26,13 @@ from planner.adjuster.gateway.sse import SseUsage, rename_model
 from planner.adjuster.gateway.stream import SERVED_BY, event_stream, send
 from planner.adjuster.gateway.upstream import Upstream
 
-if TYPE_CHECKING:
-    from planner.adjuster.gateway.exchange import Exchange
+
+class Timed(Protocol):
+    """A request in flight in callbacks (exchange.py), which `sweep` ends at its deadline."""
+
+    def expire(self, timeout_s: float) -> None:
+        """Its deadline passed: end it (502)."""
+        ...
 
 
 class NoAnswer(Exception):
@@ -55,10 +60,10 @@ class Forwarder:
         # Non-streamed requests in flight -> their deadline (`request_timeout_s`), which
         # `sweep` enforces: a timer per request (asyncio.timeout) costs the event loop more
         # CPU than the rest of the lean client's request.
-        self._due: dict[asyncio.Task, float] = {}
-        self._late: dict[asyncio.Task, int] = {}  # cancelled by `sweep`: cancelling() before
+        self._due: dict[asyncio.Task[Any], float] = {}
+        self._late: dict[asyncio.Task[Any], int] = {}  # cancelled by `sweep`: cancelling() before
         # Requests in flight in callbacks (exchange.py) -> their deadline
-        self.exchanges: dict[Exchange, float] = {}
+        self.exchanges: dict[Timed, float] = {}
 
     async def sweep(self, every_s: float) -> None:
         """Cancel the non-streamed requests past their deadline (each then answers 502, as
@@ -89,7 +94,7 @@ class Forwarder:
         session = self.up.session
         assert session is not None and inst.handle is not None
         rec = self.rec
-        usage: dict | bytes | None = None
+        usage: dict[str, Any] | bytes | None = None
         ttft_s: float | None = None
         status = 502
         resp: Response | StreamResponse | None = None
@@ -155,7 +160,7 @@ class Forwarder:
         r: RequestRecord,
         strip_usage: bool,
         rename: tuple[str, str] | None,
-    ) -> tuple[float | None, dict | None]:
+    ) -> tuple[float | None, dict[str, Any] | None]:
         """Pass an event stream on; its TTFT and usage."""
         ttft_s = None
         sse = SseUsage(strip_usage, rename)

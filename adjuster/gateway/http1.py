@@ -31,6 +31,9 @@ MAX_HEAD = 64 * 1024  # bytes of an answer's head
 _MAX_IDLE = 64  # kept-alive connections per engine
 
 
+Answer = tuple[int, str, bytes, bool]  # status, Content-Type, body, whether reusable
+
+
 class UpstreamError(ConnectionError):
     """The engine closed the connection or answered something that is not HTTP/1.1."""
 
@@ -52,7 +55,7 @@ class _Waiter:
 
     __slots__ = ("future",)
 
-    def __init__(self, future: asyncio.Future) -> None:
+    def __init__(self, future: asyncio.Future[Answer]) -> None:
         self.future = future
 
     def answered(self, status: int, ctype: str, body: bytes, keep: bool) -> None:
@@ -122,9 +125,9 @@ class Connection(asyncio.Protocol):
         self.got = False
         self.transport.write(msg)
 
-    def request(self, msg: bytes) -> asyncio.Future:
+    def request(self, msg: bytes) -> asyncio.Future[Answer]:
         """Send a request; the future of its (status, Content-Type, body, reusable)."""
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.send(msg, _Waiter(future))
         return future
 
