@@ -72,14 +72,17 @@ def test_live_tick_on_the_gateway_log_forecasts_and_decides_as_replay(tmp_path):
 
 
 @pytest.fixture
-def setup(tmp_path):
-    """A shared/split plan made on a planner-only day, and a log of a day-1 hour with coder-32b."""
+def setup(tmp_path, monkeypatch):
+    """A shared/split plan made on a planner-only day, and a log of a day-1 hour with coder-32b,
+    logged in the last hour before a fixed clock's now (the decision reads the hour of day:
+    on the real clock the test failed when run between 12:00 and 13:00 UTC)."""
     tr, p = h.adoption_plan()
     plan_file = h.write_inputs(tmp_path, p)
     state = tmp_path / "state"
     state.mkdir()
     start = DAY + 14 * 3600.0  # shared thrashes in this hour
-    now = time.time()
+    now = EPOCH0 + 3 * DAY + start + 3600.0  # the same hour of day, days later
+    monkeypatch.setattr(time, "time", lambda: now)
     n = write_log(state, h.window(tr, start), now - 3600.0 - start)
     return plan_file, state, n
 
@@ -151,8 +154,9 @@ def test_tick_applies_the_hop_then_holds_in_the_dwell(setup):
     assert res.state_before.hop_times_s  # the journaled state of the first tick
 
 
-def test_lease_held_exits_3(setup, capsys):
+def test_lease_held_exits_3(setup, capsys, monkeypatch):
     plan_file, state, _ = setup
+    monkeypatch.undo()  # the lease is judged on the real clock (the log is not read)
     with StateStore(state) as st:
         pass
     db = sqlite3.connect(state / "state.sqlite")
