@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from planner.adjuster.gateway.answers import error
 from planner.adjuster.gateway.forward import Forwarder, NoAnswer, whole
 from planner.adjuster.gateway.h1server import Request
-from planner.adjuster.gateway.http1 import Connection, UpstreamError, render_head
+from planner.adjuster.gateway.http1 import Connection, UpstreamError, message, render_head
 from planner.adjuster.gateway.pool import Inst, Pool
 from planner.adjuster.gateway.record import Recorder, RequestRecord
 from planner.adjuster.gateway.upstream import Upstream
@@ -76,8 +76,7 @@ class Exchange:
         forwarder.exchanges[self] = now_s + forwarder.up.request_timeout_s
         request.exchange = self
         head = render_head(*self.addr, request.path, inst.auth_items)
-        body = self.body
-        self.conn.send(head + str(len(body)).encode() + b"\r\n\r\n" + body, self)
+        self.conn.send(message(head, self.body), self)
 
     def _end(self) -> bool:
         """Whether this call ends the exchange (the first does): its deadline and slot go."""

@@ -75,6 +75,11 @@ def render_head(host: str, port: int, path: str, auth: tuple[tuple[str, str], ..
     return ("\r\n".join(lines) + "\r\nContent-Length: ").encode("latin-1")
 
 
+def message(head: bytes, body: bytes) -> bytes:
+    """A whole POST: `head` (render_head's), the body's length, the body."""
+    return head + str(len(body)).encode() + b"\r\n\r\n" + body
+
+
 class Connection(asyncio.Protocol):
     """One kept-alive connection to an engine and the answer it is reading (one request at a
     time), parsed by httptools (llhttp) as its bytes arrive: no stream reader between. An
@@ -198,7 +203,7 @@ class Http1:
 
     async def post(self, host: str, port: int, head: bytes, body: bytes) -> tuple[int, str, bytes]:
         """(status, Content-Type, body) of the answer to a POST (`head`: render_head's)."""
-        msg = head + str(len(body)).encode() + b"\r\n\r\n" + body
+        msg = message(head, body)
         for attempt in (0, 1):
             conn, reused = self.take((host, port)), True
             if conn is None:

@@ -78,7 +78,8 @@ class Recorder:
         self.access = access
         self._latency_s: dict[str, float] = {}  # moving average per model (Retry-After)
         # outcomes not yet settled: (_FAILED, r, status, latency_s, message), (_ANSWERED, r,
-        # instance id, ttft_s, latency_s, usage: maybe the answer's text), (_UNKEYED, route)
+        # instance id, ttft_s, latency_s, usage: maybe the answer's text), (_UNKEYED, route,
+        # timestamp)
         self._noted: list[tuple] = []
 
     def start(self, user: str, session: str, request: Request) -> RequestRecord:
@@ -97,7 +98,7 @@ class Recorder:
 
     def fail(self, r: RequestRecord, status: int, msg: str) -> None:
         """A request no engine answered (or whose engine failed): counted and logged."""
-        self._note((_FAILED, r, status, self.clock.mono_s() - r.t0, msg))
+        self._note((_FAILED, r, status, self.since_s(r), msg))
 
     def unkeyed(self, route: str) -> None:
         """A request refused on its head for want of a valid key: an access-log line."""
