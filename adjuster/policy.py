@@ -155,17 +155,21 @@ def _meeting(v: WindowView) -> list[str]:
     return meeting
 
 
-def _none_meets(v: WindowView) -> Outcome:
+def _none_meets(v: WindowView, why: str | None = None) -> Outcome:
     """Rule 2: no point meets the SLO: re-optimize or suggest once confirmed (or at once on
-    traffic beyond the plan), at most once per dwell; else hold."""
+    traffic beyond the plan), at most once per dwell; else hold. `why`: what the lean rule
+    found (on its forecast); else said of the window."""
     obs = v.obs
     cfg = v.cfg
     state = v.state
-    best_att = max(obs.metrics, key=lambda p: (obs.metrics[p].metrics.slo_attainment, p))
-    why = (
-        f"no point meets the SLO on the window (best: {best_att} at "
-        f"{obs.metrics[best_att].metrics.slo_attainment:.1%} < {obs.target_attainment:.1%})"
-    )
+    if why is None:
+        best_att = max(obs.metrics, key=lambda p: (obs.metrics[p].metrics.slo_attainment, p))
+        att = obs.metrics[best_att].metrics.slo_attainment
+        if v.rows[best_att].meets_slo:  # kept out by the plan's own prediction (`_meeting`)
+            miss = f"{att:.1%}, but the plan predicts it misses the SLO"
+        else:
+            miss = f"{att:.1%} < {obs.target_attainment:.1%}"
+        why = f"no point meets the SLO on the window (best: {best_att} at {miss})"
     last = state.last_reoptimize_s
     cool = last is not None and v.now - last < cfg.min_dwell_s
     if cfg.reoptimize == "never" or cool:

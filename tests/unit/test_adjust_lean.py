@@ -386,3 +386,19 @@ def test_observe_prices_the_hops_waits_into_the_lean_rows():
     )
     rows = obs.lean.rows
     assert rows["shared"].delayed == 0 and rows["split"].delayed > 0
+
+
+def test_no_point_meets_the_targets_names_what_the_closest_one_misses():
+    """When nothing meets the targets on the forecast, the reason names what the point that
+    comes closest misses there: its switch P95 (not its attainment, which is well over the
+    target: the reason once read "best: split at 99.2% < 90.0%")."""
+    st = AdjustState(point="full", since_s=0.0)
+    slow = LeanRow(0.99, 100, 60.0, {"m": 12.0}, ("m",), 0, False)
+    rows = {"full": _row(0.90, 100.0, meets=False), "split": slow}
+    _, acts = _decide(st, rows, 10 * 3600.0)
+    assert acts[0].kind in ("hold", "suggest")
+    assert "no point meets the targets on the forecast" in acts[0].reason
+    assert "best: split at 99.0% in the SLO, switch P95 over its target for m" in acts[0].reason
+    rows["split"] = _row(0.93, 60.0, meets=False)
+    _, acts = _decide(st, rows, 10 * 3600.0)
+    assert "best: split at 93.0% < 95.0%" in acts[0].reason

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import adjust_helpers as h
 import pytest
 
@@ -457,3 +459,31 @@ def test_a_point_seen_failing_beyond_the_plan_is_left_and_not_chosen_again():
         free, acts = decide(free, _busy_obs(now + (k + 1) * 3600.0, cheap))
         kinds.append(acts[0].kind)
     assert "hop" in kinds
+
+
+def test_no_point_meets_names_what_kept_the_best_one_out(flip):
+    """The reason names why the point that comes closest is no target: here the plan
+    predicts it misses the SLO, though it met the target on the window (the reason once
+    read "best: fast at 99.0% < 95.0%")."""
+    tr, _, _ = flip
+    win = h.window(tr, 2 * DAY + 10 * 3600.0)
+    cfg = AdjustConfig(require_drift=False, confirm_windows=1, min_dwell_s=0)
+    st = AdjustState(point="bal", since_s=0.0, config=cfg)
+    metrics = {
+        "bal": _m(5.0, 100.0, attainment=0.5, n=len(win)),
+        "fast": _m(0.0, 140.0, attainment=0.99, n=len(win)),
+    }
+    obs = Observation(
+        end_s=0.0,
+        window=win,
+        metrics=metrics,
+        hop_costs={},
+        target_attainment=0.95,
+        unfit=frozenset({"fast"}),
+    )
+    _, acts = decide(st, obs)
+    assert acts[0].kind == "suggest"
+    assert "best: fast at 99.0%, but the plan predicts it misses the SLO" in acts[0].reason
+    metrics["fast"] = _m(0.0, 140.0, attainment=0.9, n=len(win))
+    _, acts = decide(st, replace(obs, metrics=metrics, unfit=frozenset()))
+    assert "best: fast at 90.0% < 95.0%" in acts[0].reason
