@@ -363,8 +363,6 @@ def test_a_point_the_plan_predicts_to_miss_the_slo_is_never_a_target(flip):
     """A point whose predicted attainment misses the target (a baseline serving only some
     models) can pass a quiet window; the policy does not hop there (bench/adjust_replay.py
     once hopped to such a `from-static` at 21:00 and restarted everything at 10:00)."""
-    from dataclasses import replace
-
     from planner.adjuster.observe import unfit_points
     from planner.schemas.plan import Predicted
 
