@@ -281,7 +281,7 @@ def decide_lean(v: Any, none_meets: Callable[[Any, str], Any]) -> Any:
         return _leave_quiet(v, lean, [p for p in meeting if p != cur], share)
     if not meeting:
         if window_ok is None or not window_ok.get(cur, False):
-            return none_meets(v, _why_none(v, lean, window_ok))
+            return none_meets(v, _why_none(lean, window_ok))
         return v.hold(f"no point meets the targets on the forecast; {cur} meets them on the window")
     cur_row = rows[cur]
     cur_ok = cur_row.meets and (window_ok is None or window_ok[cur]) and not escape
@@ -335,20 +335,15 @@ def _meeting(
     ]
 
 
-def _why_none(v: Any, lean: LeanView, window_ok: dict[str, bool] | None) -> str:
+def _why_none(lean: LeanView, window_ok: dict[str, bool] | None) -> str:
     """Why no point meets the targets, said of the one that comes closest: what it misses
-    on the forecast (its attainment, or the models whose switch P95 is over its target),
-    else the SLO on the window, else the reach of a quiet rung (`_meeting`)."""
+    on the forecast (`_miss`: its attainment and the models whose switch P95 is over its
+    target), else the SLO on the window, else the reach of a quiet rung (`_meeting`)."""
     rows = lean.rows
     best = max(rows, key=lambda p: (rows[p].meets, rows[p].attainment, p))
     row = rows[best]
     if not row.meets:
-        if row.over_switch:  # ("": the SLO's default target, over all models' waits)
-            names = ", ".join(m or "all models" for m in row.over_switch)
-            miss = f"{row.attainment:.1%} in the SLO, switch P95 over its target for {names}"
-        else:
-            miss = f"{row.attainment:.1%} < {v.obs.target_attainment:.1%}"
-        return f"no point meets the targets on the forecast (best: {best} at {miss})"
+        return f"no point meets the targets on the forecast (best: {best}, {_miss(row)})"
     if window_ok is not None and not window_ok[best]:
         return (
             "no point meets the targets on the forecast and the SLO on the window "

@@ -398,7 +398,7 @@ def test_no_point_meets_the_targets_names_what_the_closest_one_misses():
     _, acts = _decide(st, rows, 10 * 3600.0)
     assert acts[0].kind in ("hold", "suggest")
     assert "no point meets the targets on the forecast" in acts[0].reason
-    assert "best: split at 99.0% in the SLO, switch P95 over its target for m" in acts[0].reason
+    assert "(best: split, attainment 99.0%, m switch P95 12.0 s)" in acts[0].reason
     rows["split"] = _row(0.93, 60.0, meets=False)
     _, acts = _decide(st, rows, 10 * 3600.0)
-    assert "best: split at 93.0% < 95.0%" in acts[0].reason
+    assert "(best: split, attainment 93.0%)" in acts[0].reason
