@@ -57,7 +57,9 @@ apart: floor 0.168 ms per request, 0.220 at C=1 and 0.117 at C=8, against the ga
 answered in callbacks and the request records settled in batches (issue 43, see
 docs/architecture.md), the gateway took 0.306 ms (0.385, 0.227) where the code before took
 0.432 (0.548, 0.317), minutes apart on the same machine; on a slower hour (60 direct req/s
-at C=1), 0.377 against 0.522.
+at C=1), 0.377 against 0.522. At 50 direct req/s (2026-12-07, minutes apart) the gateway took
+0.433 (0.560, 0.305) and `--floor` 0.253 (0.310, 0.197): there the target leaves the gateway
+0.1 ms per request beyond the least any Python proxy pays.
 Ends with `RESULT added_p50_ms=.. added_p99_ms=.. throughput_ratio_c1=.. throughput_ratio_c8=..
 ratio_c1_p5=.. ratio_c1_p95=.. ratio_c8_p5=.. ratio_c8_p95=.. cold_wake_s=.. predicted_wake_s=.. gateway_cpu_ms_per_req=..
 gateway_cpu_ms_c1=.. gateway_cpu_ms_c8=.. direct_rps_c1=.. direct_rps_c8=.. auth_cpu_ms_per_req=..

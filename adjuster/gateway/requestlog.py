@@ -25,13 +25,14 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
-
-import pandas as pd
+from typing import TYPE_CHECKING, NamedTuple
 
 from planner.adjuster.gateway.clock import SYSTEM
 from planner.errors import InputError
 from planner.private import private_dir, private_sqlite
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger("planner.gateway")
 
