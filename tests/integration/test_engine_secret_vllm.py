@@ -24,7 +24,11 @@ from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
 from planner.adjuster.state import StateStore
 from planner.schemas import load_models, load_plan
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+# seconds per server start on a loaded 2-core machine: the other test worker's engine serving
+# traffic on the same core once made a start take 243 s (2026-12-07)
+START_TIMEOUT_S = 480
 
 BODY = {"model": "tiny-a", "prompt": "hello", "max_tokens": 4}
 NOT_THE_KEY = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic garbage"}]
@@ -62,7 +66,15 @@ def test_engine_port_refuses_all_but_the_planner(tmp_path, tiny_model_dir, requi
     state_dir = tmp_path / "state"
     # the readiness check polls /v1/models, which the key guards: apply succeeds only if it sends it
     code, _, err = cli(
-        ["apply", str(plan), "--state-dir", str(state_dir), "--json", "--timeout", "240"]
+        [
+            "apply",
+            str(plan),
+            "--state-dir",
+            str(state_dir),
+            "--json",
+            "--timeout",
+            str(START_TIMEOUT_S),
+        ]
     )
     assert code == 0, err
     url = f"http://127.0.0.1:{port}"
@@ -104,7 +116,7 @@ def _through_the_gateway(inputs: Path, state_dir: Path, gw_port: int) -> None:
         state,
         model_path_resolver=model_path_resolver(load_models(inputs / "models.yaml"), inputs),
     )
-    cfg = GatewayConfig(health_interval_s=0.5, wake_timeout_s=240)
+    cfg = GatewayConfig(health_interval_s=0.5, wake_timeout_s=START_TIMEOUT_S)
     gw = Gateway(control.point, control, state_dir=state_dir, config=cfg)
     th = GatewayThread(gw, port=gw_port).start()
     try:
