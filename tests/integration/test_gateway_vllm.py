@@ -242,9 +242,10 @@ def test_a_client_that_leaves_aborts_the_request_at_the_engine(gw):
     # 16 sequences of 900 tokens, 4 at a time (max_num_seqs): several seconds of work, so a
     # test process slowed by a loaded machine still leaves while they run (one sequence alone
     # took 1.9 s, and twice in three runs the client left only after its answer)
-    asked = 16 * 900
+    seqs, tokens = 16, 900
+    asked = seqs * tokens
     body = json.dumps(
-        {"model": "tiny-b", "prompt": "count", "max_tokens": 900, "n": 16, "ignore_eos": True}
+        {"model": "tiny-b", "prompt": "count", "max_tokens": tokens, "n": seqs, "ignore_eos": True}
     ).encode()
 
     def in_flight() -> int:
