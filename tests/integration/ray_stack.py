@@ -1,11 +1,13 @@
 """What the Ray tests' helper scripts share (test_ray_backend.py, test_ray_engine_access.py):
 one instance of the tiny model on node-b under a Controller over the Ray backend, and a
-Gateway in front of it. The tests copy this file beside their helper script, which runs in
-a network namespace of its own."""
+Gateway in front of it. The tests copy this file (and waits.py, which it imports) beside
+their helper script, which runs in a network namespace of its own."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from waits import ENGINE_START_S
 
 from planner.adjuster.backends.ray import RayBackend
 from planner.adjuster.control import Controller
@@ -40,6 +42,9 @@ def node_b_control(
 def gateway_for(control: Controller, state_dir: str, gw_port: int) -> tuple[Any, Any]:
     """A started Gateway (and its thread) in front of `control` on `gw_port`."""
     gw = Gateway(
-        control.point, control, state_dir=state_dir, config=GatewayConfig(wake_timeout_s=400)
+        control.point,
+        control,
+        state_dir=state_dir,
+        config=GatewayConfig(wake_timeout_s=ENGINE_START_S),
     )
     return gw, GatewayThread(gw, port=gw_port).start()

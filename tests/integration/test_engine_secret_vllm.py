@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cli_run import cli
+from waits import ENGINE_START_S
 
 from planner.adjuster.apply import model_path_resolver
 from planner.adjuster.backends.local import LocalBackend
@@ -28,7 +29,6 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 # seconds per server start on a loaded 2-core machine: the other test worker's engine serving
 # traffic on the same core once made a start take 243 s (2026-12-07)
-START_TIMEOUT_S = 480
 
 BODY = {"model": "tiny-a", "prompt": "hello", "max_tokens": 4}
 NOT_THE_KEY = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic garbage"}]
@@ -73,7 +73,7 @@ def test_engine_port_refuses_all_but_the_planner(tmp_path, tiny_model_dir, requi
             str(state_dir),
             "--json",
             "--timeout",
-            str(START_TIMEOUT_S),
+            str(ENGINE_START_S),
         ]
     )
     assert code == 0, err
@@ -116,7 +116,7 @@ def _through_the_gateway(inputs: Path, state_dir: Path, gw_port: int) -> None:
         state,
         model_path_resolver=model_path_resolver(load_models(inputs / "models.yaml"), inputs),
     )
-    cfg = GatewayConfig(health_interval_s=0.5, wake_timeout_s=START_TIMEOUT_S)
+    cfg = GatewayConfig(health_interval_s=0.5, wake_timeout_s=ENGINE_START_S)
     gw = Gateway(control.point, control, state_dir=state_dir, config=cfg)
     th = GatewayThread(gw, port=gw_port).start()
     try:

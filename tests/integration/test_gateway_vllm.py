@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 from gateway_stack import local_gateway
+from waits import ENGINE_START_S
 
 from planner.adjuster.gateway import GatewayConfig
 from planner.app.example import CPU_CLUSTER
@@ -25,8 +26,6 @@ from planner.tinymodel import tiny_arch
 from planner.trace.frame import read_trace
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
-
-WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
 
 
 def _instance(iid: str, model: str, port: int) -> dict:
@@ -75,9 +74,9 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
 
-    cfg = GatewayConfig(queue_limit=1, wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=1.0)
+    cfg = GatewayConfig(queue_limit=1, wake_timeout_s=ENGINE_START_S, health_interval_s=1.0)
     with local_gateway(d, cfg, cpu_plan.free_port()) as stack:
-        client = httpx.Client(base_url=stack.th.url, timeout=WAKE_TIMEOUT_S + 60)
+        client = httpx.Client(base_url=stack.th.url, timeout=ENGINE_START_S + 60)
         try:
             yield type(
                 "GW",

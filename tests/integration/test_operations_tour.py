@@ -28,6 +28,7 @@ import pytest
 import yaml
 from cli_run import cli
 from local_control import local_control
+from waits import ENGINE_START_S
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -38,8 +39,6 @@ from planner.schemas import load_models
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
-
-START_TIMEOUT = "400"  # two server starts at once on a loaded 2-core machine
 
 
 TOOL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
@@ -115,16 +114,23 @@ def gw(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     key = add_key(keys, "ann")  # the user of every request: the key's name
     state_dir = d / "state"
     code, _, out = cli(
-        ["apply", str(d / "plan.yaml"), "--state-dir", str(state_dir), "--timeout", START_TIMEOUT]
+        [
+            "apply",
+            str(d / "plan.yaml"),
+            "--state-dir",
+            str(state_dir),
+            "--timeout",
+            str(ENGINE_START_S),
+        ]
     )
     assert code == 0, out
     state, backend, control = local_control(d, d / "plan.yaml")
-    cfg = GatewayConfig(wake_timeout_s=float(START_TIMEOUT), health_interval_s=1.0)
+    cfg = GatewayConfig(wake_timeout_s=ENGINE_START_S, health_interval_s=1.0)
     auth = Auth.open(state_dir, keys, model_names=["tiny-a", "embed"])
     gateway = Gateway(control.point, control, state_dir=state_dir, config=cfg, auth=auth)
     th = GatewayThread(gateway, port=cpu_plan.free_port()).start()
     client = httpx.Client(
-        base_url=th.url, timeout=float(START_TIMEOUT), headers={"Authorization": f"Bearer {key}"}
+        base_url=th.url, timeout=ENGINE_START_S, headers={"Authorization": f"Bearer {key}"}
     )
     try:
         yield type(
@@ -204,11 +210,13 @@ def test_history_logs_and_rollback(gw):
     code, _, out = cli(["logs", "nope", *sd])
     assert code == 2 and "'e0'" in out
     # another point of the plan, then back to the one in force before it
-    code, _, out = cli(["apply", str(gw.plan), "--point", "alt", *sd, "--timeout", START_TIMEOUT])
+    code, _, out = cli(
+        ["apply", str(gw.plan), "--point", "alt", *sd, "--timeout", str(ENGINE_START_S)]
+    )
     assert code == 0, out
     code, _, out = cli(["history", *sd])
     assert code == 0 and "in force: point alt" in out and "before it: point dev" in out
-    code, _, out = cli(["apply", "--previous", *sd, "--timeout", START_TIMEOUT])
+    code, _, out = cli(["apply", "--previous", *sd, "--timeout", str(ENGINE_START_S)])
     assert code == 0 and "point dev" in out, out
     code, data, _ = cli(["status", *sd, "--json"])
     assert data["point"] == "dev" and {i["status"] for i in data["instances"]} == {"awake"}
@@ -286,7 +294,9 @@ def test_a_second_plan_under_traffic_then_down_and_rollback(gw):
     t = threading.Thread(target=traffic)
     t.start()
     try:
-        code, _, out = cli(["apply", str(gw.dir / "plan2.yaml"), *sd, "--timeout", START_TIMEOUT])
+        code, _, out = cli(
+            ["apply", str(gw.dir / "plan2.yaml"), *sd, "--timeout", str(ENGINE_START_S)]
+        )
         assert code == 0, out
         assert "[1/1] stop e0: ok" in out  # not a terminal: a line per step (item 5)
         e0 = [j for j in gw.state.journal_entries() if j["instance"] == "e0"][-1]
@@ -310,7 +320,7 @@ def test_a_second_plan_under_traffic_then_down_and_rollback(gw):
     # rollback after `down`: back to what was in force before it
     code, _, out = cli(["down", *sd])
     assert code == 0, out
-    code, _, out = cli(["apply", "--previous", *sd, "--timeout", START_TIMEOUT])
+    code, _, out = cli(["apply", "--previous", *sd, "--timeout", str(ENGINE_START_S)])
     assert code == 0 and "restoring point dev of" in out and "plan2.yaml" in out, out
     code, data, _ = cli(["status", *sd, "--json"])
     assert data["plan"].endswith("plan2.yaml")

@@ -116,7 +116,8 @@ def test_tiny_model_on_node_b_through_the_gateway(netns, tmp_path, tiny_model_di
     )
     helper = tmp_path / "ray_helper.py"
     helper.write_text(HELPER)
-    shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it
+    for module in ("ray_stack.py", "waits.py"):  # the helper imports them
+        shutil.copy(Path(__file__).with_name(module), tmp_path)
     r = ns_run(
         [
             sys.executable,

