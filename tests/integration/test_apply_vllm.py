@@ -29,6 +29,19 @@ from planner.engines import ports, process
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
 
+def apply_argv(plan: Path, state: Path) -> list[str]:
+    """`planner apply PLAN --state-dir STATE --json`, waiting at most ENGINE_START_S a server."""
+    return [
+        "apply",
+        str(plan),
+        "--state-dir",
+        str(state),
+        "--json",
+        "--timeout",
+        str(ENGINE_START_S),
+    ]
+
+
 def completion(state_dir: Path, iid: str = "a-0") -> dict:
     """A completion straight from an instance, with its port and API key from the state DB."""
     body = json.dumps({"model": "tiny-a", "prompt": "hello", "max_tokens": 4}).encode()
@@ -54,9 +67,7 @@ def live(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
     base = [cpu_plan.instance("a-0", port)]
     plan = cpu_plan.write(d / "base", tiny_model_dir, base)
     state = d / "state"
-    code, out, err = cli(
-        ["apply", str(plan), "--state-dir", str(state), "--json", "--timeout", str(ENGINE_START_S)]
-    )
+    code, out, err = cli(apply_argv(plan, state))
     assert code == 0, err
     ns = SimpleNamespace(
         h=cpu_plan,
@@ -79,17 +90,7 @@ def live(tmp_path_factory, tiny_model_dir, require_vllm, cpu_plan):
 
 
 def apply_base(live) -> dict:
-    code, out, err = cli(
-        [
-            "apply",
-            str(live.plan),
-            "--state-dir",
-            str(live.state),
-            "--json",
-            "--timeout",
-            str(ENGINE_START_S),
-        ]
-    )
+    code, out, err = cli(apply_argv(live.plan, live.state))
     assert code == 0, err
     return out
 
@@ -142,17 +143,7 @@ def test_failed_launch_is_classified_and_rolled_back(live, kind) -> None:
         claimed_context = 4096
         extra = [live.h.instance("x-0", live.h.free_port(), max_model_len=4096)]
     plan = live.h.write(live.dir / kind, live.model, live.base + extra, max_context=claimed_context)
-    code, out, err = cli(
-        [
-            "apply",
-            str(plan),
-            "--state-dir",
-            str(live.state),
-            "--json",
-            "--timeout",
-            str(ENGINE_START_S),
-        ]
-    )
+    code, out, err = cli(apply_argv(plan, live.state))
     assert code == 1, err
     assert out["error"]["reason"] == kind
     acts = [(a["action"], a["instance"], a["result"]) for a in out["actions"]]
@@ -222,15 +213,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
     # Two plans on one host: the same plan from a second state dir finds a-0's port taken
     # by the first one's server; with --port-base it runs beside it.
     other = tmp_path / "other-state"
-    args = [
-        "apply",
-        str(live.plan),
-        "--state-dir",
-        str(other),
-        "--json",
-        "--timeout",
-        str(ENGINE_START_S),
-    ]
+    args = apply_argv(live.plan, other)
     code, out, err = cli([*args, "--dry-run"])
     assert code == 3, err
     assert f"port {live.port} is held by PID {a0.pid} (" in err
@@ -253,15 +236,7 @@ def test_a_port_held_by_another_program_or_plan_is_refused(live, tmp_path) -> No
 def test_concurrent_apply_fails_fast_and_killed_apply_converges(live) -> None:
     b_port = live.h.free_port()
     plan = live.h.write(live.dir / "two", live.model, [*live.base, live.h.instance("b-0", b_port)])
-    args = [
-        "apply",
-        str(plan),
-        "--state-dir",
-        str(live.state),
-        "--json",
-        "--timeout",
-        str(ENGINE_START_S),
-    ]
+    args = apply_argv(plan, live.state)
     proc = subprocess.Popen(
         [sys.executable, "-m", "planner.cli.main", *args],
         stdout=subprocess.DEVNULL,
