@@ -27,9 +27,6 @@ from planner.schemas import load_models, load_plan
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
-# seconds per server start on a loaded 2-core machine: the other test worker's engine serving
-# traffic on the same core once made a start take 243 s (2026-12-07)
-
 BODY = {"model": "tiny-a", "prompt": "hello", "max_tokens": 4}
 NOT_THE_KEY = [{}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic garbage"}]
 
