@@ -22,6 +22,20 @@ took 0.17-0.19 ms per request against the gateway's 0.86, and
 `bench/gateway_overhead.py --floor` puts a minimal proxy beside the gateway on the real
 engine.
 
+`--pages N`: then also the memory a request touches, in the gateway and in
+bench/lib/floor_proxy.py (the least a Python proxy does, on the same stub): N times, after a
+pause, the proxy's referenced bits are cleared (/proc/PID/clear_refs), one request goes
+through it, and the KiB its mappings referenced since (/proc/PID/smaps_rollup) are added up.
+On a machine whose caches go cold while a proxy sleeps, the CPU of a request that follows a
+pause grows with this figure, and the figure itself does not depend on the machine's load.
+Measured (issue 43, 2026-12-07, 20 ms delay, one client, 40 samples, two runs): the
+gateway took 0.78-0.79 ms of CPU a request and touched 3.3-3.4 MiB (by mapping: about 1.3
+MiB of pymalloc's arenas and other anonymous memory, 1.1 MiB of libpython's code, 0.4 MiB
+of the malloc heap); the floor touched 1.7 MiB, and as much (1.6-1.7) with the gateway's
+modules imported before it serves, so the gateway's extra is the memory its own requests
+touch, not the modules it loads. The figure includes a flush of the request log when one
+falls in the sample (the gateway's batch period is 0.5 s).
+
 `--profile FILE` runs the gateway under cProfile and writes its stats to FILE (then the CPU
 figure includes the profiler's cost: compare only runs without it).
 
@@ -29,9 +43,10 @@ Target (exit 1 when missed; set for no --delay-ms): <= 0.5 ms CPU per non-stream
 (the machine's load moves this: say the load with the figure).
 
 Usage: python bench/gateway_cpu.py [--requests 3000] [--stream-requests 1000]
-       [--concurrency 8] [--delay-ms 0] [--profile FILE]
+       [--concurrency 8] [--delay-ms 0] [--pages N] [--profile FILE]
 Ends with `RESULT gateway_cpu_ms_per_req=.. gateway_cpu_ms_per_stream=.. requests=..
-concurrency=.. delay_ms=.. load1=.. target_met=..`.
+concurrency=.. delay_ms=.. load1=.. target_met=..` (with --pages, `gateway_kib_per_req=..
+floor_kib_per_req=..` before `load1`).
 """
 
 from __future__ import annotations
@@ -168,12 +183,47 @@ def measure(url: str, pid: int, n: int, conc: int, body: dict) -> float:
     return (cpu_s(pid) - c0) / max(n, 1) * 1e3
 
 
+PAUSE_S = 0.2  # before each touched-memory sample: what a request follows at C=1
+SETTLE_S = 0.02  # after its answer: the proxy's work after the write (its record) counted
+
+
+def referenced_kib(pid: int) -> int:
+    """KiB of a process's memory referenced since its bits were last cleared."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Referenced:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/{pid}/smaps_rollup has no Referenced line")
+
+
+def touched_kib(url: str, pid: int, n: int, body: dict) -> float:
+    """Mean KiB the proxy at `url` (process `pid`) touches in one request after a pause."""
+    import httpx
+    from gateway_overhead import HEADERS
+
+    total = 0
+    with httpx.Client(base_url=url, headers=HEADERS, timeout=30) as client:
+        for _ in range(n):
+            time.sleep(PAUSE_S)
+            Path(f"/proc/{pid}/clear_refs").write_text("1")
+            client.post("/v1/completions", json=body).raise_for_status()
+            time.sleep(SETTLE_S)
+            total += referenced_kib(pid)
+    return total / max(n, 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--stream-requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--delay-ms", type=float, default=0.0, help="the stub's answer delay")
+    ap.add_argument(
+        "--pages",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also the KiB a request touches in the gateway and the floor proxy (N samples)",
+    )
     ap.add_argument("--profile", default=None, help="write the gateway's cProfile stats here")
     ap.add_argument("--role", choices=["stub", "gateway"], help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -227,6 +277,14 @@ def main() -> None:
             ms = measure(url, procs[1].pid, a.requests, a.concurrency, BODY)
             stream = {**BODY, "stream": True}
             ms_s = measure(url, procs[1].pid, a.stream_requests, a.concurrency, stream)
+            touched = {}
+            if a.pages:
+                from gateway_overhead import start_floor
+
+                floor, floor_url = start_floor(up, {})
+                procs.append(floor)
+                touched["gateway_kib_per_req"] = touched_kib(url, procs[1].pid, a.pages, BODY)
+                touched["floor_kib_per_req"] = touched_kib(floor_url, floor.pid, a.pages, BODY)
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -236,12 +294,19 @@ def main() -> None:
         f"gateway CPU per request: {ms:.3f} ms (streamed: {ms_s:.3f} ms), stub delay "
         f"{a.delay_ms:g} ms, load {load1:.2f}"
     )
+    if touched:
+        print(
+            f"memory touched per request after a {PAUSE_S:g} s pause ({a.pages} samples): "
+            f"gateway {touched['gateway_kib_per_req']:.0f} KiB, "
+            f"floor proxy {touched['floor_kib_per_req']:.0f} KiB"
+        )
     result = {
         "gateway_cpu_ms_per_req": f"{ms:.3f}",
         "gateway_cpu_ms_per_stream": f"{ms_s:.3f}",
         "requests": a.requests,
         "concurrency": a.concurrency,
         "delay_ms": f"{a.delay_ms:g}",
+        **{k: f"{v:.0f}" for k, v in touched.items()},
         "load1": f"{load1:.2f}",
         "target_met": str(ms <= TARGET_MS).lower(),
     }

@@ -440,7 +440,6 @@ def start_floor(
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            print("measuring the floor proxy in the gateway's place: 'gateway' below means it")
             return proxy, f"http://127.0.0.1:{port}"
         except OSError:
             if proxy.poll() is not None or time.monotonic() > deadline:
@@ -481,6 +480,7 @@ def main() -> None:
         AUTH[direct] = engine_auth(state)
         if args.floor:
             measured, gw = start_floor(port, AUTH[direct])
+            print("measuring the floor proxy in the gateway's place: 'gateway' below means it")
         print(
             f"cold wake (stopped -> first token through the gateway): {cold_s:.2f} s; "
             f"predicted wake_disk_s: {predicted:.2f} s"
