@@ -36,8 +36,9 @@ step "integration tests (tests/integration: real vLLM-CPU servers and Ray, two w
 # once more: on a slow hour one worker's engine start or test process can wait minutes behind
 # the other worker's traffic (vLLM-CPU computes every engine on core 0 of two), and four runs
 # on 2026-12-07 each had one such failure, each in a different test; a failure that repeats
-# still fails the run.
+# still fails the run. -raR: the summary names each test that needed its rerun, beside the
+# skips (-ra alone leaves reruns out).
 integration=0
-python -m pytest -q -n 2 --dist loadfile --reruns 1 tests/integration || integration=$?
+python -m pytest -q -raR -n 2 --dist loadfile --reruns 1 tests/integration || integration=$?
 step "done: type check exit $types, unit tests exit $unit, integration tests exit $integration"
 [ "$types" -eq 0 ] && [ "$unit" -eq 0 ] && [ "$integration" -eq 0 ]
