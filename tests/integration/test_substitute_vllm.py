@@ -135,8 +135,11 @@ def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, requir
             assert first.headers[SERVED_BY] == "tiny-b"  # the stand-in answered
             assert first.json()["model"] == "tiny-a"  # under the name asked for
             assert first.json()["usage"]["completion_tokens"] == 4
-            # the wake went ahead: tiny-a's server starts and comes up
-            _until(lambda: control.status()["a0"][0] == "awake", "a0 awake")
+            # the wake went ahead: tiny-a's server starts, comes up and passes the gateway's
+            # one-token check. The controller says "awake" before that check has run, and a
+            # request sent then still goes to the stand-in, so the test waits for the gateway.
+            woken = 'planner_gateway_wakes_total{model="tiny-a"} 1'
+            _until(lambda: woken in c.get("/metrics").text, "tiny-a woken by the gateway")
             second = c.post("/v1/completions", json=body)
             assert second.status_code == 200, second.text
             assert second.headers[SERVED_BY] == "tiny-a"
