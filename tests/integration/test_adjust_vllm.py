@@ -35,7 +35,7 @@ import pytest
 import yaml
 from cli_run import cli
 from local_control import local_control
-from waits import ENGINE_START_S
+from waits import ENGINE_START_S, until
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -241,13 +241,6 @@ def adjust_once(plan: Path, sdir: Path, policy: tuple[str, ...] = ("decision=obj
     return json.loads(r.stdout)
 
 
-def _until(cond, what: str, timeout_s: float = ENGINE_START_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
-
-
 def serve(d: Path, plan_path: Path, point: str, cpu_plan) -> tuple:
     """`planner apply PLAN --point POINT` into d/state, then the gateway in this process:
     (state, backend, gateway, its thread)."""
@@ -285,7 +278,7 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
     look = StateStore(sdir)  # the test's own connection (the gateway's threads use `state`)
     try:
         # phase b: tiny-b is hot; its first request starts b0
-        _until(lambda: stream.done >= 20, "tiny-b served")
+        until(lambda: stream.done >= 20, "tiny-b served")
         time.sleep(PHASE_S)
         out = adjust_once(plan_path, sdir)  # hop 1: b0 restarts with its b-hot spec
         dec = out["decision"]
@@ -294,14 +287,14 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         assert any(
             a["instance"] == "b0" and a["action"] == "restart" for a in out["apply"]["actions"]
         )
-        _until(lambda: gw.point.name == "b-hot", "the gateway follows b-hot", 60)
+        until(lambda: gw.point.name == "b-hot", "the gateway follows b-hot", 60)
 
         # a SIGKILL of the instance of tiny-a, under load
         a0 = look.get("a0")
         assert a0 is not None and a0.pid is not None
         os.killpg(a0.pid, signal.SIGKILL)
         stream.hot = "tiny-a"  # phase a: its requests find a0 dead and wait for its restart
-        _until(
+        until(
             lambda: (r := look.get("a0")) is not None and r.pid != a0.pid and r.status == "awake",
             "a0 restarted",
         )
@@ -310,9 +303,9 @@ def test_no_request_is_lost_across_two_hops_and_a_kill(
         dec = out["decision"]
         assert (dec["kind"], dec["from"], dec["point"]) == ("hop", "b-hot", "a-hot"), dec
         assert "error" not in out["apply"]
-        _until(lambda: gw.point.name == "a-hot", "the gateway follows a-hot", 60)
+        until(lambda: gw.point.name == "a-hot", "the gateway follows a-hot", 60)
         n_before = stream.done
-        _until(lambda: stream.done >= n_before + 20, "served after the second hop")
+        until(lambda: stream.done >= n_before + 20, "served after the second hop")
     finally:
         stream.stop()
         th.stop()  # drains in-flight requests, flushes the request log
@@ -382,7 +375,7 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
     try:
         a0 = look.get("a0")
         assert a0 is not None and a0.pid is not None
-        _until(lambda: stream.done >= 20, "tiny-a served")
+        until(lambda: stream.done >= 20, "tiny-a served")
         time.sleep(PHASE_S)
         # minutes stand for hours here: any saving is worth a hop
         out = adjust_once(plan_path, sdir, ("min_saving_gib_h=0",))
@@ -394,9 +387,9 @@ def test_falling_traffic_puts_an_instance_to_sleep_and_restarts_nothing(
         # nothing starts or stops: on the CPU build (no sleep mode) b0 keeps running lazily
         # until the gateway needs its memory (reconcile.py); with sleep mode it is a sleep
         assert not [a for a in out["apply"]["actions"] if a["action"] in ("start", "restart")]
-        _until(lambda: gw.point.name == "a-only", "the gateway follows a-only", 60)
+        until(lambda: gw.point.name == "a-only", "the gateway follows a-only", 60)
         n_before = stream.done
-        _until(lambda: stream.done >= n_before + 20, "served after the hop")
+        until(lambda: stream.done >= n_before + 20, "served after the hop")
         assert look.get("a0").pid == a0.pid  # tiny-a's process never restarted
     finally:
         stream.stop()

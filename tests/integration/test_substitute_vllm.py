@@ -12,7 +12,6 @@ starts all the same, and once tiny-a is awake the next request goes to it. The r
 from __future__ import annotations
 
 import sqlite3
-import time
 from pathlib import Path
 
 import httpx
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from cli_run import cli
 from local_control import local_control
-from waits import ENGINE_START_S
+from waits import ENGINE_START_S, until
 
 from planner.adjuster.apply import down
 from planner.adjuster.gateway import Gateway, GatewayConfig, GatewayThread
@@ -97,13 +96,6 @@ def _rows(sdir: Path) -> list[dict]:
         con.close()
 
 
-def _until(cond, what: str, timeout_s: float = ENGINE_START_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.5)
-
-
 def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, require_vllm, cpu_plan):
     d = tmp_path
     plan_path = write_inputs(d, tiny_model_dir, cpu_plan.free_port(), cpu_plan.free_port())
@@ -139,7 +131,7 @@ def test_stand_in_answers_while_the_model_wakes(tmp_path, tiny_model_dir, requir
             # one-token check. The controller says "awake" before that check has run, and a
             # request sent then still goes to the stand-in, so the test waits for the gateway.
             woken = 'planner_gateway_wakes_total{model="tiny-a"} 1'
-            _until(lambda: woken in c.get("/metrics").text, "tiny-a woken by the gateway")
+            until(lambda: woken in c.get("/metrics").text, "tiny-a woken by the gateway")
             second = c.post("/v1/completions", json=body)
             assert second.status_code == 200, second.text
             assert second.headers[SERVED_BY] == "tiny-a"

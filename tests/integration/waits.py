@@ -10,5 +10,15 @@ this. PLANNER_TEST_START_TIMEOUT_S sets another bound (seconds).
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 ENGINE_START_S = float(os.environ.get("PLANNER_TEST_START_TIMEOUT_S", "480"))
+
+
+def until(cond: Callable[[], object], what: str, timeout_s: float = ENGINE_START_S) -> None:
+    """Poll `cond` every 0.5 s until it is true; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.5)
