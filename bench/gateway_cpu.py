@@ -36,6 +36,15 @@ modules imported before it serves, so the gateway's extra is the memory its own 
 touch, not the modules it loads. The figure includes a flush of the request log when one
 falls in the sample (the gateway's batch period is 0.5 s).
 
+`--compare ROUNDS`: then the gateway, bench/lib/floor_proxy.py, and the floor proxy with
+the gateway's parts (`--parts`: the features the gateway's common path runs, over its
+connection handling) in ROUNDS interleaved rounds of `--requests` at `--concurrency`, each
+proxy's CPU from /proc schedstat; the medians are printed and added to RESULT. The three
+figures split the gateway's CPU beyond the floor into what its features cost (parts - floor)
+and what its server and client cost beyond the floor's (gateway - parts). Measured (issue
+43, 2026-12-08, 20 ms delay, 6 rounds): 0.646, 0.550 and 0.390 ms at one client (500
+requests a round), 0.160, 0.144 and 0.096 at eight (1000).
+
 `--profile FILE` runs the gateway under cProfile and writes its stats to FILE (then the CPU
 figure includes the profiler's cost: compare only runs without it).
 
@@ -43,23 +52,28 @@ Target (exit 1 when missed; set for no --delay-ms): <= 0.5 ms CPU per non-stream
 (the machine's load moves this: say the load with the figure).
 
 Usage: python bench/gateway_cpu.py [--requests 3000] [--stream-requests 1000]
-       [--concurrency 8] [--delay-ms 0] [--pages N] [--profile FILE]
+       [--concurrency 8] [--delay-ms 0] [--pages N] [--compare ROUNDS] [--profile FILE]
 Ends with `RESULT gateway_cpu_ms_per_req=.. gateway_cpu_ms_per_stream=.. requests=..
 concurrency=.. delay_ms=.. load1=.. target_met=..` (with --pages, `gateway_kib_per_req=..
-floor_kib_per_req=..` before `load1`).
+floor_kib_per_req=..` before `load1`; with --compare, `gateway_ms_per_req=..
+floor_ms_per_req=.. parts_ms_per_req=..` there).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))
 
 TARGET_MS = 0.5
 BODY = {"model": "tiny-a", "prompt": "Hello there, how are you", "max_tokens": 8}
@@ -113,37 +127,11 @@ def stub(port: int, delay_s: float) -> None:
 
 def gateway(state: Path, keys: Path, port: int, upstream: int, profile: str | None) -> None:
     """The real gateway over a control that reports the stub as the one awake instance."""
-    from planner.adjuster.backends.base import Handle
-    from planner.adjuster.gateway import Gateway, GatewayConfig, run_forever
-    from planner.adjuster.gateway.auth import Auth
-    from planner.schemas.plan import Instance, MemoryGib, Point
+    from stub_gateway import stub_gateway
 
-    spec = Instance(
-        id="tiny-a-0",
-        model="tiny-a",
-        variant="bf16",
-        node="local",
-        gpus=[0],
-        tp=1,
-        tier="gpu",
-        memory_gib=MemoryGib(weights=1, kv=1, overhead=0.5),
-        port=upstream,
-    )
-    point = Point(name="bench", instances=[spec])
-    handle = Handle(instance_id=spec.id, node="local", host="127.0.0.1", port=upstream)
+    from planner.adjuster.gateway import run_forever
 
-    class Control:  # the stub is always awake: no wake, sleep or restart is ever asked
-        def status(self):
-            return {spec.id: ("awake", handle)}
-
-        def follow(self):
-            return point
-
-        def drained(self):
-            return ""
-
-    auth = Auth.open(state, keys, model_names=["tiny-a"])
-    gw = Gateway(point, Control(), state_dir=state, config=GatewayConfig(), auth=auth)
+    gw = stub_gateway(state, keys, upstream)
     if profile is None:
         run_forever(gw, "127.0.0.1", port)
         return
@@ -211,6 +199,57 @@ def touched_kib(url: str, pid: int, n: int, body: dict) -> float:
     return total / max(n, 1)
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU nanoseconds of a process's threads so far (/proc schedstat: finer than ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
+
+
+def compare(urls: dict[str, tuple[str, int]], rounds: int, n: int, conc: int) -> dict[str, float]:
+    """Median CPU ms per request of each proxy (name -> (url, pid)) over `rounds` rounds of
+    `n` requests, the order reversed every other round so drift hits all alike."""
+    from gateway_overhead import _burst
+
+    ms: dict[str, list[float]] = {name: [] for name in urls}
+    for i in range(rounds):
+        for name in list(urls) if i % 2 == 0 else list(reversed(urls)):
+            url, pid = urls[name]
+            asyncio.run(_burst(url, max(20, n // 10), conc, BODY))
+            c0 = cpu_ns(pid)
+            asyncio.run(_burst(url, n, conc, BODY))
+            ms[name].append((cpu_ns(pid) - c0) / n / 1e6)
+        print(f"round {i}: " + ", ".join(f"{k} {v[-1]:.3f} ms" for k, v in ms.items()))
+    return {name: statistics.median(v) for name, v in ms.items()}
+
+
+def side_by_side(
+    d: Path,
+    upstream: int,
+    gateway: tuple[str, int],
+    procs: list[subprocess.Popen],
+    rounds: int,
+    n: int,
+    conc: int,
+) -> dict[str, float]:
+    """`compare` of the gateway (url, pid), the floor proxy and the floor with the gateway's
+    parts (its own state in `d`/parts, the same keys), both started here (added to `procs`):
+    `{name}_ms_per_req` -> median CPU ms."""
+    from gateway_overhead import start_floor
+
+    (d / "parts").mkdir()
+    os.link(d / "keys.yaml", d / "parts" / "keys.yaml")
+    parts_args = ("--parts", str(d / "parts" / "state"), str(d / "parts" / "keys.yaml"))
+    proxies = {"gateway": gateway}
+    for name, extra in (("floor", ()), ("parts", parts_args)):
+        proc, url = start_floor(upstream, {}, extra)
+        procs.append(proc)
+        proxies[name] = (url, proc.pid)
+    return {f"{k}_ms_per_req": v for k, v in compare(proxies, rounds, n, conc).items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=3000)
@@ -223,6 +262,14 @@ def main() -> None:
         default=0,
         metavar="N",
         help="also the KiB a request touches in the gateway and the floor proxy (N samples)",
+    )
+    ap.add_argument(
+        "--compare",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="then the gateway, the floor proxy and the floor with the gateway's parts, "
+        "ROUNDS interleaved rounds of --requests each (medians)",
     )
     ap.add_argument("--profile", default=None, help="write the gateway's cProfile stats here")
     ap.add_argument("--role", choices=["stub", "gateway"], help=argparse.SUPPRESS)
@@ -278,6 +325,7 @@ def main() -> None:
             stream = {**BODY, "stream": True}
             ms_s = measure(url, procs[1].pid, a.stream_requests, a.concurrency, stream)
             touched = {}
+            compared = {}
             if a.pages:
                 from gateway_overhead import start_floor
 
@@ -285,6 +333,11 @@ def main() -> None:
                 procs.append(floor)
                 touched["gateway_kib_per_req"] = touched_kib(url, procs[1].pid, a.pages, BODY)
                 touched["floor_kib_per_req"] = touched_kib(floor_url, floor.pid, a.pages, BODY)
+            if a.compare:
+                measured = (url, procs[1].pid)
+                compared = side_by_side(
+                    d, up, measured, procs, a.compare, a.requests, a.concurrency
+                )
         finally:
             for p in reversed(procs):
                 p.terminate()
@@ -294,6 +347,12 @@ def main() -> None:
         f"gateway CPU per request: {ms:.3f} ms (streamed: {ms_s:.3f} ms), stub delay "
         f"{a.delay_ms:g} ms, load {load1:.2f}"
     )
+    if compared:
+        print(
+            f"median CPU per request over {a.compare} rounds: gateway "
+            f"{compared['gateway_ms_per_req']:.3f} ms, floor with the gateway's parts "
+            f"{compared['parts_ms_per_req']:.3f} ms, floor {compared['floor_ms_per_req']:.3f} ms"
+        )
     if touched:
         print(
             f"memory touched per request after a {PAUSE_S:g} s pause ({a.pages} samples): "
@@ -307,6 +366,7 @@ def main() -> None:
         "concurrency": a.concurrency,
         "delay_ms": f"{a.delay_ms:g}",
         **{k: f"{v:.0f}" for k, v in touched.items()},
+        **{k: f"{v:.3f}" for k, v in compared.items()},
         "load1": f"{load1:.2f}",
         "target_met": str(ms <= TARGET_MS).lower(),
     }

@@ -423,17 +423,17 @@ def stop_all(proc: subprocess.Popen[bytes], measured: subprocess.Popen[bytes], s
 
 
 def start_floor(
-    engine_port: int, engine_headers: dict[str, str]
+    engine_port: int, engine_headers: dict[str, str], extra: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[bytes], str]:
     """bench/lib/floor_proxy.py in front of the engine (its API key in the env, not on argv),
-    and its URL once it accepts connections."""
+    and its URL once it accepts connections (`extra`: its options, e.g. `--parts`)."""
     import socket
 
     port = free_port()
     lines = "".join(f"{k}: {v}\n" for k, v in engine_headers.items())
     script = Path(__file__).parent / "lib" / "floor_proxy.py"
     proxy = subprocess.Popen(
-        [sys.executable, str(script), str(port), str(engine_port)],
+        [sys.executable, str(script), str(port), str(engine_port), *extra],
         env={**os.environ, "FLOOR_UPSTREAM_HEADERS": lines},
     )
     deadline = time.monotonic() + 30
