@@ -5,10 +5,10 @@ keys, the bench's with high limits) in front of one stub upstream process (an ai
 that answers every completion at once with a fixed vLLM-like body and usage, so the engine
 costs nothing and the gateway's CPU is what is measured). The client, in this process,
 sends `--requests` non-streamed (and `--stream-requests` streamed) completions from
-`--concurrency` connections after a warm-up; the gateway's user + system CPU over them
-(Linux /proc) divided by the requests is the figure. The stub stands in for vLLM because
-only the gateway's side is measured here; `bench/gateway_overhead.py` measures against the
-real engine.
+`--concurrency` connections after a warm-up; the gateway's CPU over them (the run time of
+its threads, Linux /proc schedstat) divided by the requests is the figure. The stub stands
+in for vLLM because only the gateway's side is measured here; `bench/gateway_overhead.py`
+measures against the real engine.
 
 `--delay-ms D`: the stub answers each completion after D ms, as an engine does; then the
 gateway sleeps between a request and its answer and each request pays for waking it twice
@@ -39,7 +39,7 @@ falls in the sample (the gateway's batch period is 0.5 s).
 `--compare ROUNDS`: then the gateway, bench/lib/floor_proxy.py, and the floor proxy with
 the gateway's parts (`--parts`: the features the gateway's common path runs, over its
 connection handling) in ROUNDS interleaved rounds of `--requests` at `--concurrency`, each
-proxy's CPU from /proc schedstat; the medians are printed and added to RESULT. The three
+proxy's CPU as the gateway's is read; the medians are printed and added to RESULT. The three
 figures split the gateway's CPU beyond the floor into what its features cost (parts - floor)
 and what its server and client cost beyond the floor's (gateway - parts). Measured (issue
 43, 2026-12-08, 20 ms delay, 6 rounds): 0.646, 0.550 and 0.390 ms at one client (500
@@ -161,14 +161,23 @@ def wait_up(url: str, procs: list[subprocess.Popen]) -> None:
 
 
 def measure(url: str, pid: int, n: int, conc: int, body: dict) -> float:
-    """CPU ms of the gateway per request over `n` requests (after a warm-up); the client is
-    gateway_overhead.py's, with its HEADERS."""
-    from gateway_overhead import _burst, cpu_s
+    """CPU ms of the proxy `pid` per request over `n` requests (after a warm-up); the client
+    is gateway_overhead.py's, with its HEADERS."""
+    from gateway_overhead import _burst
 
     asyncio.run(_burst(url, max(50, n // 10), conc, body))
-    c0 = cpu_s(pid)
+    c0 = cpu_ns(pid)
     asyncio.run(_burst(url, n, conc, body))
-    return (cpu_s(pid) - c0) / max(n, 1) * 1e3
+    return (cpu_ns(pid) - c0) / max(n, 1) / 1e6
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU nanoseconds of a process's threads so far (/proc schedstat: finer than ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):  # a thread that just ended
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+    return total
 
 
 PAUSE_S = 0.2  # before each touched-memory sample: what a request follows at C=1
@@ -199,28 +208,15 @@ def touched_kib(url: str, pid: int, n: int, body: dict) -> float:
     return total / max(n, 1)
 
 
-def cpu_ns(pid: int) -> int:
-    """CPU nanoseconds of a process's threads so far (/proc schedstat: finer than ticks)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):  # a thread that just ended
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-    return total
-
-
 def compare(urls: dict[str, tuple[str, int]], rounds: int, n: int, conc: int) -> dict[str, float]:
     """Median CPU ms per request of each proxy (name -> (url, pid)) over `rounds` rounds of
-    `n` requests, the order reversed every other round so drift hits all alike."""
-    from gateway_overhead import _burst
-
+    `n` requests (`measure`'s), the order reversed every other round so drift hits all
+    alike."""
     ms: dict[str, list[float]] = {name: [] for name in urls}
     for i in range(rounds):
         for name in list(urls) if i % 2 == 0 else list(reversed(urls)):
             url, pid = urls[name]
-            asyncio.run(_burst(url, max(20, n // 10), conc, BODY))
-            c0 = cpu_ns(pid)
-            asyncio.run(_burst(url, n, conc, BODY))
-            ms[name].append((cpu_ns(pid) - c0) / n / 1e6)
+            ms[name].append(measure(url, pid, n, conc, BODY))
         print(f"round {i}: " + ", ".join(f"{k} {v[-1]:.3f} ms" for k, v in ms.items()))
     return {name: statistics.median(v) for name, v in ms.items()}
 
